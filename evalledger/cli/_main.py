@@ -1,0 +1,66 @@
+"""The ``evalledger`` command group: global options and the error boundary.
+
+Commands are thin: parse, call the library, print. Library errors become one
+line on stderr and exit code 2 here, in one place, so no traceback reaches a
+user.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+
+from evalledger import __version__
+from evalledger.ledger import DEFAULT_BUSY_TIMEOUT, Ledger, LedgerError
+
+from ._errors import UserError
+
+DEFAULT_LEDGER = "evalledger.db"
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except LedgerError as e:
+            raise UserError(str(e)) from e
+
+
+class Settings:
+    """What the group's options decided, handed to every command."""
+
+    def __init__(self, ledger_path: Path) -> None:
+        self.ledger_path = ledger_path
+
+    def open_ledger(self, *, read_only: bool = False, durable: bool = False) -> Ledger:
+        return Ledger(
+            self.ledger_path, read_only=read_only, durable=durable,
+            busy_timeout=DEFAULT_BUSY_TIMEOUT,
+        )
+
+
+pass_settings = click.make_pass_decorator(Settings)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="evalledger")
+@click.option(
+    "--ledger",
+    "ledger_path",
+    type=click.Path(path_type=Path),
+    default=lambda: os.environ.get("EVALLEDGER_LEDGER", DEFAULT_LEDGER),
+    show_default=f"$EVALLEDGER_LEDGER or ./{DEFAULT_LEDGER}",
+    help="The ledger file (SQLite).",
+)
+@click.pass_context
+def cli(ctx: click.Context, ledger_path: Path) -> None:
+    """Run batches of evaluation tasks and keep an append-only ledger of all of it.
+
+    Example:
+
+        evalledger --ledger runs.db verify
+    """
+    ctx.obj = Settings(ledger_path)

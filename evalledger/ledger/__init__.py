@@ -1,0 +1,83 @@
+"""The event store: schema, append, replay and integrity checks.
+
+Imports neither trio nor click: the executor and the CLI build on this, never the
+other way round.
+"""
+
+from ._chain import GENESIS as GENESIS
+from ._chain import link_hash as link_hash
+from ._errors import AppendOnlyViolation as AppendOnlyViolation
+from ._errors import InvalidEvent as InvalidEvent
+from ._errors import LedgerError as LedgerError
+from ._errors import LedgerIOError as LedgerIOError
+from ._errors import LedgerLocked as LedgerLocked
+from ._errors import LedgerNotFound as LedgerNotFound
+from ._errors import LedgerReadOnly as LedgerReadOnly
+from ._errors import LedgerTooNew as LedgerTooNew
+from ._errors import NotALedger as NotALedger
+from ._events import EVENT_ADAPTER as EVENT_ADAPTER
+from ._events import EVENT_TYPES as EVENT_TYPES
+from ._events import AnyEvent as AnyEvent
+from ._events import CriterionResult as CriterionResult
+from ._events import Event as Event
+from ._events import Fingerprint as Fingerprint
+from ._events import OpaqueEvent as OpaqueEvent
+from ._events import RunFinished as RunFinished
+from ._events import RunResumed as RunResumed
+from ._events import RunStarted as RunStarted
+from ._events import TaskCompleted as TaskCompleted
+from ._events import TaskEmitted as TaskEmitted
+from ._events import TaskInterrupted as TaskInterrupted
+from ._events import TaskOutput as TaskOutput
+from ._events import TaskSkipped as TaskSkipped
+from ._events import TaskStarted as TaskStarted
+from ._events import TaskUsage as TaskUsage
+from ._events import TokenCounts as TokenCounts
+from ._events import new_event_id as new_event_id
+from ._events import utc_now as utc_now
+from ._schema import SCHEMA_VERSION as SCHEMA_VERSION
+from ._store import DEFAULT_BUSY_TIMEOUT as DEFAULT_BUSY_TIMEOUT
+from ._store import Ledger as Ledger
+from ._store import StoredRow as StoredRow
+from ._verify import VerifyReport as VerifyReport
+from ._verify import verify as verify
+
+__all__ = [
+    "DEFAULT_BUSY_TIMEOUT",
+    "EVENT_ADAPTER",
+    "EVENT_TYPES",
+    "GENESIS",
+    "SCHEMA_VERSION",
+    "AnyEvent",
+    "AppendOnlyViolation",
+    "CriterionResult",
+    "Event",
+    "Fingerprint",
+    "InvalidEvent",
+    "Ledger",
+    "LedgerError",
+    "LedgerIOError",
+    "LedgerLocked",
+    "LedgerNotFound",
+    "LedgerReadOnly",
+    "LedgerTooNew",
+    "NotALedger",
+    "OpaqueEvent",
+    "RunFinished",
+    "RunResumed",
+    "RunStarted",
+    "StoredRow",
+    "TaskCompleted",
+    "TaskEmitted",
+    "TaskInterrupted",
+    "TaskOutput",
+    "TaskSkipped",
+    "TaskStarted",
+    "TaskUsage",
+    "TokenCounts",
+    "VerifyReport",
+    "link_hash",
+    "new_event_id",
+    "utc_now",
+    "verify",
+]

@@ -1,0 +1,44 @@
+"""The ledger's exceptions: one root, one small class per thing a user can do about it.
+
+Every ``sqlite3`` error is translated into one of these at the store boundary
+(``_store._translate``), so nothing above the ledger ever sees a raw
+``sqlite3.OperationalError``. Each message is one line and names the file.
+"""
+
+from __future__ import annotations
+
+
+class LedgerError(Exception):
+    """Root of every error the ledger raises."""
+
+
+class LedgerNotFound(LedgerError):
+    """There is no ledger at the path (opened read-only, so none was created)."""
+
+
+class NotALedger(LedgerError):
+    """The file exists but is not a SQLite database, or not an evalledger one."""
+
+
+class LedgerTooNew(LedgerError):
+    """The ledger was written by a newer evalledger with a schema this one cannot read."""
+
+
+class LedgerLocked(LedgerError):
+    """Another process held the write lock for longer than the busy timeout."""
+
+
+class LedgerReadOnly(LedgerError):
+    """A write was attempted on a ledger opened read-only, or on a read-only file."""
+
+
+class AppendOnlyViolation(LedgerError):
+    """Something tried to UPDATE or DELETE an event; the triggers refused it."""
+
+
+class LedgerIOError(LedgerError):
+    """Any other SQLite failure, with SQLite's own words attached."""
+
+
+class InvalidEvent(LedgerError):
+    """A stored payload does not fit the model of its event type."""

@@ -1,0 +1,312 @@
+"""Events: one frozen pydantic model per fact, past tense, tagged by ``type``.
+
+An event is an envelope (``event_id``, ``run_id``, ``task_key``, ``type``, ``ts``,
+and ``seq`` once stored) plus a payload: every other field of its model. The
+ledger stores the envelope in columns and the payload as canonical JSON (sorted
+keys, no whitespace), so the text that is hashed is the text that is stored.
+
+Invariant: every type this version knows is a member of ``Event``, the
+discriminated union, and ``EVENT_ADAPTER`` validates them all. A row whose type is
+not known (written by a newer evalledger) is read back as an ``OpaqueEvent``:
+kept, replayed, skipped by projections, never an error.
+
+Event ids are time-ordered, UUIDv7-style: the ``event_id`` UNIQUE index then
+grows at its right edge. With random UUID4 ids every insert lands on a random
+B-tree page, which measured 3-4x slower for batched appends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    TypeAdapter,
+    model_validator,
+)
+from pydantic_core import to_json
+
+from evalledger.statuses import Category, FinalStatus, RunStatus
+
+ENVELOPE_FIELDS = frozenset({"seq", "event_id", "run_id", "task_key", "type", "ts"})
+
+_id_lock = threading.Lock()
+_last_ms = 0
+_counter = 0
+
+
+def new_event_id() -> str:
+    """A UUIDv7 (RFC 9562) string: 48 bits of Unix milliseconds, then randomness.
+
+    Within one process ids are strictly increasing: ``rand_a`` (12 bits) serves as a
+    counter inside a millisecond, so a burst of appends still hits the index's
+    right edge.
+    """
+    global _last_ms, _counter
+    with _id_lock:
+        ms = time.time_ns() // 1_000_000
+        if ms > _last_ms:
+            _last_ms, _counter = ms, int.from_bytes(os.urandom(1)) # leave room to count up
+        else:
+            _counter += 1
+            if _counter > 0xFFF:
+                _last_ms, _counter = _last_ms + 1, 0
+        ms, counter = _last_ms, _counter
+    tail = int.from_bytes(os.urandom(8)) & ((1 << 62) - 1)
+    value = (ms << 80) | (0x7 << 76) | (counter << 64) | (0b10 << 62) | tail
+    h = f"{value:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def utc_now() -> str:
+    """Now as ISO-8601 UTC with microseconds and a ``Z``: sorts as text."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _canonical(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    return value
+
+
+# A free-form JSON object, its keys sorted at every level when the event is built.
+# With the payload fields of every model declared in alphabetical order, this makes
+# pydantic's own JSON serialiser emit canonical JSON directly: the append path
+# never re-sorts (that cost ~2.5 us an event; the whole insert costs ~5 us).
+JsonObject = Annotated[dict[str, Any], AfterValidator(_canonical)]
+
+# Envelope text goes into the hash chain "\n"-framed (see _chain), so no newlines.
+_Line = Annotated[str, StringConstraints(min_length=1, pattern=r"^[^\n\r]*$")]
+
+
+class _Event(BaseModel):
+    """The envelope every event shares.
+
+    Invariant (tested): payload fields, the ones after the envelope, are declared
+    in alphabetical order in every subclass and every nested model.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    event_id: _Line = Field(default_factory=new_event_id)
+    run_id: _Line
+    task_key: _Line | None = None
+    ts: _Line = Field(default_factory=utc_now)
+    # Assigned by the ledger on append; None on an event that was never stored.
+    seq: int | None = None
+
+
+class _TaskEvent(_Event):
+    task_key: _Line  # type: ignore[assignment]  # narrowed: task events always have one
+
+
+class TokenCounts(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        return (
+            self.input_tokens + self.output_tokens + self.cache_read_tokens
+            + self.cache_write_tokens
+        )
+
+
+class CriterionResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    detail: str = ""
+    passed: bool
+    type: str
+    weight: float = 1.0
+
+
+class Fingerprint(BaseModel):
+    """What drift is measured against: run-level options and one hash per task key."""
+
+    model_config = ConfigDict(frozen=True)
+
+    options: JsonObject = {}
+    tasks: JsonObject = {}
+
+
+class RunStarted(_Event):
+    type: Literal["run.started"] = "run.started"
+    config: JsonObject = {}
+    experiment_id: str | None = None
+    fingerprint: Fingerprint = Fingerprint()
+    host: JsonObject = {}
+    max_parallel: int = 1
+    planned: list[str] = []
+    unpriced_models: list[str] = []
+
+
+class RunResumed(_Event):
+    type: Literal["run.resumed"] = "run.resumed"
+    drift: JsonObject = {}
+    fingerprint: Fingerprint = Fingerprint()
+    max_parallel: int = 1
+    to_run: list[str] = []
+
+
+class TaskSkipped(_Event):
+    type: Literal["task.skipped"] = "task.skipped"
+    path: str
+    reason: str
+
+
+class TaskStarted(_TaskEvent):
+    type: Literal["task.started"] = "task.started"
+    attempt: int = 1
+    definition: JsonObject = {}
+    definition_hash: str = ""
+    replicate_index: int = 0
+    tags: list[str] = []
+    task_id: str
+    variant_id: str = "default"
+
+
+class TaskOutput(_TaskEvent):
+    type: Literal["task.output"] = "task.output"
+    line: str
+    n: int
+    stream: Literal["stdout", "stderr"] = "stdout"
+    truncated: bool = False
+
+
+class TaskEmitted(_TaskEvent):
+    """A JSON object line the command printed, kept whole (``type: task.event``)."""
+
+    type: Literal["task.event"] = "task.event"
+    data: JsonObject
+    n: int
+
+
+class TaskUsage(_TaskEvent):
+    type: Literal["task.usage"] = "task.usage"
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    # None means "not priced": the model had no rate. Never booked as zero.
+    cost_usd: float | None = None
+    input_tokens: int = 0
+    model: str | None = None
+    output_tokens: int = 0
+
+
+class TaskCompleted(_TaskEvent):
+    type: Literal["task.completed"] = "task.completed"
+    attempt: int = 1
+    category: Category
+    cost_complete: bool = True
+    cost_usd: float | None = None
+    criteria: list[CriterionResult] = []
+    duration_seconds: float = 0.0
+    environment_info: JsonObject = {}
+    error_message: str | None = None
+    exit_code: int | None = None
+    final_status: FinalStatus
+    tokens: TokenCounts = TokenCounts()
+    weighted_score: float = 0.0
+
+    @model_validator(mode="after")
+    def _category_matches_status(self) -> TaskCompleted:
+        if self.category != self.final_status.category:
+            raise ValueError(
+                f"category {self.category} does not match final_status {self.final_status}"
+            )
+        return self
+
+
+class TaskInterrupted(_TaskEvent):
+    type: Literal["task.interrupted"] = "task.interrupted"
+    reason: str = "interrupted"
+
+
+class RunFinished(_Event):
+    type: Literal["run.finished"] = "run.finished"
+    status: RunStatus
+
+
+class OpaqueEvent(_Event):
+    """An event of a type this version does not know: kept whole, skipped by projections."""
+
+    type: _Line
+    payload: JsonObject = {}
+
+
+Event = Annotated[
+    RunStarted
+    | RunResumed
+    | TaskSkipped
+    | TaskStarted
+    | TaskOutput
+    | TaskEmitted
+    | TaskUsage
+    | TaskCompleted
+    | TaskInterrupted
+    | RunFinished,
+    Field(discriminator="type"),
+]
+AnyEvent = Event | OpaqueEvent
+
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+EVENT_TYPES: dict[str, type[_Event]] = {
+    cls.model_fields["type"].default: cls
+    for cls in (
+        RunStarted, RunResumed, TaskSkipped, TaskStarted, TaskOutput, TaskEmitted,
+        TaskUsage, TaskCompleted, TaskInterrupted, RunFinished,
+    )
+}
+
+
+def encode_payload(event: AnyEvent) -> str:
+    """The canonical payload text: every non-envelope field, keys sorted, no spaces."""
+    if isinstance(event, OpaqueEvent):
+        return to_json(event.payload).decode()
+    return event.__pydantic_serializer__.to_json(event, exclude=ENVELOPE_FIELDS).decode()
+
+
+_str = json.JSONEncoder(ensure_ascii=False).encode
+
+
+def decode_row(
+    seq: int, event_id: str, run_id: str, task_key: str | None, type_: str, ts: str,
+    payload: str,
+) -> AnyEvent:
+    """Turn a stored row back into a typed event.
+
+    The envelope columns are spliced in front of the payload object so pydantic
+    validates one JSON document in one pass (``validate_json`` is faster than
+    ``json.loads`` followed by a model).
+
+    Raises:
+        pydantic.ValidationError: the payload does not fit its type's model.
+    """
+    if type_ not in EVENT_TYPES:
+        return OpaqueEvent(
+            seq=seq, event_id=event_id, run_id=run_id, task_key=task_key, type=type_, ts=ts,
+            payload=json.loads(payload),
+        )
+    head = (
+        f'{{"seq":{seq},"event_id":{_str(event_id)},"run_id":{_str(run_id)},'
+        f'"task_key":{_str(task_key)},"type":{_str(type_)},"ts":{_str(ts)}'
+    )
+    body = payload.strip()
+    text = head + "}" if body == "{}" else head + "," + body[1:]
+    return EVENT_ADAPTER.validate_json(text)

@@ -1,0 +1,402 @@
+"""The SQLite event store: open, append, replay.
+
+One ``Ledger`` owns one ``sqlite3`` connection to one file. Writes are batches:
+``append`` takes the write lock with ``BEGIN IMMEDIATE``, reads the last
+``(seq, hash)``, assigns the next seqs, chains the hashes and inserts the batch,
+all in one transaction. Several processes appending to one file therefore
+interleave whole batches, and the chain stays one valid chain.
+
+Invariant: ``seq`` runs 1..N without gaps, because only ``append`` inserts and it
+assigns ``last + 1`` under the write lock.
+
+A ``Ledger`` is not for concurrent use by several threads at once; it may move
+between threads (the executor appends from one worker thread at a time).
+"""
+
+from __future__ import annotations
+
+import heapq
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from pydantic import ValidationError
+from sqlite_utils import Database
+
+from ._chain import GENESIS, link_hash
+from ._errors import (
+    AppendOnlyViolation,
+    InvalidEvent,
+    LedgerError,
+    LedgerIOError,
+    LedgerLocked,
+    LedgerNotFound,
+    LedgerReadOnly,
+    LedgerTooNew,
+    NotALedger,
+)
+from ._events import AnyEvent, decode_row, encode_payload
+from ._schema import MIGRATIONS, SCHEMA_VERSION
+
+DEFAULT_BUSY_TIMEOUT = 30.0
+
+# SQLite primary result codes (the low byte of an extended code).
+_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY = 5, 6, 8
+_SQLITE_CORRUPT, _SQLITE_CANTOPEN, _SQLITE_CONSTRAINT, _SQLITE_NOTADB = 11, 14, 19, 26
+_SQLITE_CONSTRAINT_TRIGGER = 1811
+
+_COLUMNS = "seq, event_id, run_id, task_key, type, ts, payload, hash"
+_INSERT = f"INSERT INTO events ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+# SQLite's default SQLITE_MAX_VARIABLE_NUMBER is 32766; stay well under it.
+_LOOKUP_CHUNK = 900
+
+
+class StoredRow(NamedTuple):
+    """One row of ``events`` exactly as stored."""
+
+    seq: int
+    event_id: str
+    run_id: str
+    task_key: str | None
+    type: str
+    ts: str
+    payload: str
+    hash: str
+
+
+_Row = tuple[str, str, str | None, str, str, str]  # event_id .. payload, before seq/hash
+
+
+@contextmanager
+def translate_errors(path: Path, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> Iterator[None]:
+    """Turn ``sqlite3`` exceptions into ``LedgerError``s with a one-line message naming ``path``.
+
+    This is the one place that knows SQLite's error codes.
+    """
+    try:
+        yield
+    except sqlite3.Error as e:
+        code = getattr(e, "sqlite_errorcode", 0) or 0
+        primary = code & 0xFF
+        detail = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if code == _SQLITE_CONSTRAINT_TRIGGER or "append-only" in detail:
+            raise AppendOnlyViolation(f"{path}: {detail}") from e
+        if primary in (_SQLITE_BUSY, _SQLITE_LOCKED):
+            raise LedgerLocked(
+                f"{path} is locked by another process (waited {busy_timeout:g}s); "
+                "try again when it is done"
+            ) from e
+        if primary == _SQLITE_READONLY:
+            raise LedgerReadOnly(f"{path} is read-only here: {detail}") from e
+        if primary in (_SQLITE_NOTADB, _SQLITE_CORRUPT):
+            raise NotALedger(f"{path} is not an evalledger ledger ({detail})") from e
+        if primary == _SQLITE_CANTOPEN:
+            raise LedgerIOError(f"cannot open {path}: {detail}") from e
+        raise LedgerIOError(f"{path}: {detail}") from e
+
+
+class Ledger:
+    """An append-only, hash-chained event log in one SQLite file.
+
+    Args:
+        path: the ledger file. Opened read-write it is created (and migrated) if
+            needed; opened read-only it must exist.
+        read_only: open with ``mode=ro``: for ``sql``, ``verify`` and reports.
+        durable: ``synchronous=FULL`` (survives power loss) instead of ``NORMAL``
+            (survives a killed process, which is what WAL guarantees either way).
+        busy_timeout: seconds to wait for another process's write lock.
+
+    Raises:
+        LedgerNotFound: read-only and there is no file.
+        NotALedger: not a SQLite database, or a SQLite database of something else.
+        LedgerTooNew: written by a newer evalledger.
+        LedgerLocked: another process held the lock past ``busy_timeout``.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        read_only: bool = False,
+        durable: bool = False,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+    ) -> None:
+        self.path = Path(path)
+        self.read_only = read_only
+        self.busy_timeout = busy_timeout
+        if read_only and not self.path.is_file():
+            raise LedgerNotFound(f"no ledger at {self.path}")
+        if not read_only and self.path.is_dir():
+            raise NotALedger(f"{self.path} is a directory, not a ledger file")
+        with self._translate():
+            if read_only:
+                target, uri = f"{self.path.resolve().as_uri()}?mode=ro", True
+            else:
+                target, uri = str(self.path), False
+            # isolation_level=None: we issue BEGIN IMMEDIATE / COMMIT ourselves, so
+            # the sqlite3 module never opens a deferred transaction behind our back.
+            self._conn = sqlite3.connect(
+                target, uri=uri, timeout=busy_timeout, isolation_level=None,
+                check_same_thread=False,
+            )
+        try:
+            with self._translate():
+                self._prepare(durable)
+        except BaseException:
+            self._conn.close()
+            raise
+        self.db = Database(self._conn)
+
+    # -- opening ---------------------------------------------------------------------------
+
+    def _prepare(self, durable: bool) -> None:
+        conn = self._conn
+        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "meta" not in tables or "events" not in tables:
+            if self.read_only or (tables - {"_sqlite_migrations"}):
+                raise NotALedger(f"{self.path} is a SQLite database but not an evalledger ledger")
+        else:
+            self._check_version()
+        if self.read_only:
+            conn.execute("PRAGMA query_only = 1")
+            return
+        if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
+        db = Database(conn)
+        if MIGRATIONS.pending(db):
+            with self._immediate():
+                # Another process may have migrated while we waited for the lock.
+                if "meta" in {r[0] for r in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type='table'"
+                )}:
+                    self._check_version()
+                MIGRATIONS.apply(db)
+
+    def _check_version(self) -> None:
+        version = self.schema_version
+        if version > SCHEMA_VERSION:
+            raise LedgerTooNew(
+                f"{self.path} has ledger schema version {version}, but this evalledger "
+                f"reads up to {SCHEMA_VERSION}: upgrade evalledger"
+            )
+
+    def _meta(self, key: str) -> str | None:
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
+        return None if row is None else row[0]
+
+    @property
+    def schema_version(self) -> int:
+        return int(self._meta("schema_version") or 0)
+
+    @property
+    def ledger_id(self) -> str:
+        return self._meta("ledger_id") or ""
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Ledger {str(self.path)!r}{' read-only' if self.read_only else ''}>"
+
+    # -- transactions ----------------------------------------------------------------------
+
+    def _translate(self) -> Any:
+        return translate_errors(self.path, self.busy_timeout)
+
+    @contextmanager
+    def _immediate(self) -> Iterator[None]:
+        """A write transaction that holds the write lock from its first statement.
+
+        A deferred BEGIN would take a read snapshot first and could then fail to
+        upgrade to a writer without the busy handler ever being called.
+        """
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+    # -- append ----------------------------------------------------------------------------
+
+    def append(self, events: Iterable[AnyEvent]) -> list[int]:
+        """Append a batch of events in one transaction; return their seqs in order.
+
+        An event whose ``event_id`` is already stored (or appears earlier in the
+        batch) is not written again: its stored seq is returned, so a retried
+        batch is harmless.
+
+        Raises:
+            LedgerReadOnly: the ledger was opened read-only.
+            LedgerLocked: another writer held the lock past the busy timeout.
+        """
+        if self.read_only:
+            raise LedgerReadOnly(f"{self.path} was opened read-only; cannot append")
+        # Serialise before taking the lock: the lock is held only for the insert.
+        rows: list[_Row] = [
+            (e.event_id, e.run_id, e.task_key, e.type, e.ts, encode_payload(e)) for e in events
+        ]
+        if not rows:
+            return []
+        with self._translate(), self._immediate():
+            return self._append_rows(rows)
+
+    def _append_rows(self, rows: Sequence[_Row]) -> list[int]:
+        conn = self._conn
+        last = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+        last_seq, last_hash = last if last is not None else (0, GENESIS)
+        if len({row[0] for row in rows}) == len(rows):
+            # The common case: no repeats in the batch. Try it as is; a retried
+            # event shows up as a UNIQUE violation and takes the slow path.
+            conn.execute("SAVEPOINT optimistic")
+            try:
+                conn.executemany(_INSERT, _chain(rows, last_seq, last_hash))
+            except sqlite3.IntegrityError:
+                conn.execute("ROLLBACK TO optimistic")
+                conn.execute("RELEASE optimistic")
+            else:
+                conn.execute("RELEASE optimistic")
+                return list(range(last_seq + 1, last_seq + 1 + len(rows)))
+        seq_of = self._stored_seqs([row[0] for row in rows])
+        new_rows: list[_Row] = []
+        for row in rows:
+            if row[0] not in seq_of:
+                seq_of[row[0]] = last_seq + 1 + len(new_rows)
+                new_rows.append(row)
+        conn.executemany(_INSERT, _chain(new_rows, last_seq, last_hash))
+        return [seq_of[row[0]] for row in rows]
+
+    def _stored_seqs(self, event_ids: list[str]) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for i in range(0, len(event_ids), _LOOKUP_CHUNK):
+            chunk = event_ids[i : i + _LOOKUP_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            found.update(
+                self._conn.execute(
+                    f"SELECT event_id, seq FROM events WHERE event_id IN ({marks})", chunk
+                ).fetchall()
+            )
+        return found
+
+    # -- replay ----------------------------------------------------------------------------
+
+    def rows(
+        self,
+        run_id: str | None = None,
+        *,
+        task_key: str | None = None,
+        types: Iterable[str] | None = None,
+        after_seq: int = 0,
+    ) -> Iterator[StoredRow]:
+        """Stored rows in ``seq`` order, filtered; streamed, never fetched all at once.
+
+        With a run and several types, each type is one index range scan already in
+        seq order, and the scans are merged here: no sort, constant memory.
+        """
+        type_list = sorted(set(types)) if types is not None else None
+        if type_list is not None and not type_list:
+            return
+        if run_id is not None and type_list is not None and len(type_list) > 1 and not task_key:
+            scans = [self._scan(run_id, None, [t], after_seq) for t in type_list]
+            yield from heapq.merge(*scans)
+        else:
+            yield from self._scan(run_id, task_key, type_list, after_seq)
+
+    def _scan(
+        self, run_id: str | None, task_key: str | None, types: list[str] | None, after_seq: int
+    ) -> Iterator[StoredRow]:
+        where, params = ["seq > ?"], [after_seq]
+        if run_id is not None:
+            where.append("run_id = ?")
+            params.append(run_id)
+        if task_key is not None:
+            where.append("task_key = ?")
+            params.append(task_key)
+        if types is not None:
+            where.append(f"type IN ({','.join('?' * len(types))})")
+            params.extend(types)
+        sql = f"SELECT {_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY seq"
+        with self._translate():
+            cursor = self._conn.execute(sql, params)
+            try:
+                while batch := cursor.fetchmany(1000):
+                    for row in batch:
+                        yield StoredRow(*row)
+            finally:
+                cursor.close()
+
+    def events(
+        self,
+        run_id: str | None = None,
+        *,
+        task_key: str | None = None,
+        types: Iterable[str] | None = None,
+        after_seq: int = 0,
+    ) -> Iterator[AnyEvent]:
+        """Typed events in ``seq`` order, filtered like ``rows``.
+
+        Raises:
+            InvalidEvent: a stored payload does not fit its type (``verify`` lists them all).
+        """
+        for row in self.rows(run_id, task_key=task_key, types=types, after_seq=after_seq):
+            try:
+                yield decode_row(*row[:7])
+            except ValidationError as e:
+                raise InvalidEvent(
+                    f"{self.path}: event seq {row.seq} ({row.type}) does not validate: "
+                    f"{_first_error(e)}; run `evalledger verify`"
+                ) from e
+
+    def last_seq(self) -> int:
+        with self._translate():
+            row = self._conn.execute("SELECT max(seq) FROM events").fetchone()
+        return row[0] or 0
+
+    def count(self) -> int:
+        with self._translate():
+            return self._conn.execute("SELECT count(*) FROM events").fetchone()[0]
+
+    def run_ids(self) -> list[str]:
+        """Every run id, in the order the runs started."""
+        with self._translate():
+            return [
+                r[0]
+                for r in self._conn.execute(
+                    "SELECT run_id FROM events GROUP BY run_id ORDER BY min(seq)"
+                )
+            ]
+
+    def __iter__(self) -> Iterator[AnyEvent]:
+        return self.events()
+
+
+def _chain(rows: Sequence[_Row], last_seq: int, last_hash: str) -> list[tuple[Any, ...]]:
+    """Give rows the next seqs after ``last_seq`` and chain their hashes."""
+    records: list[tuple[Any, ...]] = []
+    seq, prev = last_seq, last_hash
+    for row in rows:
+        seq += 1
+        prev = link_hash(prev, seq, *row)
+        records.append((seq, *row, prev))
+    return records
+
+
+def _first_error(error: ValidationError) -> str:
+    first = error.errors()[0]
+    where = ".".join(str(p) for p in first.get("loc", ()))
+    return f"{where}: {first['msg']}" if where else first["msg"]
+
+
+__all__ = ["DEFAULT_BUSY_TIMEOUT", "Ledger", "LedgerError", "StoredRow", "translate_errors"]

@@ -1,0 +1,48 @@
+"""Final statuses of a task and the category each one counts in (SPEC §4).
+
+A task that was interrupted has no final status at all: it is unfinished, and a
+resume runs it again. That is why there is no INTERRUPTED member here.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class FinalStatus(StrEnum):
+    SUCCESS = "SUCCESS"
+    FAILURE = "FAILURE"
+    TIMEOUT = "TIMEOUT"
+    TOKEN_BUDGET_EXCEEDED = "TOKEN_BUDGET_EXCEEDED"
+    COST_BUDGET_EXCEEDED = "COST_BUDGET_EXCEEDED"
+    ERROR = "ERROR"
+    BUILD_FAILED = "BUILD_FAILED"
+
+    @property
+    def category(self) -> Category:
+        return _CATEGORY[self]
+
+
+class Category(StrEnum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    ERROR = "error"
+
+
+_CATEGORY: dict[FinalStatus, Category] = {
+    FinalStatus.SUCCESS: Category.SUCCEEDED,
+    FinalStatus.FAILURE: Category.FAILED,
+    FinalStatus.TIMEOUT: Category.FAILED,
+    FinalStatus.TOKEN_BUDGET_EXCEEDED: Category.FAILED,
+    FinalStatus.COST_BUDGET_EXCEEDED: Category.FAILED,
+    FinalStatus.ERROR: Category.ERROR,
+    FinalStatus.BUILD_FAILED: Category.ERROR,
+}
+
+
+class RunStatus(StrEnum):
+    """How a batch ended, as recorded by ``run.finished``."""
+
+    COMPLETED = "completed"
+    INTERRUPTED = "interrupted"
+    BUDGET_STOPPED = "budget_stopped"
