@@ -1,0 +1,3 @@
+from evalledger.cli import main
+
+main()

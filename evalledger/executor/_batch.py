@@ -1,0 +1,235 @@
+"""The batch executor: run resolved tasks with a concurrency limit, record everything.
+
+``run_batch`` opens the ledger writer, records ``run.started`` (or ``run.resumed``
+for an existing run), dispatches tasks through a ``CapacityLimiter`` and records
+``run.finished`` with how the batch ended. Tasks are dispatched one at a time as
+slots free up, so a 10,000-task batch does not start 10,000 trio tasks at once,
+and a run-level cost budget can stop dispatching between two tasks.
+
+Cancelling the surrounding scope (Ctrl-C in the CLI) stops dispatching, ends the
+running process groups, records ``task.interrupted`` for each running task and
+``run.finished(interrupted)``, flushes the writer, then re-raises.
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import os
+import platform
+import socket
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from evalledger import __version__
+from evalledger.ledger import (
+    AnyEvent,
+    Fingerprint,
+    Ledger,
+    RunFinished,
+    RunResumed,
+    RunStarted,
+    TaskCompleted,
+    TaskSkipped,
+)
+from evalledger.statuses import RunStatus
+from evalledger.tasks import ResolvedTask, Skipped
+
+from ._process import DEFAULT_KILL_GRACE, kill_group
+from ._runner import RunContext, run_task
+from ._sandbox import PreservationMode
+from ._writer import WriterStats, open_writer
+
+log = logging.getLogger("evalledger.executor")
+
+
+@dataclass
+class BatchConfig:
+    """How to run a batch. ``options`` is recorded in ``run.started`` and fingerprinted."""
+
+    run_id: str
+    max_parallel: int = 4
+    out_dir: Path = Path("runs")
+    preservation_mode: PreservationMode = "move-on-write"
+    max_cost_usd: float | None = None
+    kill_grace: float = DEFAULT_KILL_GRACE
+    experiment_id: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    unpriced_models: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Callbacks:
+    """Hooks for progress displays. An exception in one is logged and ignored."""
+
+    on_batch_start: Callable[[int], None] | None = None
+    on_task_start: Callable[[ResolvedTask], None] | None = None
+    on_task_complete: Callable[[TaskCompleted], None] | None = None
+    on_output: Callable[[AnyEvent], None] | None = None
+
+
+@dataclass
+class Resume:
+    """A resume of an existing run: what to skip and how many attempts each key had."""
+
+    skip: frozenset[str] = frozenset()
+    attempts: Mapping[str, int] = field(default_factory=dict)
+    drift: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class BatchResult:
+    run_id: str
+    status: RunStatus
+    completed: list[TaskCompleted]
+    writer: WriterStats
+
+
+def _call(callback: Callable[..., None] | None, *args: Any) -> None:
+    if callback is None:
+        return
+    try:
+        callback(*args)
+    except Exception:
+        log.exception("callback %s failed; ignored", getattr(callback, "__name__", callback))
+
+
+def host_info() -> dict[str, Any]:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = None
+    return {
+        "hostname": socket.gethostname(),
+        "user": user,
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "evalledger": __version__,
+        "cwd": os.getcwd(),
+        "pid": os.getpid(),
+    }
+
+
+def fingerprint(options: Mapping[str, Any], tasks: Sequence[ResolvedTask]) -> Fingerprint:
+    return Fingerprint(
+        options=dict(options), tasks={t.task_key: t.definition_hash for t in tasks}
+    )
+
+
+async def run_batch(
+    ledger: Ledger,
+    tasks: Sequence[ResolvedTask],
+    config: BatchConfig,
+    callbacks: Callbacks | None = None,
+    *,
+    skipped: Sequence[Skipped] = (),
+    resume: Resume | None = None,
+    kill_now: trio.Event | None = None,
+) -> BatchResult:
+    """Run ``tasks`` and record the whole batch in ``ledger``.
+
+    Args:
+        ledger: a read-write ledger; the batch's writer appends to it from a thread.
+        tasks: resolved tasks; keys in ``resume.skip`` are not run.
+        config: run id, concurrency, output folder, budgets.
+        callbacks: progress hooks.
+        skipped: task files that failed to load, recorded as ``task.skipped``.
+        resume: run an existing run's remaining keys and record ``run.resumed``.
+        kill_now: when set (a second Ctrl-C), running process groups are killed at
+            once instead of after their grace period.
+
+    Raises:
+        trio.Cancelled: the surrounding scope was cancelled; the ledger records
+            the interruption first.
+    """
+    callbacks = callbacks or Callbacks()
+    to_run = [t for t in tasks if resume is None or t.task_key not in resume.skip]
+    completed: list[TaskCompleted] = []
+    async with open_writer(ledger) as writer:
+        ctx = RunContext(
+            run_id=config.run_id,
+            writer=writer,
+            artifacts_root=config.out_dir / config.run_id / "artifacts",
+            preservation_mode=config.preservation_mode,
+            kill_grace=config.kill_grace,
+            on_output=callbacks.on_output,
+        )
+        await writer.append_durable(_opening(config, tasks, to_run, resume))
+        for skip in skipped:
+            await writer.append(TaskSkipped(run_id=config.run_id, path=skip.path,
+                                            reason=skip.reason))
+        _call(callbacks.on_batch_start, len(to_run))
+        status = RunStatus.COMPLETED
+        limiter = trio.CapacityLimiter(max(1, config.max_parallel))
+
+        async def one(task: ResolvedTask) -> None:
+            try:
+                attempt = (resume.attempts.get(task.task_key, 0) if resume else 0) + 1
+                result = await run_task(task, ctx, attempt)
+            finally:
+                limiter.release_on_behalf_of(task.task_key)
+            completed.append(result)
+            _call(callbacks.on_task_complete, result)
+
+        try:
+            async with trio.open_nursery() as guard:
+                if kill_now is not None:
+                    guard.start_soon(_kill_on, kill_now, ctx)
+                async with trio.open_nursery() as nursery:
+                    for task in to_run:
+                        await limiter.acquire_on_behalf_of(task.task_key)
+                        if _over_budget(ctx, config):
+                            limiter.release_on_behalf_of(task.task_key)
+                            status = RunStatus.BUDGET_STOPPED
+                            break
+                        _call(callbacks.on_task_start, task)
+                        nursery.start_soon(one, task)
+                guard.cancel_scope.cancel()
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await writer.append_durable(
+                    RunFinished(run_id=config.run_id, status=RunStatus.INTERRUPTED)
+                )
+            raise
+        await writer.append_durable(RunFinished(run_id=config.run_id, status=status))
+    return BatchResult(config.run_id, status, completed, writer.stats)
+
+
+def _opening(
+    config: BatchConfig,
+    tasks: Sequence[ResolvedTask],
+    to_run: Sequence[ResolvedTask],
+    resume: Resume | None,
+) -> AnyEvent:
+    print_ = fingerprint(config.options, tasks)
+    if resume is not None:
+        return RunResumed(
+            run_id=config.run_id, fingerprint=print_, drift=resume.drift,
+            to_run=[t.task_key for t in to_run], max_parallel=config.max_parallel,
+        )
+    return RunStarted(
+        run_id=config.run_id,
+        experiment_id=config.experiment_id,
+        config=dict(config.options),
+        fingerprint=print_,
+        planned=[t.task_key for t in tasks],
+        host=host_info(),
+        max_parallel=config.max_parallel,
+        unpriced_models=config.unpriced_models,
+    )
+
+
+def _over_budget(ctx: RunContext, config: BatchConfig) -> bool:
+    return config.max_cost_usd is not None and ctx.spent_usd > config.max_cost_usd
+
+
+async def _kill_on(event: trio.Event, ctx: RunContext) -> None:
+    await event.wait()
+    ctx.kill_grace = 0.0
+    for pid in list(ctx.live_groups):
+        kill_group(pid)

@@ -1,0 +1,150 @@
+"""Success criteria, checked against what the command left in its sandbox (SPEC §3).
+
+Every criterion is evaluated, even after one fails: the report shows them all.
+Paths are relative to the sandbox; one that resolves outside it (``..``, an
+absolute path, a symlink pointing out) fails with a clear detail and is never
+read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import trio
+
+from evalledger.ledger import CriterionResult
+from evalledger.tasks import (
+    Criterion,
+    ExitCode,
+    FileContains,
+    FileExists,
+    OutputContains,
+    RunCommand,
+)
+
+from ._process import end_group, spawn
+
+MAX_FILE_BYTES = 64 * 1024 * 1024
+_DETAIL_TAIL = 400
+
+
+class Outcome:
+    """What the command left behind, as the criteria see it."""
+
+    def __init__(self, sandbox: Path, exit_code: int | None, stdout: str, stderr: str) -> None:
+        self.sandbox = sandbox
+        self.exit_code = exit_code
+        self.stdout = stdout
+        self.stderr = stderr
+
+
+def _inside(sandbox: Path, relative: str) -> Path | str:
+    """The resolved path, or why it may not be read."""
+    if Path(relative).is_absolute():
+        return f"{relative} is an absolute path; criteria paths are relative to the sandbox"
+    root = sandbox.resolve()
+    target = (root / relative).resolve()
+    if not target.is_relative_to(root):
+        return f"{relative} resolves outside the sandbox"
+    return target
+
+
+def _missing(needles: Sequence[str], haystack: str) -> list[str]:
+    return [n for n in needles if n not in haystack]
+
+
+def _contains(
+    where: str, text: str, includes: Sequence[str], excludes: Sequence[str]
+) -> tuple[bool, str]:
+    missing = _missing(includes, text)
+    present = [n for n in excludes if n in text]
+    if missing:
+        return False, f"{where} lacks {missing!r}"
+    if present:
+        return False, f"{where} contains excluded {present!r}"
+    return True, f"{where} has all of {list(includes)!r}" if includes else f"{where} ok"
+
+
+def _check_file(criterion: FileExists | FileContains, outcome: Outcome) -> tuple[bool, str]:
+    target = _inside(outcome.sandbox, criterion.path)
+    if isinstance(target, str):
+        return False, target
+    if isinstance(criterion, FileExists):
+        exists = target.exists()
+        return exists, f"{criterion.path} {'exists' if exists else 'does not exist'}"
+    if not target.is_file():
+        return False, f"{criterion.path} is not a file"
+    try:
+        with target.open("rb") as f:
+            text = f.read(MAX_FILE_BYTES).decode("utf-8", errors="replace")
+    except OSError as e:
+        return False, f"cannot read {criterion.path}: {e.strerror}"
+    return _contains(criterion.path, text, criterion.includes, criterion.excludes)
+
+
+async def _run_command(
+    criterion: RunCommand, outcome: Outcome, env: Mapping[str, str]
+) -> tuple[bool, str]:
+    process = await spawn(criterion.command, cwd=str(outcome.sandbox), env=env, stdin=False)
+    chunks: list[bytes] = []
+
+    async def collect(stream: trio.abc.ReceiveStream) -> None:
+        while data := await stream.receive_some(65536):
+            chunks.append(data)
+            if sum(map(len, chunks)) > 4 * _DETAIL_TAIL:
+                chunks[:] = [b"".join(chunks)[-2 * _DETAIL_TAIL :]]
+
+    try:
+        with trio.move_on_after(criterion.timeout) as scope:
+            async with trio.open_nursery() as nursery:
+                assert process.stdout is not None and process.stderr is not None
+                nursery.start_soon(collect, process.stdout)
+                nursery.start_soon(collect, process.stderr)
+                await process.wait()
+    finally:
+        with trio.CancelScope(shield=True):
+            await end_group(process)
+    if scope.cancelled_caught:
+        return False, f"timed out after {criterion.timeout:g}s"
+    tail = b"".join(chunks).decode("utf-8", errors="replace").strip()[-_DETAIL_TAIL:]
+    passed = process.returncode == criterion.expect_exit_code
+    detail = f"exit code {process.returncode}"
+    return passed, f"{detail}: {tail}" if tail and not passed else detail
+
+
+async def evaluate(
+    criteria: Sequence[Criterion], outcome: Outcome, env: Mapping[str, str]
+) -> list[CriterionResult]:
+    """Check every criterion; never raises for a failing one, only records it."""
+    results: list[CriterionResult] = []
+    for criterion in criteria:
+        if isinstance(criterion, ExitCode):
+            passed = outcome.exit_code == criterion.equals
+            detail = f"exit code {outcome.exit_code}, expected {criterion.equals}"
+        elif isinstance(criterion, FileExists | FileContains):
+            passed, detail = await trio.to_thread.run_sync(_check_file, criterion, outcome)
+        elif isinstance(criterion, OutputContains):
+            text = {
+                "stdout": outcome.stdout,
+                "stderr": outcome.stderr,
+                "both": outcome.stdout + "\n" + outcome.stderr,
+            }[criterion.stream]
+            passed, detail = _contains("output", text, criterion.includes, criterion.excludes)
+        elif isinstance(criterion, RunCommand):
+            try:
+                passed, detail = await _run_command(criterion, outcome, env)
+            except OSError as e:
+                passed, detail = False, f"cannot run {criterion.command!r}: {e}"
+        else:  # pragma: no cover - the union is closed; a new member must be handled
+            raise TypeError(f"unknown criterion {criterion!r}")
+        results.append(
+            CriterionResult(type=criterion.type, passed=passed, weight=criterion.weight,
+                            detail=detail)
+        )
+    return results
+
+
+def weighted_score(results: Sequence[CriterionResult]) -> float:
+    total = sum(r.weight for r in results)
+    return sum(r.weight for r in results if r.passed) / total if total else 0.0

@@ -1,0 +1,56 @@
+"""Child processes in their own process group, and how to end the whole group.
+
+Every command runs as the leader of a new session (``start_new_session=True``),
+so its pid is its process group id and ``killpg`` reaches everything it
+spawned, grandchildren included. Ending a group: SIGTERM, a grace period, then
+SIGKILL; and always a final SIGKILL to the group, because the leader exiting
+does not take its children with it and they would keep our pipes open.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Mapping
+
+import trio
+
+DEFAULT_KILL_GRACE = 2.0
+
+
+async def spawn(
+    command: str | list[str], *, cwd: str, env: Mapping[str, str], stdin: bool = True,
+) -> trio.Process:
+    """Start ``command`` (a string: ``/bin/sh -c``; a list: argv) with piped streams."""
+    argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+    return await trio.lowlevel.open_process(
+        argv,
+        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=cwd,
+        env=dict(env),
+        start_new_session=True,
+    )
+
+
+def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
+    """Signal every process in the group led by ``pid``; quietly, if none is left."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+async def end_group(process: trio.Process, grace: float = DEFAULT_KILL_GRACE) -> None:
+    """Stop the leader and everything in its group; return once the leader is reaped.
+
+    Safe to call from a cancelled context only inside a shielded scope: callers do
+    ``with trio.CancelScope(shield=True): await end_group(p)``.
+    """
+    if process.returncode is None:
+        kill_group(process.pid, signal.SIGTERM)
+        with trio.move_on_after(grace):
+            await process.wait()
+    kill_group(process.pid, signal.SIGKILL)
+    await process.wait()

@@ -1,0 +1,305 @@
+"""Running one task attempt: sandbox, command, streams, budgets, criteria, final status.
+
+The runner appends as it goes: ``task.started``, then every line (``task.output``
+/ ``task.event``) and usage report (``task.usage``) as it arrives, then either
+``task.completed`` (committed before ``run_task`` returns) or, when the batch is
+cancelled, ``task.interrupted`` before the cancellation goes on.
+
+Any exception inside the runner becomes final status ERROR with its message; it
+never takes down the batch. Cancellation is not an exception in that sense: it
+is recorded and re-raised.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import trio
+
+from evalledger import __version__
+from evalledger.ledger import (
+    AnyEvent,
+    CriterionResult,
+    TaskCompleted,
+    TaskEmitted,
+    TaskInterrupted,
+    TaskOutput,
+    TaskStarted,
+    TaskUsage,
+    TokenCounts,
+)
+from evalledger.statuses import FinalStatus
+from evalledger.tasks import ResolvedTask
+
+from . import _sandbox
+from ._criteria import Outcome, evaluate, weighted_score
+from ._lines import LineSplitter, decode, parse_json_object
+from ._process import DEFAULT_KILL_GRACE, end_group, kill_group, spawn
+from ._usage import Usage, UsageMeter
+from ._writer import LedgerWriter
+
+log = logging.getLogger("evalledger.executor")
+
+# Output kept in memory for output_contains criteria; the ledger has all of it.
+MAX_KEPT_OUTPUT = 16 * 1024 * 1024
+
+
+@dataclass
+class RunContext:
+    """What every task of one batch shares."""
+
+    run_id: str
+    writer: LedgerWriter
+    artifacts_root: Path
+    preservation_mode: _sandbox.PreservationMode = "move-on-write"
+    kill_grace: float = DEFAULT_KILL_GRACE
+    on_output: Callable[[AnyEvent], None] | None = None
+    spent_usd: float = 0.0
+    # Invariant: every process group a running task leads, so a second Ctrl-C can
+    # kill them all at once without waiting for grace periods.
+    live_groups: set[int] = field(default_factory=set)
+
+    def notify_output(self, event: AnyEvent) -> None:
+        if self.on_output is None:
+            return
+        try:
+            self.on_output(event)
+        except Exception:
+            log.exception("stream callback failed for %s; ignored", event.task_key)
+
+
+class _BudgetExceeded(Exception):
+    def __init__(self, status: FinalStatus, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+
+
+@dataclass
+class _Streams:
+    """One attempt's reading state."""
+
+    task: ResolvedTask
+    ctx: RunContext
+    meter: UsageMeter
+    n: int = 0
+    kept: dict[str, list[str]] = field(default_factory=lambda: {"stdout": [], "stderr": []})
+    kept_bytes: int = 0
+    exceeded: _BudgetExceeded | None = None
+
+    def text(self, stream: str) -> str:
+        return "\n".join(self.kept[stream])
+
+    async def line(self, raw: bytes, truncated: bool, stream: str) -> None:
+        text = decode(raw)
+        self.n += 1
+        if self.kept_bytes < MAX_KEPT_OUTPUT:
+            self.kept[stream].append(text)
+            self.kept_bytes += len(raw)
+        key, run_id = self.task.task_key, self.ctx.run_id
+        data = parse_json_object(text) if stream == "stdout" and not truncated else None
+        event: AnyEvent
+        if data is None:
+            event = TaskOutput(run_id=run_id, task_key=key, stream=stream, line=text,
+                               n=self.n, truncated=truncated)
+        else:
+            event = TaskEmitted(run_id=run_id, task_key=key, data=data, n=self.n)
+        await self.ctx.writer.append(event)
+        self.ctx.notify_output(event)
+        if data is not None and (usage := self.meter.observe(data)) is not None:
+            await self.usage(usage)
+        self._check_budget()
+
+    async def usage(self, usage: Usage) -> None:
+        await self.ctx.writer.append(
+            TaskUsage(
+                run_id=self.ctx.run_id, task_key=self.task.task_key, model=usage.model,
+                input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+                cache_read_tokens=usage.cache_read_tokens,
+                cache_write_tokens=usage.cache_write_tokens, cost_usd=usage.cost_usd,
+            )
+        )
+        self.ctx.spent_usd += usage.cost_usd or 0.0
+
+    def _check_budget(self) -> None:
+        budget = self.task.budget
+        if self.exceeded is not None:
+            return
+        if budget.max_tokens is not None and self.meter.live_tokens > budget.max_tokens:
+            self.exceeded = _BudgetExceeded(
+                FinalStatus.TOKEN_BUDGET_EXCEEDED,
+                f"used {self.meter.live_tokens} tokens, budget {budget.max_tokens}",
+            )
+        elif budget.max_cost_usd is not None and self.meter.live_cost_usd > budget.max_cost_usd:
+            self.exceeded = _BudgetExceeded(
+                FinalStatus.COST_BUDGET_EXCEEDED,
+                f"spent ${self.meter.live_cost_usd:.4f}, budget ${budget.max_cost_usd:.4f}",
+            )
+
+
+async def _pump(stream: trio.abc.ReceiveStream, name: str, state: _Streams,
+                stop: trio.CancelScope) -> None:
+    splitter = LineSplitter()
+    while chunk := await stream.receive_some(65536):
+        for raw, truncated in splitter.feed(chunk):
+            await state.line(raw, truncated, name)
+            if state.exceeded is not None:
+                stop.cancel()
+                return
+    for raw, truncated in splitter.close():
+        await state.line(raw, truncated, name)
+
+
+def _environment(exit_code: int | None) -> dict[str, object]:
+    return {
+        "evalledger": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "exit_code": exit_code,
+    }
+
+
+async def run_task(task: ResolvedTask, ctx: RunContext, attempt: int = 1) -> TaskCompleted:
+    """Run one attempt of ``task`` and return its committed ``task.completed``.
+
+    Raises:
+        trio.Cancelled: the batch was cancelled; ``task.interrupted`` is recorded first.
+    """
+    await ctx.writer.append(
+        TaskStarted(
+            run_id=ctx.run_id, task_key=task.task_key, task_id=task.task_id,
+            variant_id=task.variant_id, replicate_index=task.replicate_index, attempt=attempt,
+            definition=task.definition(), definition_hash=task.definition_hash,
+            tags=list(task.tags),
+        )
+    )
+    started = time.monotonic()
+    try:
+        completed = await _attempt(task, ctx, attempt, started)
+    except trio.Cancelled:
+        with trio.CancelScope(shield=True):
+            await ctx.writer.append_durable(
+                TaskInterrupted(run_id=ctx.run_id, task_key=task.task_key, reason="cancelled")
+            )
+        raise
+    # Shielded: once the event is queued it will be written, and a cancellation
+    # arriving now must not add a task.interrupted after a task.completed.
+    with trio.CancelScope(shield=True):
+        await ctx.writer.append_durable(completed)
+    return completed
+
+
+async def _attempt(
+    task: ResolvedTask, ctx: RunContext, attempt: int, started: float
+) -> TaskCompleted:
+    meter = UsageMeter(task.stream_format, task.model)
+    state = _Streams(task, ctx, meter)
+    exit_code: int | None = None
+    criteria: list[CriterionResult] = []
+    error: str | None = None
+    status: FinalStatus
+    artifacts = ctx.artifacts_root / task.task_key
+    sandbox: Path | None = None
+    try:
+        sandbox = await trio.to_thread.run_sync(
+            _sandbox.prepare, task.workdir, ctx.preservation_mode, artifacts
+        )
+        env = {
+            **os.environ,
+            **task.env,
+            "EVALLEDGER_PROMPT": task.prompt or "",
+            "EVALLEDGER_TASK_KEY": task.task_key,
+            "EVALLEDGER_RUN_ID": ctx.run_id,
+            "EVALLEDGER_SANDBOX": str(sandbox),
+        }
+        timed_out, exit_code = await _execute(task, ctx, state, sandbox, env)
+        if (leftover := meter.finish()) is not None:
+            await state.usage(leftover)
+        outcome = Outcome(sandbox, exit_code, state.text("stdout"), state.text("stderr"))
+        criteria = await evaluate(task.success_criteria, outcome, env)
+        if timed_out:
+            status, error = FinalStatus.TIMEOUT, f"timed out after {task.timeout:g}s"
+        elif state.exceeded is not None:
+            status, error = state.exceeded.status, str(state.exceeded)
+        elif all(c.passed for c in criteria):
+            status = FinalStatus.SUCCESS
+        else:
+            status = FinalStatus.FAILURE
+            error = "; ".join(f"{c.type}: {c.detail}" for c in criteria if not c.passed)
+    except _sandbox.BuildFailed as e:
+        status, error = FinalStatus.BUILD_FAILED, str(e)
+    except trio.Cancelled:
+        raise
+    except Exception as e:
+        log.debug("task %s raised", task.task_key, exc_info=True)
+        status, error = FinalStatus.ERROR, f"{type(e).__name__}: {e}"
+    finally:
+        if sandbox is not None:
+            with trio.CancelScope(shield=True):
+                try:
+                    await trio.to_thread.run_sync(
+                        _sandbox.finish, sandbox, ctx.preservation_mode, artifacts
+                    )
+                except OSError:
+                    log.warning("could not keep the sandbox of %s", task.task_key, exc_info=True)
+    return TaskCompleted(
+        run_id=ctx.run_id,
+        task_key=task.task_key,
+        attempt=attempt,
+        final_status=status,
+        category=status.category,
+        exit_code=exit_code,
+        duration_seconds=round(time.monotonic() - started, 6),
+        criteria=criteria,
+        weighted_score=weighted_score(criteria),
+        error_message=error,
+        environment_info=_environment(exit_code),
+        tokens=TokenCounts(**meter.totals),
+        cost_usd=meter.cost_usd if meter.cost_complete else None,
+        cost_complete=meter.cost_complete,
+    )
+
+
+async def _execute(
+    task: ResolvedTask, ctx: RunContext, state: _Streams, sandbox: Path, env: dict[str, str]
+) -> tuple[bool, int | None]:
+    """Run the command until it exits, times out or overruns its budget.
+
+    Returns:
+        (timed_out, exit_code)
+    """
+    process = await spawn(task.command, cwd=str(sandbox), env=env)
+    ctx.live_groups.add(process.pid)
+    assert process.stdin is not None and process.stdout is not None
+    assert process.stderr is not None
+
+    async def feed_stdin() -> None:
+        try:
+            if task.prompt:
+                await process.stdin.send_all(task.prompt.encode())
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the command does not read its stdin; that is its business
+        finally:
+            with trio.CancelScope(shield=True):
+                await process.stdin.aclose()
+
+    try:
+        with trio.move_on_after(task.timeout) as deadline:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(feed_stdin)
+                nursery.start_soon(_pump, process.stdout, "stdout", state, nursery.cancel_scope)
+                nursery.start_soon(_pump, process.stderr, "stderr", state, nursery.cancel_scope)
+                await process.wait()
+                # The leader is gone; anything it left behind in its group would keep
+                # our pipes open (and outlive the task). End it, then read to EOF.
+                kill_group(process.pid)
+    finally:
+        with trio.CancelScope(shield=True):
+            await end_group(process, ctx.kill_grace)
+        ctx.live_groups.discard(process.pid)
+    return deadline.cancelled_caught, process.returncode

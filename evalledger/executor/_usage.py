@@ -1,0 +1,160 @@
+"""Token usage and cost from a task's JSON lines, for both stream formats (SPEC §5).
+
+``native``: every ``{"type": "usage", ...}`` line is a delta, recorded as it comes.
+A missing ``cost_usd`` is priced from the rate card; an unpriced model gives
+``None``, never 0.
+
+``claude-code``: the Claude Code CLI's ``stream-json``. Assistant messages carry
+per-message usage (the same message id may repeat across content blocks, so the
+last report per id counts); that running estimate enforces budgets live. The
+final ``{"type": "result", "total_cost_usd": X, "usage": {...}}`` line gives the
+totals and is what is recorded. A transcript that ends without a result line
+(timeout, budget stop) records the estimate instead, priced from the rate card.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from evalledger.pricing import price
+
+
+@dataclass(frozen=True)
+class Usage:
+    model: str | None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float | None = None
+
+    @property
+    def tokens(self) -> int:
+        return (
+            self.input_tokens + self.output_tokens + self.cache_read_tokens
+            + self.cache_write_tokens
+        )
+
+
+_TOKEN_KINDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _priced(model: str | None, cost: Any, **tokens: int) -> Usage:
+    if isinstance(cost, int | float) and not isinstance(cost, bool) and cost >= 0:
+        cost_usd: float | None = float(cost)
+    else:
+        cost_usd = price(model, **tokens)
+    return Usage(model=model, cost_usd=cost_usd, **tokens)
+
+
+class UsageMeter:
+    """Reads one task's JSON lines; reports usage to record and keeps live totals."""
+
+    def __init__(self, stream_format: str, default_model: str | None) -> None:
+        self.stream_format = stream_format
+        self.model = default_model
+        self.tokens = 0
+        self.totals = dict.fromkeys(_TOKEN_KINDS, 0)
+        self.cost_usd = 0.0  # the priced part; a floor when cost_complete is False
+        self.cost_complete = True
+        self._messages: dict[str, Usage] = {}
+        self._estimate: Usage | None = None  # claude-code, until the result line arrives
+        self._result_seen = False
+
+    @property
+    def live_tokens(self) -> int:
+        """Tokens so far, counting a claude-code transcript's running estimate."""
+        return self.tokens + (self._estimate.tokens if self._estimate else 0)
+
+    @property
+    def live_cost_usd(self) -> float:
+        return self.cost_usd + ((self._estimate.cost_usd or 0.0) if self._estimate else 0.0)
+
+    def observe(self, data: dict[str, Any]) -> Usage | None:
+        """A JSON line arrived; return the usage to record now, if any."""
+        if self.stream_format == "claude-code":
+            return self._claude_code(data)
+        if data.get("type") != "usage":
+            return None
+        model = data.get("model") if isinstance(data.get("model"), str) else self.model
+        usage = _priced(
+            model, data.get("cost_usd"),
+            input_tokens=_int(data.get("input_tokens")),
+            output_tokens=_int(data.get("output_tokens")),
+            cache_read_tokens=_int(data.get("cache_read_tokens")),
+            cache_write_tokens=_int(data.get("cache_write_tokens")),
+        )
+        self._account(usage)
+        return usage
+
+    def finish(self) -> Usage | None:
+        """The command ended: usage still to record (a claude-code estimate), if any."""
+        if self._estimate is None:
+            return None
+        usage, self._estimate = self._estimate, None
+        self._account(usage)
+        return usage
+
+    def _claude_code(self, data: dict[str, Any]) -> Usage | None:
+        kind = data.get("type")
+        if kind == "system" and isinstance(data.get("model"), str):
+            self.model = data["model"]
+        elif kind == "assistant" and isinstance(data.get("message"), dict):
+            message = data["message"]
+            if isinstance(message.get("model"), str):
+                self.model = message["model"]
+            raw = message.get("usage")
+            if isinstance(raw, dict):
+                self._messages[str(message.get("id", len(self._messages)))] = _from_anthropic(
+                    self.model, raw
+                )
+                total = _sum(self.model, self._messages.values())
+                self._estimate = _priced(total.model, None, **_token_fields(total))
+        elif kind == "result" and not self._result_seen:
+            self._result_seen = True
+            raw = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+            totals = _from_anthropic(self.model, raw)
+            usage = _priced(self.model, data.get("total_cost_usd"), **_token_fields(totals))
+            self._estimate = None
+            self._account(usage)
+            return usage
+        return None
+
+    def _account(self, usage: Usage) -> None:
+        self.tokens += usage.tokens
+        for kind in _TOKEN_KINDS:
+            self.totals[kind] += getattr(usage, kind)
+        if usage.cost_usd is None:
+            self.cost_complete = False
+        else:
+            self.cost_usd += usage.cost_usd
+
+
+def _from_anthropic(model: str | None, raw: dict[str, Any]) -> Usage:
+    return Usage(
+        model=model,
+        input_tokens=_int(raw.get("input_tokens")),
+        output_tokens=_int(raw.get("output_tokens")),
+        cache_read_tokens=_int(raw.get("cache_read_input_tokens")),
+        cache_write_tokens=_int(raw.get("cache_creation_input_tokens")),
+    )
+
+
+def _token_fields(usage: Usage) -> dict[str, int]:
+    return {kind: getattr(usage, kind) for kind in _TOKEN_KINDS}
+
+
+def _sum(model: str | None, parts: Any) -> Usage:
+    parts = list(parts)
+    return Usage(
+        model=model,
+        input_tokens=sum(p.input_tokens for p in parts),
+        output_tokens=sum(p.output_tokens for p in parts),
+        cache_read_tokens=sum(p.cache_read_tokens for p in parts),
+        cache_write_tokens=sum(p.cache_write_tokens for p in parts),
+    )

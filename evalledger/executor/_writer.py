@@ -1,0 +1,135 @@
+"""The one ledger writer of a batch: group commit from a memory channel.
+
+Tasks send events into a bounded channel; one writer task drains whatever has
+arrived while the previous batch was being written and appends it in one
+transaction, in a worker thread so SQLite never blocks the event loop. A full
+channel makes senders wait: a task printing faster than the disk can take it
+is slowed down, never dropped.
+
+``append_durable`` waits until its event's batch has committed. That is how a
+``task.completed`` is in the ledger before anyone is told the task finished.
+
+Invariant: the drain loop is shielded from cancellation and ends only when every
+sender has closed, so events sent while a batch is being cancelled (the
+``task.interrupted`` records) are still written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import trio
+
+from evalledger.ledger import AnyEvent, Ledger, LedgerError
+
+CHANNEL_CAPACITY = 8192
+MAX_BATCH = 4096
+
+
+class _Ack:
+    __slots__ = ("done", "error", "seq")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.seq = 0
+        self.error: BaseException | None = None
+
+
+@dataclass
+class WriterStats:
+    events: int = 0
+    batches: int = 0
+
+
+class WriterFailed(LedgerError):
+    """The writer could not append; the batch cannot go on without losing events."""
+
+
+class LedgerWriter:
+    """The sending side, handed to every task of a batch."""
+
+    def __init__(self, send: trio.MemorySendChannel[tuple[AnyEvent, _Ack | None]],
+                 stats: WriterStats) -> None:
+        self._send = send
+        self.stats = stats
+        self.failure: BaseException | None = None
+
+    async def append(self, event: AnyEvent) -> None:
+        """Queue an event; it is written with the next batch."""
+        try:
+            await self._send.send((event, None))
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as e:
+            raise WriterFailed(f"the ledger writer stopped: {self.failure}") from e
+
+    async def append_durable(self, event: AnyEvent) -> int:
+        """Queue an event and wait until it is committed; return its seq."""
+        ack = _Ack()
+        try:
+            await self._send.send((event, ack))
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as e:
+            raise WriterFailed(f"the ledger writer stopped: {self.failure}") from e
+        await ack.done.wait()
+        if ack.error is not None:
+            raise WriterFailed(str(ack.error)) from ack.error
+        return ack.seq
+
+
+@asynccontextmanager
+async def open_writer(ledger: Ledger) -> AsyncIterator[LedgerWriter]:
+    """Run the writer for the duration of the block; on exit, flush and stop it."""
+    send, receive = trio.open_memory_channel[tuple[AnyEvent, "_Ack | None"]](CHANNEL_CAPACITY)
+    writer = LedgerWriter(send, WriterStats())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_drain, ledger, receive, writer)
+        async with send:
+            yield writer
+
+
+async def _drain(
+    ledger: Ledger, receive: trio.MemoryReceiveChannel[tuple[AnyEvent, _Ack | None]],
+    writer: LedgerWriter,
+) -> None:
+    one_writer = trio.CapacityLimiter(1)
+    with trio.CancelScope(shield=True):
+        async with receive:
+            async for first in receive:
+                batch = [first]
+                while len(batch) < MAX_BATCH:
+                    try:
+                        batch.append(receive.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                try:
+                    seqs = await trio.to_thread.run_sync(
+                        ledger.append, [event for event, _ in batch], limiter=one_writer
+                    )
+                except BaseException as e:
+                    writer.failure = e
+                    for _, ack in batch:
+                        if ack is not None:
+                            ack.error = e
+                            ack.done.set()
+                    _fail_pending(receive, e)
+                    raise
+                writer.stats.events += len(batch)
+                writer.stats.batches += 1
+                for (_, ack), seq in zip(batch, seqs, strict=True):
+                    if ack is not None:
+                        ack.seq = seq
+                        ack.done.set()
+
+
+def _fail_pending(
+    receive: trio.MemoryReceiveChannel[tuple[AnyEvent, _Ack | None]], error: BaseException
+) -> None:
+    """Release everyone waiting on an ack that will now never come."""
+    while True:
+        try:
+            _, ack = receive.receive_nowait()
+        except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+            return
+        if ack is not None:
+            ack.error = error
+            ack.done.set()

@@ -1,0 +1,147 @@
+"""Model prices: a rate card in USD per million tokens, and pricing of usage.
+
+A model that is not on the card is *unpriced*: its cost is ``None``, never 0.
+Totals that include unpriced usage are floors, and say so (``cost_complete``).
+
+Names are normalised before lookup: provider prefixes (``anthropic/``,
+``bedrock/``, ``openai/``...), region prefixes of Bedrock inference profiles
+(``us.``, ``eu.``, ``apac.``), Bedrock's ``anthropic.`` vendor prefix, version
+suffixes (``-v1:0``) and dated snapshots (``-20250929``) are dropped, so
+``bedrock/us.anthropic.claude-sonnet-4-5-20250929-v1:0`` prices as
+``claude-sonnet-4-5``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class Rate(BaseModel):
+    """USD per million tokens of each kind."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cache_write: float | None = Field(default=None, ge=0)
+    cache_read: float | None = Field(default=None, ge=0)
+
+
+def _r(i: float, o: float, cw: float | None = None, cr: float | None = None) -> Rate:
+    return Rate(input=i, output=o, cache_write=cw, cache_read=cr)
+
+
+# Public list prices (USD / 1M tokens) as of late 2025. Cache writes are the
+# 5-minute tier for Anthropic; OpenAI has no cache-write charge (input rate applies).
+BUILTIN_RATES: dict[str, Rate] = {
+    "claude-opus-4-5": _r(5, 25, 6.25, 0.50),
+    "claude-opus-4-1": _r(15, 75, 18.75, 1.50),
+    "claude-opus-4": _r(15, 75, 18.75, 1.50),
+    "claude-sonnet-4-5": _r(3, 15, 3.75, 0.30),
+    "claude-sonnet-4": _r(3, 15, 3.75, 0.30),
+    "claude-3-7-sonnet": _r(3, 15, 3.75, 0.30),
+    "claude-haiku-4-5": _r(1, 5, 1.25, 0.10),
+    "claude-3-5-haiku": _r(0.80, 4, 1.00, 0.08),
+    "gpt-5": _r(1.25, 10, None, 0.125),
+    "gpt-5-mini": _r(0.25, 2, None, 0.025),
+    "gpt-5-nano": _r(0.05, 0.40, None, 0.005),
+    "gpt-4.1": _r(2, 8, None, 0.50),
+    "gpt-4.1-mini": _r(0.40, 1.60, None, 0.10),
+    "gpt-4o": _r(2.50, 10, None, 1.25),
+    "gpt-4o-mini": _r(0.15, 0.60, None, 0.075),
+    "o3": _r(2, 8, None, 0.50),
+    "o4-mini": _r(1.10, 4.40, None, 0.275),
+    "gemini-2.5-pro": _r(1.25, 10, None, 0.31),
+    "gemini-2.5-flash": _r(0.30, 2.50, None, 0.075),
+}
+
+_rates: dict[str, Rate] = dict(BUILTIN_RATES)
+
+_PROVIDER = re.compile(r"^(?:[a-z0-9_-]+/)+")
+_REGION = re.compile(r"^(?:us|eu|apac|au|ca|jp|global)\.")
+_VENDOR = re.compile(r"^(?:anthropic|openai|meta|mistral|amazon|google)\.")
+_SUFFIX = re.compile(r"(?:-v\d+(?::\d+)?|@\d{8}|-\d{8}|-\d{4}-\d{2}-\d{2}|-latest)$")
+
+
+class PricingConflict(ValueError):
+    """A rate for this model is already registered and differs."""
+
+
+def normalize_model(name: str) -> str:
+    """The rate-card key for a model name as tools and providers spell it."""
+    key = name.strip().lower()
+    key = _PROVIDER.sub("", key)
+    key = _REGION.sub("", key)
+    key = _VENDOR.sub("", key)
+    while (shorter := _SUFFIX.sub("", key)) != key:
+        key = shorter
+    return key
+
+
+def rate_for(model: str | None) -> Rate | None:
+    if not model:
+        return None
+    return _rates.get(normalize_model(model))
+
+
+def register_pricing(model: str, rate: Rate) -> None:
+    """Add a model's rate. Registering the same rate twice is fine; a different one is not.
+
+    Raises:
+        PricingConflict: the model already has a different rate.
+    """
+    key = normalize_model(model)
+    existing = _rates.get(key)
+    if existing is not None and existing != rate:
+        raise PricingConflict(
+            f"{model}: already priced as {existing.model_dump()}, not {rate.model_dump()}"
+        )
+    _rates[key] = rate
+
+
+def load_pricing_file(path: str | Path) -> None:
+    """Register every rate in a YAML file: ``{model: {input: .., output: .., ...}}``.
+
+    Raises:
+        ValueError: the file cannot be read or a rate does not validate.
+        PricingConflict: a rate contradicts one already registered.
+    """
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ValueError(f"pricing file {path}: {' '.join(str(e).split())}") from e
+    if not isinstance(data, dict):
+        raise ValueError(f"pricing file {path}: expected a mapping of model to rates")
+    for model, fields in data.items():
+        try:
+            register_pricing(str(model), Rate.model_validate(fields))
+        except ValidationError as e:
+            raise ValueError(f"pricing file {path}: {model}: {e.errors()[0]['msg']}") from e
+
+
+def price(
+    model: str | None,
+    *,
+    input_tokens: int = 0,
+    output_tokens: int = 0,
+    cache_read_tokens: int = 0,
+    cache_write_tokens: int = 0,
+) -> float | None:
+    """The cost in USD of this usage, or ``None`` when the model is not priced."""
+    if not (input_tokens or output_tokens or cache_read_tokens or cache_write_tokens):
+        return 0.0
+    rate = rate_for(model)
+    if rate is None:
+        return None
+    cache_write = rate.cache_write if rate.cache_write is not None else rate.input
+    cache_read = rate.cache_read if rate.cache_read is not None else rate.input
+    return (
+        input_tokens * rate.input
+        + output_tokens * rate.output
+        + cache_write_tokens * cache_write
+        + cache_read_tokens * cache_read
+    ) / 1_000_000

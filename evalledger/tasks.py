@@ -1,0 +1,364 @@
+"""Task and experiment files (SPEC §3): load, validate, resolve into runnable tasks.
+
+Resolution order, later wins: built-in defaults → experiment ``defaults`` → task
+file → variant → command-line overrides. A file that fails to load or validate is
+not fatal: it becomes a ``Skipped`` entry (path and reason) that the executor
+records as ``task.skipped``, and the rest of the batch runs.
+
+Every resolved task has a task key ``<variant_id>/<task_id>/<NN>`` and a hash of
+its resolved definition, which is what drift detection compares later.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+TASK_ID_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
+TASK_SUFFIXES = (".yaml", ".yml")
+
+DEFAULT_TIMEOUT = 600.0
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# -- success criteria ----------------------------------------------------------------------
+
+
+class _Criterion(_Strict):
+    weight: float = Field(default=1.0, gt=0)
+
+
+class ExitCode(_Criterion):
+    type: Literal["exit_code"]
+    equals: int = 0
+
+
+class FileExists(_Criterion):
+    type: Literal["file_exists"]
+    path: str
+
+
+class FileContains(_Criterion):
+    type: Literal["file_contains"]
+    path: str
+    includes: list[str] = []
+    excludes: list[str] = []
+
+
+class OutputContains(_Criterion):
+    type: Literal["output_contains"]
+    includes: list[str] = []
+    excludes: list[str] = []
+    stream: Literal["stdout", "stderr", "both"] = "both"
+
+
+class RunCommand(_Criterion):
+    type: Literal["run_command"]
+    command: str | list[str]
+    timeout: float = Field(default=60.0, gt=0)
+    expect_exit_code: int = 0
+
+
+Criterion = Annotated[
+    ExitCode | FileExists | FileContains | OutputContains | RunCommand,
+    Field(discriminator="type"),
+]
+
+
+class Budget(_Strict):
+    max_tokens: int | None = Field(default=None, gt=0)
+    max_cost_usd: float | None = Field(default=None, gt=0)
+
+
+StreamFormat = Literal["native", "claude-code"]
+
+
+# -- files ---------------------------------------------------------------------------------
+
+
+class TaskSettings(_Strict):
+    """Fields that experiment defaults, task files and variants may all set."""
+
+    description: str | None = None
+    tags: list[str] | None = None
+    prompt: str | None = None
+    command: str | list[str] | None = None
+    workdir: str | None = None
+    env: dict[str, str] | None = None
+    timeout: float | None = Field(default=None, gt=0)
+    model: str | None = None
+    stream_format: StreamFormat | None = None
+    budget: Budget | None = None
+    success_criteria: list[Criterion] | None = None
+    skip: bool | None = None
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_values_are_text(cls, value: Any) -> Any:
+        # YAML turns `N: 3` into an int; an environment only holds text.
+        if isinstance(value, dict):
+            return {k: v if isinstance(v, str) else json.dumps(v) for k, v in value.items()}
+        return value
+
+
+class TaskFile(TaskSettings):
+    task_id: str | None = Field(default=None, pattern=TASK_ID_PATTERN)
+
+
+class Variant(TaskSettings):
+    variant_id: str = Field(pattern=TASK_ID_PATTERN)
+    repeats: int | None = Field(default=None, ge=1)
+
+
+class ExperimentFile(_Strict):
+    experiment_id: str = Field(pattern=TASK_ID_PATTERN)
+    tasks: list[str] = Field(min_length=1)
+    repeats: int = Field(default=1, ge=1)
+    max_parallel: int | None = Field(default=None, ge=1)
+    defaults: TaskSettings = TaskSettings()
+    variants: list[Variant] = [Variant(variant_id="default")]
+
+
+class Overrides(_Strict):
+    """Command-line options: the last word on every task."""
+
+    timeout: float | None = Field(default=None, gt=0)
+    repeats: int | None = Field(default=None, ge=1)
+    model: str | None = None
+
+
+# -- resolved tasks ------------------------------------------------------------------------
+
+
+class ResolvedTask(_Strict):
+    """One runnable replicate of one task in one variant: all defaults applied."""
+
+    task_key: str
+    task_id: str
+    variant_id: str
+    replicate_index: int
+    source: str
+    description: str = ""
+    tags: list[str] = []
+    prompt: str | None = None
+    command: str | list[str]
+    workdir: str | None = None
+    env: dict[str, str] = {}
+    timeout: float = DEFAULT_TIMEOUT
+    model: str | None = None
+    stream_format: StreamFormat = "native"
+    budget: Budget = Budget()
+    success_criteria: list[Criterion] = Field(min_length=1)
+
+    def definition(self) -> dict[str, Any]:
+        """What the task *is*, for drift: everything but where it sits in the run."""
+        return self.model_dump(mode="json", exclude={"task_key", "replicate_index"})
+
+    @property
+    def definition_hash(self) -> str:
+        return content_hash(self.definition())
+
+
+def content_hash(value: Any) -> str:
+    """sha256 of canonical JSON: the same content always gives the same hash."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A task file that could not be used, and why (recorded as ``task.skipped``)."""
+
+    path: str
+    reason: str
+
+
+@dataclass
+class TaskSet:
+    """What loading produced: tasks to run, files that were skipped, experiment settings."""
+
+    tasks: list[ResolvedTask] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    experiment_id: str | None = None
+    max_parallel: int | None = None
+
+
+class TaskLoadError(Exception):
+    """The request itself is unusable (no such path, a broken experiment file)."""
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"cannot read: {e}") from e
+    except yaml.YAMLError as e:
+        raise ValueError(f"invalid YAML: {' '.join(str(e).split())}") from e
+    if not isinstance(data, dict):
+        raise ValueError("expected a mapping of task fields at the top level")
+    return data
+
+
+def _describe(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors():
+        where = ".".join(str(p) for p in item["loc"])
+        if item["type"] == "extra_forbidden":
+            parts.append(f"unknown key {where!r}")
+        else:
+            parts.append(f"{where}: {item['msg']}" if where else item["msg"])
+    return "; ".join(parts)
+
+
+def task_files(paths: Iterable[str | Path]) -> list[Path]:
+    """Every task file named or found under the given paths, sorted within folders.
+
+    Raises:
+        TaskLoadError: a path does not exist.
+    """
+    found: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found.extend(
+                sorted(p for p in path.rglob("*") if p.suffix in TASK_SUFFIXES and p.is_file())
+            )
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise TaskLoadError(f"no such task file or folder: {path}")
+    return found
+
+
+def _merge(*layers: TaskSettings | None) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        if layer is None:
+            continue
+        for name in layer.model_fields_set:
+            value = getattr(layer, name)
+            if name == "env" and value is not None:
+                merged["env"] = {**merged.get("env", {}), **value}
+            elif name in TaskSettings.model_fields:
+                merged[name] = value
+    return merged
+
+
+def load_tasks(
+    paths: Sequence[str | Path] = (),
+    *,
+    experiment: str | Path | None = None,
+    include_tags: Iterable[str] = (),
+    exclude_tags: Iterable[str] = (),
+    overrides: Overrides | None = None,
+) -> TaskSet:
+    """Load task files (and an experiment file), resolve them into runnable tasks.
+
+    Args:
+        paths: task files or folders of them (searched recursively for *.yaml/*.yml).
+        experiment: an experiment file; its ``tasks`` are resolved relative to it and
+            added to ``paths``.
+        include_tags: keep only tasks with ANY of these tags (none given: keep all).
+        exclude_tags: drop tasks with ANY of these tags.
+        overrides: command-line options, applied last.
+
+    Raises:
+        TaskLoadError: a path does not exist, or the experiment file is unusable.
+    """
+    overrides = overrides or Overrides()
+    result = TaskSet()
+    exp: ExperimentFile | None = None
+    search: list[Path] = [Path(p) for p in paths]
+    if experiment is not None:
+        exp_path = Path(experiment)
+        try:
+            exp = ExperimentFile.model_validate(_read_yaml(exp_path))
+        except (ValueError, ValidationError) as e:
+            reason = _describe(e) if isinstance(e, ValidationError) else str(e)
+            raise TaskLoadError(f"experiment file {exp_path}: {reason}") from e
+        search += [exp_path.parent / p for p in exp.tasks]
+        result.experiment_id, result.max_parallel = exp.experiment_id, exp.max_parallel
+    variants = exp.variants if exp else [Variant(variant_id="default")]
+    include, exclude = set(include_tags), set(exclude_tags)
+    seen_ids: dict[str, str] = {}
+    for path in task_files(search):
+        try:
+            task_file = TaskFile.model_validate(_read_yaml(path))
+            task_id = task_file.task_id or path.stem
+            if task_file.task_id is None:
+                TaskFile(task_id=task_id)  # the stem must be a valid id too
+        except (ValueError, ValidationError) as e:
+            reason = _describe(e) if isinstance(e, ValidationError) else str(e)
+            result.skipped.append(Skipped(str(path), reason))
+            continue
+        if task_id in seen_ids:
+            result.skipped.append(
+                Skipped(str(path), f"duplicate task_id {task_id!r} (first in {seen_ids[task_id]})")
+            )
+            continue
+        seen_ids[task_id] = str(path)
+        for variant in variants:
+            try:
+                resolved = _resolve(path, task_id, task_file, exp, variant, overrides)
+            except (ValueError, ValidationError) as e:
+                reason = _describe(e) if isinstance(e, ValidationError) else str(e)
+                result.skipped.append(Skipped(str(path), reason))
+                break
+            if resolved is None:
+                continue
+            tags = set(resolved[0].tags) if resolved else set()
+            if include and not tags & include:
+                continue
+            if tags & exclude:
+                continue
+            result.tasks.extend(resolved)
+    return result
+
+
+def _resolve(
+    path: Path,
+    task_id: str,
+    task_file: TaskFile,
+    exp: ExperimentFile | None,
+    variant: Variant,
+    overrides: Overrides,
+) -> list[ResolvedTask] | None:
+    settings = _merge(exp.defaults if exp else None, task_file, variant)
+    if settings.get("skip"):
+        return None
+    for name in ("timeout", "model"):
+        if getattr(overrides, name) is not None:
+            settings[name] = getattr(overrides, name)
+    if settings.get("command") is None:
+        raise ValueError("command: a task needs a command")
+    if not settings.get("success_criteria"):
+        raise ValueError("success_criteria: a task needs at least one criterion")
+    workdir = settings.pop("workdir", None)
+    if workdir is not None:
+        # Relative to the file that set it; the task file is the usual place.
+        workdir = str((path.parent / workdir).resolve())
+    settings.pop("skip", None)
+    repeats = overrides.repeats or variant.repeats or (exp.repeats if exp else 1)
+    return [
+        ResolvedTask(
+            task_key=f"{variant.variant_id}/{task_id}/{i:02d}",
+            task_id=task_id,
+            variant_id=variant.variant_id,
+            replicate_index=i,
+            source=str(path.resolve()),
+            workdir=workdir,
+            **{k: v for k, v in settings.items() if v is not None},
+        )
+        for i in range(repeats)
+    ]
+
