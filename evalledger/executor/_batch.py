@@ -168,11 +168,10 @@ async def run_batch(
         limiter = trio.CapacityLimiter(max(1, config.max_parallel))
 
         async def one(task: ResolvedTask) -> None:
-            try:
-                attempt = (resume.attempts.get(task.task_key, 0) if resume else 0) + 1
-                result = await run_task(task, ctx, attempt)
-            finally:
-                limiter.release_on_behalf_of(task.task_key)
+            attempt = (resume.attempts.get(task.task_key, 0) if resume else 0) + 1
+            result = await run_task(
+                task, ctx, attempt, release=lambda: limiter.release_on_behalf_of(task.task_key)
+            )
             completed.append(result)
             _call(callbacks.on_task_complete, result)
 

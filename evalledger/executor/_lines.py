@@ -9,14 +9,17 @@ replacement: garbage is recorded as garbage, never an error.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 MAX_LINE = 64 * 1024
 
 
 class LineSplitter:
-    """Feed it chunks; it yields ``(line, truncated)`` pairs, without the newline."""
+    """Feed it chunks; it returns ``(line, truncated)`` pairs, decoded, without newlines.
+
+    A whole read is decoded at once, not line by line: ``\n`` never occurs inside
+    a multi-byte UTF-8 sequence, so cutting at the last newline is always safe.
+    """
 
     def __init__(self, max_line: int = MAX_LINE) -> None:
         self._max = max_line
@@ -24,40 +27,59 @@ class LineSplitter:
         # Invariant: True while the rest of an already-truncated line is being discarded.
         self._dropping = False
 
-    def feed(self, chunk: bytes) -> Iterator[tuple[bytes, bool]]:
-        parts = (self._pending + chunk).split(b"\n")
-        self._pending = parts.pop()
-        for part in parts:
-            if self._dropping:
-                self._dropping = False
-                continue
-            yield self._cut(part)
+    def feed(self, chunk: bytes) -> list[tuple[str, bool]]:
+        data = self._pending + chunk if self._pending else chunk
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            self._pending = data
+            out: list[tuple[str, bool]] = []
+        else:
+            self._pending = data[cut + 1 :]
+            out = self._lines(data[:cut])
         if len(self._pending) > self._max:
             if not self._dropping:
-                yield self._pending[: self._max], True
+                out.append(self._cut(self._pending))
                 self._dropping = True
             self._pending = b""
+        return out
 
-    def close(self) -> Iterator[tuple[bytes, bool]]:
+    def close(self) -> list[tuple[str, bool]]:
         """Whatever was left without a final newline."""
-        if self._pending and not self._dropping:
-            yield self._cut(self._pending)
+        rest, dropping = self._pending, self._dropping
         self._pending, self._dropping = b"", False
+        return self._lines(rest) if rest and not dropping else []
 
-    def _cut(self, line: bytes) -> tuple[bytes, bool]:
+    def _lines(self, block: bytes) -> list[tuple[str, bool]]:
+        lines = decode(block).split("\n")
+        if self._dropping:
+            # The first line is the tail of a line already recorded as truncated.
+            self._dropping = False
+            del lines[0]
+        # A character is at most 4 bytes: shorter lines cannot be over the limit.
+        suspect = self._max // 4
+        return [
+            (line[:-1] if line.endswith("\r") else line, False)
+            if len(line) <= suspect
+            else self._cut(line.encode())
+            for line in lines
+        ]
+
+    def _cut(self, line: bytes) -> tuple[str, bool]:
         if line.endswith(b"\r"):
             line = line[:-1]
         if len(line) > self._max:
-            return line[: self._max], True
-        return line, False
+            return decode(line[: self._max]), True
+        return decode(line), False
 
 
-def decode(line: bytes) -> str:
-    return line.decode("utf-8", errors="replace")
+def decode(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
 
 
 def parse_json_object(text: str) -> dict[str, Any] | None:
     """The line as a JSON object, or None when it is anything else."""
+    if not text or (text[0] != "{" and not text[0].isspace()):
+        return None  # the common case, decided without copying the line
     stripped = text.strip()
     if not (stripped.startswith("{") and stripped.endswith("}")):
         return None

@@ -12,6 +12,7 @@ is recorded and re-raised.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import platform
@@ -33,13 +34,14 @@ from evalledger.ledger import (
     TaskStarted,
     TaskUsage,
     TokenCounts,
+    utc_now,
 )
 from evalledger.statuses import FinalStatus
 from evalledger.tasks import ResolvedTask
 
 from . import _sandbox
 from ._criteria import Outcome, evaluate, weighted_score
-from ._lines import LineSplitter, decode, parse_json_object
+from ._lines import LineSplitter, parse_json_object
 from ._process import DEFAULT_KILL_GRACE, end_group, kill_group, spawn
 from ._usage import Usage, UsageMeter
 from ._writer import LedgerWriter
@@ -95,36 +97,42 @@ class _Streams:
     def text(self, stream: str) -> str:
         return "\n".join(self.kept[stream])
 
-    async def line(self, raw: bytes, truncated: bool, stream: str) -> None:
-        text = decode(raw)
-        self.n += 1
-        if self.kept_bytes < MAX_KEPT_OUTPUT:
-            self.kept[stream].append(text)
-            self.kept_bytes += len(raw)
-        key, run_id = self.task.task_key, self.ctx.run_id
-        data = parse_json_object(text) if stream == "stdout" and not truncated else None
-        event: AnyEvent
-        if data is None:
-            event = TaskOutput(run_id=run_id, task_key=key, stream=stream, line=text,
-                               n=self.n, truncated=truncated)
-        else:
-            event = TaskEmitted(run_id=run_id, task_key=key, data=data, n=self.n)
-        await self.ctx.writer.append(event)
-        self.ctx.notify_output(event)
-        if data is not None and (usage := self.meter.observe(data)) is not None:
-            await self.usage(usage)
-        self._check_budget()
+    async def lines(self, pairs: list[tuple[str, bool]], stream: str) -> None:
+        """Record one read's worth of lines (and any usage they report) in one send."""
+        key, run_id, ts = self.task.task_key, self.ctx.run_id, utc_now()
+        events: list[AnyEvent] = []
+        kept = self.kept[stream] if self.kept_bytes < MAX_KEPT_OUTPUT else None
+        for text, truncated in pairs:
+            self.n += 1
+            if kept is not None:
+                kept.append(text)
+                self.kept_bytes += len(text)
+            data = parse_json_object(text) if stream == "stdout" and not truncated else None
+            if data is None:
+                events.append(TaskOutput(run_id=run_id, task_key=key, ts=ts, stream=stream,
+                                         line=text, n=self.n, truncated=truncated))
+                continue
+            events.append(TaskEmitted(run_id=run_id, task_key=key, ts=ts, data=data, n=self.n))
+            if (usage := self.meter.observe(data)) is not None:
+                events.append(self._usage_event(usage, ts))
+                self._check_budget()
+        await self.ctx.writer.append(*events)
+        if self.ctx.on_output is not None:
+            for event in events:
+                if event.type != "task.usage":
+                    self.ctx.notify_output(event)
+
+    def _usage_event(self, usage: Usage, ts: str) -> TaskUsage:
+        self.ctx.spent_usd += usage.cost_usd or 0.0
+        return TaskUsage(
+            run_id=self.ctx.run_id, task_key=self.task.task_key, ts=ts, model=usage.model,
+            input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_write_tokens=usage.cache_write_tokens, cost_usd=usage.cost_usd,
+        )
 
     async def usage(self, usage: Usage) -> None:
-        await self.ctx.writer.append(
-            TaskUsage(
-                run_id=self.ctx.run_id, task_key=self.task.task_key, model=usage.model,
-                input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
-                cache_read_tokens=usage.cache_read_tokens,
-                cache_write_tokens=usage.cache_write_tokens, cost_usd=usage.cost_usd,
-            )
-        )
-        self.ctx.spent_usd += usage.cost_usd or 0.0
+        await self.ctx.writer.append(self._usage_event(usage, utc_now()))
 
     def _check_budget(self) -> None:
         budget = self.task.budget
@@ -146,26 +154,41 @@ async def _pump(stream: trio.abc.ReceiveStream, name: str, state: _Streams,
                 stop: trio.CancelScope) -> None:
     splitter = LineSplitter()
     while chunk := await stream.receive_some(65536):
-        for raw, truncated in splitter.feed(chunk):
-            await state.line(raw, truncated, name)
+        if pairs := splitter.feed(chunk):
+            await state.lines(pairs, name)
             if state.exceeded is not None:
                 stop.cancel()
                 return
-    for raw, truncated in splitter.close():
-        await state.line(raw, truncated, name)
+    if pairs := splitter.close():
+        await state.lines(pairs, name)
 
 
-def _environment(exit_code: int | None) -> dict[str, object]:
+@functools.cache
+def _static_environment() -> dict[str, object]:
+    # platform.platform() reads the interpreter binary to find the libc version:
+    # milliseconds, so once per process, not once per task.
     return {
         "evalledger": __version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "exit_code": exit_code,
     }
 
 
-async def run_task(task: ResolvedTask, ctx: RunContext, attempt: int = 1) -> TaskCompleted:
+def _environment(exit_code: int | None) -> dict[str, object]:
+    return {**_static_environment(), "exit_code": exit_code}
+
+
+async def run_task(
+    task: ResolvedTask,
+    ctx: RunContext,
+    attempt: int = 1,
+    release: Callable[[], None] | None = None,
+) -> TaskCompleted:
     """Run one attempt of ``task`` and return its committed ``task.completed``.
+
+    ``release`` is called as soon as the command and its criteria are done, before
+    waiting for the commit: the concurrency slot is about processes, and the next
+    task can start while this one's completion is being written.
 
     Raises:
         trio.Cancelled: the batch was cancelled; ``task.interrupted`` is recorded first.
@@ -180,7 +203,11 @@ async def run_task(task: ResolvedTask, ctx: RunContext, attempt: int = 1) -> Tas
     )
     started = time.monotonic()
     try:
-        completed = await _attempt(task, ctx, attempt, started)
+        try:
+            completed = await _attempt(task, ctx, attempt, started)
+        finally:
+            if release is not None:
+                release()
     except trio.Cancelled:
         with trio.CancelScope(shield=True):
             await ctx.writer.append_durable(

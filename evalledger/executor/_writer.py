@@ -24,8 +24,12 @@ import trio
 
 from evalledger.ledger import AnyEvent, Ledger, LedgerError
 
-CHANNEL_CAPACITY = 8192
-MAX_BATCH = 4096
+# Items, each one read's worth of lines: bounds memory, makes fast writers wait.
+CHANNEL_CAPACITY = 256
+MAX_BATCH = 8192
+
+
+_Item = tuple[tuple[AnyEvent, ...], "_Ack | None"]
 
 
 class _Ack:
@@ -50,16 +54,19 @@ class WriterFailed(LedgerError):
 class LedgerWriter:
     """The sending side, handed to every task of a batch."""
 
-    def __init__(self, send: trio.MemorySendChannel[tuple[AnyEvent, _Ack | None]],
-                 stats: WriterStats) -> None:
+    def __init__(self, send: trio.MemorySendChannel[_Item], stats: WriterStats) -> None:
         self._send = send
         self.stats = stats
         self.failure: BaseException | None = None
 
-    async def append(self, event: AnyEvent) -> None:
-        """Queue an event; it is written with the next batch."""
+    async def append(self, *events: AnyEvent) -> None:
+        """Queue events, in order; they are written with the next batch.
+
+        One call is one trip through the channel: a task hands over everything
+        one read of its pipe produced at once, not line by line.
+        """
         try:
-            await self._send.send((event, None))
+            await self._send.send((events, None))
         except (trio.BrokenResourceError, trio.ClosedResourceError) as e:
             raise WriterFailed(f"the ledger writer stopped: {self.failure}") from e
 
@@ -67,7 +74,7 @@ class LedgerWriter:
         """Queue an event and wait until it is committed; return its seq."""
         ack = _Ack()
         try:
-            await self._send.send((event, ack))
+            await self._send.send(((event,), ack))
         except (trio.BrokenResourceError, trio.ClosedResourceError) as e:
             raise WriterFailed(f"the ledger writer stopped: {self.failure}") from e
         await ack.done.wait()
@@ -79,7 +86,7 @@ class LedgerWriter:
 @asynccontextmanager
 async def open_writer(ledger: Ledger) -> AsyncIterator[LedgerWriter]:
     """Run the writer for the duration of the block; on exit, flush and stop it."""
-    send, receive = trio.open_memory_channel[tuple[AnyEvent, "_Ack | None"]](CHANNEL_CAPACITY)
+    send, receive = trio.open_memory_channel[_Item](CHANNEL_CAPACITY)
     writer = LedgerWriter(send, WriterStats())
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_drain, ledger, receive, writer)
@@ -88,42 +95,43 @@ async def open_writer(ledger: Ledger) -> AsyncIterator[LedgerWriter]:
 
 
 async def _drain(
-    ledger: Ledger, receive: trio.MemoryReceiveChannel[tuple[AnyEvent, _Ack | None]],
-    writer: LedgerWriter,
+    ledger: Ledger, receive: trio.MemoryReceiveChannel[_Item], writer: LedgerWriter
 ) -> None:
     one_writer = trio.CapacityLimiter(1)
     with trio.CancelScope(shield=True):
         async with receive:
             async for first in receive:
-                batch = [first]
-                while len(batch) < MAX_BATCH:
+                items = [first]
+                size = len(first[0])
+                while size < MAX_BATCH:
                     try:
-                        batch.append(receive.receive_nowait())
+                        item = receive.receive_nowait()
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
+                    items.append(item)
+                    size += len(item[0])
+                events = [event for batch, _ in items for event in batch]
                 try:
-                    seqs = await trio.to_thread.run_sync(
-                        ledger.append, [event for event, _ in batch], limiter=one_writer
-                    )
+                    seqs = await trio.to_thread.run_sync(ledger.append, events, limiter=one_writer)
                 except BaseException as e:
                     writer.failure = e
-                    for _, ack in batch:
+                    for _, ack in items:
                         if ack is not None:
                             ack.error = e
                             ack.done.set()
                     _fail_pending(receive, e)
                     raise
-                writer.stats.events += len(batch)
+                writer.stats.events += len(events)
                 writer.stats.batches += 1
-                for (_, ack), seq in zip(batch, seqs, strict=True):
+                position = 0
+                for batch, ack in items:
+                    position += len(batch)
                     if ack is not None:
-                        ack.seq = seq
+                        ack.seq = seqs[position - 1]
                         ack.done.set()
 
 
-def _fail_pending(
-    receive: trio.MemoryReceiveChannel[tuple[AnyEvent, _Ack | None]], error: BaseException
-) -> None:
+def _fail_pending(receive: trio.MemoryReceiveChannel[_Item], error: BaseException) -> None:
     """Release everyone waiting on an ack that will now never come."""
     while True:
         try:

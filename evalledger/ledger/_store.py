@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import sqlite3
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -126,10 +127,10 @@ class Ledger:
         self.path = Path(path)
         self.read_only = read_only
         self.busy_timeout = busy_timeout
+        if self.path.is_dir():
+            raise NotALedger(f"{self.path} is a directory, not a ledger file")
         if read_only and not self.path.is_file():
             raise LedgerNotFound(f"no ledger at {self.path}")
-        if not read_only and self.path.is_dir():
-            raise NotALedger(f"{self.path} is a directory, not a ledger file")
         with self._translate():
             if read_only:
                 target, uri = f"{self.path.resolve().as_uri()}?mode=ro", True
@@ -155,26 +156,49 @@ class Ledger:
         conn = self._conn
         conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if "meta" not in tables or "events" not in tables:
-            if self.read_only or (tables - {"_sqlite_migrations"}):
-                raise NotALedger(f"{self.path} is a SQLite database but not an evalledger ledger")
-        else:
+        if self._is_ledger(tables):
             self._check_version()
+        elif self.read_only or (tables - {"_sqlite_migrations"}):
+            # Someone else's database: refuse before touching it (not even WAL mode).
+            raise NotALedger(f"{self.path} is a SQLite database but not an evalledger ledger")
         if self.read_only:
             conn.execute("PRAGMA query_only = 1")
             return
         if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            conn.execute("PRAGMA journal_mode = WAL")
+            self._switch_to_wal()
         conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
         db = Database(conn)
         if MIGRATIONS.pending(db):
             with self._immediate():
                 # Another process may have migrated while we waited for the lock.
-                if "meta" in {r[0] for r in conn.execute(
+                if self._is_ledger({r[0] for r in conn.execute(
                     "SELECT name FROM sqlite_master WHERE type='table'"
-                )}:
+                )}):
                     self._check_version()
                 MIGRATIONS.apply(db)
+
+    def _switch_to_wal(self) -> None:
+        # Changing the journal mode needs an exclusive lock, and SQLite answers
+        # SQLITE_BUSY at once instead of calling the busy handler: wait here, as
+        # long as the busy timeout would have.
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                self._conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as e:
+                busy = (getattr(e, "sqlite_errorcode", 0) & 0xFF) in (_SQLITE_BUSY, _SQLITE_LOCKED)
+                if not busy or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.01)
+
+    def _is_ledger(self, tables: set[str]) -> bool:
+        if not {"meta", "events"} <= tables:
+            return False
+        try:
+            return self._meta("ledger_id") is not None
+        except sqlite3.OperationalError:  # a "meta" table of some other shape
+            return False
 
     def _check_version(self) -> None:
         version = self.schema_version
@@ -190,7 +214,11 @@ class Ledger:
 
     @property
     def schema_version(self) -> int:
-        return int(self._meta("schema_version") or 0)
+        raw = self._meta("schema_version") or "0"
+        try:
+            return int(raw)
+        except ValueError:
+            raise NotALedger(f"{self.path} has a corrupt schema_version {raw!r}") from None
 
     @property
     def ledger_id(self) -> str:
@@ -353,10 +381,11 @@ class Ledger:
         for row in self.rows(run_id, task_key=task_key, types=types, after_seq=after_seq):
             try:
                 yield decode_row(*row[:7])
-            except ValidationError as e:
+            except ValueError as e:  # pydantic's ValidationError included
+                why = _first_error(e) if isinstance(e, ValidationError) else str(e)
                 raise InvalidEvent(
                     f"{self.path}: event seq {row.seq} ({row.type}) does not validate: "
-                    f"{_first_error(e)}; run `evalledger verify`"
+                    f"{why}; run `evalledger verify`"
                 ) from e
 
     def last_seq(self) -> int:

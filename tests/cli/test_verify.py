@@ -337,11 +337,6 @@ def test_garbage_payload_is_reported(invoke: Invoke, ledger_file: Path, payload:
     assert re.search(rf"^seq {OUTPUT_SEQ}: payload does not validate", out.stdout, re.MULTILINE)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a BLOB payload makes decode_row raise TypeError (str + bytes); verify "
-    "crashes with a traceback and exit code 1 instead of reporting the row",
-)
 def test_blob_payload_is_reported(invoke: Invoke, ledger_file: Path) -> None:
     _tamper(
         ledger_file,

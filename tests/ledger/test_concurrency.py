@@ -8,13 +8,15 @@ only thing they share is the file and its write lock.
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
 
-from evalledger.ledger import Ledger, TaskOutput, verify
+from evalledger.ledger import Ledger, verify
 
 PROCESSES = 4
 BATCHES = 50
@@ -75,8 +77,16 @@ def test_four_processes_append_concurrently(db_path: Path, tmp_path: Path) -> No
     procs = [
         subprocess.Popen(
             [
-                sys.executable, "-c", WRITER, str(db_path), str(barrier), str(readies[i]),
-                str(outs[i]), str(i), str(BATCHES), str(BATCH_SIZE),
+                sys.executable,
+                "-c",
+                WRITER,
+                str(db_path),
+                str(barrier),
+                str(readies[i]),
+                str(outs[i]),
+                str(i),
+                str(BATCHES),
+                str(BATCH_SIZE),
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -140,6 +150,26 @@ def test_four_processes_append_concurrently(db_path: Path, tmp_path: Path) -> No
         spans.append((flat[0], flat[-1]))
 
     # The writers really ran at the same time: some two of them interleaved batches.
-    assert any(
-        a[0] < b[1] and b[0] < a[1] for k, a in enumerate(spans) for b in spans[k + 1 :]
-    ), spans
+    assert any(a[0] < b[1] and b[0] < a[1] for k, a in enumerate(spans) for b in spans[k + 1 :]), (
+        spans
+    )
+
+
+def test_first_open_waits_for_a_writer_on_a_fresh_file(db_path: Path) -> None:
+    # Another process is mid-write on a file that is not yet a WAL ledger (say, the
+    # first of several `evalledger run`s creating it); it commits 0.3 s later.
+    other = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        releaser = threading.Timer(0.3, other.execute, ["COMMIT"])
+        releaser.start()
+        t0 = time.monotonic()
+        try:
+            with Ledger(db_path, busy_timeout=2) as ledger:
+                assert ledger.count() == 0
+        finally:
+            waited = time.monotonic() - t0
+            releaser.join()
+        assert waited >= 0.2
+    finally:
+        other.close()
