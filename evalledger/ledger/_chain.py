@@ -7,8 +7,9 @@ Row ``n``'s hash is::
 over UTF-8, as lowercase hex, where ``hash(0)`` is 64 zeros and ``payload`` is the
 stored payload text, itself canonical JSON (keys sorted at every level, no
 spaces, numbers as pydantic-core spells them: ``0.00001`` where Python's json
-writes ``1e-05``; the chain hashes the stored text, so nothing re-serialises). No envelope field may hold a newline (the event models refuse one) and
-a task key is never empty, so the framing is unambiguous. An auditor can
+writes ``1e-05``; the chain hashes the stored text, so nothing re-serialises).
+No envelope field may hold a newline (the event models refuse one) and a task
+key is never empty, so the framing is unambiguous. An auditor can
 recompute the chain from the table with nothing but this paragraph:
 ``SELECT seq, event_id, run_id, task_key, type, ts, payload, hash FROM events ORDER BY seq``.
 
