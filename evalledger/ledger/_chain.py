@@ -21,14 +21,33 @@ somewhere else (``evalledger verify`` prints it) if that is your threat.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from hashlib import sha256
+from typing import Any
 
 GENESIS = "0" * 64
+
+
+def link_hashes(prev: str, first_seq: int, rows: Iterable[Sequence[Any]]) -> list[str]:
+    """The hashes of consecutive rows ``(event_id, run_id, task_key, type, ts, payload)``.
+
+    The formula lives only here; this loop is the append hot path, so it is inlined.
+    """
+    out: list[str] = []
+    add = out.append
+    seq = first_seq
+    for event_id, run_id, task_key, type_, ts, payload in rows:
+        prev = sha256(
+            f"{prev}\n{seq}\n{event_id}\n{run_id}\n{task_key or ''}\n{type_}\n{ts}\n{payload}"
+            .encode()
+        ).hexdigest()
+        add(prev)
+        seq += 1
+    return out
 
 
 def link_hash(
     prev: str, seq: int, event_id: str, run_id: str, task_key: str | None, type_: str,
     ts: str, payload: str,
 ) -> str:
-    text = f"{prev}\n{seq}\n{event_id}\n{run_id}\n{task_key or ''}\n{type_}\n{ts}\n{payload}"
-    return sha256(text.encode()).hexdigest()
+    return link_hashes(prev, seq, [(event_id, run_id, task_key, type_, ts, payload)])[0]

@@ -275,12 +275,15 @@ EVENT_TYPES: dict[str, type[_Event]] = {
     )
 }
 
+# A dict, not a set: pydantic-core converts a set on every call (measured 2x slower).
+_EXCLUDE_ENVELOPE = dict.fromkeys(ENVELOPE_FIELDS, True)
+
 
 def encode_payload(event: AnyEvent) -> str:
     """The canonical payload text: every non-envelope field, keys sorted, no spaces."""
     if isinstance(event, OpaqueEvent):
         return to_json(event.payload).decode()
-    return event.__pydantic_serializer__.to_json(event, exclude=ENVELOPE_FIELDS).decode()
+    return event.__pydantic_serializer__.to_json(event, exclude=_EXCLUDE_ENVELOPE).decode()
 
 
 _str = json.JSONEncoder(ensure_ascii=False).encode

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 from pydantic import ValidationError
 from sqlite_utils import Database
 
-from ._chain import GENESIS, link_hash
+from ._chain import GENESIS, link_hashes
 from ._errors import (
     AppendOnlyViolation,
     InvalidEvent,
@@ -413,13 +413,8 @@ class Ledger:
 
 def _chain(rows: Sequence[_Row], last_seq: int, last_hash: str) -> list[tuple[Any, ...]]:
     """Give rows the next seqs after ``last_seq`` and chain their hashes."""
-    records: list[tuple[Any, ...]] = []
-    seq, prev = last_seq, last_hash
-    for row in rows:
-        seq += 1
-        prev = link_hash(prev, seq, *row)
-        records.append((seq, *row, prev))
-    return records
+    hashes = link_hashes(last_hash, last_seq + 1, rows)
+    return [(last_seq + i, *row, h) for i, (row, h) in enumerate(zip(rows, hashes, strict=True), 1)]
 
 
 def _first_error(error: ValidationError) -> str:
