@@ -15,6 +15,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -164,7 +165,7 @@ class ResolvedTask(_Strict):
         """What the task *is*, for drift: everything but where it sits in the run."""
         return self.model_dump(mode="json", exclude={"task_key", "replicate_index"})
 
-    @property
+    @cached_property
     def definition_hash(self) -> str:
         return content_hash(self.definition())
 

@@ -17,8 +17,10 @@ import getpass
 import logging
 import os
 import platform
+import shutil
 import socket
 import sys
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,12 +151,32 @@ async def run_batch(
     """
     callbacks = callbacks or Callbacks()
     to_run = [t for t in tasks if resume is None or t.task_key not in resume.skip]
+    sandbox_root = Path(tempfile.mkdtemp(prefix=f"evalledger-{config.run_id}-"))
+    try:
+        return await _run(ledger, tasks, to_run, config, callbacks, skipped, resume, kill_now,
+                          sandbox_root)
+    finally:
+        shutil.rmtree(sandbox_root, ignore_errors=True)
+
+
+async def _run(
+    ledger: Ledger,
+    tasks: Sequence[ResolvedTask],
+    to_run: list[ResolvedTask],
+    config: BatchConfig,
+    callbacks: Callbacks,
+    skipped: Sequence[Skipped],
+    resume: Resume | None,
+    kill_now: trio.Event | None,
+    sandbox_root: Path,
+) -> BatchResult:
     completed: list[TaskCompleted] = []
     async with open_writer(ledger) as writer:
         ctx = RunContext(
             run_id=config.run_id,
             writer=writer,
             artifacts_root=config.out_dir / config.run_id / "artifacts",
+            sandbox_root=sandbox_root,
             preservation_mode=config.preservation_mode,
             kill_grace=config.kill_grace,
             on_output=callbacks.on_output,

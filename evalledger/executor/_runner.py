@@ -59,10 +59,13 @@ class RunContext:
     run_id: str
     writer: LedgerWriter
     artifacts_root: Path
+    sandbox_root: Path
     preservation_mode: _sandbox.PreservationMode = "move-on-write"
     kill_grace: float = DEFAULT_KILL_GRACE
     on_output: Callable[[AnyEvent], None] | None = None
     spent_usd: float = 0.0
+    # A snapshot: copying os.environ decodes every variable, once per task otherwise.
+    base_env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
     # Invariant: every process group a running task leads, so a second Ctrl-C can
     # kill them all at once without waiting for grace periods.
     live_groups: set[int] = field(default_factory=set)
@@ -233,11 +236,13 @@ async def _attempt(
     artifacts = ctx.artifacts_root / task.task_key
     sandbox: Path | None = None
     try:
-        sandbox = await trio.to_thread.run_sync(
-            _sandbox.prepare, task.workdir, ctx.preservation_mode, artifacts
-        )
+        prepare = (task.workdir, ctx.preservation_mode, artifacts, ctx.sandbox_root)
+        if _sandbox.is_trivial(task.workdir, ctx.preservation_mode):
+            sandbox = _sandbox.prepare(*prepare)
+        else:
+            sandbox = await trio.to_thread.run_sync(_sandbox.prepare, *prepare)
         env = {
-            **os.environ,
+            **ctx.base_env,
             **task.env,
             "EVALLEDGER_PROMPT": task.prompt or "",
             "EVALLEDGER_TASK_KEY": task.task_key,
@@ -266,7 +271,9 @@ async def _attempt(
         log.debug("task %s raised", task.task_key, exc_info=True)
         status, error = FinalStatus.ERROR, f"{type(e).__name__}: {e}"
     finally:
-        if sandbox is not None:
+        if sandbox is not None and not (
+            ctx.preservation_mode == "none" and _sandbox.try_remove_empty(sandbox)
+        ):
             with trio.CancelScope(shield=True):
                 try:
                     await trio.to_thread.run_sync(
@@ -300,25 +307,25 @@ async def _execute(
     Returns:
         (timed_out, exit_code)
     """
-    process = await spawn(task.command, cwd=str(sandbox), env=env)
+    # No prompt: stdin is /dev/null (EOF at once), which saves a pipe and a task.
+    process = await spawn(task.command, cwd=str(sandbox), env=env, stdin=bool(task.prompt))
     ctx.live_groups.add(process.pid)
-    assert process.stdin is not None and process.stdout is not None
-    assert process.stderr is not None
+    assert process.stdout is not None and process.stderr is not None
 
-    async def feed_stdin() -> None:
+    async def feed_stdin(prompt: bytes, stdin: trio.abc.SendStream) -> None:
         try:
-            if task.prompt:
-                await process.stdin.send_all(task.prompt.encode())
+            await stdin.send_all(prompt)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the command does not read its stdin; that is its business
         finally:
             with trio.CancelScope(shield=True):
-                await process.stdin.aclose()
+                await stdin.aclose()
 
     try:
         with trio.move_on_after(task.timeout) as deadline:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(feed_stdin)
+                if process.stdin is not None:
+                    nursery.start_soon(feed_stdin, (task.prompt or "").encode(), process.stdin)
                 nursery.start_soon(_pump, process.stdout, "stdout", state, nursery.cancel_scope)
                 nursery.start_soon(_pump, process.stderr, "stderr", state, nursery.cancel_scope)
                 await process.wait()
