@@ -27,6 +27,7 @@ from evalledger import __version__
 from evalledger.ledger import (
     AnyEvent,
     CriterionResult,
+    EncodedEvent,
     TaskCompleted,
     TaskEmitted,
     TaskInterrupted,
@@ -103,27 +104,33 @@ class _Streams:
     async def lines(self, pairs: list[tuple[str, bool]], stream: str) -> None:
         """Record one read's worth of lines (and any usage they report) in one send."""
         key, run_id, ts = self.task.task_key, self.ctx.run_id, utc_now()
-        events: list[AnyEvent] = []
-        kept = self.kept[stream] if self.kept_bytes < MAX_KEPT_OUTPUT else None
+        events: list[AnyEvent | EncodedEvent] = []
+        encoded = TaskOutput.encoded
+        json_lines = stream == "stdout"
+        n = self.n
         for text, truncated in pairs:
-            self.n += 1
-            if kept is not None:
-                kept.append(text)
-                self.kept_bytes += len(text)
-            data = parse_json_object(text) if stream == "stdout" and not truncated else None
-            if data is None:
-                events.append(TaskOutput(run_id=run_id, task_key=key, ts=ts, stream=stream,
-                                         line=text, n=self.n, truncated=truncated))
-                continue
-            events.append(TaskEmitted(run_id=run_id, task_key=key, ts=ts, data=data, n=self.n))
-            if (usage := self.meter.observe(data)) is not None:
-                events.append(self._usage_event(usage, ts))
-                self._check_budget()
+            n += 1
+            # Cheap first test inline: nearly every line is plain text (a hot loop).
+            if (
+                json_lines and not truncated and text and (text[0] == "{" or text[0].isspace())
+                and (data := parse_json_object(text)) is not None
+            ):
+                events.append(TaskEmitted(run_id=run_id, task_key=key, ts=ts, data=data, n=n))
+                if (usage := self.meter.observe(data)) is not None:
+                    events.append(self._usage_event(usage, ts))
+                    self._check_budget()
+            else:
+                events.append(encoded(run_id, key, ts, stream, text, n, truncated))
+        self.n = n
+        if self.kept_bytes < MAX_KEPT_OUTPUT:
+            self.kept[stream].extend(text for text, _ in pairs)
+            self.kept_bytes += sum(len(text) for text, _ in pairs)
         await self.ctx.writer.append(*events)
         if self.ctx.on_output is not None:
             for event in events:
                 if event.type != "task.usage":
-                    self.ctx.notify_output(event)
+                    self.ctx.notify_output(event.decode() if isinstance(event, EncodedEvent)
+                                           else event)
 
     def _usage_event(self, usage: Usage, ts: str) -> TaskUsage:
         self.ctx.spent_usd += usage.cost_usd or 0.0

@@ -22,14 +22,14 @@ from dataclasses import dataclass
 
 import trio
 
-from evalledger.ledger import AnyEvent, Ledger, LedgerError
+from evalledger.ledger import AnyEvent, EncodedEvent, Ledger, LedgerError
 
 # Items, each one read's worth of lines: bounds memory, makes fast writers wait.
 CHANNEL_CAPACITY = 256
 MAX_BATCH = 8192
 
 
-_Item = tuple[tuple[AnyEvent, ...], "_Ack | None"]
+_Item = tuple[tuple[AnyEvent | EncodedEvent, ...], "_Ack | None"]
 
 
 class _Ack:
@@ -59,7 +59,7 @@ class LedgerWriter:
         self.stats = stats
         self.failure: BaseException | None = None
 
-    async def append(self, *events: AnyEvent) -> None:
+    async def append(self, *events: AnyEvent | EncodedEvent) -> None:
         """Queue events, in order; they are written with the next batch.
 
         One call is one trip through the channel: a task hands over everything

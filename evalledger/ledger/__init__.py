@@ -19,6 +19,7 @@ from ._events import EVENT_ADAPTER as EVENT_ADAPTER
 from ._events import EVENT_TYPES as EVENT_TYPES
 from ._events import AnyEvent as AnyEvent
 from ._events import CriterionResult as CriterionResult
+from ._events import EncodedEvent as EncodedEvent
 from ._events import Event as Event
 from ._events import Fingerprint as Fingerprint
 from ._events import OpaqueEvent as OpaqueEvent
@@ -51,6 +52,7 @@ __all__ = [
     "AnyEvent",
     "AppendOnlyViolation",
     "CriterionResult",
+    "EncodedEvent",
     "Event",
     "Fingerprint",
     "InvalidEvent",

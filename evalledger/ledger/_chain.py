@@ -28,12 +28,15 @@ from typing import Any
 GENESIS = "0" * 64
 
 
-def link_hashes(prev: str, first_seq: int, rows: Iterable[Sequence[Any]]) -> list[str]:
-    """The hashes of consecutive rows ``(event_id, run_id, task_key, type, ts, payload)``.
+def chain_rows(
+    prev: str, first_seq: int, rows: Iterable[Sequence[Any]]
+) -> list[tuple[Any, ...]]:
+    """Number consecutive rows ``(event_id, run_id, task_key, type, ts, payload)`` from
+    ``first_seq`` and hash them onto ``prev``: ``(seq, *row, hash)`` each, ready to insert.
 
     The formula lives only here; this loop is the append hot path, so it is inlined.
     """
-    out: list[str] = []
+    out: list[tuple[Any, ...]] = []
     add = out.append
     seq = first_seq
     for event_id, run_id, task_key, type_, ts, payload in rows:
@@ -41,7 +44,7 @@ def link_hashes(prev: str, first_seq: int, rows: Iterable[Sequence[Any]]) -> lis
             f"{prev}\n{seq}\n{event_id}\n{run_id}\n{task_key or ''}\n{type_}\n{ts}\n{payload}"
             .encode()
         ).hexdigest()
-        add(prev)
+        add((seq, event_id, run_id, task_key, type_, ts, payload, prev))
         seq += 1
     return out
 
@@ -50,4 +53,4 @@ def link_hash(
     prev: str, seq: int, event_id: str, run_id: str, task_key: str | None, type_: str,
     ts: str, payload: str,
 ) -> str:
-    return link_hashes(prev, seq, [(event_id, run_id, task_key, type_, ts, payload)])[0]
+    return chain_rows(prev, seq, [(event_id, run_id, task_key, type_, ts, payload)])[0][-1]

@@ -22,7 +22,7 @@ import threading
 import time
 from datetime import UTC, datetime
 from random import getrandbits as _random_bits
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import (
     AfterValidator,
@@ -40,8 +40,17 @@ from evalledger.statuses import Category, FinalStatus, RunStatus
 ENVELOPE_FIELDS = frozenset({"seq", "event_id", "run_id", "task_key", "type", "ts"})
 
 _id_lock = threading.Lock()
+# Invariant: _prefix is the text of _last_ms ("tttttttt-tttt-7"), kept with it so
+# that the common case (many ids in one millisecond) formats only the tail.
 _last_ms = 0
+_prefix = ""
 _counter = 0
+
+
+def _set_ms(ms: int) -> None:
+    global _last_ms, _prefix
+    h = f"{ms:012x}"
+    _last_ms, _prefix = ms, f"{h[:8]}-{h[8:]}-7"
 
 
 def new_event_id() -> str:
@@ -51,21 +60,23 @@ def new_event_id() -> str:
     counter inside a millisecond, so a burst of appends still hits the index's
     right edge.
     """
-    global _last_ms, _counter
+    global _counter
     with _id_lock:
         ms = time.time_ns() // 1_000_000
         if ms > _last_ms:
-            _last_ms, _counter = ms, _random_bits(8)  # a random start leaves room to count up
+            _set_ms(ms)
+            _counter = _random_bits(8)  # a random start, with room to count up
         else:
             _counter += 1
             if _counter > 0xFFF:
-                _last_ms, _counter = _last_ms + 1, 0
-        ms, counter = _last_ms, _counter
+                _set_ms(_last_ms + 1)
+                _counter = 0
+        prefix, counter = _prefix, _counter
     # Uniqueness, not secrecy, is what an event id needs: the PRNG (seeded from the
     # OS, re-seeded in forked children) is 10x cheaper than os.urandom per id.
-    value = (ms << 80) | (0x7 << 76) | (counter << 64) | (0b10 << 62) | _random_bits(62)
-    h = f"{value:032x}"
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    tail = _random_bits(62)
+    # %-formatting: measured a third faster than the f-string here (the hot path).
+    return "%s%03x-%04x-%012x" % (prefix, counter, 0x8000 | tail >> 48, tail & 0xFFFF_FFFF_FFFF)  # noqa: UP031
 
 
 def utc_now() -> str:
@@ -182,12 +193,52 @@ class TaskStarted(_TaskEvent):
     variant_id: str = "default"
 
 
+class EncodedEvent(NamedTuple):
+    """An event already in its stored form: the row ``append`` would have built.
+
+    The hot path of a run is one ``task.output`` per line a command prints; there,
+    building a pydantic model only to serialise it again cost as much as the
+    insert. ``TaskOutput.encoded`` builds the row directly, and a property test
+    holds it byte-equal to ``encode_payload(TaskOutput(...))``. Decoding the row
+    gives the typed event back, like any other row.
+    """
+
+    event_id: str
+    run_id: str
+    task_key: str | None
+    type: str
+    ts: str
+    payload: str
+
+    def decode(self) -> AnyEvent:
+        return decode_row(0, *self)
+
+
+_new_tuple = tuple.__new__
+
+# The same escaping pydantic-core applies (ensure_ascii off); tested equal.
+_json_string = json.encoder.encode_basestring  # type: ignore[attr-defined]
+
+
 class TaskOutput(_TaskEvent):
     type: Literal["task.output"] = "task.output"
     line: str
     n: int
     stream: Literal["stdout", "stderr"] = "stdout"
     truncated: bool = False
+
+    @staticmethod
+    def encoded(
+        run_id: str, task_key: str, ts: str, stream: str, line: str, n: int, truncated: bool
+    ) -> EncodedEvent:
+        """This event in stored form, without building the model (the hot path)."""
+        payload = (
+            f'{{"line":{_json_string(line)},"n":{n},"stream":"{stream}",'
+            f'"truncated":{"true" if truncated else "false"}}}'
+        )
+        # tuple.__new__ skips the NamedTuple's Python-level __new__: half the cost.
+        return _new_tuple(EncodedEvent, (new_event_id(), run_id, task_key, "task.output", ts,
+                                         payload))
 
 
 class TaskEmitted(_TaskEvent):
@@ -279,8 +330,10 @@ EVENT_TYPES: dict[str, type[_Event]] = {
 _EXCLUDE_ENVELOPE = dict.fromkeys(ENVELOPE_FIELDS, True)
 
 
-def encode_payload(event: AnyEvent) -> str:
+def encode_payload(event: AnyEvent | EncodedEvent) -> str:
     """The canonical payload text: every non-envelope field, keys sorted, no spaces."""
+    if isinstance(event, EncodedEvent):
+        return event.payload
     if isinstance(event, OpaqueEvent):
         return to_json(event.payload).decode()
     return event.__pydantic_serializer__.to_json(event, exclude=_EXCLUDE_ENVELOPE).decode()

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 from pydantic import ValidationError
 from sqlite_utils import Database
 
-from ._chain import GENESIS, link_hashes
+from ._chain import GENESIS, chain_rows
 from ._errors import (
     AppendOnlyViolation,
     InvalidEvent,
@@ -38,7 +38,7 @@ from ._errors import (
     LedgerTooNew,
     NotALedger,
 )
-from ._events import AnyEvent, decode_row, encode_payload
+from ._events import AnyEvent, EncodedEvent, decode_row, encode_payload
 from ._schema import MIGRATIONS, SCHEMA_VERSION
 
 DEFAULT_BUSY_TIMEOUT = 30.0
@@ -259,7 +259,7 @@ class Ledger:
 
     # -- append ----------------------------------------------------------------------------
 
-    def append(self, events: Iterable[AnyEvent]) -> list[int]:
+    def append(self, events: Iterable[AnyEvent | EncodedEvent]) -> list[int]:
         """Append a batch of events in one transaction; return their seqs in order.
 
         An event whose ``event_id`` is already stored (or appears earlier in the
@@ -274,7 +274,9 @@ class Ledger:
             raise LedgerReadOnly(f"{self.path} was opened read-only; cannot append")
         # Serialise before taking the lock: the lock is held only for the insert.
         rows: list[_Row] = [
-            (e.event_id, e.run_id, e.task_key, e.type, e.ts, encode_payload(e)) for e in events
+            e if type(e) is EncodedEvent
+            else (e.event_id, e.run_id, e.task_key, e.type, e.ts, encode_payload(e))
+            for e in events
         ]
         if not rows:
             return []
@@ -290,7 +292,7 @@ class Ledger:
             # event shows up as a UNIQUE violation and takes the slow path.
             conn.execute("SAVEPOINT optimistic")
             try:
-                conn.executemany(_INSERT, _chain(rows, last_seq, last_hash))
+                conn.executemany(_INSERT, chain_rows(last_hash, last_seq + 1, rows))
             except sqlite3.IntegrityError:
                 conn.execute("ROLLBACK TO optimistic")
                 conn.execute("RELEASE optimistic")
@@ -303,7 +305,7 @@ class Ledger:
             if row[0] not in seq_of:
                 seq_of[row[0]] = last_seq + 1 + len(new_rows)
                 new_rows.append(row)
-        conn.executemany(_INSERT, _chain(new_rows, last_seq, last_hash))
+        conn.executemany(_INSERT, chain_rows(last_hash, last_seq + 1, new_rows))
         return [seq_of[row[0]] for row in rows]
 
     def _stored_seqs(self, event_ids: list[str]) -> dict[str, int]:
@@ -409,12 +411,6 @@ class Ledger:
 
     def __iter__(self) -> Iterator[AnyEvent]:
         return self.events()
-
-
-def _chain(rows: Sequence[_Row], last_seq: int, last_hash: str) -> list[tuple[Any, ...]]:
-    """Give rows the next seqs after ``last_seq`` and chain their hashes."""
-    hashes = link_hashes(last_hash, last_seq + 1, rows)
-    return [(last_seq + i, *row, h) for i, (row, h) in enumerate(zip(rows, hashes, strict=True), 1)]
 
 
 def _first_error(error: ValidationError) -> str:
