@@ -42,7 +42,7 @@ from evalledger.ledger import (
 from evalledger.statuses import RunStatus
 from evalledger.tasks import ResolvedTask, Skipped
 
-from ._process import DEFAULT_KILL_GRACE, kill_group
+from ._process import DEFAULT_KILL_GRACE
 from ._runner import RunContext, run_task
 from ._sandbox import PreservationMode
 from ._writer import WriterStats, open_writer
@@ -177,6 +177,7 @@ async def _run(
             writer=writer,
             artifacts_root=config.out_dir / config.run_id / "artifacts",
             sandbox_root=sandbox_root,
+            hurry=kill_now if kill_now is not None else trio.Event(),
             preservation_mode=config.preservation_mode,
             kill_grace=config.kill_grace,
             on_output=callbacks.on_output,
@@ -198,19 +199,15 @@ async def _run(
             _call(callbacks.on_task_complete, result)
 
         try:
-            async with trio.open_nursery() as guard:
-                if kill_now is not None:
-                    guard.start_soon(_kill_on, kill_now, ctx)
-                async with trio.open_nursery() as nursery:
-                    for task in to_run:
-                        await limiter.acquire_on_behalf_of(task.task_key)
-                        if _over_budget(ctx, config):
-                            limiter.release_on_behalf_of(task.task_key)
-                            status = RunStatus.BUDGET_STOPPED
-                            break
-                        _call(callbacks.on_task_start, task)
-                        nursery.start_soon(one, task)
-                guard.cancel_scope.cancel()
+            async with trio.open_nursery() as nursery:
+                for task in to_run:
+                    await limiter.acquire_on_behalf_of(task.task_key)
+                    if _over_budget(ctx, config):
+                        limiter.release_on_behalf_of(task.task_key)
+                        status = RunStatus.BUDGET_STOPPED
+                        break
+                    _call(callbacks.on_task_start, task)
+                    nursery.start_soon(one, task)
         except BaseException:
             with trio.CancelScope(shield=True):
                 await writer.append_durable(
@@ -248,9 +245,3 @@ def _opening(
 def _over_budget(ctx: RunContext, config: BatchConfig) -> bool:
     return config.max_cost_usd is not None and ctx.spent_usd > config.max_cost_usd
 
-
-async def _kill_on(event: trio.Event, ctx: RunContext) -> None:
-    await event.wait()
-    ctx.kill_grace = 0.0
-    for pid in list(ctx.live_groups):
-        kill_group(pid)

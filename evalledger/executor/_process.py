@@ -42,15 +42,27 @@ def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
         os.killpg(pid, sig)
 
 
-async def end_group(process: trio.Process, grace: float = DEFAULT_KILL_GRACE) -> None:
+async def end_group(
+    process: trio.Process, grace: float = DEFAULT_KILL_GRACE, hurry: trio.Event | None = None
+) -> None:
     """Stop the leader and everything in its group; return once the leader is reaped.
 
-    Safe to call from a cancelled context only inside a shielded scope: callers do
-    ``with trio.CancelScope(shield=True): await end_group(p)``.
+    SIGTERM first; SIGKILL once ``grace`` seconds pass or ``hurry`` is set (a
+    second Ctrl-C), whichever comes first. Callers in a cancelled context shield
+    it: ``with trio.CancelScope(shield=True): await end_group(p)``.
     """
     if process.returncode is None:
         kill_group(process.pid, signal.SIGTERM)
-        with trio.move_on_after(grace):
-            await process.wait()
+        with trio.move_on_after(grace) as waiting:
+            async with trio.open_nursery() as nursery:
+                if hurry is not None:
+                    nursery.start_soon(_cancel_when_set, hurry, waiting)
+                await process.wait()
+                nursery.cancel_scope.cancel()
     kill_group(process.pid, signal.SIGKILL)
     await process.wait()
+
+
+async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()

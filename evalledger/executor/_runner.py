@@ -12,6 +12,7 @@ is recorded and re-raised.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -45,7 +46,7 @@ from ._criteria import Outcome, evaluate, weighted_score
 from ._lines import LineSplitter, parse_json_object
 from ._process import DEFAULT_KILL_GRACE, end_group, kill_group, spawn
 from ._usage import Usage, UsageMeter
-from ._writer import LedgerWriter
+from ._writer import LedgerWriter, WriterFailed
 
 log = logging.getLogger("evalledger.executor")
 
@@ -67,9 +68,8 @@ class RunContext:
     spent_usd: float = 0.0
     # A snapshot: copying os.environ decodes every variable, once per task otherwise.
     base_env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
-    # Invariant: every process group a running task leads, so a second Ctrl-C can
-    # kill them all at once without waiting for grace periods.
-    live_groups: set[int] = field(default_factory=set)
+    # Set by a second Ctrl-C: stop waiting out grace periods, SIGKILL now.
+    hurry: trio.Event = field(default_factory=trio.Event)
 
     def notify_output(self, event: AnyEvent) -> None:
         if self.on_output is None:
@@ -218,10 +218,14 @@ async def run_task(
         finally:
             if release is not None:
                 release()
-    except trio.Cancelled:
-        with trio.CancelScope(shield=True):
+    except BaseException as e:
+        # _attempt turns every Exception into an ERROR outcome, so what arrives here is
+        # cancellation, often wrapped in an ExceptionGroup by the nurseries it crossed
+        # (an `except trio.Cancelled` would miss those), or a KeyboardInterrupt.
+        reason = "cancelled" if _is_cancellation(e) else f"{type(e).__name__}: {e}"
+        with trio.CancelScope(shield=True), contextlib.suppress(WriterFailed):
             await ctx.writer.append_durable(
-                TaskInterrupted(run_id=ctx.run_id, task_key=task.task_key, reason="cancelled")
+                TaskInterrupted(run_id=ctx.run_id, task_key=task.task_key, reason=reason)
             )
         raise
     # Shielded: once the event is queued it will be written, and a cancellation
@@ -229,6 +233,12 @@ async def run_task(
     with trio.CancelScope(shield=True):
         await ctx.writer.append_durable(completed)
     return completed
+
+
+def _is_cancellation(error: BaseException) -> bool:
+    if isinstance(error, BaseExceptionGroup):
+        return all(_is_cancellation(e) for e in error.exceptions)
+    return isinstance(error, trio.Cancelled)
 
 
 async def _attempt(
@@ -255,6 +265,8 @@ async def _attempt(
             "EVALLEDGER_TASK_KEY": task.task_key,
             "EVALLEDGER_RUN_ID": ctx.run_id,
             "EVALLEDGER_SANDBOX": str(sandbox),
+            # Where the task file is: commands reach files shipped beside it.
+            "EVALLEDGER_TASK_DIR": str(Path(task.source).parent),
         }
         timed_out, exit_code = await _execute(task, ctx, state, sandbox, env)
         if (leftover := meter.finish()) is not None:
@@ -316,7 +328,6 @@ async def _execute(
     """
     # No prompt: stdin is /dev/null (EOF at once), which saves a pipe and a task.
     process = await spawn(task.command, cwd=str(sandbox), env=env, stdin=bool(task.prompt))
-    ctx.live_groups.add(process.pid)
     assert process.stdout is not None and process.stderr is not None
 
     async def feed_stdin(prompt: bytes, stdin: trio.abc.SendStream) -> None:
@@ -341,6 +352,5 @@ async def _execute(
                 kill_group(process.pid)
     finally:
         with trio.CancelScope(shield=True):
-            await end_group(process, ctx.kill_grace)
-        ctx.live_groups.discard(process.pid)
+            await end_group(process, ctx.kill_grace, ctx.hurry)
     return deadline.cancelled_caught, process.returncode

@@ -1,0 +1,216 @@
+"""``evalledger run``: load tasks, run the batch, record everything, report.
+
+Ctrl-C once: stop dispatching, end the running tasks, record the interruption,
+exit 130 (the run is resumable). Ctrl-C again: SIGKILL the remaining process
+groups at once; the ledger is still consistent.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import signal
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+import trio
+
+from evalledger.executor import BatchConfig, BatchResult, Callbacks, run_batch
+from evalledger.ledger import AnyEvent, Ledger, TaskCompleted
+from evalledger.pricing import rate_for
+from evalledger.statuses import Category
+from evalledger.tasks import Overrides, TaskLoadError, TaskSet, load_tasks
+
+from ._errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TASKS_FAILED, UserError
+from ._main import Settings, cli, pass_settings
+
+RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+DEFAULT_PARALLEL = 4
+
+
+def new_run_id() -> str:
+    """Sortable by start time, unique enough for one ledger: ``20261129-213512-3f9a``."""
+    return f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+class _Printer:
+    """Plain lines: one per finished task, and ``--stream`` output prefixed by task key."""
+
+    def __init__(self, stream: bool) -> None:
+        self.stream = stream
+
+    def on_complete(self, result: TaskCompleted) -> None:
+        cost = "" if result.cost_usd is None else f"  ${result.cost_usd:.4f}"
+        if not result.cost_complete:
+            cost = "  cost unknown"
+        detail = f"  {result.error_message}" if result.error_message else ""
+        click.echo(
+            f"{result.final_status.value:<21} {result.task_key}  "
+            f"{result.duration_seconds:.1f}s{cost}{detail[:200]}"
+        )
+
+    def on_output(self, event: AnyEvent) -> None:
+        line = getattr(event, "line", None)
+        if line is None:
+            line = str(getattr(event, "data", ""))
+        click.echo(f"[{event.task_key}] {line}", err=getattr(event, "stream", "") == "stderr")
+
+
+def _load(
+    paths: tuple[str, ...], experiment: str | None, tags: tuple[str, ...],
+    exclude_tags: tuple[str, ...], overrides: Overrides,
+) -> TaskSet:
+    if not paths and experiment is None:
+        raise UserError("nothing to run: give task files or folders, or -e EXPERIMENT")
+    try:
+        task_set = load_tasks(
+            paths, experiment=experiment, include_tags=tags, exclude_tags=exclude_tags,
+            overrides=overrides,
+        )
+    except TaskLoadError as e:
+        raise UserError(str(e)) from e
+    for skip in task_set.skipped:
+        click.echo(f"skipped {skip.path}: {skip.reason}", err=True)
+    if not task_set.tasks:
+        raise UserError("no tasks to run" + (
+            f" ({len(task_set.skipped)} task files skipped, see above)" if task_set.skipped
+            else ": no task files matched"
+        ))
+    return task_set
+
+
+async def _run_with_signals(
+    ledger: Ledger, task_set: TaskSet, config: BatchConfig, callbacks: Callbacks
+) -> BatchResult | None:
+    """Run the batch; return None when it was interrupted by a signal."""
+    hurry = trio.Event()
+    result: BatchResult | None = None
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            batch = trio.CancelScope()
+
+            async def watch() -> None:
+                count = 0
+                async for _ in signals:
+                    count += 1
+                    if count == 1:
+                        click.echo(
+                            "interrupted: stopping tasks (Ctrl-C again to kill them now)",
+                            err=True,
+                        )
+                        batch.cancel()
+                    else:
+                        hurry.set()
+
+            nursery.start_soon(watch)
+            with batch:
+                result = await run_batch(
+                    ledger, task_set.tasks, config, callbacks, skipped=task_set.skipped,
+                    kill_now=hurry,
+                )
+            nursery.cancel_scope.cancel()
+    return result
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, type=click.Path())
+@click.option("-e", "--experiment", type=click.Path(), help="An experiment file.")
+@click.option("--tag", "tags", multiple=True, help="Keep tasks with ANY of these tags.")
+@click.option("--exclude-tag", "exclude_tags", multiple=True,
+              help="Drop tasks with ANY of these tags.")
+@click.option("-j", "--max-parallel", type=click.IntRange(min=1),
+              help=f"Tasks at once (default: the experiment's, else {DEFAULT_PARALLEL}).")
+@click.option("--repeats", type=click.IntRange(min=1), help="Replicates per task.")
+@click.option("--run-id", help="Name the run (default: a timestamp).")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
+              help="Reports and artifacts go to OUT/RUN_ID/.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
+              help="Seconds per task, overriding task files.")
+@click.option("--max-cost", type=click.FloatRange(min=0, min_open=True),
+              help="Stop dispatching once the run has spent this many USD.")
+@click.option("--preservation-mode", type=click.Choice(["none", "move-on-write", "direct-write"]),
+              default="move-on-write", show_default=True,
+              help="What happens to each task's sandbox.")
+@click.option("--stream", is_flag=True, help="Print task output as it arrives.")
+@click.option("--durable", is_flag=True,
+              help="synchronous=FULL: every commit survives power loss, not just a crash.")
+@pass_settings
+def run(
+    settings: Settings, paths: tuple[str, ...], experiment: str | None, tags: tuple[str, ...],
+    exclude_tags: tuple[str, ...], max_parallel: int | None, repeats: int | None,
+    run_id: str | None, out: Path, timeout: float | None, max_cost: float | None,
+    preservation_mode: str, stream: bool, durable: bool,
+) -> None:
+    """Run a batch of tasks and record every event in the ledger.
+
+    PATHS are task files or folders of them. Prints the run id first, a line per
+    finished task, and a summary last. Exit code: 0 all succeeded, 1 some task
+    failed or errored, 2 usage/config/ledger error, 130 interrupted.
+
+    Example:
+
+        evalledger run examples/smoke/tasks -j 4 --tag smoke
+    """
+    if run_id is not None and not RUN_ID_PATTERN.match(run_id):
+        raise UserError(f"invalid --run-id {run_id!r}: use letters, digits, '.', '_' or '-'")
+    overrides = Overrides(timeout=timeout, repeats=repeats)
+    task_set = _load(paths, experiment, tags, exclude_tags, overrides)
+    run_id = run_id or new_run_id()
+    parallel = max_parallel or task_set.max_parallel or DEFAULT_PARALLEL
+    options: dict[str, Any] = {
+        "paths": [str(Path(p).resolve()) for p in paths],
+        "experiment": str(Path(experiment).resolve()) if experiment else None,
+        "tags": list(tags),
+        "exclude_tags": list(exclude_tags),
+        "repeats": repeats,
+        "timeout": timeout,
+        "max_cost_usd": max_cost,
+        "preservation_mode": preservation_mode,
+        "out": str(out.resolve()),
+        "cwd": os.getcwd(),
+        "max_parallel": parallel,
+    }
+    unpriced = sorted({t.model for t in task_set.tasks if t.model and rate_for(t.model) is None})
+    for model in unpriced:
+        click.echo(f"warning: no price for model {model!r}: its cost will be unknown", err=True)
+    config = BatchConfig(
+        run_id=run_id, max_parallel=parallel, out_dir=out, max_cost_usd=max_cost,
+        preservation_mode=preservation_mode,  # type: ignore[arg-type]
+        experiment_id=task_set.experiment_id, options=options, unpriced_models=unpriced,
+    )
+    with settings.open_ledger(durable=durable) as ledger:
+        if run_id in ledger.run_ids():
+            raise UserError(f"run {run_id} already exists in {ledger.path}; resume it instead")
+        click.echo(run_id)
+        printer = _Printer(stream)
+        callbacks = Callbacks(
+            on_task_complete=printer.on_complete, on_output=printer.on_output if stream else None
+        )
+        result = trio.run(_run_with_signals, ledger, task_set, config, callbacks)
+    if result is None:
+        click.echo(f"run {run_id} interrupted; resume with: evalledger resume {run_id}", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    sys.exit(_summarise(result, len(task_set.tasks)))
+
+
+def _summarise(result: BatchResult, planned: int) -> int:
+    by_category = {c: 0 for c in Category}
+    cost, complete = 0.0, True
+    for done in result.completed:
+        by_category[done.category] += 1
+        if done.cost_usd is None:
+            complete = False
+        else:
+            cost += done.cost_usd
+    cost_text = f"${cost:.4f}" + ("" if complete else " (at least: some usage is unpriced)")
+    click.echo(
+        f"run {result.run_id} {result.status.value}: {len(result.completed)} of {planned} tasks"
+        f" run, {by_category[Category.SUCCEEDED]} succeeded, {by_category[Category.FAILED]} "
+        f"failed, {by_category[Category.ERROR]} error; cost {cost_text}"
+    )
+    ok = by_category[Category.SUCCEEDED] == planned
+    return EXIT_OK if ok else EXIT_TASKS_FAILED

@@ -1,0 +1,1267 @@
+"""One task attempt end to end: real subprocesses, a real ledger, every final status.
+
+Each test writes a small Python (or shell) command into ``tmp_path``, runs it through
+``run_batch`` and checks both what ``run_batch`` returned and what the ledger holds:
+the ``task.completed`` payload (status, category, exit code, criteria, score, error
+message, tokens, cost) and the stream of ``task.output`` / ``task.event`` /
+``task.usage`` events in between. Process tests also check, through ``/proc``, that
+nothing the command started outlives the task (a zombie counts as dead: it is only
+waiting for whichever process it was reparented to).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import sys
+import textwrap
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from evalledger.executor import MAX_LINE, BatchConfig, BatchResult, run_batch
+from evalledger.ledger import (
+    AnyEvent,
+    Ledger,
+    TaskCompleted,
+    TaskEmitted,
+    TaskOutput,
+    TaskUsage,
+)
+from evalledger.pricing import price
+from evalledger.statuses import Category, FinalStatus, RunStatus
+from evalledger.tasks import ResolvedTask
+
+RUN_ID = "run-1"
+PY = sys.executable
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def make_task(
+    name: str,
+    command: str | list[str],
+    criteria: Sequence[dict[str, Any]] = ({"type": "exit_code", "equals": 0},),
+    **fields: Any,
+) -> ResolvedTask:
+    return ResolvedTask(
+        task_key=f"default/{name}/00",
+        task_id=name,
+        variant_id="default",
+        replicate_index=0,
+        source=f"/suite/{name}.yaml",
+        command=command,
+        success_criteria=list(criteria),
+        **fields,
+    )
+
+
+def script(tmp_path: Path, name: str, body: str, *args: str) -> list[str]:
+    """Write a Python script into tmp_path; return the argv that runs it."""
+    path = tmp_path / f"cmd_{name}.py"  # a prefix: a script named json.py shadows json
+    path.write_text(textwrap.dedent(body), encoding="utf-8")
+    return [PY, str(path), *args]
+
+
+def run(
+    ledger: Ledger,
+    tmp_path: Path,
+    *tasks: ResolvedTask,
+    mode: str = "move-on-write",
+    max_parallel: int = 4,
+) -> BatchResult:
+    config = BatchConfig(
+        run_id=RUN_ID,
+        out_dir=tmp_path / "out",
+        max_parallel=max_parallel,
+        preservation_mode=mode,  # type: ignore[arg-type]
+        kill_grace=0.5,
+    )
+    return trio.run(run_batch, ledger, list(tasks), config)
+
+
+def completed(result: BatchResult, ledger: Ledger, task: ResolvedTask) -> TaskCompleted:
+    """The one task.completed of ``task``, checked to be the same in result and ledger."""
+    [returned] = [c for c in result.completed if c.task_key == task.task_key]
+    [stored] = ledger.events(RUN_ID, task_key=task.task_key, types={"task.completed"})
+    assert isinstance(stored, TaskCompleted)
+    assert stored.model_dump(exclude={"seq"}) == returned.model_dump(exclude={"seq"})
+    assert stored.category == stored.final_status.category
+    return stored
+
+
+def task_events(ledger: Ledger, task: ResolvedTask, *types: str) -> list[AnyEvent]:
+    return list(ledger.events(RUN_ID, task_key=task.task_key, types=set(types) or None))
+
+
+def lines(ledger: Ledger, task: ResolvedTask, stream: str = "stdout") -> list[str]:
+    return [
+        e.line
+        for e in task_events(ledger, task, "task.output")
+        if isinstance(e, TaskOutput) and e.stream == stream
+    ]
+
+
+def assert_bracketed(ledger: Ledger, task: ResolvedTask) -> None:
+    """task.started first, task.completed last, n strictly increasing in between."""
+    events = task_events(ledger, task)
+    assert events[0].type == "task.started"
+    assert events[-1].type == "task.completed"
+    assert [e.type for e in events].count("task.completed") == 1
+    ns = [e.n for e in events if isinstance(e, TaskOutput | TaskEmitted)]
+    assert ns == list(range(1, len(ns) + 1))
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    state = next(line for line in status.splitlines() if line.startswith("State:"))
+    # A zombie (or dying) process is dead; it waits only to be reaped by its new parent.
+    return state.split()[1] in {"Z", "X"}
+
+
+def wait_gone(pid: int, timeout: float = 3.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _gone(pid):
+            return True
+        time.sleep(0.02)
+    return _gone(pid)
+
+
+def read_pids(path: Path) -> list[int]:
+    return [int(p) for p in path.read_text().split()]
+
+
+def artifacts(tmp_path: Path, task: ResolvedTask) -> Path:
+    return tmp_path / "out" / RUN_ID / "artifacts" / task.task_key
+
+
+# -- success -------------------------------------------------------------------------------
+
+SUCCESS_SCRIPT = """
+import json, os, sys
+from pathlib import Path
+
+stdin = sys.stdin.read()
+Path("result.txt").write_text("hello world")
+Path("seen.json").write_text(json.dumps({
+    "stdin": stdin,
+    "prompt": os.environ["EVALLEDGER_PROMPT"],
+    "task_key": os.environ["EVALLEDGER_TASK_KEY"],
+    "run_id": os.environ["EVALLEDGER_RUN_ID"],
+    "sandbox": os.environ["EVALLEDGER_SANDBOX"],
+    "mode": os.environ.get("MODE"),
+    "cwd": os.getcwd(),
+}))
+for i in range(1, 4):
+    print(f"line {i}", flush=True)
+print("done")
+"""
+
+CHECK_RESULT = "import pathlib, sys; sys.exit(pathlib.Path('result.txt').read_text() != 'hello world')"
+
+
+def test_success_all_criteria_pass(ledger: Ledger, tmp_path: Path) -> None:
+    prompt = "Create add.py\nthat adds two numbers ✓\n"
+    task = make_task(
+        "ok",
+        script(tmp_path, "ok", SUCCESS_SCRIPT),
+        criteria=[
+            {"type": "exit_code", "equals": 0},
+            {"type": "file_exists", "path": "result.txt"},
+            {"type": "file_contains", "path": "result.txt", "includes": ["hello"],
+             "excludes": ["goodbye"]},
+            {"type": "output_contains", "includes": ["done", "line 2"]},
+            {"type": "run_command", "command": [PY, "-c", CHECK_RESULT], "weight": 2},
+        ],
+        prompt=prompt,
+        env={"MODE": "fast"},
+        timeout=10,
+    )
+    result = run(ledger, tmp_path, task)
+
+    assert result.status == RunStatus.COMPLETED
+    done = completed(result, ledger, task)
+    assert done.final_status == FinalStatus.SUCCESS
+    assert done.category == Category.SUCCEEDED
+    assert done.exit_code == 0
+    assert done.error_message is None
+    assert [(c.type, c.passed, c.weight) for c in done.criteria] == [
+        ("exit_code", True, 1.0),
+        ("file_exists", True, 1.0),
+        ("file_contains", True, 1.0),
+        ("output_contains", True, 1.0),
+        ("run_command", True, 2.0),
+    ]
+    assert done.weighted_score == 1.0
+    assert done.environment_info["exit_code"] == 0
+    assert done.tokens.total == 0
+    assert done.cost_usd == 0.0 and done.cost_complete
+
+    outputs = task_events(ledger, task, "task.output")
+    assert [(e.line, e.n, e.stream, e.truncated) for e in outputs] == [
+        ("line 1", 1, "stdout", False),
+        ("line 2", 2, "stdout", False),
+        ("line 3", 3, "stdout", False),
+        ("done", 4, "stdout", False),
+    ]
+    assert_bracketed(ledger, task)
+    [started] = task_events(ledger, task, "task.started")
+    assert started.task_id == "ok" and started.attempt == 1
+    assert started.definition_hash == task.definition_hash
+
+    kept = artifacts(tmp_path, task)
+    seen = json.loads((kept / "seen.json").read_text())
+    assert seen["stdin"] == prompt
+    assert seen["prompt"] == prompt
+    assert seen["task_key"] == "default/ok/00"
+    assert seen["run_id"] == RUN_ID
+    assert seen["mode"] == "fast"
+    assert Path(seen["sandbox"]).resolve() == Path(seen["cwd"]).resolve()
+    # move-on-write: the command ran in a temporary folder, never in the output folder
+    assert not Path(seen["sandbox"]).resolve().is_relative_to(tmp_path.resolve())
+    assert not Path(seen["sandbox"]).exists()
+    assert (kept / "result.txt").read_text() == "hello world"
+
+
+def test_no_prompt_means_empty_stdin_and_prompt(ledger: Ledger, tmp_path: Path) -> None:
+    body = """
+    import os, sys
+    print(repr(sys.stdin.read()), repr(os.environ["EVALLEDGER_PROMPT"]))
+    """
+    task = make_task("noprompt", script(tmp_path, "noprompt", body), timeout=5)
+    result = run(ledger, tmp_path, task)
+    assert completed(result, ledger, task).final_status == FinalStatus.SUCCESS
+    assert lines(ledger, task) == ["'' ''"]
+
+
+def test_large_prompt_not_read_by_the_command(ledger: Ledger, tmp_path: Path) -> None:
+    """A prompt bigger than a pipe buffer (64 KiB) that the command ignores does not hang."""
+    task = make_task("ignores", [PY, "-c", "print('ignored')"], prompt="x" * 100_000,
+                     timeout=5)
+    result = run(ledger, tmp_path, task)
+    done = completed(result, ledger, task)
+    assert done.final_status == FinalStatus.SUCCESS
+    assert done.duration_seconds < 3
+
+
+def test_large_prompt_read_from_stdin(ledger: Ledger, tmp_path: Path) -> None:
+    body = """
+    import hashlib, os, sys
+    data = sys.stdin.buffer.read()
+    print(len(data), hashlib.sha256(data).hexdigest())
+    print(os.environ["EVALLEDGER_PROMPT"] == data.decode())
+    """
+    prompt = "é" * 60_000  # 120,000 bytes
+    task = make_task("bigprompt", script(tmp_path, "bigprompt", body), prompt=prompt, timeout=5)
+    result = run(ledger, tmp_path, task)
+    assert completed(result, ledger, task).final_status == FinalStatus.SUCCESS
+    digest = hashlib.sha256(prompt.encode()).hexdigest()
+    assert lines(ledger, task) == [f"120000 {digest}", "True"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: the whole prompt is also put in the EVALLEDGER_PROMPT environment "
+    "variable; Linux refuses one environment string over 128 KiB (MAX_ARG_STRLEN), so "
+    "exec fails with E2BIG and any task with a prompt over ~128 KiB ends in ERROR "
+    "'OSError: [Errno 7] Argument list too long' without running",
+)
+def test_prompt_over_128_kib(ledger: Ledger, tmp_path: Path) -> None:
+    body = """
+    import sys
+    print(len(sys.stdin.read()))
+    """
+    task = make_task("hugeprompt", script(tmp_path, "hugeprompt", body), prompt="x" * 200_000,
+                     timeout=5)
+    result = run(ledger, tmp_path, task)
+    done = completed(result, ledger, task)
+    assert done.final_status == FinalStatus.SUCCESS, done.error_message
+    assert lines(ledger, task) == ["200000"]
+
+
+def test_string_command_runs_through_sh(ledger: Ledger, tmp_path: Path) -> None:
+    task = make_task(
+        "shell",
+        'echo "$GREETING from $0"; echo oops >&2; test -n "$EVALLEDGER_SANDBOX"',
+        env={"GREETING": "hi there"},
+        timeout=5,
+    )
+    result = run(ledger, tmp_path, task)
+    assert completed(result, ledger, task).final_status == FinalStatus.SUCCESS
+    assert lines(ledger, task) == ["hi there from /bin/sh"]
+    assert lines(ledger, task, "stderr") == ["oops"]
+
+
+def test_workdir_is_copied_into_the_sandbox(ledger: Ledger, tmp_path: Path) -> None:
+    fixture = tmp_path / "fixture"
+    (fixture / "pkg").mkdir(parents=True)
+    (fixture / "pkg" / "data.txt").write_text("original")
+    body = """
+    from pathlib import Path
+    p = Path("pkg/data.txt")
+    print(p.read_text())
+    p.write_text("changed by the agent")
+    """
+    task = make_task(
+        "copy",
+        script(tmp_path, "copy", body),
+        criteria=[{"type": "file_contains", "path": "pkg/data.txt", "includes": ["changed"]}],
+        workdir=str(fixture),
+        timeout=5,
+    )
+    result = run(ledger, tmp_path, task)
+    assert completed(result, ledger, task).final_status == FinalStatus.SUCCESS
+    assert lines(ledger, task) == ["original"]
+    assert (fixture / "pkg" / "data.txt").read_text() == "original"  # the source is untouched
+    assert (artifacts(tmp_path, task) / "pkg" / "data.txt").read_text() == "changed by the agent"
+
+
+# -- failing criteria ----------------------------------------------------------------------
+
+
+def test_failing_criterion_gives_failure_and_weighted_score(
+    ledger: Ledger, tmp_path: Path
+) -> None:
+    body = """
+    from pathlib import Path
+    Path("present.txt").write_text("alpha beta")
+    print("finished")
+    """
+    task = make_task(
+        "partial",
+        script(tmp_path, "partial", body),
+        criteria=[
+            {"type": "exit_code", "equals": 0, "weight": 1},
+            {"type": "file_exists", "path": "missing.txt", "weight": 2},
+            {"type": "file_contains", "path": "present.txt", "includes": ["alpha"], "weight": 3},
+            {"type": "output_contains", "includes": ["finished"], "excludes": ["Traceback"],
+             "weight": 0.5},
+        ],
+        timeout=5,
+    )
+    result = run(ledger, tmp_path, task)
+    done = completed(result, ledger, task)
+    assert done.final_status == FinalStatus.FAILURE
+    assert done.category == Category.FAILED
+    assert done.exit_code == 0
+    assert [c.passed for c in done.criteria] == [True, False, True, True]
+    assert done.weighted_score == pytest.approx(4.5 / 6.5)
+    assert done.error_message is not None
+    assert "file_exists" in done.error_message
+    assert "missing.txt does not exist" in done.error_message
+    # only the failed criterion is named
+    assert "file_contains" not in done.error_message
+    assert "exit_code" not in done.error_message
+    assert_bracketed(ledger, task)
+
+
+def test_every_criterion_is_evaluated_and_details_explain(ledger: Ledger, tmp_path: Path) -> None:
+    body = """
+    import sys
+    print("to stdout")
+    print("to stderr", file=sys.stderr)
+    sys.exit(3)
+    """
+    task = make_task(
+        "allfail",
+        script(tmp_path, "allfail", body),
+        criteria=[
+            {"type": "exit_code", "equals": 0},
+            {"type": "output_contains", "includes": ["to stderr"], "stream": "stdout"},
+            {"type": "output_contains", "includes": ["to stderr"], "stream": "stderr"},
+            {"type": "output_contains", "excludes": ["to stdout"]},
+            {"type": "run_command", "command": "echo boom >&2; exit 4"},
+            {"type": "run_command", "command": "exit 4", "expect_exit_code": 4},
+        ],
+        timeout=5,
+    )
+    result = run(ledger, tmp_path, task)
+    done = completed(result, ledger, task)
+    assert done.final_status == FinalStatus.FAILURE
+    assert done.exit_code == 3
+    assert [c.passed for c in done.criteria] == [False, False, True, False, False, True]
+    details = [c.detail for c in done.criteria]
+    assert details[0] == "exit code 3, expected 0"
+    assert "lacks ['to stderr']" in details[1]
+    assert "contains excluded ['to stdout']" in details[3]
+    assert details[4].startswith("exit code 4") and "boom" in details[4]
+    assert done.weighted_score == pytest.approx(2 / 6)
+    assert done.error_message is not None
+    assert done.error_message.count("output_contains") == 2
+    assert "run_command" in done.error_message
+
+
+def test_run_command_criterion_timeout(ledger: Ledger, tmp_path: Path) -> None:
+    task = make_task(
+        "slowcheck",
+        [PY, "-c", "pass"],
+        criteria=[
+            {"type": "exit_code"},
+            {"type": "run_command", "command": [PY, "-c", "import time; time.sleep(30)"],
+             "timeout": 0.5},
+        ],
+        timeout=5,
+    )
+    started = time.monotonic()
+    result = run(ledger, tmp_path, task)
+    assert time.monotonic() - started < 8
+    done = completed(result, ledger, task)
+    assert done.final_status == FinalStatus.FAILURE
+    assert done.criteria[1].passed is False
+    assert "timed out" in done.criteria[1].detail
+    assert "timed out after 0.5s" in (done.error_message or "")
+    assert done.weighted_score == 0.5
+
+
+def test_run_command_criterion_that_cannot_start(ledger: Ledger, tmp_path: Path) -> None:
+    task = make_task(
+        "badcheck",
+        [PY, "-c", "pass"],
+        criteria=[{"type": "run_command", "command": [str(tmp_path / "no-such-checker")]}],
+        timeout=5,
+    )
+    result = run(ledger, tmp_path, task)
+    done = completed(result, ledger, task)
+    assert done.final_status == FinalStatus.FAILURE
+    assert "cannot run" in done.criteria[0].detail
+    assert "no-such-checker" in done.criteria[0].detail
+
+
+def test_run_command_criterion_sees_the_task_environment(ledger: Ledger, tmp_path: Path) -> None:
+    check = (
+        "import os, sys; sys.exit(not (os.environ['MODE'] == 'strict' and "
+        "os.path.samefile(os.environ['EVALLEDGER_SANDBOX'], os.getcwd())))"
+    )
+    task = make_task(
+        "envcheck",
+        [PY, "-c", "pass"],
+        criteria=[{"type": "run_command", "command": [PY, "-c", check]}],
+        env={"MODE": "strict"},
+        timeout=5,
+    )
+    result = run(ledger, tmp_path, task)
+    assert completed(result, ledger, task).final_status == FinalStatus.SUCCESS
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: a run_command criterion whose command leaves a background child holding "
+    "its stdout/stderr is waited on until the criterion's own timeout and reported as "
+    "'timed out', although the command exited with the expected code (the main command "
+    "kills its group when the leader exits; _criteria._run_command does not)",
+)
+def test_run_command_criterion_with_background_child(ledger: Ledger, tmp_path: Path) -> None:
+    task = make_task(
+        "bgcheck",
+        [PY, "-c", "pass"],
+        criteria=[{"type": "run_command", "command": "sleep 30 & exit 0", "timeout": 1}],
+        timeout=5,
+    )
+    result = run(ledger, tmp_path, task)
+    done = completed(result, ledger, task)
+    assert done.criteria[0].detail == "exit code 0"
+    assert done.final_status == FinalStatus.SUCCESS
+
+
+# -- timeouts and process groups -----------------------------------------------------------
+
+SPAWNER = """
+import subprocess, sys, time
+from pathlib import Path
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+Path(sys.argv[1]).write_text(f"{os.getpid()} {child.pid}")
+print("started", flush=True)
+time.sleep(60)
+""".replace("import subprocess", "import os, subprocess")
+
+
+def test_timeout_kills_the_command_and_its_children(ledger: Ledger, tmp_path: Path) -> None:
+    pid_file = tmp_path / "pids"
+    task = make_task("slow", script(tmp_path, "slow", SPAWNER, str(pid_file)), timeout=1)
+    started = time.monotonic()
+    result = run(ledger, tmp_path, task)
+    elapsed = time.monotonic() - started
+
+    done = completed(result, ledger, task)
+    assert done.final_status == FinalStatus.TIMEOUT
+    assert done.category == Category.FAILED
+    assert done.exit_code == -signal.SIGTERM
+    assert done.error_message == "timed out after 1s"
+    assert [c.passed for c in done.criteria] == [False]  # criteria are still evaluated
+    assert done.weighted_score == 0.0
+    assert 1 <= done.duration_seconds < 3
+    assert elapsed < 5
+    assert lines(ledger, task) == ["started"]
+    assert_bracketed(ledger, task)
+
+    leader, child = read_pids(pid_file)
+    assert wait_gone(leader)
+    assert wait_gone(child), "the command's child outlived the task"
+
+
+def test_timeout_of_a_shell_command_with_background_jobs(ledger: Ledger, tmp_path: Path) -> None:
+    task = make_task(
+        "shslow",
+        'sleep 30 & echo $! > "$PIDS/bg"; echo $$ > "$PIDS/sh"; echo waiting; sleep 30',
+        env={"PIDS": str(tmp_path)},
+        timeout=1,
+    )
+    result = run(ledger, tmp_path, task)
+    done = completed(result, ledger, task)
+    assert done.final_status == FinalStatus.TIMEOUT
+    assert done.exit_code is not None and done.exit_code < 0
+    assert lines(ledger, task) == ["waiting"]
+    for name in ("sh", "bg"):
+        [pid] = read_pids(tmp_path / name)
+        assert wait_gone(pid), f"{name} ({pid}) outlived the task"
+
+
+def test_timeout_when_sigterm_is_ignored(ledger: Ledger, tmp_path: Path) -> None:
+    body = """
+    import signal, time
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    print("stubborn", flush=True)
+    time.sleep(60)
+    """
+    task = make_task("stubborn", script(tmp_path, "stubborn", body), timeout=1)
+    result = run(ledger, tmp_path, task)
+    done = completed(result, ledger, task)
+    assert done.final_status == FinalStatus.TIMEOUT
+    assert done.exit_code == -signal.SIGKILL
+    assert done.duration_seconds < 3  # timeout 1 s + kill_grace 0.5 s
+
+
+def test_exit_with_a_background_child_holding_stdout(ledger: Ledger, tmp_path: Path) -> None:
+    """The leader exits 0; its child keeps the pipes open: the task still ends at once."""
+    body = """
+    import os, subprocess, sys
+    from pathlib import Path
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    Path(sys.argv[1]).write_text(f"{os.getpid()} {child.pid}")
+    print("parent done", flush=True)
+    """
+    pid_file = tmp_path / "pids"
+    task = make_task("orphan", script(tmp_path, "orphan", body, str(pid_file)), timeout=2)
+    result = run(ledger, tmp_path, task)
+    done = completed(result, ledger, task)
+    assert done.final_status == FinalStatus.SUCCESS
+    assert done.exit_code == 0
+    assert done.duration_seconds < 1.5
+    assert lines(ledger, task) == ["parent done"]
+    leader, child = read_pids(pid_file)
+    assert wait_gone(leader)
+    assert wait_gone(child), "the background child was left running"
+
+
+def test_shell_background_job_after_exit(ledger: Ledger, tmp_path: Path) -> None:
+    task = make_task(
+        "shorphan",
+        'sleep 30 & echo $! > "$PIDS/bg"; echo bye',
+        env={"PIDS": str(tmp_path)},
+        timeout=2,
+    )
+    result = run(ledger, tmp_path, task)
+    done = completed(result, ledger, task)
+    assert done.final_status == FinalStatus.SUCCESS
+    assert done.duration_seconds < 1.5
+    [bg] = read_pids(tmp_path / "bg")
+    assert wait_gone(bg)
+
+
+# -- BUILD_FAILED and ERROR ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_build_failed_for_a_bad_workdir(ledger: Ledger, tmp_path: Path, kind: str) -> None:
+    workdir = tmp_path / "fixtures" / "add"
+    if kind == "file":
+        workdir.parent.mkdir()
+        workdir.write_text("not a folder")
+    marker = tmp_path / "ran"
+    task = make_task("build", ["touch", str(marker)], workdir=str(workdir), timeout=5)
+    result = run(ledger, tmp_path, task)
+    done = completed(result, ledger, task)
+    assert done.final_status == FinalStatus.BUILD_FAILED
+    assert done.category == Category.ERROR
+    assert done.exit_code is None
+    assert done.criteria == []
+    assert done.weighted_score == 0.0
+    assert done.error_message == f"workdir {workdir} is not a folder"
+    assert not marker.exists()  # the command never ran
+    assert [e.type for e in task_events(ledger, task)] == ["task.started", "task.completed"]
+    assert result.status == RunStatus.COMPLETED
+
+
+def test_error_when_the_executable_does_not_exist(ledger: Ledger, tmp_path: Path) -> None:
+    bogus = str(tmp_path / "bin" / "no-such-agent")
+    broken = make_task("broken", [bogus, "--flag"], timeout=5)
+    fine = [make_task(f"fine{i}", [PY, "-c", f"print({i})"], timeout=5) for i in range(3)]
+    result = run(ledger, tmp_path, broken, *fine, max_parallel=2)
+
+    assert result.status == RunStatus.COMPLETED
+    done = completed(result, ledger, broken)
+    assert done.final_status == FinalStatus.ERROR
+    assert done.category == Category.ERROR
+    assert done.exit_code is None
+    assert done.criteria == []
+    assert done.error_message is not None
+    assert done.error_message.startswith("FileNotFoundError:")
+    assert bogus in done.error_message
+    for i, task in enumerate(fine):
+        assert completed(result, ledger, task).final_status == FinalStatus.SUCCESS
+        assert lines(ledger, task) == [str(i)]
+    assert len(result.completed) == 4
+    [finished] = ledger.events(RUN_ID, types={"run.finished"})
+    assert finished.status == RunStatus.COMPLETED
+
+
+def test_shell_command_not_found_is_a_failure(ledger: Ledger, tmp_path: Path) -> None:
+    """Through /bin/sh a missing program is the command's own exit code 127, not ERROR."""
+    task = make_task("nocmd", "no-such-program-evalledger-test", timeout=5)
+    result = run(ledger, tmp_path, task)
+    done = completed(result, ledger, task)
+    assert done.final_status == FinalStatus.FAILURE
+    assert done.exit_code == 127
+    assert any("not found" in line for line in lines(ledger, task, "stderr"))
+
+
+# -- budgets -------------------------------------------------------------------------------
+
+USAGE_SCRIPT = """
+import json, os, sys, time
+from pathlib import Path
+Path(sys.argv[1]).write_text(str(os.getpid()))
+line = json.loads(sys.argv[2])
+for _ in range(int(sys.argv[3])):
+    print(json.dumps(line), flush=True)
+    time.sleep(0.01)
+time.sleep(30)
+"""
+
+
+def usage_task(tmp_path: Path, name: str, line: dict[str, Any], count: int,
+               **fields: Any) -> tuple[ResolvedTask, Path]:
+    pid_file = tmp_path / f"{name}.pid"
+    argv = script(tmp_path, name, USAGE_SCRIPT, str(pid_file), json.dumps(line), str(count))
+    return make_task(name, argv, timeout=2, **fields), pid_file
+
+
+def check_usage_matches(ledger: Ledger, task: ResolvedTask, done: TaskCompleted) -> list[TaskUsage]:
+    usages = [e for e in task_events(ledger, task, "task.usage") if isinstance(e, TaskUsage)]
+    for kind in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"):
+        assert getattr(done.tokens, kind) == sum(getattr(u, kind) for u in usages)
+    return usages
+
+
+def test_token_budget_exceeded_stops_the_command(ledger: Ledger, tmp_path: Path) -> None:
+    line = {"type": "usage", "model": "claude-sonnet-4-5", "input_tokens": 400,
+            "output_tokens": 100}
+    task, pid_file = usage_task(tmp_path, "tokens", line, 8, budget={"max_tokens": 2000})
+    result = run(ledger, tmp_path, task)
+    done = completed(result, ledger, task)
+
+    assert done.final_status == FinalStatus.TOKEN_BUDGET_EXCEEDED
+    assert done.category == Category.FAILED
+    assert done.duration_seconds < 1.8  # well before the timeout, let alone the sleep
+    assert done.exit_code == -signal.SIGTERM
+    assert done.tokens.total > 2000
+    assert done.error_message == f"used {done.tokens.total} tokens, budget 2000"
+    usages = check_usage_matches(ledger, task, done)
+    assert 5 <= len(usages) <= 8  # the 5th line passes 2000; more may be in the same read
+    assert all(u.model == "claude-sonnet-4-5" for u in usages)
+    per_line = price("claude-sonnet-4-5", input_tokens=400, output_tokens=100)
+    assert all(u.cost_usd == pytest.approx(per_line) for u in usages)
+    assert done.cost_usd == pytest.approx(per_line * len(usages))
+    assert done.cost_complete
+    # each usage line is also kept as a task.event, whole
+    emitted = [e.data for e in task_events(ledger, task, "task.event")]
+    assert emitted and all(d == line for d in emitted)
+    assert_bracketed(ledger, task)
+    assert wait_gone(int(pid_file.read_text()))
+
+
+def test_tokens_exactly_at_budget_are_not_exceeded(ledger: Ledger, tmp_path: Path) -> None:
+    body = """
+    import json
+    for _ in range(4):
+        print(json.dumps({"type": "usage", "model": "claude-sonnet-4-5",
+                          "input_tokens": 250, "output_tokens": 250}))
+    """
+    task = make_task("atbudget", script(tmp_path, "atbudget", body), timeout=5,
+                     budget={"max_tokens": 2000})
+    result = run(ledger, tmp_path, task)
+    done = completed(result, ledger, task)
+    assert done.final_status == FinalStatus.SUCCESS
+    assert done.tokens.total == 2000
+
+
+def test_cost_budget_exceeded_priced_from_rate_card(ledger: Ledger, tmp_path: Path) -> None:
+    # no cost_usd: 100k input tokens of claude-sonnet-4-5 at $3/M = $0.30 a line
+    line = {"type": "usage", "model": "claude-sonnet-4-5", "input_tokens": 100_000}
+    task, pid_file = usage_task(tmp_path, "cost", line, 6, budget={"max_cost_usd": 0.5})
+    result = run(ledger, tmp_path, task)
+    done = completed(result, ledger, task)
+
+    assert done.final_status == FinalStatus.COST_BUDGET_EXCEEDED
+    assert done.category == Category.FAILED
+    assert done.duration_seconds < 1.8
+    usages = check_usage_matches(ledger, task, done)
+    assert len(usages) >= 2
+    assert all(u.cost_usd == pytest.approx(0.30) for u in usages)
+    assert done.cost_usd == pytest.approx(0.30 * len(usages))
+    assert done.cost_complete
+    assert done.tokens.input_tokens == 100_000 * len(usages)
+    assert done.error_message == f"spent ${0.30 * len(usages):.4f}, budget $0.5000"
+    assert wait_gone(int(pid_file.read_text()))
+
+
+def test_cost_budget_with_reported_costs(ledger: Ledger, tmp_path: Path) -> None:
+    """A reported cost_usd is used as is, whatever the model (even an unpriced one)."""
+    line = {"type": "usage", "model": "in-house-model", "input_tokens": 10, "cost_usd": 0.2}
+    task, _ = usage_task(tmp_path, "reported", line, 6, budget={"max_cost_usd": 0.5})
+    result = run(ledger, tmp_path, task)
+    done = completed(result, ledger, task)
+    assert done.final_status == FinalStatus.COST_BUDGET_EXCEEDED
+    usages = check_usage_matches(ledger, task, done)
+    assert len(usages) >= 3
+    assert all(u.cost_usd == 0.2 and u.model == "in-house-model" for u in usages)
+    assert done.cost_usd == pytest.approx(0.2 * len(usages))
+    assert done.cost_complete
+
+
+def test_unknown_model_is_unpriced_never_zero(ledger: Ledger, tmp_path: Path) -> None:
+    body = """
+    import json
+    print(json.dumps({"type": "usage", "model": "mystery-model-9", "input_tokens": 1000,
+                      "output_tokens": 50, "cache_read_tokens": 7}))
+    print(json.dumps({"type": "usage", "input_tokens": 5}))
+    """
+    task = make_task("unpriced", script(tmp_path, "unpriced", body), timeout=5)
+    result = run(ledger, tmp_path, task)
+    done = completed(result, ledger, task)
+    assert done.final_status == FinalStatus.SUCCESS
+    usages = check_usage_matches(ledger, task, done)
+    assert [(u.model, u.cost_usd) for u in usages] == [("mystery-model-9", None), (None, None)]
+    assert done.tokens.model_dump() == {
+        "input_tokens": 1005, "output_tokens": 50, "cache_read_tokens": 7,
+        "cache_write_tokens": 0,
+    }
+    assert done.cost_usd is None
+    assert done.cost_complete is False
+
+
+def test_task_model_prices_lines_without_a_model(ledger: Ledger, tmp_path: Path) -> None:
+    body = """
+    import json
+    print(json.dumps({"type": "usage", "input_tokens": 1_000_000}))
+    print(json.dumps({"type": "usage", "model": "openai/gpt-4o-2024-08-06",
+                      "output_tokens": 1_000_000}))
+    """
+    task = make_task("taskmodel", script(tmp_path, "taskmodel", body), timeout=5,
+                     model="claude-haiku-4-5")
+    result = run(ledger, tmp_path, task)
+    done = completed(result, ledger, task)
+    usages = check_usage_matches(ledger, task, done)
+    assert [(u.model, u.cost_usd) for u in usages] == [
+        ("claude-haiku-4-5", pytest.approx(1.0)),
+        ("openai/gpt-4o-2024-08-06", pytest.approx(10.0)),
+    ]
+    assert done.cost_usd == pytest.approx(11.0)
+    assert done.cost_complete
+
+
+# -- claude-code stream-json ---------------------------------------------------------------
+
+MODEL = "claude-sonnet-4-5-20250929"
+SESSION = "7f1c2d3e-0000-4000-8000-000000000001"
+
+
+def _assistant(msg_id: str, content: list[dict[str, Any]], usage: dict[str, Any]) -> dict:
+    return {
+        "type": "assistant",
+        "message": {
+            "id": msg_id, "type": "message", "role": "assistant", "model": MODEL,
+            "content": content, "stop_reason": None, "stop_sequence": None,
+            "usage": {**usage, "service_tier": "standard"},
+        },
+        "parent_tool_use_id": None,
+        "session_id": SESSION,
+    }
+
+
+TRANSCRIPT: list[dict[str, Any]] = [
+    {"type": "system", "subtype": "init", "cwd": "/tmp/sandbox", "session_id": SESSION,
+     "tools": ["Bash", "Edit", "Read", "Write"], "mcp_servers": [], "model": MODEL,
+     "permissionMode": "bypassPermissions", "apiKeySource": "ANTHROPIC_API_KEY"},
+    _assistant("msg_01", [{"type": "text", "text": "I'll create add.py."}],
+               {"input_tokens": 4, "cache_creation_input_tokens": 5000,
+                "cache_read_input_tokens": 12000, "output_tokens": 3}),
+    # the same message again, its next content block: usage repeats (and grows)
+    _assistant("msg_01", [{"type": "tool_use", "id": "toolu_01", "name": "Write",
+                           "input": {"file_path": "add.py", "content": "import sys\n"}}],
+               {"input_tokens": 4, "cache_creation_input_tokens": 5000,
+                "cache_read_input_tokens": 12000, "output_tokens": 120}),
+    {"type": "user", "message": {"role": "user", "content": [
+        {"tool_use_id": "toolu_01", "type": "tool_result", "content": "File created"}]},
+     "parent_tool_use_id": None, "session_id": SESSION},
+    _assistant("msg_02", [{"type": "text", "text": "Done."}],
+               {"input_tokens": 6, "cache_creation_input_tokens": 300,
+                "cache_read_input_tokens": 17000, "output_tokens": 40}),
+]
+RESULT = {
+    "type": "result", "subtype": "success", "is_error": False, "duration_ms": 8123,
+    "duration_api_ms": 7012, "num_turns": 2, "result": "Done.", "session_id": SESSION,
+    "total_cost_usd": 0.0123,
+    "usage": {"input_tokens": 10, "cache_creation_input_tokens": 5300,
+              "cache_read_input_tokens": 29000, "output_tokens": 160,
+              "server_tool_use": {"web_search_requests": 0}, "service_tier": "standard"},
+    "permission_denials": [],
+}
+
+REPLAY = """
+import json, sys, time
+for line in json.loads(open(sys.argv[1]).read()):
+    print(json.dumps(line), flush=True)
+if sys.argv[2] == "hang":
+    time.sleep(30)
+"""
+
+
+def claude_task(tmp_path: Path, name: str, transcript: list[dict[str, Any]], then: str,
+                **fields: Any) -> ResolvedTask:
+    data = tmp_path / f"{name}.json"
+    data.write_text(json.dumps(transcript))
+    argv = script(tmp_path, name, REPLAY, str(data), then)
+    return make_task(name, argv, stream_format="claude-code", **fields)
+
+
+def test_claude_code_result_line_gives_the_totals(ledger: Ledger, tmp_path: Path) -> None:
+    task = claude_task(tmp_path, "claude", [*TRANSCRIPT, RESULT], "exit", timeout=5)
+    result = run(ledger, tmp_path, task)
+    done = completed(result, ledger, task)
+    assert done.final_status == FinalStatus.SUCCESS
+    assert done.tokens.model_dump() == {
+        "input_tokens": 10, "output_tokens": 160, "cache_read_tokens": 29000,
+        "cache_write_tokens": 5300,
+    }
+    assert done.cost_usd == 0.0123
+    assert done.cost_complete
+    [usage] = task_events(ledger, task, "task.usage")
+    assert isinstance(usage, TaskUsage)
+    assert usage.cost_usd == 0.0123
+    assert usage.model == MODEL
+    assert (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens,
+            usage.cache_write_tokens) == (10, 160, 29000, 5300)
+    # every line is a task.event, kept whole (nested content included)
+    emitted = [e.data for e in task_events(ledger, task, "task.event")]
+    assert emitted == [*TRANSCRIPT, RESULT]
+    assert task_events(ledger, task, "task.output") == []
+    assert_bracketed(ledger, task)
+    # task.usage is recorded right after the result line's task.event
+    kinds = [e.type for e in task_events(ledger, task)]
+    assert kinds[-3:] == ["task.event", "task.usage", "task.completed"]
+
+
+def _estimate() -> dict[str, int]:
+    # last report per message id: msg_01's second block, msg_02
+    return {"input_tokens": 4 + 6, "output_tokens": 120 + 40,
+            "cache_read_tokens": 12000 + 17000, "cache_write_tokens": 5000 + 300}
+
+
+def test_claude_code_without_result_records_the_estimate(ledger: Ledger, tmp_path: Path) -> None:
+    task = claude_task(tmp_path, "cutoff", TRANSCRIPT, "hang", timeout=1)
+    result = run(ledger, tmp_path, task)
+    done = completed(result, ledger, task)
+    assert done.final_status == FinalStatus.TIMEOUT
+    [usage] = task_events(ledger, task, "task.usage")
+    assert isinstance(usage, TaskUsage)
+    expected = _estimate()
+    assert {k: getattr(usage, k) for k in expected} == expected
+    assert done.tokens.model_dump() == expected
+    assert usage.cost_usd == pytest.approx(price(MODEL, **expected))
+    assert done.cost_usd == pytest.approx(price(MODEL, **expected))
+    assert done.cost_complete
+
+
+CLAUDE_BUDGET_BUG = (
+    "BUG: with stream_format claude-code the budget is only checked when "
+    "UsageMeter.observe returns a usage (the result line); assistant messages update "
+    "the running estimate but _Streams.lines never calls _check_budget for them, and the "
+    "estimate recorded at the end (finish()) is not checked either: budgets are not "
+    "enforced live, and a transcript without a result line that overruns its budget "
+    "ends TIMEOUT or SUCCESS"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=CLAUDE_BUDGET_BUG)
+def test_claude_code_token_budget_uses_the_running_estimate(
+    ledger: Ledger, tmp_path: Path
+) -> None:
+    # msg_01 brings the estimate to 17,124 tokens, msg_02 to 34,470: past 20,000
+    task = claude_task(tmp_path, "ccbudget", TRANSCRIPT, "hang", timeout=2,
+                       budget={"max_tokens": 20_000})
+    result = run(ledger, tmp_path, task)
+    done = completed(result, ledger, task)
+    assert done.final_status == FinalStatus.TOKEN_BUDGET_EXCEEDED, done.error_message
+    assert done.duration_seconds < 1.8
+    usages = task_events(ledger, task, "task.usage")
+    assert len(usages) == 1
+    assert done.tokens.total == 34_470
+    check_usage_matches(ledger, task, done)
+
+
+@pytest.mark.xfail(strict=True, reason=CLAUDE_BUDGET_BUG)
+def test_claude_code_budget_checked_on_the_final_estimate(
+    ledger: Ledger, tmp_path: Path
+) -> None:
+    task = claude_task(tmp_path, "ccfinal", TRANSCRIPT, "exit", timeout=5,
+                       budget={"max_tokens": 20_000})
+    result = run(ledger, tmp_path, task)
+    done = completed(result, ledger, task)
+    assert done.tokens.total == 34_470
+    assert done.final_status == FinalStatus.TOKEN_BUDGET_EXCEEDED
+
+
+def test_claude_code_result_over_budget(ledger: Ledger, tmp_path: Path) -> None:
+    task = claude_task(tmp_path, "ccresult", [*TRANSCRIPT, RESULT], "exit", timeout=5,
+                       budget={"max_cost_usd": 0.01})
+    result = run(ledger, tmp_path, task)
+    done = completed(result, ledger, task)
+    assert done.final_status == FinalStatus.COST_BUDGET_EXCEEDED
+    assert done.cost_usd == 0.0123
+    assert done.error_message == "spent $0.0123, budget $0.0100"
+
+
+# -- lines ---------------------------------------------------------------------------------
+
+
+def test_over_long_line_is_cut_and_the_next_line_kept(ledger: Ledger, tmp_path: Path) -> None:
+    body = """
+    import sys
+    sys.stdout.buffer.write(b"x" * 200_000 + b"\\nafter\\n")
+    big = b'{"a": "' + b"y" * 70_000 + b'"}'
+    sys.stdout.buffer.write(big + b"\\n" + b"z" * MAX + b"\\n")
+    """.replace("MAX", str(MAX_LINE))
+    task = make_task("long", script(tmp_path, "long", body), timeout=5)
+    result = run(ledger, tmp_path, task)
+    assert completed(result, ledger, task).final_status == FinalStatus.SUCCESS
+    outputs = [e for e in task_events(ledger, task, "task.output") if isinstance(e, TaskOutput)]
+    assert [(len(e.line.encode()), e.truncated, e.n) for e in outputs] == [
+        (65_536, True, 1),
+        (5, False, 2),
+        (65_536, True, 3),  # an over-long JSON object line is cut and not parsed
+        (65_536, False, 4),  # exactly MAX_LINE bytes is not over the limit
+    ]
+    assert outputs[0].line == "x" * 65_536
+    assert outputs[1].line == "after"
+    assert outputs[2].line.startswith('{"a": "yyy')
+    assert task_events(ledger, task, "task.event") == []
+
+
+def test_invalid_utf8_is_replaced(ledger: Ledger, tmp_path: Path) -> None:
+    body = """
+    import sys
+    sys.stdout.buffer.write(b"caf\\xe9 ok\\n\\xff\\xfe\\n\\xe2\\x82\\n")
+    sys.stderr.buffer.write(b"bad \\xc3\\n")
+    sys.stdout.buffer.write("fine ✓\\r\\n".encode())
+    """
+    task = make_task("binary", script(tmp_path, "binary", body), timeout=5)
+    result = run(ledger, tmp_path, task)
+    done = completed(result, ledger, task)
+    assert done.final_status == FinalStatus.SUCCESS
+    assert done.error_message is None
+    assert lines(ledger, task) == ["caf\ufffd ok", "\ufffd\ufffd", "\ufffd", "fine ✓"]
+    assert lines(ledger, task, "stderr") == ["bad \ufffd"]
+
+
+def test_stderr_lines_are_recorded_as_stderr(ledger: Ledger, tmp_path: Path) -> None:
+    body = """
+    import sys
+    print("warn 1", file=sys.stderr, flush=True)
+    print('{"json": "on stderr"}', file=sys.stderr, flush=True)
+    print("warn 2", file=sys.stderr, flush=True)
+    """
+    task = make_task(
+        "stderr",
+        script(tmp_path, "stderr", body),
+        criteria=[{"type": "output_contains", "includes": ["warn 2"], "stream": "stderr"}],
+        timeout=5,
+    )
+    result = run(ledger, tmp_path, task)
+    assert completed(result, ledger, task).final_status == FinalStatus.SUCCESS
+    outputs = [e for e in task_events(ledger, task, "task.output") if isinstance(e, TaskOutput)]
+    assert [(e.stream, e.line, e.n) for e in outputs] == [
+        ("stderr", "warn 1", 1),
+        ("stderr", '{"json": "on stderr"}', 2),  # only stdout JSON becomes task.event
+        ("stderr", "warn 2", 3),
+    ]
+    assert task_events(ledger, task, "task.event") == []
+
+
+def test_json_object_lines_become_events(ledger: Ledger, tmp_path: Path) -> None:
+    nested = {"type": "step", "detail": {"nested": [1, {"deep": True, "none": None}]},
+              "z": 1.5, "text": "é ✓"}
+    body = f"""
+    import json
+    print(json.dumps({nested!r}))
+    print("[1, 2, 3]")
+    print("42")
+    print('"just a string"')
+    print("  {{\\"padded\\": 1}}  ")
+    print("{{not json}}")
+    print('{{"a": 1}} trailing')
+    print("plain text")
+    """
+    task = make_task("json", script(tmp_path, "json", body), timeout=5)
+    result = run(ledger, tmp_path, task)
+    done = completed(result, ledger, task)
+    assert done.final_status == FinalStatus.SUCCESS, done.error_message
+    events = [e for e in task_events(ledger, task) if isinstance(e, TaskOutput | TaskEmitted)]
+    summary = [
+        (e.n, e.type, e.data if isinstance(e, TaskEmitted) else e.line) for e in events
+    ]
+    assert summary == [
+        (1, "task.event", nested),
+        (2, "task.output", "[1, 2, 3]"),
+        (3, "task.output", "42"),
+        (4, "task.output", '"just a string"'),
+        (5, "task.event", {"padded": 1}),
+        (6, "task.output", "{not json}"),
+        (7, "task.output", '{"a": 1} trailing'),
+        (8, "task.output", "plain text"),
+    ]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: a stdout JSON object nested ~300 deep passes json.loads but pydantic's "
+    "serializer refuses it ('Maximum serialization depth exceeded') inside the ledger "
+    "writer thread; the writer dies and run_batch raises, losing the run",
+)
+def test_deeply_nested_json_line_does_not_kill_the_batch(ledger: Ledger, tmp_path: Path) -> None:
+    depth = 300
+    body = f"""
+    print('{{"a": ' + '[' * {depth} + ']' * {depth} + '}}')
+    print("after")
+    """
+    task = make_task("deep", script(tmp_path, "deep", body), timeout=5)
+    other = make_task("other", [PY, "-c", "print('ok')"], timeout=5)
+    try:
+        result = run(ledger, tmp_path, task, other)
+    except BaseExceptionGroup as group:
+        pytest.fail(f"run_batch raised {group.exceptions!r}")
+    assert result.status == RunStatus.COMPLETED
+    assert completed(result, ledger, other).final_status == FinalStatus.SUCCESS
+    assert completed(result, ledger, task).final_status == FinalStatus.SUCCESS
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: a stdout line that is a JSON object nested deeper than the interpreter's "
+    "recursion limit makes json.loads raise RecursionError (not ValueError), which "
+    "parse_json_object does not catch: the task ends in ERROR with the uninformative "
+    "message 'ExceptionGroup: Exceptions from Trio nursery (1 sub-exception)' instead of "
+    "recording the line as task.output",
+)
+def test_json_line_nested_past_the_recursion_limit(ledger: Ledger, tmp_path: Path) -> None:
+    depth = 5000
+    body = f"""
+    print('{{"a": ' + '[' * {depth} + ']' * {depth} + '}}')
+    print("after")
+    """
+    task = make_task("deeper", script(tmp_path, "deeper", body), timeout=5)
+    result = run(ledger, tmp_path, task)
+    done = completed(result, ledger, task)
+    assert done.final_status == FinalStatus.SUCCESS, done.error_message
+    assert lines(ledger, task)[-1] == "after"
+
+
+# -- criteria path safety ------------------------------------------------------------------
+
+SANDBOX_LINKS = """
+import os, sys
+from pathlib import Path
+Path("real.txt").write_text("inside content")
+os.symlink(sys.argv[1], "link-out.txt")
+os.symlink("real.txt", "link-in.txt")
+os.symlink(os.path.dirname(sys.argv[1]), "dir-out")
+"""
+
+
+def test_criteria_paths_cannot_leave_the_sandbox(ledger: Ledger, tmp_path: Path) -> None:
+    secret = tmp_path / "secret" / "outside.txt"
+    secret.parent.mkdir()
+    secret.write_text("TOPSECRET")
+    out_criteria: list[dict[str, Any]] = [
+        {"type": "file_exists", "path": "../outside"},
+        {"type": "file_contains", "path": "../../../../../../" + str(secret).lstrip("/"),
+         "includes": ["TOPSECRET"]},
+        {"type": "file_exists", "path": str(secret)},
+        {"type": "file_contains", "path": str(secret), "includes": ["TOPSECRET"]},
+        {"type": "file_contains", "path": "link-out.txt", "includes": ["TOPSECRET"]},
+        {"type": "file_exists", "path": "link-out.txt"},
+        {"type": "file_contains", "path": "dir-out/outside.txt", "includes": ["TOPSECRET"]},
+    ]
+    in_criteria: list[dict[str, Any]] = [
+        {"type": "file_contains", "path": "link-in.txt", "includes": ["inside content"]},
+        {"type": "file_contains", "path": "sub/../real.txt", "includes": ["inside"]},
+        {"type": "file_exists", "path": "./real.txt"},
+    ]
+    task = make_task(
+        "escape",
+        script(tmp_path, "escape", SANDBOX_LINKS, str(secret)),
+        criteria=out_criteria + in_criteria,
+        timeout=5,
+    )
+    result = run(ledger, tmp_path, task)
+    done = completed(result, ledger, task)
+    assert done.final_status == FinalStatus.FAILURE
+    results = done.criteria
+    assert [c.passed for c in results] == [False] * len(out_criteria) + [True] * len(in_criteria)
+    details = [c.detail for c in results]
+    assert details[0] == "../outside resolves outside the sandbox"
+    assert details[1].endswith("resolves outside the sandbox")
+    assert "absolute path" in details[2] and "absolute path" in details[3]
+    assert details[4] == "link-out.txt resolves outside the sandbox"
+    assert details[5] == "link-out.txt resolves outside the sandbox"
+    assert details[6] == "dir-out/outside.txt resolves outside the sandbox"
+    # refused before any read: no detail reports on the outside file's contents
+    assert not any("has all of" in d or "lacks" in d for d in details[: len(out_criteria)])
+    assert done.weighted_score == pytest.approx(3 / 10)
+
+
+def test_criteria_on_a_missing_or_non_file_path(ledger: Ledger, tmp_path: Path) -> None:
+    body = """
+    import os
+    os.mkdir("folder")
+    """
+    task = make_task(
+        "nonfile",
+        script(tmp_path, "nonfile", body),
+        criteria=[
+            {"type": "file_contains", "path": "nothing.txt", "includes": ["x"]},
+            {"type": "file_contains", "path": "folder", "includes": ["x"]},
+            {"type": "file_exists", "path": "folder"},
+        ],
+        timeout=5,
+    )
+    result = run(ledger, tmp_path, task)
+    done = completed(result, ledger, task)
+    assert [c.passed for c in done.criteria] == [False, False, True]
+    assert done.criteria[0].detail == "nothing.txt is not a file"
+    assert done.criteria[1].detail == "folder is not a file"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: a symlink loop left in the sandbox makes Path.resolve() raise RuntimeError "
+    "(Python 3.11) inside _criteria._inside; it is not caught, so the task ends in ERROR "
+    "('RuntimeError: Symlink loop from ...') instead of the criterion failing with a detail",
+)
+def test_symlink_loop_fails_the_criterion(ledger: Ledger, tmp_path: Path) -> None:
+    body = """
+    import os
+    os.symlink("b", "a")
+    os.symlink("a", "b")
+    """
+    task = make_task(
+        "loop",
+        script(tmp_path, "loop", body),
+        criteria=[{"type": "exit_code"}, {"type": "file_exists", "path": "a"}],
+        timeout=5,
+    )
+    result = run(ledger, tmp_path, task)
+    done = completed(result, ledger, task)
+    assert done.final_status == FinalStatus.FAILURE, done.error_message
+    assert [c.passed for c in done.criteria] == [True, False]
+
+
+# -- preservation modes --------------------------------------------------------------------
+
+WRITER = """
+import os
+from pathlib import Path
+Path("made.txt").write_text("artifact")
+Path("sub").mkdir()
+Path("sub", "nested.txt").write_text("nested")
+print(os.environ["EVALLEDGER_SANDBOX"])
+print(os.getcwd())
+"""
+
+
+def test_preservation_none_keeps_nothing(ledger: Ledger, tmp_path: Path) -> None:
+    task = make_task("pnone", script(tmp_path, "pnone", WRITER), timeout=5,
+                     criteria=[{"type": "file_exists", "path": "sub/nested.txt"}])
+    result = run(ledger, tmp_path, task, mode="none")
+    assert completed(result, ledger, task).final_status == FinalStatus.SUCCESS
+    sandbox, _ = lines(ledger, task)
+    assert not Path(sandbox).exists()
+    assert not (tmp_path / "out" / RUN_ID / "artifacts").exists()
+
+
+def test_preservation_move_on_write_keeps_the_files(ledger: Ledger, tmp_path: Path) -> None:
+    task = make_task("pmove", script(tmp_path, "pmove", WRITER), timeout=5)
+    result = run(ledger, tmp_path, task, mode="move-on-write")
+    assert completed(result, ledger, task).final_status == FinalStatus.SUCCESS
+    sandbox, cwd = lines(ledger, task)
+    kept = artifacts(tmp_path, task)
+    assert kept == tmp_path / "out" / RUN_ID / "artifacts" / "default" / "pmove" / "00"
+    assert sorted(p.relative_to(kept).as_posix() for p in kept.rglob("*")) == [
+        "made.txt", "sub", "sub/nested.txt",
+    ]
+    assert (kept / "made.txt").read_text() == "artifact"
+    assert Path(sandbox).resolve() != kept.resolve()
+    assert os.path.realpath(sandbox) == os.path.realpath(cwd)
+    assert not Path(sandbox).exists()  # moved, not copied
+
+
+def test_preservation_direct_write_runs_in_the_artifacts_folder(
+    ledger: Ledger, tmp_path: Path
+) -> None:
+    task = make_task("pdirect", script(tmp_path, "pdirect", WRITER), timeout=5)
+    result = run(ledger, tmp_path, task, mode="direct-write")
+    assert completed(result, ledger, task).final_status == FinalStatus.SUCCESS
+    sandbox, cwd = lines(ledger, task)
+    kept = artifacts(tmp_path, task)
+    assert Path(sandbox) == kept
+    assert Path(cwd).resolve() == kept.resolve()
+    assert (kept / "made.txt").read_text() == "artifact"
+    assert (kept / "sub" / "nested.txt").read_text() == "nested"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: with a relative out_dir (BatchConfig's default is Path('runs')) and "
+    "direct-write, EVALLEDGER_SANDBOX is the relative path 'out/<run>/artifacts/<key>' "
+    "while the command's cwd already is that folder, so the variable points nowhere "
+    "from the command's point of view",
+)
+def test_direct_write_sandbox_variable_with_relative_out_dir(
+    ledger: Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    body = """
+    import os
+    print(os.path.isdir(os.environ["EVALLEDGER_SANDBOX"]))
+    """
+    task = make_task("reldir", script(tmp_path, "reldir", body), timeout=5)
+    config = BatchConfig(run_id=RUN_ID, out_dir=Path("out"), preservation_mode="direct-write",
+                         kill_grace=0.5)
+    result = trio.run(run_batch, ledger, [task], config)
+    assert completed(result, ledger, task).final_status == FinalStatus.SUCCESS
+    assert lines(ledger, task) == ["True"]

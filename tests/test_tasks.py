@@ -1,0 +1,694 @@
+"""Task and experiment files (SPEC §3): loading, validation, resolution into runnable tasks.
+
+Every test writes real YAML files into ``tmp_path`` and loads them with ``load_tasks``.
+A file that fails to load is never fatal: it shows up in ``TaskSet.skipped`` with the
+file and a reason a person can act on. Only an unusable request (a missing path, a
+broken experiment file) raises ``TaskLoadError``.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from evalledger.tasks import (
+    DEFAULT_TIMEOUT,
+    Budget,
+    ExitCode,
+    Overrides,
+    ResolvedTask,
+    Skipped,
+    TaskLoadError,
+    TaskSet,
+    content_hash,
+    load_tasks,
+    task_files,
+)
+
+MINIMAL = """\
+command: echo hi
+success_criteria: [{type: exit_code}]
+"""
+
+
+def write(path: Path, text: str) -> Path:
+    """Write a YAML file (dedented), creating its folders."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def keys(task_set: TaskSet) -> list[str]:
+    return [t.task_key for t in task_set.tasks]
+
+
+def by_key(task_set: TaskSet) -> dict[str, ResolvedTask]:
+    return {t.task_key: t for t in task_set.tasks}
+
+
+def only_skip(task_set: TaskSet) -> Skipped:
+    assert len(task_set.skipped) == 1, task_set.skipped
+    return task_set.skipped[0]
+
+
+# -- a single task file --------------------------------------------------------------------
+
+
+def test_minimal_task_gets_builtin_defaults(tmp_path: Path) -> None:
+    path = write(tmp_path / "add-numbers.yaml", MINIMAL)
+
+    loaded = load_tasks([path])
+
+    assert loaded.skipped == []
+    assert loaded.experiment_id is None
+    assert loaded.max_parallel is None
+    [task] = loaded.tasks
+    assert task.task_key == "default/add-numbers/00"
+    assert task.task_id == "add-numbers"
+    assert task.variant_id == "default"
+    assert task.replicate_index == 0
+    assert task.source == str(path.resolve())
+    assert task.command == "echo hi"
+    assert task.description == ""
+    assert task.tags == []
+    assert task.prompt is None
+    assert task.workdir is None
+    assert task.env == {}
+    assert task.timeout == DEFAULT_TIMEOUT
+    assert task.model is None
+    assert task.stream_format == "native"
+    assert task.budget == Budget()
+    assert task.success_criteria == [ExitCode(type="exit_code", equals=0)]
+
+
+def test_every_field_of_a_full_task_file_is_kept(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "file.yaml",
+        """\
+        task_id: add-numbers
+        description: Write add.py
+        tags: [smoke, python]
+        prompt: |
+          Create add.py
+        command: [python, agent.py]
+        env: {MODE: fast}
+        timeout: 60
+        model: claude-sonnet-4-5
+        stream_format: claude-code
+        budget: {max_tokens: 200000, max_cost_usd: 0.5}
+        success_criteria:
+          - {type: exit_code, equals: 0}
+          - {type: file_exists, path: add.py}
+          - {type: file_contains, path: add.py, includes: ["sys.argv"]}
+          - {type: output_contains, includes: ["done"]}
+          - {type: run_command, command: "python add.py 2 3 | grep -qx 5", weight: 2}
+        skip: false
+        """,
+    )
+
+    [task] = load_tasks([path]).tasks
+
+    assert task.task_key == "default/add-numbers/00"
+    assert task.description == "Write add.py"
+    assert task.tags == ["smoke", "python"]
+    assert task.prompt == "Create add.py\n"
+    assert task.command == ["python", "agent.py"]
+    assert task.env == {"MODE": "fast"}
+    assert task.timeout == 60
+    assert task.model == "claude-sonnet-4-5"
+    assert task.stream_format == "claude-code"
+    assert task.budget == Budget(max_tokens=200000, max_cost_usd=0.5)
+    assert [c.type for c in task.success_criteria] == [
+        "exit_code", "file_exists", "file_contains", "output_contains", "run_command",
+    ]
+    assert task.success_criteria[-1].weight == 2
+
+
+def test_task_id_defaults_to_the_file_stem_and_an_explicit_one_wins(tmp_path: Path) -> None:
+    stem = write(tmp_path / "from-stem.yml", MINIMAL)
+    explicit = write(tmp_path / "whatever.yaml", "task_id: chosen.id_1\n" + MINIMAL)
+
+    loaded = load_tasks([stem, explicit])
+
+    assert keys(loaded) == ["default/from-stem/00", "default/chosen.id_1/00"]
+
+
+@pytest.mark.parametrize("stem", ["Upper", "has space", "_leading", "-dash"])
+def test_a_stem_that_is_not_a_valid_task_id_is_skipped(tmp_path: Path, stem: str) -> None:
+    bad = write(tmp_path / f"{stem}.yaml", MINIMAL)
+    good = write(tmp_path / "zz-good.yaml", MINIMAL)
+
+    loaded = load_tasks([bad, good])
+
+    assert keys(loaded) == ["default/zz-good/00"]
+    skip = only_skip(loaded)
+    assert skip.path == str(bad)
+    assert "task_id" in skip.reason
+
+
+def test_an_explicit_invalid_task_id_is_skipped(tmp_path: Path) -> None:
+    bad = write(tmp_path / "ok-stem.yaml", "task_id: Not/Valid\n" + MINIMAL)
+
+    skip = only_skip(load_tasks([bad]))
+
+    assert skip.path == str(bad)
+    assert "task_id" in skip.reason
+
+
+def test_an_unknown_key_is_skipped_and_named(tmp_path: Path) -> None:
+    bad = write(tmp_path / "bad.yaml", MINIMAL + "bogus: 1\n")
+    good = write(tmp_path / "good.yaml", MINIMAL)
+
+    loaded = load_tasks([bad, good])
+
+    assert keys(loaded) == ["default/good/00"]
+    skip = only_skip(loaded)
+    assert skip.path == str(bad)
+    assert "unknown key 'bogus'" in skip.reason
+
+
+def test_an_unknown_nested_key_is_named_with_its_path(tmp_path: Path) -> None:
+    bad = write(tmp_path / "bad.yaml", MINIMAL + "budget: {max_toks: 5}\n")
+
+    assert "unknown key 'budget.max_toks'" in only_skip(load_tasks([bad])).reason
+
+
+def test_an_invalid_value_is_skipped_with_the_field_named(tmp_path: Path) -> None:
+    bad = write(tmp_path / "bad.yaml", MINIMAL + "timeout: -1\n")
+
+    reason = only_skip(load_tasks([bad])).reason
+
+    assert reason.startswith("timeout:")
+    assert "greater than 0" in reason
+
+
+def test_invalid_yaml_is_skipped_with_a_clear_reason(tmp_path: Path) -> None:
+    bad = write(tmp_path / "bad.yaml", "command: [unclosed\nsuccess_criteria: :\n")
+    good = write(tmp_path / "good.yaml", MINIMAL)
+
+    loaded = load_tasks([bad, good])
+
+    assert keys(loaded) == ["default/good/00"]
+    skip = only_skip(loaded)
+    assert skip.path == str(bad)
+    assert skip.reason.startswith("invalid YAML:")
+    assert "\n" not in skip.reason
+
+
+@pytest.mark.parametrize("text", ["- a\n- b\n", "just a string\n", "", "42\n"])
+def test_a_file_that_is_not_a_mapping_is_skipped(tmp_path: Path, text: str) -> None:
+    bad = write(tmp_path / "bad.yaml", text)
+
+    skip = only_skip(load_tasks([bad]))
+
+    assert skip.path == str(bad)
+    assert "expected a mapping" in skip.reason
+
+
+def test_a_file_that_is_not_utf8_is_skipped(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"command: \xff\xfe\n")
+
+    assert only_skip(load_tasks([bad])).reason.startswith("cannot read")
+
+
+def test_a_task_without_a_command_is_skipped(tmp_path: Path) -> None:
+    bad = write(tmp_path / "bad.yaml", "success_criteria: [{type: exit_code}]\n")
+
+    skip = only_skip(load_tasks([bad]))
+
+    assert skip.path == str(bad)
+    assert "command" in skip.reason
+
+
+@pytest.mark.parametrize("criteria", ["", "success_criteria: []\n"])
+def test_a_task_without_success_criteria_is_skipped(tmp_path: Path, criteria: str) -> None:
+    bad = write(tmp_path / "bad.yaml", "command: echo hi\n" + criteria)
+
+    skip = only_skip(load_tasks([bad]))
+
+    assert skip.path == str(bad)
+    assert "success_criteria" in skip.reason
+
+
+def test_an_unknown_criterion_type_is_skipped(tmp_path: Path) -> None:
+    bad = write(tmp_path / "bad.yaml", "command: x\nsuccess_criteria: [{type: vibes}]\n")
+
+    assert "success_criteria" in only_skip(load_tasks([bad])).reason
+
+
+def test_a_duplicate_task_id_in_a_later_file_is_skipped_naming_the_first(
+    tmp_path: Path,
+) -> None:
+    first = write(tmp_path / "a" / "same.yaml", MINIMAL)
+    second = write(tmp_path / "b" / "other.yaml", "task_id: same\n" + MINIMAL)
+
+    loaded = load_tasks([tmp_path])
+
+    [task] = loaded.tasks
+    assert task.source == str(first.resolve())
+    skip = only_skip(loaded)
+    assert skip.path == str(second)
+    assert "duplicate task_id 'same'" in skip.reason
+    assert str(first) in skip.reason
+
+
+def test_skip_true_tasks_are_left_out_without_a_skipped_entry(tmp_path: Path) -> None:
+    write(tmp_path / "off.yaml", MINIMAL + "skip: true\n")
+    write(tmp_path / "on.yaml", MINIMAL + "skip: false\n")
+
+    loaded = load_tasks([tmp_path])
+
+    assert keys(loaded) == ["default/on/00"]
+    assert loaded.skipped == []
+
+
+def test_a_bad_file_does_not_stop_the_rest(tmp_path: Path) -> None:
+    write(tmp_path / "a.yaml", MINIMAL)
+    write(tmp_path / "b.yaml", "{{{")
+    write(tmp_path / "c.yaml", MINIMAL + "nope: 1\n")
+    write(tmp_path / "d.yaml", MINIMAL)
+
+    loaded = load_tasks([tmp_path])
+
+    assert keys(loaded) == ["default/a/00", "default/d/00"]
+    assert [Path(s.path).name for s in loaded.skipped] == ["b.yaml", "c.yaml"]
+
+
+def test_env_values_yaml_reads_as_numbers_or_booleans_become_strings(tmp_path: Path) -> None:
+    path = write(tmp_path / "t.yaml", MINIMAL + "env: {N: 3, F: 1.5, B: true, S: text}\n")
+
+    [task] = load_tasks([path]).tasks
+
+    assert task.env == {"N": "3", "F": "1.5", "B": "true", "S": "text"}
+    assert all(isinstance(v, str) for v in task.env.values())
+
+
+def test_workdir_is_relative_to_the_task_file_not_the_cwd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    suite = tmp_path / "suite"
+    path = write(suite / "sub" / "t.yaml", MINIMAL + "workdir: fixtures/add\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+
+    [task] = load_tasks([path]).tasks
+
+    assert task.workdir == str((suite / "sub" / "fixtures" / "add").resolve())
+
+
+def test_an_absolute_workdir_is_kept(tmp_path: Path) -> None:
+    target = tmp_path / "abs"
+    path = write(tmp_path / "t.yaml", MINIMAL + f"workdir: {target}\n")
+
+    [task] = load_tasks([path]).tasks
+
+    assert task.workdir == str(target.resolve())
+
+
+# -- finding files, tags -------------------------------------------------------------------
+
+
+def test_folders_are_searched_recursively_in_sorted_order(tmp_path: Path) -> None:
+    for rel in ["b/z.yaml", "b/a.yml", "a.yaml", "c/d/e/deep.yaml", "notes.txt", "x.json"]:
+        write(tmp_path / rel, MINIMAL)
+
+    files = task_files([tmp_path])
+    loaded = load_tasks([tmp_path])
+
+    assert [p.relative_to(tmp_path).as_posix() for p in files] == [
+        "a.yaml", "b/a.yml", "b/z.yaml", "c/d/e/deep.yaml",
+    ]
+    # b/a.yml and a.yaml share the stem "a": the later one is a duplicate.
+    assert keys(loaded) == ["default/a/00", "default/z/00", "default/deep/00"]
+    assert [Path(s.path).relative_to(tmp_path).as_posix() for s in loaded.skipped] == [
+        "b/a.yml"
+    ]
+
+
+def test_explicit_files_keep_the_order_they_were_given(tmp_path: Path) -> None:
+    a = write(tmp_path / "a.yaml", MINIMAL)
+    b = write(tmp_path / "b.yaml", MINIMAL)
+
+    assert keys(load_tasks([b, a])) == ["default/b/00", "default/a/00"]
+
+
+def test_a_missing_path_raises(tmp_path: Path) -> None:
+    write(tmp_path / "a.yaml", MINIMAL)
+    missing = tmp_path / "nope"
+
+    with pytest.raises(TaskLoadError, match="no such task file or folder") as info:
+        load_tasks([tmp_path, missing])
+
+    assert str(missing) in str(info.value)
+
+
+@pytest.fixture
+def tagged(tmp_path: Path) -> Path:
+    write(tmp_path / "a.yaml", MINIMAL + "tags: [smoke, python]\n")
+    write(tmp_path / "b.yaml", MINIMAL + "tags: [slow]\n")
+    write(tmp_path / "c.yaml", MINIMAL + "tags: [python, slow]\n")
+    write(tmp_path / "d.yaml", MINIMAL)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("include", "exclude", "expected"),
+    [
+        ((), (), ["a", "b", "c", "d"]),
+        (["smoke"], (), ["a"]),
+        (["smoke", "slow"], (), ["a", "b", "c"]),  # ANY of them
+        ((), ["slow"], ["a", "d"]),
+        ((), ["smoke", "python"], ["b", "d"]),  # ANY of them drops
+        (["python"], ["slow"], ["a"]),
+        (["missing"], (), []),
+    ],
+)
+def test_tag_filters(
+    tagged: Path, include: list[str], exclude: list[str], expected: list[str]
+) -> None:
+    loaded = load_tasks([tagged], include_tags=include, exclude_tags=exclude)
+
+    assert [t.task_id for t in loaded.tasks] == expected
+    assert loaded.skipped == []
+
+
+# -- experiments ---------------------------------------------------------------------------
+
+
+def test_experiment_tasks_are_relative_to_the_experiment_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(tmp_path / "exp" / "tasks" / "one.yaml", MINIMAL)
+    write(tmp_path / "exp" / "extra" / "two.yaml", MINIMAL)
+    experiment = write(
+        tmp_path / "exp" / "experiment.yaml",
+        """\
+        experiment_id: model-comparison
+        tasks: [tasks/, extra/two.yaml]
+        max_parallel: 7
+        """,
+    )
+    monkeypatch.chdir(tmp_path)  # not the experiment's folder
+
+    loaded = load_tasks(experiment=Path("exp/experiment.yaml"))
+
+    assert loaded.experiment_id == "model-comparison"
+    assert loaded.max_parallel == 7
+    assert keys(loaded) == ["default/one/00", "default/two/00"]
+    assert loaded.tasks[0].source == str((experiment.parent / "tasks" / "one.yaml").resolve())
+
+
+def test_experiment_paths_are_added_to_the_given_paths(tmp_path: Path) -> None:
+    given = write(tmp_path / "given.yaml", MINIMAL)
+    write(tmp_path / "exp" / "tasks" / "one.yaml", MINIMAL)
+    experiment = write(tmp_path / "exp" / "e.yaml", "experiment_id: e\ntasks: [tasks]\n")
+
+    loaded = load_tasks([given], experiment=experiment)
+
+    assert keys(loaded) == ["default/given/00", "default/one/00"]
+
+
+def test_repeats_give_zero_padded_replicate_keys(tmp_path: Path) -> None:
+    write(tmp_path / "tasks" / "t.yaml", MINIMAL)
+    experiment = write(tmp_path / "e.yaml", "experiment_id: e\ntasks: [tasks]\nrepeats: 12\n")
+
+    loaded = load_tasks(experiment=experiment)
+
+    assert keys(loaded) == [f"default/t/{i:02d}" for i in range(12)]
+    assert [t.replicate_index for t in loaded.tasks] == list(range(12))
+    assert keys(loaded) == sorted(keys(loaded))  # padding makes text order numeric order
+
+
+EXPERIMENT = """\
+experiment_id: model-comparison
+tasks: [tasks/]
+repeats: 2
+defaults:
+  timeout: 120
+  model: default-model
+  env: {A: from-defaults, B: from-defaults}
+  tags: [from-defaults]
+variants:
+  - variant_id: baseline
+  - variant_id: candidate
+    model: other-model
+    env: {C: from-variant, D: from-variant}
+    timeout: 30
+    repeats: 3
+"""
+
+
+def test_variants_repeats_and_overrides(tmp_path: Path) -> None:
+    write(tmp_path / "tasks" / "t.yaml", MINIMAL + "env: {B: from-task, C: from-task}\n")
+    experiment = write(tmp_path / "e.yaml", EXPERIMENT)
+
+    loaded = load_tasks(experiment=experiment)
+
+    assert keys(loaded) == [
+        "baseline/t/00", "baseline/t/01",
+        "candidate/t/00", "candidate/t/01", "candidate/t/02",
+    ]
+    tasks = by_key(loaded)
+    base, cand = tasks["baseline/t/00"], tasks["candidate/t/02"]
+    assert base.variant_id == "baseline"
+    assert cand.variant_id == "candidate"
+    assert cand.replicate_index == 2
+    assert base.model == "default-model"
+    assert cand.model == "other-model"
+    assert base.timeout == 120
+    assert cand.timeout == 30
+    assert base.tags == ["from-defaults"]
+    # env is merged key by key: defaults, then the task file, then the variant.
+    assert base.env == {"A": "from-defaults", "B": "from-task", "C": "from-task"}
+    assert cand.env == {
+        "A": "from-defaults", "B": "from-task", "C": "from-variant", "D": "from-variant",
+    }
+
+
+def test_resolution_order_builtin_defaults_task_variant_overrides(tmp_path: Path) -> None:
+    write(tmp_path / "tasks" / "plain.yaml", MINIMAL)
+    write(tmp_path / "tasks" / "own.yaml", MINIMAL + "timeout: 50\nmodel: task-model\n")
+    experiment = write(
+        tmp_path / "e.yaml",
+        """\
+        experiment_id: e
+        tasks: [tasks]
+        defaults: {timeout: 100, model: default-model}
+        variants:
+          - variant_id: plain
+          - variant_id: strict
+            timeout: 20
+            model: variant-model
+            repeats: 2
+        """,
+    )
+
+    def settings(overrides: Overrides | None = None) -> dict[str, tuple[float, str | None]]:
+        loaded = load_tasks(experiment=experiment, overrides=overrides)
+        return {t.task_key: (t.timeout, t.model) for t in loaded.tasks}
+
+    assert settings() == {
+        "plain/own/00": (50, "task-model"),  # task file beats experiment defaults
+        "plain/plain/00": (100, "default-model"),  # experiment defaults beat built-in
+        "strict/own/00": (20, "variant-model"),  # variant beats task file
+        "strict/own/01": (20, "variant-model"),
+        "strict/plain/00": (20, "variant-model"),
+        "strict/plain/01": (20, "variant-model"),
+    }
+    forced = settings(Overrides(timeout=5, model="cli-model", repeats=1))
+    assert set(forced.values()) == {(5, "cli-model")}  # command line beats everything
+    assert sorted(forced) == ["plain/own/00", "plain/plain/00", "strict/own/00",
+                              "strict/plain/00"]
+
+    # Without an experiment the built-in default applies, then the command line.
+    plain = tmp_path / "tasks" / "plain.yaml"
+    assert load_tasks([plain]).tasks[0].timeout == DEFAULT_TIMEOUT
+    [*replicates] = load_tasks([plain], overrides=Overrides(timeout=9, repeats=3)).tasks
+    assert [(t.task_key, t.timeout) for t in replicates] == [
+        ("default/plain/00", 9), ("default/plain/01", 9), ("default/plain/02", 9),
+    ]
+
+
+def test_experiment_defaults_can_supply_command_and_criteria(tmp_path: Path) -> None:
+    write(tmp_path / "tasks" / "bare.yaml", "description: only a description\n")
+    write(tmp_path / "tasks" / "off.yaml", "skip: false\n")
+    experiment = write(
+        tmp_path / "e.yaml",
+        """\
+        experiment_id: e
+        tasks: [tasks]
+        defaults:
+          command: echo shared
+          success_criteria: [{type: exit_code}]
+          skip: true
+        """,
+    )
+
+    loaded = load_tasks(experiment=experiment)
+
+    # Defaults say skip; only the file that says skip: false runs.
+    assert keys(loaded) == ["default/off/00"]
+    assert loaded.tasks[0].command == "echo shared"
+
+
+def test_a_variant_can_skip_a_task(tmp_path: Path) -> None:
+    write(tmp_path / "tasks" / "t.yaml", MINIMAL)
+    experiment = write(
+        tmp_path / "e.yaml",
+        """\
+        experiment_id: e
+        tasks: [tasks]
+        variants: [{variant_id: a}, {variant_id: b, skip: true}]
+        """,
+    )
+
+    assert keys(load_tasks(experiment=experiment)) == ["a/t/00"]
+
+
+def test_tag_filters_apply_to_experiment_tasks(tmp_path: Path) -> None:
+    write(tmp_path / "tasks" / "fast.yaml", MINIMAL + "tags: [fast]\n")
+    write(tmp_path / "tasks" / "slow.yaml", MINIMAL + "tags: [slow]\n")
+    experiment = write(tmp_path / "e.yaml", EXPERIMENT)
+
+    loaded = load_tasks(experiment=experiment, exclude_tags=["slow"])
+
+    assert {t.task_id for t in loaded.tasks} == {"fast"}
+    assert len(loaded.tasks) == 5
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("experiment_id: e\ntasks: [unclosed\n", "invalid YAML"),
+        ("- a list\n", "expected a mapping"),
+        ("experiment_id: e\ntasks: [tasks]\nbogus: 1\n", "unknown key 'bogus'"),
+        ("experiment_id: e\n", "tasks"),
+        ("experiment_id: e\ntasks: []\n", "tasks"),
+        ("experiment_id: Bad Id\ntasks: [tasks]\n", "experiment_id"),
+        ("experiment_id: e\ntasks: [tasks]\nrepeats: 0\n", "repeats"),
+        (
+            "experiment_id: e\ntasks: [tasks]\nvariants: [{variant_id: a, colour: red}]\n",
+            "unknown key 'variants.0.colour'",
+        ),
+        ("experiment_id: e\ntasks: [tasks]\nvariants: [{model: m}]\n", "variant_id"),
+        ("experiment_id: e\ntasks: [missing/]\n", "no such task file or folder"),
+    ],
+)
+def test_a_broken_experiment_file_raises_with_the_reason(
+    tmp_path: Path, text: str, reason: str
+) -> None:
+    write(tmp_path / "tasks" / "t.yaml", MINIMAL)
+    experiment = write(tmp_path / "e.yaml", text)
+
+    with pytest.raises(TaskLoadError) as info:
+        load_tasks(experiment=experiment)
+
+    assert reason in str(info.value)
+
+
+def test_a_missing_experiment_file_raises(tmp_path: Path) -> None:
+    with pytest.raises(TaskLoadError, match="cannot read"):
+        load_tasks(experiment=tmp_path / "nope.yaml")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: duplicate variant_id values are accepted and produce duplicate task keys "
+    "(run_batch then crashes in CapacityLimiter.acquire_on_behalf_of)",
+)
+def test_duplicate_variant_ids_are_rejected(tmp_path: Path) -> None:
+    write(tmp_path / "tasks" / "t.yaml", MINIMAL)
+    experiment = write(
+        tmp_path / "e.yaml",
+        "experiment_id: e\ntasks: [tasks]\nvariants: [{variant_id: a}, {variant_id: a}]\n",
+    )
+
+    with pytest.raises(TaskLoadError, match="variant_id"):
+        load_tasks(experiment=experiment)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: a workdir set in experiment defaults (or a variant) is resolved against "
+    "each task file's folder, not the experiment file that set it, although _resolve "
+    "says 'Relative to the file that set it'",
+)
+def test_a_workdir_from_experiment_defaults_is_relative_to_the_experiment_file(
+    tmp_path: Path,
+) -> None:
+    write(tmp_path / "tasks" / "t.yaml", MINIMAL)
+    experiment = write(
+        tmp_path / "e.yaml",
+        "experiment_id: e\ntasks: [tasks]\ndefaults: {workdir: fixtures/shared}\n",
+    )
+
+    [task] = load_tasks(experiment=experiment).tasks
+
+    assert task.workdir == str((tmp_path / "fixtures" / "shared").resolve())
+
+
+# -- definition hashes ---------------------------------------------------------------------
+
+
+def test_definition_hash_ignores_replicate_index_and_key(tmp_path: Path) -> None:
+    path = write(tmp_path / "t.yaml", MINIMAL)
+
+    tasks = load_tasks([path], overrides=Overrides(repeats=3)).tasks
+
+    assert len({t.task_key for t in tasks}) == 3
+    assert len({t.definition_hash for t in tasks}) == 1
+    assert tasks[0].definition_hash == content_hash(tasks[0].definition())
+    assert "task_key" not in tasks[0].definition()
+    assert "replicate_index" not in tasks[0].definition()
+
+
+def test_definition_hash_is_stable_across_loads(tmp_path: Path) -> None:
+    path = write(tmp_path / "t.yaml", MINIMAL + "env: {B: 2, A: 1}\n")
+
+    first = load_tasks([path]).tasks[0].definition_hash
+    second = load_tasks([path]).tasks[0].definition_hash
+
+    assert first == second
+    assert len(first) == 64
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "prompt: do something else\n",
+        "command: echo bye\n",
+        "success_criteria: [{type: exit_code, equals: 1}]\n",
+        "success_criteria: [{type: exit_code, weight: 2}]\n",
+        "timeout: 5\n",
+        "env: {X: '1'}\n",
+        "model: m2\n",
+    ],
+)
+def test_definition_hash_changes_with_the_definition(tmp_path: Path, change: str) -> None:
+    base = "prompt: do something\ncommand: echo hi\nsuccess_criteria: [{type: exit_code}]\n"
+    name = change.split(":")[0]
+    changed = "\n".join(
+        line for line in base.splitlines() if not line.startswith(name + ":")
+    ) + "\n" + change
+    before = write(tmp_path / "a" / "t.yaml", base)
+    after = write(tmp_path / "b" / "t.yaml", changed)
+    # Same source path for both, so only the content differs.
+    hash_before = load_tasks([before]).tasks[0].definition_hash
+    after.replace(before)
+    hash_after = load_tasks([before]).tasks[0].definition_hash
+
+    assert hash_before != hash_after
+
+
+def test_variants_of_one_task_have_different_hashes(tmp_path: Path) -> None:
+    write(tmp_path / "tasks" / "t.yaml", MINIMAL)
+    experiment = write(tmp_path / "e.yaml", EXPERIMENT)
+
+    tasks = by_key(load_tasks(experiment=experiment))
+
+    assert tasks["baseline/t/00"].definition_hash == tasks["baseline/t/01"].definition_hash
+    assert tasks["baseline/t/00"].definition_hash != tasks["candidate/t/00"].definition_hash
