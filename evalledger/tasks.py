@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -108,7 +109,10 @@ class TaskSettings(_Strict):
     def _env_values_are_text(cls, value: Any) -> Any:
         # YAML turns `N: 3` into an int; an environment only holds text.
         if isinstance(value, dict):
-            return {k: v if isinstance(v, str) else json.dumps(v) for k, v in value.items()}
+            return {
+                k: v if isinstance(v, str) else "" if v is None else json.dumps(v)
+                for k, v in value.items()
+            }
         return value
 
 
@@ -128,6 +132,14 @@ class ExperimentFile(_Strict):
     max_parallel: int | None = Field(default=None, ge=1)
     defaults: TaskSettings = TaskSettings()
     variants: list[Variant] = [Variant(variant_id="default")]
+
+    @field_validator("variants")
+    @classmethod
+    def _unique_variant_ids(cls, variants: list[Variant]) -> list[Variant]:
+        ids = [v.variant_id for v in variants]
+        if duplicated := sorted({i for i in ids if ids.count(i) > 1}):
+            raise ValueError(f"duplicate variant_id {', '.join(duplicated)}")
+        return variants
 
 
 class Overrides(_Strict):
@@ -167,7 +179,13 @@ class ResolvedTask(_Strict):
 
     @cached_property
     def definition_hash(self) -> str:
-        return content_hash(self.definition())
+        """Hash of the definition, independent of where the suite sits on disk:
+        moving a folder of tasks is not drift; editing one is."""
+        definition = self.definition()
+        home = Path(definition.pop("source")).parent
+        if self.workdir is not None:
+            definition["workdir"] = os.path.relpath(self.workdir, home)
+        return content_hash(definition)
 
 
 def content_hash(value: Any) -> str:
@@ -279,6 +297,7 @@ def load_tasks(
     overrides = overrides or Overrides()
     result = TaskSet()
     exp: ExperimentFile | None = None
+    exp_home: Path | None = None
     search: list[Path] = [Path(p) for p in paths]
     if experiment is not None:
         exp_path = Path(experiment)
@@ -287,12 +306,16 @@ def load_tasks(
         except (ValueError, ValidationError) as e:
             reason = _describe(e) if isinstance(e, ValidationError) else str(e)
             raise TaskLoadError(f"experiment file {exp_path}: {reason}") from e
-        search += [exp_path.parent / p for p in exp.tasks]
+        exp_home = exp_path.parent
+        search += [exp_home / p for p in exp.tasks]
         result.experiment_id, result.max_parallel = exp.experiment_id, exp.max_parallel
     variants = exp.variants if exp else [Variant(variant_id="default")]
     include, exclude = set(include_tags), set(exclude_tags)
     seen_ids: dict[str, str] = {}
+    experiment_file = Path(experiment).resolve() if experiment is not None else None
     for path in task_files(search):
+        if path.resolve() == experiment_file:
+            continue  # an experiment file kept beside its tasks is not a task
         try:
             task_file = TaskFile.model_validate(_read_yaml(path))
             task_id = task_file.task_id or path.stem
@@ -310,7 +333,7 @@ def load_tasks(
         seen_ids[task_id] = str(path)
         for variant in variants:
             try:
-                resolved = _resolve(path, task_id, task_file, exp, variant, overrides)
+                resolved = _resolve(path, task_id, task_file, exp, exp_home, variant, overrides)
             except (ValueError, ValidationError) as e:
                 reason = _describe(e) if isinstance(e, ValidationError) else str(e)
                 result.skipped.append(Skipped(str(path), reason))
@@ -331,10 +354,17 @@ def _resolve(
     task_id: str,
     task_file: TaskFile,
     exp: ExperimentFile | None,
+    exp_home: Path | None,
     variant: Variant,
     overrides: Overrides,
 ) -> list[ResolvedTask] | None:
     settings = _merge(exp.defaults if exp else None, task_file, variant)
+    # A relative workdir is relative to the file that set it.
+    exp_dir = exp_home if exp_home is not None else path.parent
+    for layer, home in ((exp.defaults if exp else None, exp_dir), (task_file, path.parent),
+                        (variant, exp_dir)):
+        if layer is not None and "workdir" in layer.model_fields_set and layer.workdir:
+            settings["workdir"] = str((home / layer.workdir).resolve())
     if settings.get("skip"):
         return None
     for name in ("timeout", "model"):
@@ -345,9 +375,6 @@ def _resolve(
     if not settings.get("success_criteria"):
         raise ValueError("success_criteria: a task needs at least one criterion")
     workdir = settings.pop("workdir", None)
-    if workdir is not None:
-        # Relative to the file that set it; the task file is the usual place.
-        workdir = str((path.parent / workdir).resolve())
     settings.pop("skip", None)
     repeats = overrides.repeats or variant.repeats or (exp.repeats if exp else 1)
     return [

@@ -1,6 +1,6 @@
 """The command line: click commands over the ledger, executor and projections."""
 
-from . import _run, _verify  # noqa: F401  (registers the commands on the group)
+from . import _report, _run, _verify  # noqa: F401  (registers the commands on the group)
 from ._main import cli as cli
 
 

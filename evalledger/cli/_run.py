@@ -22,7 +22,7 @@ import trio
 from evalledger.executor import BatchConfig, BatchResult, Callbacks, run_batch
 from evalledger.ledger import AnyEvent, Ledger, TaskCompleted
 from evalledger.pricing import rate_for
-from evalledger.statuses import Category
+from evalledger.projections import RunSummary, SummaryFold, write_reports
 from evalledger.tasks import Overrides, TaskLoadError, TaskSet, load_tasks
 
 from ._errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TASKS_FAILED, UserError
@@ -187,30 +187,29 @@ def run(
             raise UserError(f"run {run_id} already exists in {ledger.path}; resume it instead")
         click.echo(run_id)
         printer = _Printer(stream)
+        live = SummaryFold(run_id)
         callbacks = Callbacks(
-            on_task_complete=printer.on_complete, on_output=printer.on_output if stream else None
+            on_task_complete=printer.on_complete,
+            on_output=printer.on_output if stream else None,
+            on_event=live.apply,
         )
         result = trio.run(_run_with_signals, ledger, task_set, config, callbacks)
+    summary = live.summary()
+    paths = write_reports(summary, out / run_id)
+    click.echo(_summary_line(summary))
+    click.echo(f"reports: {paths['md']} {paths['json']}")
     if result is None:
         click.echo(f"run {run_id} interrupted; resume with: evalledger resume {run_id}", err=True)
         sys.exit(EXIT_INTERRUPTED)
-    sys.exit(_summarise(result, len(task_set.tasks)))
+    sys.exit(EXIT_OK if summary.tasks_succeeded == summary.tasks_planned else EXIT_TASKS_FAILED)
 
 
-def _summarise(result: BatchResult, planned: int) -> int:
-    by_category = {c: 0 for c in Category}
-    cost, complete = 0.0, True
-    for done in result.completed:
-        by_category[done.category] += 1
-        if done.cost_usd is None:
-            complete = False
-        else:
-            cost += done.cost_usd
-    cost_text = f"${cost:.4f}" + ("" if complete else " (at least: some usage is unpriced)")
-    click.echo(
-        f"run {result.run_id} {result.status.value}: {len(result.completed)} of {planned} tasks"
-        f" run, {by_category[Category.SUCCEEDED]} succeeded, {by_category[Category.FAILED]} "
-        f"failed, {by_category[Category.ERROR]} error; cost {cost_text}"
+def _summary_line(s: RunSummary) -> str:
+    cost = f"${s.total_cost_usd:.4f}"
+    if not s.cost_complete:
+        cost += " (at least: some usage is unpriced)"
+    return (
+        f"run {s.run_id} {s.status}: {s.tasks_run} of {s.tasks_planned} tasks run, "
+        f"{s.tasks_succeeded} succeeded, {s.tasks_failed} failed, {s.tasks_error} error; "
+        f"cost {cost}"
     )
-    ok = by_category[Category.SUCCEEDED] == planned
-    return EXIT_OK if ok else EXIT_TASKS_FAILED

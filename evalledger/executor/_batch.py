@@ -31,6 +31,7 @@ import trio
 from evalledger import __version__
 from evalledger.ledger import (
     AnyEvent,
+    EncodedEvent,
     Fingerprint,
     Ledger,
     RunFinished,
@@ -73,6 +74,9 @@ class Callbacks:
     on_task_start: Callable[[ResolvedTask], None] | None = None
     on_task_complete: Callable[[TaskCompleted], None] | None = None
     on_output: Callable[[AnyEvent], None] | None = None
+    # Every committed event, in ledger order (output lines as EncodedEvent rows):
+    # feed a projection from here and it sees exactly what a rebuild would.
+    on_event: Callable[[AnyEvent | EncodedEvent], None] | None = None
 
 
 @dataclass
@@ -171,22 +175,26 @@ async def _run(
     sandbox_root: Path,
 ) -> BatchResult:
     completed: list[TaskCompleted] = []
-    async with open_writer(ledger) as writer:
+    on_committed = None
+    if callbacks.on_event is not None:
+        on_event = callbacks.on_event
+
+        def on_committed(events: Sequence[AnyEvent | EncodedEvent]) -> None:
+            for event in events:
+                on_event(event)
+
+    async with open_writer(ledger, on_committed) as writer:
         ctx = RunContext(
             run_id=config.run_id,
             writer=writer,
-            artifacts_root=config.out_dir / config.run_id / "artifacts",
+            # Absolute: commands see it (direct-write) from their own cwd.
+            artifacts_root=(config.out_dir / config.run_id / "artifacts").resolve(),
             sandbox_root=sandbox_root,
             hurry=kill_now if kill_now is not None else trio.Event(),
             preservation_mode=config.preservation_mode,
             kill_grace=config.kill_grace,
             on_output=callbacks.on_output,
         )
-        await writer.append_durable(_opening(config, tasks, to_run, resume))
-        for skip in skipped:
-            await writer.append(TaskSkipped(run_id=config.run_id, path=skip.path,
-                                            reason=skip.reason))
-        _call(callbacks.on_batch_start, len(to_run))
         status = RunStatus.COMPLETED
         limiter = trio.CapacityLimiter(max(1, config.max_parallel))
 
@@ -198,7 +206,16 @@ async def _run(
             completed.append(result)
             _call(callbacks.on_task_complete, result)
 
+        # Invariant: from the moment run.started is queued, every way out of this
+        # block records a run.finished.
         try:
+            with trio.CancelScope(shield=True):
+                await writer.append_durable(_opening(config, tasks, to_run, resume))
+            for skip in skipped:
+                await writer.append(
+                    TaskSkipped(run_id=config.run_id, path=skip.path, reason=skip.reason)
+                )
+            _call(callbacks.on_batch_start, len(to_run))
             async with trio.open_nursery() as nursery:
                 for task in to_run:
                     await limiter.acquire_on_behalf_of(task.task_key)

@@ -44,7 +44,10 @@ def _inside(sandbox: Path, relative: str) -> Path | str:
     if Path(relative).is_absolute():
         return f"{relative} is an absolute path; criteria paths are relative to the sandbox"
     root = sandbox.resolve()
-    target = (root / relative).resolve()
+    try:
+        target = (root / relative).resolve()
+    except (OSError, RuntimeError) as e:  # 3.11 raises RuntimeError on a symlink loop
+        return f"{relative} cannot be resolved: {e}"
     if not target.is_relative_to(root):
         return f"{relative} resolves outside the sandbox"
     return target

@@ -12,6 +12,9 @@ import json
 from typing import Any
 
 MAX_LINE = 64 * 1024
+# Deeper JSON than this is kept as a plain line: pydantic's serialiser refuses
+# very deep values, and json.loads itself can hit the recursion limit.
+MAX_JSON_DEPTH = 64
 
 
 class LineSplitter:
@@ -85,6 +88,16 @@ def parse_json_object(text: str) -> dict[str, Any] | None:
         return None
     try:
         value = json.loads(stripped)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
-    return value if isinstance(value, dict) else None
+    return value if isinstance(value, dict) and _shallow(value, MAX_JSON_DEPTH) else None
+
+
+def _shallow(value: Any, budget: int) -> bool:
+    if budget < 0:
+        return False
+    if isinstance(value, dict):
+        return all(_shallow(v, budget - 1) for v in value.values())
+    if isinstance(value, list):
+        return all(_shallow(v, budget - 1) for v in value)
+    return True

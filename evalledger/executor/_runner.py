@@ -118,7 +118,9 @@ class _Streams:
                 events.append(TaskEmitted(run_id=run_id, task_key=key, ts=ts, data=data, n=n))
                 if (usage := self.meter.observe(data)) is not None:
                     events.append(self._usage_event(usage, ts))
-                    self._check_budget()
+                # Also without a usage to record: a claude-code transcript's running
+                # estimate grows with each assistant message.
+                self.check_budget()
             else:
                 events.append(encoded(run_id, key, ts, stream, text, n, truncated))
         self.n = n
@@ -144,7 +146,7 @@ class _Streams:
     async def usage(self, usage: Usage) -> None:
         await self.ctx.writer.append(self._usage_event(usage, utc_now()))
 
-    def _check_budget(self) -> None:
+    def check_budget(self) -> None:
         budget = self.task.budget
         if self.exceeded is not None:
             return
@@ -271,12 +273,13 @@ async def _attempt(
         timed_out, exit_code = await _execute(task, ctx, state, sandbox, env)
         if (leftover := meter.finish()) is not None:
             await state.usage(leftover)
+            state.check_budget()
         outcome = Outcome(sandbox, exit_code, state.text("stdout"), state.text("stderr"))
         criteria = await evaluate(task.success_criteria, outcome, env)
-        if timed_out:
-            status, error = FinalStatus.TIMEOUT, f"timed out after {task.timeout:g}s"
-        elif state.exceeded is not None:
+        if state.exceeded is not None:
             status, error = state.exceeded.status, str(state.exceeded)
+        elif timed_out:
+            status, error = FinalStatus.TIMEOUT, f"timed out after {task.timeout:g}s"
         elif all(c.passed for c in criteria):
             status = FinalStatus.SUCCESS
         else:

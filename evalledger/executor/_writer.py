@@ -16,7 +16,8 @@ sender has closed, so events sent while a batch is being cancelled (the
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -25,6 +26,8 @@ import trio
 from evalledger.ledger import AnyEvent, EncodedEvent, Ledger, LedgerError
 
 # Items, each one read's worth of lines: bounds memory, makes fast writers wait.
+log = logging.getLogger("evalledger.executor")
+
 CHANNEL_CAPACITY = 256
 MAX_BATCH = 8192
 
@@ -83,19 +86,30 @@ class LedgerWriter:
         return ack.seq
 
 
+OnCommitted = Callable[[Sequence["AnyEvent | EncodedEvent"]], None]
+
+
 @asynccontextmanager
-async def open_writer(ledger: Ledger) -> AsyncIterator[LedgerWriter]:
-    """Run the writer for the duration of the block; on exit, flush and stop it."""
+async def open_writer(
+    ledger: Ledger, on_committed: OnCommitted | None = None
+) -> AsyncIterator[LedgerWriter]:
+    """Run the writer for the duration of the block; on exit, flush and stop it.
+
+    ``on_committed`` sees every batch, in order, right after its commit and before
+    anyone waiting on it is woken: a live projection fed from it has folded a
+    ``task.completed`` before the task's completion callbacks run.
+    """
     send, receive = trio.open_memory_channel[_Item](CHANNEL_CAPACITY)
     writer = LedgerWriter(send, WriterStats())
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_drain, ledger, receive, writer)
+        nursery.start_soon(_drain, ledger, receive, writer, on_committed)
         async with send:
             yield writer
 
 
 async def _drain(
-    ledger: Ledger, receive: trio.MemoryReceiveChannel[_Item], writer: LedgerWriter
+    ledger: Ledger, receive: trio.MemoryReceiveChannel[_Item], writer: LedgerWriter,
+    on_committed: OnCommitted | None,
 ) -> None:
     one_writer = trio.CapacityLimiter(1)
     with trio.CancelScope(shield=True):
@@ -123,6 +137,11 @@ async def _drain(
                     raise
                 writer.stats.events += len(events)
                 writer.stats.batches += 1
+                if on_committed is not None:
+                    try:
+                        on_committed(events)
+                    except Exception:
+                        log.exception("on_committed hook failed; ignored")
                 position = 0
                 for batch, ack in items:
                     position += len(batch)

@@ -26,7 +26,7 @@ from sqlite_utils.migrations import Migrations
 
 from ._events import utc_now
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APPEND_ONLY_MESSAGE = "events are append-only"
 TRIGGERS = ("events_no_update", "events_no_delete")
 
@@ -71,3 +71,92 @@ def _m0001_events(db: Database) -> None:
         [str(uuid.uuid4()), utc_now()],
     )
     _set_version(db, 1)
+
+
+# The SQL audit interface (SPEC §6). Each view equals what the Python projections
+# say (a property test holds them together):
+# - task_attempts: one row per task.started, joined with its task.completed;
+# - task_results: per (run_id, task_key), the latest attempt that reached a final
+#   status (the summary's per-task row);
+# - runs: one row per run.started; status and finished_at from the latest of
+#   run.finished / run.resumed ('running' while a resume is going); cost_usd is
+#   the sum of priced task.usage, a floor when some usage had no price.
+VIEWS = {
+    "task_attempts": """
+        SELECT s.run_id, s.task_key,
+               json_extract(s.payload, '$.task_id') AS task_id,
+               json_extract(s.payload, '$.variant_id') AS variant_id,
+               json_extract(s.payload, '$.replicate_index') AS replicate_index,
+               json_extract(s.payload, '$.attempt') AS attempt,
+               s.ts AS started_at,
+               c.ts AS completed_at,
+               json_extract(c.payload, '$.final_status') AS final_status,
+               json_extract(c.payload, '$.category') AS category,
+               json_extract(c.payload, '$.duration_seconds') AS duration_seconds,
+               json_extract(c.payload, '$.tokens.input_tokens') AS input_tokens,
+               json_extract(c.payload, '$.tokens.output_tokens') AS output_tokens,
+               json_extract(c.payload, '$.cost_usd') AS cost_usd,
+               json_extract(c.payload, '$.error_message') AS error_message
+        FROM events s
+        LEFT JOIN events c
+          ON c.run_id = s.run_id AND c.task_key = s.task_key AND c.type = 'task.completed'
+         AND json_extract(c.payload, '$.attempt') = json_extract(s.payload, '$.attempt')
+        WHERE s.type = 'task.started'
+    """,
+    "task_results": """
+        SELECT a.* FROM task_attempts a
+        WHERE a.final_status IS NOT NULL
+          AND a.attempt = (
+              SELECT max(b.attempt) FROM task_attempts b
+              WHERE b.run_id = a.run_id AND b.task_key = a.task_key
+                AND b.final_status IS NOT NULL)
+    """,
+    "runs": """
+        SELECT r.run_id,
+               json_extract(r.payload, '$.experiment_id') AS experiment_id,
+               r.ts AS started_at,
+               (SELECT CASE WHEN l.type = 'run.finished' THEN l.ts END
+                  FROM events l
+                 WHERE l.run_id = r.run_id AND l.task_key IS NULL
+                   AND l.type IN ('run.finished', 'run.resumed')
+                 ORDER BY l.seq DESC LIMIT 1) AS finished_at,
+               COALESCE((SELECT CASE WHEN l.type = 'run.finished'
+                                     THEN json_extract(l.payload, '$.status')
+                                     ELSE 'running' END
+                           FROM events l
+                          WHERE l.run_id = r.run_id AND l.task_key IS NULL
+                            AND l.type IN ('run.finished', 'run.resumed')
+                          ORDER BY l.seq DESC LIMIT 1), 'running') AS status,
+               (SELECT count(*) FROM (
+                    SELECT j.value FROM events p, json_each(p.payload, '$.planned') j
+                     WHERE p.run_id = r.run_id AND p.type = 'run.started'
+                    UNION
+                    SELECT j.value FROM events p, json_each(p.payload, '$.to_run') j
+                     WHERE p.run_id = r.run_id AND p.type = 'run.resumed'
+                    UNION
+                    SELECT s.task_key FROM events s
+                     WHERE s.run_id = r.run_id AND s.type = 'task.started')) AS tasks_planned,
+               (SELECT count(*) FROM task_results t
+                 WHERE t.run_id = r.run_id AND t.category = 'succeeded') AS tasks_succeeded,
+               (SELECT count(*) FROM task_results t
+                 WHERE t.run_id = r.run_id AND t.category = 'failed') AS tasks_failed,
+               (SELECT count(*) FROM task_results t
+                 WHERE t.run_id = r.run_id AND t.category = 'error') AS tasks_error,
+               (SELECT COALESCE(sum(json_extract(u.payload, '$.cost_usd')), 0.0) FROM events u
+                 WHERE u.run_id = r.run_id AND u.type = 'task.usage') AS cost_usd
+        FROM events r
+        WHERE r.type = 'run.started' AND r.task_key IS NULL
+    """,
+}
+
+
+@MIGRATIONS(name="0002_views")
+def _m0002_views(db: Database) -> None:
+    # Run-level events only (task_key IS NULL): listing runs without scanning the
+    # task events, at no cost to the task-event appends that dominate the log.
+    db.execute(
+        "CREATE INDEX events_run_level ON events (type, run_id, seq) WHERE task_key IS NULL"
+    )
+    for name, sql in VIEWS.items():
+        db.execute(f"CREATE VIEW {name} AS {sql.strip()}")
+    _set_version(db, 2)

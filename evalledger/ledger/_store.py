@@ -400,12 +400,13 @@ class Ledger:
             return self._conn.execute("SELECT count(*) FROM events").fetchone()[0]
 
     def run_ids(self) -> list[str]:
-        """Every run id, in the order the runs started."""
+        """Every run id, in the order the runs started (through the run-level index)."""
         with self._translate():
             return [
                 r[0]
                 for r in self._conn.execute(
-                    "SELECT run_id FROM events GROUP BY run_id ORDER BY min(seq)"
+                    "SELECT run_id FROM events WHERE task_key IS NULL AND type = 'run.started' "
+                    "ORDER BY seq"
                 )
             ]
 

@@ -1,0 +1,101 @@
+"""Reports rendered from a ``RunSummary``: ``run.json`` and ``run.md``.
+
+Pure functions of the summary: no clock, no environment. A report written at the
+end of a run and one rebuilt from the ledger in another process are therefore
+byte-identical. (There is deliberately no "generated at" field; the ledger
+records when everything happened.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ._summary import RunSummary
+
+
+def render_json(summary: RunSummary) -> str:
+    return summary.model_dump_json(indent=2) + "\n"
+
+
+def _money(value: float | None, complete: bool = True) -> str:
+    if value is None:
+        return "unknown"
+    return f"${value:.4f}" + ("" if complete else "+")
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(summary: RunSummary) -> str:
+    s = summary
+    lines = [
+        f"# Run {s.run_id}",
+        "",
+        f"- Status: **{s.status}**" + (f" (experiment `{s.experiment_id}`)" if s.experiment_id
+                                         else ""),
+        f"- Started: {s.started_at or '-'}",
+        f"- Finished: {s.finished_at or '-'}",
+        f"- Duration: {f'{s.duration_seconds:.1f}s' if s.duration_seconds is not None else '-'}",
+        f"- Max parallel: {s.max_parallel}",
+        f"- Models: {', '.join(s.models) if s.models else '-'}",
+        "",
+        "## Summary",
+        "",
+        "| planned | run | succeeded | failed | (token budget) | (cost budget) | error "
+        "| unfinished | pass rate |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| {s.tasks_planned} | {s.tasks_run} | {s.tasks_succeeded} | {s.tasks_failed} "
+        f"| {s.tasks_token_budget_exceeded} | {s.tasks_cost_budget_exceeded} | {s.tasks_error} "
+        f"| {s.tasks_unfinished} | {s.pass_rate:.1%} |",
+        "",
+        "## Tasks",
+        "",
+        "| task | status | score | duration | tokens | cost | error |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    for row in s.tasks:
+        status = row.final_status.value if row.final_status else "UNFINISHED"
+        score = f"{row.weighted_score:.2f}" if row.weighted_score is not None else "-"
+        duration = f"{row.duration_seconds:.1f}s" if row.duration_seconds is not None else "-"
+        lines.append(
+            f"| {_cell(row.task_key)} | {status} | {score} | {duration} | {row.tokens.total} "
+            f"| {_money(row.cost_usd, row.cost_complete)} "
+            f"| {_cell((row.error_message or '')[:120])} |"
+        )
+    t = s.tokens
+    lines += [
+        "",
+        "## Tokens and cost",
+        "",
+        f"- Input: {t.input_tokens}, output: {t.output_tokens}, cache read: "
+        f"{t.cache_read_tokens}, cache write: {t.cache_write_tokens}",
+        f"- Total cost: {_money(s.total_cost_usd, s.cost_complete)}",
+    ]
+    if not s.cost_complete:
+        lines.append(
+            f"- Cost is a floor: {s.tasks_cost_incomplete} task(s) used a model with no "
+            "price (see `--pricing`)."
+        )
+    if s.fingerprint_drift:
+        lines += ["", "## Drift since the run started", ""]
+        for drift in s.fingerprint_drift:
+            lines.append(f"- at {drift.get('at')}: " + "; ".join(drift.get("lines", [])))
+    if s.skipped_tasks:
+        lines += ["", "## Skipped task files", ""]
+        lines += [f"- `{k.path}`: {_cell(k.reason)}" for k in s.skipped_tasks]
+    lines += ["", "## Environment", ""]
+    lines += [f"- {name}: {value}" for name, value in s.version_consensus.items()]
+    for name, values in s.version_drift.items():
+        spread = ", ".join(f"{v} ({n})" for v, n in values.items())
+        lines.append(f"- **{name} differs across tasks**: {spread}")
+    return "\n".join(lines) + "\n"
+
+
+def write_reports(summary: RunSummary, folder: Path) -> dict[str, Path]:
+    """Write ``run.json`` and ``run.md`` into ``folder``; return their paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {"json": folder / "run.json", "md": folder / "run.md"}
+    paths["json"].write_text(render_json(summary), encoding="utf-8")
+    paths["md"].write_text(render_markdown(summary), encoding="utf-8")
+    return paths

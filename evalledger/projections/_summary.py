@@ -1,0 +1,300 @@
+"""The run summary (``run.json``, SPEC §7) as a fold over one run's events.
+
+The executor feeds this fold every event it commits, so the live progress
+display and the summary written at the end of a run are this fold's output; a
+rebuild from the ledger in another process, months later, replays the same
+events through the same code. That is why they cannot disagree.
+
+Counting rules:
+- a task key counts by its latest attempt that reached a final status (the SQL
+  view ``task_results`` says the same); ``tasks_run`` counts keys that have one,
+  and the three category buckets add up to it (a validator enforces it). Keys
+  planned but never finished are counted apart. (Resume is stricter: a key whose
+  latest attempt was interrupted is run again, see ``_resume``.)
+- tokens and cost are the run's real spend: every ``task.usage`` of every
+  attempt, interrupted ones included. A usage with no price (``cost_usd`` null)
+  makes ``cost_complete`` false and the totals floors; it is never booked as 0.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from evalledger.ledger import (
+    AnyEvent,
+    RunFinished,
+    RunResumed,
+    RunStarted,
+    TaskCompleted,
+    TaskInterrupted,
+    TaskSkipped,
+    TaskStarted,
+    TaskUsage,
+    TokenCounts,
+)
+from evalledger.statuses import Category, FinalStatus
+
+# environment_info keys that are per task by nature, not versions to agree on.
+_NOT_VERSIONS = frozenset({"exit_code"})
+
+
+class TaskRow(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    task_key: str
+    task_id: str
+    variant_id: str
+    replicate_index: int
+    tags: list[str]
+    attempts: int
+    final_status: FinalStatus | None
+    category: Category | None
+    weighted_score: float | None
+    duration_seconds: float | None
+    tokens: TokenCounts
+    cost_usd: float | None
+    cost_complete: bool
+    error_message: str | None
+
+
+class SkippedFile(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    path: str
+    reason: str
+
+
+class RunSummary(BaseModel):
+    """Everything ``run.json`` says about a run. Rebuildable from the ledger alone."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    experiment_id: str | None
+    status: str
+    started_at: str | None
+    finished_at: str | None
+    duration_seconds: float | None
+    max_parallel: int
+    tasks_planned: int
+    tasks_run: int
+    tasks_succeeded: int
+    tasks_failed: int
+    tasks_error: int
+    tasks_token_budget_exceeded: int
+    tasks_cost_budget_exceeded: int
+    tasks_unfinished: int
+    skipped_tasks: list[SkippedFile]
+    pass_rate: float
+    tokens: TokenCounts
+    total_cost_usd: float
+    cost_complete: bool
+    tasks_cost_incomplete: int
+    models: list[str]
+    version_consensus: dict[str, Any]
+    version_drift: dict[str, dict[str, int]]
+    fingerprint_drift: list[dict[str, Any]]
+    tasks: list[TaskRow]
+
+    @model_validator(mode="after")
+    def _buckets_add_up(self) -> RunSummary:
+        if self.tasks_succeeded + self.tasks_failed + self.tasks_error != self.tasks_run:
+            raise ValueError(
+                f"buckets {self.tasks_succeeded}+{self.tasks_failed}+{self.tasks_error} "
+                f"do not add up to tasks_run {self.tasks_run}"
+            )
+        return self
+
+
+class _Spend:
+    """Token and cost accumulator; an unpriced usage turns it into a floor."""
+
+    __slots__ = ("complete", "cost", "tokens")
+
+    def __init__(self) -> None:
+        self.tokens = dict.fromkeys(TokenCounts.model_fields, 0)
+        self.cost = 0.0
+        self.complete = True
+
+    def add(self, usage: TaskUsage) -> None:
+        for kind in self.tokens:
+            self.tokens[kind] += getattr(usage, kind)
+        if usage.cost_usd is None:
+            self.complete = False
+        else:
+            self.cost += usage.cost_usd
+
+
+class _Key:
+    """One task key's state: its latest attempt and what it finished with."""
+
+    __slots__ = ("attempts", "completed", "replicate_index", "spend", "tags", "task_id",
+                 "variant_id")
+
+    def __init__(self, started: TaskStarted) -> None:
+        self.task_id = started.task_id
+        self.variant_id = started.variant_id
+        self.replicate_index = started.replicate_index
+        self.tags = list(started.tags)
+        self.attempts = 0
+        self.completed: TaskCompleted | None = None
+        self.spend = _Spend()  # every attempt's, for tasks_cost_incomplete
+
+
+class SummaryFold:
+    """Folds one run's events into a ``RunSummary``; feed it live or from the ledger."""
+
+    TYPES = frozenset({
+        "run.started", "run.resumed", "run.finished", "task.skipped", "task.started",
+        "task.usage", "task.completed", "task.interrupted",
+    })
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.experiment_id: str | None = None
+        self.started_at: str | None = None
+        self.finished_at: str | None = None
+        self.status = "running"
+        self.max_parallel = 1
+        self.planned: dict[str, None] = {}
+        self.skipped: list[SkippedFile] = []
+        self.drift: list[dict[str, Any]] = []
+        self.keys: dict[str, _Key] = {}
+        self.spend = _Spend()
+        self.models: set[str] = set()
+        self.running: set[str] = set()
+
+    def apply(self, event: AnyEvent) -> None:
+        if event.type not in self.TYPES or event.run_id != self.run_id:
+            return
+        if isinstance(event, TaskUsage):
+            self.spend.add(event)
+            key = self.keys.get(event.task_key)
+            if key is not None:
+                key.spend.add(event)
+            if event.model:
+                self.models.add(event.model)
+        elif isinstance(event, TaskStarted):
+            key = self.keys.get(event.task_key)
+            if key is None:
+                key = self.keys[event.task_key] = _Key(event)
+            key.attempts = max(key.attempts, event.attempt)
+            self.planned.setdefault(event.task_key, None)
+            self.running.add(event.task_key)
+        elif isinstance(event, TaskCompleted):
+            key = self.keys.get(event.task_key)
+            if key is not None and (not key.completed or event.attempt >= key.completed.attempt):
+                key.completed = event
+            self.running.discard(event.task_key)
+        elif isinstance(event, TaskInterrupted):
+            self.running.discard(event.task_key)
+        elif isinstance(event, RunStarted):
+            self.experiment_id = event.experiment_id
+            self.started_at = event.ts
+            self.max_parallel = event.max_parallel
+            self.planned.update(dict.fromkeys(event.planned))
+        elif isinstance(event, RunResumed):
+            self.max_parallel = event.max_parallel
+            self.status = "running"
+            self.finished_at = None
+            self.planned.update(dict.fromkeys(event.to_run))
+            if event.drift:
+                self.drift.append({"at": event.ts, **event.drift})
+        elif isinstance(event, RunFinished):
+            self.finished_at = event.ts
+            self.status = event.status.value
+            self.running.clear()
+        elif isinstance(event, TaskSkipped):
+            self.skipped.append(SkippedFile(path=event.path, reason=event.reason))
+
+    # -- the live view reads these directly ----------------------------------------------------
+
+    def counts(self) -> dict[Category, int]:
+        counts = dict.fromkeys(Category, 0)
+        for key in self.keys.values():
+            if key.completed is not None:
+                counts[key.completed.category] += 1
+        return counts
+
+    def summary(self) -> RunSummary:
+        rows = [self._row(k, self.keys[k]) for k in sorted(self.keys)]
+        finished = [r for r in rows if r.final_status is not None]
+        counts = self.counts()
+        statuses = [r.final_status for r in finished]
+        consensus, drift = self._versions()
+        return RunSummary(
+            run_id=self.run_id,
+            experiment_id=self.experiment_id,
+            status=self.status,
+            started_at=self.started_at,
+            finished_at=self.finished_at,
+            duration_seconds=_seconds_between(self.started_at, self.finished_at),
+            max_parallel=self.max_parallel,
+            tasks_planned=len(self.planned),
+            tasks_run=len(finished),
+            tasks_succeeded=counts[Category.SUCCEEDED],
+            tasks_failed=counts[Category.FAILED],
+            tasks_error=counts[Category.ERROR],
+            tasks_token_budget_exceeded=statuses.count(FinalStatus.TOKEN_BUDGET_EXCEEDED),
+            tasks_cost_budget_exceeded=statuses.count(FinalStatus.COST_BUDGET_EXCEEDED),
+            tasks_unfinished=len(self.planned) - len(finished),
+            skipped_tasks=list(self.skipped),
+            pass_rate=round(counts[Category.SUCCEEDED] / len(finished), 6) if finished else 0.0,
+            tokens=TokenCounts(**self.spend.tokens),
+            total_cost_usd=round(self.spend.cost, 10),
+            cost_complete=self.spend.complete,
+            tasks_cost_incomplete=sum(1 for k in self.keys.values() if not k.spend.complete),
+            models=sorted(self.models),
+            version_consensus=consensus,
+            version_drift=drift,
+            fingerprint_drift=list(self.drift),
+            tasks=rows,
+        )
+
+    def _row(self, task_key: str, key: _Key) -> TaskRow:
+        done = key.completed
+        return TaskRow(
+            task_key=task_key,
+            task_id=key.task_id,
+            variant_id=key.variant_id,
+            replicate_index=key.replicate_index,
+            tags=key.tags,
+            attempts=key.attempts,
+            final_status=done.final_status if done else None,
+            category=done.category if done else None,
+            weighted_score=done.weighted_score if done else None,
+            duration_seconds=done.duration_seconds if done else None,
+            tokens=done.tokens if done else TokenCounts(),
+            cost_usd=done.cost_usd if done else None,
+            cost_complete=done.cost_complete if done else True,
+            error_message=done.error_message if done else None,
+        )
+
+    def _versions(self) -> tuple[dict[str, Any], dict[str, dict[str, int]]]:
+        seen: dict[str, dict[str, int]] = {}
+        for key in self.keys.values():
+            if key.completed is None:
+                continue
+            for name, value in key.completed.environment_info.items():
+                if name in _NOT_VERSIONS:
+                    continue
+                text = value if isinstance(value, str) else repr(value)
+                by_value = seen.setdefault(name, {})
+                by_value[text] = by_value.get(text, 0) + 1
+        consensus = {n: next(iter(v)) for n, v in sorted(seen.items()) if len(v) == 1}
+        drift = {n: dict(sorted(v.items())) for n, v in sorted(seen.items()) if len(v) > 1}
+        return consensus, drift
+
+
+def _seconds_between(start: str | None, end: str | None) -> float | None:
+    if start is None or end is None:
+        return None
+    delta = _parse_ts(end) - _parse_ts(start)
+    return round(delta.total_seconds(), 6)
+
+
+def _parse_ts(ts: str) -> datetime:
+    return datetime.fromisoformat(ts.replace("Z", "+00:00"))
