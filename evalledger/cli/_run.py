@@ -14,16 +14,23 @@ import signal
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 import trio
 
-from evalledger.executor import BatchConfig, BatchResult, Callbacks, run_batch
+from evalledger.executor import BatchConfig, BatchResult, Callbacks, Resume, run_batch
 from evalledger.ledger import AnyEvent, Ledger, TaskCompleted
-from evalledger.pricing import rate_for
+from evalledger.pricing import load_pricing_file, rate_for
 from evalledger.projections import RunSummary, SummaryFold, write_reports
-from evalledger.tasks import Overrides, TaskLoadError, TaskSet, load_tasks
+from evalledger.tasks import (
+    Overrides,
+    ResolvedTask,
+    Skipped,
+    TaskLoadError,
+    TaskSet,
+    load_tasks,
+)
 
 from ._errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TASKS_FAILED, UserError
 from ._main import Settings, cli, pass_settings
@@ -84,7 +91,8 @@ def _load(
 
 
 async def _run_with_signals(
-    ledger: Ledger, task_set: TaskSet, config: BatchConfig, callbacks: Callbacks
+    ledger: Ledger, tasks: list[ResolvedTask], skipped: list[Skipped], config: BatchConfig,
+    callbacks: Callbacks, resume: Resume | None,
 ) -> BatchResult | None:
     """Run the batch; return None when it was interrupted by a signal."""
     hurry = trio.Event()
@@ -109,7 +117,7 @@ async def _run_with_signals(
             nursery.start_soon(watch)
             with batch:
                 result = await run_batch(
-                    ledger, task_set.tasks, config, callbacks, skipped=task_set.skipped,
+                    ledger, tasks, config, callbacks, skipped=skipped, resume=resume,
                     kill_now=hurry,
                 )
             nursery.cancel_scope.cancel()
@@ -135,6 +143,8 @@ async def _run_with_signals(
 @click.option("--preservation-mode", type=click.Choice(["none", "move-on-write", "direct-write"]),
               default="move-on-write", show_default=True,
               help="What happens to each task's sandbox.")
+@click.option("--pricing", type=click.Path(exists=True, dir_okay=False),
+              help="A YAML rate card adding model prices (USD per million tokens).")
 @click.option("--stream", is_flag=True, help="Print task output as it arrives.")
 @click.option("--durable", is_flag=True,
               help="synchronous=FULL: every commit survives power loss, not just a crash.")
@@ -143,7 +153,7 @@ def run(
     settings: Settings, paths: tuple[str, ...], experiment: str | None, tags: tuple[str, ...],
     exclude_tags: tuple[str, ...], max_parallel: int | None, repeats: int | None,
     run_id: str | None, out: Path, timeout: float | None, max_cost: float | None,
-    preservation_mode: str, stream: bool, durable: bool,
+    preservation_mode: str, pricing: str | None, stream: bool, durable: bool,
 ) -> None:
     """Run a batch of tasks and record every event in the ledger.
 
@@ -157,6 +167,7 @@ def run(
     """
     if run_id is not None and not RUN_ID_PATTERN.match(run_id):
         raise UserError(f"invalid --run-id {run_id!r}: use letters, digits, '.', '_' or '-'")
+    load_pricing(pricing)
     overrides = Overrides(timeout=timeout, repeats=repeats)
     task_set = _load(paths, experiment, tags, exclude_tags, overrides)
     run_id = run_id or new_run_id()
@@ -173,10 +184,9 @@ def run(
         "out": str(out.resolve()),
         "cwd": os.getcwd(),
         "max_parallel": parallel,
+        "pricing": str(Path(pricing).resolve()) if pricing else None,
     }
-    unpriced = sorted({t.model for t in task_set.tasks if t.model and rate_for(t.model) is None})
-    for model in unpriced:
-        click.echo(f"warning: no price for model {model!r}: its cost will be unknown", err=True)
+    unpriced = _unpriced(task_set.tasks)
     config = BatchConfig(
         run_id=run_id, max_parallel=parallel, out_dir=out, max_cost_usd=max_cost,
         preservation_mode=preservation_mode,  # type: ignore[arg-type]
@@ -186,20 +196,50 @@ def run(
         if run_id in ledger.run_ids():
             raise UserError(f"run {run_id} already exists in {ledger.path}; resume it instead")
         click.echo(run_id)
-        printer = _Printer(stream)
-        live = SummaryFold(run_id)
-        callbacks = Callbacks(
-            on_task_complete=printer.on_complete,
-            on_output=printer.on_output if stream else None,
-            on_event=live.apply,
-        )
-        result = trio.run(_run_with_signals, ledger, task_set, config, callbacks)
+        execute(ledger, task_set.tasks, task_set.skipped, config, stream=stream)
+
+
+def _unpriced(tasks: list[ResolvedTask]) -> list[str]:
+    unpriced = sorted({t.model for t in tasks if t.model and rate_for(t.model) is None})
+    for model in unpriced:
+        click.echo(f"warning: no price for model {model!r}: its cost will be unknown", err=True)
+    return unpriced
+
+
+def load_pricing(path: str | None) -> None:
+    if path is None:
+        return
+    try:
+        load_pricing_file(path)
+    except ValueError as e:  # PricingConflict included
+        raise UserError(str(e)) from e
+
+
+def execute(
+    ledger: Ledger, tasks: list[ResolvedTask], skipped: list[Skipped], config: BatchConfig,
+    *, stream: bool, resume: Resume | None = None, live: SummaryFold | None = None,
+) -> NoReturn:
+    """Run the batch, write the reports from the live summary, exit with the run's code.
+
+    ``live`` may arrive already holding the run's earlier events (a resume).
+    """
+    printer = _Printer(stream)
+    live = live or SummaryFold(config.run_id)
+    callbacks = Callbacks(
+        on_task_complete=printer.on_complete,
+        on_output=printer.on_output if stream else None,
+        on_event=live.apply,
+    )
+    result = trio.run(_run_with_signals, ledger, tasks, skipped, config, callbacks, resume)
     summary = live.summary()
-    paths = write_reports(summary, out / run_id)
+    paths = write_reports(summary, config.out_dir / config.run_id)
     click.echo(_summary_line(summary))
     click.echo(f"reports: {paths['md']} {paths['json']}")
     if result is None:
-        click.echo(f"run {run_id} interrupted; resume with: evalledger resume {run_id}", err=True)
+        click.echo(
+            f"run {config.run_id} interrupted; resume with: evalledger resume {config.run_id}",
+            err=True,
+        )
         sys.exit(EXIT_INTERRUPTED)
     sys.exit(EXIT_OK if summary.tasks_succeeded == summary.tasks_planned else EXIT_TASKS_FAILED)
 

@@ -1,0 +1,97 @@
+"""``evalledger resume``: run what a run left unfinished, after checking for drift.
+
+The tasks are resolved again from the configuration recorded in ``run.started``
+(absolute paths, so it works from any folder). What changed since the run's
+fingerprint was stored is printed as drift; ``--strict`` refuses to go on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from evalledger.executor import BatchConfig, Resume, fingerprint
+from evalledger.projections import SummaryFold, compute_drift, fold
+from evalledger.tasks import Overrides
+
+from ._common import rebuild_resume, resolve_run
+from ._errors import EXIT_OK, UserError
+from ._main import Settings, cli, pass_settings
+from ._run import _load, _unpriced, execute, load_pricing
+
+
+@cli.command()
+@click.argument("run")
+@click.option("--strict", is_flag=True, help="Refuse to resume when the configuration drifted.")
+@click.option("--retry-errors", is_flag=True,
+              help="Also re-run tasks that ended in the error category (ERROR, BUILD_FAILED).")
+@click.option("-j", "--max-parallel", type=click.IntRange(min=1),
+              help="Tasks at once (default: as the run had it).")
+@click.option("--stream", is_flag=True, help="Print task output as it arrives.")
+@click.option("--durable", is_flag=True, help="synchronous=FULL for this resume's commits.")
+@pass_settings
+def resume(
+    settings: Settings, run: str, strict: bool, retry_errors: bool, max_parallel: int | None,
+    stream: bool, durable: bool,
+) -> None:
+    """Resume a run: run its unfinished tasks (and, on request, its errors) again.
+
+    RUN is a run id, a unique prefix, or `latest`. Tasks with a final status are
+    kept; interrupted and never-started ones run, as a new attempt. Drift since
+    the run began (an edited task, a changed option) is printed and, with
+    --strict, refused.
+
+    Example:
+
+        evalledger resume latest --retry-errors
+    """
+    with settings.open_ledger(durable=durable) as ledger:
+        run_id = resolve_run(ledger, run)
+        state = rebuild_resume(ledger, run_id)
+        if not state.found:
+            raise UserError(f"run {run_id} has no run.started event; it cannot be resumed")
+        options = dict(state.config)
+        load_pricing(options.get("pricing"))
+        task_set = _load(
+            tuple(options.get("paths") or ()), options.get("experiment"),
+            tuple(options.get("tags") or ()), tuple(options.get("exclude_tags") or ()),
+            Overrides(timeout=options.get("timeout"), repeats=options.get("repeats")),
+        )
+        parallel = max_parallel or int(options.get("max_parallel") or 1)
+        options["max_parallel"] = parallel
+        drift = compute_drift(state.fingerprint, fingerprint(options, task_set.tasks))
+        for line in drift.lines():
+            click.echo(f"drift: {line}", err=True)
+        if drift.any and strict:
+            raise UserError(
+                f"run {run_id} drifted since it started ({len(drift.lines())} difference(s)); "
+                "resume without --strict to go on anyway"
+            )
+        partition = state.partition(retry_errors=retry_errors)
+        defined = {t.task_key for t in task_set.tasks}
+        for key in partition.to_run:
+            if key not in defined:
+                click.echo(f"warning: {key} is no longer defined; it cannot run", err=True)
+        to_run = [t for t in task_set.tasks if t.task_key in set(partition.to_run)]
+        click.echo(run_id)
+        if not to_run:
+            click.echo(f"run {run_id}: nothing to resume ({len(partition.kept)} tasks kept)")
+            raise SystemExit(EXIT_OK)
+        click.echo(f"resuming {len(to_run)} task(s), keeping {len(partition.kept)}", err=True)
+        config = BatchConfig(
+            run_id=run_id, max_parallel=parallel, out_dir=Path(options.get("out") or "runs"),
+            max_cost_usd=options.get("max_cost_usd"),
+            preservation_mode=options.get("preservation_mode") or "move-on-write",
+            experiment_id=task_set.experiment_id, options=options,
+            unpriced_models=_unpriced(task_set.tasks),
+        )
+        live = fold(SummaryFold(run_id), ledger.events(run_id, types=SummaryFold.TYPES))
+        execute(
+            ledger, to_run, [], config, stream=stream, live=live,
+            resume=Resume(
+                skip=frozenset(t.task_key for t in task_set.tasks) - {t.task_key for t in to_run},
+                attempts=partition.attempts,
+                drift={"lines": drift.lines()} if drift.any else {},
+            ),
+        )
