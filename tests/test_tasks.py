@@ -595,11 +595,6 @@ def test_a_missing_experiment_file_raises(tmp_path: Path) -> None:
         load_tasks(experiment=tmp_path / "nope.yaml")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: duplicate variant_id values are accepted and produce duplicate task keys "
-    "(run_batch then crashes in CapacityLimiter.acquire_on_behalf_of)",
-)
 def test_duplicate_variant_ids_are_rejected(tmp_path: Path) -> None:
     write(tmp_path / "tasks" / "t.yaml", MINIMAL)
     experiment = write(
@@ -611,12 +606,6 @@ def test_duplicate_variant_ids_are_rejected(tmp_path: Path) -> None:
         load_tasks(experiment=experiment)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a workdir set in experiment defaults (or a variant) is resolved against "
-    "each task file's folder, not the experiment file that set it, although _resolve "
-    "says 'Relative to the file that set it'",
-)
 def test_a_workdir_from_experiment_defaults_is_relative_to_the_experiment_file(
     tmp_path: Path,
 ) -> None:
@@ -641,9 +630,20 @@ def test_definition_hash_ignores_replicate_index_and_key(tmp_path: Path) -> None
 
     assert len({t.task_key for t in tasks}) == 3
     assert len({t.definition_hash for t in tasks}) == 1
-    assert tasks[0].definition_hash == content_hash(tasks[0].definition())
     assert "task_key" not in tasks[0].definition()
     assert "replicate_index" not in tasks[0].definition()
+
+
+def test_definition_hash_ignores_where_the_suite_sits(tmp_path: Path) -> None:
+    # Moving a whole suite (task file and its workdir together) is not drift.
+    for home in ("a", "b/deeper"):
+        write(tmp_path / home / "fixtures" / "w" / "f.txt", "x")
+        write(tmp_path / home / "t.yaml", MINIMAL + "workdir: fixtures/w\n")
+    here, there = (load_tasks([tmp_path / h / "t.yaml"]).tasks[0] for h in ("a", "b/deeper"))
+
+    assert here.source != there.source and here.workdir != there.workdir
+    assert here.definition_hash == there.definition_hash
+    assert here.definition_hash != content_hash(here.definition())
 
 
 def test_definition_hash_is_stable_across_loads(tmp_path: Path) -> None:

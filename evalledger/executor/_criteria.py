@@ -23,7 +23,7 @@ from evalledger.tasks import (
     RunCommand,
 )
 
-from ._process import end_group, spawn
+from ._process import end_group, kill_group, spawn
 
 MAX_FILE_BYTES = 64 * 1024 * 1024
 _DETAIL_TAIL = 400
@@ -105,6 +105,7 @@ async def _run_command(
                 nursery.start_soon(collect, process.stdout)
                 nursery.start_soon(collect, process.stderr)
                 await process.wait()
+                kill_group(process.pid)  # leftovers would hold the pipes open
     finally:
         with trio.CancelScope(shield=True):
             await end_group(process)

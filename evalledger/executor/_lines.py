@@ -11,10 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic_core import PydanticSerializationError, to_json
+
 MAX_LINE = 64 * 1024
-# Deeper JSON than this is kept as a plain line: pydantic's serialiser refuses
-# very deep values, and json.loads itself can hit the recursion limit.
-MAX_JSON_DEPTH = 64
 
 
 class LineSplitter:
@@ -39,9 +38,10 @@ class LineSplitter:
         else:
             self._pending = data[cut + 1 :]
             out = self._lines(data[:cut])
-        if len(self._pending) > self._max:
+        # One byte of grace for a "\r": it may turn out to end the line (CRLF).
+        if len(self._pending) > self._max + self._pending.endswith(b"\r"):
             if not self._dropping:
-                out.append(self._cut(self._pending))
+                out.append(self._cut(self._pending, complete=False))
                 self._dropping = True
             self._pending = b""
         return out
@@ -54,21 +54,22 @@ class LineSplitter:
 
     def _lines(self, block: bytes) -> list[tuple[str, bool]]:
         lines = decode(block).split("\n")
-        if self._dropping:
-            # The first line is the tail of a line already recorded as truncated.
-            self._dropping = False
-            del lines[0]
-        # A character is at most 4 bytes: shorter lines cannot be over the limit.
-        suspect = self._max // 4
-        return [
-            (line[:-1] if line.endswith("\r") else line, False)
-            if len(line) <= suspect
-            else self._cut(line.encode())
-            for line in lines
-        ]
+        skip_first = self._dropping  # the tail of a line already recorded as truncated
+        self._dropping = False
+        # A character stands for at most 4 bytes (an invalid byte run, replaced, for
+        # at most 3): lines this short cannot be over the limit. The common case.
+        if max(map(len, lines)) <= self._max // 4:
+            return [
+                (line[:-1] if line.endswith("\r") else line, False)
+                for line in lines[1 if skip_first else 0 :]
+            ]
+        # Some line may be long: measure it in bytes, as written. The byte lines
+        # correspond one to one (replacement never swallows a newline).
+        raw = block.split(b"\n")
+        return [self._cut(raw_line, complete=True) for raw_line in raw[1 if skip_first else 0 :]]
 
-    def _cut(self, line: bytes) -> tuple[str, bool]:
-        if line.endswith(b"\r"):
+    def _cut(self, line: bytes, *, complete: bool) -> tuple[str, bool]:
+        if complete and line.endswith(b"\r"):
             line = line[:-1]
         if len(line) > self._max:
             return decode(line[: self._max]), True
@@ -88,16 +89,12 @@ def parse_json_object(text: str) -> dict[str, Any] | None:
         return None
     try:
         value = json.loads(stripped)
-    except (ValueError, RecursionError):
+        if not isinstance(value, dict):
+            return None
+        # What json.loads accepts the ledger may not store (a lone surrogate escape
+        # such as "\ud800", nesting past the serialiser's limit): such a line is
+        # recorded as plain text instead of killing the writer.
+        to_json(value)
+    except (ValueError, RecursionError, PydanticSerializationError):
         return None
-    return value if isinstance(value, dict) and _shallow(value, MAX_JSON_DEPTH) else None
-
-
-def _shallow(value: Any, budget: int) -> bool:
-    if budget < 0:
-        return False
-    if isinstance(value, dict):
-        return all(_shallow(v, budget - 1) for v in value.values())
-    if isinstance(value, list):
-        return all(_shallow(v, budget - 1) for v in value)
-    return True
+    return value

@@ -50,6 +50,7 @@ from ._writer import LedgerWriter, WriterFailed
 
 log = logging.getLogger("evalledger.executor")
 
+MAX_ENV_PROMPT = 64 * 1024
 # Output kept in memory for output_contains criteria; the ledger has all of it.
 MAX_KEPT_OUTPUT = 16 * 1024 * 1024
 
@@ -260,10 +261,13 @@ async def _attempt(
             sandbox = _sandbox.prepare(*prepare)
         else:
             sandbox = await trio.to_thread.run_sync(_sandbox.prepare, *prepare)
+        prompt = task.prompt or ""
         env = {
             **ctx.base_env,
             **task.env,
-            "EVALLEDGER_PROMPT": task.prompt or "",
+            # Linux refuses one environment string over 128 KiB (exec fails with
+            # E2BIG); a longer prompt is on stdin only.
+            "EVALLEDGER_PROMPT": prompt if len(prompt) <= MAX_ENV_PROMPT else "",
             "EVALLEDGER_TASK_KEY": task.task_key,
             "EVALLEDGER_RUN_ID": ctx.run_id,
             "EVALLEDGER_SANDBOX": str(sandbox),

@@ -120,7 +120,10 @@ class UsageMeter:
             raw = data.get("usage") if isinstance(data.get("usage"), dict) else {}
             totals = _from_anthropic(self.model, raw)
             usage = _priced(self.model, data.get("total_cost_usd"), **_token_fields(totals))
+            # A command may run the CLI again (plan, then implement): later messages
+            # start a new estimate rather than re-counting this session's.
             self._estimate = None
+            self._messages.clear()
             self._account(usage)
             return usage
         return None

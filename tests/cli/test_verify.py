@@ -28,6 +28,7 @@ from click.testing import CliRunner
 import evalledger
 from evalledger.cli import cli
 from evalledger.ledger import (
+    SCHEMA_VERSION,
     Ledger,
     RunFinished,
     RunStarted,
@@ -178,7 +179,7 @@ def test_intact_ledger_is_ok(invoke: Invoke, ledger_file: Path) -> None:
     assert out.exit_code == 0, out
     lines = out.stdout.splitlines()
     assert len(lines) == 1, out.stdout
-    assert lines[0].startswith(f"OK: {ledger_file}: 6 events, schema version 1")
+    assert lines[0].startswith(f"OK: {ledger_file}: 6 events, schema version {SCHEMA_VERSION}")
     assert lines[0].endswith(f"last hash {_last_hash(ledger_file)}")
     assert out.stderr == ""
     assert ledger_file.read_bytes() == content, "verify wrote to the ledger"

@@ -658,12 +658,6 @@ def test_kill_now_after_cancel_skips_the_grace_period(
     assert marks["end"] - marks["kill"] < 1.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a cancellation landing after run.started is committed but before "
-    "_run's try-block (while task.skipped events are queued, or while waiting for "
-    "run.started's commit) leaves the run without run.finished(interrupted)",
-)
 def test_cancel_while_recording_skipped_files_still_finishes_the_run(
     tmp_path: Path, ledger: Ledger
 ) -> None:

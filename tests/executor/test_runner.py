@@ -33,6 +33,7 @@ from evalledger.ledger import (
     TaskEmitted,
     TaskOutput,
     TaskUsage,
+    verify,
 )
 from evalledger.pricing import price
 from evalledger.statuses import Category, FinalStatus, RunStatus
@@ -84,7 +85,9 @@ def run(
         preservation_mode=mode,  # type: ignore[arg-type]
         kill_grace=0.5,
     )
-    return trio.run(run_batch, ledger, list(tasks), config)
+    result = trio.run(run_batch, ledger, list(tasks), config)
+    assert verify(ledger).ok
+    return result
 
 
 def completed(result: BatchResult, ledger: Ledger, task: ResolvedTask) -> TaskCompleted:
@@ -172,7 +175,9 @@ for i in range(1, 4):
 print("done")
 """
 
-CHECK_RESULT = "import pathlib, sys; sys.exit(pathlib.Path('result.txt').read_text() != 'hello world')"
+CHECK_RESULT = (
+    "import pathlib, sys; sys.exit(pathlib.Path('result.txt').read_text() != 'hello world')"
+)
 
 
 def test_success_all_criteria_pass(ledger: Ledger, tmp_path: Path) -> None:
@@ -274,13 +279,6 @@ def test_large_prompt_read_from_stdin(ledger: Ledger, tmp_path: Path) -> None:
     assert lines(ledger, task) == [f"120000 {digest}", "True"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the whole prompt is also put in the EVALLEDGER_PROMPT environment "
-    "variable; Linux refuses one environment string over 128 KiB (MAX_ARG_STRLEN), so "
-    "exec fails with E2BIG and any task with a prompt over ~128 KiB ends in ERROR "
-    "'OSError: [Errno 7] Argument list too long' without running",
-)
 def test_prompt_over_128_kib(ledger: Ledger, tmp_path: Path) -> None:
     body = """
     import sys
@@ -458,13 +456,6 @@ def test_run_command_criterion_sees_the_task_environment(ledger: Ledger, tmp_pat
     assert completed(result, ledger, task).final_status == FinalStatus.SUCCESS
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a run_command criterion whose command leaves a background child holding "
-    "its stdout/stderr is waited on until the criterion's own timeout and reported as "
-    "'timed out', although the command exited with the expected code (the main command "
-    "kills its group when the leader exits; _criteria._run_command does not)",
-)
 def test_run_command_criterion_with_background_child(ledger: Ledger, tmp_path: Path) -> None:
     task = make_task(
         "bgcheck",
@@ -481,13 +472,13 @@ def test_run_command_criterion_with_background_child(ledger: Ledger, tmp_path: P
 # -- timeouts and process groups -----------------------------------------------------------
 
 SPAWNER = """
-import subprocess, sys, time
+import os, subprocess, sys, time
 from pathlib import Path
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
 Path(sys.argv[1]).write_text(f"{os.getpid()} {child.pid}")
 print("started", flush=True)
 time.sleep(60)
-""".replace("import subprocess", "import os, subprocess")
+"""
 
 
 def test_timeout_kills_the_command_and_its_children(ledger: Ledger, tmp_path: Path) -> None:
@@ -898,20 +889,11 @@ def test_claude_code_without_result_records_the_estimate(ledger: Ledger, tmp_pat
     assert done.cost_complete
 
 
-CLAUDE_BUDGET_BUG = (
-    "BUG: with stream_format claude-code the budget is only checked when "
-    "UsageMeter.observe returns a usage (the result line); assistant messages update "
-    "the running estimate but _Streams.lines never calls _check_budget for them, and the "
-    "estimate recorded at the end (finish()) is not checked either: budgets are not "
-    "enforced live, and a transcript without a result line that overruns its budget "
-    "ends TIMEOUT or SUCCESS"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=CLAUDE_BUDGET_BUG)
 def test_claude_code_token_budget_uses_the_running_estimate(
     ledger: Ledger, tmp_path: Path
 ) -> None:
+    """Regression: budgets were only checked on the result line (assistant messages
+    update the running estimate but never triggered the check)."""
     # msg_01 brings the estimate to 17,124 tokens, msg_02 to 34,470: past 20,000
     task = claude_task(tmp_path, "ccbudget", TRANSCRIPT, "hang", timeout=2,
                        budget={"max_tokens": 20_000})
@@ -925,10 +907,10 @@ def test_claude_code_token_budget_uses_the_running_estimate(
     check_usage_matches(ledger, task, done)
 
 
-@pytest.mark.xfail(strict=True, reason=CLAUDE_BUDGET_BUG)
 def test_claude_code_budget_checked_on_the_final_estimate(
     ledger: Ledger, tmp_path: Path
 ) -> None:
+    """Regression: the estimate recorded at the end (finish()) was not checked."""
     task = claude_task(tmp_path, "ccfinal", TRANSCRIPT, "exit", timeout=5,
                        budget={"max_tokens": 20_000})
     result = run(ledger, tmp_path, task)
@@ -938,13 +920,15 @@ def test_claude_code_budget_checked_on_the_final_estimate(
 
 
 def test_claude_code_result_over_budget(ledger: Ledger, tmp_path: Path) -> None:
-    task = claude_task(tmp_path, "ccresult", [*TRANSCRIPT, RESULT], "exit", timeout=5,
-                       budget={"max_cost_usd": 0.01})
+    # the running estimate peaks at $0.0310: under budget until the result line
+    expensive = {**RESULT, "total_cost_usd": 0.0623}
+    task = claude_task(tmp_path, "ccresult", [*TRANSCRIPT, expensive], "exit", timeout=5,
+                       budget={"max_cost_usd": 0.05})
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)
     assert done.final_status == FinalStatus.COST_BUDGET_EXCEEDED
-    assert done.cost_usd == 0.0123
-    assert done.error_message == "spent $0.0123, budget $0.0100"
+    assert done.cost_usd == 0.0623
+    assert done.error_message == "spent $0.0623, budget $0.0500"
 
 
 # -- lines ---------------------------------------------------------------------------------
@@ -1047,19 +1031,29 @@ def test_json_object_lines_become_events(ledger: Ledger, tmp_path: Path) -> None
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a stdout JSON object nested ~300 deep passes json.loads but pydantic's "
-    "serializer refuses it ('Maximum serialization depth exceeded') inside the ledger "
-    "writer thread; the writer dies and run_batch raises, losing the run",
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # regression: a ~300-deep object killed the ledger writer
+        pytest.param('{"a": ' + "[" * 300 + "]" * 300 + "}", id="nested-300-deep"),
+        # regression: a lone surrogate escape, as JSON.stringify writes a broken string
+        pytest.param('{"text": "broken \\ud800 pair"}', id="lone-surrogate-escape"),
+        pytest.param('{"a": ' + "[" * 100 + "]" * 100 + "}", id="nested-100-deep"),
+    ],
 )
-def test_deeply_nested_json_line_does_not_kill_the_batch(ledger: Ledger, tmp_path: Path) -> None:
-    depth = 300
-    body = f"""
-    print('{{"a": ' + '[' * {depth} + ']' * {depth} + '}}')
+def test_unstorable_json_line_does_not_kill_the_batch(
+    ledger: Ledger, tmp_path: Path, line: str
+) -> None:
+    (tmp_path / "line.txt").write_text(line)
+    body = """
+    import sys
+    print(open(sys.argv[1]).read(), flush=True)
     print("after")
     """
-    task = make_task("deep", script(tmp_path, "deep", body), timeout=5)
+    task = make_task("unstorable", script(tmp_path, "unstorable", body,
+                                          str(tmp_path / "line.txt")), timeout=5)
     other = make_task("other", [PY, "-c", "print('ok')"], timeout=5)
     try:
         result = run(ledger, tmp_path, task, other)
@@ -1068,17 +1062,11 @@ def test_deeply_nested_json_line_does_not_kill_the_batch(ledger: Ledger, tmp_pat
     assert result.status == RunStatus.COMPLETED
     assert completed(result, ledger, other).final_status == FinalStatus.SUCCESS
     assert completed(result, ledger, task).final_status == FinalStatus.SUCCESS
+    assert lines(ledger, task)[-1] == "after"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a stdout line that is a JSON object nested deeper than the interpreter's "
-    "recursion limit makes json.loads raise RecursionError (not ValueError), which "
-    "parse_json_object does not catch: the task ends in ERROR with the uninformative "
-    "message 'ExceptionGroup: Exceptions from Trio nursery (1 sub-exception)' instead of "
-    "recording the line as task.output",
-)
 def test_json_line_nested_past_the_recursion_limit(ledger: Ledger, tmp_path: Path) -> None:
+    """Regression: json.loads raised RecursionError, uncaught: the task ended in ERROR."""
     depth = 5000
     body = f"""
     print('{{"a": ' + '[' * {depth} + ']' * {depth} + '}}')
@@ -1088,7 +1076,8 @@ def test_json_line_nested_past_the_recursion_limit(ledger: Ledger, tmp_path: Pat
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)
     assert done.final_status == FinalStatus.SUCCESS, done.error_message
-    assert lines(ledger, task)[-1] == "after"
+    deep = '{"a": ' + "[" * depth + "]" * depth + "}"
+    assert lines(ledger, task) == [deep, "after"]  # kept whole, as a plain line
 
 
 # -- criteria path safety ------------------------------------------------------------------
@@ -1167,13 +1156,8 @@ def test_criteria_on_a_missing_or_non_file_path(ledger: Ledger, tmp_path: Path) 
     assert done.criteria[1].detail == "folder is not a file"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a symlink loop left in the sandbox makes Path.resolve() raise RuntimeError "
-    "(Python 3.11) inside _criteria._inside; it is not caught, so the task ends in ERROR "
-    "('RuntimeError: Symlink loop from ...') instead of the criterion failing with a detail",
-)
 def test_symlink_loop_fails_the_criterion(ledger: Ledger, tmp_path: Path) -> None:
+    """Regression: Path.resolve() raised RuntimeError (3.11) and the task ended in ERROR."""
     body = """
     import os
     os.symlink("b", "a")
@@ -1244,16 +1228,11 @@ def test_preservation_direct_write_runs_in_the_artifacts_folder(
     assert (kept / "sub" / "nested.txt").read_text() == "nested"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: with a relative out_dir (BatchConfig's default is Path('runs')) and "
-    "direct-write, EVALLEDGER_SANDBOX is the relative path 'out/<run>/artifacts/<key>' "
-    "while the command's cwd already is that folder, so the variable points nowhere "
-    "from the command's point of view",
-)
 def test_direct_write_sandbox_variable_with_relative_out_dir(
     ledger: Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Regression: with a relative out_dir (BatchConfig's default is ``runs``) the
+    variable was relative, and meaningless from the command's cwd."""
     monkeypatch.chdir(tmp_path)
     body = """
     import os

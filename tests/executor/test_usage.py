@@ -1,0 +1,424 @@
+"""``UsageMeter`` (both stream formats) and the rate card in ``evalledger.pricing``.
+
+``register_pricing`` changes module state, so every test here runs with the rate card
+saved and restored around it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evalledger import pricing
+from evalledger.executor._usage import Usage, UsageMeter
+from evalledger.pricing import (
+    BUILTIN_RATES,
+    PricingConflict,
+    Rate,
+    load_pricing_file,
+    normalize_model,
+    price,
+    rate_for,
+    register_pricing,
+)
+
+
+@pytest.fixture(autouse=True)
+def _restore_rates() -> Iterator[None]:
+    saved = dict(pricing._rates)
+    yield
+    pricing._rates.clear()
+    pricing._rates.update(saved)
+
+
+SONNET = "claude-sonnet-4-5"
+
+
+def usage(**fields: Any) -> dict[str, Any]:
+    return {"type": "usage", **fields}
+
+
+# -- native --------------------------------------------------------------------------------
+
+
+def test_native_lines_are_deltas() -> None:
+    meter = UsageMeter("native", None)
+    first = meter.observe(usage(model=SONNET, input_tokens=1000, output_tokens=200,
+                                cache_read_tokens=3000, cache_write_tokens=400, cost_usd=0.05))
+    second = meter.observe(usage(model=SONNET, input_tokens=10, output_tokens=1, cost_usd=0.01))
+    assert first == Usage(model=SONNET, input_tokens=1000, output_tokens=200,
+                          cache_read_tokens=3000, cache_write_tokens=400, cost_usd=0.05)
+    assert second == Usage(model=SONNET, input_tokens=10, output_tokens=1, cost_usd=0.01)
+    assert meter.totals == {"input_tokens": 1010, "output_tokens": 201,
+                            "cache_read_tokens": 3000, "cache_write_tokens": 400}
+    assert meter.tokens == meter.live_tokens == 4611
+    assert meter.cost_usd == pytest.approx(0.06)
+    assert meter.live_cost_usd == pytest.approx(0.06)
+    assert meter.cost_complete
+    assert meter.finish() is None
+
+
+def test_native_ignores_other_lines() -> None:
+    meter = UsageMeter("native", SONNET)
+    for data in ({"type": "step", "input_tokens": 5}, {"input_tokens": 5}, {"type": "result",
+                 "total_cost_usd": 1.0, "usage": {"input_tokens": 5}}):
+        assert meter.observe(data) is None
+    assert meter.tokens == 0 and meter.cost_usd == 0.0 and meter.cost_complete
+
+
+def test_native_missing_fields_count_zero() -> None:
+    meter = UsageMeter("native", None)
+    got = meter.observe(usage(model=SONNET, output_tokens=7))
+    assert got is not None
+    assert (got.input_tokens, got.output_tokens, got.cache_read_tokens,
+            got.cache_write_tokens) == (0, 7, 0, 0)
+    assert got.cost_usd == pytest.approx(7 * 15 / 1e6)
+
+
+@pytest.mark.parametrize("bad", [-5, True, "100", None, [1], {"n": 1}])
+def test_native_garbage_token_counts_are_zero(bad: Any) -> None:
+    meter = UsageMeter("native", SONNET)
+    got = meter.observe(usage(input_tokens=bad, output_tokens=2))
+    assert got is not None and got.input_tokens == 0 and got.output_tokens == 2
+
+
+def test_native_missing_cost_is_priced_from_the_rate_card() -> None:
+    meter = UsageMeter("native", None)
+    got = meter.observe(usage(model=SONNET, input_tokens=1_000_000, output_tokens=1_000_000,
+                              cache_read_tokens=1_000_000, cache_write_tokens=1_000_000))
+    assert got is not None
+    # claude-sonnet-4-5: $3 in, $15 out, $0.30 cache read, $3.75 cache write per million
+    assert got.cost_usd == pytest.approx(3 + 15 + 0.30 + 3.75)
+    assert meter.cost_usd == pytest.approx(22.05) and meter.cost_complete
+
+
+def test_native_line_without_model_uses_the_task_model() -> None:
+    meter = UsageMeter("native", "openai/gpt-4o-2024-08-06")
+    got = meter.observe(usage(input_tokens=1_000_000))
+    assert got is not None
+    assert got.model == "openai/gpt-4o-2024-08-06"
+    assert got.cost_usd == pytest.approx(2.50)
+    # a model that is not text is ignored in favour of the task's
+    got = meter.observe(usage(model=42, output_tokens=1_000_000))
+    assert got is not None and got.model == "openai/gpt-4o-2024-08-06"
+    assert got.cost_usd == pytest.approx(10.0)
+
+
+@pytest.mark.parametrize("cost", [-0.5, True, "0.3", None])
+def test_native_unusable_cost_is_priced_instead(cost: Any) -> None:
+    meter = UsageMeter("native", SONNET)
+    got = meter.observe(usage(input_tokens=1_000_000, cost_usd=cost))
+    assert got is not None and got.cost_usd == pytest.approx(3.0)
+
+
+def test_native_reported_cost_wins_over_the_rate_card() -> None:
+    meter = UsageMeter("native", SONNET)
+    got = meter.observe(usage(input_tokens=1_000_000, cost_usd=0))
+    assert got is not None and got.cost_usd == 0.0
+    got = meter.observe(usage(model="unknown-model", input_tokens=10, cost_usd=1))
+    assert got is not None and got.cost_usd == 1.0 and isinstance(got.cost_usd, float)
+    assert meter.cost_complete
+
+
+def test_native_unknown_model_is_unpriced_never_zero() -> None:
+    meter = UsageMeter("native", None)
+    priced = meter.observe(usage(model=SONNET, input_tokens=1_000_000))
+    unpriced = meter.observe(usage(model="mystery-9", input_tokens=500, output_tokens=5))
+    no_model = meter.observe(usage(input_tokens=1))
+    assert priced is not None and priced.cost_usd == pytest.approx(3.0)
+    assert unpriced is not None and unpriced.cost_usd is None
+    assert no_model is not None and no_model.cost_usd is None and no_model.model is None
+    assert meter.cost_complete is False
+    assert meter.cost_usd == pytest.approx(3.0)  # the priced part: a floor
+    assert meter.totals["input_tokens"] == 1_000_501
+
+
+def test_native_no_tokens_of_an_unknown_model_costs_nothing() -> None:
+    meter = UsageMeter("native", "mystery-9")
+    got = meter.observe(usage())
+    assert got is not None and got.cost_usd == 0.0
+    assert meter.cost_complete
+
+
+def test_native_registered_model_is_priced() -> None:
+    register_pricing("acme/house-model-v2", Rate(input=1, output=2))
+    meter = UsageMeter("native", None)
+    got = meter.observe(usage(model="acme/house-model-v2", input_tokens=1_000_000,
+                              output_tokens=500_000))
+    assert got is not None and got.cost_usd == pytest.approx(2.0)
+
+
+# -- claude-code ---------------------------------------------------------------------------
+
+MODEL = "claude-sonnet-4-5-20250929"
+
+
+def init(model: str = MODEL) -> dict[str, Any]:
+    return {"type": "system", "subtype": "init", "model": model, "session_id": "s"}
+
+
+def assistant(msg_id: str | None, model: str | None = MODEL, **raw: int) -> dict[str, Any]:
+    message: dict[str, Any] = {"type": "message", "role": "assistant", "content": [],
+                               "usage": raw}
+    if msg_id is not None:
+        message["id"] = msg_id
+    if model is not None:
+        message["model"] = model
+    return {"type": "assistant", "message": message, "session_id": "s"}
+
+
+def result(cost: Any = 0.0123, **raw: int) -> dict[str, Any]:
+    data: dict[str, Any] = {"type": "result", "subtype": "success", "is_error": False,
+                            "usage": raw}
+    if cost is not None:
+        data["total_cost_usd"] = cost
+    return data
+
+
+def test_claude_code_assistant_messages_are_an_estimate_not_recorded() -> None:
+    meter = UsageMeter("claude-code", None)
+    assert meter.observe(init()) is None
+    assert meter.model == MODEL
+    assert meter.observe(assistant("m1", input_tokens=10, output_tokens=5,
+                                   cache_read_input_tokens=100,
+                                   cache_creation_input_tokens=20)) is None
+    assert meter.tokens == 0 and meter.totals["input_tokens"] == 0  # nothing accounted yet
+    assert meter.live_tokens == 135
+    assert meter.live_cost_usd == pytest.approx(
+        price(MODEL, input_tokens=10, output_tokens=5, cache_read_tokens=100,
+              cache_write_tokens=20)
+    )
+
+
+def test_claude_code_repeated_message_id_counts_its_last_report() -> None:
+    meter = UsageMeter("claude-code", None)
+    meter.observe(init())
+    meter.observe(assistant("m1", input_tokens=10, output_tokens=1))
+    meter.observe(assistant("m1", input_tokens=10, output_tokens=50))  # same message, grown
+    meter.observe(assistant("m2", input_tokens=3, output_tokens=7))
+    assert meter.live_tokens == 10 + 50 + 3 + 7
+    estimate = meter.finish()
+    assert estimate == Usage(model=MODEL, input_tokens=13, output_tokens=57,
+                             cost_usd=price(MODEL, input_tokens=13, output_tokens=57))
+    assert meter.totals == {"input_tokens": 13, "output_tokens": 57, "cache_read_tokens": 0,
+                            "cache_write_tokens": 0}
+    assert meter.cost_complete
+    assert meter.finish() is None  # recorded once
+
+
+def test_claude_code_messages_without_id_each_count() -> None:
+    meter = UsageMeter("claude-code", MODEL)
+    meter.observe(assistant(None, input_tokens=1))
+    meter.observe(assistant(None, input_tokens=2))
+    assert meter.live_tokens == 3
+
+
+def test_claude_code_result_gives_the_totals() -> None:
+    meter = UsageMeter("claude-code", None)
+    meter.observe(init())
+    meter.observe(assistant("m1", input_tokens=999, output_tokens=999))
+    got = meter.observe(result(0.0123, input_tokens=10, output_tokens=160,
+                               cache_read_input_tokens=29000, cache_creation_input_tokens=5300))
+    assert got == Usage(model=MODEL, input_tokens=10, output_tokens=160,
+                        cache_read_tokens=29000, cache_write_tokens=5300, cost_usd=0.0123)
+    assert meter.totals == {"input_tokens": 10, "output_tokens": 160,
+                            "cache_read_tokens": 29000, "cache_write_tokens": 5300}
+    assert meter.cost_usd == 0.0123 and meter.cost_complete
+    assert meter.live_tokens == meter.tokens == 34_470  # the estimate is gone
+    assert meter.finish() is None
+
+
+def test_claude_code_second_session_is_not_double_counted() -> None:
+    meter = UsageMeter("claude-code", None)
+    meter.observe(init())
+    meter.observe(assistant("s1-m1", input_tokens=100))
+    assert meter.observe(result(None, input_tokens=100)) is not None
+    meter.observe(init())
+    meter.observe(assistant("s2-m1", input_tokens=1000))  # then cut off: no result line
+    meter.finish()
+    assert meter.totals["input_tokens"] == 100 + 1000
+
+
+def test_claude_code_result_without_cost_is_priced() -> None:
+    meter = UsageMeter("claude-code", None)
+    meter.observe(init())
+    got = meter.observe(result(None, input_tokens=1_000_000, output_tokens=1_000_000))
+    assert got is not None and got.cost_usd == pytest.approx(18.0)
+
+
+def test_claude_code_unknown_model_is_unpriced() -> None:
+    meter = UsageMeter("claude-code", None)
+    meter.observe(init("some-future-model"))
+    got = meter.observe(result(None, input_tokens=100))
+    assert got is not None and got.cost_usd is None
+    assert meter.cost_complete is False
+
+
+def test_claude_code_estimate_for_an_unknown_model_is_unpriced() -> None:
+    meter = UsageMeter("claude-code", None)
+    meter.observe(assistant("m1", model=None, input_tokens=100))
+    assert meter.live_cost_usd == 0.0
+    estimate = meter.finish()
+    assert estimate is not None and estimate.model is None and estimate.cost_usd is None
+    assert meter.cost_complete is False
+    assert meter.totals["input_tokens"] == 100
+
+
+def test_claude_code_message_model_overrides_the_init_model() -> None:
+    meter = UsageMeter("claude-code", "task-model")
+    meter.observe(init("claude-haiku-4-5"))
+    meter.observe(assistant("m1", model="claude-opus-4-5", output_tokens=1_000_000))
+    estimate = meter.finish()
+    assert estimate is not None and estimate.model == "claude-opus-4-5"
+    assert estimate.cost_usd == pytest.approx(25.0)
+
+
+def test_claude_code_ignores_native_lines_and_malformed_messages() -> None:
+    meter = UsageMeter("claude-code", MODEL)
+    assert meter.observe(usage(input_tokens=5)) is None
+    assert meter.observe({"type": "assistant", "message": "text"}) is None
+    assert meter.observe({"type": "assistant", "message": {"id": "m", "usage": [1]}}) is None
+    assert meter.observe({"type": "user", "message": {"usage": {"input_tokens": 9}}}) is None
+    assert meter.live_tokens == 0
+    assert meter.finish() is None
+
+
+def test_claude_code_result_with_garbage_usage() -> None:
+    meter = UsageMeter("claude-code", MODEL)
+    got = meter.observe({"type": "result", "total_cost_usd": 0.2, "usage": "n/a"})
+    assert got == Usage(model=MODEL, cost_usd=0.2)
+
+
+# -- pricing -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("bedrock/us.anthropic.claude-sonnet-4-5-20250929-v1:0", "claude-sonnet-4-5"),
+        ("anthropic/claude-sonnet-4-5", "claude-sonnet-4-5"),
+        ("openai/gpt-4o-2024-08-06", "gpt-4o"),
+        ("claude-sonnet-4-5-20250929", "claude-sonnet-4-5"),
+        ("vertex_ai/claude-sonnet-4-5@20250929", "claude-sonnet-4-5"),
+        ("eu.anthropic.claude-3-7-sonnet-20250219-v1:0", "claude-3-7-sonnet"),
+        ("claude-3-5-haiku-latest", "claude-3-5-haiku"),
+        ("  Claude-Opus-4-1  ", "claude-opus-4-1"),
+        ("gpt-4o-mini", "gpt-4o-mini"),
+        ("gpt-5", "gpt-5"),
+        ("o4-mini", "o4-mini"),
+        ("gemini-2.5-pro", "gemini-2.5-pro"),
+    ],
+)
+def test_normalize_model(name: str, key: str) -> None:
+    assert normalize_model(name) == key
+    assert rate_for(name) == BUILTIN_RATES[key]
+
+
+def test_rate_for_nothing() -> None:
+    assert rate_for(None) is None
+    assert rate_for("") is None
+    assert rate_for("no-such-model") is None
+
+
+def test_price() -> None:
+    assert price(SONNET, input_tokens=1_000_000) == pytest.approx(3.0)
+    assert price(SONNET, output_tokens=2_000_000) == pytest.approx(30.0)
+    assert price(SONNET, cache_read_tokens=1_000_000) == pytest.approx(0.30)
+    assert price(SONNET, cache_write_tokens=1_000_000) == pytest.approx(3.75)
+    # no cache-write rate on the card: the input rate applies
+    assert price("gpt-4o", cache_write_tokens=1_000_000) == pytest.approx(2.50)
+    assert price("gpt-4o", cache_read_tokens=1_000_000) == pytest.approx(1.25)
+    assert price("unknown", input_tokens=1) is None
+    assert price(None, input_tokens=1) is None
+    assert price("unknown") == 0.0 and price(None) == 0.0  # nothing used costs nothing
+
+
+def test_register_pricing_then_price() -> None:
+    rate = Rate(input=1, output=4, cache_read=0.1)
+    register_pricing("acme/widget-20250101", rate)
+    assert rate_for("widget") == rate
+    assert price("widget", input_tokens=1_000_000, cache_read_tokens=1_000_000) == pytest.approx(
+        1.1
+    )
+
+
+def test_register_identical_rate_twice_is_fine() -> None:
+    register_pricing("widget", Rate(input=1, output=2))
+    register_pricing("provider/widget", Rate(input=1.0, output=2.0))
+    register_pricing(SONNET, BUILTIN_RATES[SONNET])  # same as the built-in
+    assert rate_for("widget") == Rate(input=1, output=2)
+
+
+def test_register_a_different_rate_conflicts() -> None:
+    register_pricing("widget", Rate(input=1, output=2))
+    with pytest.raises(PricingConflict, match="widget"):
+        register_pricing("widget", Rate(input=1, output=3))
+    with pytest.raises(PricingConflict, match="claude-sonnet-4-5"):
+        register_pricing("anthropic/claude-sonnet-4-5", Rate(input=30, output=150))
+    assert issubclass(PricingConflict, ValueError)
+    assert rate_for("widget") == Rate(input=1, output=2)  # the first one stays
+    assert rate_for(SONNET) == BUILTIN_RATES[SONNET]
+
+
+def test_rates_are_restored_between_tests() -> None:
+    # the autouse fixture undid the registrations of the tests above
+    assert rate_for("widget") is None
+    assert pricing._rates == BUILTIN_RATES
+
+
+def test_load_pricing_file(tmp_path: Path) -> None:
+    path = tmp_path / "prices.yaml"
+    path.write_text(
+        "house-model:\n  input: 0.5\n  output: 1.5\n"
+        "bedrock/us.acme.other-model-v1:0: {input: 2, output: 8, cache_read: 0.2,"
+        " cache_write: 2.5}\n"
+        "claude-sonnet-4-5: {input: 3, output: 15, cache_write: 3.75, cache_read: 0.30}\n"
+    )
+    load_pricing_file(path)
+    assert rate_for("house-model") == Rate(input=0.5, output=1.5)
+    # the region prefix and version suffix go, an unknown vendor prefix stays
+    assert normalize_model("bedrock/us.acme.other-model-v1:0") == "acme.other-model"
+    assert rate_for("bedrock/us.acme.other-model-v1:0") == Rate(
+        input=2, output=8, cache_read=0.2, cache_write=2.5
+    )
+    assert price("house-model", input_tokens=2_000_000) == pytest.approx(1.0)
+
+
+def test_load_pricing_file_conflict(tmp_path: Path) -> None:
+    path = tmp_path / "prices.yaml"
+    path.write_text("claude-sonnet-4-5: {input: 1, output: 1}\n")
+    with pytest.raises(PricingConflict, match="claude-sonnet-4-5"):
+        load_pricing_file(path)
+    assert rate_for(SONNET) == BUILTIN_RATES[SONNET]
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("house: {input: -1, output: 1}\n", "house"),
+        ("house: {input: 1}\n", "house"),
+        ("house: {input: 1, output: 1, extra: 2}\n", "house"),
+        ("- a\n- b\n", "expected a mapping"),
+        ("house: [unclosed\n", "prices.yaml"),
+    ],
+)
+def test_load_pricing_file_errors(tmp_path: Path, text: str, match: str) -> None:
+    path = tmp_path / "prices.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=match) as info:
+        load_pricing_file(path)
+    assert not isinstance(info.value, PricingConflict)
+    assert "prices.yaml" in str(info.value)
+    assert rate_for("house") is None
+
+
+def test_load_pricing_file_missing_or_empty(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="pricing file"):
+        load_pricing_file(tmp_path / "nope.yaml")
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    load_pricing_file(empty)
+    assert pricing._rates == BUILTIN_RATES
