@@ -39,7 +39,7 @@ from ._errors import (
     NotALedger,
 )
 from ._events import AnyEvent, EncodedEvent, decode_row, encode_payload
-from ._schema import MIGRATIONS, SCHEMA_VERSION
+from ._schema import LIFECYCLE_WHERE, MIGRATIONS, SCHEMA_VERSION, STREAM_TYPES
 
 DEFAULT_BUSY_TIMEOUT = 30.0
 
@@ -338,16 +338,22 @@ class Ledger:
         type_list = sorted(set(types)) if types is not None else None
         if type_list is not None and not type_list:
             return
-        if run_id is not None and type_list is not None and len(type_list) > 1 and not task_key:
-            scans = [self._scan(run_id, None, [t], after_seq) for t in type_list]
-            yield from heapq.merge(*scans)
-        else:
-            yield from self._scan(run_id, task_key, type_list, after_seq)
+        if run_id is not None and type_list is not None and not task_key:
+            if not set(type_list) & set(STREAM_TYPES):
+                # Lifecycle types only: one index-only scan, already in seq order.
+                yield from self._scan(run_id, None, type_list, after_seq, LIFECYCLE_WHERE)
+                return
+            if len(type_list) > 1:
+                scans = [self._scan(run_id, None, [t], after_seq) for t in type_list]
+                yield from heapq.merge(*scans)
+                return
+        yield from self._scan(run_id, task_key, type_list, after_seq)
 
     def _scan(
-        self, run_id: str | None, task_key: str | None, types: list[str] | None, after_seq: int
+        self, run_id: str | None, task_key: str | None, types: list[str] | None, after_seq: int,
+        *extra_where: str,
     ) -> Iterator[StoredRow]:
-        where, params = ["seq > ?"], [after_seq]
+        where, params = ["seq > ?", *extra_where], [after_seq]
         if run_id is not None:
             where.append("run_id = ?")
             params.append(run_id)
