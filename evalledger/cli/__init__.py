@@ -1,6 +1,6 @@
 """The command line: click commands over the ledger, executor and projections."""
 
-from . import _report, _resume, _run, _verify  # noqa: F401  (registers the commands)
+from . import _query, _report, _resume, _run, _verify  # noqa: F401  (registers commands)
 from ._main import cli as cli
 
 

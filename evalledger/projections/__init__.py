@@ -4,6 +4,9 @@ Resume partition, fingerprint drift, run summary and reports are all computed by
 replaying events, so they can be rebuilt offline at any time.
 """
 
+from ._diff import RunDiff as RunDiff
+from ._diff import TaskDiff as TaskDiff
+from ._diff import diff_runs as diff_runs
 from ._fold import Projection as Projection
 from ._fold import fold as fold
 from ._fold import types_of as types_of
@@ -25,10 +28,13 @@ __all__ = [
     "Partition",
     "Projection",
     "ResumeFold",
+    "RunDiff",
     "RunSummary",
     "SummaryFold",
+    "TaskDiff",
     "TaskRow",
     "compute_drift",
+    "diff_runs",
     "fold",
     "render_json",
     "render_markdown",

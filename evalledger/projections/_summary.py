@@ -37,6 +37,7 @@ from evalledger.ledger import (
 )
 from evalledger.statuses import Category, FinalStatus
 
+_TOKEN_KINDS = tuple(TokenCounts.model_fields)
 # environment_info keys that are per task by nature, not versions to agree on.
 _NOT_VERSIONS = frozenset({"exit_code"})
 
@@ -115,7 +116,7 @@ class _Spend:
     __slots__ = ("complete", "cost", "tokens")
 
     def __init__(self) -> None:
-        self.tokens = dict.fromkeys(TokenCounts.model_fields, 0)
+        self.tokens = dict.fromkeys(_TOKEN_KINDS, 0)
         self.cost = 0.0
         self.complete = True
 

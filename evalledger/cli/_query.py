@@ -1,0 +1,223 @@
+"""Reading commands: ``runs``, ``show``, ``events``, ``sql``, ``diff``.
+
+All open the ledger read-only. Tables for people (rich), ``--json`` / NDJSON for
+programs, data on stdout.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import time
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from evalledger.ledger import LedgerReadOnly, StoredRow
+from evalledger.projections import diff_runs
+
+from ._common import rebuild_summary, resolve_run
+from ._errors import UserError
+from ._main import Settings, cli, pass_settings
+
+_str = json.JSONEncoder(ensure_ascii=False).encode
+
+
+def _table(columns: list[str], rows: list[tuple[object, ...]]) -> None:
+    """A rich table in a terminal; tab-separated lines in a pipe (nothing cut)."""
+    cells = [["" if v is None else str(v) for v in row] for row in rows]
+    if not sys.stdout.isatty():
+        for line in [columns, *cells]:
+            click.echo("\t".join(c.replace("\t", " ").replace("\n", " ") for c in line))
+        return
+    table = Table(*columns, show_edge=False, pad_edge=False)
+    for row in cells:
+        table.add_row(*row)
+    Console(soft_wrap=True).print(table)
+
+
+@cli.command()
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per run, newest first.")
+@pass_settings
+def runs(settings: Settings, limit: int, as_json: bool) -> None:
+    """List runs, newest first, from the `runs` SQL view.
+
+    Example:
+
+        evalledger runs --limit 5
+    """
+    with settings.open_ledger(read_only=True) as ledger:
+        cursor = ledger.db.execute(
+            "SELECT * FROM runs ORDER BY started_at DESC LIMIT ?", [limit]
+        )
+        columns = [d[0] for d in cursor.description]
+        rows = cursor.fetchall()
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(dict(zip(columns, row, strict=True))))
+    else:
+        _table(columns, rows)
+
+
+@cli.command()
+@click.argument("run")
+@click.option("--json", "as_json", is_flag=True, help="The run.json summary.")
+@pass_settings
+def show(settings: Settings, run: str, as_json: bool) -> None:
+    """Show a run's summary, rebuilt from the ledger.
+
+    RUN is a run id, a unique prefix of one, or `latest`.
+
+    Example:
+
+        evalledger show latest
+    """
+    with settings.open_ledger(read_only=True) as ledger:
+        s = rebuild_summary(ledger, resolve_run(ledger, run))
+    if as_json:
+        click.echo(s.model_dump_json(indent=2))
+        return
+    cost = f"${s.total_cost_usd:.4f}" + ("" if s.cost_complete else " (floor: unpriced usage)")
+    click.echo(
+        f"run {s.run_id} {s.status}: {s.tasks_run}/{s.tasks_planned} run, "
+        f"{s.tasks_succeeded} succeeded, {s.tasks_failed} failed, {s.tasks_error} error, "
+        f"{s.tasks_unfinished} unfinished; pass rate {s.pass_rate:.1%}; cost {cost}"
+    )
+    _table(
+        ["task", "status", "score", "duration", "tokens", "cost", "error"],
+        [
+            (r.task_key, r.final_status.value if r.final_status else "UNFINISHED",
+             f"{r.weighted_score:.2f}" if r.weighted_score is not None else None,
+             f"{r.duration_seconds:.1f}s" if r.duration_seconds is not None else None,
+             r.tokens.total, f"${r.cost_usd:.4f}" if r.cost_usd is not None else None,
+             (r.error_message or "")[:80])
+            for r in s.tasks
+        ],
+    )
+
+
+def _ndjson(row: StoredRow) -> str:
+    # The stored payload is already JSON: splice it in rather than re-encode it.
+    return (
+        f'{{"seq":{row.seq},"event_id":{_str(row.event_id)},"run_id":{_str(row.run_id)},'
+        f'"task_key":{_str(row.task_key)},"type":{_str(row.type)},"ts":{_str(row.ts)},'
+        f'"payload":{row.payload}}}'
+    )
+
+
+@cli.command()
+@click.argument("run")
+@click.option("--task", "task_key", help="Only this task key's events.")
+@click.option("--type", "types", multiple=True, help="Only events of these types.")
+@click.option("--follow", is_flag=True,
+              help="Keep printing new events until the run records run.finished.")
+@click.option("--interval", type=float, default=0.2, show_default=True, hidden=True)
+@pass_settings
+def events(settings: Settings, run: str, task_key: str | None, types: tuple[str, ...],
+           follow: bool, interval: float) -> None:
+    """Print a run's events as NDJSON, in ledger order.
+
+    Example:
+
+        evalledger events latest --type task.completed
+    """
+    with settings.open_ledger(read_only=True) as ledger:
+        run_id = resolve_run(ledger, run)
+        after, finished = 0, False
+        while True:
+            for row in ledger.rows(run_id, task_key=task_key, types=types or None,
+                                   after_seq=after):
+                click.echo(_ndjson(row))
+                after = row.seq
+            if not follow:
+                return
+            # Did the run finish (its latest run-level event is run.finished)?
+            last = ledger.db.execute(
+                "SELECT type FROM events WHERE run_id = ? AND task_key IS NULL "
+                "AND type IN ('run.finished', 'run.resumed') ORDER BY seq DESC LIMIT 1",
+                [run_id],
+            ).fetchone()
+            if finished:
+                return
+            finished = last is not None and last[0] == "run.finished"
+            if not finished:
+                time.sleep(interval)
+
+
+@cli.command()
+@click.argument("query")
+@click.option("--format", "format_", type=click.Choice(["table", "json", "csv"]),
+              default="table", show_default=True)
+@pass_settings
+def sql(settings: Settings, query: str, format_: str) -> None:
+    """Run a read-only SQL query against the ledger.
+
+    The ledger is opened read-only: a write is refused. Views for auditing:
+
+    \b
+    runs(run_id, experiment_id, started_at, finished_at, status, tasks_planned,
+         tasks_succeeded, tasks_failed, tasks_error, cost_usd)
+    task_attempts(run_id, task_key, task_id, variant_id, replicate_index, attempt,
+         started_at, completed_at, final_status, category, duration_seconds,
+         input_tokens, output_tokens, cost_usd, error_message)
+    task_results(same columns: per run and task key, the latest attempt that
+         reached a final status)
+    events(seq, event_id, run_id, task_key, type, ts, payload, hash)
+
+    Example:
+
+        evalledger sql "SELECT final_status, count(*) FROM task_results GROUP BY 1"
+    """
+    with settings.open_ledger(read_only=True) as ledger:
+        try:
+            with ledger._translate():
+                cursor = ledger.db.execute(query)
+                columns = [d[0] for d in cursor.description or []]
+                rows = cursor.fetchall()
+        except LedgerReadOnly as e:
+            raise UserError("sql opens the ledger read-only: writes are refused") from e
+    if format_ == "json":
+        for row in rows:
+            click.echo(json.dumps(dict(zip(columns, row, strict=True))))
+    elif format_ == "csv":
+        writer = csv.writer(sys.stdout)
+        writer.writerow(columns)
+        writer.writerows(rows)
+    else:
+        _table(columns, rows)
+
+
+@cli.command()
+@click.argument("run_a")
+@click.argument("run_b")
+@click.option("--json", "as_json", is_flag=True)
+@pass_settings
+def diff(settings: Settings, run_a: str, run_b: str, as_json: bool) -> None:
+    """Compare two runs task by task: regressions, fixes, score/duration/cost deltas.
+
+    Example:
+
+        evalledger diff 20261101-0930 latest
+    """
+    with settings.open_ledger(read_only=True) as ledger:
+        a = rebuild_summary(ledger, resolve_run(ledger, run_a))
+        b = rebuild_summary(ledger, resolve_run(ledger, run_b))
+    result = diff_runs(a, b)
+    if as_json:
+        click.echo(result.model_dump_json(indent=2))
+        return
+
+    def fmt(value: float | None, spec: str) -> str | None:
+        return None if value is None else format(value, spec)
+
+    _table(
+        ["task", "change", "before", "after", "score Δ", "duration Δ", "cost Δ"],
+        [(t.task_key, t.change, t.before, t.after, fmt(t.score_delta, "+.2f"),
+          fmt(t.duration_delta, "+.1f"), fmt(t.cost_delta, "+.4f")) for t in result.tasks],
+    )
+    click.echo(", ".join(f"{n} {c}" for c, n in result.counts.items()))
+    if not result.tasks:
+        raise UserError("neither run has any task")

@@ -1,0 +1,524 @@
+"""Projections against an independent model, on generated whole-run event streams.
+
+A Hypothesis strategy builds what a real ledger holds for one run (and, half of
+the time, a second run interleaved with it in the same file): ``run.started``
+with planned keys ``default/t{i}/00``; sessions of task attempts (``task.started``
+with attempt 1, 2, ..., ``task.usage`` deltas priced or not, output lines, then a
+``task.completed``, a ``task.interrupted`` or nothing at all, as after a crash);
+``run.finished`` or not at the end of a session, ``run.resumed`` at the start of the
+next; ``task.skipped`` files and events of types from the future sprinkled in.
+
+While it draws, the strategy records its decisions in a plain model (key ->
+list of attempts, the costs, the run-level events); the expectations below are
+computed from that model, never by calling the projection under test. Then:
+
+- the resume partition splits the planned keys exactly (with and without
+  ``retry_errors``), and ``attempts`` is the highest attempt started;
+- the summary's buckets, tokens, money and statuses are those of the model;
+- the summary folded live from the appended objects renders byte-identical to
+  the one rebuilt from the file by a new read-only ``Ledger``;
+- the SQL views ``task_results``, ``task_attempts`` and ``runs`` say what the
+  Python projections say.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from evalledger.ledger import (
+    AnyEvent,
+    Ledger,
+    OpaqueEvent,
+    RunFinished,
+    RunResumed,
+    RunStarted,
+    TaskCompleted,
+    TaskEmitted,
+    TaskInterrupted,
+    TaskOutput,
+    TaskSkipped,
+    TaskStarted,
+    TaskUsage,
+    TokenCounts,
+)
+from evalledger.projections import (
+    ResumeFold,
+    RunSummary,
+    SummaryFold,
+    fold,
+    render_json,
+)
+from evalledger.statuses import Category, FinalStatus, RunStatus
+
+MAX_TASKS = 8
+MAX_ATTEMPTS = 3
+KEYS = [f"default/t{i}/00" for i in range(MAX_TASKS)]
+TOKEN_KINDS = tuple(TokenCounts.model_fields)
+FUTURE_TYPES = ("future.thing", "future.other")
+
+SETTINGS = settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+# -- the model -------------------------------------------------------------------------------
+
+
+@dataclass
+class Attempt:
+    number: int
+    # A FinalStatus (task.completed), "interrupted" (task.interrupted) or None (nothing).
+    outcome: FinalStatus | str | None
+    costs: list[float | None] = field(default_factory=list)
+    tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_KINDS, 0))
+    completed_cost: float | None = None
+
+
+@dataclass
+class RunModel:
+    run_id: str
+    # planned, every run.resumed.to_run and the started keys, each once.
+    planned: set[str] = field(default_factory=set)
+    attempts: dict[str, list[Attempt]] = field(default_factory=dict)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    # The run-level lifecycle events, in order: what status/finished_at derive from.
+    lifecycle: list[RunStarted | RunResumed | RunFinished] = field(default_factory=list)
+    max_parallel: int = 1
+    n_started: int = 0
+    events: list[AnyEvent] = field(default_factory=list)
+
+    def latest(self, key: str) -> Attempt | None:
+        tries = self.attempts.get(key, [])
+        return max(tries, key=lambda a: a.number) if tries else None
+
+    def latest_final(self, key: str) -> Attempt | None:
+        finals = [a for a in self.attempts.get(key, []) if isinstance(a.outcome, FinalStatus)]
+        return max(finals, key=lambda a: a.number) if finals else None
+
+    def finals(self) -> dict[str, Attempt]:
+        out = {}
+        for key in self.attempts:
+            final = self.latest_final(key)
+            if final is not None:
+                out[key] = final
+        return out
+
+    def all_usage(self) -> Iterator[tuple[str, Attempt]]:
+        for key, tries in self.attempts.items():
+            for attempt in tries:
+                yield key, attempt
+
+    def expected_status(self) -> tuple[str, str | None]:
+        """(status, finished_at) from the latest run.finished / run.resumed."""
+        for event in reversed(self.lifecycle):
+            if isinstance(event, RunFinished):
+                return event.status.value, event.ts
+            if isinstance(event, RunResumed):
+                return "running", None
+        return "running", None
+
+
+@dataclass
+class Scenario:
+    runs: list[RunModel]
+    # Every event of every run, in the order they are appended.
+    events: list[AnyEvent]
+    # Sizes of the append batches (their sum is len(events)).
+    batches: list[int]
+
+
+# -- the strategy ----------------------------------------------------------------------------
+
+
+def _env(run_id: str) -> dict[str, str]:
+    """Envelope fields. Explicit uuid4 event ids: the default ones draw from the
+    ``random`` module, which Hypothesis does not want used inside strategies."""
+    return {"event_id": str(uuid.uuid4()), "run_id": run_id}
+
+
+
+def _interleave(draw: Any, lanes: list[list[Any]]) -> list[Any]:
+    """Merge the lanes in a drawn order, each lane's own order kept."""
+    lanes = [list(lane) for lane in lanes if lane]
+    out: list[Any] = []
+    while lanes:
+        i = draw(st.integers(0, len(lanes) - 1)) if len(lanes) > 1 else 0
+        out.append(lanes[i].pop(0))
+        if not lanes[i]:
+            lanes.pop(i)
+    return out
+
+
+costs = st.one_of(
+    st.none(),
+    st.floats(min_value=0, max_value=5, allow_nan=False, allow_infinity=False),
+    st.integers(0, 3000).map(lambda c: c / 1000),
+)
+token_counts = st.integers(0, 5000)
+
+
+def _attempt_events(draw: Any, model: RunModel, key: str, number: int) -> list[AnyEvent]:
+    """One attempt of ``key``: started, usage and output, then an outcome (or nothing)."""
+    run_id = model.run_id
+    index = KEYS.index(key)
+    events: list[AnyEvent] = [
+        TaskStarted(
+            **_env(run_id), task_key=key, task_id=f"t{index}", variant_id="default",
+            replicate_index=0, attempt=number, tags=["smoke"] if index % 2 else [],
+            definition={"command": f"run t{index}"}, definition_hash=f"h{index}",
+        )
+    ]
+    model.n_started += 1
+    outcome = draw(
+        st.one_of(st.sampled_from(list(FinalStatus)), st.just("interrupted"), st.none())
+    )
+    attempt = Attempt(number=number, outcome=outcome)
+    n_line = 0
+    for _ in range(draw(st.integers(0, 3))):
+        if draw(st.booleans()):
+            n_line += 1
+            events.append(
+                TaskOutput(**_env(run_id), task_key=key, line=f"line {n_line}", n=n_line,
+                           stream=draw(st.sampled_from(["stdout", "stderr"])))
+            )
+        if draw(st.booleans()):
+            n_line += 1
+            events.append(
+                TaskEmitted(**_env(run_id), task_key=key, data={"type": "thinking"}, n=n_line)
+            )
+        tokens = {kind: draw(token_counts) for kind in TOKEN_KINDS}
+        cost = draw(costs)
+        events.append(
+            TaskUsage(**_env(run_id), task_key=key, cost_usd=cost,
+                      model=draw(st.sampled_from([None, "m-small", "m-large"])), **tokens)
+        )
+        attempt.costs.append(cost)
+        for kind, n in tokens.items():
+            attempt.tokens[kind] += n
+    if isinstance(outcome, FinalStatus):
+        priced = None not in attempt.costs
+        attempt.completed_cost = (
+            sum(c for c in attempt.costs if c is not None) if priced else None
+        )
+        events.append(
+            TaskCompleted(
+                **_env(run_id), task_key=key, attempt=number, final_status=outcome,
+                category=outcome.category, cost_usd=attempt.completed_cost,
+                cost_complete=priced, tokens=TokenCounts(**attempt.tokens),
+                duration_seconds=draw(st.integers(0, 600)) / 10,
+                weighted_score=1.0 if outcome is FinalStatus.SUCCESS else 0.5,
+                exit_code=0 if outcome is FinalStatus.SUCCESS else 1,
+                error_message="boom" if outcome.category is Category.ERROR else None,
+                environment_info={
+                    "python": draw(st.sampled_from(["3.11.9", "3.12.4"])),
+                    "evalledger": "0.1.0",
+                    "exit_code": 0,
+                },
+            )
+        )
+    elif outcome == "interrupted":
+        events.append(TaskInterrupted(**_env(run_id), task_key=key, reason="interrupted"))
+    model.attempts.setdefault(key, []).append(attempt)
+    model.planned.add(key)
+    return events
+
+
+def _noise(draw: Any, model: RunModel) -> list[AnyEvent]:
+    """Events a projection must step over or merely list: skipped files, future types."""
+    out: list[AnyEvent] = []
+    for i in range(draw(st.integers(0, 2))):
+        if draw(st.booleans()):
+            path, reason = f"tasks/bad{len(model.skipped)}.yaml", f"invalid: field {i}"
+            model.skipped.append((path, reason))
+            out.append(TaskSkipped(**_env(model.run_id), path=path, reason=reason))
+        else:
+            out.append(
+                OpaqueEvent(
+                    **_env(model.run_id),
+                    task_key=draw(st.none() | st.sampled_from(KEYS)),
+                    type=draw(st.sampled_from(FUTURE_TYPES)),
+                    payload={"answer": draw(st.integers(0, 99)), "note": "from the future"},
+                )
+            )
+    return out
+
+
+@st.composite
+def run_streams(draw: Any, run_id: str) -> RunModel:
+    model = RunModel(run_id=run_id)
+    planned = KEYS[: draw(st.integers(0, MAX_TASKS))]
+    model.max_parallel = draw(st.integers(1, 4))
+    started = RunStarted(
+        **_env(run_id), planned=planned, max_parallel=model.max_parallel,
+        experiment_id=draw(st.none() | st.just("exp-1")), config={"paths": ["tasks/"]},
+    )
+    model.planned.update(planned)
+    model.lifecycle.append(started)
+    events: list[AnyEvent] = [started]
+    for session in range(draw(st.integers(1, 3))):
+        if session:
+            to_run = draw(st.lists(st.sampled_from(KEYS), unique=True, max_size=4))
+            model.max_parallel = draw(st.integers(1, 4))
+            drift = draw(st.just({}) | st.just({"lines": ["task default/t0/00: new"]}))
+            resumed = RunResumed(
+                **_env(run_id), to_run=to_run, max_parallel=model.max_parallel, drift=drift
+            )
+            model.planned.update(to_run)
+            model.lifecycle.append(resumed)
+            events.append(resumed)
+        # Mostly planned keys; now and then one nobody planned (it still counts as planned).
+        pool = sorted(model.planned) if model.planned and draw(st.booleans()) else KEYS
+        lanes: list[list[AnyEvent]] = []
+        for key in draw(st.lists(st.sampled_from(pool), unique=True, max_size=MAX_TASKS)):
+            done = len(model.attempts.get(key, []))
+            lane: list[AnyEvent] = []
+            for _ in range(draw(st.integers(0, min(2, MAX_ATTEMPTS - done)))):
+                number = len(model.attempts.get(key, [])) + 1
+                lane += _attempt_events(draw, model, key, number)
+            lanes.append(lane)
+        lanes += [[e] for e in _noise(draw, model)]
+        events += _interleave(draw, lanes)
+        status = draw(st.none() | st.sampled_from(list(RunStatus)))
+        if status is not None:
+            finished = RunFinished(**_env(run_id), status=status)
+            model.lifecycle.append(finished)
+            events.append(finished)
+    model.events = events
+    return model
+
+
+@st.composite
+def scenarios(draw: Any) -> Scenario:
+    runs = [draw(run_streams("run-a"))]
+    if draw(st.booleans()):
+        runs.append(draw(run_streams("run-b")))
+    events = _interleave(draw, [r.events for r in runs])
+    batches: list[int] = []
+    left = len(events)
+    while left:
+        size = draw(st.integers(1, min(left, 40)))
+        batches.append(size)
+        left -= size
+    return Scenario(runs=runs, events=events, batches=batches)
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+@contextmanager
+def stored(scenario: Scenario) -> Iterator[Path]:
+    """A fresh ledger file holding the scenario's events, appended in its batches."""
+    with tempfile.TemporaryDirectory(prefix="evalledger-props-") as folder:
+        path = Path(folder) / "ledger.db"
+        with Ledger(path) as ledger:
+            at = 0
+            for size in scenario.batches:
+                ledger.append(scenario.events[at : at + size])
+                at += size
+            assert ledger.count() == len(scenario.events)
+        yield path
+
+
+def offline_summary(path: Path, run_id: str) -> RunSummary:
+    with Ledger(path, read_only=True) as reader:
+        return fold(SummaryFold(run_id), reader.events(run_id, types=SummaryFold.TYPES)).summary()
+
+
+def live_summary(events: list[AnyEvent], run_id: str) -> RunSummary:
+    live = SummaryFold(run_id)
+    for event in events:
+        live.apply(event)
+    return live.summary()
+
+
+# -- properties ------------------------------------------------------------------------------
+
+
+@SETTINGS
+@given(scenarios())
+def test_resume_partition_splits_the_planned_keys_exactly(scenario: Scenario) -> None:
+    with stored(scenario) as path, Ledger(path, read_only=True) as reader:
+        for model in scenario.runs:
+            resume = fold(
+                ResumeFold(model.run_id), reader.events(model.run_id, types=ResumeFold.TYPES)
+            )
+            assert resume.found
+            for retry_errors in (False, True):
+                part = resume.partition(retry_errors=retry_errors)
+                assert part.run_id == model.run_id
+                # Each key exactly once, on exactly one side, and nothing else.
+                both = part.kept + part.to_run
+                assert len(both) == len(set(both))
+                assert set(both) == model.planned
+                expected_kept = set()
+                for key in model.planned:
+                    latest = model.latest(key)
+                    if latest is None or not isinstance(latest.outcome, FinalStatus):
+                        continue  # never started, interrupted, or cut off by a crash
+                    if retry_errors and latest.outcome.category is Category.ERROR:
+                        continue
+                    expected_kept.add(key)
+                assert set(part.kept) == expected_kept
+                assert set(part.to_run) == model.planned - expected_kept
+                assert part.attempts == {
+                    key: max(a.number for a in tries) for key, tries in model.attempts.items()
+                }
+            # The same fold fed live from the appended objects agrees.
+            live = fold(ResumeFold(model.run_id), scenario.events)
+            assert live.partition() == resume.partition()
+            assert live.partition(retry_errors=True) == resume.partition(retry_errors=True)
+
+
+@SETTINGS
+@given(scenarios())
+def test_summary_counts_tokens_and_money_match_the_model(scenario: Scenario) -> None:
+    with stored(scenario) as path:
+        for model in scenario.runs:
+            summary = offline_summary(path, model.run_id)
+            finals = model.finals()
+            statuses = [a.outcome for a in finals.values()]
+            assert isinstance(summary, RunSummary)
+            assert summary.tasks_run == len(finals)
+            assert summary.tasks_succeeded + summary.tasks_failed + summary.tasks_error == (
+                summary.tasks_run
+            )
+            for category, count in (
+                (Category.SUCCEEDED, summary.tasks_succeeded),
+                (Category.FAILED, summary.tasks_failed),
+                (Category.ERROR, summary.tasks_error),
+            ):
+                assert count == sum(1 for s in statuses if s.category is category)
+            assert summary.tasks_token_budget_exceeded == statuses.count(
+                FinalStatus.TOKEN_BUDGET_EXCEEDED
+            )
+            assert summary.tasks_cost_budget_exceeded == statuses.count(
+                FinalStatus.COST_BUDGET_EXCEEDED
+            )
+            assert summary.tasks_planned == len(model.planned)
+            assert summary.tasks_unfinished == len(model.planned) - len(finals)
+            # Skipped files: all of them, in the order they were appended.
+            skipped = [(s.path, s.reason) for s in summary.skipped_tasks]
+            assert sorted(skipped) == sorted(model.skipped)
+            assert skipped == [
+                (e.path, e.reason) for e in model.events if isinstance(e, TaskSkipped)
+            ]
+
+            # Money and tokens: every usage of every attempt, unpriced ones making floors.
+            all_costs = [c for _, a in model.all_usage() for c in a.costs]
+            priced = [c for c in all_costs if c is not None]
+            assert summary.total_cost_usd == pytest.approx(sum(priced), abs=1e-9)
+            assert summary.cost_complete is (None not in all_costs)
+            assert summary.tasks_cost_incomplete == sum(
+                1 for tries in model.attempts.values()
+                if any(None in a.costs for a in tries)
+            )
+            for kind in TOKEN_KINDS:
+                assert getattr(summary.tokens, kind) == sum(
+                    a.tokens[kind] for _, a in model.all_usage()
+                )
+
+            # Per-task rows: one per started key; the status of its latest final attempt.
+            assert [r.task_key for r in summary.tasks] == sorted(model.attempts)
+            for row in summary.tasks:
+                final = finals.get(row.task_key)
+                assert row.attempts == max(a.number for a in model.attempts[row.task_key])
+                if final is None:
+                    assert row.final_status is None and row.category is None
+                else:
+                    assert row.final_status == final.outcome
+                    assert row.category == final.outcome.category
+                    assert row.cost_usd == final.completed_cost
+
+            status, finished_at = model.expected_status()
+            assert summary.status == status
+            assert summary.finished_at == finished_at
+            assert summary.started_at == model.lifecycle[0].ts
+            assert summary.max_parallel == model.max_parallel
+
+
+@SETTINGS
+@given(scenarios())
+def test_live_summary_equals_offline_rebuild_byte_for_byte(scenario: Scenario) -> None:
+    with stored(scenario) as path:
+        for model in scenario.runs:
+            live = render_json(live_summary(scenario.events, model.run_id))
+            offline = render_json(offline_summary(path, model.run_id))
+            assert live == offline
+            # Fed everything (no type filter, other runs included) it is still the same.
+            with Ledger(path, read_only=True) as reader:
+                everything = fold(SummaryFold(model.run_id), reader.events()).summary()
+            assert render_json(everything) == offline
+
+
+def _close(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a == pytest.approx(b, rel=1e-12, abs=1e-12)
+
+
+@SETTINGS
+@given(scenarios())
+def test_sql_views_equal_the_python_projections(scenario: Scenario) -> None:
+    with stored(scenario) as path:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            run_rows = conn.execute("SELECT run_id FROM runs ORDER BY started_at").fetchall()
+            assert sorted(r[0] for r in run_rows) == sorted(m.run_id for m in scenario.runs)
+            for model in scenario.runs:
+                rid = model.run_id
+                summary = offline_summary(path, rid)
+                finals = model.finals()
+
+                results = conn.execute(
+                    "SELECT task_key, final_status, category, attempt, cost_usd "
+                    "FROM task_results WHERE run_id = ? ORDER BY task_key",
+                    [rid],
+                ).fetchall()
+                assert [r[0] for r in results] == sorted(finals)
+                by_key = {r.task_key: r for r in summary.tasks if r.final_status is not None}
+                assert sorted(by_key) == sorted(finals)
+                for key, status, category, attempt, cost in results:
+                    row = by_key[key]
+                    assert status == row.final_status.value
+                    assert category == row.category.value
+                    assert attempt == finals[key].number
+                    assert _close(cost, row.cost_usd), (key, cost, row.cost_usd)
+
+                (n_attempts,) = conn.execute(
+                    "SELECT count(*) FROM task_attempts WHERE run_id = ?", [rid]
+                ).fetchone()
+                assert n_attempts == model.n_started
+
+                run = conn.execute(
+                    "SELECT status, started_at, finished_at, tasks_planned, tasks_succeeded, "
+                    "tasks_failed, tasks_error, cost_usd, experiment_id FROM runs "
+                    "WHERE run_id = ?",
+                    [rid],
+                ).fetchall()
+                assert len(run) == 1
+                (status, started_at, finished_at, planned, succeeded, failed, error, cost,
+                 experiment_id) = run[0]
+                assert status == summary.status
+                assert started_at == summary.started_at
+                assert finished_at == summary.finished_at
+                assert planned == summary.tasks_planned
+                assert (succeeded, failed, error) == (
+                    summary.tasks_succeeded, summary.tasks_failed, summary.tasks_error
+                )
+                assert cost == pytest.approx(summary.total_cost_usd, abs=1e-9)
+                assert experiment_id == summary.experiment_id
+        finally:
+            conn.close()
