@@ -20,7 +20,7 @@ import click
 import trio
 
 from evalledger.executor import BatchConfig, BatchResult, Callbacks, Resume, run_batch
-from evalledger.ledger import AnyEvent, Ledger, TaskCompleted
+from evalledger.ledger import Ledger
 from evalledger.pricing import load_pricing_file, rate_for
 from evalledger.projections import RunSummary, SummaryFold, write_reports
 from evalledger.tasks import (
@@ -34,6 +34,7 @@ from evalledger.tasks import (
 
 from ._errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TASKS_FAILED, UserError
 from ._main import Settings, cli, pass_settings
+from ._progress import Display
 
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 DEFAULT_PARALLEL = 4
@@ -42,29 +43,6 @@ DEFAULT_PARALLEL = 4
 def new_run_id() -> str:
     """Sortable by start time, unique enough for one ledger: ``20261129-213512-3f9a``."""
     return f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
-
-
-class _Printer:
-    """Plain lines: one per finished task, and ``--stream`` output prefixed by task key."""
-
-    def __init__(self, stream: bool) -> None:
-        self.stream = stream
-
-    def on_complete(self, result: TaskCompleted) -> None:
-        cost = "" if result.cost_usd is None else f"  ${result.cost_usd:.4f}"
-        if not result.cost_complete:
-            cost = "  cost unknown"
-        detail = f"  {result.error_message}" if result.error_message else ""
-        click.echo(
-            f"{result.final_status.value:<21} {result.task_key}  "
-            f"{result.duration_seconds:.1f}s{cost}{detail[:200]}"
-        )
-
-    def on_output(self, event: AnyEvent) -> None:
-        line = getattr(event, "line", None)
-        if line is None:
-            line = str(getattr(event, "data", ""))
-        click.echo(f"[{event.task_key}] {line}", err=getattr(event, "stream", "") == "stderr")
 
 
 def _load(
@@ -223,14 +201,15 @@ def execute(
 
     ``live`` may arrive already holding the run's earlier events (a resume).
     """
-    printer = _Printer(stream)
     live = live or SummaryFold(config.run_id)
-    callbacks = Callbacks(
-        on_task_complete=printer.on_complete,
-        on_output=printer.on_output if stream else None,
-        on_event=live.apply,
-    )
-    result = trio.run(_run_with_signals, ledger, tasks, skipped, config, callbacks, resume)
+    total = len(tasks) + sum(1 for key in live.keys.values() if key.completed is not None)
+    with Display(live, total, terminal=sys.stdout.isatty(), stream=stream) as display:
+        callbacks = Callbacks(
+            on_task_complete=display.on_complete,
+            on_output=display.on_output if stream else None,
+            on_event=display.on_event,
+        )
+        result = trio.run(_run_with_signals, ledger, tasks, skipped, config, callbacks, resume)
     summary = live.summary()
     paths = write_reports(summary, config.out_dir / config.run_id)
     click.echo(_summary_line(summary))
