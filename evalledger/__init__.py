@@ -6,6 +6,9 @@ modules and may change.
 
 from importlib.metadata import PackageNotFoundError, version
 
+from .ledger import Ledger as Ledger
+from .ledger import LedgerError as LedgerError
+from .ledger import verify as verify
 from .statuses import Category as Category
 from .statuses import FinalStatus as FinalStatus
 from .statuses import RunStatus as RunStatus
@@ -15,4 +18,4 @@ try:
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0.0.0+unknown"
 
-__all__ = ["Category", "FinalStatus", "RunStatus", "__version__"]
+__all__ = ["Category", "FinalStatus", "Ledger", "LedgerError", "RunStatus", "__version__", "verify"]

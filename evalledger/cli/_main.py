@@ -27,6 +27,9 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except LedgerError as e:
             raise UserError(str(e)) from e
+        except OSError as e:  # a read-only folder, a full disk: name the file, no traceback
+            where = f"{e.filename}: " if e.filename else ""
+            raise UserError(f"{where}{e.strerror or e}") from e
 
 
 class Settings:

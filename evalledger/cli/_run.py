@@ -63,7 +63,7 @@ def _load(
     if not task_set.tasks:
         raise UserError("no tasks to run" + (
             f" ({len(task_set.skipped)} task files skipped, see above)" if task_set.skipped
-            else ": no task files matched"
+            else ": nothing matched the paths and tag filters"
         ))
     return task_set
 

@@ -1,0 +1,305 @@
+"""Resume partition and fingerprint drift (SPEC §7), on hand-written runs.
+
+The partition: every planned key lands on exactly one side; kept means the
+latest attempt reached a final status; interrupted, crashed (started, then
+nothing) and never-started keys run again; ``retry_errors`` re-runs the ``error``
+category. Drift: run-level options (operational ones ignored) and per-key
+definition hashes, changed / added / removed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from evalledger.ledger import (
+    AnyEvent,
+    Fingerprint,
+    Ledger,
+    OpaqueEvent,
+    RunFinished,
+    RunResumed,
+    RunStarted,
+    TaskCompleted,
+    TaskInterrupted,
+    TaskOutput,
+    TaskStarted,
+    TaskUsage,
+)
+from evalledger.projections import (
+    OPERATIONAL_OPTIONS,
+    Drift,
+    ResumeFold,
+    SummaryFold,
+    compute_drift,
+    fold,
+)
+from evalledger.statuses import FinalStatus, RunStatus
+
+RUN = "run-1"
+
+
+def key(i: int) -> str:
+    return f"default/t{i}/00"
+
+
+def started(k: str, attempt: int = 1, run_id: str = RUN) -> TaskStarted:
+    return TaskStarted(run_id=run_id, task_key=k, task_id=k.split("/")[1], attempt=attempt)
+
+
+def completed(
+    k: str, status: FinalStatus, attempt: int = 1, run_id: str = RUN, **fields: Any
+) -> TaskCompleted:
+    return TaskCompleted(
+        run_id=run_id, task_key=k, attempt=attempt, final_status=status,
+        category=status.category, **fields,
+    )
+
+
+def interrupted(k: str, run_id: str = RUN) -> TaskInterrupted:
+    return TaskInterrupted(run_id=run_id, task_key=k, reason="cancelled")
+
+
+def replay(ledger: Ledger, events: list[AnyEvent], run_id: str = RUN) -> ResumeFold:
+    """Append ``events``, then rebuild the resume fold from the ledger."""
+    ledger.append(events)
+    return fold(ResumeFold(run_id), ledger.events(run_id, types=ResumeFold.TYPES))
+
+
+# -- compute_drift ---------------------------------------------------------------------------
+
+
+def test_identical_fingerprints_have_no_drift() -> None:
+    fp = Fingerprint(options={"timeout": 60, "tags": ["a"]}, tasks={key(0): "h0"})
+    drift = compute_drift(fp, fp)
+    assert drift == Drift()
+    assert not drift.any
+    assert drift.lines() == []
+
+
+def test_option_change_is_reported_with_its_before_and_now_values() -> None:
+    stored = Fingerprint(options={"timeout": 60, "repeats": 1, "tags": ["a"]})
+    now = Fingerprint(options={"timeout": 120, "repeats": 1, "tags": ["a"], "model": "m2"})
+    drift = compute_drift(stored, now)
+    assert drift.any
+    # An option that appeared (or disappeared) compares against None.
+    assert drift.options == {"model": (None, "m2"), "timeout": (60, 120)}
+    assert drift.lines() == ["option model: None -> 'm2'", "option timeout: 60 -> 120"]
+    assert compute_drift(now, stored).options == {"model": ("m2", None), "timeout": (120, 60)}
+
+
+def test_operational_options_are_the_documented_ones() -> None:
+    assert frozenset({"max_parallel", "out", "cwd", "preservation_mode"}) == OPERATIONAL_OPTIONS
+
+
+@pytest.mark.parametrize("option", sorted(OPERATIONAL_OPTIONS))
+def test_operational_options_never_drift(option: str) -> None:
+    stored = Fingerprint(options={option: "before", "timeout": 60}, tasks={key(0): "h0"})
+    changed = Fingerprint(options={option: "after", "timeout": 60}, tasks={key(0): "h0"})
+    dropped = Fingerprint(options={"timeout": 60}, tasks={key(0): "h0"})
+    for now in (changed, dropped):
+        drift = compute_drift(stored, now)
+        assert not drift.any, drift
+        assert drift.lines() == []
+    # ... while a real option next to it still does.
+    both = Fingerprint(options={option: "after", "timeout": 61}, tasks={key(0): "h0"})
+    assert compute_drift(stored, both).options == {"timeout": (60, 61)}
+
+
+def test_task_keys_changed_added_and_removed_sorted_and_worded() -> None:
+    stored = Fingerprint(
+        options={"timeout": 60},
+        tasks={key(3): "h3", key(1): "h1", key(2): "h2", key(0): "h0", key(5): "h5"},
+    )
+    now = Fingerprint(
+        options={"timeout": 90},
+        tasks={key(0): "h0", key(3): "h3-edited", key(1): "h1-edited", key(9): "h9",
+               key(4): "h4"},
+    )
+    drift = compute_drift(stored, now)
+    assert drift.any
+    assert drift.changed == [key(1), key(3)]
+    assert drift.added == [key(4), key(9)]
+    assert drift.removed == [key(2), key(5)]
+    assert drift.lines() == [
+        "option timeout: 60 -> 90",
+        f"task {key(1)}: definition changed",
+        f"task {key(3)}: definition changed",
+        f"task {key(4)}: new",
+        f"task {key(9)}: new",
+        f"task {key(2)}: no longer defined",
+        f"task {key(5)}: no longer defined",
+    ]
+
+
+def test_only_task_changes_still_count_as_drift() -> None:
+    stored = Fingerprint(tasks={key(0): "h0"})
+    assert compute_drift(stored, Fingerprint(tasks={key(0): "h0*"})).any
+    assert compute_drift(stored, Fingerprint(tasks={})).any
+    assert compute_drift(Fingerprint(), Fingerprint(tasks={key(0): "h0"})).any
+
+
+def test_drift_is_measured_from_the_latest_resume_fingerprint(ledger: Ledger) -> None:
+    first = Fingerprint(options={"timeout": 60}, tasks={key(0): "a"})
+    second = Fingerprint(options={"timeout": 90}, tasks={key(0): "b"})
+    state = replay(ledger, [
+        RunStarted(run_id=RUN, planned=[key(0)], fingerprint=first, config={"paths": ["x"]}),
+        RunFinished(run_id=RUN, status=RunStatus.INTERRUPTED),
+        RunResumed(run_id=RUN, to_run=[key(0)], fingerprint=second),
+        RunFinished(run_id=RUN, status=RunStatus.INTERRUPTED),
+    ])
+    assert state.found
+    assert state.config == {"paths": ["x"]}
+    assert state.fingerprint == second
+    assert not compute_drift(state.fingerprint, second).any
+    assert compute_drift(state.fingerprint, first).lines() == [
+        "option timeout: 90 -> 60", f"task {key(0)}: definition changed"
+    ]
+
+
+# -- the partition ---------------------------------------------------------------------------
+
+
+def test_partition_of_a_crashed_run(ledger: Ledger) -> None:
+    planned = [key(i) for i in range(6)]
+    state = replay(ledger, [
+        RunStarted(run_id=RUN, planned=planned, max_parallel=3),
+        started(key(0)), completed(key(0), FinalStatus.SUCCESS),
+        started(key(1)), completed(key(1), FinalStatus.FAILURE),
+        started(key(2)), completed(key(2), FinalStatus.ERROR),
+        started(key(3)), interrupted(key(3)),
+        started(key(4)),  # then the process died: no completion, no interruption
+        # key(5) never started
+        RunFinished(run_id=RUN, status=RunStatus.INTERRUPTED),
+    ])
+    part = state.partition()
+    assert part.run_id == RUN
+    assert part.kept == [key(0), key(1), key(2)]
+    assert part.to_run == [key(3), key(4), key(5)]
+    assert part.attempts == {key(0): 1, key(1): 1, key(2): 1, key(3): 1, key(4): 1}
+
+    retry = state.partition(retry_errors=True)
+    assert retry.kept == [key(0), key(1)]
+    assert retry.to_run == [key(2), key(3), key(4), key(5)]
+    assert retry.attempts == part.attempts
+
+
+@pytest.mark.parametrize("status", list(FinalStatus))
+def test_retry_errors_moves_exactly_the_error_category(ledger: Ledger, status: FinalStatus) -> None:
+    state = replay(ledger, [
+        RunStarted(run_id=RUN, planned=[key(0)]),
+        started(key(0)), completed(key(0), status),
+        RunFinished(run_id=RUN, status=RunStatus.COMPLETED),
+    ])
+    assert state.partition().kept == [key(0)]
+    is_error = status in (FinalStatus.ERROR, FinalStatus.BUILD_FAILED)
+    retry = state.partition(retry_errors=True)
+    assert retry.to_run == ([key(0)] if is_error else [])
+    assert retry.kept == ([] if is_error else [key(0)])
+
+
+def test_an_interrupted_retry_runs_again_although_an_earlier_attempt_finished(
+    ledger: Ledger,
+) -> None:
+    """Resume is stricter than the summary: the latest attempt decides."""
+    events: list[AnyEvent] = [
+        RunStarted(run_id=RUN, planned=[key(0), key(1)]),
+        started(key(0)), completed(key(0), FinalStatus.SUCCESS),
+        started(key(1)), completed(key(1), FinalStatus.ERROR),
+        RunFinished(run_id=RUN, status=RunStatus.COMPLETED),
+        RunResumed(run_id=RUN, to_run=[key(0), key(1)]),
+        started(key(0), attempt=2), interrupted(key(0)),
+        started(key(1), attempt=2),  # crash
+        RunFinished(run_id=RUN, status=RunStatus.INTERRUPTED),
+    ]
+    state = replay(ledger, events)
+    part = state.partition()
+    assert part.kept == []
+    assert part.to_run == [key(0), key(1)]
+    assert part.attempts == {key(0): 2, key(1): 2}
+    # The summary still counts each key by its latest attempt that reached a final status.
+    summary = fold(SummaryFold(RUN), events).summary()
+    assert [(r.task_key, r.final_status) for r in summary.tasks] == [
+        (key(0), FinalStatus.SUCCESS), (key(1), FinalStatus.ERROR)
+    ]
+    assert (summary.tasks_run, summary.tasks_succeeded, summary.tasks_error) == (2, 1, 1)
+
+
+def test_a_retried_error_that_then_succeeds_is_kept(ledger: Ledger) -> None:
+    state = replay(ledger, [
+        RunStarted(run_id=RUN, planned=[key(0)]),
+        started(key(0)), completed(key(0), FinalStatus.BUILD_FAILED),
+        RunFinished(run_id=RUN, status=RunStatus.COMPLETED),
+        RunResumed(run_id=RUN, to_run=[key(0)]),
+        started(key(0), attempt=2), completed(key(0), FinalStatus.SUCCESS, attempt=2),
+        RunFinished(run_id=RUN, status=RunStatus.COMPLETED),
+    ])
+    for retry_errors in (False, True):
+        part = state.partition(retry_errors=retry_errors)
+        assert part.kept == [key(0)] and part.to_run == []
+        assert part.attempts == {key(0): 2}
+
+
+def test_planned_keys_come_from_run_started_run_resumed_and_task_started(
+    ledger: Ledger,
+) -> None:
+    state = replay(ledger, [
+        RunStarted(run_id=RUN, planned=[key(2), key(0)]),
+        started(key(5)), completed(key(5), FinalStatus.SUCCESS),  # never planned
+        RunFinished(run_id=RUN, status=RunStatus.INTERRUPTED),
+        RunResumed(run_id=RUN, to_run=[key(0), key(7)]),  # key(7): added since
+        RunFinished(run_id=RUN, status=RunStatus.INTERRUPTED),
+    ])
+    part = state.partition()
+    assert part.kept == [key(5)]
+    # First-planned order, each key once.
+    assert part.to_run == [key(2), key(0), key(7)]
+    assert part.attempts == {key(5): 1}
+
+
+def test_an_empty_run_and_an_unknown_run(ledger: Ledger) -> None:
+    state = replay(ledger, [RunStarted(run_id=RUN, planned=[])])
+    assert state.found
+    part = state.partition()
+    assert (part.kept, part.to_run, part.attempts) == ([], [], {})
+
+    unknown = fold(ResumeFold("nope"), ledger.events())
+    assert not unknown.found
+    assert unknown.partition().model_dump() == {
+        "run_id": "nope", "kept": [], "to_run": [], "attempts": {}
+    }
+
+
+def test_other_runs_output_usage_and_future_types_do_not_matter(ledger: Ledger) -> None:
+    other = "run-2"
+    ours: list[AnyEvent] = [
+        RunStarted(run_id=RUN, planned=[key(0), key(1)]),
+        started(key(0)),
+        TaskOutput(run_id=RUN, task_key=key(0), line="hello", n=1),
+        TaskUsage(run_id=RUN, task_key=key(0), input_tokens=5, cost_usd=None),
+        OpaqueEvent(run_id=RUN, task_key=key(0), type="future.thing", payload={"x": 1}),
+        OpaqueEvent(run_id=RUN, type="future.run_note", payload={}),
+        completed(key(0), FinalStatus.SUCCESS),
+    ]
+    theirs: list[AnyEvent] = [
+        RunStarted(run_id=other, planned=[key(0), key(1)]),
+        started(key(1), run_id=other), completed(key(1), FinalStatus.SUCCESS, run_id=other),
+        started(key(0), attempt=2, run_id=other),  # same key, other run: unfinished there
+    ]
+    mixed = [ours[0], theirs[0], ours[1], *theirs[1:3], *ours[2:6], theirs[3], ours[6]]
+    state = replay(ledger, mixed)
+    part = state.partition()
+    assert (part.kept, part.to_run, part.attempts) == ([key(0)], [key(1)], {key(0): 1})
+    # The same from the events fed directly, and from everything the ledger holds.
+    assert fold(ResumeFold(RUN), mixed).partition() == part
+    assert fold(ResumeFold(RUN), ledger.events()).partition() == part
+    other_part = fold(ResumeFold(other), ledger.events()).partition()
+    assert (other_part.kept, other_part.to_run) == ([key(1)], [key(0)])
+    assert other_part.attempts == {key(1): 1, key(0): 2}
+
+
+def test_resume_types_are_what_the_fold_reads() -> None:
+    assert frozenset(
+        {"run.started", "run.resumed", "task.started", "task.completed", "task.interrupted"}
+    ) == ResumeFold.TYPES
