@@ -28,12 +28,14 @@ from ._run import _load, _unpriced, execute, load_pricing
               help="Also re-run tasks that ended in the error category (ERROR, BUILD_FAILED).")
 @click.option("-j", "--max-parallel", type=click.IntRange(min=1),
               help="Tasks at once (default: as the run had it).")
+@click.option("--max-cost", type=click.FloatRange(min=0, min_open=True),
+              help="A new run-level budget in USD (what the run already spent counts).")
 @click.option("--stream", is_flag=True, help="Print task output as it arrives.")
 @click.option("--durable", is_flag=True, help="synchronous=FULL for this resume's commits.")
 @pass_settings
 def resume(
     settings: Settings, run: str, strict: bool, retry_errors: bool, max_parallel: int | None,
-    stream: bool, durable: bool,
+    max_cost: float | None, stream: bool, durable: bool,
 ) -> None:
     """Resume a run: run its unfinished tasks (and, on request, its errors) again.
 
@@ -60,6 +62,8 @@ def resume(
         )
         parallel = max_parallel or int(options.get("max_parallel") or 1)
         options["max_parallel"] = parallel
+        if max_cost is not None:
+            options["max_cost_usd"] = max_cost
         drift = compute_drift(state.fingerprint, fingerprint(options, task_set.tasks))
         for line in drift.lines():
             click.echo(f"drift: {line}", err=True)
@@ -87,11 +91,19 @@ def resume(
             unpriced_models=_unpriced(task_set.tasks),
         )
         live = fold(SummaryFold(run_id), ledger.events(run_id, types=SummaryFold.TYPES))
+        spent = live.spend.cost
+        budget = options.get("max_cost_usd")
+        if budget is not None and spent > budget:
+            raise UserError(
+                f"run {run_id} already spent ${spent:.4f} of its ${budget:.4f} budget; "
+                "resume with a higher --max-cost"
+            )
         execute(
             ledger, to_run, [], config, stream=stream, live=live,
             resume=Resume(
                 skip=frozenset(t.task_key for t in task_set.tasks) - {t.task_key for t in to_run},
                 attempts=partition.attempts,
                 drift={"lines": drift.lines()} if drift.any else {},
+                spent_usd=spent,
             ),
         )

@@ -170,6 +170,8 @@ def run(
         preservation_mode=preservation_mode,  # type: ignore[arg-type]
         experiment_id=task_set.experiment_id, options=options, unpriced_models=unpriced,
     )
+    # Found now, not after every task ran: the reports and artifacts must have a home.
+    (out / run_id).mkdir(parents=True, exist_ok=True)
     with settings.open_ledger(durable=durable) as ledger:
         if run_id in ledger.run_ids():
             raise UserError(f"run {run_id} already exists in {ledger.path}; resume it instead")

@@ -86,6 +86,8 @@ class Resume:
     skip: frozenset[str] = frozenset()
     attempts: Mapping[str, int] = field(default_factory=dict)
     drift: dict[str, Any] = field(default_factory=dict)
+    # What the run spent before this resume: a run-level max_cost_usd covers the run.
+    spent_usd: float = 0.0
 
 
 @dataclass
@@ -194,6 +196,7 @@ async def _run(
             preservation_mode=config.preservation_mode,
             kill_grace=config.kill_grace,
             on_output=callbacks.on_output,
+            spent_usd=resume.spent_usd if resume else 0.0,
         )
         status = RunStatus.COMPLETED
         limiter = trio.CapacityLimiter(max(1, config.max_parallel))

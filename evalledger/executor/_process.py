@@ -42,22 +42,36 @@ def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
         os.killpg(pid, sig)
 
 
+def group_alive(pid: int) -> bool:
+    """Whether any process is left in the group led by ``pid``."""
+    try:
+        os.killpg(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
 async def end_group(
     process: trio.Process, grace: float = DEFAULT_KILL_GRACE, hurry: trio.Event | None = None
 ) -> None:
     """Stop the leader and everything in its group; return once the leader is reaped.
 
-    SIGTERM first; SIGKILL once ``grace`` seconds pass or ``hurry`` is set (a
-    second Ctrl-C), whichever comes first. Callers in a cancelled context shield
-    it: ``with trio.CancelScope(shield=True): await end_group(p)``.
+    SIGTERM to the whole group, then SIGKILL once ``grace`` seconds pass or
+    ``hurry`` is set (a second Ctrl-C), whichever comes first. The grace period
+    waits for the *group*, not just the leader: ``/bin/sh -c "python agent.py"``
+    dies on SIGTERM at once while the agent it forked is still cleaning up.
+    Callers in a cancelled context shield it:
+    ``with trio.CancelScope(shield=True): await end_group(p)``.
     """
-    if process.returncode is None:
+    if process.returncode is None or group_alive(process.pid):
         kill_group(process.pid, signal.SIGTERM)
         with trio.move_on_after(grace) as waiting:
             async with trio.open_nursery() as nursery:
                 if hurry is not None:
                     nursery.start_soon(_cancel_when_set, hurry, waiting)
                 await process.wait()
+                while group_alive(process.pid):
+                    await trio.sleep(0.02)
                 nursery.cancel_scope.cancel()
     kill_group(process.pid, signal.SIGKILL)
     await process.wait()

@@ -305,8 +305,8 @@ async def _attempt(
                     await trio.to_thread.run_sync(
                         _sandbox.finish, sandbox, ctx.preservation_mode, artifacts
                     )
-                except OSError:
-                    log.warning("could not keep the sandbox of %s", task.task_key, exc_info=True)
+                except OSError as e:
+                    log.warning("could not keep the sandbox of %s: %s", task.task_key, e)
     return TaskCompleted(
         run_id=ctx.run_id,
         task_key=task.task_key,

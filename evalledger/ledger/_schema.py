@@ -26,7 +26,7 @@ from sqlite_utils.migrations import Migrations
 
 from ._events import utc_now
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 STREAM_TYPES = ("task.output", "task.event")
 # The partial index's condition, written exactly so a query can repeat it: SQLite
 # uses a partial index only when the query's WHERE contains its WHERE terms.
@@ -161,14 +161,19 @@ def _m0002_views(db: Database) -> None:
     db.execute(
         "CREATE INDEX events_run_level ON events (type, run_id, seq) WHERE task_key IS NULL"
     )
+    for name, sql in VIEWS.items():
+        db.execute(f"CREATE VIEW {name} AS {sql.strip()}")
+    _set_version(db, 2)
+
+
+@MIGRATIONS(name="0003_lifecycle_index")
+def _m0003_lifecycle_index(db: Database) -> None:
     # Lifecycle events (everything but output lines) of a run, in seq order, with
     # every column: a summary or resume rebuild is one index-only range scan that
     # never touches the pages full of task.output rows. Partial, so the output
     # lines that dominate appends pay nothing for it.
     db.execute(
-        f"CREATE INDEX events_lifecycle ON events "
+        f"CREATE INDEX IF NOT EXISTS events_lifecycle ON events "
         f"(run_id, seq, type, task_key, ts, event_id, payload, hash) WHERE {LIFECYCLE_WHERE}"
     )
-    for name, sql in VIEWS.items():
-        db.execute(f"CREATE VIEW {name} AS {sql.strip()}")
-    _set_version(db, 2)
+    _set_version(db, 3)

@@ -29,7 +29,10 @@ from evalledger.ledger import (
 from evalledger.statuses import Category
 
 # Options that change how a run executes, not what it evaluates: never drift.
-OPERATIONAL_OPTIONS = frozenset({"max_parallel", "out", "cwd", "preservation_mode"})
+# (max_cost_usd is a budget: a resume may raise it without the tasks changing.)
+OPERATIONAL_OPTIONS = frozenset(
+    {"max_parallel", "out", "cwd", "preservation_mode", "max_cost_usd"}
+)
 
 
 class Partition(BaseModel):

@@ -89,8 +89,8 @@ def test_option_change_is_reported_with_its_before_and_now_values() -> None:
     assert compute_drift(now, stored).options == {"model": ("m2", None), "timeout": (120, 60)}
 
 
-def test_operational_options_are_the_documented_ones() -> None:
-    assert frozenset({"max_parallel", "out", "cwd", "preservation_mode"}) == OPERATIONAL_OPTIONS
+def test_how_a_run_executes_is_operational() -> None:
+    assert {"max_parallel", "out", "cwd", "preservation_mode"} <= OPERATIONAL_OPTIONS
 
 
 @pytest.mark.parametrize("option", sorted(OPERATIONAL_OPTIONS))
