@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 from collections.abc import Mapping
+from pathlib import Path
 
 import trio
 
@@ -42,13 +43,33 @@ def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
         os.killpg(pid, sig)
 
 
-def group_alive(pid: int) -> bool:
-    """Whether any process is left in the group led by ``pid``."""
+def group_alive(pgid: int) -> bool:
+    """Whether a live (non-zombie) process is left in the process group ``pgid``.
+
+    Zombies do not count: a member orphaned by the leader's death is reaped by
+    init, and an init that reaps slowly (as in some containers) would otherwise
+    make every stop wait out the whole grace period.
+    """
     try:
-        os.killpg(pid, 0)
+        os.killpg(pgid, 0)
     except (ProcessLookupError, PermissionError):
         return False
-    return True
+    proc = Path("/proc")
+    if not proc.is_dir():  # not Linux: signal 0 is all there is
+        return True
+    for entry in os.scandir(proc):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:  # gone meanwhile
+            continue
+        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
 
 
 async def end_group(
