@@ -97,14 +97,12 @@ def main() -> None:
             "SELECT count(*) FROM events WHERE run_id = 'chatty' AND type = 'task.output'"
         ).fetchone()[0]
         expected = PARALLEL * args.lines
-        total = ledger.count()
         ledger.close()
         print(f"chatty tasks: {PARALLEL} x {args.lines} lines")
         print(f"lines recorded:     {lines:10,} of {expected:,} "
               f"({'none lost' if lines == expected else 'LOST LINES'})")
         print(f"writer sustained:   {lines / elapsed:10,.0f} events/s over {elapsed:.2f}s "
               f"(target >= 100,000)")
-        del total
 
 
 if __name__ == "__main__":

@@ -75,7 +75,7 @@ class LegacyTask(BaseModel):
     definition: dict[str, object]
 
 
-def build(root: Path, tasks: int, lines: int) -> tuple[Path, Path]:
+def build(root: Path, tasks: int, lines: int, *, files: bool = True) -> tuple[Path, Path]:
     rng = random.Random(7)
     ledger_path, folder = root / f"ledger-{lines}.db", root / f"runs-{lines}"
     keys = [f"default/t{i:05d}/00" for i in range(tasks)]
@@ -100,7 +100,7 @@ def build(root: Path, tasks: int, lines: int) -> tuple[Path, Path]:
         if finished:
             batch.append(completed)
         ledger.append(batch)
-        if finished:
+        if finished and files:
             legacy = LegacyTask(
                 task_key=key, task_id=f"t{i:05d}", variant_id="default", replicate_index=0,
                 definition=DEFINITION, **completed.model_dump(
@@ -112,6 +112,8 @@ def build(root: Path, tasks: int, lines: int) -> tuple[Path, Path]:
             target.write_text(legacy.model_dump_json(indent=2))
     ledger.append([RunFinished(run_id=RUN, status="completed")])
     ledger.close()
+    if not files:
+        return ledger_path, folder
     # A nested sub-run (say, a task that itself ran evalledger): the scan must skip it.
     nested = folder / "default" / "t00000" / "00" / "artifacts" / "inner"
     (nested / "x" / "00").mkdir(parents=True)
@@ -169,7 +171,7 @@ def main() -> None:
         root = Path(raw)
         start = time.perf_counter()
         big_ledger, folder = build(root, args.tasks, args.lines)
-        small_ledger, _ = build(root, args.tasks, max(1, args.lines // 10))
+        small_ledger, _ = build(root, args.tasks, max(1, args.lines // 10), files=False)
         with Ledger(big_ledger, read_only=True) as ledger:
             events = ledger.count()
         print(f"built: {args.tasks} tasks, {events:,} events in the ledger, "

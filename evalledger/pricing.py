@@ -64,7 +64,8 @@ _rates: dict[str, Rate] = dict(BUILTIN_RATES)
 _PROVIDER = re.compile(r"^(?:[a-z0-9_-]+/)+")
 _REGION = re.compile(r"^(?:us|eu|apac|au|ca|jp|global)\.")
 _VENDOR = re.compile(r"^(?:anthropic|openai|meta|mistral|amazon|google)\.")
-_SUFFIX = re.compile(r"(?:-v\d+(?::\d+)?|@\d{8}|-\d{8}|-\d{4}-\d{2}-\d{2}|-latest)$")
+# Bedrock's "-v1:0" (with the colon only: "deepseek-v3" is a model, not a suffix).
+_SUFFIX = re.compile(r"(?:-v\d+:\d+|@\d{8}|-\d{8}|-\d{4}-\d{2}-\d{2}|-latest)$")
 
 
 class PricingConflict(ValueError):

@@ -331,16 +331,20 @@ def load_tasks(
             )
             continue
         seen_ids[task_id] = str(path)
-        for variant in variants:
-            try:
-                resolved = _resolve(path, task_id, task_file, exp, exp_home, variant, overrides)
-            except (ValueError, ValidationError) as e:
-                reason = _describe(e) if isinstance(e, ValidationError) else str(e)
-                result.skipped.append(Skipped(str(path), reason))
-                break
-            if resolved is None:
+        # All variants or none: a file that fails in one variant is skipped whole.
+        try:
+            per_variant = [
+                _resolve(path, task_id, task_file, exp, exp_home, variant, overrides)
+                for variant in variants
+            ]
+        except (ValueError, ValidationError) as e:
+            reason = _describe(e) if isinstance(e, ValidationError) else str(e)
+            result.skipped.append(Skipped(str(path), reason))
+            continue
+        for resolved in per_variant:
+            if not resolved:
                 continue
-            tags = set(resolved[0].tags) if resolved else set()
+            tags = set(resolved[0].tags)
             if include and not tags & include:
                 continue
             if tags & exclude:

@@ -692,3 +692,22 @@ def test_variants_of_one_task_have_different_hashes(tmp_path: Path) -> None:
 
     assert tasks["baseline/t/00"].definition_hash == tasks["baseline/t/01"].definition_hash
     assert tasks["baseline/t/00"].definition_hash != tasks["candidate/t/00"].definition_hash
+
+
+def test_a_file_that_fails_in_one_variant_is_skipped_whole(tmp_path: Path) -> None:
+    # Regression: earlier variants' tasks were kept while the file was also reported
+    # skipped, and later variants were silently dropped.
+    write(tmp_path / "tasks" / "t.yaml", "success_criteria: [{type: exit_code}]\n")
+    experiment = write(
+        tmp_path / "e.yaml",
+        "experiment_id: e\ntasks: [tasks]\nvariants:\n"
+        "  - {variant_id: a, command: echo a}\n"
+        "  - {variant_id: b}\n"
+        "  - {variant_id: c, command: echo c}\n",
+    )
+
+    loaded = load_tasks(experiment=experiment)
+
+    assert loaded.tasks == []
+    assert [s.path for s in loaded.skipped] == [str(tmp_path / "tasks" / "t.yaml")]
+    assert "command" in loaded.skipped[0].reason

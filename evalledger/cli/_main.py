@@ -21,15 +21,31 @@ from ._errors import UserError
 DEFAULT_LEDGER = "evalledger.db"
 
 
+def _user_error(error: BaseException) -> UserError | None:
+    """The one-line error for a failure a user can act on, or None for a real bug.
+
+    Trio nurseries deliver failures wrapped in exception groups: a full disk under
+    a running batch arrives as ExceptionGroup[LedgerIOError], not bare.
+    """
+    if isinstance(error, BaseExceptionGroup):
+        leaves = [_user_error(e) for e in error.exceptions]
+        return leaves[0] if leaves and all(leaves) else None
+    if isinstance(error, LedgerError):
+        return UserError(str(error))
+    if isinstance(error, OSError):  # a read-only folder, a full disk: name the file
+        where = f"{error.filename}: " if error.filename else ""
+        return UserError(f"{where}{error.strerror or error}")
+    return None
+
+
 class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except LedgerError as e:
-            raise UserError(str(e)) from e
-        except OSError as e:  # a read-only folder, a full disk: name the file, no traceback
-            where = f"{e.filename}: " if e.filename else ""
-            raise UserError(f"{where}{e.strerror or e}") from e
+        except (LedgerError, OSError, BaseExceptionGroup) as e:
+            if (user_error := _user_error(e)) is None:
+                raise
+            raise user_error from e
 
 
 class Settings:

@@ -99,6 +99,13 @@ def show(settings: Settings, run: str, as_json: bool) -> None:
     )
 
 
+def _blob(value: object) -> str:
+    """BLOBs in JSON output: hex text (JSON has no bytes)."""
+    if isinstance(value, bytes):
+        return value.hex()
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+
 def _ndjson(row: StoredRow) -> str:
     # The stored payload is already JSON: splice it in rather than re-encode it.
     return (
@@ -181,7 +188,7 @@ def sql(settings: Settings, query: str, format_: str) -> None:
             raise UserError("sql opens the ledger read-only: writes are refused") from e
     if format_ == "json":
         for row in rows:
-            click.echo(json.dumps(dict(zip(columns, row, strict=True))))
+            click.echo(json.dumps(dict(zip(columns, row, strict=True)), default=_blob))
     elif format_ == "csv":
         writer = csv.writer(sys.stdout)
         writer.writerow(columns)

@@ -16,9 +16,9 @@ from evalledger.projections import SummaryFold, compute_drift, fold
 from evalledger.tasks import Overrides
 
 from ._common import rebuild_resume, resolve_run
-from ._errors import EXIT_OK, UserError
+from ._errors import UserError
 from ._main import Settings, cli, pass_settings
-from ._run import _load, _unpriced, execute, load_pricing
+from ._run import _load, _unpriced, execute, exit_code, load_pricing
 
 
 @cli.command()
@@ -53,6 +53,11 @@ def resume(
         state = rebuild_resume(ledger, run_id)
         if not state.found:
             raise UserError(f"run {run_id} has no run.started event; it cannot be resumed")
+        if (pid := state.live_pid()) is not None:
+            raise UserError(
+                f"run {run_id} is still running (pid {pid} on this host); wait for it, or "
+                "stop it first"
+            )
         options = dict(state.config)
         load_pricing(options.get("pricing"))
         task_set = _load(
@@ -77,20 +82,16 @@ def resume(
         for key in partition.to_run:
             if key not in defined:
                 click.echo(f"warning: {key} is no longer defined; it cannot run", err=True)
-        to_run = [t for t in task_set.tasks if t.task_key in set(partition.to_run)]
-        click.echo(run_id)
-        if not to_run:
-            click.echo(f"run {run_id}: nothing to resume ({len(partition.kept)} tasks kept)")
-            raise SystemExit(EXIT_OK)
-        click.echo(f"resuming {len(to_run)} task(s), keeping {len(partition.kept)}", err=True)
-        config = BatchConfig(
-            run_id=run_id, max_parallel=parallel, out_dir=Path(options.get("out") or "runs"),
-            max_cost_usd=options.get("max_cost_usd"),
-            preservation_mode=options.get("preservation_mode") or "move-on-write",
-            experiment_id=task_set.experiment_id, options=options,
-            unpriced_models=_unpriced(task_set.tasks),
-        )
+        wanted = set(partition.to_run)
+        skip = frozenset(defined - wanted)
         live = fold(SummaryFold(run_id), ledger.events(run_id, types=SummaryFold.TYPES))
+        click.echo(run_id)
+        if not defined & wanted:
+            summary = live.summary()
+            click.echo(f"run {run_id}: nothing to resume ({len(partition.kept)} tasks kept)")
+            raise SystemExit(exit_code(summary))
+        click.echo(f"resuming {len(defined & wanted)} task(s), keeping {len(partition.kept)}",
+                   err=True)
         spent = live.spend.cost
         budget = options.get("max_cost_usd")
         if budget is not None and spent > budget:
@@ -98,10 +99,18 @@ def resume(
                 f"run {run_id} already spent ${spent:.4f} of its ${budget:.4f} budget; "
                 "resume with a higher --max-cost"
             )
+        config = BatchConfig(
+            run_id=run_id, max_parallel=parallel, out_dir=Path(options.get("out") or "runs"),
+            max_cost_usd=options.get("max_cost_usd"),
+            preservation_mode=options.get("preservation_mode") or "move-on-write",
+            experiment_id=task_set.experiment_id, options=options,
+            unpriced_models=_unpriced(task_set.tasks),
+        )
+        # All tasks go in, so run.resumed fingerprints the whole run; skip filters.
         execute(
-            ledger, to_run, [], config, stream=stream, live=live,
+            ledger, task_set.tasks, [], config, stream=stream, live=live,
             resume=Resume(
-                skip=frozenset(t.task_key for t in task_set.tasks) - {t.task_key for t in to_run},
+                skip=skip,
                 attempts=partition.attempts,
                 drift={"lines": drift.lines()} if drift.any else {},
                 spent_usd=spent,

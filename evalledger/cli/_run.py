@@ -75,7 +75,8 @@ async def _run_with_signals(
     """Run the batch; return None when it was interrupted by a signal."""
     hurry = trio.Event()
     result: BatchResult | None = None
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    # SIGHUP too: a closed terminal must not leave agents running and a run unended.
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         async with trio.open_nursery() as nursery:
             batch = trio.CancelScope()
 
@@ -204,7 +205,7 @@ def execute(
     ``live`` may arrive already holding the run's earlier events (a resume).
     """
     live = live or SummaryFold(config.run_id)
-    total = len(tasks) + sum(1 for key in live.keys.values() if key.completed is not None)
+    total = len(set(live.planned) | {t.task_key for t in tasks})
     with Display(live, total, terminal=sys.stdout.isatty(), stream=stream) as display:
         callbacks = Callbacks(
             on_task_complete=display.on_complete,
@@ -222,7 +223,12 @@ def execute(
             err=True,
         )
         sys.exit(EXIT_INTERRUPTED)
-    sys.exit(EXIT_OK if summary.tasks_succeeded == summary.tasks_planned else EXIT_TASKS_FAILED)
+    sys.exit(exit_code(summary))
+
+
+def exit_code(summary: RunSummary) -> int:
+    """0 when every planned task succeeded, else 1 (SPEC §8)."""
+    return EXIT_OK if summary.tasks_succeeded == summary.tasks_planned else EXIT_TASKS_FAILED
 
 
 def _summary_line(s: RunSummary) -> str:

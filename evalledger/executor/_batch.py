@@ -152,8 +152,9 @@ async def run_batch(
             once instead of after their grace period.
 
     Raises:
-        trio.Cancelled: the surrounding scope was cancelled; the ledger records
-            the interruption first.
+        BaseException: when the surrounding scope is cancelled, its cancellation
+            (usually inside an exception group from the nurseries it crossed); the
+            ledger records the interruption first.
     """
     callbacks = callbacks or Callbacks()
     to_run = [t for t in tasks if resume is None or t.task_key not in resume.skip]
@@ -234,7 +235,9 @@ async def _run(
                     RunFinished(run_id=config.run_id, status=RunStatus.INTERRUPTED)
                 )
             raise
-        await writer.append_durable(RunFinished(run_id=config.run_id, status=status))
+        # Shielded: a cancel landing after the last task must not leave the run unended.
+        with trio.CancelScope(shield=True):
+            await writer.append_durable(RunFinished(run_id=config.run_id, status=status))
     return BatchResult(config.run_id, status, completed, writer.stats)
 
 
@@ -247,7 +250,7 @@ def _opening(
     print_ = fingerprint(config.options, tasks)
     if resume is not None:
         return RunResumed(
-            run_id=config.run_id, fingerprint=print_, drift=resume.drift,
+            run_id=config.run_id, fingerprint=print_, drift=resume.drift, host=host_info(),
             to_run=[t.task_key for t in to_run], max_parallel=config.max_parallel,
         )
     return RunStarted(

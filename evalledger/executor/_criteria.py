@@ -87,7 +87,7 @@ def _check_file(criterion: FileExists | FileContains, outcome: Outcome) -> tuple
 
 
 async def _run_command(
-    criterion: RunCommand, outcome: Outcome, env: Mapping[str, str]
+    criterion: RunCommand, outcome: Outcome, env: Mapping[str, str], hurry: trio.Event | None
 ) -> tuple[bool, str]:
     process = await spawn(criterion.command, cwd=str(outcome.sandbox), env=env, stdin=False)
     chunks: list[bytes] = []
@@ -108,7 +108,7 @@ async def _run_command(
                 kill_group(process.pid)  # leftovers would hold the pipes open
     finally:
         with trio.CancelScope(shield=True):
-            await end_group(process)
+            await end_group(process, hurry=hurry)
     if scope.cancelled_caught:
         return False, f"timed out after {criterion.timeout:g}s"
     tail = b"".join(chunks).decode("utf-8", errors="replace").strip()[-_DETAIL_TAIL:]
@@ -118,7 +118,8 @@ async def _run_command(
 
 
 async def evaluate(
-    criteria: Sequence[Criterion], outcome: Outcome, env: Mapping[str, str]
+    criteria: Sequence[Criterion], outcome: Outcome, env: Mapping[str, str],
+    hurry: trio.Event | None = None,
 ) -> list[CriterionResult]:
     """Check every criterion; never raises for a failing one, only records it."""
     results: list[CriterionResult] = []
@@ -137,7 +138,7 @@ async def evaluate(
             passed, detail = _contains("output", text, criterion.includes, criterion.excludes)
         elif isinstance(criterion, RunCommand):
             try:
-                passed, detail = await _run_command(criterion, outcome, env)
+                passed, detail = await _run_command(criterion, outcome, env, hurry)
             except OSError as e:
                 passed, detail = False, f"cannot run {criterion.command!r}: {e}"
         else:  # pragma: no cover - the union is closed; a new member must be handled

@@ -204,7 +204,8 @@ async def run_task(
     task can start while this one's completion is being written.
 
     Raises:
-        trio.Cancelled: the batch was cancelled; ``task.interrupted`` is recorded first.
+        BaseException: the batch's cancellation (often inside an exception group);
+            ``task.interrupted`` is recorded first.
     """
     await ctx.writer.append(
         TaskStarted(
@@ -279,7 +280,7 @@ async def _attempt(
             await state.usage(leftover)
             state.check_budget()
         outcome = Outcome(sandbox, exit_code, state.text("stdout"), state.text("stderr"))
-        criteria = await evaluate(task.success_criteria, outcome, env)
+        criteria = await evaluate(task.success_criteria, outcome, env, ctx.hurry)
         if state.exceeded is not None:
             status, error = state.exceeded.status, str(state.exceeded)
         elif timed_out:

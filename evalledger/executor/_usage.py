@@ -64,7 +64,6 @@ class UsageMeter:
         self.cost_complete = True
         self._messages: dict[str, Usage] = {}
         self._estimate: Usage | None = None  # claude-code, until the result line arrives
-        self._result_seen = False
 
     @property
     def live_tokens(self) -> int:
@@ -115,8 +114,7 @@ class UsageMeter:
                 )
                 total = _sum(self.model, self._messages.values())
                 self._estimate = _priced(total.model, None, **_token_fields(total))
-        elif kind == "result" and not self._result_seen:
-            self._result_seen = True
+        elif kind == "result":
             raw = data.get("usage") if isinstance(data.get("usage"), dict) else {}
             totals = _from_anthropic(self.model, raw)
             usage = _priced(self.model, data.get("total_cost_usd"), **_token_fields(totals))

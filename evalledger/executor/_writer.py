@@ -25,9 +25,9 @@ import trio
 
 from evalledger.ledger import AnyEvent, EncodedEvent, Ledger, LedgerError
 
-# Items, each one read's worth of lines: bounds memory, makes fast writers wait.
 log = logging.getLogger("evalledger.executor")
 
+# Items, each one read's worth of lines: bounds memory, makes fast writers wait.
 CHANNEL_CAPACITY = 256
 MAX_BATCH = 8192
 

@@ -179,6 +179,7 @@ class RunResumed(_Event):
     type: Literal["run.resumed"] = "run.resumed"
     drift: JsonObject = {}
     fingerprint: Fingerprint = Fingerprint()
+    host: JsonObject = {}
     max_parallel: int = 1
     to_run: list[str] = []
 

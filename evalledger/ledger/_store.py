@@ -251,11 +251,12 @@ class Ledger:
         self._conn.execute("BEGIN IMMEDIATE")
         try:
             yield
+            self._conn.execute("COMMIT")
         except BaseException:
+            # Also when COMMIT itself fails: never keep the write lock after an error.
             if self._conn.in_transaction:
                 self._conn.execute("ROLLBACK")
             raise
-        self._conn.execute("COMMIT")
 
     # -- append ----------------------------------------------------------------------------
 

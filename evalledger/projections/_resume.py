@@ -13,6 +13,8 @@ edited prompt, command or criterion shows up as that key changing).
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -20,6 +22,7 @@ from pydantic import BaseModel, ConfigDict
 from evalledger.ledger import (
     AnyEvent,
     Fingerprint,
+    RunFinished,
     RunResumed,
     RunStarted,
     TaskCompleted,
@@ -47,15 +50,20 @@ class Partition(BaseModel):
 class ResumeFold:
     """Folds one run's lifecycle events into the resume partition."""
 
-    TYPES = frozenset(
-        {"run.started", "run.resumed", "task.started", "task.completed", "task.interrupted"}
-    )
+    TYPES = frozenset({
+        "run.started", "run.resumed", "run.finished", "task.started", "task.completed",
+        "task.interrupted",
+    })
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
         self.found = False
         self.config: dict[str, Any] = {}
         self.fingerprint = Fingerprint()
+        # The host of the latest run.started / run.resumed, and whether a
+        # run.finished came after it: who may still be running the run.
+        self.host: dict[str, Any] = {}
+        self.finished = False
         # Invariant: _planned keeps first-planned order; a dict used as an ordered set.
         self._planned: dict[str, None] = {}
         self._attempts: dict[str, int] = {}
@@ -69,10 +77,14 @@ class ResumeFold:
             self.found = True
             self.config = event.config
             self.fingerprint = event.fingerprint
+            self.host, self.finished = event.host, False
             self._planned.update(dict.fromkeys(event.planned))
         elif isinstance(event, RunResumed):
             self.fingerprint = event.fingerprint
+            self.host, self.finished = event.host, False
             self._planned.update(dict.fromkeys(event.to_run))
+        elif isinstance(event, RunFinished):
+            self.finished = True
         elif isinstance(event, TaskStarted):
             self._planned.setdefault(event.task_key, None)
             self._attempts[event.task_key] = max(
@@ -84,6 +96,26 @@ class ResumeFold:
                 self._latest[event.task_key] = event.category
         elif isinstance(event, TaskInterrupted):
             self._latest[event.task_key] = None
+
+    def live_pid(self) -> int | None:
+        """The pid still running this run on this host, if any.
+
+        A run without a final run.finished was either cut off (a crash: resume it)
+        or is still going (a second process must not run its tasks again). The
+        recorded host and pid tell which.
+        """
+        pid = self.host.get("pid")
+        if self.finished or self.host.get("hostname") != socket.gethostname():
+            return None
+        if not isinstance(pid, int) or pid == os.getpid():
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:  # alive, someone else's
+            return pid
+        return pid
 
     def partition(self, *, retry_errors: bool = False) -> Partition:
         kept, to_run = [], []

@@ -422,3 +422,28 @@ def test_load_pricing_file_missing_or_empty(tmp_path: Path) -> None:
     empty.write_text("")
     load_pricing_file(empty)
     assert pricing._rates == BUILTIN_RATES
+
+
+def test_claude_code_each_result_line_counts() -> None:
+    # A command that runs the CLI twice (plan, then implement) reports two results.
+    meter = UsageMeter("claude-code", None)
+    first = meter.observe({"type": "result", "total_cost_usd": 0.5, "usage": {"input_tokens": 10}})
+    second = meter.observe({"type": "result", "total_cost_usd": 0.7,
+                            "usage": {"input_tokens": 20}})
+    assert first is not None and second is not None
+    assert (first.cost_usd, second.cost_usd) == (0.5, 0.7)
+    assert meter.finish() is None
+    assert meter.cost_usd == pytest.approx(1.2) and meter.cost_complete
+    assert meter.totals["input_tokens"] == 30
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("deepseek-v3", "deepseek-v3"),
+        ("llama3-70b-v1", "llama3-70b-v1"),
+        ("bedrock/anthropic.claude-sonnet-4-5-20250929-v1:0", "claude-sonnet-4-5"),
+    ],
+)
+def test_version_numbers_in_names_are_kept(name: str, key: str) -> None:
+    assert normalize_model(name) == key

@@ -9,6 +9,8 @@ definition hashes, changed / added / removed.
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import Any
 
 import pytest
@@ -300,6 +302,26 @@ def test_other_runs_output_usage_and_future_types_do_not_matter(ledger: Ledger) 
 
 
 def test_resume_types_are_what_the_fold_reads() -> None:
-    assert frozenset(
-        {"run.started", "run.resumed", "task.started", "task.completed", "task.interrupted"}
-    ) == ResumeFold.TYPES
+    # run.finished tells whether the run may still be going (live_pid).
+    assert frozenset({
+        "run.started", "run.resumed", "run.finished", "task.started", "task.completed",
+        "task.interrupted",
+    }) == ResumeFold.TYPES
+
+
+def _started_by(host: dict[str, Any], *, finished: bool = False) -> ResumeFold:
+    events: list[Any] = [RunStarted(run_id=RUN, planned=[key(0)], host=host)]
+    if finished:
+        events.append(RunFinished(run_id=RUN, status=RunStatus.COMPLETED))
+    return fold(ResumeFold(RUN), events)
+
+
+def test_live_pid_names_a_process_still_running_the_run() -> None:
+    here = socket.gethostname()
+    alive = os.getppid()  # pytest's parent: certainly alive, certainly not us
+    assert _started_by({"hostname": here, "pid": alive}).live_pid() == alive
+    # Finished, elsewhere, or its process gone: nobody is running it.
+    assert _started_by({"hostname": here, "pid": alive}, finished=True).live_pid() is None
+    assert _started_by({"hostname": here + "-other", "pid": alive}).live_pid() is None
+    assert _started_by({"hostname": here, "pid": 2**22 + 1}).live_pid() is None
+    assert _started_by({}).live_pid() is None

@@ -1,0 +1,126 @@
+"""``resume`` beyond the Ctrl-C path: repeated resumes, exit codes, live runs, failures."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from evalledger.cli import cli
+from evalledger.ledger import Ledger, LedgerIOError
+
+from .test_run_e2e import COMMAND, _env, assert_one_line_error, evalledger, write_task
+
+
+def _two_task_suite(tmp_path: Path) -> Path:
+    tasks = tmp_path / "tasks"
+    write_task(tasks / "ok.yaml", "true")
+    broken = write_task(tasks / "broken.yaml", "true")
+    broken.write_text(broken.read_text() + "workdir: no-such-folder\n")
+    return tasks
+
+
+def test_repeated_resumes_see_no_false_drift(tmp_path: Path) -> None:
+    # Regression: run.resumed used to fingerprint only the keys it re-ran, so the
+    # next resume saw every kept task as "new" and --strict refused.
+    db, tasks = tmp_path / "l.db", _two_task_suite(tmp_path)
+    first = evalledger(tmp_path, db, "run", str(tasks), "--run-id", "r")
+    assert first.returncode == 1  # BUILD_FAILED
+    for _ in range(2):
+        again = evalledger(tmp_path, db, "resume", "r", "--retry-errors", "--strict")
+        assert again.returncode == 1, again
+        assert "drift:" not in again.stderr
+    with Ledger(db, read_only=True) as ledger:
+        resumed = list(ledger.events("r", types={"run.resumed"}))
+    assert len(resumed) == 2
+    assert all(set(e.fingerprint.tasks) == {"default/ok/00", "default/broken/00"}
+               for e in resumed)
+    assert all(e.to_run == ["default/broken/00"] for e in resumed)
+
+
+def test_nothing_to_resume_exits_with_the_runs_outcome(tmp_path: Path) -> None:
+    db, tasks = tmp_path / "l.db", _two_task_suite(tmp_path)
+    evalledger(tmp_path, db, "run", str(tasks), "--run-id", "r")
+    idle = evalledger(tmp_path, db, "resume", "r")
+    assert "nothing to resume" in idle.stdout
+    assert idle.returncode == 1  # a task failed in this run: not 0
+
+
+def test_a_run_still_going_is_not_resumed_twice(tmp_path: Path) -> None:
+    db = tmp_path / "l.db"
+    write_task(tmp_path / "tasks" / "slow.yaml", "sleep 30", timeout=60)
+    running = subprocess.Popen(
+        [*COMMAND, "--ledger", str(db), "run", str(tmp_path / "tasks"), "--run-id", "live"],
+        cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if db.exists():
+                with Ledger(db, read_only=True) as ledger:
+                    if list(ledger.events("live", types={"task.started"})):
+                        break
+            time.sleep(0.05)
+        second = evalledger(tmp_path, db, "resume", "live")
+        message = assert_one_line_error(second)
+        assert f"still running (pid {running.pid}" in message
+    finally:
+        running.send_signal(signal.SIGINT)
+        running.communicate(timeout=20)
+    assert running.returncode == 130
+
+
+def test_sighup_is_an_interruption(tmp_path: Path) -> None:
+    # A closed terminal must not leave agents running and the run unended.
+    db = tmp_path / "l.db"
+    write_task(tmp_path / "tasks" / "slow.yaml", "sleep 30", timeout=60)
+    running = subprocess.Popen(
+        [*COMMAND, "--ledger", str(db), "run", str(tmp_path / "tasks"), "--run-id", "hup"],
+        cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if db.exists():
+            with Ledger(db, read_only=True) as ledger:
+                if list(ledger.events("hup", types={"task.started"})):
+                    break
+        time.sleep(0.05)
+    running.send_signal(signal.SIGHUP)
+    running.communicate(timeout=20)
+    assert running.returncode == 130
+    with Ledger(db, read_only=True) as ledger:
+        types = [e.type for e in ledger.events("hup")]
+    assert types[-2:] == ["task.interrupted", "run.finished"]
+
+
+def test_a_ledger_failure_mid_run_is_one_line_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Regression: the failure arrives wrapped in an exception group from the nurseries;
+    # it used to reach the user as a traceback with exit 1.
+    write_task(tmp_path / "tasks" / "a.yaml", [sys.executable, "-c", "print('hi')"])
+    calls = {"n": 0}
+    real_append = Ledger.append
+
+    def failing_append(self: Ledger, events: object) -> list[int]:
+        calls["n"] += 1
+        if calls["n"] >= 3:
+            raise LedgerIOError(f"{self.path}: database or disk is full")
+        return real_append(self, events)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Ledger, "append", failing_append)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(
+        cli, ["--ledger", str(tmp_path / "l.db"), "run", str(tmp_path / "tasks")]
+    )
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines()[-1].startswith("Error:")
+    assert "disk is full" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert os.path.exists(tmp_path / "l.db")
