@@ -51,7 +51,7 @@ from ._writer import LedgerWriter, WriterFailed
 log = logging.getLogger("evalledger.executor")
 
 MAX_ENV_PROMPT = 64 * 1024
-# Output kept in memory for output_contains criteria; the ledger has all of it.
+# Output (characters) kept in memory for output_contains; the ledger has all of it.
 MAX_KEPT_OUTPUT = 16 * 1024 * 1024
 
 
@@ -96,7 +96,7 @@ class _Streams:
     meter: UsageMeter
     n: int = 0
     kept: dict[str, list[str]] = field(default_factory=lambda: {"stdout": [], "stderr": []})
-    kept_bytes: int = 0
+    kept_chars: int = 0
     exceeded: _BudgetExceeded | None = None
 
     def text(self, stream: str) -> str:
@@ -125,9 +125,9 @@ class _Streams:
             else:
                 events.append(encoded(run_id, key, ts, stream, text, n, truncated))
         self.n = n
-        if self.kept_bytes < MAX_KEPT_OUTPUT:
+        if self.kept_chars < MAX_KEPT_OUTPUT:
             self.kept[stream].extend(text for text, _ in pairs)
-            self.kept_bytes += sum(len(text) for text, _ in pairs)
+            self.kept_chars += sum(len(text) for text, _ in pairs)
         await self.ctx.writer.append(*events)
         if self.ctx.on_output is not None:
             for event in events:
