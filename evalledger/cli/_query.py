@@ -15,7 +15,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from evalledger.ledger import LedgerReadOnly, StoredRow
+from evalledger.ledger import Ledger, LedgerReadOnly, StoredRow
 from evalledger.projections import diff_runs
 
 from ._common import rebuild_summary, resolve_run
@@ -50,11 +50,9 @@ def runs(settings: Settings, limit: int, as_json: bool) -> None:
         evalledger runs --limit 5
     """
     with settings.open_ledger(read_only=True) as ledger:
-        cursor = ledger.db.execute(
+        columns, rows = ledger.query(
             "SELECT * FROM runs ORDER BY started_at DESC LIMIT ?", [limit]
         )
-        columns = [d[0] for d in cursor.description]
-        rows = cursor.fetchall()
     if as_json:
         for row in rows:
             click.echo(json.dumps(dict(zip(columns, row, strict=True))))
@@ -133,25 +131,25 @@ def events(settings: Settings, run: str, task_key: str | None, types: tuple[str,
     """
     with settings.open_ledger(read_only=True) as ledger:
         run_id = resolve_run(ledger, run)
-        after, finished = 0, False
+        after = 0
         while True:
+            # Decided before reading: every event up to run.finished is then printed.
+            done = not follow or _finished(ledger, run_id)
             for row in ledger.rows(run_id, task_key=task_key, types=types or None,
                                    after_seq=after):
                 click.echo(_ndjson(row))
                 after = row.seq
-            if not follow:
+            if done:
                 return
-            # Did the run finish (its latest run-level event is run.finished)?
-            last = ledger.db.execute(
-                "SELECT type FROM events WHERE run_id = ? AND task_key IS NULL "
-                "AND type IN ('run.finished', 'run.resumed') ORDER BY seq DESC LIMIT 1",
-                [run_id],
-            ).fetchone()
-            if finished:
-                return
-            finished = last is not None and last[0] == "run.finished"
-            if not finished:
-                time.sleep(interval)
+            time.sleep(interval)
+
+
+def _finished(ledger: Ledger, run_id: str) -> bool:
+    """Whether the run's latest boundary is a run.finished (a resume reopens it)."""
+    last = None
+    for row in ledger.rows(run_id, types=("run.finished", "run.resumed")):
+        last = row.type
+    return last == "run.finished"
 
 
 @cli.command()
@@ -180,10 +178,7 @@ def sql(settings: Settings, query: str, format_: str) -> None:
     """
     with settings.open_ledger(read_only=True) as ledger:
         try:
-            with ledger._translate():
-                cursor = ledger.db.execute(query)
-                columns = [d[0] for d in cursor.description or []]
-                rows = cursor.fetchall()
+            columns, rows = ledger.query(query)
         except LedgerReadOnly as e:
             raise UserError("sql opens the ledger read-only: writes are refused") from e
     if format_ == "json":

@@ -18,7 +18,7 @@ from evalledger.tasks import Overrides
 from ._common import rebuild_resume, resolve_run
 from ._errors import UserError
 from ._main import Settings, cli, pass_settings
-from ._run import _load, _unpriced, execute, exit_code, load_pricing
+from ._run import execute, exit_code, load_pricing, load_task_set, warn_unpriced
 
 
 @cli.command()
@@ -60,7 +60,7 @@ def resume(
             )
         options = dict(state.config)
         load_pricing(options.get("pricing"))
-        task_set = _load(
+        task_set = load_task_set(
             tuple(options.get("paths") or ()), options.get("experiment"),
             tuple(options.get("tags") or ()), tuple(options.get("exclude_tags") or ()),
             Overrides(timeout=options.get("timeout"), repeats=options.get("repeats")),
@@ -104,7 +104,7 @@ def resume(
             max_cost_usd=options.get("max_cost_usd"),
             preservation_mode=options.get("preservation_mode") or "move-on-write",
             experiment_id=task_set.experiment_id, options=options,
-            unpriced_models=_unpriced(task_set.tasks),
+            unpriced_models=warn_unpriced(task_set.tasks),
         )
         # All tasks go in, so run.resumed fingerprints the whole run; skip filters.
         execute(

@@ -45,7 +45,7 @@ def new_run_id() -> str:
     return f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
-def _load(
+def load_task_set(
     paths: tuple[str, ...], experiment: str | None, tags: tuple[str, ...],
     exclude_tags: tuple[str, ...], overrides: Overrides,
 ) -> TaskSet:
@@ -148,7 +148,7 @@ def run(
         raise UserError(f"invalid --run-id {run_id!r}: use letters, digits, '.', '_' or '-'")
     load_pricing(pricing)
     overrides = Overrides(timeout=timeout, repeats=repeats)
-    task_set = _load(paths, experiment, tags, exclude_tags, overrides)
+    task_set = load_task_set(paths, experiment, tags, exclude_tags, overrides)
     run_id = run_id or new_run_id()
     parallel = max_parallel or task_set.max_parallel or DEFAULT_PARALLEL
     options: dict[str, Any] = {
@@ -165,7 +165,7 @@ def run(
         "max_parallel": parallel,
         "pricing": str(Path(pricing).resolve()) if pricing else None,
     }
-    unpriced = _unpriced(task_set.tasks)
+    unpriced = warn_unpriced(task_set.tasks)
     config = BatchConfig(
         run_id=run_id, max_parallel=parallel, out_dir=out, max_cost_usd=max_cost,
         preservation_mode=preservation_mode,  # type: ignore[arg-type]
@@ -180,7 +180,7 @@ def run(
         execute(ledger, task_set.tasks, task_set.skipped, config, stream=stream)
 
 
-def _unpriced(tasks: list[ResolvedTask]) -> list[str]:
+def warn_unpriced(tasks: list[ResolvedTask]) -> list[str]:
     unpriced = sorted({t.model for t in tasks if t.model and rate_for(t.model) is None})
     for model in unpriced:
         click.echo(f"warning: no price for model {model!r}: its cost will be unknown", err=True)

@@ -397,6 +397,18 @@ class Ledger:
                     f"{why}; run `evalledger verify`"
                 ) from e
 
+    def query(
+        self, sql: str, params: Sequence[Any] = ()
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Run one SQL statement; return its column names and rows.
+
+        For audits and listings over the views; errors come back as ``LedgerError``s
+        (a write on a read-only ledger as ``LedgerReadOnly``).
+        """
+        with self._translate():
+            cursor = self._conn.execute(sql, params)
+            return [d[0] for d in cursor.description or []], cursor.fetchall()
+
     def last_seq(self) -> int:
         with self._translate():
             row = self._conn.execute("SELECT max(seq) FROM events").fetchone()

@@ -66,11 +66,8 @@ class VerifyReport:
 def verify(ledger: Ledger) -> VerifyReport:
     """Recompute the hash chain over every row and check what the schema promises."""
     report = VerifyReport(path=str(ledger.path), schema_version=ledger.schema_version)
-    with ledger._translate():
-        present = {
-            r[0]
-            for r in ledger.db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
-        }
+    _, triggers = ledger.query("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+    present = {r[0] for r in triggers}
     report.missing_triggers = [t for t in TRIGGERS if t not in present]
 
     def problem(target: list, item: object) -> None:

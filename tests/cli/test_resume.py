@@ -13,9 +13,23 @@ import pytest
 from click.testing import CliRunner
 
 from evalledger.cli import cli
-from evalledger.ledger import Ledger, LedgerIOError
+from evalledger.ledger import Ledger, LedgerError, LedgerIOError
 
 from .test_run_e2e import COMMAND, _env, assert_one_line_error, evalledger, write_task
+
+
+def wait_for_start(db: Path, run_id: str, timeout: float = 20) -> None:
+    """Until the run has started a task (the file may exist before it is a ledger)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with Ledger(db, read_only=True) as ledger:
+                if list(ledger.events(run_id, types={"task.started"})):
+                    return
+        except LedgerError:
+            pass  # not created or not migrated yet
+        time.sleep(0.05)
+    raise AssertionError(f"run {run_id} never started a task")
 
 
 def _two_task_suite(tmp_path: Path) -> Path:
@@ -60,13 +74,7 @@ def test_a_run_still_going_is_not_resumed_twice(tmp_path: Path) -> None:
         cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if db.exists():
-                with Ledger(db, read_only=True) as ledger:
-                    if list(ledger.events("live", types={"task.started"})):
-                        break
-            time.sleep(0.05)
+        wait_for_start(db, "live")
         second = evalledger(tmp_path, db, "resume", "live")
         message = assert_one_line_error(second)
         assert f"still running (pid {running.pid}" in message
@@ -84,13 +92,7 @@ def test_sighup_is_an_interruption(tmp_path: Path) -> None:
         [*COMMAND, "--ledger", str(db), "run", str(tmp_path / "tasks"), "--run-id", "hup"],
         cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if db.exists():
-            with Ledger(db, read_only=True) as ledger:
-                if list(ledger.events("hup", types={"task.started"})):
-                    break
-        time.sleep(0.05)
+    wait_for_start(db, "hup")
     running.send_signal(signal.SIGHUP)
     running.communicate(timeout=20)
     assert running.returncode == 130
