@@ -47,6 +47,7 @@ from evalledger.ledger import (
     TaskStarted,
     TaskUsage,
     TokenCounts,
+    _store,
     verify,
 )
 from evalledger.ledger._events import decode_row, encode_payload
@@ -355,6 +356,35 @@ class LedgerMachine(RuleBasedStateMachine):
 
 TestLedgerAgainstModel = LedgerMachine.TestCase
 TestLedgerAgainstModel.settings = settings(max_examples=30, stateful_step_count=25, deadline=None)
+
+
+def _bulk(n: int, start: int = 0) -> list[Any]:
+    kinds = [
+        lambda i: TaskOutput(run_id="run-a", task_key="alpha", line=f"line {i}", n=i),
+        lambda i: TaskEmitted(run_id="run-b", task_key="beta", data={"i": i, "z": [i]}, n=i),
+        lambda i: TaskUsage(run_id="run-b", task_key="beta", input_tokens=i, cost_usd=None),
+    ]
+    return [kinds[i % 3](i) for i in range(start, start + n)]
+
+
+@pytest.mark.parametrize("size", [_store._CHUNK - 1, _store._CHUNK, _store._CHUNK + 1,
+                                  2 * _store._CHUNK + 3])
+def test_bulk_batches_across_insert_chunks(size: int) -> None:
+    """Batches of whole multi-row INSERT chunks plus a remainder, fresh and retried."""
+    machine = LedgerMachine()
+    try:
+        machine.open_writer()
+        assert machine.writer is not None
+        first = _bulk(size)
+        assert machine.writer.append(first) == machine._expect_append(first)
+        # A retried bulk batch: stored events, in-batch echoes and new ones mixed,
+        # the slow path that inserts only the new rows (again chunked).
+        retry = first[::7] + _bulk(size, start=size) + first[:3]
+        assert machine.writer.append(retry) == machine._expect_append(retry)
+        assert len(machine.model) == 2 * size
+        machine.matches_model()
+    finally:
+        machine.teardown()
 
 
 # -- canonical payloads --------------------------------------------------------------------
