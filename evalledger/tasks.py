@@ -21,7 +21,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
 TASK_ID_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
 TASK_SUFFIXES = (".yaml", ".yml")
@@ -30,19 +38,39 @@ DEFAULT_TIMEOUT = 600.0
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No inf or NaN: JSON has no spelling for them, so the ledger would record null.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def _not_a_boolean(value: Any) -> Any:
+    # YAML reads `yes` as True and pydantic would take True as 1: `timeout: yes`
+    # must not become a one-second timeout.
+    if isinstance(value, bool):
+        raise ValueError("expected a number, not a boolean")
+    return value
+
+
+def _not_empty(command: str | list[str]) -> str | list[str]:
+    if not (command.strip() if isinstance(command, str) else command and command[0].strip()):
+        raise ValueError("the command is empty")
+    return command
+
+
+Number = Annotated[float, BeforeValidator(_not_a_boolean)]
+Count = Annotated[int, BeforeValidator(_not_a_boolean)]
+Command = Annotated[str | list[str], AfterValidator(_not_empty)]
 
 
 # -- success criteria ----------------------------------------------------------------------
 
 
 class _Criterion(_Strict):
-    weight: float = Field(default=1.0, gt=0)
+    weight: Number = Field(default=1.0, gt=0)
 
 
 class ExitCode(_Criterion):
     type: Literal["exit_code"]
-    equals: int = 0
+    equals: Count = 0
 
 
 class FileExists(_Criterion):
@@ -66,9 +94,9 @@ class OutputContains(_Criterion):
 
 class RunCommand(_Criterion):
     type: Literal["run_command"]
-    command: str | list[str]
-    timeout: float = Field(default=60.0, gt=0)
-    expect_exit_code: int = 0
+    command: Command
+    timeout: Number = Field(default=60.0, gt=0)
+    expect_exit_code: Count = 0
 
 
 Criterion = Annotated[
@@ -78,8 +106,8 @@ Criterion = Annotated[
 
 
 class Budget(_Strict):
-    max_tokens: int | None = Field(default=None, gt=0)
-    max_cost_usd: float | None = Field(default=None, gt=0)
+    max_tokens: Count | None = Field(default=None, gt=0)
+    max_cost_usd: Number | None = Field(default=None, gt=0)
 
 
 StreamFormat = Literal["native", "claude-code"]
@@ -94,10 +122,10 @@ class TaskSettings(_Strict):
     description: str | None = None
     tags: list[str] | None = None
     prompt: str | None = None
-    command: str | list[str] | None = None
-    workdir: str | None = None
+    command: Command | None = None
+    workdir: str | None = Field(default=None, min_length=1)
     env: dict[str, str] | None = None
-    timeout: float | None = Field(default=None, gt=0)
+    timeout: Number | None = Field(default=None, gt=0)
     model: str | None = None
     stream_format: StreamFormat | None = None
     budget: Budget | None = None
@@ -107,13 +135,23 @@ class TaskSettings(_Strict):
     @field_validator("env", mode="before")
     @classmethod
     def _env_values_are_text(cls, value: Any) -> Any:
-        # YAML turns `N: 3` into an int; an environment only holds text.
-        if isinstance(value, dict):
-            return {
-                k: v if isinstance(v, str) else "" if v is None else json.dumps(v)
-                for k, v in value.items()
-            }
-        return value
+        # YAML turns `N: 3` into an int; an environment only holds text. A date,
+        # a list or binary has no one obvious spelling: the user should quote it.
+        if not isinstance(value, dict):
+            return value
+        env = {}
+        for name, v in value.items():
+            if not isinstance(name, str) or not name or "=" in name or "\0" in name:
+                raise ValueError(f"{name!r} cannot be an environment variable name")
+            if v is None:
+                v = ""
+            elif isinstance(v, bool | int | float):
+                v = json.dumps(v)
+            elif not isinstance(v, str):
+                raise ValueError(f"{name}: expected text or a number, got {type(v).__name__} "
+                                 f"(quote the value)")
+            env[name] = v
+        return env
 
 
 class TaskFile(TaskSettings):
@@ -122,16 +160,16 @@ class TaskFile(TaskSettings):
 
 class Variant(TaskSettings):
     variant_id: str = Field(pattern=TASK_ID_PATTERN)
-    repeats: int | None = Field(default=None, ge=1)
+    repeats: Count | None = Field(default=None, ge=1)
 
 
 class ExperimentFile(_Strict):
     experiment_id: str = Field(pattern=TASK_ID_PATTERN)
     tasks: list[str] = Field(min_length=1)
-    repeats: int = Field(default=1, ge=1)
-    max_parallel: int | None = Field(default=None, ge=1)
+    repeats: Count = Field(default=1, ge=1)
+    max_parallel: Count | None = Field(default=None, ge=1)
     defaults: TaskSettings = TaskSettings()
-    variants: list[Variant] = [Variant(variant_id="default")]
+    variants: list[Variant] = Field(default=[Variant(variant_id="default")], min_length=1)
 
     @field_validator("variants")
     @classmethod
@@ -145,8 +183,8 @@ class ExperimentFile(_Strict):
 class Overrides(_Strict):
     """Command-line options: the last word on every task."""
 
-    timeout: float | None = Field(default=None, gt=0)
-    repeats: int | None = Field(default=None, ge=1)
+    timeout: Number | None = Field(default=None, gt=0)
+    repeats: Count | None = Field(default=None, ge=1)
     model: str | None = None
 
 
@@ -164,7 +202,7 @@ class ResolvedTask(_Strict):
     description: str = ""
     tags: list[str] = []
     prompt: str | None = None
-    command: str | list[str]
+    command: Command
     workdir: str | None = None
     env: dict[str, str] = {}
     timeout: float = DEFAULT_TIMEOUT
@@ -216,15 +254,36 @@ class TaskLoadError(Exception):
     """The request itself is unusable (no such path, a broken experiment file)."""
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key given twice is an error, not "last wins"."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            if isinstance(key, str | int | float | bool) or key is None:
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark,
+                        f"found duplicate key {key!r}", key_node.start_mark,
+                    )
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _read_yaml(path: Path, what: str = "task fields") -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"cannot read: {e}") from e
     except yaml.YAMLError as e:
         raise ValueError(f"invalid YAML: {' '.join(str(e).split())}") from e
+    except RecursionError as e:
+        raise ValueError("invalid YAML: nested too deeply") from e
+    except ValueError as e:  # a value YAML recognised but cannot build, as 2024-13-45
+        raise ValueError(f"invalid YAML value (quote it if it is text): {e}") from e
     if not isinstance(data, dict):
-        raise ValueError("expected a mapping of task fields at the top level")
+        raise ValueError(f"expected a mapping of {what} at the top level")
     return data
 
 
@@ -245,18 +304,20 @@ def task_files(paths: Iterable[str | Path]) -> list[Path]:
     Raises:
         TaskLoadError: a path does not exist.
     """
-    found: list[Path] = []
+    found: dict[str, Path] = {}  # by real path: a file named twice is loaded once
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            found.extend(
-                sorted(p for p in path.rglob("*") if p.suffix in TASK_SUFFIXES and p.is_file())
-            )
+            for p in sorted(path.rglob("*")):
+                # Hidden folders (.git, .venv) hold no task files, only surprises.
+                hidden = any(part.startswith(".") for part in p.relative_to(path).parts)
+                if p.suffix in TASK_SUFFIXES and not hidden and p.is_file():
+                    found.setdefault(os.path.realpath(p), p)
         elif path.is_file():
-            found.append(path)
+            found.setdefault(os.path.realpath(path), path)
         else:
             raise TaskLoadError(f"no such task file or folder: {path}")
-    return found
+    return list(found.values())
 
 
 def _merge(*layers: TaskSettings | None) -> dict[str, Any]:
@@ -302,7 +363,7 @@ def load_tasks(
     if experiment is not None:
         exp_path = Path(experiment)
         try:
-            exp = ExperimentFile.model_validate(_read_yaml(exp_path))
+            exp = ExperimentFile.model_validate(_read_yaml(exp_path, "experiment fields"))
         except (ValueError, ValidationError) as e:
             reason = _describe(e) if isinstance(e, ValidationError) else str(e)
             raise TaskLoadError(f"experiment file {exp_path}: {reason}") from e
@@ -316,6 +377,11 @@ def load_tasks(
     for path in task_files(search):
         if path.resolve() == experiment_file:
             continue  # an experiment file kept beside its tasks is not a task
+        if not _is_text(str(path)):
+            # The ledger records paths as text; this one cannot be, faithfully.
+            result.skipped.append(Skipped(_printable(str(path)), "the path is not valid "
+                                          "UTF-8: rename the file or its folder"))
+            continue
         try:
             task_file = TaskFile.model_validate(_read_yaml(path))
             task_id = task_file.task_id or path.stem
@@ -353,6 +419,18 @@ def load_tasks(
     return result
 
 
+def _is_text(path: str) -> bool:
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:  # undecodable bytes, kept by Python as surrogates
+        return False
+    return True
+
+
+def _printable(path: str) -> str:
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def _resolve(
     path: Path,
     task_id: str,
@@ -365,10 +443,12 @@ def _resolve(
     settings = _merge(exp.defaults if exp else None, task_file, variant)
     # A relative workdir is relative to the file that set it.
     exp_dir = exp_home if exp_home is not None else path.parent
+    # Absolute, but symlinks kept: a loop or a dangling link is the sandbox's
+    # BUILD_FAILED, with the copy's own error, not a crash here.
     for layer, home in ((exp.defaults if exp else None, exp_dir), (task_file, path.parent),
                         (variant, exp_dir)):
-        if layer is not None and "workdir" in layer.model_fields_set and layer.workdir:
-            settings["workdir"] = str((home / layer.workdir).resolve())
+        if layer is not None and "workdir" in layer.model_fields_set:
+            settings["workdir"] = layer.workdir and os.path.abspath(home / layer.workdir)
     if settings.get("skip"):
         return None
     for name in ("timeout", "model"):

@@ -2,10 +2,31 @@
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
+import click
+
 from evalledger.ledger import Ledger
 from evalledger.projections import ResumeFold, RunSummary, SummaryFold, fold
 
 from ._errors import UserError
+
+
+class PositiveNumber(click.FloatRange):
+    """A float above 0, and finite: click's range lets NaN through (every comparison
+    with NaN is false), and JSON, so the ledger, has no spelling for inf or NaN."""
+
+    name = "positive number"
+
+    def __init__(self) -> None:
+        super().__init__(min=0, min_open=True)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
 
 
 def resolve_run(ledger: Ledger, spec: str) -> str:

@@ -15,7 +15,7 @@ from evalledger.executor import BatchConfig, Resume, fingerprint
 from evalledger.projections import SummaryFold, compute_drift, fold
 from evalledger.tasks import Overrides
 
-from ._common import rebuild_resume, resolve_run
+from ._common import PositiveNumber, rebuild_resume, resolve_run
 from ._errors import UserError
 from ._main import Settings, cli, pass_settings
 from ._run import execute, exit_code, load_pricing, load_task_set, warn_unpriced
@@ -28,7 +28,7 @@ from ._run import execute, exit_code, load_pricing, load_task_set, warn_unpriced
               help="Also re-run tasks that ended in the error category (ERROR, BUILD_FAILED).")
 @click.option("-j", "--max-parallel", type=click.IntRange(min=1),
               help="Tasks at once (default: as the run had it).")
-@click.option("--max-cost", type=click.FloatRange(min=0, min_open=True),
+@click.option("--max-cost", type=PositiveNumber(),
               help="A new run-level budget in USD (what the run already spent counts).")
 @click.option("--stream", is_flag=True, help="Print task output as it arrives.")
 @click.option("--durable", is_flag=True, help="synchronous=FULL for this resume's commits.")

@@ -32,6 +32,7 @@ from evalledger.tasks import (
     load_tasks,
 )
 
+from ._common import PositiveNumber
 from ._errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TASKS_FAILED, UserError
 from ._main import Settings, cli, pass_settings
 from ._progress import Display
@@ -115,9 +116,9 @@ async def _run_with_signals(
 @click.option("--run-id", help="Name the run (default: a timestamp).")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
               help="Reports and artifacts go to OUT/RUN_ID/.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
+@click.option("--timeout", type=PositiveNumber(),
               help="Seconds per task, overriding task files.")
-@click.option("--max-cost", type=click.FloatRange(min=0, min_open=True),
+@click.option("--max-cost", type=PositiveNumber(),
               help="Stop dispatching once the run has spent this many USD.")
 @click.option("--preservation-mode", type=click.Choice(["none", "move-on-write", "direct-write"]),
               default="move-on-write", show_default=True,
