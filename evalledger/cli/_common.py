@@ -35,6 +35,8 @@ def resolve_run(ledger: Ledger, spec: str) -> str:
     Raises:
         UserError: no such run, or the prefix matches several (they are listed).
     """
+    if not spec:
+        raise UserError("an empty run name matches nothing: give a run id, a prefix or `latest`")
     runs = ledger.run_ids()
     if not runs:
         raise UserError(f"no runs in {ledger.path}")

@@ -15,8 +15,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from evalledger.ledger import Ledger, LedgerReadOnly, StoredRow
-from evalledger.projections import diff_runs
+from evalledger.ledger import EVENT_TYPES, Ledger, LedgerReadOnly, StoredRow
+from evalledger.projections import ResumeFold, diff_runs, fold
 
 from ._common import rebuild_summary, resolve_run
 from ._errors import UserError
@@ -39,7 +39,8 @@ def _table(columns: list[str], rows: list[tuple[object, ...]]) -> None:
 
 
 @cli.command()
-@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1, max=2**63 - 1), default=20,
+              show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run, newest first.")
 @pass_settings
 def runs(settings: Settings, limit: int, as_json: bool) -> None:
@@ -119,7 +120,8 @@ def _ndjson(row: StoredRow) -> str:
 @click.option("--type", "types", multiple=True, help="Only events of these types.")
 @click.option("--follow", is_flag=True,
               help="Keep printing new events until the run records run.finished.")
-@click.option("--interval", type=float, default=0.2, show_default=True, hidden=True)
+@click.option("--interval", type=click.FloatRange(min=0.01, max=60), default=0.2,
+              show_default=True, hidden=True)
 @pass_settings
 def events(settings: Settings, run: str, task_key: str | None, types: tuple[str, ...],
            follow: bool, interval: float) -> None:
@@ -131,6 +133,11 @@ def events(settings: Settings, run: str, task_key: str | None, types: tuple[str,
     """
     with settings.open_ledger(read_only=True) as ledger:
         run_id = resolve_run(ledger, run)
+        if unknown := [t for t in types if t not in EVENT_TYPES and not _stored(ledger, t)]:
+            # Types a newer evalledger wrote are printed like any other; a typo is
+            # not an empty answer.
+            raise UserError(f"no events of type {', '.join(map(repr, unknown))} in "
+                            f"{ledger.path}; known types: {', '.join(sorted(EVENT_TYPES))}")
         after = 0
         while True:
             # Decided before reading: every event up to run.finished is then printed.
@@ -144,12 +151,17 @@ def events(settings: Settings, run: str, task_key: str | None, types: tuple[str,
             time.sleep(interval)
 
 
+def _stored(ledger: Ledger, type_: str) -> bool:
+    return bool(ledger.query("SELECT 1 FROM events WHERE type = ? LIMIT 1", [type_])[1])
+
+
+_BOUNDARIES = ("run.started", "run.resumed", "run.finished")
+
+
 def _finished(ledger: Ledger, run_id: str) -> bool:
-    """Whether the run's latest boundary is a run.finished (a resume reopens it)."""
-    last = None
-    for row in ledger.rows(run_id, types=("run.finished", "run.resumed")):
-        last = row.type
-    return last == "run.finished"
+    """Whether the run is over: its latest boundary is a run.finished (a resume
+    reopens it), or the process that was running it on this host is gone."""
+    return fold(ResumeFold(run_id), ledger.events(run_id, types=_BOUNDARIES)).ended()
 
 
 @cli.command()

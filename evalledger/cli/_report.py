@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -9,6 +10,7 @@ import click
 from evalledger.projections import render_json, render_markdown
 
 from ._common import rebuild_summary, resolve_run
+from ._errors import UserError
 from ._main import Settings, cli, pass_settings
 
 RENDERERS = {"md": render_markdown, "json": render_json}
@@ -31,6 +33,8 @@ def report(settings: Settings, run: str, format_: str, output: Path | None) -> N
 
         evalledger report latest --format json -o run.json
     """
+    if output is not None and _same_file(output, settings.ledger_path):
+        raise UserError(f"-o {output} is the ledger itself; choose another file")
     with settings.open_ledger(read_only=True) as ledger:
         summary = rebuild_summary(ledger, resolve_run(ledger, run))
     text = RENDERERS[format_](summary)
@@ -39,3 +43,9 @@ def report(settings: Settings, run: str, format_: str, output: Path | None) -> N
     else:
         output.write_text(text, encoding="utf-8")
         click.echo(str(output), err=True)
+
+
+def _same_file(output: Path, ledger: Path) -> bool:
+    """Whether writing ``output`` would overwrite the ledger or its WAL companions."""
+    target = os.path.realpath(output)
+    return any(target == os.path.realpath(f"{ledger}{suffix}") for suffix in ("", "-wal", "-shm"))

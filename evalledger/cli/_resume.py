@@ -48,8 +48,11 @@ def resume(
 
         evalledger resume latest --retry-errors
     """
-    with settings.open_ledger(durable=durable) as ledger:
+    # Named first through a read-only handle: resuming a run that is not there
+    # must not create a ledger file on the way.
+    with settings.open_ledger(read_only=True) as ledger:
         run_id = resolve_run(ledger, run)
+    with settings.open_ledger(durable=durable) as ledger:
         state = rebuild_resume(ledger, run_id)
         if not state.found:
             raise UserError(f"run {run_id} has no run.started event; it cannot be resumed")

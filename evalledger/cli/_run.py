@@ -7,6 +7,7 @@ groups at once; the ledger is still consistent.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -147,6 +148,8 @@ def run(
     """
     if run_id is not None and not RUN_ID_PATTERN.match(run_id):
         raise UserError(f"invalid --run-id {run_id!r}: use letters, digits, '.', '_' or '-'")
+    if run_id == "latest":
+        raise UserError("--run-id latest is reserved: `latest` names the newest run")
     load_pricing(pricing)
     overrides = Overrides(timeout=timeout, repeats=repeats)
     task_set = load_task_set(paths, experiment, tags, exclude_tags, overrides)
@@ -173,12 +176,22 @@ def run(
         experiment_id=task_set.experiment_id, options=options, unpriced_models=unpriced,
     )
     # Found now, not after every task ran: the reports and artifacts must have a home.
-    (out / run_id).mkdir(parents=True, exist_ok=True)
-    with settings.open_ledger(durable=durable) as ledger:
-        if run_id in ledger.run_ids():
-            raise UserError(f"run {run_id} already exists in {ledger.path}; resume it instead")
-        click.echo(run_id)
-        execute(ledger, task_set.tasks, task_set.skipped, config, stream=stream)
+    run_dir = out / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        with settings.open_ledger(durable=durable) as ledger:
+            if run_id in ledger.run_ids():
+                raise UserError(
+                    f"run {run_id} already exists in {ledger.path}; resume it instead"
+                )
+            execute(ledger, task_set.tasks, task_set.skipped, config, stream=stream,
+                    announce=True)
+    except Exception:
+        # Failed before anything ran (a ledger that cannot be written, say): leave no
+        # empty folder behind for a run that does not exist.
+        with contextlib.suppress(OSError):
+            run_dir.rmdir()
+        raise
 
 
 def warn_unpriced(tasks: list[ResolvedTask]) -> list[str]:
@@ -200,15 +213,19 @@ def load_pricing(path: str | None) -> None:
 def execute(
     ledger: Ledger, tasks: list[ResolvedTask], skipped: list[Skipped], config: BatchConfig,
     *, stream: bool, resume: Resume | None = None, live: SummaryFold | None = None,
+    announce: bool = False,
 ) -> NoReturn:
     """Run the batch, write the reports from the live summary, exit with the run's code.
 
-    ``live`` may arrive already holding the run's earlier events (a resume).
+    ``live`` may arrive already holding the run's earlier events (a resume). With
+    ``announce``, the run id is printed first, once ``run.started`` is committed:
+    a run id on stdout always names a run that is in the ledger.
     """
     live = live or SummaryFold(config.run_id)
     total = len(set(live.planned) | {t.task_key for t in tasks})
     with Display(live, total, terminal=sys.stdout.isatty(), stream=stream) as display:
         callbacks = Callbacks(
+            on_batch_start=(lambda _: click.echo(config.run_id)) if announce else None,
             on_task_complete=display.on_complete,
             on_output=display.on_output if stream else None,
             on_event=display.on_event,

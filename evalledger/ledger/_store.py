@@ -16,6 +16,7 @@ between threads (the executor appends from one worker thread at a time).
 from __future__ import annotations
 
 import heapq
+import os
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -45,7 +46,7 @@ from ._schema import LIFECYCLE_WHERE, MIGRATIONS, SCHEMA_VERSION, STREAM_TYPES
 DEFAULT_BUSY_TIMEOUT = 30.0
 
 # SQLite primary result codes (the low byte of an extended code).
-_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY = 5, 6, 8
+_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY, _SQLITE_AUTH = 5, 6, 8, 23
 _SQLITE_CORRUPT, _SQLITE_CANTOPEN, _SQLITE_CONSTRAINT, _SQLITE_NOTADB = 11, 14, 19, 26
 _SQLITE_CONSTRAINT_TRIGGER = 1811
 
@@ -98,6 +99,8 @@ def translate_errors(path: Path, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> 
                 f"{path} is locked by another process (waited {busy_timeout:g}s); "
                 "try again when it is done"
             ) from e
+        if primary == _SQLITE_AUTH:
+            raise LedgerReadOnly(f"{path} is opened read-only: {detail} (ATTACH is refused)") from e
         if primary == _SQLITE_READONLY:
             raise LedgerReadOnly(f"{path} is read-only here: {detail}") from e
         if primary in (_SQLITE_NOTADB, _SQLITE_CORRUPT):
@@ -140,15 +143,31 @@ class Ledger:
             raise NotALedger(f"{self.path} is a directory, not a ledger file")
         if read_only and not self.path.is_file():
             raise LedgerNotFound(f"no ledger at {self.path}")
+        _refuse_non_sqlite(self.path)
+        try:
+            self._open(durable, immutable=False)
+        except LedgerIOError:
+            # A WAL ledger in a read-only folder (an archive, a read-only mount): SQLite
+            # cannot make the -shm file beside it. With no -wal file either, every
+            # event is in the main file and nobody can be writing it: read it as
+            # immutable.
+            if not (read_only and _unwritable_folder(self.path)
+                    and not Path(f"{self.path}-wal").exists()):
+                raise
+            self._open(durable, immutable=True)
+        self.db = Database(self._conn)
+
+    def _open(self, durable: bool, *, immutable: bool) -> None:
         with self._translate():
-            if read_only:
-                target, uri = f"{self.path.resolve().as_uri()}?mode=ro", True
+            if self.read_only:
+                target = f"{self.path.resolve().as_uri()}?mode=ro"
+                target += "&immutable=1" if immutable else ""
             else:
-                target, uri = str(self.path), False
+                target = str(self.path)
             # isolation_level=None: we issue BEGIN IMMEDIATE / COMMIT ourselves, so
             # the sqlite3 module never opens a deferred transaction behind our back.
             self._conn = sqlite3.connect(
-                target, uri=uri, timeout=busy_timeout, isolation_level=None,
+                target, uri=self.read_only, timeout=self.busy_timeout, isolation_level=None,
                 check_same_thread=False,
             )
         try:
@@ -157,7 +176,6 @@ class Ledger:
         except BaseException:
             self._conn.close()
             raise
-        self.db = Database(self._conn)
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -172,6 +190,8 @@ class Ledger:
             raise NotALedger(f"{self.path} is a SQLite database but not an evalledger ledger")
         if self.read_only:
             conn.execute("PRAGMA query_only = 1")
+            # query_only still lets ATTACH and VACUUM INTO create files elsewhere.
+            conn.set_authorizer(_no_attach)
             return
         if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             self._switch_to_wal()
@@ -348,7 +368,7 @@ class Ledger:
         type_list = sorted(set(types)) if types is not None else None
         if type_list is not None and not type_list:
             return
-        if run_id is not None and type_list is not None and not task_key:
+        if run_id is not None and type_list is not None and task_key is None:
             if not set(type_list) & set(STREAM_TYPES):
                 # Lifecycle types only: one index-only scan, already in seq order.
                 yield from self._scan(run_id, None, type_list, after_seq, LIFECYCLE_WHERE)
@@ -448,6 +468,41 @@ def _insert(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
         conn.execute(_INSERT_CHUNK, list(chain.from_iterable(rows[start : start + _CHUNK])))
     if whole < len(rows):
         conn.executemany(_INSERT, rows[whole:])
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _refuse_non_sqlite(path: Path) -> None:
+    """Refuse a non-empty file that is not a SQLite database before SQLite opens it.
+
+    SQLite itself takes any file shorter than its header for an empty database and
+    would write a ledger over it (a one-line note made by ``echo > notes``).
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(_SQLITE_HEADER))
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise LedgerIOError(f"cannot open {path}: {e.strerror or e}") from e
+    if head and head != _SQLITE_HEADER:
+        raise NotALedger(f"{path} is not an evalledger ledger (not a SQLite database)")
+
+
+def _unwritable_folder(path: Path) -> bool:
+    return not os.access(path.resolve().parent, os.W_OK) or _read_only_mount(path)
+
+
+def _read_only_mount(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _no_attach(action: int, *_: object) -> int:
+    return sqlite3.SQLITE_DENY if action == sqlite3.SQLITE_ATTACH else sqlite3.SQLITE_OK
 
 
 def _first_error(error: ValidationError) -> str:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 
 from ._chain import GENESIS, link_hash
+from ._errors import LedgerError
 from ._events import decode_row
 from ._schema import SCHEMA_VERSION, TRIGGERS
 from ._store import Ledger, _first_error
@@ -31,6 +32,9 @@ class VerifyReport:
     gaps: list[tuple[int, int]] = field(default_factory=list)
     invalid_payloads: list[tuple[int, str]] = field(default_factory=list)
     missing_triggers: list[str] = field(default_factory=list)
+    # What SQLite's own PRAGMA quick_check says is wrong with the file's pages and
+    # indexes: damage the hash chain cannot see (an index's page, free space).
+    storage: list[str] = field(default_factory=list)
     problems_total: int = 0
 
     @property
@@ -57,7 +61,9 @@ class VerifyReport:
         out += [f"gap in seq: {a} is followed by {b}" for a, b in self.gaps]
         out += [f"seq {s}: payload does not validate: {why}" for s, why in self.invalid_payloads]
         out += [f"trigger {t} is missing: events can be edited" for t in self.missing_triggers]
-        listed = len(self.broken_links) + len(self.gaps) + len(self.invalid_payloads)
+        out += [f"SQLite integrity check: {s}" for s in self.storage]
+        listed = (len(self.broken_links) + len(self.gaps) + len(self.invalid_payloads)
+                  + len(self.storage))
         if self.problems_total > listed:
             out.append(f"... and {self.problems_total - listed} more problems")
         return out
@@ -74,6 +80,14 @@ def verify(ledger: Ledger) -> VerifyReport:
         report.problems_total += 1
         if len(target) < MAX_LISTED:
             target.append(item)
+
+    try:
+        _, checked = ledger.query("PRAGMA quick_check")
+        damage = [str(r[0]) for r in checked if r[0] != "ok"]
+    except LedgerError as e:
+        damage = [str(e)]
+    for item in damage:
+        problem(report.storage, item)
 
     prev_seq, prev_hash = 0, GENESIS
     for row in ledger.rows():

@@ -117,6 +117,13 @@ class ResumeFold:
             return pid
         return pid
 
+    def ended(self) -> bool:
+        """Whether no process will add to this run any more: it recorded run.finished,
+        or it was recorded on this host by a process that is gone (a crash)."""
+        if self.finished:
+            return True
+        return self.host.get("hostname") == socket.gethostname() and self.live_pid() is None
+
     def partition(self, *, retry_errors: bool = False) -> Partition:
         kept, to_run = [], []
         for key in self._planned:

@@ -1,0 +1,423 @@
+"""Reading and running commands fed bad or unusual input.
+
+The product rule: bad input is one ``Error:`` line on stderr and exit code 2, never
+a traceback, and nothing already in the ledger is lost or changed. Most scenarios
+run in-process through click's CliRunner (fast; an unexpected exception is turned
+into a traceback on stderr so the one-line check catches it); those that need a
+real process (``run``, ``--follow``, mounts) start ``python -m evalledger.cli``.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import socket
+import sqlite3
+import subprocess
+import traceback
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from evalledger.cli import cli
+from evalledger.ledger import (
+    Ledger,
+    OpaqueEvent,
+    RunFinished,
+    RunStarted,
+    TaskCompleted,
+    TaskOutput,
+    TaskStarted,
+)
+from evalledger.statuses import FinalStatus, RunStatus
+
+from .test_run_e2e import COMMAND, Result, _env, assert_one_line_error, evalledger, write_task
+
+
+def invoke(db: Path, *args: str) -> Result:
+    """``evalledger --ledger DB ARGS`` in-process; an escaped exception shows as a traceback."""
+    result = CliRunner().invoke(cli, ["--ledger", str(db), *args])
+    stderr = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        stderr += "Traceback (most recent call last):\n" + "".join(
+            traceback.format_exception(result.exception)
+        )
+    return Result(result.exit_code, result.stdout, stderr)
+
+
+def record(ledger: Ledger, run_id: str, keys: dict[str, FinalStatus], *,
+           finished: bool = True, host: dict | None = None) -> None:
+    events: list = [RunStarted(run_id=run_id, planned=list(keys), host=host or {})]
+    for key, status in keys.items():
+        events += [
+            TaskStarted(run_id=run_id, task_key=key, task_id=key.split("/")[1]),
+            TaskOutput(run_id=run_id, task_key=key, line=f"working on {key}", n=1),
+            TaskCompleted(run_id=run_id, task_key=key, final_status=status,
+                          category=status.category, duration_seconds=1.0,
+                          weighted_score=1.0 if status == "SUCCESS" else 0.0),
+        ]
+    if finished:
+        events.append(RunFinished(run_id=run_id, status=RunStatus.COMPLETED))
+    ledger.append(events)
+
+
+@pytest.fixture
+def one_run(tmp_path: Path) -> Path:
+    db = tmp_path / "one.db"
+    with Ledger(db) as ledger:
+        record(ledger, "only-run", {"default/a/00": FinalStatus.SUCCESS,
+                                    "default/b/00": FinalStatus.FAILURE})
+    return db
+
+
+@pytest.fixture
+def two_runs(tmp_path: Path) -> Path:
+    db = tmp_path / "two.db"
+    with Ledger(db) as ledger:
+        record(ledger, "run-1", {"default/a/00": FinalStatus.SUCCESS})
+        record(ledger, "run-2", {"default/b/00": FinalStatus.FAILURE})
+    return db
+
+
+def _dead_pid() -> int:
+    done = subprocess.Popen(["true"])
+    done.wait()
+    return done.pid
+
+
+# -- the ledger must survive what the user points at it -----------------------------------------
+
+
+@pytest.mark.parametrize("spelling", ["same", "other"])
+def test_report_output_onto_its_own_ledger_is_refused(
+    one_run: Path, tmp_path: Path, spelling: str
+) -> None:
+    """`report -o LEDGER` overwrote the ledger with Markdown (exit 0): every event lost."""
+    before = one_run.read_bytes()
+    target = one_run if spelling == "same" else tmp_path / ".." / tmp_path.name / one_run.name
+    result = evalledger(tmp_path, one_run, "report", "latest", "-o", str(target))
+    assert_one_line_error(result)
+    assert one_run.read_bytes() == before
+    assert invoke(one_run, "verify").returncode == 0
+
+
+def test_resume_without_a_ledger_file_creates_none(tmp_path: Path) -> None:
+    """`resume` opened the ledger read-write, so a mistyped --ledger created a new one."""
+    db = tmp_path / "typo.db"
+    result = invoke(db, "resume", "latest")
+    assert_one_line_error(result)
+    assert not db.exists(), "resume of nothing created a ledger file"
+
+
+@pytest.mark.parametrize("command", ["resume", "run"])
+def test_a_one_byte_file_is_not_turned_into_a_ledger(tmp_path: Path, command: str) -> None:
+    """SQLite takes a 1-byte file (`echo > notes`) as empty: it was rewritten into a ledger."""
+    notes = tmp_path / "notes"
+    notes.write_bytes(b"\n")
+    write_task(tmp_path / "tasks" / "ok.yaml", "echo ok")
+    args = ["resume", "latest"] if command == "resume" else ["run", str(tmp_path / "tasks")]
+    result = evalledger(tmp_path, notes, *args)
+    assert_one_line_error(result)
+    assert notes.read_bytes() == b"\n"
+
+
+def test_verify_notices_a_corrupt_index(tmp_path: Path) -> None:
+    """An index page overwritten on disk: verify said OK (exit 0) while `runs` could not
+    read the file ("database disk image is malformed")."""
+    db = tmp_path / "c.db"
+    with Ledger(db) as ledger:
+        for i in range(3):
+            record(ledger, f"r{i}", {f"default/t{j}/00": FinalStatus.SUCCESS for j in range(30)})
+    with closing(sqlite3.connect(db)) as conn:
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        root = conn.execute(
+            "SELECT rootpage FROM sqlite_master WHERE name = 'events_by_run_type'"
+        ).fetchone()[0]
+    with db.open("r+b") as f:
+        f.seek((root - 1) * page_size + 8)
+        f.write(random.Random(7).randbytes(page_size - 16))
+    assert invoke(db, "runs").returncode == 2  # the file really is damaged
+    result = invoke(db, "verify")
+    assert "Traceback" not in result.stderr
+    assert result.returncode != 0, result.stdout
+
+
+# -- naming runs --------------------------------------------------------------------------------
+
+
+def test_an_empty_run_name_is_an_error(one_run: Path) -> None:
+    """`show ""` matched every run as a prefix, so with one run it silently showed it."""
+    assert_one_line_error(invoke(one_run, "show", ""))
+
+
+def test_run_id_latest_is_refused(tmp_path: Path) -> None:
+    """`--run-id latest` was accepted: `show latest` then means another run."""
+    write_task(tmp_path / "tasks" / "ok.yaml", "echo ok")
+    db = tmp_path / "l.db"
+    assert_one_line_error(evalledger(tmp_path, db, "run", str(tmp_path / "tasks"),
+                                     "--run-id", "latest"))
+
+
+# -- runs, events -------------------------------------------------------------------------------
+
+
+def test_runs_limit_beyond_sqlite_integers_is_not_a_traceback(one_run: Path) -> None:
+    """OverflowError: Python int too large to convert to SQLite INTEGER."""
+    result = invoke(one_run, "runs", "--limit", str(10**20))
+    assert "Traceback" not in result.stderr, result.stderr
+    if result.returncode != 0:
+        assert_one_line_error(result)
+    else:
+        assert "only-run" in result.stdout
+
+
+def test_events_empty_task_filter_is_not_dropped(one_run: Path) -> None:
+    """`--task ""` is honoured without --type (nothing) but ignored with a lifecycle --type
+    (every task's events came out)."""
+    plain = invoke(one_run, "events", "latest", "--task", "")
+    typed = invoke(one_run, "events", "latest", "--task", "", "--type", "task.completed")
+    assert (plain.returncode, plain.stdout) == (typed.returncode, typed.stdout)
+    assert "default/a/00" not in typed.stdout
+
+
+def test_events_type_that_nothing_has_is_an_error(one_run: Path) -> None:
+    """A mistyped type (`task.complete`) printed nothing and exited 0."""
+    error = assert_one_line_error(invoke(one_run, "events", "latest", "--type", "task.complete"))
+    assert "task.complete" in error
+
+
+def test_events_unknown_types_stored_in_the_ledger_are_printed(tmp_path: Path) -> None:
+    db = tmp_path / "u.db"
+    with Ledger(db) as ledger:
+        record(ledger, "r", {"default/a/00": FinalStatus.SUCCESS}, finished=False)
+        ledger.append([
+            OpaqueEvent(run_id="r", task_key=None, type="run.future", payload={"x": 1}),
+            OpaqueEvent(run_id="r", task_key="default/a/00", type="task.future", payload={}),
+            RunFinished(run_id="r", status=RunStatus.COMPLETED),
+        ])
+    result = invoke(db, "events", "r", "--type", "run.future", "--type", "task.output",
+                    "--type", "task.future")
+    assert result.returncode == 0, result
+    assert [line.split('"type":"')[1].split('"')[0] for line in result.stdout.splitlines()] == [
+        "task.output", "run.future", "task.future"
+    ]
+    assert invoke(db, "show", "r").returncode == 0
+    assert invoke(db, "verify").returncode == 0
+
+
+def test_events_follow_negative_interval_is_a_usage_error(tmp_path: Path) -> None:
+    """ValueError: sleep length must be non-negative (a traceback)."""
+    db = tmp_path / "f.db"
+    with Ledger(db) as ledger:
+        record(ledger, "open", {}, finished=False,
+               host={"hostname": socket.gethostname(), "pid": _dead_pid()})
+    assert_one_line_error(evalledger(tmp_path, db, "events", "open", "--follow",
+                                     "--interval", "-1", timeout=10))
+
+
+def test_events_follow_ends_when_the_runs_process_is_gone(tmp_path: Path) -> None:
+    """A run cut off by a crash never records run.finished: --follow waited forever, though
+    `resume` already knows (by pid, on this host) that nobody is writing it."""
+    db = tmp_path / "f.db"
+    with Ledger(db) as ledger:
+        record(ledger, "crashed", {"default/a/00": FinalStatus.SUCCESS}, finished=False,
+               host={"hostname": socket.gethostname(), "pid": _dead_pid()})
+    try:
+        result = evalledger(tmp_path, db, "events", "crashed", "--follow", timeout=4)
+    except subprocess.TimeoutExpired:
+        pytest.fail("events --follow of a crashed run never returned")
+    assert "Traceback" not in result.stderr
+    assert len(result.out_lines) == 4
+
+
+# -- sql -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("statement", [
+    "ATTACH DATABASE '{new}' AS other",
+    "VACUUM INTO '{new}'",
+])
+def test_sql_creates_no_files(one_run: Path, tmp_path: Path, statement: str) -> None:
+    """The read-only `sql` made new files: ATTACH exited 0 leaving an empty file, and the
+    refused VACUUM INTO left one too."""
+    new = tmp_path / "made-by-sql.db"
+    before = one_run.read_bytes()
+    result = invoke(one_run, "sql", statement.format(new=new))
+    assert_one_line_error(result)
+    assert not new.exists()
+    assert one_run.read_bytes() == before
+
+
+@pytest.mark.parametrize("statement", [
+    "SELECT 1; SELECT 2",
+    "SELECT 1; DELETE FROM events",
+    "PRAGMA journal_mode = DELETE",
+    "PRAGMA user_version = 7",
+    "SELECT ?",
+    "SELECT * FROM no_such_table",
+])
+def test_sql_odd_statements_are_one_line_errors(one_run: Path, statement: str) -> None:
+    before = one_run.read_bytes()
+    assert_one_line_error(invoke(one_run, "sql", statement))
+    assert one_run.read_bytes() == before
+    assert invoke(one_run, "verify").returncode == 0
+
+
+def test_sql_pragma_query_only_off_does_not_unlock_writes(one_run: Path) -> None:
+    assert invoke(one_run, "sql", "PRAGMA query_only = 0").returncode == 0
+    assert_one_line_error(invoke(one_run, "sql", "DELETE FROM events"))
+    with Ledger(one_run, read_only=True) as ledger:
+        assert ledger.count() == 8
+
+
+# -- ledgers that are not ledgers ---------------------------------------------------------------
+
+
+def _zero_bytes(path: Path) -> None:
+    path.write_bytes(b"")
+
+
+def _random_bytes(path: Path) -> None:
+    path.write_bytes(random.Random(1).randbytes(8192))
+
+
+def _truncated(path: Path) -> None:
+    whole = path.with_suffix(".whole")
+    with Ledger(whole) as ledger:
+        record(ledger, "r", {"default/a/00": FinalStatus.SUCCESS})
+    path.write_bytes(whole.read_bytes()[: 3 * 4096 + 100])
+
+
+READERS = [
+    ("runs",), ("show", "latest"), ("events", "latest"), ("report", "latest"),
+    ("diff", "latest", "latest"), ("sql", "SELECT count(*) FROM events"), ("verify",),
+]
+
+
+@pytest.mark.parametrize("make", [_zero_bytes, _random_bytes, _truncated],
+                         ids=["zero-bytes", "random-bytes", "truncated"])
+def test_reading_a_damaged_file_is_one_line_and_leaves_it_alone(
+    tmp_path: Path, make: object
+) -> None:
+    db = tmp_path / "bad.db"
+    make(db)  # type: ignore[operator]
+    before = db.read_bytes()
+    for args in READERS:
+        error = assert_one_line_error(invoke(db, *args))
+        assert str(db) in error, (args, error)
+    assert db.read_bytes() == before
+
+
+def test_reading_commands_on_an_empty_ledger(tmp_path: Path) -> None:
+    db = tmp_path / "empty.db"
+    Ledger(db).close()
+    assert invoke(db, "runs", "--json").stdout == ""
+    assert invoke(db, "runs").returncode == 0
+    for args in READERS[1:5]:
+        assert "no runs in" in assert_one_line_error(invoke(db, *args))
+    assert invoke(db, "sql", "SELECT count(*) FROM task_results").stdout.split() == ["count(*)",
+                                                                                      "0"]
+    assert invoke(db, "verify").returncode == 0
+
+
+# -- diff, report ------------------------------------------------------------------------------
+
+
+def test_diff_of_a_run_with_itself_and_of_disjoint_runs(two_runs: Path) -> None:
+    same = invoke(two_runs, "diff", "run-1", "run-1", "--json")
+    assert same.returncode == 0, same
+    assert '"unchanged": 1' in same.stdout
+    apart = invoke(two_runs, "diff", "run-1", "run-2")
+    assert apart.returncode == 0, apart
+    assert "0 regression, 0 fix, 0 changed, 0 unchanged, 1 added, 1 removed" in apart.stdout
+
+
+def test_report_into_a_missing_folder_is_one_line(one_run: Path, tmp_path: Path) -> None:
+    target = tmp_path / "no" / "such" / "run.md"
+    assert "run.md" in assert_one_line_error(invoke(one_run, "report", "latest", "-o",
+                                                    str(target)))
+    assert not (tmp_path / "no").exists()
+
+
+# -- run and resume: what they leave behind when they refuse ------------------------------------
+
+
+def test_run_that_cannot_open_its_ledger_leaves_no_report_folder(tmp_path: Path) -> None:
+    """`runs/<run_id>/` was made before the ledger was opened: each refused run left one."""
+    write_task(tmp_path / "tasks" / "ok.yaml", "echo ok")
+    (tmp_path / "a-dir.db").mkdir()
+    result = evalledger(tmp_path, tmp_path / "a-dir.db", "run", str(tmp_path / "tasks"))
+    assert "directory" in assert_one_line_error(result)
+    assert not any((tmp_path / "runs").glob("*")), list((tmp_path / "runs").glob("*"))
+
+
+def test_run_on_an_immutable_ledger_names_no_run(tmp_path: Path) -> None:
+    """Root ignores chmod, so the file is made immutable: `run` printed a run id on stdout
+    (for a run that was never recorded) before failing, and left its report folder."""
+    if shutil.which("chattr") is None:
+        pytest.skip("no chattr")
+    write_task(tmp_path / "tasks" / "ok.yaml", "echo ok")
+    db = tmp_path / "l.db"
+    with Ledger(db) as ledger:
+        record(ledger, "earlier", {"default/a/00": FinalStatus.SUCCESS})
+    before = db.read_bytes()
+    if subprocess.run(["chattr", "+i", str(db)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i not supported here")
+    try:
+        result = evalledger(tmp_path, db, "run", str(tmp_path / "tasks"))
+    finally:
+        subprocess.run(["chattr", "-i", str(db)], check=True)
+    assert "read-only" in assert_one_line_error(result)
+    assert result.stdout == ""
+    assert not any((tmp_path / "runs").glob("*"))
+    assert db.read_bytes() == before
+
+
+def test_resume_of_an_unknown_run(one_run: Path) -> None:
+    before = one_run.read_bytes()
+    assert "no run 'nope'" in assert_one_line_error(invoke(one_run, "resume", "nope"))
+    assert one_run.read_bytes() == before
+
+
+def test_read_commands_work_on_a_ledger_in_a_read_only_folder(tmp_path: Path) -> None:
+    """A WAL ledger in a read-only folder (an archive, a read-only mount) could not be read
+    at all: every reading command said "cannot open ...: unable to open database file",
+    because SQLite wants to create the -shm file beside it."""
+    folder = tmp_path / "archive"
+    folder.mkdir()
+    db = folder / "l.db"
+    with Ledger(db) as ledger:
+        record(ledger, "r", {"default/a/00": FinalStatus.SUCCESS})
+    assert sorted(p.name for p in folder.iterdir()) == ["l.db"]
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True)
+    if shutil.which("unshare") is None or probe.returncode != 0:
+        pytest.skip("cannot make a read-only mount here")
+    script = 'mount --bind -o ro "$1" "$1" || exit 99; shift; exec "$@"'
+    for args in (("verify",), ("runs", "--json"), ("show", "r")):
+        done = subprocess.run(
+            ["unshare", "-m", "sh", "-c", script, "sh", str(folder), *COMMAND,
+             "--ledger", str(db), *args],
+            cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=20,
+        )
+        if done.returncode == 99:
+            pytest.skip("cannot make a read-only mount here")
+        assert done.returncode == 0, (args, done.stderr)
+
+
+def test_task_files_with_unusual_names(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks"
+    write_task(tasks / "ok.yaml", "echo ok")
+    for name in ("with space.yaml", "Upper.yaml", "ünï.yaml", "-dash.yaml"):
+        write_task(tasks / name, "echo ok")
+    (tasks / "notes.txt").write_text("not a task\n")
+    db = tmp_path / "l.db"
+    result = evalledger(tmp_path, db, "run", str(tasks))
+    assert result.returncode == 0, result
+    assert "Traceback" not in result.stderr
+    skipped = [line for line in result.err_lines if line.startswith("skipped ")]
+    assert len(skipped) == 4, result.stderr
+    assert "default/ok/00" in result.stdout
+    assert evalledger(tmp_path, db, "verify").returncode == 0
+
