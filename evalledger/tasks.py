@@ -56,6 +56,9 @@ def _not_empty(command: str | list[str]) -> str | list[str]:
     return command
 
 
+# Every replicate is resolved up front: a typo of a few zeros must not eat the memory.
+MAX_REPEATS = 10_000
+
 Number = Annotated[float, BeforeValidator(_not_a_boolean)]
 Count = Annotated[int, BeforeValidator(_not_a_boolean)]
 Command = Annotated[str | list[str], AfterValidator(_not_empty)]
@@ -75,12 +78,12 @@ class ExitCode(_Criterion):
 
 class FileExists(_Criterion):
     type: Literal["file_exists"]
-    path: str
+    path: str = Field(min_length=1)
 
 
 class FileContains(_Criterion):
     type: Literal["file_contains"]
-    path: str
+    path: str = Field(min_length=1)
     includes: list[str] = []
     excludes: list[str] = []
 
@@ -160,13 +163,13 @@ class TaskFile(TaskSettings):
 
 class Variant(TaskSettings):
     variant_id: str = Field(pattern=TASK_ID_PATTERN)
-    repeats: Count | None = Field(default=None, ge=1)
+    repeats: Count | None = Field(default=None, ge=1, le=MAX_REPEATS)
 
 
 class ExperimentFile(_Strict):
     experiment_id: str = Field(pattern=TASK_ID_PATTERN)
     tasks: list[str] = Field(min_length=1)
-    repeats: Count = Field(default=1, ge=1)
+    repeats: Count = Field(default=1, ge=1, le=MAX_REPEATS)
     max_parallel: Count | None = Field(default=None, ge=1)
     defaults: TaskSettings = TaskSettings()
     variants: list[Variant] = Field(default=[Variant(variant_id="default")], min_length=1)
@@ -184,7 +187,7 @@ class Overrides(_Strict):
     """Command-line options: the last word on every task."""
 
     timeout: Number | None = Field(default=None, gt=0)
-    repeats: Count | None = Field(default=None, ge=1)
+    repeats: Count | None = Field(default=None, ge=1, le=MAX_REPEATS)
     model: str | None = None
 
 

@@ -414,3 +414,18 @@ def test_cli_tag_filters_that_exclude_everything_are_one_line(tmp_path: Path) ->
     )
 
     assert "nothing matched" in assert_one_line_error(result)
+
+
+@pytest.mark.parametrize("criterion", ["{type: file_exists, path: ''}",
+                                       "{type: file_contains, path: '', includes: [x]}"])
+def test_a_criterion_with_an_empty_path_is_skipped(tmp_path: Path, criterion: str) -> None:
+    # An empty path named the sandbox itself: file_exists passed whatever the command did.
+    bad = write(tmp_path / "bad.yaml", f"command: echo hi\nsuccess_criteria: [{criterion}]\n")
+    assert "path" in only_skip(load_tasks([bad])).reason
+
+
+def test_experiment_repeats_are_capped(tmp_path: Path) -> None:
+    write(tmp_path / "tasks" / "t.yaml", MINIMAL)
+    experiment = write(tmp_path / "e.yaml", EXPERIMENT_HEAD + "repeats: 1000000000\n")
+    with pytest.raises(TaskLoadError, match="repeats"):
+        load_tasks(experiment=experiment)

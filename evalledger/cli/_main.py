@@ -32,6 +32,8 @@ def _user_error(error: BaseException) -> UserError | None:
         return leaves[0] if leaves and all(leaves) else None
     if isinstance(error, LedgerError):
         return UserError(str(error))
+    if isinstance(error, BrokenPipeError):
+        return None  # `evalledger events | head`: the reader left; main() exits quietly
     if isinstance(error, OSError):  # a read-only folder, a full disk: name the file
         where = f"{error.filename}: " if error.filename else ""
         return UserError(f"{where}{error.strerror or error}")

@@ -188,6 +188,8 @@ def sql(settings: Settings, query: str, format_: str) -> None:
 
         evalledger sql "SELECT final_status, count(*) FROM task_results GROUP BY 1"
     """
+    if not query.strip():
+        raise UserError("the query is empty")
     with settings.open_ledger(read_only=True) as ledger:
         try:
             columns, rows = ledger.query(query)
@@ -199,7 +201,7 @@ def sql(settings: Settings, query: str, format_: str) -> None:
     elif format_ == "csv":
         writer = csv.writer(sys.stdout)
         writer.writerow(columns)
-        writer.writerows(rows)
+        writer.writerows([v.hex() if isinstance(v, bytes) else v for v in row] for row in rows)
     else:
         _table(columns, rows)
 

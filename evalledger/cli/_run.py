@@ -25,6 +25,7 @@ from evalledger.ledger import Ledger
 from evalledger.pricing import load_pricing_file, rate_for
 from evalledger.projections import RunSummary, SummaryFold, write_reports
 from evalledger.tasks import (
+    MAX_REPEATS,
     Overrides,
     ResolvedTask,
     Skipped,
@@ -113,7 +114,8 @@ async def _run_with_signals(
               help="Drop tasks with ANY of these tags.")
 @click.option("-j", "--max-parallel", type=click.IntRange(min=1),
               help=f"Tasks at once (default: the experiment's, else {DEFAULT_PARALLEL}).")
-@click.option("--repeats", type=click.IntRange(min=1), help="Replicates per task.")
+@click.option("--repeats", type=click.IntRange(min=1, max=MAX_REPEATS),
+              help="Replicates per task.")
 @click.option("--run-id", help="Name the run (default: a timestamp).")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
               help="Reports and artifacts go to OUT/RUN_ID/.")

@@ -421,3 +421,32 @@ def test_task_files_with_unusual_names(tmp_path: Path) -> None:
     assert "default/ok/00" in result.stdout
     assert evalledger(tmp_path, db, "verify").returncode == 0
 
+
+
+def test_events_into_a_closed_pipe_exits_quietly(one_run: Path, tmp_path: Path) -> None:
+    """`evalledger events ... | head` printed "Error: Broken pipe" and exited 2."""
+    with Ledger(one_run) as ledger:
+        ledger.append([TaskOutput(run_id="only-run", task_key="default/a/00", line="x" * 100,
+                                  n=i + 2) for i in range(5000)])
+    done = subprocess.run(
+        ["sh", "-c", '"$@" | head -n 1 >/dev/null', "sh", *COMMAND, "--ledger", str(one_run),
+         "events", "only-run"],
+        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=60,
+    )
+    assert "Error" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_sql_empty_query_and_csv_blobs(one_run: Path) -> None:
+    assert "empty" in assert_one_line_error(invoke(one_run, "sql", "  "))
+    result = invoke(one_run, "sql", "SELECT x'00ff' AS b, 1 AS n", "--format", "csv")
+    assert result.returncode == 0, result
+    assert result.out_lines == ["b,n", "00ff,1"]
+
+
+def test_repeats_are_capped(tmp_path: Path) -> None:
+    """`run --repeats 100000000000000000000` resolved every replicate and ran out of memory."""
+    write_task(tmp_path / "tasks" / "t.yaml", "true")
+    result = evalledger(tmp_path, tmp_path / "l.db", "run", str(tmp_path / "tasks"),
+                        "--repeats", "100000000000000000000")
+    assert_one_line_error(result)
+    assert "--repeats" in result.stderr
