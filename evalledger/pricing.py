@@ -13,22 +13,26 @@ suffixes (``-v1:0``) and dated snapshots (``-20250929``) are dropped, so
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from evalledger._values import Number
+
 
 class Rate(BaseModel):
     """USD per million tokens of each kind."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # inf would price every token at inf, and 0 tokens at NaN.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    input: float = Field(ge=0)
-    output: float = Field(ge=0)
-    cache_write: float | None = Field(default=None, ge=0)
-    cache_read: float | None = Field(default=None, ge=0)
+    input: Number = Field(ge=0)
+    output: Number = Field(ge=0)
+    cache_write: Number | None = Field(default=None, ge=0)
+    cache_read: Number | None = Field(default=None, ge=0)
 
 
 def _r(i: float, o: float, cw: float | None = None, cr: float | None = None) -> Rate:
@@ -140,9 +144,13 @@ def price(
         return None
     cache_write = rate.cache_write if rate.cache_write is not None else rate.input
     cache_read = rate.cache_read if rate.cache_read is not None else rate.input
-    return (
-        input_tokens * rate.input
-        + output_tokens * rate.output
-        + cache_write_tokens * cache_write
-        + cache_read_tokens * cache_read
-    ) / 1_000_000
+    try:
+        cost = (
+            input_tokens * rate.input
+            + output_tokens * rate.output
+            + cache_write_tokens * cache_write
+            + cache_read_tokens * cache_read
+        ) / 1_000_000
+    except OverflowError:
+        return None
+    return cost if math.isfinite(cost) else None

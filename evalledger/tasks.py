@@ -24,12 +24,13 @@ import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
     field_validator,
 )
+
+from evalledger._values import Count, Number
 
 TASK_ID_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
 TASK_SUFFIXES = (".yaml", ".yml")
@@ -42,14 +43,6 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-def _not_a_boolean(value: Any) -> Any:
-    # YAML reads `yes` as True and pydantic would take True as 1: `timeout: yes`
-    # must not become a one-second timeout.
-    if isinstance(value, bool):
-        raise ValueError("expected a number, not a boolean")
-    return value
-
-
 def _not_empty(command: str | list[str]) -> str | list[str]:
     if not (command.strip() if isinstance(command, str) else command and command[0].strip()):
         raise ValueError("the command is empty")
@@ -59,8 +52,6 @@ def _not_empty(command: str | list[str]) -> str | list[str]:
 # Every replicate is resolved up front: a typo of a few zeros must not eat the memory.
 MAX_REPEATS = 10_000
 
-Number = Annotated[float, BeforeValidator(_not_a_boolean)]
-Count = Annotated[int, BeforeValidator(_not_a_boolean)]
 Command = Annotated[str | list[str], AfterValidator(_not_empty)]
 
 
@@ -153,6 +144,8 @@ class TaskSettings(_Strict):
             elif not isinstance(v, str):
                 raise ValueError(f"{name}: expected text or a number, got {type(v).__name__} "
                                  f"(quote the value)")
+            if "\0" in v:
+                raise ValueError(f"{name}: an environment value cannot hold a NUL character")
             env[name] = v
         return env
 
@@ -406,6 +399,11 @@ def load_tasks(
                 _resolve(path, task_id, task_file, exp, exp_home, variant, overrides)
                 for variant in variants
             ]
+            for resolved in per_variant:
+                for task in resolved or ():
+                    # Hashed now, not mid-run: text the ledger cannot store (a lone
+                    # surrogate such as "\ud800") fails here, as this file's skip.
+                    _ = task.definition_hash
         except (ValueError, ValidationError) as e:
             reason = _describe(e) if isinstance(e, ValidationError) else str(e)
             result.skipped.append(Skipped(str(path), reason))

@@ -72,7 +72,7 @@ def test_yml_yaml_nested_and_other_suffixes(tmp_path: Path) -> None:
     ["{D: 2024-01-01}", "{D: 2024-01-01 10:00:00}", "{D: !!binary aGVsbG8=}", "{D: !!set {a}}"],
 )
 def test_env_values_yaml_reads_as_dates_or_binary_do_not_crash(tmp_path: Path, env: str) -> None:
-    # Bug: the env validator json.dumps() every non-string value; a date, bytes or a
+    # Regression: the env validator json.dumps() every non-string value; a date, bytes or a
     # set raises TypeError, which escapes load_tasks (pydantic only wraps ValueError).
     bad = write(tmp_path / "bad.yaml", MINIMAL + f"env: {env}\n")
     good = write(tmp_path / "good.yaml", MINIMAL)
@@ -87,7 +87,7 @@ def test_env_values_yaml_reads_as_dates_or_binary_do_not_crash(tmp_path: Path, e
 
 
 def test_a_workdir_that_is_a_symlink_loop_does_not_crash(tmp_path: Path) -> None:
-    # Bug: Path.resolve() raises RuntimeError("Symlink loop from ...") on Python 3.11,
+    # Regression: Path.resolve() raises RuntimeError("Symlink loop from ...") on Python 3.11,
     # which load_tasks does not catch.
     os.symlink(tmp_path / "loop", tmp_path / "loop")
     bad = write(tmp_path / "bad.yaml", MINIMAL + "workdir: loop\n")
@@ -101,7 +101,7 @@ def test_a_workdir_that_is_a_symlink_loop_does_not_crash(tmp_path: Path) -> None
 
 
 def test_an_empty_workdir_is_rejected_or_means_no_workdir(tmp_path: Path) -> None:
-    # Bug: `workdir: ""` is kept as "" (the resolve step skips falsy values), so
+    # Regression: `workdir: ""` is kept as "" (the resolve step skips falsy values), so
     # definition_hash raises ValueError("no path specified") from os.path.relpath, and
     # the sandbox would copy Path("") == the current directory.
     path = write(tmp_path / "t.yaml", MINIMAL + "workdir: ''\n")
@@ -117,7 +117,7 @@ def test_an_empty_workdir_is_rejected_or_means_no_workdir(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("command", ["''", "'   '", "[]", "['']"])
 def test_an_empty_command_is_skipped(tmp_path: Path, command: str) -> None:
-    # Bug: accepted. `command: ''` then runs `sh -c ''` and SUCCEEDS; `[]` and `['']`
+    # Regression: accepted. `command: ''` then runs `sh -c ''` and SUCCEEDS; `[]` and `['']`
     # become an ERROR per replicate at run time instead of a task.skipped.
     bad = write(
         tmp_path / "bad.yaml", f"command: {command}\nsuccess_criteria: [{{type: exit_code}}]\n"
@@ -132,7 +132,7 @@ def test_an_empty_command_is_skipped(tmp_path: Path, command: str) -> None:
 def test_a_run_command_criterion_with_an_empty_command_is_skipped(
     tmp_path: Path, command: str
 ) -> None:
-    # Bug: accepted; the criterion has nothing to run.
+    # Regression: accepted; the criterion has nothing to run.
     bad = write(
         tmp_path / "bad.yaml",
         f"command: echo hi\nsuccess_criteria: [{{type: run_command, command: {command}}}]\n",
@@ -142,7 +142,7 @@ def test_a_run_command_criterion_with_an_empty_command_is_skipped(
 
 
 def test_an_env_name_that_cannot_be_an_environment_variable_is_skipped(tmp_path: Path) -> None:
-    # Bug: accepted at load; every replicate then ends ERROR at spawn with
+    # Regression: accepted at load; every replicate then ends ERROR at spawn with
     # "ValueError: illegal environment variable name" instead of one task.skipped.
     bad = write(tmp_path / "bad.yaml", MINIMAL + "env: {'A=B': x}\n")
 
@@ -151,7 +151,7 @@ def test_an_env_name_that_cannot_be_an_environment_variable_is_skipped(tmp_path:
 
 @pytest.mark.parametrize("value", [".inf", ".Inf"])
 def test_an_infinite_timeout_is_skipped(tmp_path: Path, value: str) -> None:
-    # Bug: `.inf` passes gt=0 and is recorded as `"timeout": null` in the ledger
+    # Regression: `.inf` passes gt=0 and is recorded as `"timeout": null` in the ledger
     # (pydantic writes inf as null), so the stored definition no longer says what ran.
     bad = write(tmp_path / "bad.yaml", MINIMAL + f"timeout: {value}\n")
 
@@ -164,7 +164,7 @@ def test_an_infinite_timeout_is_skipped(tmp_path: Path, value: str) -> None:
      "success_criteria: [{type: exit_code, weight: true}]"],
 )
 def test_a_boolean_where_a_number_goes_is_skipped(tmp_path: Path, field: str) -> None:
-    # Bug: pydantic's lax mode turns `timeout: yes` into a 1-second timeout.
+    # Regression: pydantic's lax mode turns `timeout: yes` into a 1-second timeout.
     bad = write(tmp_path / "bad.yaml", MINIMAL + field + "\n")
 
     skip = only_skip(load_tasks([bad]))
@@ -173,7 +173,7 @@ def test_a_boolean_where_a_number_goes_is_skipped(tmp_path: Path, field: str) ->
 
 
 def test_a_duplicate_key_is_skipped_and_named(tmp_path: Path) -> None:
-    # Bug: PyYAML keeps the last value silently; the first `command` is lost.
+    # Regression: PyYAML keeps the last value silently; the first `command` is lost.
     bad = write(tmp_path / "bad.yaml", MINIMAL + "command: echo bye\n")
 
     skip = only_skip(load_tasks([bad]))
@@ -193,7 +193,7 @@ def test_an_invalid_yaml_date_names_the_field_or_yaml(tmp_path: Path) -> None:
 
 
 def test_a_deeply_nested_value_is_skipped_not_a_recursion_error(tmp_path: Path) -> None:
-    # Bug: PyYAML's composer recurses; RecursionError escapes load_tasks.
+    # Regression: PyYAML's composer recurses; RecursionError escapes load_tasks.
     bad = write(tmp_path / "bad.yaml", MINIMAL + "description: " + "[" * 3000 + "]" * 3000 + "\n")
     good = write(tmp_path / "good.yaml", MINIMAL)
 
@@ -204,7 +204,7 @@ def test_a_deeply_nested_value_is_skipped_not_a_recursion_error(tmp_path: Path) 
 
 
 def test_the_same_file_named_twice_runs_once_and_is_not_skipped(tmp_path: Path) -> None:
-    # Bug: `run tasks tasks/t.yaml` records a task.skipped "duplicate task_id 't'
+    # Regression: `run tasks tasks/t.yaml` records a task.skipped "duplicate task_id 't'
     # (first in tasks/t.yaml)" for the very file that runs.
     path = write(tmp_path / "tasks" / "t.yaml", MINIMAL)
 
@@ -225,7 +225,7 @@ def test_an_experiment_listing_a_file_and_its_folder_is_not_a_duplicate(tmp_path
 
 
 def test_a_null_workdir_in_a_later_layer_clears_it_like_other_fields(tmp_path: Path) -> None:
-    # Bug: "later wins" holds for `model: null` (cleared) but not `workdir: null`: the
+    # Regression: "later wins" holds for `model: null` (cleared) but not `workdir: null`: the
     # workdir loop re-applies the earlier layer's path after the merge cleared it.
     write(tmp_path / "tasks" / "t.yaml", MINIMAL + "model: m\nworkdir: w\n")
     experiment = write(
@@ -243,7 +243,7 @@ def test_a_null_workdir_in_a_later_layer_clears_it_like_other_fields(tmp_path: P
 
 
 def test_an_experiment_with_no_variants_is_an_error(tmp_path: Path) -> None:
-    # Bug: `variants: []` silently resolves to zero tasks; the CLI then says "nothing
+    # Regression: `variants: []` silently resolves to zero tasks; the CLI then says "nothing
     # matched the paths and tag filters", which points the user at the wrong thing.
     write(tmp_path / "tasks" / "t.yaml", MINIMAL)
     experiment = write(tmp_path / "e.yaml", EXPERIMENT_HEAD + "variants: []\n")
@@ -266,7 +266,7 @@ def test_an_experiment_with_no_variants_is_an_error(tmp_path: Path) -> None:
          "variant-timeout-inf"],
 )
 def test_a_broken_experiment_file_raises_task_load_error(tmp_path: Path, text: str) -> None:
-    # Bugs: TypeError / RuntimeError / RecursionError escape instead of TaskLoadError;
+    # Regressions: TypeError / RuntimeError / RecursionError escape instead of TaskLoadError;
     # `repeats: true`, a duplicate key and an infinite timeout are silently accepted.
     os.symlink(tmp_path / "loop", tmp_path / "loop")
     write(tmp_path / "tasks" / "t.yaml", MINIMAL)
@@ -322,7 +322,7 @@ def _skipped_run(tmp_path: Path, bad_text: str) -> None:
 def test_cli_a_broken_task_file_is_skipped_without_a_traceback(
     tmp_path: Path, bad_text: str
 ) -> None:
-    # Bugs: a TypeError (env date) traceback before the run starts; ValueError("no
+    # Regressions: a TypeError (env date) traceback before the run starts; ValueError("no
     # path specified") from definition_hash inside the batch for `workdir: ''`, after
     # the run id was printed (the run is left unended).
     _skipped_run(tmp_path, bad_text)
@@ -330,7 +330,7 @@ def test_cli_a_broken_task_file_is_skipped_without_a_traceback(
 
 @pytest.mark.parametrize("layer", ["task", "defaults", "variant"])
 def test_cli_a_workdir_that_is_a_symlink_loop_is_build_failed(tmp_path: Path, layer: str) -> None:
-    # Bug: Path.resolve() raised RuntimeError("Symlink loop") at load, a traceback.
+    # Regression: Path.resolve() raised RuntimeError("Symlink loop") at load, a traceback.
     # Like a missing workdir, it is the sandbox that cannot be built: BUILD_FAILED.
     os.symlink(tmp_path / "loop", tmp_path / "loop")
     own = "workdir: ../loop\n" if layer == "task" else ""
@@ -349,7 +349,7 @@ def test_cli_a_workdir_that_is_a_symlink_loop_is_build_failed(tmp_path: Path, la
 
 @pytest.mark.parametrize("where", ["file name", "folder name"])
 def test_cli_a_non_utf8_path_does_not_crash_the_run(tmp_path: Path, where: str) -> None:
-    # Bug: a surrogate-escaped path goes into task.skipped / task.started payloads and
+    # Regression: a surrogate-escaped path goes into task.skipped / task.started payloads and
     # pydantic's to_json fails: "UnicodeEncodeError: 'utf-8' codec can't encode
     # character '\udcff' ... surrogates not allowed", traceback after the run id.
     folder = tmp_path / (os.fsdecode(b"t\xff") if where == "folder name" else "tasks")
@@ -364,7 +364,7 @@ def test_cli_a_non_utf8_path_does_not_crash_the_run(tmp_path: Path, where: str) 
 
 
 def test_cli_an_experiment_with_env_date_is_a_one_line_error(tmp_path: Path) -> None:
-    # Bug: TypeError traceback, exit 1.
+    # Regression: TypeError traceback, exit 1.
     write_task(tmp_path / "tasks" / "t.yaml", "echo ok")
     experiment = write(tmp_path / "e.yaml", EXPERIMENT_HEAD + "defaults: {env: {D: 2024-01-01}}\n")
 
@@ -374,7 +374,7 @@ def test_cli_an_experiment_with_env_date_is_a_one_line_error(tmp_path: Path) -> 
 
 
 def test_cli_an_experiment_with_no_variants_says_so(tmp_path: Path) -> None:
-    # Bug: "Error: no tasks to run: nothing matched the paths and tag filters".
+    # Regression: "Error: no tasks to run: nothing matched the paths and tag filters".
     write_task(tmp_path / "tasks" / "t.yaml", "echo ok")
     experiment = write(tmp_path / "e.yaml", EXPERIMENT_HEAD + "variants: []\n")
 
@@ -391,7 +391,7 @@ def test_cli_an_experiment_with_no_variants_says_so(tmp_path: Path) -> None:
 def test_cli_a_non_finite_number_option_is_a_one_line_error(
     tmp_path: Path, option: tuple[str, str]
 ) -> None:
-    # Bugs: click's FloatRange lets nan through (nan <= 0 is False); `--timeout nan`
+    # Regressions: click's FloatRange lets nan through (nan <= 0 is False); `--timeout nan`
     # then dies in Overrides(...) with a pydantic ValidationError traceback (exit 1).
     # `--timeout inf` / `--max-cost nan|inf` run, and run.started records them as null,
     # so the budget is silently off and resume/drift cannot see what was asked for.

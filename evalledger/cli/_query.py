@@ -30,7 +30,7 @@ def _table(columns: list[str], rows: list[tuple[object, ...]]) -> None:
     cells = [["" if v is None else str(v) for v in row] for row in rows]
     if not sys.stdout.isatty():
         for line in [columns, *cells]:
-            click.echo("\t".join(c.replace("\t", " ").replace("\n", " ") for c in line))
+            click.echo("\t".join(" ".join(c.replace("\t", " ").splitlines()) for c in line))
         return
     table = Table(*columns, show_edge=False, pad_edge=False)
     for row in cells:
@@ -236,4 +236,4 @@ def diff(settings: Settings, run_a: str, run_b: str, as_json: bool) -> None:
     )
     click.echo(", ".join(f"{n} {c}" for c, n in result.counts.items()))
     if not result.tasks:
-        raise UserError("neither run has any task")
+        click.echo("neither run has any task", err=True)

@@ -17,7 +17,6 @@ import getpass
 import logging
 import os
 import platform
-import shutil
 import socket
 import sys
 import tempfile
@@ -43,9 +42,9 @@ from evalledger.ledger import (
 from evalledger.statuses import RunStatus
 from evalledger.tasks import ResolvedTask, Skipped
 
-from ._process import DEFAULT_KILL_GRACE
+from ._process import DEFAULT_KILL_GRACE, kill_marked
 from ._runner import RunContext, run_task
-from ._sandbox import PreservationMode
+from ._sandbox import PreservationMode, remove_tree
 from ._writer import WriterStats, open_writer
 
 log = logging.getLogger("evalledger.executor")
@@ -152,18 +151,26 @@ async def run_batch(
             once instead of after their grace period.
 
     Raises:
+        ValueError: two tasks have the same key.
         BaseException: when the surrounding scope is cancelled, its cancellation
             (usually inside an exception group from the nurseries it crossed); the
             ledger records the interruption first.
     """
     callbacks = callbacks or Callbacks()
+    keys = [t.task_key for t in tasks]
+    if len(set(keys)) != len(keys):
+        repeated = sorted({k for k in keys if keys.count(k) > 1})
+        raise ValueError(f"task keys must be unique in a batch: {', '.join(repeated[:5])}")
     to_run = [t for t in tasks if resume is None or t.task_key not in resume.skip]
     sandbox_root = Path(tempfile.mkdtemp(prefix=f"evalledger-{config.run_id}-"))
     try:
         return await _run(ledger, tasks, to_run, config, callbacks, skipped, resume, kill_now,
                           sandbox_root)
     finally:
-        shutil.rmtree(sandbox_root, ignore_errors=True)
+        # Nothing a task started outlives the batch, daemons that left their process
+        # group included: they still carry the run id in their environment.
+        kill_marked(f"EVALLEDGER_RUN_ID={config.run_id}")
+        remove_tree(sandbox_root)
 
 
 async def _run(

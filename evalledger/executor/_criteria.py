@@ -23,7 +23,7 @@ from evalledger.tasks import (
     RunCommand,
 )
 
-from ._process import end_group, kill_group, spawn
+from ._process import end_group, kill_group, release_pipes, spawn
 
 MAX_FILE_BYTES = 64 * 1024 * 1024
 _DETAIL_TAIL = 400
@@ -70,6 +70,13 @@ def _contains(
 
 
 def _check_file(criterion: FileExists | FileContains, outcome: Outcome) -> tuple[bool, str]:
+    try:
+        return _check_path(criterion, outcome)
+    except (OSError, ValueError) as e:  # a NUL in the path, a name too long, ...
+        return False, f"cannot check {criterion.path!r}: {getattr(e, 'strerror', None) or e}"
+
+
+def _check_path(criterion: FileExists | FileContains, outcome: Outcome) -> tuple[bool, str]:
     target = _inside(outcome.sandbox, criterion.path)
     if isinstance(target, str):
         return False, target
@@ -98,14 +105,24 @@ async def _run_command(
             if sum(map(len, chunks)) > 4 * _DETAIL_TAIL:
                 chunks[:] = [b"".join(chunks)[-2 * _DETAIL_TAIL :]]
 
+    pipes_closed = trio.Event()
+
+    async def collect_both() -> None:
+        assert process.stdout is not None and process.stderr is not None
+        async with trio.open_nursery() as readers:
+            readers.start_soon(collect, process.stdout)
+            readers.start_soon(collect, process.stderr)
+        pipes_closed.set()
+
     try:
         with trio.move_on_after(criterion.timeout) as scope:
             async with trio.open_nursery() as nursery:
-                assert process.stdout is not None and process.stderr is not None
-                nursery.start_soon(collect, process.stdout)
-                nursery.start_soon(collect, process.stderr)
+                nursery.start_soon(collect_both)
                 await process.wait()
                 kill_group(process.pid)  # leftovers would hold the pipes open
+                marker = f"EVALLEDGER_SANDBOX={env.get('EVALLEDGER_SANDBOX', outcome.sandbox)}"
+                if not await release_pipes(pipes_closed, marker):
+                    nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
             await end_group(process, hurry=hurry)

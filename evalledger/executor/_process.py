@@ -101,3 +101,52 @@ async def end_group(
 async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
     await event.wait()
     scope.cancel()
+
+
+# How long pipes may stay open after the command's group is gone before the
+# attempt's escaped descendants are hunted down, and again after that.
+ESCAPE_GRACE = 1.0
+
+
+def kill_marked(marker: str) -> list[int]:
+    """SIGKILL every process (but this one) whose environment holds ``marker``, a
+    whole ``NAME=value`` entry; return their pids.
+
+    This reaches what ``killpg`` cannot: a descendant that called ``setsid()`` (a
+    daemon) has left the group, but it still carries the environment it was
+    started with. One that rewrote its environment is out of reach.
+    """
+    needle = b"\0" + os.fsencode(marker) + b"\0"
+    proc, killed = Path("/proc"), []
+    if not proc.is_dir():
+        return killed
+    for entry in os.scandir(proc):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                environ = b"\0" + f.read() + b"\0"
+        except OSError:  # gone, or not ours to read
+            continue
+        if needle in environ:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+    return killed
+
+
+async def release_pipes(pipes_closed: trio.Event, marker: str,
+                        grace: float = ESCAPE_GRACE) -> bool:
+    """Once the command's group is dead, wait for its pipes to close; True if they did.
+
+    A descendant that escaped the group (``setsid``) and kept the pipes would hold
+    the task until its timeout: after ``grace`` it is killed by its ``marker``.
+    """
+    with trio.move_on_after(grace):
+        await pipes_closed.wait()
+        return True
+    kill_marked(marker)
+    with trio.move_on_after(grace):
+        await pipes_closed.wait()
+        return True
+    return False

@@ -18,6 +18,7 @@ import logging
 import os
 import platform
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,13 +45,15 @@ from evalledger.tasks import ResolvedTask
 from . import _sandbox
 from ._criteria import Outcome, evaluate, weighted_score
 from ._lines import LineSplitter, parse_json_object
-from ._process import DEFAULT_KILL_GRACE, end_group, kill_group, spawn
+from ._process import DEFAULT_KILL_GRACE, end_group, kill_group, release_pipes, spawn
 from ._usage import Usage, UsageMeter
 from ._writer import LedgerWriter, WriterFailed
 
 log = logging.getLogger("evalledger.executor")
 
-MAX_ENV_PROMPT = 64 * 1024
+# Linux refuses one environment string over 128 KiB (MAX_ARG_STRLEN, in bytes, with
+# its name): a longer prompt is on stdin only.
+MAX_ENV_PROMPT = 128 * 1024 - 64
 # Output (characters) kept in memory for output_contains; the ledger has all of it.
 MAX_KEPT_OUTPUT = 16 * 1024 * 1024
 
@@ -95,8 +98,11 @@ class _Streams:
     ctx: RunContext
     meter: UsageMeter
     n: int = 0
-    kept: dict[str, list[str]] = field(default_factory=lambda: {"stdout": [], "stderr": []})
-    kept_chars: int = 0
+    # The tail of each stream, for output_contains: a verdict is printed last.
+    kept: dict[str, deque[str]] = field(
+        default_factory=lambda: {"stdout": deque(), "stderr": deque()}
+    )
+    kept_chars: dict[str, int] = field(default_factory=lambda: {"stdout": 0, "stderr": 0})
     exceeded: _BudgetExceeded | None = None
 
     def text(self, stream: str) -> str:
@@ -125,9 +131,11 @@ class _Streams:
             else:
                 events.append(encoded(run_id, key, ts, stream, text, n, truncated))
         self.n = n
-        if self.kept_chars < MAX_KEPT_OUTPUT:
-            self.kept[stream].extend(text for text, _ in pairs)
-            self.kept_chars += sum(len(text) for text, _ in pairs)
+        kept = self.kept[stream]
+        kept.extend(text for text, _ in pairs)
+        self.kept_chars[stream] += sum(len(text) for text, _ in pairs)
+        while self.kept_chars[stream] > MAX_KEPT_OUTPUT and len(kept) > 1:
+            self.kept_chars[stream] -= len(kept.popleft())
         await self.ctx.writer.append(*events)
         if self.ctx.on_output is not None:
             for event in events:
@@ -189,6 +197,11 @@ def _static_environment() -> dict[str, object]:
 
 def _environment(exit_code: int | None) -> dict[str, object]:
     return {**_static_environment(), "exit_code": exit_code}
+
+
+def _fits_environment(prompt: str) -> bool:
+    # Linux counts the limit in bytes (an emoji is 4), and a NUL cannot be in a variable.
+    return "\0" not in prompt and len(prompt.encode("utf-8", "replace")) <= MAX_ENV_PROMPT
 
 
 async def run_task(
@@ -256,6 +269,8 @@ async def _attempt(
     status: FinalStatus
     artifacts = ctx.artifacts_root / task.task_key
     sandbox: Path | None = None
+    # The timeout is wall clock for the whole task (SPEC §3): sandbox, command, criteria.
+    deadline = trio.current_time() + task.timeout
     try:
         prepare = (task.workdir, ctx.preservation_mode, artifacts, ctx.sandbox_root)
         if _sandbox.is_trivial(task.workdir, ctx.preservation_mode):
@@ -266,21 +281,21 @@ async def _attempt(
         env = {
             **ctx.base_env,
             **task.env,
-            # Linux refuses one environment string over 128 KiB (exec fails with
-            # E2BIG); a longer prompt is on stdin only.
-            "EVALLEDGER_PROMPT": prompt if len(prompt) <= MAX_ENV_PROMPT else "",
+            "EVALLEDGER_PROMPT": prompt if _fits_environment(prompt) else "",
             "EVALLEDGER_TASK_KEY": task.task_key,
             "EVALLEDGER_RUN_ID": ctx.run_id,
             "EVALLEDGER_SANDBOX": str(sandbox),
             # Where the task file is: commands reach files shipped beside it.
             "EVALLEDGER_TASK_DIR": str(Path(task.source).parent),
         }
-        timed_out, exit_code = await _execute(task, ctx, state, sandbox, env)
+        timed_out, exit_code = await _execute(task, ctx, state, sandbox, env, deadline)
         if (leftover := meter.finish()) is not None:
             await state.usage(leftover)
             state.check_budget()
         outcome = Outcome(sandbox, exit_code, state.text("stdout"), state.text("stderr"))
-        criteria = await evaluate(task.success_criteria, outcome, env, ctx.hurry)
+        with trio.move_on_at(deadline) as judging:
+            criteria = await evaluate(task.success_criteria, outcome, env, ctx.hurry)
+        timed_out = timed_out or judging.cancelled_caught
         if state.exceeded is not None:
             status, error = state.exceeded.status, str(state.exceeded)
         elif timed_out:
@@ -306,7 +321,7 @@ async def _attempt(
                     await trio.to_thread.run_sync(
                         _sandbox.finish, sandbox, ctx.preservation_mode, artifacts
                     )
-                except OSError as e:
+                except (OSError, RecursionError) as e:  # a move across devices copies
                     log.warning("could not keep the sandbox of %s: %s", task.task_key, e)
     return TaskCompleted(
         run_id=ctx.run_id,
@@ -327,7 +342,8 @@ async def _attempt(
 
 
 async def _execute(
-    task: ResolvedTask, ctx: RunContext, state: _Streams, sandbox: Path, env: dict[str, str]
+    task: ResolvedTask, ctx: RunContext, state: _Streams, sandbox: Path, env: dict[str, str],
+    deadline: float,
 ) -> tuple[bool, int | None]:
     """Run the command until it exits, times out or overruns its budget.
 
@@ -347,18 +363,28 @@ async def _execute(
             with trio.CancelScope(shield=True):
                 await stdin.aclose()
 
+    pipes_closed = trio.Event()
+
+    async def read_both(stop: trio.CancelScope) -> None:
+        assert process.stdout is not None and process.stderr is not None
+        async with trio.open_nursery() as readers:
+            readers.start_soon(_pump, process.stdout, "stdout", state, stop)
+            readers.start_soon(_pump, process.stderr, "stderr", state, stop)
+        pipes_closed.set()
+
     try:
-        with trio.move_on_after(task.timeout) as deadline:
+        with trio.move_on_at(deadline) as limit:
             async with trio.open_nursery() as nursery:
                 if process.stdin is not None:
                     nursery.start_soon(feed_stdin, (task.prompt or "").encode(), process.stdin)
-                nursery.start_soon(_pump, process.stdout, "stdout", state, nursery.cancel_scope)
-                nursery.start_soon(_pump, process.stderr, "stderr", state, nursery.cancel_scope)
+                nursery.start_soon(read_both, nursery.cancel_scope)
                 await process.wait()
                 # The leader is gone; anything it left behind in its group would keep
                 # our pipes open (and outlive the task). End it, then read to EOF.
                 kill_group(process.pid)
+                if not await release_pipes(pipes_closed, f"EVALLEDGER_SANDBOX={sandbox}"):
+                    nursery.cancel_scope.cancel()  # held by what we cannot end: stop
     finally:
         with trio.CancelScope(shield=True):
             await end_group(process, ctx.kill_grace, ctx.hurry)
-    return deadline.cancelled_caught, process.returncode
+    return limit.cancelled_caught, process.returncode

@@ -14,6 +14,7 @@ totals and is what is recorded. A transcript that ends without a result line
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,12 +41,23 @@ class Usage:
 _TOKEN_KINDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 
 
+# Beyond any real usage, and beyond what a float (so SQLite, so a cost) can hold
+# exactly: a count this large is garbage, recorded as the line it came in, not counted.
+MAX_TOKENS = 2**53
+
+
 def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    """A token count: a whole number (``5000.0`` included) in range; anything else 0."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_TOKENS:
+        return value
+    return 0
 
 
 def _priced(model: str | None, cost: Any, **tokens: int) -> Usage:
-    if isinstance(cost, int | float) and not isinstance(cost, bool) and cost >= 0:
+    # A cost that is not a finite number (1e400 reads as inf) is not a cost: price it.
+    if isinstance(cost, int | float) and not isinstance(cost, bool) and 0 <= cost < math.inf:
         cost_usd: float | None = float(cost)
     else:
         cost_usd = price(model, **tokens)
@@ -132,8 +144,10 @@ class UsageMeter:
             self.totals[kind] += getattr(usage, kind)
         if usage.cost_usd is None:
             self.cost_complete = False
-        else:
-            self.cost_usd += usage.cost_usd
+        elif math.isfinite(total := self.cost_usd + usage.cost_usd):
+            self.cost_usd = total
+        else:  # the sum of finite garbage overflowed: the total is not known
+            self.cost_complete = False
 
 
 def _from_anthropic(model: str | None, raw: dict[str, Any]) -> Usage:

@@ -116,7 +116,9 @@ class _Event(BaseModel):
     in alphabetical order in every subclass and every nested model.
     """
 
-    model_config = ConfigDict(frozen=True)
+    # No inf or NaN: canonical JSON has no spelling for them (they would be stored
+    # as null, and a live fold would disagree with the rebuild).
+    model_config = ConfigDict(frozen=True, allow_inf_nan=False)
 
     event_id: _Line = Field(default_factory=new_event_id)
     run_id: _Line
@@ -131,7 +133,7 @@ class _TaskEvent(_Event):
 
 
 class TokenCounts(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, allow_inf_nan=False)
 
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
@@ -147,7 +149,7 @@ class TokenCounts(BaseModel):
 
 
 class CriterionResult(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, allow_inf_nan=False)
 
     detail: str = ""
     passed: bool

@@ -26,7 +26,7 @@ from sqlite_utils.migrations import Migrations
 
 from ._events import utc_now
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 STREAM_TYPES = ("task.output", "task.event")
 # The partial index's condition, written exactly so a query can repeat it: SQLite
 # uses a partial index only when the query's WHERE contains its WHERE terms.
@@ -79,7 +79,8 @@ def _m0001_events(db: Database) -> None:
 
 # The SQL audit interface (SPEC §6). Each view equals what the Python projections
 # say (a property test holds them together):
-# - task_attempts: one row per task.started, joined with its task.completed;
+# - task_attempts: one row per task.started, joined with its task.completed (the
+#   last one, should an attempt have been recorded completed twice, as the fold does);
 # - task_results: per (run_id, task_key), the latest attempt that reached a final
 #   status (the summary's per-task row);
 # - runs: one row per run.started; status and finished_at from the latest of
@@ -103,8 +104,11 @@ VIEWS = {
                json_extract(c.payload, '$.error_message') AS error_message
         FROM events s
         LEFT JOIN events c
-          ON c.run_id = s.run_id AND c.task_key = s.task_key AND c.type = 'task.completed'
-         AND json_extract(c.payload, '$.attempt') = json_extract(s.payload, '$.attempt')
+          ON c.seq = (
+              SELECT max(d.seq) FROM events d
+              WHERE d.run_id = s.run_id AND d.task_key = s.task_key
+                AND d.type = 'task.completed'
+                AND json_extract(d.payload, '$.attempt') = json_extract(s.payload, '$.attempt'))
         WHERE s.type = 'task.started'
     """,
     "task_results": """
@@ -177,3 +181,14 @@ def _m0003_lifecycle_index(db: Database) -> None:
         f"(run_id, seq, type, task_key, ts, event_id, payload, hash) WHERE {LIFECYCLE_WHERE}"
     )
     _set_version(db, 3)
+
+
+@MIGRATIONS(name="0004_views_latest_completion")
+def _m0004_views_latest_completion(db: Database) -> None:
+    # task_attempts joins an attempt's last task.completed only: one row per start
+    # even when a completion was recorded twice. Views hold no data: recreate all.
+    for name in reversed(list(VIEWS)):
+        db.execute(f"DROP VIEW IF EXISTS {name}")
+    for name, sql in VIEWS.items():
+        db.execute(f"CREATE VIEW {name} AS {sql.strip()}")
+    _set_version(db, 4)

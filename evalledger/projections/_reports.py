@@ -8,6 +8,8 @@ records when everything happened.)
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 from ._summary import RunSummary
@@ -23,8 +25,23 @@ def _money(value: float | None, complete: bool = True) -> str:
     return f"${value:.4f}" + ("" if complete else "+")
 
 
-def _cell(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+def _text(value: object) -> str:
+    """Free text from the ledger (an agent's model name, an error message) on one line,
+    shown as written: no line break to start a heading, no HTML to be interpreted."""
+    text = " ".join(str(value).splitlines())
+    return text.replace("&", "&amp;").replace("<", "&lt;")  # "<" is what opens HTML
+
+
+def _cell(value: object) -> str:
+    return _text(value).replace("|", "\\|")
+
+
+def _code(value: object) -> str:
+    """An inline code span holding any text, backticks included (CommonMark)."""
+    text = " ".join(str(value).splitlines())
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def render_markdown(summary: RunSummary) -> str:
@@ -38,7 +55,7 @@ def render_markdown(summary: RunSummary) -> str:
         f"- Finished: {s.finished_at or '-'}",
         f"- Duration: {f'{s.duration_seconds:.1f}s' if s.duration_seconds is not None else '-'}",
         f"- Max parallel: {s.max_parallel}",
-        f"- Models: {', '.join(s.models) if s.models else '-'}",
+        f"- Models: {', '.join(map(_text, s.models)) if s.models else '-'}",
         "",
         "## Summary",
         "",
@@ -80,16 +97,22 @@ def render_markdown(summary: RunSummary) -> str:
     if s.fingerprint_drift:
         lines += ["", "## Drift since the run started", ""]
         for drift in s.fingerprint_drift:
-            lines.append(f"- at {drift.get('at')}: " + "; ".join(drift.get("lines", [])))
+            lines.append(f"- at {_text(drift.get('at'))}: "
+                         + "; ".join(map(_text, drift.get("lines", []))))
     if s.skipped_tasks:
         lines += ["", "## Skipped task files", ""]
-        lines += [f"- `{k.path}`: {_cell(k.reason)}" for k in s.skipped_tasks]
+        lines += [f"- {_code(k.path)}: {_cell(k.reason)}" for k in s.skipped_tasks]
     lines += ["", "## Environment", ""]
-    lines += [f"- {name}: {value}" for name, value in s.version_consensus.items()]
+    lines += [f"- {_text(name)}: {_text(_shown(value))}"
+              for name, value in s.version_consensus.items()]
     for name, values in s.version_drift.items():
-        spread = ", ".join(f"{v} ({n})" for v, n in values.items())
-        lines.append(f"- **{name} differs across tasks**: {spread}")
+        spread = ", ".join(f"{_text(v)} ({n})" for v, n in values.items())
+        lines.append(f"- **{_text(name)} differs across tasks**: {spread}")
     return "\n".join(lines) + "\n"
+
+
+def _shown(value: object) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
 def write_reports(summary: RunSummary, folder: Path) -> dict[str, Path]:

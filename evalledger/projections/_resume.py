@@ -92,7 +92,9 @@ class ResumeFold:
             )
             self._latest[event.task_key] = None
         elif isinstance(event, TaskCompleted):
-            if event.attempt >= self._attempts.get(event.task_key, 0):
+            # Only a started attempt counts, as in the summary and the SQL views.
+            started = event.task_key in self._latest
+            if started and event.attempt >= self._attempts.get(event.task_key, 0):
                 self._latest[event.task_key] = event.category
         elif isinstance(event, TaskInterrupted):
             self._latest[event.task_key] = None

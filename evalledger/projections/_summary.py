@@ -18,7 +18,8 @@ Counting rules:
 
 from __future__ import annotations
 
-from datetime import datetime
+import json
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
@@ -275,27 +276,42 @@ class SummaryFold:
         )
 
     def _versions(self) -> tuple[dict[str, Any], dict[str, dict[str, int]]]:
-        seen: dict[str, dict[str, int]] = {}
+        # Values are compared as JSON: null and "None", 3 and "3" differ.
+        seen: dict[str, dict[str, list[Any]]] = {}  # name -> JSON text -> [value, count]
         for key in self.keys.values():
             if key.completed is None:
                 continue
             for name, value in key.completed.environment_info.items():
                 if name in _NOT_VERSIONS:
                     continue
-                text = value if isinstance(value, str) else repr(value)
-                by_value = seen.setdefault(name, {})
-                by_value[text] = by_value.get(text, 0) + 1
-        consensus = {n: next(iter(v)) for n, v in sorted(seen.items()) if len(v) == 1}
-        drift = {n: dict(sorted(v.items())) for n, v in sorted(seen.items()) if len(v) > 1}
+                entry = seen.setdefault(name, {}).setdefault(
+                    json.dumps(value, sort_keys=True), [value, 0]
+                )
+                entry[1] += 1
+        consensus = {n: next(iter(v.values()))[0] for n, v in sorted(seen.items()) if len(v) == 1}
+        drift = {}
+        for name, by_json in sorted(seen.items()):
+            if len(by_json) > 1:
+                # Plain text when every value is text (the common case); JSON otherwise,
+                # so that "3" and 3 stay two entries.
+                text = all(isinstance(value, str) for value, _ in by_json.values())
+                drift[name] = dict(sorted(
+                    (value if text else spelled, count) for spelled, (value, count)
+                    in by_json.items()
+                ))
         return consensus, drift
 
 
 def _seconds_between(start: str | None, end: str | None) -> float | None:
     if start is None or end is None:
         return None
-    delta = _parse_ts(end) - _parse_ts(start)
+    try:
+        delta = _parse_ts(end) - _parse_ts(start)
+    except ValueError:  # a hand-written ts that is not ISO 8601: no duration, no crash
+        return None
     return round(delta.total_seconds(), 6)
 
 
 def _parse_ts(ts: str) -> datetime:
-    return datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    moment = datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

@@ -442,8 +442,7 @@ def _plan(conn: sqlite3.Connection, sql: str, params: Any = ()) -> str:
 
 
 def test_schema_two_has_the_views_and_the_run_level_index(ledger: Ledger) -> None:
-    assert SCHEMA_VERSION == 3
-    assert ledger.schema_version == 3
+    assert ledger.schema_version == SCHEMA_VERSION == 4
     objects = dict(ledger.db.execute(
         "SELECT name, type FROM sqlite_master WHERE type IN ('view', 'index')"
     ).fetchall())
@@ -521,6 +520,22 @@ def _old_ledger(path: Path, events: list[AnyEvent], stop_before: str) -> str:
     return version[0]
 
 
+def test_a_schema_three_ledger_is_migrated_to_views_with_one_row_per_start(
+    db_path: Path,
+) -> None:
+    # Migration 0004 recreates the views: an attempt recorded completed twice is
+    # one task_attempts row (its last completion), as the summary fold counts it.
+    events: list[AnyEvent] = [RunStarted(run_id=RUN, planned=[key(0)]), started(key(0)),
+                              completed(key(0), FinalStatus.FAILURE),
+                              completed(key(0), FinalStatus.SUCCESS)]
+    assert _old_ledger(db_path, events, "0004_views_latest_completion") == "3"
+    with Ledger(db_path) as ledger:
+        assert ledger.schema_version == 4
+        _, rows = ledger.query("SELECT task_key, final_status FROM task_attempts")
+        assert rows == [(key(0), "SUCCESS")]
+        assert fold(SummaryFold(RUN), ledger.events(RUN)).summary().tasks_succeeded == 1
+
+
 def _v1_ledger(path: Path, events: list[AnyEvent]) -> None:
     """A ledger file as the schema-1 program left it: events, no views, no v2 index."""
     assert _old_ledger(path, events, "0002_views") == "1"
@@ -580,7 +595,7 @@ def test_a_schema_two_ledger_is_given_the_lifecycle_index(db_path: Path) -> None
     assert _old_ledger(db_path, events, "0003_lifecycle_index") == "2"
 
     with Ledger(db_path) as ledger:
-        assert ledger.schema_version == SCHEMA_VERSION == 3
+        assert ledger.schema_version == SCHEMA_VERSION == 4
         issued: list[str] = []
         ledger.db.conn.set_trace_callback(issued.append)
         try:

@@ -1,0 +1,475 @@
+"""Edge cases of the projections and their reports, on event streams built by hand.
+
+Every stream goes through a real ``Ledger`` file where it matters (offline rebuilds,
+SQL views, the CLI). Each test states the behaviour a user can rely on; the ones
+that fail name a bug in what a summary computes or how a report renders it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from markdown_it import MarkdownIt
+from pydantic import ValidationError
+
+from evalledger import pricing
+from evalledger.cli import cli
+from evalledger.executor._usage import UsageMeter
+from evalledger.ledger import (
+    AnyEvent,
+    Ledger,
+    RunFinished,
+    RunResumed,
+    RunStarted,
+    TaskCompleted,
+    TaskInterrupted,
+    TaskSkipped,
+    TaskStarted,
+    TaskUsage,
+)
+from evalledger.pricing import Rate, load_pricing_file
+from evalledger.projections import (
+    ResumeFold,
+    RunSummary,
+    SummaryFold,
+    diff_runs,
+    fold,
+    render_json,
+    render_markdown,
+)
+from evalledger.statuses import FinalStatus, RunStatus
+
+RUN = "run-edge"
+K0, K1 = "default/t0/00", "default/t1/00"
+MD = MarkdownIt("commonmark").enable("table")
+
+
+@pytest.fixture(autouse=True)
+def _restore_rates() -> Iterator[None]:
+    saved = dict(pricing._rates)
+    yield
+    pricing._rates.clear()
+    pricing._rates.update(saved)
+
+
+def started(key: str, attempt: int = 1, run_id: str = RUN) -> TaskStarted:
+    return TaskStarted(run_id=run_id, task_key=key, task_id=key.split("/")[1], attempt=attempt)
+
+
+def completed(
+    key: str, status: FinalStatus = FinalStatus.SUCCESS, attempt: int = 1, run_id: str = RUN,
+    **fields: Any,
+) -> TaskCompleted:
+    return TaskCompleted(run_id=run_id, task_key=key, attempt=attempt, final_status=status,
+                         category=status.category, **fields)
+
+
+def summarize(events: list[AnyEvent], run_id: str = RUN) -> RunSummary:
+    return fold(SummaryFold(run_id), events).summary()
+
+
+def store(path: Path, events: list[AnyEvent]) -> Path:
+    with Ledger(path) as ledger:
+        ledger.append(events)
+    return path
+
+
+def rebuild(path: Path, run_id: str = RUN) -> RunSummary:
+    with Ledger(path, read_only=True) as reader:
+        return fold(SummaryFold(run_id), reader.events(run_id, types=SummaryFold.TYPES)).summary()
+
+
+def invoke(db: Path, *args: str) -> Any:
+    return CliRunner().invoke(cli, ["--ledger", str(db), *args])
+
+
+def table_rows(markdown: str) -> list[list[str]]:
+    """Every table row (header rows included) as parsed by a CommonMark+tables parser."""
+    rows: list[list[str]] = []
+    current: list[str] | None = None
+    for token in MD.parse(markdown):
+        if token.type == "tr_open":
+            current = []
+        elif token.type == "inline" and current is not None:
+            current.append(token.content)
+        elif token.type == "tr_close" and current is not None:
+            rows.append(current)
+            current = None
+    return rows
+
+
+def headings(markdown: str) -> list[str]:
+    tokens = MD.parse(markdown)
+    return [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
+
+
+REPORT_HEADINGS = [
+    f"Run {RUN}", "Summary", "Tasks", "Tokens and cost", "Drift since the run started",
+    "Skipped task files", "Environment",
+]
+
+
+# -- run.md: text from the ledger must not change the document's structure ------------------
+
+
+@pytest.mark.parametrize("message", ["first\r\nsecond", "first\rsecond"])
+def test_a_carriage_return_in_an_error_message_keeps_the_task_row_whole(message: str) -> None:
+    # An error message taken from a tool's output with CRLF line ends. `_cell` turns
+    # "\n" into a space but leaves "\r", which Markdown also reads as a line end: the
+    # row is cut in two and "second" becomes a row of its own.
+    s = summarize([RunStarted(run_id=RUN, planned=[K0]), started(K0),
+                   completed(K0, FinalStatus.ERROR, error_message=message)])
+    rows = [r for r in table_rows(render_markdown(s)) if len(r) == 7]  # the Tasks table
+    assert len(rows) == 2, rows  # its header and exactly one task row
+    assert rows[1][0] == K0
+    assert "first" in rows[1][6] and "second" in rows[1][6]
+
+
+def test_show_prints_one_line_per_task_even_with_a_carriage_return(tmp_path: Path) -> None:
+    # In a pipe, `show` prints tab-separated lines and replaces "\t" and "\n", not "\r":
+    # a program reading the lines (universal newlines) sees a task split in two.
+    db = store(tmp_path / "l.db", [
+        RunStarted(run_id=RUN, planned=[K0]), started(K0),
+        completed(K0, FinalStatus.ERROR, error_message="left\r\nright"),
+        RunFinished(run_id=RUN, status=RunStatus.COMPLETED),
+    ])
+    result = invoke(db, "show", RUN)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert [line.split("\t")[0] for line in lines[1:]] == ["task", K0], lines
+
+
+def test_markup_in_an_error_message_is_shown_not_interpreted() -> None:
+    # "expected <int>" is raw HTML to a Markdown renderer: the words vanish (or, for
+    # <details> and the like, swallow the rest of the table) on GitHub and in viewers.
+    message = "expected <int> got <details>"
+    s = summarize([RunStarted(run_id=RUN, planned=[K0]), started(K0),
+                   completed(K0, FinalStatus.FAILURE, error_message=message)])
+    html = MD.render(render_markdown(s))
+    assert "&lt;int&gt;" in html and "&lt;details&gt;" in html
+    assert "<details>" not in html
+
+
+@pytest.mark.parametrize("where", ["model", "environment", "drift"])
+def test_free_text_from_the_ledger_adds_no_heading_to_run_md(where: str) -> None:
+    # Model names come from the command's own usage lines, environment values and
+    # drift lines are written out unescaped: a newline in any of them starts a new
+    # Markdown block (here a heading) in run.md.
+    evil = "x\n## Injected"
+    events: list[AnyEvent] = [RunStarted(run_id=RUN, planned=[K0]), started(K0)]
+    if where == "model":
+        events.append(TaskUsage(run_id=RUN, task_key=K0, model=evil, cost_usd=0.0))
+    env = {"agent": evil} if where == "environment" else {}
+    events.append(completed(K0, environment_info=env))
+    if where == "drift":
+        events.append(RunResumed(run_id=RUN, drift={"lines": [f"task {evil}: new"]}))
+    events += [TaskSkipped(run_id=RUN, path="tasks/bad.yaml", reason="bad"),
+               RunFinished(run_id=RUN, status=RunStatus.COMPLETED)]
+    found = headings(render_markdown(summarize(events)))
+    assert "Injected" not in found, found
+    assert set(found) <= set(REPORT_HEADINGS)
+
+
+def test_a_skipped_path_with_a_backtick_is_one_code_span() -> None:
+    path = "tasks/it`s.yaml"
+    s = summarize([RunStarted(run_id=RUN), TaskSkipped(run_id=RUN, path=path, reason="bad")])
+    spans = [
+        child.content
+        for token in MD.parse(render_markdown(s)) if token.children
+        for child in token.children if child.type == "code_inline"
+    ]
+    assert path in spans, spans
+
+
+# -- SQL views against the Python projections on odd streams ---------------------------------
+
+
+def test_a_duplicate_completion_of_one_attempt_is_counted_once_everywhere(
+    tmp_path: Path,
+) -> None:
+    # The same attempt completed twice (two event ids: a merged or re-imported ledger,
+    # a writer retry that minted new ids). The summary keeps the last one; the views
+    # join every completion to the start, so task_attempts has two rows for one
+    # task.started, task_results two rows for one key, and `runs` counts one task as
+    # both succeeded and failed.
+    db = store(tmp_path / "l.db", [
+        RunStarted(run_id=RUN, planned=[K0]), started(K0),
+        completed(K0, FinalStatus.SUCCESS), completed(K0, FinalStatus.FAILURE),
+        RunFinished(run_id=RUN, status=RunStatus.COMPLETED),
+    ])
+    s = rebuild(db)
+    assert (s.tasks_run, s.tasks_succeeded, s.tasks_failed) == (1, 0, 1)
+    conn = sqlite3.connect(db)
+    try:
+        (attempts,) = conn.execute("SELECT count(*) FROM task_attempts").fetchone()
+        results = conn.execute("SELECT task_key, final_status FROM task_results").fetchall()
+        runs = conn.execute(
+            "SELECT tasks_succeeded, tasks_failed, tasks_error FROM runs"
+        ).fetchone()
+    finally:
+        conn.close()
+    assert attempts == 1  # one row per task.started
+    assert results == [(K0, s.tasks[0].final_status.value)]
+    assert runs == (s.tasks_succeeded, s.tasks_failed, s.tasks_error)
+
+
+def test_resume_and_summary_agree_on_a_completion_without_a_start(tmp_path: Path) -> None:
+    # A planned key with a task.completed but no task.started: the summary (and the
+    # SQL views) call it unfinished, the resume partition keeps it as finished, so
+    # `show` reports 1 unfinished task and `resume` says there is nothing to resume.
+    db = store(tmp_path / "l.db", [
+        RunStarted(run_id=RUN, planned=[K0]), completed(K0, FinalStatus.SUCCESS),
+        RunFinished(run_id=RUN, status=RunStatus.INTERRUPTED),
+    ])
+    s = rebuild(db)
+    with Ledger(db, read_only=True) as reader:
+        part = fold(ResumeFold(RUN), reader.events(RUN, types=ResumeFold.TYPES)).partition()
+    assert (s.tasks_run, s.tasks_unfinished) == (len(part.kept), len(part.to_run))
+
+
+# -- version consensus -----------------------------------------------------------------------
+
+
+def test_version_consensus_does_not_merge_different_json_values() -> None:
+    # Non-text values are compared by repr(): None and "None", 3 and "3", True and
+    # "True" become the same text, so tasks that disagree are reported as agreeing.
+    events: list[AnyEvent] = [RunStarted(run_id=RUN, planned=[K0, K1]),
+                              started(K0), started(K1),
+                              completed(K0, environment_info={"gpu": None, "workers": 3}),
+                              completed(K1, environment_info={"gpu": "None", "workers": "3"})]
+    s = summarize(events)
+    assert "gpu" not in s.version_consensus and "workers" not in s.version_consensus
+    assert set(s.version_drift) == {"gpu", "workers"}
+
+
+def test_version_consensus_of_non_text_values_is_not_python_syntax() -> None:
+    # run.json is JSON: an agreed null or object must not come out as the Python
+    # repr "None" / "{'name': 'linux'}".
+    env = {"gpu": None, "os": {"name": "linux"}}
+    s = summarize([RunStarted(run_id=RUN, planned=[K0]), started(K0),
+                   completed(K0, environment_info=env)])
+    report = json.loads(render_json(s))["version_consensus"]
+    assert report["gpu"] != "None"
+    assert "'" not in json.dumps(report["os"])
+
+
+# -- money: non-finite numbers ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", [".inf", "1e400"])
+def test_a_pricing_file_with_an_infinite_price_is_refused(tmp_path: Path, text: str) -> None:
+    # `ge=0` lets +inf through; price() then answers inf, or NaN (0 tokens x inf).
+    path = tmp_path / "prices.yaml"
+    path.write_text(f"house: {{input: {text}, output: 1}}\n")
+    with pytest.raises(ValueError, match="house"):
+        load_pricing_file(path)
+    assert pricing.rate_for("house") is None
+    with pytest.raises(ValidationError):
+        Rate(input=math.inf, output=1)
+
+
+def test_a_pricing_file_with_yes_as_a_price_is_refused(tmp_path: Path) -> None:
+    # Task files refuse `yes` where a number goes (README); the rate card takes it as 1.0.
+    path = tmp_path / "prices.yaml"
+    path.write_text("house: {input: yes, output: 1}\n")
+    with pytest.raises(ValueError, match="house"):
+        load_pricing_file(path)
+
+
+def test_an_infinite_cost_on_a_usage_line_is_not_booked() -> None:
+    # json.loads reads 1e400 (and Infinity) as inf; `cost >= 0` accepts it.
+    meter = UsageMeter("native", "claude-sonnet-4-5")
+    got = meter.observe({"type": "usage", "input_tokens": 10, "cost_usd": math.inf})
+    assert got is not None
+    assert got.cost_usd is None or math.isfinite(got.cost_usd)
+    assert math.isfinite(meter.cost_usd)
+
+
+@pytest.mark.parametrize("cost", [math.inf, math.nan])
+def test_a_non_finite_usage_cost_folds_the_same_live_and_offline(
+    tmp_path: Path, cost: float
+) -> None:
+    # The ledger stores a non-finite float as JSON null: live the fold adds inf/NaN
+    # (and run.json says total null, cost complete), rebuilt it reads an unpriced
+    # usage (total 0.0, cost incomplete). Either the event is refused, or both agree.
+    try:
+        usage = TaskUsage(run_id=RUN, task_key=K0, model="m", input_tokens=5, cost_usd=cost)
+    except ValidationError:
+        return
+    events: list[AnyEvent] = [RunStarted(run_id=RUN, planned=[K0]), started(K0), usage,
+                              completed(K0), RunFinished(run_id=RUN, status=RunStatus.COMPLETED)]
+    db = store(tmp_path / "l.db", events)
+    assert render_json(summarize(events)) == render_json(rebuild(db))
+
+
+PRICING_SUITE = {
+    "prices.yaml": "house-model: {input: .inf, output: 1}\n",
+    "tasks/spend.yaml": """\
+        command: ["python3", "-c", "print('{\\"type\\": \\"usage\\", \\"output_tokens\\": 10}')"]
+        model: house-model
+        success_criteria:
+          - {type: exit_code, equals: 0}
+        """,
+}
+
+
+def test_report_json_is_byte_identical_to_run_json_with_an_infinite_price(
+    tmp_path: Path,
+) -> None:
+    # README: `report --format json` is byte-identical to runs/<id>/run.json. With an
+    # infinite rate the live fold books NaN (stored as null): run.json says
+    # "total_cost_usd": null (not even a valid RunSummary), the rebuild says 0.0.
+    for name, text in PRICING_SUITE.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(textwrap.dedent(text))
+    command = [sys.executable, "-m", "evalledger.cli", "--ledger", str(tmp_path / "l.db")]
+    done = subprocess.run(
+        [*command, "run", "tasks", "--run-id", "r-inf", "--pricing", "prices.yaml"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+    )
+    if done.returncode == 2:  # the rate card refused the price: nothing to compare
+        assert "house-model" in done.stderr
+        return
+    written = (tmp_path / "runs" / "r-inf" / "run.json").read_text(encoding="utf-8")
+    rebuilt = subprocess.run([*command, "report", "r-inf", "--format", "json"], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert rebuilt.stdout == written, "".join(difflib.unified_diff(
+        written.splitlines(True), rebuilt.stdout.splitlines(True), "run.json", "report"))
+    RunSummary.model_validate_json(written)
+
+
+# -- timestamps ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("start", "end"),
+    [("2025-01-01T10:00:00", "2025-01-01T10:00:05Z"), ("2025-01-01T10:00:00Z", "soon")],
+)
+def test_odd_timestamps_never_crash_the_summary_or_show(
+    tmp_path: Path, start: str, end: str
+) -> None:
+    # The ledger accepts any ts text and `verify` calls such a ledger intact, but the
+    # duration subtracts a naive from an aware datetime (TypeError) or parses a
+    # non-ISO text (ValueError): `show` and `report` die with a traceback.
+    try:
+        events: list[AnyEvent] = [RunStarted(run_id=RUN, ts=start),
+                                  RunFinished(run_id=RUN, ts=end, status=RunStatus.COMPLETED)]
+    except ValidationError:
+        return
+    db = store(tmp_path / "l.db", events)
+    assert invoke(db, "verify").exit_code == 0
+    result = invoke(db, "show", RUN)
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        repr(result.exception)
+    )
+    assert result.exit_code in (0, 2)
+    assert summarize(events).started_at == start
+
+
+# -- diff -------------------------------------------------------------------------------------
+
+
+def _two_runs() -> tuple[RunSummary, RunSummary]:
+    a = summarize([
+        RunStarted(run_id="a", planned=[K0, K1]),
+        started(K0, run_id="a"), completed(K0, run_id="a", weighted_score=1.0),
+        started(K1, run_id="a"), completed(K1, run_id="a", weighted_score=1.0),
+        RunFinished(run_id="a", status=RunStatus.COMPLETED),
+    ], "a")
+    # b planned both keys but was interrupted before it started K1.
+    b = summarize([
+        RunStarted(run_id="b", planned=[K0, K1]),
+        started(K0, run_id="b"), completed(K0, run_id="b", weighted_score=1.0),
+        RunFinished(run_id="b", status=RunStatus.INTERRUPTED),
+    ], "b")
+    return a, b
+
+
+@pytest.mark.xfail(strict=True, reason="open: summary rows cover started keys only; a planned "
+                   "key that never started is counted in tasks_unfinished but has no row, so "
+                   "diff sees it as added/removed. Giving it an UNFINISHED row changes run.json "
+                   "and the views' contract: left for a decision")
+def test_diff_calls_a_planned_but_never_started_key_unfinished_not_removed() -> None:
+    # Summary rows exist only for started keys, so K1 (planned in both runs) is
+    # "removed" from b, and diffing the other way round it is "added".
+    a, b = _two_runs()
+    assert b.tasks_planned == 2 and b.tasks_unfinished == 1
+    forward = {t.task_key: t for t in diff_runs(a, b).tasks}
+    assert forward[K1].change != "removed"
+    assert forward[K1].after == "UNFINISHED"
+    backward = {t.task_key: t for t in diff_runs(b, a).tasks}
+    assert backward[K1].change != "added"
+    assert backward[K1].before == "UNFINISHED"
+
+
+def test_diff_of_runs_without_tasks_exits_alike_as_a_table_and_as_json(tmp_path: Path) -> None:
+    # The table form prints the (empty) diff, then fails with exit 2 ("usage, config
+    # or ledger error"); `--json` of the same two runs exits 0.
+    db = store(tmp_path / "l.db", [
+        RunStarted(run_id="e1"), TaskSkipped(run_id="e1", path="a.yaml", reason="bad"),
+        RunFinished(run_id="e1", status=RunStatus.COMPLETED),
+        RunStarted(run_id="e2"), RunFinished(run_id="e2", status=RunStatus.COMPLETED),
+    ])
+    as_json = invoke(db, "diff", "e1", "e2", "--json")
+    as_table = invoke(db, "diff", "e1", "e2")
+    assert as_json.exit_code == as_table.exit_code, (as_json.output, as_table.output)
+
+
+# -- behaviour that holds (not covered elsewhere) ---------------------------------------------
+
+
+def test_diff_of_a_run_with_itself_keeps_none_deltas_for_unfinished_and_unpriced() -> None:
+    s = summarize([
+        RunStarted(run_id=RUN, planned=[K0, K1]),
+        started(K0), completed(K0, FinalStatus.FAILURE, cost_usd=None, cost_complete=False),
+        started(K1), TaskInterrupted(run_id=RUN, task_key=K1),
+        RunFinished(run_id=RUN, status=RunStatus.INTERRUPTED),
+    ])
+    d = diff_runs(s, s)
+    assert d.counts["unchanged"] == 2 and sum(d.counts.values()) == 2
+    by_key = {t.task_key: t for t in d.tasks}
+    assert by_key[K0].cost_delta is None and by_key[K0].score_delta == 0.0
+    assert by_key[K1].before == by_key[K1].after == "UNFINISHED"
+    assert by_key[K1].score_delta is None and by_key[K1].duration_delta is None
+
+
+def test_runs_with_no_task_only_skipped_files_or_only_interruptions_render(
+    tmp_path: Path,
+) -> None:
+    streams: dict[str, list[AnyEvent]] = {
+        "empty": [RunStarted(run_id="empty"),
+                  RunFinished(run_id="empty", status=RunStatus.COMPLETED)],
+        "skips": [RunStarted(run_id="skips"),
+                  TaskSkipped(run_id="skips", path="ü/bad | one.yaml", reason="ünïcode | bad"),
+                  RunFinished(run_id="skips", status=RunStatus.COMPLETED)],
+        "stops": [RunStarted(run_id="stops", planned=[K0]), started(K0, run_id="stops"),
+                  TaskUsage(run_id="stops", task_key=K0, input_tokens=7, cost_usd=None),
+                  TaskInterrupted(run_id="stops", task_key=K0),
+                  RunFinished(run_id="stops", status=RunStatus.INTERRUPTED)],
+    }
+    db = store(tmp_path / "l.db", [e for events in streams.values() for e in events])
+    for run_id, events in streams.items():
+        live = summarize(events, run_id)
+        assert render_json(live) == render_json(rebuild(db, run_id))
+        assert (live.tasks_run, live.tasks_succeeded, live.pass_rate) == (0, 0, 0.0)
+        md = render_markdown(live)
+        summary_rows = [r for r in table_rows(md) if len(r) == 9]
+        assert len(summary_rows) == 2
+        result = invoke(db, "report", run_id)
+        assert result.exit_code == 0 and result.stdout == md
+    stops = summarize(streams["stops"], "stops")
+    assert stops.tasks_unfinished == 1 and not stops.cost_complete
+    assert stops.tasks_cost_incomplete == 1 and stops.tokens.input_tokens == 7
+    assert "Total cost: $0.0000+" in render_markdown(stops)
