@@ -142,6 +142,9 @@ async def release_pipes(pipes_closed: trio.Event, marker: str,
     A descendant that escaped the group (``setsid``) and kept the pipes would hold
     the task until its timeout: after ``grace`` it is killed by its ``marker``.
     """
+    await trio.lowlevel.checkpoint()  # the readers' turn: usually they hit EOF now
+    if pipes_closed.is_set():
+        return True
     with trio.move_on_after(grace):
         await pipes_closed.wait()
         return True

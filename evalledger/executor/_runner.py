@@ -364,20 +364,24 @@ async def _execute(
                 await stdin.aclose()
 
     pipes_closed = trio.Event()
+    open_pipes = 2
 
-    async def read_both(stop: trio.CancelScope) -> None:
-        assert process.stdout is not None and process.stderr is not None
-        async with trio.open_nursery() as readers:
-            readers.start_soon(_pump, process.stdout, "stdout", state, stop)
-            readers.start_soon(_pump, process.stderr, "stderr", state, stop)
-        pipes_closed.set()
+    async def read(stream: trio.abc.ReceiveStream, name: str, stop: trio.CancelScope) -> None:
+        nonlocal open_pipes
+        try:
+            await _pump(stream, name, state, stop)
+        finally:
+            open_pipes -= 1
+            if not open_pipes:
+                pipes_closed.set()
 
     try:
         with trio.move_on_at(deadline) as limit:
             async with trio.open_nursery() as nursery:
                 if process.stdin is not None:
                     nursery.start_soon(feed_stdin, (task.prompt or "").encode(), process.stdin)
-                nursery.start_soon(read_both, nursery.cancel_scope)
+                nursery.start_soon(read, process.stdout, "stdout", nursery.cancel_scope)
+                nursery.start_soon(read, process.stderr, "stderr", nursery.cancel_scope)
                 await process.wait()
                 # The leader is gone; anything it left behind in its group would keep
                 # our pipes open (and outlive the task). End it, then read to EOF.
