@@ -11,10 +11,8 @@ import math
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import textwrap
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,13 +20,14 @@ from typing import Any
 import pytest
 import trio
 
-from evalledger.executor import BatchConfig, BatchResult, run_batch
-from evalledger.ledger import AnyEvent, Ledger, TaskCompleted, TaskEmitted, TaskOutput, verify
+from evalledger.executor import BatchConfig, run_batch
+from evalledger.ledger import Ledger, TaskEmitted
 from evalledger.statuses import FinalStatus, RunStatus
 from evalledger.tasks import ResolvedTask
 
-RUN_ID = "edge"
-PY = sys.executable
+from .test_runner import PY, RUN_ID, completed, lines, run, script, task_events, wait_gone
+from .test_runner import make_task as runner_task
+
 SONNET = "claude-sonnet-4-5"
 
 
@@ -41,66 +40,8 @@ def make_task(
     criteria: Sequence[dict[str, Any]] = ({"type": "exit_code", "equals": 0},),
     **fields: Any,
 ) -> ResolvedTask:
-    fields.setdefault("timeout", 10)
-    return ResolvedTask(
-        task_key=f"default/{name}/00", task_id=name, variant_id="default", replicate_index=0,
-        source=f"/suite/{name}.yaml", command=command, success_criteria=list(criteria),
-        **fields,
-    )
-
-
-def script(tmp_path: Path, name: str, body: str, *args: str) -> list[str]:
-    path = tmp_path / f"cmd_{name}.py"
-    path.write_text(textwrap.dedent(body), encoding="utf-8")
-    return [PY, str(path), *args]
-
-
-def run(
-    ledger: Ledger, tmp_path: Path, *tasks: ResolvedTask, mode: str = "move-on-write",
-    max_parallel: int = 4,
-) -> BatchResult:
-    config = BatchConfig(
-        run_id=RUN_ID, out_dir=tmp_path / "out", max_parallel=max_parallel,
-        preservation_mode=mode,  # type: ignore[arg-type]
-        kill_grace=0.5,
-    )
-    result = trio.run(run_batch, ledger, list(tasks), config)
-    assert verify(ledger).ok
-    return result
-
-
-def completed(result: BatchResult, ledger: Ledger, task: ResolvedTask) -> TaskCompleted:
-    assert [c.task_key for c in result.completed].count(task.task_key) == 1
-    [stored] = ledger.events(RUN_ID, task_key=task.task_key, types={"task.completed"})
-    assert isinstance(stored, TaskCompleted)
-    return stored
-
-
-def task_events(ledger: Ledger, task: ResolvedTask, *types: str) -> list[AnyEvent]:
-    return list(ledger.events(RUN_ID, task_key=task.task_key, types=set(types) or None))
-
-
-def out_lines(ledger: Ledger, task: ResolvedTask) -> list[str]:
-    return [e.line for e in task_events(ledger, task, "task.output")
-            if isinstance(e, TaskOutput) and e.stream == "stdout"]
-
-
-def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (ProcessLookupError, FileNotFoundError):
-        return True
-    return stat[stat.rfind(")") + 2] in "ZX"
-
-
-def wait_gone(pid: int, timeout: float = 1.5) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if gone(pid):
-            return True
-        time.sleep(0.02)
-    return gone(pid)
+    fields.setdefault("timeout", 10)  # these commands misbehave: never the default 600 s
+    return runner_task(name, command, criteria, **fields)
 
 
 def kill_pids_in(*files: Path) -> None:
@@ -136,7 +77,7 @@ def test_prompt_with_a_nul_byte_reaches_stdin(ledger: Ledger, tmp_path: Path) ->
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)
     assert done.final_status == FinalStatus.SUCCESS, done.error_message
-    assert out_lines(ledger, task) == ["3"]
+    assert lines(ledger, task) == ["3"]
 
 
 def test_multibyte_prompt_under_the_character_cap_but_over_128_kib(
@@ -150,7 +91,7 @@ def test_multibyte_prompt_under_the_character_cap_but_over_128_kib(
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)
     assert done.final_status == FinalStatus.SUCCESS, done.error_message
-    assert out_lines(ledger, task) == [str(len(prompt.encode()))]
+    assert lines(ledger, task) == [str(len(prompt.encode()))]
 
 
 # -- criteria paths ------------------------------------------------------------------------
@@ -199,7 +140,7 @@ def test_an_absurd_token_count_is_recorded_not_an_error(ledger: Ledger, tmp_path
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)
     assert done.final_status != FinalStatus.ERROR, done.error_message
-    assert "plain" in out_lines(ledger, task)
+    assert "plain" in lines(ledger, task)
     assert len(task_events(ledger, task, "task.event")) == 1
 
 
@@ -274,7 +215,7 @@ def test_output_contains_sees_the_end_of_a_huge_output(ledger: Ledger, tmp_path:
     )
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)
-    assert out_lines(ledger, task)[-1] == "done"  # the ledger has all of it
+    assert lines(ledger, task)[-1] == "done"  # the ledger has all of it
     assert [c.passed for c in done.criteria] == [True, False], done.criteria
 
 
