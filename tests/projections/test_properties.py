@@ -4,7 +4,8 @@ A Hypothesis strategy builds what a real ledger holds for one run (and, half of
 the time, a second run interleaved with it in the same file): ``run.started``
 with planned keys ``default/t{i}/00``; sessions of task attempts (``task.started``
 with attempt 1, 2, ..., ``task.usage`` deltas priced or not, output lines, then a
-``task.completed``, a ``task.interrupted`` or nothing at all, as after a crash);
+``task.completed`` (now and then recorded twice), a ``task.interrupted`` or
+nothing at all, as after a crash);
 ``run.finished`` or not at the end of a session, ``run.resumed`` at the start of the
 next; ``task.skipped`` files and events of types from the future sprinkled in.
 
@@ -213,22 +214,28 @@ def _attempt_events(draw: Any, model: RunModel, key: str, number: int) -> list[A
         attempt.completed_cost = (
             sum(c for c in attempt.costs if c is not None) if priced else None
         )
-        events.append(
-            TaskCompleted(
-                **_env(run_id), task_key=key, attempt=number, final_status=outcome,
-                category=outcome.category, cost_usd=attempt.completed_cost,
-                cost_complete=priced, tokens=TokenCounts(**attempt.tokens),
-                duration_seconds=draw(st.integers(0, 600)) / 10,
-                weighted_score=1.0 if outcome is FinalStatus.SUCCESS else 0.5,
-                exit_code=0 if outcome is FinalStatus.SUCCESS else 1,
-                error_message="boom" if outcome.category is Category.ERROR else None,
-                environment_info={
-                    "python": draw(st.sampled_from(["3.11.9", "3.12.4"])),
-                    "evalledger": "0.1.0",
-                    "exit_code": 0,
-                },
+        # Now and then the same attempt is recorded completed twice (a hand-merged
+        # ledger, a retried write with a new id): the last record is the one that counts.
+        outcomes = [outcome] + ([draw(st.sampled_from(list(FinalStatus)))]
+                                if draw(st.integers(0, 9)) == 0 else [])
+        for status in outcomes:
+            events.append(
+                TaskCompleted(
+                    **_env(run_id), task_key=key, attempt=number, final_status=status,
+                    category=status.category, cost_usd=attempt.completed_cost,
+                    cost_complete=priced, tokens=TokenCounts(**attempt.tokens),
+                    duration_seconds=draw(st.integers(0, 600)) / 10,
+                    weighted_score=1.0 if status is FinalStatus.SUCCESS else 0.5,
+                    exit_code=0 if status is FinalStatus.SUCCESS else 1,
+                    error_message="boom" if status.category is Category.ERROR else None,
+                    environment_info={
+                        "python": draw(st.sampled_from(["3.11.9", "3.12.4"])),
+                        "evalledger": "0.1.0",
+                        "exit_code": 0,
+                    },
+                )
             )
-        )
+        attempt.outcome = outcomes[-1]
     elif outcome == "interrupted":
         events.append(TaskInterrupted(**_env(run_id), task_key=key, reason="interrupted"))
     model.attempts.setdefault(key, []).append(attempt)
