@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -139,6 +140,8 @@ class TaskSettings(_Strict):
                 raise ValueError(f"{name!r} cannot be an environment variable name")
             if v is None:
                 v = ""
+            elif isinstance(v, float) and not math.isfinite(v):
+                raise ValueError(f"{name}: {v} is not a finite number")
             elif isinstance(v, bool | int | float):
                 v = json.dumps(v)
             elif not isinstance(v, str):
@@ -244,6 +247,8 @@ class TaskSet:
     skipped: list[Skipped] = field(default_factory=list)
     experiment_id: str | None = None
     max_parallel: int | None = None
+    # Paths that no longer exist, with ``load_tasks(missing_ok=True)`` (a resume).
+    missing: list[str] = field(default_factory=list)
 
 
 class TaskLoadError(Exception):
@@ -256,6 +261,8 @@ class _Loader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *anchor`: merged by the base class, may be overridden
             key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
             if isinstance(key, str | int | float | bool) or key is None:
                 if key in seen:
@@ -294,11 +301,11 @@ def _describe(error: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def task_files(paths: Iterable[str | Path]) -> list[Path]:
+def task_files(paths: Iterable[str | Path], missing: list[str] | None = None) -> list[Path]:
     """Every task file named or found under the given paths, sorted within folders.
 
     Raises:
-        TaskLoadError: a path does not exist.
+        TaskLoadError: a path does not exist (unless ``missing`` collects such paths).
     """
     found: dict[str, Path] = {}  # by real path: a file named twice is loaded once
     for raw in paths:
@@ -311,6 +318,8 @@ def task_files(paths: Iterable[str | Path]) -> list[Path]:
                     found.setdefault(os.path.realpath(p), p)
         elif path.is_file():
             found.setdefault(os.path.realpath(path), path)
+        elif missing is not None:
+            missing.append(str(path))
         else:
             raise TaskLoadError(f"no such task file or folder: {path}")
     return list(found.values())
@@ -337,6 +346,7 @@ def load_tasks(
     include_tags: Iterable[str] = (),
     exclude_tags: Iterable[str] = (),
     overrides: Overrides | None = None,
+    missing_ok: bool = False,
 ) -> TaskSet:
     """Load task files (and an experiment file), resolve them into runnable tasks.
 
@@ -347,6 +357,8 @@ def load_tasks(
         include_tags: keep only tasks with ANY of these tags (none given: keep all).
         exclude_tags: drop tasks with ANY of these tags.
         overrides: command-line options, applied last.
+        missing_ok: a path that does not exist is listed in ``missing``, not an
+            error (a resume, after a finished task's file was deleted).
 
     Raises:
         TaskLoadError: a path does not exist, or the experiment file is unusable.
@@ -370,7 +382,7 @@ def load_tasks(
     include, exclude = set(include_tags), set(exclude_tags)
     seen_ids: dict[str, str] = {}
     experiment_file = Path(experiment).resolve() if experiment is not None else None
-    for path in task_files(search):
+    for path in task_files(search, result.missing if missing_ok else None):
         if path.resolve() == experiment_file:
             continue  # an experiment file kept beside its tasks is not a task
         if not _is_text(str(path)):
@@ -420,6 +432,13 @@ def load_tasks(
     return result
 
 
+def _absolute(path: Path) -> str:
+    try:
+        return str(path.resolve())  # as before: the definition hash depends on it
+    except (OSError, RuntimeError):  # a symlink loop (RuntimeError on 3.11)
+        return os.path.abspath(path)
+
+
 def _is_text(path: str) -> bool:
     try:
         path.encode("utf-8")
@@ -444,12 +463,11 @@ def _resolve(
     settings = _merge(exp.defaults if exp else None, task_file, variant)
     # A relative workdir is relative to the file that set it.
     exp_dir = exp_home if exp_home is not None else path.parent
-    # Absolute, but symlinks kept: a loop or a dangling link is the sandbox's
-    # BUILD_FAILED, with the copy's own error, not a crash here.
+    # A symlink loop is the sandbox's BUILD_FAILED, with the copy's error, not a crash.
     for layer, home in ((exp.defaults if exp else None, exp_dir), (task_file, path.parent),
                         (variant, exp_dir)):
         if layer is not None and "workdir" in layer.model_fields_set:
-            settings["workdir"] = layer.workdir and os.path.abspath(home / layer.workdir)
+            settings["workdir"] = layer.workdir and _absolute(home / layer.workdir)
     if settings.get("skip"):
         return None
     for name in ("timeout", "model"):

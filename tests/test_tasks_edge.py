@@ -429,3 +429,16 @@ def test_experiment_repeats_are_capped(tmp_path: Path) -> None:
     experiment = write(tmp_path / "e.yaml", EXPERIMENT_HEAD + "repeats: 1000000000\n")
     with pytest.raises(TaskLoadError, match="repeats"):
         load_tasks(experiment=experiment)
+
+
+def test_yaml_merge_keys_still_load(tmp_path: Path) -> None:
+    # Regression: the duplicate-key check constructed the `<<` key itself, which has
+    # no constructor: a task file using an anchor and a merge key was skipped.
+    path = write(tmp_path / "merge.yaml", """\
+        command: echo hi
+        success_criteria:
+          - &ok {type: exit_code}
+          - {<<: *ok, weight: 2}
+        """)
+    [task] = load_tasks([path]).tasks
+    assert [c.weight for c in task.success_criteria] == [1.0, 2.0]

@@ -133,11 +133,12 @@ def events(settings: Settings, run: str, task_key: str | None, types: tuple[str,
     """
     with settings.open_ledger(read_only=True) as ledger:
         run_id = resolve_run(ledger, run)
-        if unknown := [t for t in types if t not in EVENT_TYPES and not _stored(ledger, t)]:
+        if unknown := [t for t in types
+                       if t not in EVENT_TYPES and not _stored(ledger, run_id, t)]:
             # Types a newer evalledger wrote are printed like any other; a typo is
             # not an empty answer.
-            raise UserError(f"no events of type {', '.join(map(repr, unknown))} in "
-                            f"{ledger.path}; known types: {', '.join(sorted(EVENT_TYPES))}")
+            raise UserError(f"no events of type {', '.join(map(repr, unknown))} in run "
+                            f"{run_id}; known types: {', '.join(sorted(EVENT_TYPES))}")
         after = 0
         while True:
             # Decided before reading: every event up to run.finished is then printed.
@@ -151,8 +152,10 @@ def events(settings: Settings, run: str, task_key: str | None, types: tuple[str,
             time.sleep(interval)
 
 
-def _stored(ledger: Ledger, type_: str) -> bool:
-    return bool(ledger.query("SELECT 1 FROM events WHERE type = ? LIMIT 1", [type_])[1])
+def _stored(ledger: Ledger, run_id: str, type_: str) -> bool:
+    return bool(ledger.query(
+        "SELECT 1 FROM events WHERE run_id = ? AND type = ? LIMIT 1", [run_id, type_]
+    )[1])
 
 
 _BOUNDARIES = ("run.started", "run.resumed", "run.finished")

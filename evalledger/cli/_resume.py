@@ -67,9 +67,14 @@ def resume(
             tuple(options.get("paths") or ()), options.get("experiment"),
             tuple(options.get("tags") or ()), tuple(options.get("exclude_tags") or ()),
             Overrides(timeout=options.get("timeout"), repeats=options.get("repeats")),
+            missing_ok=True,  # a deleted file's tasks are drift ("no longer defined")
         )
         parallel = max_parallel or int(options.get("max_parallel") or 1)
         options["max_parallel"] = parallel
+        # The latest budget: one raised by an earlier `resume --max-cost` holds.
+        options["max_cost_usd"] = state.fingerprint.options.get(
+            "max_cost_usd", options.get("max_cost_usd")
+        )
         if max_cost is not None:
             options["max_cost_usd"] = max_cost
         drift = compute_drift(state.fingerprint, fingerprint(options, task_set.tasks))
@@ -88,6 +93,13 @@ def resume(
         wanted = set(partition.to_run)
         skip = frozenset(defined - wanted)
         live = fold(SummaryFold(run_id), ledger.events(run_id, types=SummaryFold.TYPES))
+        spent = live.spend.cost
+        budget = options.get("max_cost_usd")
+        if defined & wanted and budget is not None and spent > budget:
+            raise UserError(
+                f"run {run_id} already spent ${spent:.4f} of its ${budget:.4f} budget; "
+                "resume with a higher --max-cost"
+            )
         click.echo(run_id)
         if not defined & wanted:
             summary = live.summary()
@@ -95,13 +107,6 @@ def resume(
             raise SystemExit(exit_code(summary))
         click.echo(f"resuming {len(defined & wanted)} task(s), keeping {len(partition.kept)}",
                    err=True)
-        spent = live.spend.cost
-        budget = options.get("max_cost_usd")
-        if budget is not None and spent > budget:
-            raise UserError(
-                f"run {run_id} already spent ${spent:.4f} of its ${budget:.4f} budget; "
-                "resume with a higher --max-cost"
-            )
         config = BatchConfig(
             run_id=run_id, max_parallel=parallel, out_dir=Path(options.get("out") or "runs"),
             max_cost_usd=options.get("max_cost_usd"),
@@ -117,5 +122,6 @@ def resume(
                 attempts=partition.attempts,
                 drift={"lines": drift.lines()} if drift.any else {},
                 spent_usd=spent,
+                boundary_seq=state.boundary_seq,
             ),
         )

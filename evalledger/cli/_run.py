@@ -50,17 +50,19 @@ def new_run_id() -> str:
 
 def load_task_set(
     paths: tuple[str, ...], experiment: str | None, tags: tuple[str, ...],
-    exclude_tags: tuple[str, ...], overrides: Overrides,
+    exclude_tags: tuple[str, ...], overrides: Overrides, *, missing_ok: bool = False,
 ) -> TaskSet:
     if not paths and experiment is None:
         raise UserError("nothing to run: give task files or folders, or -e EXPERIMENT")
     try:
         task_set = load_tasks(
             paths, experiment=experiment, include_tags=tags, exclude_tags=exclude_tags,
-            overrides=overrides,
+            overrides=overrides, missing_ok=missing_ok,
         )
     except TaskLoadError as e:
         raise UserError(str(e)) from e
+    for path in task_set.missing:
+        click.echo(f"warning: {path} no longer exists; its tasks cannot run", err=True)
     for skip in task_set.skipped:
         click.echo(f"skipped {skip.path}: {skip.reason}", err=True)
     if not task_set.tasks:

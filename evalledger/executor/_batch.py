@@ -13,10 +13,12 @@ running process groups, records ``task.interrupted`` for each running task and
 
 from __future__ import annotations
 
+import functools
 import getpass
 import logging
 import os
 import platform
+import secrets
 import socket
 import sys
 import tempfile
@@ -42,7 +44,7 @@ from evalledger.ledger import (
 from evalledger.statuses import RunStatus
 from evalledger.tasks import ResolvedTask, Skipped
 
-from ._process import DEFAULT_KILL_GRACE, kill_marked
+from ._process import DEFAULT_KILL_GRACE, MARKER_VAR, kill_marked
 from ._runner import RunContext, run_task
 from ._sandbox import PreservationMode, remove_tree
 from ._writer import WriterStats, open_writer
@@ -87,6 +89,10 @@ class Resume:
     drift: dict[str, Any] = field(default_factory=dict)
     # What the run spent before this resume: a run-level max_cost_usd covers the run.
     spent_usd: float = 0.0
+    # The seq of the run.started / run.resumed the resume was planned from: if
+    # another process resumed the run since, this one is refused (RunConflict).
+    # None: no check.
+    boundary_seq: int | None = None
 
 
 @dataclass
@@ -163,14 +169,15 @@ async def run_batch(
         raise ValueError(f"task keys must be unique in a batch: {', '.join(repeated[:5])}")
     to_run = [t for t in tasks if resume is None or t.task_key not in resume.skip]
     sandbox_root = Path(tempfile.mkdtemp(prefix=f"evalledger-{config.run_id}-"))
+    token = secrets.token_hex(8)
     try:
         return await _run(ledger, tasks, to_run, config, callbacks, skipped, resume, kill_now,
-                          sandbox_root)
+                          sandbox_root, token)
     finally:
         # Nothing a task started outlives the batch, daemons that left their process
-        # group included: they still carry the run id in their environment.
-        kill_marked(f"EVALLEDGER_RUN_ID={config.run_id}")
-        remove_tree(sandbox_root)
+        # group included: they still carry the batch's token in their environment.
+        kill_marked(f"{MARKER_VAR}={token}-", prefix=True)
+        remove_tree(sandbox_root, ignore_errors=True)
 
 
 async def _run(
@@ -183,6 +190,7 @@ async def _run(
     resume: Resume | None,
     kill_now: trio.Event | None,
     sandbox_root: Path,
+    token: str,
 ) -> BatchResult:
     completed: list[TaskCompleted] = []
     on_committed = None
@@ -200,6 +208,7 @@ async def _run(
             # Absolute: commands see it (direct-write) from their own cwd.
             artifacts_root=(config.out_dir / config.run_id / "artifacts").resolve(),
             sandbox_root=sandbox_root,
+            batch_token=token,
             hurry=kill_now if kill_now is not None else trio.Event(),
             preservation_mode=config.preservation_mode,
             kill_grace=config.kill_grace,
@@ -217,11 +226,22 @@ async def _run(
             completed.append(result)
             _call(callbacks.on_task_complete, result)
 
-        # Invariant: from the moment run.started is queued, every way out of this
+        # Written directly (the writer is idle until now), under the write lock, only
+        # if no other process started or resumed this run since it was read.
+        opening = _opening(config, tasks, to_run, resume)
+        guard: tuple[str, int] | None = (config.run_id, 0)  # a new run: nobody started it
+        if resume is not None:
+            boundary = resume.boundary_seq
+            guard = None if boundary is None else (config.run_id, boundary)
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(
+                functools.partial(ledger.append, [opening], if_run_at=guard)
+            )
+        if on_committed is not None:
+            on_committed([opening])
+        # Invariant: from the moment run.started is committed, every way out of this
         # block records a run.finished.
         try:
-            with trio.CancelScope(shield=True):
-                await writer.append_durable(_opening(config, tasks, to_run, resume))
             for skip in skipped:
                 await writer.append(
                     TaskSkipped(run_id=config.run_id, path=skip.path, reason=skip.reason)

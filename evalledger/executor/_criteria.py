@@ -8,6 +8,7 @@ read.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from evalledger.tasks import (
     RunCommand,
 )
 
-from ._process import end_group, kill_group, release_pipes, spawn
+from ._process import MARKER_VAR, end_group, kill_group, release_pipes, spawn
 
 MAX_FILE_BYTES = 64 * 1024 * 1024
 _DETAIL_TAIL = 400
@@ -94,7 +95,8 @@ def _check_path(criterion: FileExists | FileContains, outcome: Outcome) -> tuple
 
 
 async def _run_command(
-    criterion: RunCommand, outcome: Outcome, env: Mapping[str, str], hurry: trio.Event | None
+    criterion: RunCommand, outcome: Outcome, env: Mapping[str, str], hurry: trio.Event | None,
+    deadline: float,
 ) -> tuple[bool, str]:
     process = await spawn(criterion.command, cwd=str(outcome.sandbox), env=env, stdin=False)
     chunks: list[bytes] = []
@@ -115,18 +117,20 @@ async def _run_command(
         pipes_closed.set()
 
     try:
-        with trio.move_on_after(criterion.timeout) as scope:
+        with trio.move_on_at(min(trio.current_time() + criterion.timeout, deadline)) as scope:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(collect_both)
                 await process.wait()
                 kill_group(process.pid)  # leftovers would hold the pipes open
-                marker = f"EVALLEDGER_SANDBOX={env.get('EVALLEDGER_SANDBOX', outcome.sandbox)}"
-                if not await release_pipes(pipes_closed, marker):
-                    nursery.cancel_scope.cancel()
+                if MARKER_VAR in env:
+                    await release_pipes(pipes_closed, f"{MARKER_VAR}={env[MARKER_VAR]}")
+                nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
             await end_group(process, hurry=hurry)
     if scope.cancelled_caught:
+        if trio.current_time() >= deadline:
+            return False, "cut off: the task's timeout passed"
         return False, f"timed out after {criterion.timeout:g}s"
     tail = b"".join(chunks).decode("utf-8", errors="replace").strip()[-_DETAIL_TAIL:]
     passed = process.returncode == criterion.expect_exit_code
@@ -136,9 +140,13 @@ async def _run_command(
 
 async def evaluate(
     criteria: Sequence[Criterion], outcome: Outcome, env: Mapping[str, str],
-    hurry: trio.Event | None = None,
+    hurry: trio.Event | None = None, deadline: float = math.inf,
 ) -> list[CriterionResult]:
-    """Check every criterion; never raises for a failing one, only records it."""
+    """Check every criterion; never raises for a failing one, only records it.
+
+    ``deadline`` (trio time) is the task's: checks of what the command left always
+    run, a ``run_command`` is cut off there, or not started once it has passed.
+    """
     results: list[CriterionResult] = []
     for criterion in criteria:
         if isinstance(criterion, ExitCode):
@@ -154,10 +162,14 @@ async def evaluate(
             }[criterion.stream]
             passed, detail = _contains("output", text, criterion.includes, criterion.excludes)
         elif isinstance(criterion, RunCommand):
-            try:
-                passed, detail = await _run_command(criterion, outcome, env, hurry)
-            except OSError as e:
-                passed, detail = False, f"cannot run {criterion.command!r}: {e}"
+            if trio.current_time() >= deadline:
+                passed, detail = False, "not run: the task's timeout had passed"
+            else:
+                try:
+                    passed, detail = await _run_command(criterion, outcome, env, hurry,
+                                                        deadline)
+                except OSError as e:
+                    passed, detail = False, f"cannot run {criterion.command!r}: {e}"
         else:  # pragma: no cover - the union is closed; a new member must be handled
             raise TypeError(f"unknown criterion {criterion!r}")
         results.append(

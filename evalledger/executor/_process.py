@@ -13,7 +13,7 @@ import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import trio
@@ -103,53 +103,71 @@ async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
     scope.cancel()
 
 
-# How long pipes may stay open after the command's group is gone before the
+# How long open pipes may sit idle after the command's group is gone before the
 # attempt's escaped descendants are hunted down, and again after that.
 ESCAPE_GRACE = 1.0
+# Every attempt's environment carries MARKER_VAR=<batch token>-<n>: a random token
+# per batch, so that no process but the batch's own descendants can carry it
+# (not our parent, not another batch that reused the run id).
+MARKER_VAR = "EVALLEDGER_ATTEMPT"
 
 
-def kill_marked(marker: str) -> list[int]:
-    """SIGKILL every process (but this one) whose environment holds ``marker``, a
-    whole ``NAME=value`` entry; return their pids.
+def kill_marked(entry: str, *, prefix: bool = False) -> list[int]:
+    """SIGKILL every process whose environment holds ``entry`` (a whole ``NAME=value``,
+    or with ``prefix`` one starting so); return their pids.
 
     This reaches what ``killpg`` cannot: a descendant that called ``setsid()`` (a
     daemon) has left the group, but it still carries the environment it was
-    started with. One that rewrote its environment is out of reach.
+    started with. One that rewrote its environment is out of reach. Each process
+    is pinned with a pidfd before its environment is read, so a pid reused
+    meanwhile is never signalled.
     """
-    needle = b"\0" + os.fsencode(marker) + b"\0"
+    needle = b"\0" + os.fsencode(entry) + (b"" if prefix else b"\0")
     proc, killed = Path("/proc"), []
     if not proc.is_dir():
         return killed
-    for entry in os.scandir(proc):
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+    for item in os.scandir(proc):
+        if not item.name.isdigit() or int(item.name) == os.getpid():
+            continue
+        pid = int(item.name)
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:  # gone meanwhile
             continue
         try:
-            with open(f"/proc/{entry.name}/environ", "rb") as f:
+            with open(f"/proc/{pid}/environ", "rb") as f:
                 environ = b"\0" + f.read() + b"\0"
-        except OSError:  # gone, or not ours to read
+            if needle in environ:
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                killed.append(pid)
+        except OSError:  # gone, or not ours to read or signal
             continue
-        if needle in environ:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(entry.name), signal.SIGKILL)
-                killed.append(int(entry.name))
+        finally:
+            os.close(pidfd)
     return killed
 
 
-async def release_pipes(pipes_closed: trio.Event, marker: str,
-                        grace: float = ESCAPE_GRACE) -> bool:
+async def release_pipes(
+    pipes_closed: trio.Event, marker: str, idle: Callable[[], bool] = lambda: True,
+    grace: float = ESCAPE_GRACE,
+) -> bool:
     """Once the command's group is dead, wait for its pipes to close; True if they did.
 
     A descendant that escaped the group (``setsid``) and kept the pipes would hold
-    the task until its timeout: after ``grace`` it is killed by its ``marker``.
+    the attempt until its timeout: once the pipes have been open and ``idle`` (every
+    reader waiting for data) for ``grace``, the attempt's processes are killed by
+    their ``marker``; False if even that did not close them. A reader held up by a
+    slow ledger is not idle: its output is still coming, and none of it is dropped.
     """
     await trio.lowlevel.checkpoint()  # the readers' turn: usually they hit EOF now
-    if pipes_closed.is_set():
-        return True
-    with trio.move_on_after(grace):
-        await pipes_closed.wait()
-        return True
-    kill_marked(marker)
-    with trio.move_on_after(grace):
-        await pipes_closed.wait()
-        return True
-    return False
+    hunted = False
+    while not pipes_closed.is_set():
+        with trio.move_on_after(grace):
+            await pipes_closed.wait()
+        if pipes_closed.is_set() or not idle():
+            continue
+        if hunted:
+            return False
+        await trio.to_thread.run_sync(kill_marked, marker)
+        hunted = True
+    return True

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import logging
 import os
 import platform
+import secrets
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,7 +47,14 @@ from evalledger.tasks import ResolvedTask
 from . import _sandbox
 from ._criteria import Outcome, evaluate, weighted_score
 from ._lines import LineSplitter, parse_json_object
-from ._process import DEFAULT_KILL_GRACE, end_group, kill_group, release_pipes, spawn
+from ._process import (
+    DEFAULT_KILL_GRACE,
+    MARKER_VAR,
+    end_group,
+    kill_group,
+    release_pipes,
+    spawn,
+)
 from ._usage import Usage, UsageMeter
 from ._writer import LedgerWriter, WriterFailed
 
@@ -54,8 +63,10 @@ log = logging.getLogger("evalledger.executor")
 # Linux refuses one environment string over 128 KiB (MAX_ARG_STRLEN, in bytes, with
 # its name): a longer prompt is on stdin only.
 MAX_ENV_PROMPT = 128 * 1024 - 64
-# Output (characters) kept in memory for output_contains; the ledger has all of it.
+# Output kept in memory per stream for output_contains: its tail (a verdict is
+# printed last; an early line beyond this is not seen). The ledger has all of it.
 MAX_KEPT_OUTPUT = 16 * 1024 * 1024
+_LINE_COST = 64
 
 
 @dataclass
@@ -74,6 +85,13 @@ class RunContext:
     base_env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
     # Set by a second Ctrl-C: stop waiting out grace periods, SIGKILL now.
     hurry: trio.Event = field(default_factory=trio.Event)
+    # Random per batch: the MARKER_VAR of every attempt starts with it (see _process).
+    batch_token: str = field(default_factory=lambda: secrets.token_hex(8))
+    _attempts: Iterator[int] = field(default_factory=itertools.count)
+
+    def attempt_marker(self) -> str:
+        """A fresh ``MARKER_VAR=value`` entry for one attempt's environment."""
+        return f"{MARKER_VAR}={self.batch_token}-{next(self._attempts)}"
 
     def notify_output(self, event: AnyEvent) -> None:
         if self.on_output is None:
@@ -103,6 +121,8 @@ class _Streams:
         default_factory=lambda: {"stdout": deque(), "stderr": deque()}
     )
     kept_chars: dict[str, int] = field(default_factory=lambda: {"stdout": 0, "stderr": 0})
+    # How many readers are waiting for data (not busy handing lines to the writer).
+    waiting: int = 0
     exceeded: _BudgetExceeded | None = None
 
     def text(self, stream: str) -> str:
@@ -133,7 +153,8 @@ class _Streams:
         self.n = n
         kept = self.kept[stream]
         kept.extend(text for text, _ in pairs)
-        self.kept_chars[stream] += sum(len(text) for text, _ in pairs)
+        # Charged per line too: a million empty lines still cost a str object each.
+        self.kept_chars[stream] += sum(len(text) for text, _ in pairs) + _LINE_COST * len(pairs)
         while self.kept_chars[stream] > MAX_KEPT_OUTPUT and len(kept) > 1:
             self.kept_chars[stream] -= len(kept.popleft())
         await self.ctx.writer.append(*events)
@@ -174,7 +195,14 @@ class _Streams:
 async def _pump(stream: trio.abc.ReceiveStream, name: str, state: _Streams,
                 stop: trio.CancelScope) -> None:
     splitter = LineSplitter()
-    while chunk := await stream.receive_some(65536):
+    while True:
+        state.waiting += 1
+        try:
+            chunk = await stream.receive_some(65536)
+        finally:
+            state.waiting -= 1
+        if not chunk:
+            break
         if pairs := splitter.feed(chunk):
             await state.lines(pairs, name)
             if state.exceeded is not None:
@@ -278,6 +306,7 @@ async def _attempt(
         else:
             sandbox = await trio.to_thread.run_sync(_sandbox.prepare, *prepare)
         prompt = task.prompt or ""
+        marker = ctx.attempt_marker()
         env = {
             **ctx.base_env,
             **task.env,
@@ -285,17 +314,17 @@ async def _attempt(
             "EVALLEDGER_TASK_KEY": task.task_key,
             "EVALLEDGER_RUN_ID": ctx.run_id,
             "EVALLEDGER_SANDBOX": str(sandbox),
+            MARKER_VAR: marker.partition("=")[2],
             # Where the task file is: commands reach files shipped beside it.
             "EVALLEDGER_TASK_DIR": str(Path(task.source).parent),
         }
-        timed_out, exit_code = await _execute(task, ctx, state, sandbox, env, deadline)
+        timed_out, exit_code = await _execute(task, ctx, state, env, marker, deadline)
         if (leftover := meter.finish()) is not None:
             await state.usage(leftover)
             state.check_budget()
         outcome = Outcome(sandbox, exit_code, state.text("stdout"), state.text("stderr"))
-        with trio.move_on_at(deadline) as judging:
-            criteria = await evaluate(task.success_criteria, outcome, env, ctx.hurry)
-        timed_out = timed_out or judging.cancelled_caught
+        criteria = await evaluate(task.success_criteria, outcome, env, ctx.hurry, deadline)
+        timed_out = timed_out or trio.current_time() >= deadline
         if state.exceeded is not None:
             status, error = state.exceeded.status, str(state.exceeded)
         elif timed_out:
@@ -342,7 +371,7 @@ async def _attempt(
 
 
 async def _execute(
-    task: ResolvedTask, ctx: RunContext, state: _Streams, sandbox: Path, env: dict[str, str],
+    task: ResolvedTask, ctx: RunContext, state: _Streams, env: dict[str, str], marker: str,
     deadline: float,
 ) -> tuple[bool, int | None]:
     """Run the command until it exits, times out or overruns its budget.
@@ -351,7 +380,8 @@ async def _execute(
         (timed_out, exit_code)
     """
     # No prompt: stdin is /dev/null (EOF at once), which saves a pipe and a task.
-    process = await spawn(task.command, cwd=str(sandbox), env=env, stdin=bool(task.prompt))
+    process = await spawn(task.command, cwd=env["EVALLEDGER_SANDBOX"], env=env,
+                          stdin=bool(task.prompt))
     assert process.stdout is not None and process.stderr is not None
 
     async def feed_stdin(prompt: bytes, stdin: trio.abc.SendStream) -> None:
@@ -386,8 +416,10 @@ async def _execute(
                 # The leader is gone; anything it left behind in its group would keep
                 # our pipes open (and outlive the task). End it, then read to EOF.
                 kill_group(process.pid)
-                if not await release_pipes(pipes_closed, f"EVALLEDGER_SANDBOX={sandbox}"):
-                    nursery.cancel_scope.cancel()  # held by what we cannot end: stop
+                await release_pipes(pipes_closed, marker,
+                                    idle=lambda: state.waiting == open_pipes)
+                # Read to EOF (or held by what we cannot end): stop feeding stdin too.
+                nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
             await end_group(process, ctx.kill_grace, ctx.hurry)

@@ -25,6 +25,7 @@ import itertools
 import os
 import shutil
 import stat
+import subprocess
 from pathlib import Path
 from typing import Literal
 
@@ -92,7 +93,7 @@ def finish(sandbox: Path, mode: PreservationMode, artifacts: Path) -> Path | Non
     if mode == "direct-write":
         return artifacts
     if mode == "none":
-        try_remove_empty(sandbox) or remove_tree(sandbox)
+        try_remove_empty(sandbox) or remove_tree(sandbox, ignore_errors=True)
         return None
     if artifacts.exists():
         remove_tree(artifacts)
@@ -101,37 +102,24 @@ def finish(sandbox: Path, mode: PreservationMode, artifacts: Path) -> Path | Non
     return artifacts
 
 
-def remove_tree(root: Path) -> None:
-    """Delete a folder and everything in it, as far as possible, without recursion.
+def remove_tree(root: Path, *, ignore_errors: bool = False) -> None:
+    """``shutil.rmtree``, also for a tree too deep for it.
 
-    ``shutil.rmtree`` recurses once per level (Python 3.11): a command that leaves a
-    tree 1,500 folders deep would raise RecursionError out of the runner.
+    On Python 3.11 ``shutil.rmtree`` recurses once per level: a command that leaves
+    a tree 1,500 folders deep makes it raise RecursionError. ``rm -rf`` walks any
+    depth, and like rmtree works through directory descriptors, so a symlink
+    swapped in meanwhile is never followed out of the tree.
+
+    Raises:
+        OSError: the tree could not be removed (unless ``ignore_errors``).
     """
-    if root.is_symlink() or not root.is_dir():
-        with contextlib.suppress(OSError):
-            root.unlink()
-        return
-    folders, pending = [], [str(root)]
-    while pending:
-        folder = pending.pop()
-        folders.append(folder)
-        try:
-            entries = list(os.scandir(folder))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                is_folder = entry.is_dir(follow_symlinks=False)
-            except OSError:
-                is_folder = False
-            if is_folder:
-                pending.append(entry.path)
-            else:
-                with contextlib.suppress(OSError):
-                    os.unlink(entry.path)
-    for folder in reversed(folders):  # children were found after their parents
-        with contextlib.suppress(OSError):
-            os.rmdir(folder)
+    try:
+        shutil.rmtree(root, ignore_errors=ignore_errors)
+    except RecursionError:
+        done = subprocess.run(["rm", "-rf", "--", str(root)], capture_output=True, text=True,
+                              check=False)
+        if done.returncode and not ignore_errors:
+            raise OSError(f"cannot remove {root}: {done.stderr.strip()}") from None
 
 
 def _sockets(folder: str, names: list[str]) -> set[str]:

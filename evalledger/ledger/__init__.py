@@ -15,6 +15,7 @@ from ._errors import LedgerNotFound as LedgerNotFound
 from ._errors import LedgerReadOnly as LedgerReadOnly
 from ._errors import LedgerTooNew as LedgerTooNew
 from ._errors import NotALedger as NotALedger
+from ._errors import RunConflict as RunConflict
 from ._events import EVENT_ADAPTER as EVENT_ADAPTER
 from ._events import EVENT_TYPES as EVENT_TYPES
 from ._events import AnyEvent as AnyEvent
@@ -65,6 +66,7 @@ __all__ = [
     "LedgerTooNew",
     "NotALedger",
     "OpaqueEvent",
+    "RunConflict",
     "RunFinished",
     "RunResumed",
     "RunStarted",

@@ -42,3 +42,7 @@ class LedgerIOError(LedgerError):
 
 class InvalidEvent(LedgerError):
     """A stored payload does not fit the model of its event type."""
+
+
+class RunConflict(LedgerError):
+    """Another process started or resumed the run since it was read (``append(if_run_at=)``)."""

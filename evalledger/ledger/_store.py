@@ -39,6 +39,7 @@ from ._errors import (
     LedgerReadOnly,
     LedgerTooNew,
     NotALedger,
+    RunConflict,
 )
 from ._events import AnyEvent, EncodedEvent, decode_row, encode_payload
 from ._schema import LIFECYCLE_WHERE, MIGRATIONS, SCHEMA_VERSION, STREAM_TYPES
@@ -52,14 +53,12 @@ _SQLITE_CONSTRAINT_TRIGGER = 1811
 
 _COLUMNS = "seq, event_id, run_id, task_key, type, ts, payload, hash"
 _INSERT = f"INSERT INTO events ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-# Big batches go in as multi-row INSERTs of this many rows: the sqlite3 module
-# releases and retakes the GIL around every statement step, and with the event
-# loop busy reading output each retake is a contended hand-off. One step per
+# Big batches go in as multi-row INSERTs of up to this many rows: the sqlite3
+# module releases and retakes the GIL around every statement step, and with the
+# event loop busy reading output each retake is a contended hand-off. One step per
 # chunk instead of one per row measured +25% alone and more under a busy loop.
+# (Fewer where SQLite allows fewer variables: 999 before 3.32.)
 _CHUNK = 256
-_INSERT_CHUNK = f"INSERT INTO events ({_COLUMNS}) VALUES " + ", ".join(
-    ["(?, ?, ?, ?, ?, ?, ?, ?)"] * _CHUNK
-)
 # SQLite's default SQLITE_MAX_VARIABLE_NUMBER is 32766; stay well under it.
 _LOOKUP_CHUNK = 900
 
@@ -100,7 +99,9 @@ def translate_errors(path: Path, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> 
                 "try again when it is done"
             ) from e
         if primary == _SQLITE_AUTH:
-            raise LedgerReadOnly(f"{path} is opened read-only: {detail} (ATTACH is refused)") from e
+            raise LedgerReadOnly(
+                f"{path} is opened read-only: {detail} (ATTACH and VACUUM INTO are refused)"
+            ) from e
         if primary == _SQLITE_READONLY:
             raise LedgerReadOnly(f"{path} is read-only here: {detail}") from e
         if primary in (_SQLITE_NOTADB, _SQLITE_CORRUPT):
@@ -151,7 +152,7 @@ class Ledger:
             # cannot make the -shm file beside it. With no -wal file either, every
             # event is in the main file and nobody can be writing it: read it as
             # immutable.
-            if not (read_only and _unwritable_folder(self.path)
+            if not (read_only and _nobody_writes(self.path)
                     and not Path(f"{self.path}-wal").exists()):
                 raise
             self._open(durable, immutable=True)
@@ -289,16 +290,25 @@ class Ledger:
 
     # -- append ----------------------------------------------------------------------------
 
-    def append(self, events: Iterable[AnyEvent | EncodedEvent]) -> list[int]:
+    def append(
+        self, events: Iterable[AnyEvent | EncodedEvent], *,
+        if_run_at: tuple[str, int] | None = None,
+    ) -> list[int]:
         """Append a batch of events in one transaction; return their seqs in order.
 
         An event whose ``event_id`` is already stored (or appears earlier in the
         batch) is not written again: its stored seq is returned, so a retried
         batch is harmless.
 
+        ``if_run_at=(run_id, seq)`` appends only if that run's latest
+        ``run.started`` / ``run.resumed`` is still the one at ``seq`` (0: the run
+        has none), checked under the write lock: optimistic concurrency, so two
+        processes cannot both start, or both resume, one run.
+
         Raises:
             LedgerReadOnly: the ledger was opened read-only.
             LedgerLocked: another writer held the lock past the busy timeout.
+            RunConflict: ``if_run_at`` no longer holds.
         """
         if self.read_only:
             raise LedgerReadOnly(f"{self.path} was opened read-only; cannot append")
@@ -311,7 +321,21 @@ class Ledger:
         if not rows:
             return []
         with self._translate(), self._immediate():
+            if if_run_at is not None:
+                self._check_run_at(*if_run_at)
             return self._append_rows(rows)
+
+    def _check_run_at(self, run_id: str, expected: int) -> None:
+        (latest,) = self._conn.execute(
+            "SELECT coalesce(max(seq), 0) FROM events WHERE task_key IS NULL "
+            "AND type IN ('run.started', 'run.resumed') AND run_id = ?", [run_id]
+        ).fetchone()
+        if latest != expected:
+            raise RunConflict(
+                f"run {run_id} already exists: another process started it meanwhile; "
+                "resume it instead" if expected == 0 else
+                f"run {run_id} was resumed by another process meanwhile (at seq {latest})"
+            )
 
     def _append_rows(self, rows: Sequence[_Row]) -> list[int]:
         conn = self._conn
@@ -463,9 +487,12 @@ class Ledger:
 
 
 def _insert(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
-    whole = len(rows) - len(rows) % _CHUNK
-    for start in range(0, whole, _CHUNK):
-        conn.execute(_INSERT_CHUNK, list(chain.from_iterable(rows[start : start + _CHUNK])))
+    size = min(_CHUNK, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // 8)
+    whole = len(rows) - len(rows) % size
+    if whole:
+        sql = _INSERT + ", (?, ?, ?, ?, ?, ?, ?, ?)" * (size - 1)
+        for start in range(0, whole, size):
+            conn.execute(sql, list(chain.from_iterable(rows[start : start + size])))
     if whole < len(rows):
         conn.executemany(_INSERT, rows[whole:])
 
@@ -490,8 +517,16 @@ def _refuse_non_sqlite(path: Path) -> None:
         raise NotALedger(f"{path} is not an evalledger ledger (not a SQLite database)")
 
 
-def _unwritable_folder(path: Path) -> bool:
-    return not os.access(path.resolve().parent, os.W_OK) or _read_only_mount(path)
+def _nobody_writes(path: Path) -> bool:
+    """Whether no process can be writing the file: it is on a read-only mount, or
+    neither it nor its folder may be written (immutable=1 turns locking off)."""
+    if _read_only_mount(path):
+        return True
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    return not mode & 0o222 and not os.access(path.resolve().parent, os.W_OK)
 
 
 def _read_only_mount(path: Path) -> bool:

@@ -70,7 +70,8 @@ class VerifyReport:
 
 
 def verify(ledger: Ledger) -> VerifyReport:
-    """Recompute the hash chain over every row and check what the schema promises."""
+    """SQLite's ``quick_check`` of the file, then the hash chain over every row, and what
+    the schema promises (gapless seqs, payloads that validate, the triggers)."""
     report = VerifyReport(path=str(ledger.path), schema_version=ledger.schema_version)
     _, triggers = ledger.query("SELECT name FROM sqlite_master WHERE type = 'trigger'")
     present = {r[0] for r in triggers}

@@ -64,6 +64,9 @@ class ResumeFold:
         # run.finished came after it: who may still be running the run.
         self.host: dict[str, Any] = {}
         self.finished = False
+        # The seq of the latest run.started / run.resumed: a resume appends only if
+        # it is still the latest (Ledger.append(if_run_at=...)).
+        self.boundary_seq = 0
         # Invariant: _planned keeps first-planned order; a dict used as an ordered set.
         self._planned: dict[str, None] = {}
         self._attempts: dict[str, int] = {}
@@ -78,10 +81,12 @@ class ResumeFold:
             self.config = event.config
             self.fingerprint = event.fingerprint
             self.host, self.finished = event.host, False
+            self.boundary_seq = event.seq or 0
             self._planned.update(dict.fromkeys(event.planned))
         elif isinstance(event, RunResumed):
             self.fingerprint = event.fingerprint
             self.host, self.finished = event.host, False
+            self.boundary_seq = event.seq or 0
             self._planned.update(dict.fromkeys(event.to_run))
         elif isinstance(event, RunFinished):
             self.finished = True

@@ -450,3 +450,16 @@ def test_repeats_are_capped(tmp_path: Path) -> None:
                         "--repeats", "100000000000000000000")
     assert_one_line_error(result)
     assert "--repeats" in result.stderr
+
+
+def test_the_batch_end_sweep_spares_a_parent_that_exported_the_run_id(tmp_path: Path) -> None:
+    """Regression: the end-of-batch sweep killed every process whose environment had
+    EVALLEDGER_RUN_ID=<run id>, including the user's shell that had exported it."""
+    write_task(tmp_path / "tasks" / "t.yaml", "true")
+    env = _env(EVALLEDGER_RUN_ID="k3")
+    done = subprocess.run(
+        ["sh", "-c", '"$@" >/dev/null 2>&1; echo survived', "sh", *COMMAND, "--ledger",
+         str(tmp_path / "l.db"), "run", str(tmp_path / "tasks"), "--run-id", "k3"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert done.stdout.strip() == "survived", (done.returncode, done.stderr)

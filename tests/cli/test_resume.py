@@ -110,11 +110,11 @@ def test_a_ledger_failure_mid_run_is_one_line_exit_2(
     calls = {"n": 0}
     real_append = Ledger.append
 
-    def failing_append(self: Ledger, events: object) -> list[int]:
+    def failing_append(self: Ledger, events: object, **kwargs: object) -> list[int]:
         calls["n"] += 1
         if calls["n"] >= 3:
             raise LedgerIOError(f"{self.path}: database or disk is full")
-        return real_append(self, events)  # type: ignore[arg-type]
+        return real_append(self, events, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Ledger, "append", failing_append)
     monkeypatch.chdir(tmp_path)

@@ -487,3 +487,54 @@ def test_a_json_number_past_float_range_in_an_event_is_kept(
     data = [e.data for e in task_events(ledger, task, "task.event")
             if isinstance(e, TaskEmitted)]
     assert data[0] == {"v": 10**100}
+
+
+def test_output_held_up_by_a_locked_ledger_is_not_dropped(
+    ledger: Ledger, db_path: Path, tmp_path: Path
+) -> None:
+    """Regression: once the command exited, pipes still open after a grace period were
+    taken for pipes held by an escaped daemon and the readers were cancelled, though
+    they were only waiting for the writer (another process held the ledger's lock):
+    output still in the pipe was lost and the task failed its criterion."""
+    body = """
+    import sys
+    for i in range(700):
+        print(f"x{i}")
+    sys.stdout.flush()
+    for i in range(1, 10001):
+        print(f"y{i}")
+    """
+    task = make_task("held", script(tmp_path, "held", body),
+                     [{"type": "output_contains", "includes": ["y10000"]}], timeout=30)
+    holder = subprocess.Popen(
+        [PY, "-c", "import sqlite3, sys, time\n"
+         "c = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)\n"
+         "time.sleep(0.3); c.execute('BEGIN IMMEDIATE'); print('locked', flush=True)\n"
+         "time.sleep(3.5); c.execute('COMMIT')\n", str(db_path)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        result = run(ledger, tmp_path, task)
+    finally:
+        holder.wait(timeout=30)
+    done = completed(result, ledger, task)
+    assert done.final_status == FinalStatus.SUCCESS, done.error_message
+    assert len(lines(ledger, task)) == 10_700
+
+
+def test_a_timed_out_task_keeps_its_criteria_results(ledger: Ledger, tmp_path: Path) -> None:
+    """Regression: with the deadline covering criteria, a command that timed out had
+    every criterion cancelled: no results, score 0. Checks of what it left still run;
+    only a run_command is not started past the deadline."""
+    task = make_task("late", "touch out; sleep 5", [
+        {"type": "file_exists", "path": "out"},
+        {"type": "exit_code", "equals": 0},
+        {"type": "run_command", "command": "true"},
+    ], timeout=1)
+    done = completed(run(ledger, tmp_path, task), ledger, task)
+    assert done.final_status == FinalStatus.TIMEOUT
+    assert [(c.type, c.passed) for c in done.criteria] == [
+        ("file_exists", True), ("exit_code", False), ("run_command", False)]
+    assert "timeout had passed" in done.criteria[2].detail
+    assert done.weighted_score == pytest.approx(1 / 3)
