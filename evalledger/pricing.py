@@ -17,10 +17,9 @@ import math
 import re
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from evalledger._values import Number
+from evalledger._values import Number, load_yaml
 
 
 class Rate(BaseModel):
@@ -116,9 +115,9 @@ def load_pricing_file(path: str | Path) -> None:
         PricingConflict: a rate contradicts one already registered.
     """
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise ValueError(f"pricing file {path}: {' '.join(str(e).split())}") from e
+        data = load_yaml(Path(path)) or {}
+    except ValueError as e:
+        raise ValueError(f"pricing file {path}: {e}") from e
     if not isinstance(data, dict):
         raise ValueError(f"pricing file {path}: expected a mapping of model to rates")
     for model, fields in data.items():

@@ -15,13 +15,12 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -31,7 +30,7 @@ from pydantic import (
     field_validator,
 )
 
-from evalledger._values import Count, Number
+from evalledger._values import Count, Number, load_yaml
 
 TASK_ID_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
 TASK_SUFFIXES = (".yaml", ".yml")
@@ -255,36 +254,8 @@ class TaskLoadError(Exception):
     """The request itself is unusable (no such path, a broken experiment file)."""
 
 
-class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader, except that a key given twice is an error, not "last wins"."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # `<<: *anchor`: merged by the base class, may be overridden
-            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
-            if isinstance(key, str | int | float | bool) or key is None:
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(
-                        "while constructing a mapping", node.start_mark,
-                        f"found duplicate key {key!r}", key_node.start_mark,
-                    )
-                seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
 def _read_yaml(path: Path, what: str = "task fields") -> dict[str, Any]:
-    try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
-    except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"cannot read: {e}") from e
-    except yaml.YAMLError as e:
-        raise ValueError(f"invalid YAML: {' '.join(str(e).split())}") from e
-    except RecursionError as e:
-        raise ValueError("invalid YAML: nested too deeply") from e
-    except ValueError as e:  # a value YAML recognised but cannot build, as 2024-13-45
-        raise ValueError(f"invalid YAML value (quote it if it is text): {e}") from e
+    data = load_yaml(path)
     if not isinstance(data, dict):
         raise ValueError(f"expected a mapping of {what} at the top level")
     return data
@@ -311,10 +282,8 @@ def task_files(paths: Iterable[str | Path], missing: list[str] | None = None) ->
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            for p in sorted(path.rglob("*")):
-                # Hidden folders (.git, .venv) hold no task files, only surprises.
-                hidden = any(part.startswith(".") for part in p.relative_to(path).parts)
-                if p.suffix in TASK_SUFFIXES and not hidden and p.is_file():
+            for p in sorted(_candidates(path)):
+                if p.is_file():
                     found.setdefault(os.path.realpath(p), p)
         elif path.is_file():
             found.setdefault(os.path.realpath(path), path)
@@ -323,6 +292,19 @@ def task_files(paths: Iterable[str | Path], missing: list[str] | None = None) ->
         else:
             raise TaskLoadError(f"no such task file or folder: {path}")
     return list(found.values())
+
+
+def _candidates(folder: Path) -> Iterator[Path]:
+    """Files below ``folder`` named like task files, hidden ones left out.
+
+    Hidden folders (.git, .venv) hold no task files, only surprises, and can be
+    big: they are not even walked.
+    """
+    for top, folders, files in os.walk(folder):
+        folders[:] = [f for f in folders if not f.startswith(".")]
+        for name in files:
+            if not name.startswith(".") and name.endswith(TASK_SUFFIXES):
+                yield Path(top, name)
 
 
 def _merge(*layers: TaskSettings | None) -> dict[str, Any]:
