@@ -277,16 +277,18 @@ class SummaryFold:
 
     def _versions(self) -> tuple[dict[str, Any], dict[str, dict[str, int]]]:
         # Values are compared as JSON: null and "None", 3 and "3" differ.
-        seen: dict[str, dict[str, list[Any]]] = {}  # name -> JSON text -> [value, count]
+        # name -> (is text, text or JSON text) -> [value, count]
+        seen: dict[str, dict[tuple[bool, str], list[Any]]] = {}
         for key in self.keys.values():
             if key.completed is None:
                 continue
             for name, value in key.completed.environment_info.items():
                 if name in _NOT_VERSIONS:
                     continue
-                entry = seen.setdefault(name, {}).setdefault(
-                    json.dumps(value, sort_keys=True), [value, 0]
-                )
+                # Text as is (nearly every value, and cheap); the rest as JSON.
+                spelled = ((True, value) if isinstance(value, str)
+                           else (False, json.dumps(value, sort_keys=True)))
+                entry = seen.setdefault(name, {}).setdefault(spelled, [value, 0])
                 entry[1] += 1
         consensus = {n: next(iter(v.values()))[0] for n, v in sorted(seen.items()) if len(v) == 1}
         drift = {}
@@ -294,10 +296,10 @@ class SummaryFold:
             if len(by_json) > 1:
                 # Plain text when every value is text (the common case); JSON otherwise,
                 # so that "3" and 3 stay two entries.
-                text = all(isinstance(value, str) for value, _ in by_json.values())
+                text = all(is_text for is_text, _ in by_json)
                 drift[name] = dict(sorted(
-                    (value if text else spelled, count) for spelled, (value, count)
-                    in by_json.items()
+                    (value if text else json.dumps(value, sort_keys=True), count)
+                    for value, count in by_json.values()
                 ))
         return consensus, drift
 
