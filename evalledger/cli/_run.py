@@ -21,7 +21,7 @@ import click
 import trio
 
 from evalledger.executor import BatchConfig, BatchResult, Callbacks, Resume, run_batch
-from evalledger.ledger import Ledger
+from evalledger.ledger import Ledger, RunConflict
 from evalledger.pricing import load_pricing_file, rate_for
 from evalledger.projections import RunSummary, SummaryFold, write_reports
 from evalledger.tasks import (
@@ -190,6 +190,8 @@ def run(
                 )
             execute(ledger, task_set.tasks, task_set.skipped, config, stream=stream,
                     announce=True)
+    except RunConflict:
+        raise  # the folder is the other process's, which won the run id
     except Exception:
         # Failed before anything ran (a ledger that cannot be written, say): leave no
         # empty folder behind for a run that does not exist.

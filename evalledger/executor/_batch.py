@@ -237,8 +237,7 @@ async def _run(
             await trio.to_thread.run_sync(
                 functools.partial(ledger.append, [opening], if_run_at=guard)
             )
-        if on_committed is not None:
-            on_committed([opening])
+        _call(on_committed, [opening])  # a failing callback is logged, as in the writer
         # Invariant: from the moment run.started is committed, every way out of this
         # block records a run.finished.
         try:

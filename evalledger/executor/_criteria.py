@@ -24,7 +24,7 @@ from evalledger.tasks import (
     RunCommand,
 )
 
-from ._process import MARKER_VAR, end_group, kill_group, release_pipes, spawn
+from ._process import DEFAULT_KILL_GRACE, MARKER_VAR, end_group, kill_group, release_pipes, spawn
 
 MAX_FILE_BYTES = 64 * 1024 * 1024
 _DETAIL_TAIL = 400
@@ -94,9 +94,14 @@ def _check_path(criterion: FileExists | FileContains, outcome: Outcome) -> tuple
     return _contains(criterion.path, text, criterion.includes, criterion.excludes)
 
 
+# The details of a run_command the task's timeout stopped: the task is TIMEOUT.
+CUT_OFF = "cut off: the task's timeout passed"
+NOT_RUN = "not run: the task's timeout had passed"
+
+
 async def _run_command(
     criterion: RunCommand, outcome: Outcome, env: Mapping[str, str], hurry: trio.Event | None,
-    deadline: float,
+    deadline: float, grace: float,
 ) -> tuple[bool, str]:
     process = await spawn(criterion.command, cwd=str(outcome.sandbox), env=env, stdin=False)
     chunks: list[bytes] = []
@@ -122,15 +127,15 @@ async def _run_command(
                 nursery.start_soon(collect_both)
                 await process.wait()
                 kill_group(process.pid)  # leftovers would hold the pipes open
-                if MARKER_VAR in env:
-                    await release_pipes(pipes_closed, f"{MARKER_VAR}={env[MARKER_VAR]}")
+                marker = env.get(MARKER_VAR)
+                await release_pipes(pipes_closed, f"{MARKER_VAR}={marker}" if marker else None)
                 nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
-            await end_group(process, hurry=hurry)
+            await end_group(process, grace, hurry)
     if scope.cancelled_caught:
         if trio.current_time() >= deadline:
-            return False, "cut off: the task's timeout passed"
+            return False, CUT_OFF
         return False, f"timed out after {criterion.timeout:g}s"
     tail = b"".join(chunks).decode("utf-8", errors="replace").strip()[-_DETAIL_TAIL:]
     passed = process.returncode == criterion.expect_exit_code
@@ -141,6 +146,7 @@ async def _run_command(
 async def evaluate(
     criteria: Sequence[Criterion], outcome: Outcome, env: Mapping[str, str],
     hurry: trio.Event | None = None, deadline: float = math.inf,
+    grace: float = DEFAULT_KILL_GRACE,
 ) -> list[CriterionResult]:
     """Check every criterion; never raises for a failing one, only records it.
 
@@ -163,11 +169,11 @@ async def evaluate(
             passed, detail = _contains("output", text, criterion.includes, criterion.excludes)
         elif isinstance(criterion, RunCommand):
             if trio.current_time() >= deadline:
-                passed, detail = False, "not run: the task's timeout had passed"
+                passed, detail = False, NOT_RUN
             else:
                 try:
                     passed, detail = await _run_command(criterion, outcome, env, hurry,
-                                                        deadline)
+                                                        deadline, grace)
                 except OSError as e:
                     passed, detail = False, f"cannot run {criterion.command!r}: {e}"
         else:  # pragma: no cover - the union is closed; a new member must be handled

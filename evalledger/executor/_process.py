@@ -103,13 +103,15 @@ async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
     scope.cancel()
 
 
-# How long open pipes may sit idle after the command's group is gone before the
-# attempt's escaped descendants are hunted down, and again after that.
+# How long the pipes may stay open once the command's group is gone before the
+# attempt's escaped descendants are hunted down; then, how long they may sit idle
+# before reading stops; and at most how long a flood may keep it going.
 ESCAPE_GRACE = 1.0
 # Every attempt's environment carries MARKER_VAR=<batch token>-<n>: a random token
 # per batch, so that no process but the batch's own descendants can carry it
 # (not our parent, not another batch that reused the run id).
 MARKER_VAR = "EVALLEDGER_ATTEMPT"
+MAX_DRAIN = 60.0
 
 
 def kill_marked(entry: str, *, prefix: bool = False) -> list[int]:
@@ -123,51 +125,79 @@ def kill_marked(entry: str, *, prefix: bool = False) -> list[int]:
     meanwhile is never signalled.
     """
     needle = b"\0" + os.fsencode(entry) + (b"" if prefix else b"\0")
-    proc, killed = Path("/proc"), []
-    if not proc.is_dir():
+    killed: list[int] = []
+    if not Path("/proc").is_dir():
         return killed
-    for item in os.scandir(proc):
-        if not item.name.isdigit() or int(item.name) == os.getpid():
-            continue
-        pid = int(item.name)
-        try:
-            pidfd = os.pidfd_open(pid)
-        except OSError:  # gone meanwhile
-            continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                environ = b"\0" + f.read() + b"\0"
-            if needle in environ:
-                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-                killed.append(pid)
-        except OSError:  # gone, or not ours to read or signal
-            continue
-        finally:
-            os.close(pidfd)
+    # Again while it finds some: a process forked during a scan may have a pid the
+    # scan had already passed.
+    for _ in range(3):
+        found = [pid for pid in _pids() if pid not in killed and _signal_if(pid, needle)]
+        if not found:
+            break
+        killed += found
     return killed
 
 
+def _pids() -> list[int]:
+    return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit()
+            and int(e.name) != os.getpid()]
+
+
+def _signal_if(pid: int, needle: bytes) -> bool:
+    """SIGKILL ``pid`` if its environment holds ``needle``; pinned by a pidfd where the
+    kernel has them (5.3+), so a pid reused meanwhile is never signalled."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return False
+    except OSError:  # no pidfds here (an old kernel, a seccomp profile): plain kill
+        pidfd = None
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            if needle not in b"\0" + f.read() + b"\0":
+                return False
+        if pidfd is None:
+            os.kill(pid, signal.SIGKILL)
+        else:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        return True
+    except OSError:  # gone, or not ours to read or signal
+        return False
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
 async def release_pipes(
-    pipes_closed: trio.Event, marker: str, idle: Callable[[], bool] = lambda: True,
+    pipes_closed: trio.Event, marker: str | None, stuck: Callable[[], bool] = lambda: True,
     grace: float = ESCAPE_GRACE,
 ) -> bool:
     """Once the command's group is dead, wait for its pipes to close; True if they did.
 
     A descendant that escaped the group (``setsid``) and kept the pipes would hold
-    the attempt until its timeout: once the pipes have been open and ``idle`` (every
-    reader waiting for data) for ``grace``, the attempt's processes are killed by
-    their ``marker``; False if even that did not close them. A reader held up by a
-    slow ledger is not idle: its output is still coming, and none of it is dropped.
+    the attempt until its timeout. After ``grace`` with the pipes open, the
+    attempt's processes are killed by their ``marker`` (bytes already in a pipe
+    stay readable when its writer dies: nothing is lost). Then reading goes on as
+    long as output keeps coming or the readers are busy handing it to the ledger,
+    and stops (False) only when ``stuck()`` says nothing came for a whole ``grace``
+    with every reader waiting, or after ``MAX_DRAIN`` of a flood from something
+    that could not be ended (it rewrote its environment).
     """
     await trio.lowlevel.checkpoint()  # the readers' turn: usually they hit EOF now
-    hunted = False
-    while not pipes_closed.is_set():
+    if pipes_closed.is_set():
+        return True
+    with trio.move_on_after(grace):
+        await pipes_closed.wait()
+    if pipes_closed.is_set():
+        return True
+    if marker is not None:
+        await trio.to_thread.run_sync(kill_marked, marker)
+    give_up = trio.current_time() + MAX_DRAIN
+    stuck()  # from now on
+    while True:
         with trio.move_on_after(grace):
             await pipes_closed.wait()
-        if pipes_closed.is_set() or not idle():
-            continue
-        if hunted:
+        if pipes_closed.is_set():
+            return True
+        if stuck() or trio.current_time() >= give_up:
             return False
-        await trio.to_thread.run_sync(kill_marked, marker)
-        hunted = True
-    return True

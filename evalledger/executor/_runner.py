@@ -45,7 +45,7 @@ from evalledger.statuses import FinalStatus
 from evalledger.tasks import ResolvedTask
 
 from . import _sandbox
-from ._criteria import Outcome, evaluate, weighted_score
+from ._criteria import CUT_OFF, NOT_RUN, Outcome, evaluate, weighted_score
 from ._lines import LineSplitter, parse_json_object
 from ._process import (
     DEFAULT_KILL_GRACE,
@@ -121,8 +121,17 @@ class _Streams:
         default_factory=lambda: {"stdout": deque(), "stderr": deque()}
     )
     kept_chars: dict[str, int] = field(default_factory=lambda: {"stdout": 0, "stderr": 0})
-    # How many readers are waiting for data (not busy handing lines to the writer).
+    # How many readers are waiting for data (not busy handing lines to the writer),
+    # and the bytes read so far: what tells pipes held open from output still coming.
     waiting: int = 0
+    received: int = 0
+    _last_received: int = -1
+
+    def stuck(self, open_pipes: int) -> bool:
+        """Whether every open pipe's reader sits waiting and no byte came since last asked."""
+        quiet = self.received == self._last_received
+        self._last_received = self.received
+        return quiet and self.waiting == open_pipes
     exceeded: _BudgetExceeded | None = None
 
     def text(self, stream: str) -> str:
@@ -195,19 +204,27 @@ class _Streams:
 async def _pump(stream: trio.abc.ReceiveStream, name: str, state: _Streams,
                 stop: trio.CancelScope) -> None:
     splitter = LineSplitter()
-    while True:
-        state.waiting += 1
-        try:
-            chunk = await stream.receive_some(65536)
-        finally:
-            state.waiting -= 1
-        if not chunk:
-            break
-        if pairs := splitter.feed(chunk):
-            await state.lines(pairs, name)
-            if state.exceeded is not None:
-                stop.cancel()
-                return
+    try:
+        while True:
+            state.waiting += 1
+            try:
+                chunk = await stream.receive_some(65536)
+            finally:
+                state.waiting -= 1
+            if not chunk:
+                break
+            state.received += len(chunk)
+            if pairs := splitter.feed(chunk):
+                await state.lines(pairs, name)
+                if state.exceeded is not None:
+                    stop.cancel()
+                    return
+    except trio.Cancelled:
+        # Stopped mid-stream: a last line without its newline is still output.
+        if pairs := splitter.close():
+            with trio.CancelScope(shield=True), trio.move_on_after(1):
+                await state.lines(pairs, name)
+        raise
     if pairs := splitter.close():
         await state.lines(pairs, name)
 
@@ -323,8 +340,9 @@ async def _attempt(
             await state.usage(leftover)
             state.check_budget()
         outcome = Outcome(sandbox, exit_code, state.text("stdout"), state.text("stderr"))
-        criteria = await evaluate(task.success_criteria, outcome, env, ctx.hurry, deadline)
-        timed_out = timed_out or trio.current_time() >= deadline
+        criteria = await evaluate(task.success_criteria, outcome, env, ctx.hurry, deadline,
+                                  ctx.kill_grace)
+        timed_out = timed_out or any(c.detail in (CUT_OFF, NOT_RUN) for c in criteria)
         if state.exceeded is not None:
             status, error = state.exceeded.status, str(state.exceeded)
         elif timed_out:
@@ -406,20 +424,23 @@ async def _execute(
                 pipes_closed.set()
 
     try:
-        with trio.move_on_at(deadline) as limit:
-            async with trio.open_nursery() as nursery:
-                if process.stdin is not None:
-                    nursery.start_soon(feed_stdin, (task.prompt or "").encode(), process.stdin)
-                nursery.start_soon(read, process.stdout, "stdout", nursery.cancel_scope)
-                nursery.start_soon(read, process.stderr, "stderr", nursery.cancel_scope)
+        async with trio.open_nursery() as nursery:
+            if process.stdin is not None:
+                nursery.start_soon(feed_stdin, (task.prompt or "").encode(), process.stdin)
+            nursery.start_soon(read, process.stdout, "stdout", nursery.cancel_scope)
+            nursery.start_soon(read, process.stderr, "stderr", nursery.cancel_scope)
+            # The deadline bounds the command, not the reading of what it wrote: a
+            # slow ledger must not turn output already produced into a TIMEOUT.
+            with trio.move_on_at(deadline) as limit:
                 await process.wait()
-                # The leader is gone; anything it left behind in its group would keep
-                # our pipes open (and outlive the task). End it, then read to EOF.
-                kill_group(process.pid)
-                await release_pipes(pipes_closed, marker,
-                                    idle=lambda: state.waiting == open_pipes)
-                # Read to EOF (or held by what we cannot end): stop feeding stdin too.
-                nursery.cancel_scope.cancel()
+            if limit.cancelled_caught:
+                await end_group(process, ctx.kill_grace, ctx.hurry)
+            # The leader is gone; anything it left behind in its group would keep
+            # our pipes open (and outlive the task). End it, then read to EOF.
+            kill_group(process.pid)
+            await release_pipes(pipes_closed, marker, lambda: state.stuck(open_pipes))
+            # Read to EOF (or held by what we cannot end): stop feeding stdin too.
+            nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
             await end_group(process, ctx.kill_grace, ctx.hurry)

@@ -487,7 +487,7 @@ class Ledger:
 
 
 def _insert(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
-    size = min(_CHUNK, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // 8)
+    size = max(1, min(_CHUNK, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // 8))
     whole = len(rows) - len(rows) % size
     if whole:
         sql = _INSERT + ", (?, ?, ?, ?, ?, ?, ?, ?)" * (size - 1)
@@ -518,15 +518,15 @@ def _refuse_non_sqlite(path: Path) -> None:
 
 
 def _nobody_writes(path: Path) -> bool:
-    """Whether no process can be writing the file: it is on a read-only mount, or
-    neither it nor its folder may be written (immutable=1 turns locking off)."""
+    """Whether no process can be writing the file (immutable=1 turns locking off): it
+    is on a read-only mount, or its folder has no write bit for anyone, so no writer
+    can make the -wal file a WAL ledger is written through."""
     if _read_only_mount(path):
         return True
     try:
-        mode = path.stat().st_mode
+        return not path.resolve().parent.stat().st_mode & 0o222
     except OSError:
         return False
-    return not mode & 0o222 and not os.access(path.resolve().parent, os.W_OK)
 
 
 def _read_only_mount(path: Path) -> bool:

@@ -489,40 +489,6 @@ def test_a_json_number_past_float_range_in_an_event_is_kept(
     assert data[0] == {"v": 10**100}
 
 
-def test_output_held_up_by_a_locked_ledger_is_not_dropped(
-    ledger: Ledger, db_path: Path, tmp_path: Path
-) -> None:
-    """Regression: once the command exited, pipes still open after a grace period were
-    taken for pipes held by an escaped daemon and the readers were cancelled, though
-    they were only waiting for the writer (another process held the ledger's lock):
-    output still in the pipe was lost and the task failed its criterion."""
-    body = """
-    import sys
-    for i in range(700):
-        print(f"x{i}")
-    sys.stdout.flush()
-    for i in range(1, 10001):
-        print(f"y{i}")
-    """
-    task = make_task("held", script(tmp_path, "held", body),
-                     [{"type": "output_contains", "includes": ["y10000"]}], timeout=30)
-    holder = subprocess.Popen(
-        [PY, "-c", "import sqlite3, sys, time\n"
-         "c = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)\n"
-         "time.sleep(0.3); c.execute('BEGIN IMMEDIATE'); print('locked', flush=True)\n"
-         "time.sleep(3.5); c.execute('COMMIT')\n", str(db_path)],
-        stdout=subprocess.PIPE, text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
-        result = run(ledger, tmp_path, task)
-    finally:
-        holder.wait(timeout=30)
-    done = completed(result, ledger, task)
-    assert done.final_status == FinalStatus.SUCCESS, done.error_message
-    assert len(lines(ledger, task)) == 10_700
-
-
 def test_a_timed_out_task_keeps_its_criteria_results(ledger: Ledger, tmp_path: Path) -> None:
     """Regression: with the deadline covering criteria, a command that timed out had
     every criterion cancelled: no results, score 0. Checks of what it left still run;
@@ -538,3 +504,88 @@ def test_a_timed_out_task_keeps_its_criteria_results(ledger: Ledger, tmp_path: P
         ("file_exists", True), ("exit_code", False), ("run_command", False)]
     assert "timeout had passed" in done.criteria[2].detail
     assert done.weighted_score == pytest.approx(1 / 3)
+
+
+DAEMON = """
+import os, sys, time
+pidfile, mode = sys.argv[1], sys.argv[2]
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        with open(pidfile + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.rename(pidfile + ".tmp", pidfile)
+        if mode == "flood":
+            block = (b"x" * 80 + b"\\n") * 800
+            while True:
+                os.write(1, block)
+        os.execve("/bin/sh", ["sh", "-c", "sleep 30"], {})  # no marker left to find it by
+    os._exit(0)
+while not os.path.exists(pidfile):
+    time.sleep(0.01)
+sys.stdout.write("verdict: PASS")  # no newline
+sys.stdout.flush()
+"""
+
+
+def test_a_flooding_daemon_is_killed_at_once(ledger: Ledger, tmp_path: Path) -> None:
+    """Regression: the hunt for escaped processes waited for the readers to be idle,
+    which a daemon flooding the pipe never lets them be: the task ran to its timeout."""
+    pidfile = tmp_path / "flood.pid"
+    task = make_task("flood", script(tmp_path, "flood", DAEMON, str(pidfile), "flood"),
+                     timeout=8)
+    try:
+        done = completed(run(ledger, tmp_path, task), ledger, task)
+        assert done.final_status == FinalStatus.SUCCESS, done.error_message
+        assert done.duration_seconds < 4
+        assert wait_gone(int(pidfile.read_text()))
+    finally:
+        kill_pids_in(pidfile)
+
+
+def test_a_last_line_without_newline_survives_a_pipe_held_open(
+    ledger: Ledger, tmp_path: Path
+) -> None:
+    """Regression: when reading had to stop (a daemon that cleared its environment holds
+    the pipe), the unterminated last line in the splitter was dropped."""
+    pidfile = tmp_path / "quiet.pid"
+    task = make_task("quiet", script(tmp_path, "quiet", DAEMON, str(pidfile), "hold"),
+                     [{"type": "output_contains", "includes": ["verdict: PASS"]}])
+    try:
+        done = completed(run(ledger, tmp_path, task), ledger, task)
+        assert done.final_status == FinalStatus.SUCCESS, done.error_message
+        assert lines(ledger, task) == ["verdict: PASS"]
+    finally:
+        kill_pids_in(pidfile)
+
+
+@pytest.mark.parametrize("timeout", [2, 30], ids=["past-the-timeout", "past-the-grace"])
+def test_output_held_up_by_a_locked_ledger_is_not_dropped(
+    ledger: Ledger, db_path: Path, tmp_path: Path, timeout: float
+) -> None:
+    """Regressions: output a command wrote before exiting, still in its pipe because the
+    writer waited for a ledger another process had locked, was dropped: the readers
+    were cancelled once the task's deadline passed (the task then TIMEOUT), or once
+    the pipes had been open a grace period after the command exited (taken for pipes
+    an escaped daemon holds)."""
+    body = """
+    import sys, time
+    time.sleep(0.5)
+    for i in range(1, 1002):  # a read each: more than the writer's channel holds
+        print(f"line {i}", flush=True)
+        time.sleep(0.001)
+    """
+    task = make_task("held", script(tmp_path, "held", body), timeout=timeout)
+    holder = subprocess.Popen(  # locks the ledger once the run has started, for 3 s
+        [PY, "-c", "import sqlite3, sys, time\n"
+         "c = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)\n"
+         "time.sleep(0.3); c.execute('BEGIN IMMEDIATE'); time.sleep(3); c.execute('COMMIT')\n",
+         str(db_path)],
+    )
+    try:
+        result = run(ledger, tmp_path, task)
+    finally:
+        holder.wait(timeout=30)
+    done = completed(result, ledger, task)
+    assert done.final_status == FinalStatus.SUCCESS, done.error_message
+    assert len(lines(ledger, task)) == 1001
