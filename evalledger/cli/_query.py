@@ -76,6 +76,10 @@ def show(settings: Settings, run: str, as_json: bool) -> None:
     """
     with settings.open_ledger(read_only=True) as ledger:
         s = rebuild_summary(ledger, resolve_run(ledger, run))
+        cut_off = s.status == "running" and _finished(ledger, s.run_id)
+    if cut_off:  # "running" is what the ledger says; nobody is running it any more
+        click.echo(f"warning: the process running {s.run_id} is gone (it crashed or was "
+                   f"killed); finish it with `evalledger resume {s.run_id}`", err=True)
     if as_json:
         click.echo(s.model_dump_json(indent=2))
         return

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from evalledger.executor._process import kill_marked
 from evalledger.ledger import Ledger
 
 from .test_resume import wait_for_start
@@ -80,3 +81,24 @@ def test_sigkill_leaves_a_ledger_that_verifies_and_resumes(tmp_path: Path, after
             "SELECT final_status, count(*) FROM task_results WHERE run_id = 'crash' GROUP BY 1"
         )
     assert rows == [("SUCCESS", TASKS)]
+
+
+def test_show_says_when_a_running_run_was_cut_off(tmp_path: Path) -> None:
+    db, tasks = tmp_path / "l.db", tmp_path / "tasks"
+    write_task(tasks / "slow.yaml", "sleep 30", timeout=60)
+    run = subprocess.Popen(
+        [*COMMAND, "--ledger", str(db), "run", str(tasks), "--run-id", "cut"],
+        cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_start(db, "cut")
+        live = evalledger(tmp_path, db, "show", "cut")
+        assert "is gone" not in live.stderr, live.stderr
+    finally:
+        run.send_signal(signal.SIGKILL)
+        run.wait(timeout=20)
+        kill_marked("EVALLEDGER_RUN_ID=cut")  # the orphaned `sleep 30`
+    shown = evalledger(tmp_path, db, "show", "cut")
+    assert shown.returncode == 0, shown
+    assert "run cut running" in shown.stdout
+    assert "evalledger resume cut" in shown.stderr
