@@ -102,6 +102,17 @@ def show(settings: Settings, run: str, as_json: bool) -> None:
     )
 
 
+def _unique(columns: list[str]) -> list[str]:
+    """Column names as JSON keys: a repeated name (``SELECT 1 a, 2 a``) gets ``:2``,
+    ``:3``..., rather than one value silently replacing the other."""
+    seen: dict[str, int] = {}
+    names = []
+    for column in columns:
+        seen[column] = seen.get(column, 0) + 1
+        names.append(column if seen[column] == 1 else f"{column}:{seen[column]}")
+    return names
+
+
 def _blob(value: object) -> str:
     """BLOBs in JSON output: hex text (JSON has no bytes)."""
     if isinstance(value, bytes):
@@ -203,8 +214,9 @@ def sql(settings: Settings, query: str, format_: str) -> None:
         except LedgerReadOnly as e:
             raise UserError("sql opens the ledger read-only: writes are refused") from e
     if format_ == "json":
+        names = _unique(columns)
         for row in rows:
-            click.echo(json.dumps(dict(zip(columns, row, strict=True)), default=_blob))
+            click.echo(json.dumps(dict(zip(names, row, strict=True)), default=_blob))
     elif format_ == "csv":
         writer = csv.writer(sys.stdout)
         writer.writerow(columns)

@@ -9,6 +9,7 @@ real process (``run``, ``--follow``, mounts) start ``python -m evalledger.cli``.
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import socket
@@ -463,3 +464,9 @@ def test_the_batch_end_sweep_spares_a_parent_that_exported_the_run_id(tmp_path: 
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
     )
     assert done.stdout.strip() == "survived", (done.returncode, done.stderr)
+
+
+def test_sql_json_keeps_columns_with_the_same_name(one_run: Path) -> None:
+    result = invoke(one_run, "sql", "SELECT 1 AS a, 2 AS a, 3 AS b", "--format", "json")
+    assert result.returncode == 0, result
+    assert json.loads(result.stdout) == {"a": 1, "a:2": 2, "b": 3}
