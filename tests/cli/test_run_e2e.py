@@ -28,6 +28,7 @@ import pytest
 import yaml
 
 from evalledger.ledger import AnyEvent, Ledger
+from tests.processes import alive, still_alive
 
 COMMAND = [sys.executable, "-m", "evalledger.cli"]
 SMOKE = Path(__file__).resolve().parents[2] / "examples" / "smoke"
@@ -209,15 +210,6 @@ def make_sleep_suite(
     return SleepSuite(tmp_path, tasks, state, tmp_path / "l.db")
 
 
-def _alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie waiting to be reaped."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 @dataclass
 class Interrupted:
     returncode: int
@@ -286,7 +278,7 @@ def run_and_interrupt(
             proc.kill()
             proc.wait()
         for pid in suite.pids():  # never leave our sleepers behind, whatever happened
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
@@ -542,15 +534,12 @@ def sleep_suite(tmp_path: Path) -> Iterator[SleepSuite]:
     suite = make_sleep_suite(tmp_path)
     yield suite
     for pid in suite.pids():
-        if _alive(pid):
+        if alive(pid):
             os.kill(pid, signal.SIGKILL)
 
 
 def _assert_dead(pids: Sequence[int]) -> None:
-    deadline = time.monotonic() + 3
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not [p for p in pids if _alive(p)], "a process of the interrupted task survived"
+    assert not still_alive(pids), "a process of the interrupted task survived"
 
 
 def test_ctrl_c_interrupts_and_resume_finishes(sleep_suite: SleepSuite) -> None:
@@ -639,7 +628,7 @@ def test_second_ctrl_c_kills_at_once(tmp_path: Path) -> None:
         _assert_recorded_interruption(suite, stopped)
     finally:
         for pid in suite.pids():
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
@@ -766,7 +755,7 @@ def test_shell_command_gets_the_grace_period(tmp_path: Path) -> None:
         assert (suite.state / "cleaned-up").exists()
     finally:
         for pid in suite.pids():
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
@@ -779,5 +768,5 @@ def test_argv_command_gets_the_grace_period(tmp_path: Path) -> None:
         assert (suite.state / "cleaned-up").exists()
     finally:
         for pid in suite.pids():
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)

@@ -38,6 +38,7 @@ from evalledger.ledger import (
 )
 from evalledger.statuses import Category, FinalStatus, RunStatus
 from evalledger.tasks import ResolvedTask, Skipped
+from tests.processes import still_alive
 
 RUN = "run-1"
 
@@ -84,22 +85,6 @@ def events(ledger: Ledger, run_id: str = RUN) -> list[AnyEvent]:
 
 def of_type(evs: Sequence[AnyEvent], cls: type) -> list[Any]:
     return [e for e in evs if isinstance(e, cls)]
-
-
-def pid_alive(pid: int) -> bool:
-    """True while the process exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
-def wait_all_dead(pids: Sequence[int], timeout: float = 3.0) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while (alive := [p for p in pids if pid_alive(p)]) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return alive
 
 
 OK = "import sys\nprint('done')\n"
@@ -576,7 +561,7 @@ def test_cancelling_the_scope_ends_every_process_and_finishes_the_run(
     assert len(of_type(evs, RunFinished)) == 1
     recorded = recorded_pids(pids)
     assert len(recorded) == 6  # 3 children, 3 grandchildren
-    assert wait_all_dead(list(recorded.values())) == []
+    assert still_alive(list(recorded.values())) == []
     assert elapsed < 15
     assert verify(ledger).ok
 
@@ -599,7 +584,7 @@ def test_move_on_after_interrupts_a_running_batch(
     assert not of_type(evs, TaskCompleted)
     assert isinstance(evs[-1], RunFinished)
     assert evs[-1].status == RunStatus.INTERRUPTED
-    assert wait_all_dead(list(recorded_pids(pids).values())) == []
+    assert still_alive(list(recorded_pids(pids).values())) == []
     assert verify(ledger).ok
 
 
@@ -617,7 +602,7 @@ def test_a_child_ignoring_sigterm_is_killed_after_the_grace_period(
     assert evs[-1].status == RunStatus.INTERRUPTED
     assert interrupted_keys(evs) == {tasks[0].task_key}
     assert not of_type(evs, TaskCompleted)
-    assert wait_all_dead(list(recorded_pids(pids).values())) == []
+    assert still_alive(list(recorded_pids(pids).values())) == []
     assert elapsed < 10
 
 
@@ -650,7 +635,7 @@ def test_kill_now_after_cancel_skips_the_grace_period(
 
     trio.run(main)
 
-    assert wait_all_dead(list(recorded_pids(pids).values())) == []
+    assert still_alive(list(recorded_pids(pids).values())) == []
     evs = events(ledger)
     assert evs[-1].status == RunStatus.INTERRUPTED
     assert interrupted_keys(evs) == {t.task_key for t in tasks[:2]}
@@ -707,6 +692,6 @@ def test_a_task_finished_before_the_cancel_keeps_its_result(
     assert completed.final_status == FinalStatus.SUCCESS
     assert interrupted_keys(evs) == {tasks[0].task_key}
     assert evs[-1].status == RunStatus.INTERRUPTED
-    assert wait_all_dead(list(recorded_pids(pids).values())) == []
+    assert still_alive(list(recorded_pids(pids).values())) == []
     row = ledger.db.execute("SELECT payload FROM events WHERE type = 'run.finished'").fetchone()
     assert json.loads(row[0]) == {"status": "interrupted"}

@@ -24,8 +24,9 @@ from evalledger.executor import BatchConfig, run_batch
 from evalledger.ledger import Ledger, TaskEmitted
 from evalledger.statuses import FinalStatus, RunStatus
 from evalledger.tasks import ResolvedTask
+from tests.processes import wait_gone
 
-from .test_runner import PY, RUN_ID, completed, lines, run, script, task_events, wait_gone
+from .test_runner import PY, RUN_ID, completed, lines, run, script, task_events
 from .test_runner import make_task as runner_task
 
 SONNET = "claude-sonnet-4-5"

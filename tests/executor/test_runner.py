@@ -38,6 +38,7 @@ from evalledger.ledger import (
 from evalledger.pricing import price
 from evalledger.statuses import Category, FinalStatus, RunStatus
 from evalledger.tasks import ResolvedTask
+from tests.processes import wait_gone
 
 RUN_ID = "run-1"
 PY = sys.executable
@@ -120,29 +121,6 @@ def assert_bracketed(ledger: Ledger, task: ResolvedTask) -> None:
     assert [e.type for e in events].count("task.completed") == 1
     ns = [e.n for e in events if isinstance(e, TaskOutput | TaskEmitted)]
     assert ns == list(range(1, len(ns) + 1))
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return True
-    state = next(line for line in status.splitlines() if line.startswith("State:"))
-    # A zombie (or dying) process is dead; it waits only to be reaped by its new parent.
-    return state.split()[1] in {"Z", "X"}
-
-
-def wait_gone(pid: int, timeout: float = 3.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if _gone(pid):
-            return True
-        time.sleep(0.02)
-    return _gone(pid)
 
 
 def read_pids(path: Path) -> list[int]:

@@ -1,0 +1,33 @@
+"""Whether the processes a test made are still running, as /proc tells it.
+
+A zombie (exited, not yet reaped by its new parent) counts as dead: an orphan
+of a killed task waits only for init to collect it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    # "pid (comm) state ...": comm may hold spaces and parentheses.
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def still_alive(pids: Sequence[int], timeout: float = 3.0) -> list[int]:
+    """The pids still alive after waiting up to ``timeout`` for all to end."""
+    deadline = time.monotonic() + timeout
+    while (running := [p for p in pids if alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return running
+
+
+def wait_gone(pid: int, timeout: float = 3.0) -> bool:
+    return not still_alive([pid], timeout)
