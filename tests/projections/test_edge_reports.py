@@ -32,17 +32,14 @@ from evalledger.ledger import (
     RunFinished,
     RunResumed,
     RunStarted,
-    TaskCompleted,
     TaskInterrupted,
     TaskSkipped,
-    TaskStarted,
     TaskUsage,
 )
 from evalledger.pricing import Rate, load_pricing_file
 from evalledger.projections import (
     ResumeFold,
     RunSummary,
-    SummaryFold,
     diff_runs,
     fold,
     render_json,
@@ -50,8 +47,10 @@ from evalledger.projections import (
 )
 from evalledger.statuses import FinalStatus, RunStatus
 
-RUN = "run-edge"
+from .builders import RUN, completed, rebuilt, started, summarize
+
 K0, K1 = "default/t0/00", "default/t1/00"
+
 MD = MarkdownIt("commonmark").enable("table")
 
 
@@ -63,22 +62,6 @@ def _restore_rates() -> Iterator[None]:
     pricing._rates.update(saved)
 
 
-def started(key: str, attempt: int = 1, run_id: str = RUN) -> TaskStarted:
-    return TaskStarted(run_id=run_id, task_key=key, task_id=key.split("/")[1], attempt=attempt)
-
-
-def completed(
-    key: str, status: FinalStatus = FinalStatus.SUCCESS, attempt: int = 1, run_id: str = RUN,
-    **fields: Any,
-) -> TaskCompleted:
-    return TaskCompleted(run_id=run_id, task_key=key, attempt=attempt, final_status=status,
-                         category=status.category, **fields)
-
-
-def summarize(events: list[AnyEvent], run_id: str = RUN) -> RunSummary:
-    return fold(SummaryFold(run_id), events).summary()
-
-
 def store(path: Path, events: list[AnyEvent]) -> Path:
     with Ledger(path) as ledger:
         ledger.append(events)
@@ -87,7 +70,7 @@ def store(path: Path, events: list[AnyEvent]) -> Path:
 
 def rebuild(path: Path, run_id: str = RUN) -> RunSummary:
     with Ledger(path, read_only=True) as reader:
-        return fold(SummaryFold(run_id), reader.events(run_id, types=SummaryFold.TYPES)).summary()
+        return rebuilt(reader, run_id)
 
 
 def invoke(db: Path, *args: str) -> Any:

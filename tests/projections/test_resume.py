@@ -23,10 +23,7 @@ from evalledger.ledger import (
     RunFinished,
     RunResumed,
     RunStarted,
-    TaskCompleted,
-    TaskInterrupted,
     TaskOutput,
-    TaskStarted,
     TaskUsage,
 )
 from evalledger.projections import (
@@ -39,28 +36,7 @@ from evalledger.projections import (
 )
 from evalledger.statuses import FinalStatus, RunStatus
 
-RUN = "run-1"
-
-
-def key(i: int) -> str:
-    return f"default/t{i}/00"
-
-
-def started(k: str, attempt: int = 1, run_id: str = RUN) -> TaskStarted:
-    return TaskStarted(run_id=run_id, task_key=k, task_id=k.split("/")[1], attempt=attempt)
-
-
-def completed(
-    k: str, status: FinalStatus, attempt: int = 1, run_id: str = RUN, **fields: Any
-) -> TaskCompleted:
-    return TaskCompleted(
-        run_id=run_id, task_key=k, attempt=attempt, final_status=status,
-        category=status.category, **fields,
-    )
-
-
-def interrupted(k: str, run_id: str = RUN) -> TaskInterrupted:
-    return TaskInterrupted(run_id=run_id, task_key=k, reason="cancelled")
+from .builders import RUN, completed, interrupted, key, started
 
 
 def replay(ledger: Ledger, events: list[AnyEvent], run_id: str = RUN) -> ResumeFold:

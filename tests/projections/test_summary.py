@@ -25,12 +25,10 @@ from evalledger.ledger import (
     RunFinished,
     RunResumed,
     RunStarted,
-    TaskCompleted,
     TaskEmitted,
     TaskInterrupted,
     TaskOutput,
     TaskSkipped,
-    TaskStarted,
     TaskUsage,
     TokenCounts,
     verify,
@@ -48,40 +46,7 @@ from evalledger.projections import (
 )
 from evalledger.statuses import Category, FinalStatus, RunStatus
 
-RUN = "run-1"
-ENV = {"evalledger": "0.1.0", "platform": "Linux-6.1-x86_64", "python": "3.11.9"}
-
-
-def key(i: int) -> str:
-    return f"default/t{i}/00"
-
-
-def started(k: str, attempt: int = 1, run_id: str = RUN) -> TaskStarted:
-    return TaskStarted(run_id=run_id, task_key=k, task_id=k.split("/")[1], attempt=attempt,
-                       tags=["smoke"])
-
-
-def completed(
-    k: str, status: FinalStatus, attempt: int = 1, run_id: str = RUN, **fields: Any
-) -> TaskCompleted:
-    fields.setdefault("environment_info", {**ENV, "exit_code": 0})
-    return TaskCompleted(
-        run_id=run_id, task_key=k, attempt=attempt, final_status=status,
-        category=status.category, **fields,
-    )
-
-
-def usage(k: str, cost: float | None, run_id: str = RUN, **tokens: int) -> TaskUsage:
-    return TaskUsage(run_id=run_id, task_key=k, cost_usd=cost, model="m-1", **tokens)
-
-
-def summarize(events: list[AnyEvent], run_id: str = RUN) -> RunSummary:
-    return fold(SummaryFold(run_id), events).summary()
-
-
-def rebuilt(ledger: Ledger, run_id: str = RUN) -> RunSummary:
-    return fold(SummaryFold(run_id), ledger.events(run_id, types=SummaryFold.TYPES)).summary()
-
+from .builders import ENV, RUN, completed, key, rebuilt, started, summarize, usage
 
 # -- counting --------------------------------------------------------------------------------
 
