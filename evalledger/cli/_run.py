@@ -184,14 +184,12 @@ def run(
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
         with settings.open_ledger(durable=durable) as ledger:
-            if run_id in ledger.run_ids():
-                raise UserError(
-                    f"run {run_id} already exists in {ledger.path}; resume it instead"
-                )
+            # A run id already taken (now, or by a process racing this one) is refused
+            # when run.started is appended: RunConflict, under the write lock.
             execute(ledger, task_set.tasks, task_set.skipped, config, stream=stream,
                     announce=True)
     except RunConflict:
-        raise  # the folder is the other process's, which won the run id
+        raise  # the folder is the existing run's
     except Exception:
         # Failed before anything ran (a ledger that cannot be written, say): leave no
         # empty folder behind for a run that does not exist.

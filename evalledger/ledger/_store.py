@@ -332,8 +332,8 @@ class Ledger:
         ).fetchone()
         if latest != expected:
             raise RunConflict(
-                f"run {run_id} already exists: another process started it meanwhile; "
-                "resume it instead" if expected == 0 else
+                f"run {run_id} already exists in {self.path}; resume it instead"
+                if expected == 0 else
                 f"run {run_id} was resumed by another process meanwhile (at seq {latest})"
             )
 
