@@ -9,7 +9,6 @@ no Python traceback ever reaches a user. Every test here asserts the correct beh
 from __future__ import annotations
 
 import os
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -22,22 +21,9 @@ from tests.cli.test_run_e2e import (
     of_type,
     write_task,
 )
+from tests.test_tasks import MINIMAL, keys, write
 
-MINIMAL = """\
-command: echo hi
-success_criteria: [{type: exit_code}]
-"""
 EXPERIMENT_HEAD = "experiment_id: e\ntasks: [tasks]\n"
-
-
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(text), encoding="utf-8")
-    return path
-
-
-def keys(task_set: TaskSet) -> list[str]:
-    return [t.task_key for t in task_set.tasks]
 
 
 def only_skip(task_set: TaskSet) -> Skipped:
