@@ -92,8 +92,8 @@ def finish(sandbox: Path, mode: PreservationMode, artifacts: Path) -> Path | Non
     """Keep or delete the sandbox per the mode; return where the artifacts are, if kept."""
     if mode == "direct-write":
         return artifacts
-    if mode == "none":
-        try_remove_empty(sandbox) or remove_tree(sandbox, ignore_errors=True)
+    if mode == "none":  # the runner tried the empty case (one rmdir) already
+        remove_tree(sandbox, ignore_errors=True)
         return None
     if artifacts.exists():
         remove_tree(artifacts)
