@@ -22,6 +22,7 @@ import trio
 
 from evalledger.executor import BatchConfig, run_batch
 from evalledger.ledger import Ledger
+from evalledger.options import RunOptions
 from evalledger.tasks import ExitCode, ResolvedTask
 
 PARALLEL = 8
@@ -52,8 +53,8 @@ async def bare(n: int) -> None:
 
 def run_executor(tmp: Path, name: str, tasks: list[ResolvedTask]) -> tuple[float, Ledger]:
     ledger = Ledger(tmp / f"{name}.db")
-    config = BatchConfig(run_id=name, max_parallel=PARALLEL, out_dir=tmp / "out",
-                         preservation_mode="none")
+    options = RunOptions(max_parallel=PARALLEL, out=str(tmp / "out"), preservation_mode="none")
+    config = BatchConfig(run_id=name, options=options)
     start = time.perf_counter()
     result = trio.run(run_batch, ledger, tasks, config)
     elapsed = time.perf_counter() - start

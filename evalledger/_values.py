@@ -29,7 +29,7 @@ class _Loader(yaml.SafeLoader):
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue  # `<<: *anchor`: merged by the base class, may be overridden
-            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=True)
             if isinstance(key, str | int | float | bool) or key is None:
                 if key in seen:
                     raise yaml.constructor.ConstructorError(

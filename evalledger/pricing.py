@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evalledger._values import Number, load_yaml
+from evalledger.ledger import TokenCounts
 
 
 class Rate(BaseModel):
@@ -62,8 +64,6 @@ BUILTIN_RATES: dict[str, Rate] = {
     "gemini-2.5-flash": _r(0.30, 2.50, None, 0.075),
 }
 
-_rates: dict[str, Rate] = dict(BUILTIN_RATES)
-
 _PROVIDER = re.compile(r"^(?:[a-z0-9_-]+/)+")
 _REGION = re.compile(r"^(?:us|eu|apac|au|ca|jp|global)\.")
 _VENDOR = re.compile(r"^(?:anthropic|openai|meta|mistral|amazon|google)\.")
@@ -72,7 +72,7 @@ _SUFFIX = re.compile(r"(?:-v\d+:\d+|@\d{8}|-\d{8}|-\d{4}-\d{2}-\d{2}|-latest)$")
 
 
 class PricingConflict(ValueError):
-    """A rate for this model is already registered and differs."""
+    """A rate for this model is already on the card and differs."""
 
 
 def normalize_model(name: str) -> str:
@@ -86,70 +86,94 @@ def normalize_model(name: str) -> str:
     return key
 
 
-def rate_for(model: str | None) -> Rate | None:
-    if not model:
-        return None
-    return _rates.get(normalize_model(model))
+class RateCard:
+    """Prices by model, immutable: adding rates gives a new card.
 
-
-def register_pricing(model: str, rate: Rate) -> None:
-    """Add a model's rate. Registering the same rate twice is fine; a different one is not.
-
-    Raises:
-        PricingConflict: the model already has a different rate.
+    One card is handed to a batch (``BatchConfig.rates``) and everything that
+    prices usage in it reads that card: nothing global to patch or to leak
+    between runs in one process.
     """
-    key = normalize_model(model)
-    existing = _rates.get(key)
-    if existing is not None and existing != rate:
-        raise PricingConflict(
-            f"{model}: already priced as {existing.model_dump()}, not {rate.model_dump()}"
-        )
-    _rates[key] = rate
 
+    __slots__ = ("_rates",)
 
-def load_pricing_file(path: str | Path) -> None:
-    """Register every rate in a YAML file: ``{model: {input: .., output: .., ...}}``.
+    def __init__(self, rates: Mapping[str, Rate] | None = None) -> None:
+        source = BUILTIN_RATES if rates is None else rates
+        self._rates: dict[str, Rate] = {normalize_model(k): v for k, v in source.items()}
 
-    Raises:
-        ValueError: the file cannot be read or a rate does not validate.
-        PricingConflict: a rate contradicts one already registered.
-    """
-    try:
-        data = load_yaml(Path(path)) or {}
-    except ValueError as e:
-        raise ValueError(f"pricing file {path}: {e}") from e
-    if not isinstance(data, dict):
-        raise ValueError(f"pricing file {path}: expected a mapping of model to rates")
-    for model, fields in data.items():
+    def rate_for(self, model: str | None) -> Rate | None:
+        if not model:
+            return None
+        return self._rates.get(normalize_model(model))
+
+    def with_rate(self, model: str, rate: Rate) -> RateCard:
+        """This card plus one rate. The same rate twice is fine; a different one is not.
+
+        Raises:
+            PricingConflict: the model already has a different rate.
+        """
+        key = normalize_model(model)
+        existing = self._rates.get(key)
+        if existing is not None and existing != rate:
+            raise PricingConflict(
+                f"{model}: already priced as {existing.model_dump()}, not {rate.model_dump()}"
+            )
+        card = RateCard({})
+        card._rates = {**self._rates, key: rate}
+        return card
+
+    def with_file(self, path: str | Path) -> RateCard:
+        """This card plus every rate in a YAML file: ``{model: {input: .., output: ..}}``.
+
+        Raises:
+            ValueError: the file cannot be read or a rate does not validate.
+            PricingConflict: a rate contradicts one already on the card.
+        """
         try:
-            register_pricing(str(model), Rate.model_validate(fields))
-        except ValidationError as e:
-            raise ValueError(f"pricing file {path}: {model}: {e.errors()[0]['msg']}") from e
+            data = load_yaml(Path(path)) or {}
+        except ValueError as e:
+            raise ValueError(f"pricing file {path}: {e}") from e
+        if not isinstance(data, dict):
+            raise ValueError(f"pricing file {path}: expected a mapping of model to rates")
+        card = self
+        for model, fields in data.items():
+            try:
+                card = card.with_rate(str(model), Rate.model_validate(fields))
+            except ValidationError as e:
+                raise ValueError(f"pricing file {path}: {model}: {e.errors()[0]['msg']}") from e
+        return card
+
+    def price(self, model: str | None, tokens: TokenCounts) -> float | None:
+        """The cost in USD of this usage, or ``None`` when the model is not priced."""
+        if not tokens.total:
+            return 0.0
+        rate = self.rate_for(model)
+        if rate is None:
+            return None
+        cache_write = rate.cache_write if rate.cache_write is not None else rate.input
+        cache_read = rate.cache_read if rate.cache_read is not None else rate.input
+        try:
+            cost = (
+                tokens.input_tokens * rate.input
+                + tokens.output_tokens * rate.output
+                + tokens.cache_write_tokens * cache_write
+                + tokens.cache_read_tokens * cache_read
+            ) / 1_000_000
+        except OverflowError:
+            return None
+        return cost if math.isfinite(cost) else None
+
+    def unpriced(self, models: Iterable[str | None]) -> list[str]:
+        """The models named that have no rate on this card, sorted, each once."""
+        return sorted({m for m in models if m and self.rate_for(m) is None})
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RateCard) and self._rates == other._rates
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._rates))
+
+    def __repr__(self) -> str:
+        return f"<RateCard of {len(self._rates)} models>"
 
 
-def price(
-    model: str | None,
-    *,
-    input_tokens: int = 0,
-    output_tokens: int = 0,
-    cache_read_tokens: int = 0,
-    cache_write_tokens: int = 0,
-) -> float | None:
-    """The cost in USD of this usage, or ``None`` when the model is not priced."""
-    if not (input_tokens or output_tokens or cache_read_tokens or cache_write_tokens):
-        return 0.0
-    rate = rate_for(model)
-    if rate is None:
-        return None
-    cache_write = rate.cache_write if rate.cache_write is not None else rate.input
-    cache_read = rate.cache_read if rate.cache_read is not None else rate.input
-    try:
-        cost = (
-            input_tokens * rate.input
-            + output_tokens * rate.output
-            + cache_write_tokens * cache_write
-            + cache_read_tokens * cache_read
-        ) / 1_000_000
-    except OverflowError:
-        return None
-    return cost if math.isfinite(cost) else None
+DEFAULT_RATES = RateCard()

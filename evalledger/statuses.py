@@ -1,4 +1,4 @@
-"""Final statuses of a task and the category each one counts in (SPEC §4).
+"""Final statuses of a task and the category each one counts in (docs/results.md).
 
 A task that was interrupted has no final status at all: it is unfinished, and a
 resume runs it again. That is why there is no INTERRUPTED member here.

@@ -1,4 +1,4 @@
-"""Task and experiment files (SPEC §3): load, validate, resolve into runnable tasks.
+"""Task and experiment files (docs/tasks.md): load, validate, resolve into runnable tasks.
 
 Resolution order, later wins: built-in defaults → experiment ``defaults`` → task
 file → variant → command-line overrides. A file that fails to load or validate is

@@ -52,9 +52,13 @@ def resolve_run(ledger: Ledger, spec: str) -> str:
     raise UserError(f"{spec!r} matches several runs: {', '.join(matches[:10])}")
 
 
+def rebuild_summary_fold(ledger: Ledger, run_id: str) -> SummaryFold:
+    """The run's summary fold, replayed from the ledger (only the event types it folds)."""
+    return fold(SummaryFold(run_id), ledger.events(run_id, types=SummaryFold.TYPES))
+
+
 def rebuild_summary(ledger: Ledger, run_id: str) -> RunSummary:
-    """The run's summary, replayed from the ledger (only the event types it folds)."""
-    return fold(SummaryFold(run_id), ledger.events(run_id, types=SummaryFold.TYPES)).summary()
+    return rebuild_summary_fold(ledger, run_id).summary()
 
 
 def rebuild_resume(ledger: Ledger, run_id: str) -> ResumeFold:

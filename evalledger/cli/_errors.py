@@ -1,4 +1,4 @@
-"""Errors the CLI shows a user: one line on stderr, a meaningful exit code (SPEC §8)."""
+"""Errors the CLI shows a user: one line on stderr, a meaningful exit code (docs/cli.md)."""
 
 from __future__ import annotations
 

@@ -21,11 +21,12 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from evalledger.ledger import AnyEvent, EncodedEvent, TaskCompleted
+from evalledger.ledger import AnyEvent, EventRow, EventType, TaskCompleted
 from evalledger.projections import SummaryFold
 from evalledger.statuses import Category
 
-_WATCHED = frozenset({"task.started", "task.completed", "task.interrupted", "task.usage"})
+_WATCHED = frozenset({EventType.TASK_STARTED, EventType.TASK_COMPLETED,
+                      EventType.TASK_INTERRUPTED, EventType.TASK_USAGE})
 
 
 def task_line(result: TaskCompleted) -> str:
@@ -77,8 +78,8 @@ class Display:
         else:
             click.echo(text, err=err)
 
-    def on_event(self, event: AnyEvent | EncodedEvent) -> None:
-        self.live.apply(event)  # type: ignore[arg-type]  # rows of output: skipped by type
+    def on_event(self, event: AnyEvent | EventRow) -> None:
+        self.live.apply(event)
         if self.progress is not None and event.type in _WATCHED:
             self._refresh()
 

@@ -15,7 +15,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from evalledger.ledger import EVENT_TYPES, Ledger, LedgerReadOnly, StoredRow
+from evalledger.hosts import run_ended
+from evalledger.ledger import EVENT_TYPES, EventRow, EventType, Ledger, LedgerReadOnly
 from evalledger.projections import ResumeFold, diff_runs, fold
 
 from ._common import rebuild_summary, resolve_run
@@ -120,7 +121,7 @@ def _blob(value: object) -> str:
     raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
-def _ndjson(row: StoredRow) -> str:
+def _ndjson(row: EventRow) -> str:
     # The stored payload is already JSON: splice it in rather than re-encode it.
     return (
         f'{{"seq":{row.seq},"event_id":{_str(row.event_id)},"run_id":{_str(row.run_id)},'
@@ -161,7 +162,7 @@ def events(settings: Settings, run: str, task_key: str | None, types: tuple[str,
             for row in ledger.rows(run_id, task_key=task_key, types=types or None,
                                    after_seq=after):
                 click.echo(_ndjson(row))
-                after = row.seq
+                after = row.seq or after
             if done:
                 return
             time.sleep(interval)
@@ -173,13 +174,14 @@ def _stored(ledger: Ledger, run_id: str, type_: str) -> bool:
     )[1])
 
 
-_BOUNDARIES = ("run.started", "run.resumed", "run.finished")
+_BOUNDARIES = (EventType.RUN_STARTED, EventType.RUN_RESUMED, EventType.RUN_FINISHED)
 
 
 def _finished(ledger: Ledger, run_id: str) -> bool:
     """Whether the run is over: its latest boundary is a run.finished (a resume
     reopens it), or the process that was running it on this host is gone."""
-    return fold(ResumeFold(run_id), ledger.events(run_id, types=_BOUNDARIES)).ended()
+    state = fold(ResumeFold(run_id), ledger.events(run_id, types=_BOUNDARIES))
+    return run_ended(state.host, state.finished)
 
 
 @cli.command()

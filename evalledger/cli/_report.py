@@ -1,4 +1,5 @@
-"""``evalledger report``: rebuild a run's report from the ledger alone."""
+"""``evalledger report``: rebuild a run's report from the ledger alone; and the
+reports ``run`` and ``resume`` write when a batch ends."""
 
 from __future__ import annotations
 
@@ -7,13 +8,22 @@ from pathlib import Path
 
 import click
 
-from evalledger.projections import render_json, render_markdown
+from evalledger.projections import RunSummary, render_json, render_markdown
 
 from ._common import rebuild_summary, resolve_run
 from ._errors import UserError
 from ._main import Settings, cli, pass_settings
 
 RENDERERS = {"md": render_markdown, "json": render_json}
+
+
+def write_reports(summary: RunSummary, folder: Path) -> dict[str, Path]:
+    """Write ``run.json`` and ``run.md`` into ``folder``; return their paths by format."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {"json": folder / "run.json", "md": folder / "run.md"}
+    for format_, path in paths.items():
+        path.write_text(RENDERERS[format_](summary), encoding="utf-8")
+    return paths
 
 
 @cli.command()

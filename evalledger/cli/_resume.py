@@ -1,24 +1,24 @@
 """``evalledger resume``: run what a run left unfinished, after checking for drift.
 
-The tasks are resolved again from the configuration recorded in ``run.started``
-(absolute paths, so it works from any folder). What changed since the run's
-fingerprint was stored is printed as drift; ``--strict`` refuses to go on.
+The rules live in ``projections.plan_resume``; this command reads the ledger,
+hands the plan what it needs from the outside world (the task files, whether the
+run's process still lives), prints what the plan says and runs it.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
-from evalledger.executor import BatchConfig, Resume, fingerprint
-from evalledger.projections import SummaryFold, compute_drift, fold
-from evalledger.tasks import Overrides
+from evalledger.executor import BatchConfig, Resume
+from evalledger.hosts import running_pid
+from evalledger.options import RunOptions
+from evalledger.projections import ResumeRefused, plan_resume
+from evalledger.tasks import TaskSet
 
-from ._common import PositiveNumber, rebuild_resume, resolve_run
+from ._common import PositiveNumber, rebuild_resume, rebuild_summary_fold, resolve_run
 from ._errors import UserError
 from ._main import Settings, cli, pass_settings
-from ._run import execute, exit_code, load_pricing, load_task_set, warn_unpriced
+from ._run import execute, exit_code, load_rates, load_task_set, warn_unpriced
 
 
 @cli.command()
@@ -54,74 +54,46 @@ def resume(
         run_id = resolve_run(ledger, run)
     with settings.open_ledger(durable=durable) as ledger:
         state = rebuild_resume(ledger, run_id)
-        if not state.found:
-            raise UserError(f"run {run_id} has no run.started event; it cannot be resumed")
-        if (pid := state.live_pid()) is not None:
-            raise UserError(
-                f"run {run_id} is still running (pid {pid} on this host); wait for it, or "
-                "stop it first"
+        live = rebuild_summary_fold(ledger, run_id)
+
+        def load(options: RunOptions) -> TaskSet:
+            # A deleted file's tasks are drift ("no longer defined"), not an error.
+            return load_task_set(options, missing_ok=True)
+
+        try:
+            plan = plan_resume(
+                state, load=load, spent_usd=live.spend.cost,
+                running_pid=running_pid(state.host, state.finished),
+                retry_errors=retry_errors, strict=strict, max_parallel=max_parallel,
+                max_cost_usd=max_cost,
             )
-        options = dict(state.config)
-        load_pricing(options.get("pricing"))
-        task_set = load_task_set(
-            tuple(options.get("paths") or ()), options.get("experiment"),
-            tuple(options.get("tags") or ()), tuple(options.get("exclude_tags") or ()),
-            Overrides(timeout=options.get("timeout"), repeats=options.get("repeats")),
-            missing_ok=True,  # a deleted file's tasks are drift ("no longer defined")
-        )
-        parallel = max_parallel or int(options.get("max_parallel") or 1)
-        options["max_parallel"] = parallel
-        # The latest budget: one raised by an earlier `resume --max-cost` holds.
-        options["max_cost_usd"] = state.fingerprint.options.get(
-            "max_cost_usd", options.get("max_cost_usd")
-        )
-        if max_cost is not None:
-            options["max_cost_usd"] = max_cost
-        drift = compute_drift(state.fingerprint, fingerprint(options, task_set.tasks))
-        for line in drift.lines():
+        except ResumeRefused as e:
+            for line in e.drift.lines():
+                click.echo(f"drift: {line}", err=True)
+            raise UserError(str(e)) from e
+        for line in plan.drift.lines():
             click.echo(f"drift: {line}", err=True)
-        if drift.any and strict:
-            raise UserError(
-                f"run {run_id} drifted since it started ({len(drift.lines())} difference(s)); "
-                "resume without --strict to go on anyway"
-            )
-        partition = state.partition(retry_errors=retry_errors)
-        defined = {t.task_key for t in task_set.tasks}
-        for key in partition.to_run:
-            if key not in defined:
-                click.echo(f"warning: {key} is no longer defined; it cannot run", err=True)
-        wanted = set(partition.to_run)
-        skip = frozenset(defined - wanted)
-        live = fold(SummaryFold(run_id), ledger.events(run_id, types=SummaryFold.TYPES))
-        spent = live.spend.cost
-        budget = options.get("max_cost_usd")
-        if defined & wanted and budget is not None and spent > budget:
-            raise UserError(
-                f"run {run_id} already spent ${spent:.4f} of its ${budget:.4f} budget; "
-                "resume with a higher --max-cost"
-            )
+        for key in plan.undefined:
+            click.echo(f"warning: {key} is no longer defined; it cannot run", err=True)
         click.echo(run_id)
-        if not defined & wanted:
-            summary = live.summary()
-            click.echo(f"run {run_id}: nothing to resume ({len(partition.kept)} tasks kept)")
-            raise SystemExit(exit_code(summary))
-        click.echo(f"resuming {len(defined & wanted)} task(s), keeping {len(partition.kept)}",
+        if not plan.to_run:
+            click.echo(f"run {run_id}: nothing to resume ({len(plan.partition.kept)} tasks kept)")
+            raise SystemExit(exit_code(live.summary()))
+        click.echo(f"resuming {len(plan.to_run)} task(s), keeping {len(plan.partition.kept)}",
                    err=True)
+        rates = load_rates(plan.options.pricing)
         config = BatchConfig(
-            run_id=run_id, max_parallel=parallel, out_dir=Path(options.get("out") or "runs"),
-            max_cost_usd=options.get("max_cost_usd"),
-            preservation_mode=options.get("preservation_mode") or "move-on-write",
-            experiment_id=task_set.experiment_id, options=options,
-            unpriced_models=warn_unpriced(task_set.tasks),
+            run_id=run_id, options=plan.options, experiment_id=plan.tasks.experiment_id,
+            rates=rates, unpriced_models=warn_unpriced(plan.tasks.tasks, rates),
         )
         # All tasks go in, so run.resumed fingerprints the whole run; skip filters.
         execute(
-            ledger, task_set.tasks, [], config, stream=stream, live=live,
+            ledger, plan.tasks.tasks, [], config, stream=stream, live=live,
             resume=Resume(
-                skip=skip,
-                attempts=partition.attempts,
-                drift={"lines": drift.lines()} if drift.any else {},
-                spent_usd=spent,
-                boundary_seq=state.boundary_seq,
+                skip=plan.skip,
+                attempts=plan.partition.attempts,
+                drift={"lines": plan.drift.lines()} if plan.drift.any else {},
+                spent_usd=plan.spent_usd,
+                boundary_seq=plan.boundary_seq,
             ),
         )

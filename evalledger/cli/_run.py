@@ -15,15 +15,16 @@ import signal
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn, get_args
 
 import click
 import trio
 
 from evalledger.executor import BatchConfig, BatchResult, Callbacks, Resume, run_batch
 from evalledger.ledger import Ledger, RunConflict
-from evalledger.pricing import load_pricing_file, rate_for
-from evalledger.projections import RunSummary, SummaryFold, write_reports
+from evalledger.options import PreservationMode, RunOptions
+from evalledger.pricing import DEFAULT_RATES, RateCard
+from evalledger.projections import RunSummary, SummaryFold
 from evalledger.tasks import (
     MAX_REPEATS,
     Overrides,
@@ -38,9 +39,9 @@ from ._common import PositiveNumber
 from ._errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TASKS_FAILED, UserError
 from ._main import Settings, cli, pass_settings
 from ._progress import Display
+from ._report import write_reports
 
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-DEFAULT_PARALLEL = 4
 
 
 def new_run_id() -> str:
@@ -48,16 +49,16 @@ def new_run_id() -> str:
     return f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
-def load_task_set(
-    paths: tuple[str, ...], experiment: str | None, tags: tuple[str, ...],
-    exclude_tags: tuple[str, ...], overrides: Overrides, *, missing_ok: bool = False,
-) -> TaskSet:
-    if not paths and experiment is None:
+def load_task_set(options: RunOptions, *, missing_ok: bool = False) -> TaskSet:
+    """The tasks ``options`` name, resolved now; what was skipped or is missing is said."""
+    if not options.paths and options.experiment is None:
         raise UserError("nothing to run: give task files or folders, or -e EXPERIMENT")
     try:
         task_set = load_tasks(
-            paths, experiment=experiment, include_tags=tags, exclude_tags=exclude_tags,
-            overrides=overrides, missing_ok=missing_ok,
+            options.paths, experiment=options.experiment, include_tags=options.tags,
+            exclude_tags=options.exclude_tags,
+            overrides=Overrides(timeout=options.timeout, repeats=options.repeats),
+            missing_ok=missing_ok,
         )
     except TaskLoadError as e:
         raise UserError(str(e)) from e
@@ -115,18 +116,19 @@ async def _run_with_signals(
 @click.option("--exclude-tag", "exclude_tags", multiple=True,
               help="Drop tasks with ANY of these tags.")
 @click.option("-j", "--max-parallel", type=click.IntRange(min=1),
-              help=f"Tasks at once (default: the experiment's, else {DEFAULT_PARALLEL}).")
+              help="Tasks at once (default: the experiment's, else "
+                   f"{RunOptions.default('max_parallel')}).")
 @click.option("--repeats", type=click.IntRange(min=1, max=MAX_REPEATS),
               help="Replicates per task.")
 @click.option("--run-id", help="Name the run (default: a timestamp).")
-@click.option("--out", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
-              help="Reports and artifacts go to OUT/RUN_ID/.")
+@click.option("--out", type=click.Path(path_type=Path), default=RunOptions.default("out"),
+              show_default=True, help="Reports and artifacts go to OUT/RUN_ID/.")
 @click.option("--timeout", type=PositiveNumber(),
               help="Seconds per task, overriding task files.")
 @click.option("--max-cost", type=PositiveNumber(),
               help="Stop dispatching once the run has spent this many USD.")
-@click.option("--preservation-mode", type=click.Choice(["none", "move-on-write", "direct-write"]),
-              default="move-on-write", show_default=True,
+@click.option("--preservation-mode", type=click.Choice(get_args(PreservationMode)),
+              default=RunOptions.default("preservation_mode"), show_default=True,
               help="What happens to each task's sandbox.")
 @click.option("--pricing", type=click.Path(exists=True, dir_okay=False),
               help="A YAML rate card adding model prices (USD per million tokens).")
@@ -138,7 +140,8 @@ def run(
     settings: Settings, paths: tuple[str, ...], experiment: str | None, tags: tuple[str, ...],
     exclude_tags: tuple[str, ...], max_parallel: int | None, repeats: int | None,
     run_id: str | None, out: Path, timeout: float | None, max_cost: float | None,
-    preservation_mode: str, pricing: str | None, stream: bool, durable: bool,
+    preservation_mode: PreservationMode, pricing: str | None, stream: bool,
+    durable: bool,
 ) -> None:
     """Run a batch of tasks and record every event in the ledger.
 
@@ -154,33 +157,25 @@ def run(
         raise UserError(f"invalid --run-id {run_id!r}: use letters, digits, '.', '_' or '-'")
     if run_id == "latest":
         raise UserError("--run-id latest is reserved: `latest` names the newest run")
-    load_pricing(pricing)
-    overrides = Overrides(timeout=timeout, repeats=repeats)
-    task_set = load_task_set(paths, experiment, tags, exclude_tags, overrides)
+    rates = load_rates(pricing)
+    # Paths are recorded absolute: a resume works from any folder.
+    options = RunOptions(
+        paths=[str(Path(p).resolve()) for p in paths],
+        experiment=str(Path(experiment).resolve()) if experiment else None,
+        tags=list(tags), exclude_tags=list(exclude_tags), repeats=repeats, timeout=timeout,
+        max_cost_usd=max_cost, preservation_mode=preservation_mode, out=str(out.resolve()),
+        cwd=os.getcwd(), pricing=str(Path(pricing).resolve()) if pricing else None,
+    )
+    task_set = load_task_set(options)
+    if parallel := max_parallel or task_set.max_parallel:
+        options = options.model_copy(update={"max_parallel": parallel})
     run_id = run_id or new_run_id()
-    parallel = max_parallel or task_set.max_parallel or DEFAULT_PARALLEL
-    options: dict[str, Any] = {
-        "paths": [str(Path(p).resolve()) for p in paths],
-        "experiment": str(Path(experiment).resolve()) if experiment else None,
-        "tags": list(tags),
-        "exclude_tags": list(exclude_tags),
-        "repeats": repeats,
-        "timeout": timeout,
-        "max_cost_usd": max_cost,
-        "preservation_mode": preservation_mode,
-        "out": str(out.resolve()),
-        "cwd": os.getcwd(),
-        "max_parallel": parallel,
-        "pricing": str(Path(pricing).resolve()) if pricing else None,
-    }
-    unpriced = warn_unpriced(task_set.tasks)
     config = BatchConfig(
-        run_id=run_id, max_parallel=parallel, out_dir=out, max_cost_usd=max_cost,
-        preservation_mode=preservation_mode,  # type: ignore[arg-type]
-        experiment_id=task_set.experiment_id, options=options, unpriced_models=unpriced,
+        run_id=run_id, options=options, experiment_id=task_set.experiment_id, rates=rates,
+        unpriced_models=warn_unpriced(task_set.tasks, rates),
     )
     # Found now, not after every task ran: the reports and artifacts must have a home.
-    run_dir = out / run_id
+    run_dir = config.out_dir / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
         with settings.open_ledger(durable=durable) as ledger:
@@ -198,18 +193,19 @@ def run(
         raise
 
 
-def warn_unpriced(tasks: list[ResolvedTask]) -> list[str]:
-    unpriced = sorted({t.model for t in tasks if t.model and rate_for(t.model) is None})
+def warn_unpriced(tasks: list[ResolvedTask], rates: RateCard) -> list[str]:
+    unpriced = rates.unpriced(t.model for t in tasks)
     for model in unpriced:
         click.echo(f"warning: no price for model {model!r}: its cost will be unknown", err=True)
     return unpriced
 
 
-def load_pricing(path: str | None) -> None:
+def load_rates(path: str | None) -> RateCard:
+    """The built-in rate card, plus the rates of a ``--pricing`` file."""
     if path is None:
-        return
+        return DEFAULT_RATES
     try:
-        load_pricing_file(path)
+        return DEFAULT_RATES.with_file(path)
     except ValueError as e:  # PricingConflict included
         raise UserError(str(e)) from e
 
@@ -249,7 +245,7 @@ def execute(
 
 
 def exit_code(summary: RunSummary) -> int:
-    """0 when every planned task succeeded, else 1 (SPEC §8)."""
+    """0 when every planned task succeeded, else 1 (docs/cli.md)."""
     return EXIT_OK if summary.tasks_succeeded == summary.tasks_planned else EXIT_TASKS_FAILED
 
 

@@ -7,14 +7,11 @@ from ._batch import BatchConfig as BatchConfig
 from ._batch import BatchResult as BatchResult
 from ._batch import Callbacks as Callbacks
 from ._batch import Resume as Resume
-from ._batch import fingerprint as fingerprint
-from ._batch import host_info as host_info
 from ._batch import run_batch as run_batch
 from ._lines import MAX_LINE as MAX_LINE
 from ._process import DEFAULT_KILL_GRACE as DEFAULT_KILL_GRACE
 from ._runner import RunContext as RunContext
 from ._runner import run_task as run_task
-from ._sandbox import PreservationMode as PreservationMode
 from ._writer import LedgerWriter as LedgerWriter
 from ._writer import WriterFailed as WriterFailed
 from ._writer import open_writer as open_writer
@@ -26,12 +23,9 @@ __all__ = [
     "BatchResult",
     "Callbacks",
     "LedgerWriter",
-    "PreservationMode",
     "Resume",
     "RunContext",
     "WriterFailed",
-    "fingerprint",
-    "host_info",
     "open_writer",
     "run_batch",
     "run_task",

@@ -14,13 +14,8 @@ running process groups, records ``task.interrupted`` for each running task and
 from __future__ import annotations
 
 import functools
-import getpass
 import logging
-import os
-import platform
 import secrets
-import socket
-import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,11 +24,10 @@ from typing import Any
 
 import trio
 
-from evalledger import __version__
+from evalledger.hosts import host_info
 from evalledger.ledger import (
     AnyEvent,
-    EncodedEvent,
-    Fingerprint,
+    EventRow,
     Ledger,
     RunFinished,
     RunResumed,
@@ -41,30 +35,47 @@ from evalledger.ledger import (
     TaskCompleted,
     TaskSkipped,
 )
+from evalledger.options import PreservationMode, RunOptions
+from evalledger.pricing import DEFAULT_RATES, RateCard
+from evalledger.projections import fingerprint
 from evalledger.statuses import RunStatus
 from evalledger.tasks import ResolvedTask, Skipped
 
 from ._process import DEFAULT_KILL_GRACE, MARKER_VAR, kill_marked
 from ._runner import RunContext, run_task
-from ._sandbox import PreservationMode, remove_tree
+from ._sandbox import remove_tree
 from ._writer import WriterStats, open_writer
 
 log = logging.getLogger("evalledger.executor")
 
 
-@dataclass
+@dataclass(frozen=True)
 class BatchConfig:
     """How to run a batch. ``options`` is recorded in ``run.started`` and fingerprinted."""
 
     run_id: str
-    max_parallel: int = 4
-    out_dir: Path = Path("runs")
-    preservation_mode: PreservationMode = "move-on-write"
-    max_cost_usd: float | None = None
-    kill_grace: float = DEFAULT_KILL_GRACE
+    options: RunOptions = field(default_factory=RunOptions)
     experiment_id: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
-    unpriced_models: list[str] = field(default_factory=list)
+    unpriced_models: Sequence[str] = ()
+    # What prices usage lines that carry no cost of their own.
+    rates: RateCard = DEFAULT_RATES
+    kill_grace: float = DEFAULT_KILL_GRACE
+
+    @property
+    def max_parallel(self) -> int:
+        return self.options.max_parallel
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.options.out)
+
+    @property
+    def preservation_mode(self) -> PreservationMode:
+        return self.options.preservation_mode
+
+    @property
+    def max_cost_usd(self) -> float | None:
+        return self.options.max_cost_usd
 
 
 @dataclass
@@ -75,9 +86,9 @@ class Callbacks:
     on_task_start: Callable[[ResolvedTask], None] | None = None
     on_task_complete: Callable[[TaskCompleted], None] | None = None
     on_output: Callable[[AnyEvent], None] | None = None
-    # Every committed event, in ledger order (output lines as EncodedEvent rows):
+    # Every committed event, in ledger order (output lines as EventRow rows):
     # feed a projection from here and it sees exactly what a rebuild would.
-    on_event: Callable[[AnyEvent | EncodedEvent], None] | None = None
+    on_event: Callable[[AnyEvent | EventRow], None] | None = None
 
 
 @dataclass
@@ -110,28 +121,6 @@ def _call(callback: Callable[..., None] | None, *args: Any) -> None:
         callback(*args)
     except Exception:
         log.exception("callback %s failed; ignored", getattr(callback, "__name__", callback))
-
-
-def host_info() -> dict[str, Any]:
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = None
-    return {
-        "hostname": socket.gethostname(),
-        "user": user,
-        "platform": platform.platform(),
-        "python": sys.version.split()[0],
-        "evalledger": __version__,
-        "cwd": os.getcwd(),
-        "pid": os.getpid(),
-    }
-
-
-def fingerprint(options: Mapping[str, Any], tasks: Sequence[ResolvedTask]) -> Fingerprint:
-    return Fingerprint(
-        options=dict(options), tasks={t.task_key: t.definition_hash for t in tasks}
-    )
 
 
 async def run_batch(
@@ -197,7 +186,7 @@ async def _run(
     if callbacks.on_event is not None:
         on_event = callbacks.on_event
 
-        def on_committed(events: Sequence[AnyEvent | EncodedEvent]) -> None:
+        def on_committed(events: Sequence[AnyEvent | EventRow]) -> None:
             for event in events:
                 on_event(event)
 
@@ -213,6 +202,7 @@ async def _run(
             preservation_mode=config.preservation_mode,
             kill_grace=config.kill_grace,
             on_output=callbacks.on_output,
+            rates=config.rates,
             spent_usd=resume.spent_usd if resume else 0.0,
         )
         status = RunStatus.COMPLETED
@@ -282,12 +272,12 @@ def _opening(
     return RunStarted(
         run_id=config.run_id,
         experiment_id=config.experiment_id,
-        config=dict(config.options),
+        config=config.options,
         fingerprint=print_,
         planned=[t.task_key for t in tasks],
         host=host_info(),
         max_parallel=config.max_parallel,
-        unpriced_models=config.unpriced_models,
+        unpriced_models=list(config.unpriced_models),
     )
 
 

@@ -1,4 +1,6 @@
-"""Success criteria, checked against what the command left in its sandbox (SPEC §3).
+"""Success criteria, checked against what the command left in its sandbox.
+
+The criteria are described in docs/tasks.md.
 
 Every criterion is evaluated, even after one fails: the report shows them all.
 Paths are relative to the sandbox; one that resolves outside it (``..``, an
@@ -108,7 +110,7 @@ async def _run_command(
 
     async def collect(stream: trio.abc.ReceiveStream) -> None:
         while data := await stream.receive_some(65536):
-            chunks.append(data)
+            chunks.append(bytes(data))  # the same object when it is bytes already
             if sum(map(len, chunks)) > 4 * _DETAIL_TAIL:
                 chunks[:] = [b"".join(chunks)[-2 * _DETAIL_TAIL :]]
 

@@ -1,4 +1,6 @@
-"""Turning a child's byte stream into lines, and lines into events (SPEC §5).
+"""Turning a child's byte stream into lines, and lines into events.
+
+The rules are in docs/tasks.md ("What a task emits").
 
 Lines are split on ``\\n`` as bytes arrive. A line longer than ``MAX_LINE`` bytes
 is cut there and marked truncated; the rest of it, up to the next newline, is

@@ -31,16 +31,18 @@ from evalledger import __version__
 from evalledger.ledger import (
     AnyEvent,
     CriterionResult,
-    EncodedEvent,
+    EventRow,
+    EventType,
     TaskCompleted,
     TaskEmitted,
     TaskInterrupted,
     TaskOutput,
     TaskStarted,
     TaskUsage,
-    TokenCounts,
     utc_now,
 )
+from evalledger.options import PreservationMode
+from evalledger.pricing import DEFAULT_RATES, RateCard
 from evalledger.statuses import FinalStatus
 from evalledger.tasks import ResolvedTask
 
@@ -77,9 +79,10 @@ class RunContext:
     writer: LedgerWriter
     artifacts_root: Path
     sandbox_root: Path
-    preservation_mode: _sandbox.PreservationMode = "move-on-write"
+    preservation_mode: PreservationMode = "move-on-write"
     kill_grace: float = DEFAULT_KILL_GRACE
     on_output: Callable[[AnyEvent], None] | None = None
+    rates: RateCard = DEFAULT_RATES
     spent_usd: float = 0.0
     # A snapshot: copying os.environ decodes every variable, once per task otherwise.
     base_env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
@@ -140,7 +143,7 @@ class _Streams:
     async def lines(self, pairs: list[tuple[str, bool]], stream: str) -> None:
         """Record one read's worth of lines (and any usage they report) in one send."""
         key, run_id, ts = self.task.task_key, self.ctx.run_id, utc_now()
-        events: list[AnyEvent | EncodedEvent] = []
+        events: list[AnyEvent | EventRow] = []
         encoded = TaskOutput.encoded
         json_lines = stream == "stdout"
         n = self.n
@@ -169,17 +172,15 @@ class _Streams:
         await self.ctx.writer.append(*events)
         if self.ctx.on_output is not None:
             for event in events:
-                if event.type != "task.usage":
-                    self.ctx.notify_output(event.decode() if isinstance(event, EncodedEvent)
+                if event.type != EventType.TASK_USAGE:
+                    self.ctx.notify_output(event.decode() if isinstance(event, EventRow)
                                            else event)
 
     def _usage_event(self, usage: Usage, ts: str) -> TaskUsage:
         self.ctx.spent_usd += usage.cost_usd or 0.0
         return TaskUsage(
             run_id=self.ctx.run_id, task_key=self.task.task_key, ts=ts, model=usage.model,
-            input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
-            cache_read_tokens=usage.cache_read_tokens,
-            cache_write_tokens=usage.cache_write_tokens, cost_usd=usage.cost_usd,
+            cost_usd=usage.cost_usd, **dict(usage.tokens),
         )
 
     async def usage(self, usage: Usage) -> None:
@@ -214,7 +215,7 @@ async def _pump(stream: trio.abc.ReceiveStream, name: str, state: _Streams,
             if not chunk:
                 break
             state.received += len(chunk)
-            if pairs := splitter.feed(chunk):
+            if pairs := splitter.feed(bytes(chunk)):  # bytes(bytes) is no copy
                 await state.lines(pairs, name)
                 if state.exceeded is not None:
                     stop.cancel()
@@ -306,7 +307,7 @@ def _is_cancellation(error: BaseException) -> bool:
 async def _attempt(
     task: ResolvedTask, ctx: RunContext, attempt: int, started: float
 ) -> TaskCompleted:
-    meter = UsageMeter(task.stream_format, task.model)
+    meter = UsageMeter(task.stream_format, task.model, ctx.rates)
     state = _Streams(task, ctx, meter)
     exit_code: int | None = None
     criteria: list[CriterionResult] = []
@@ -314,7 +315,8 @@ async def _attempt(
     status: FinalStatus
     artifacts = ctx.artifacts_root / task.task_key
     sandbox: Path | None = None
-    # The timeout is wall clock for the whole task (SPEC §3): sandbox, command, criteria.
+    # The timeout is wall clock for the whole task (docs/tasks.md): sandbox, command,
+    # criteria.
     deadline = trio.current_time() + task.timeout
     try:
         prepare = (task.workdir, ctx.preservation_mode, artifacts, ctx.sandbox_root)
@@ -382,7 +384,7 @@ async def _attempt(
         weighted_score=weighted_score(criteria),
         error_message=error,
         environment_info=_environment(exit_code),
-        tokens=TokenCounts(**meter.totals),
+        tokens=meter.totals,
         cost_usd=meter.cost_usd if meter.cost_complete else None,
         cost_complete=meter.cost_complete,
     )

@@ -1,6 +1,6 @@
 """Sandboxes: a fresh folder per attempt, holding a copy of the task's ``workdir``.
 
-Preservation modes (SPEC §8) decide where the sandbox lives and what is kept:
+Preservation modes (docs/cli.md) decide where the sandbox lives and what is kept:
 
 - ``none``: a temporary folder, deleted when the task ends;
 - ``move-on-write`` (default): a temporary folder, moved to
@@ -27,9 +27,8 @@ import shutil
 import stat
 import subprocess
 from pathlib import Path
-from typing import Literal
 
-PreservationMode = Literal["none", "move-on-write", "direct-write"]
+from evalledger.options import PreservationMode
 
 
 class BuildFailed(Exception):

@@ -1,4 +1,6 @@
-"""Token usage and cost from a task's JSON lines, for both stream formats (SPEC §5).
+"""Token usage and cost from a task's JSON lines, in both stream formats.
+
+The formats are described in docs/tasks.md ("What a task emits").
 
 ``native``: every ``{"type": "usage", ...}`` line is a delta, recorded as it comes.
 A missing ``cost_usd`` is priced from the rate card; an unpriced model gives
@@ -18,27 +20,15 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from evalledger.pricing import price
+from evalledger.ledger import NO_TOKENS, TokenCounts
+from evalledger.pricing import DEFAULT_RATES, RateCard
 
 
 @dataclass(frozen=True)
 class Usage:
     model: str | None
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
+    tokens: TokenCounts = NO_TOKENS
     cost_usd: float | None = None
-
-    @property
-    def tokens(self) -> int:
-        return (
-            self.input_tokens + self.output_tokens + self.cache_read_tokens
-            + self.cache_write_tokens
-        )
-
-
-_TOKEN_KINDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 
 
 # Beyond any real usage, and beyond what a float (so SQLite, so a cost) can hold
@@ -55,32 +45,34 @@ def _int(value: Any) -> int:
     return 0
 
 
-def _priced(model: str | None, cost: Any, **tokens: int) -> Usage:
-    # A cost that is not a finite number (1e400 reads as inf) is not a cost: price it.
-    if isinstance(cost, int | float) and not isinstance(cost, bool) and 0 <= cost < math.inf:
-        cost_usd: float | None = float(cost)
-    else:
-        cost_usd = price(model, **tokens)
-    return Usage(model=model, cost_usd=cost_usd, **tokens)
+def _tokens(raw: dict[str, Any], input_: str, output: str, cache_read: str,
+            cache_write: str) -> TokenCounts:
+    # model_construct: _int has already made every count a valid one.
+    return TokenCounts.model_construct(
+        cache_read_tokens=_int(raw.get(cache_read)), cache_write_tokens=_int(raw.get(cache_write)),
+        input_tokens=_int(raw.get(input_)), output_tokens=_int(raw.get(output)),
+    )
 
 
 class UsageMeter:
     """Reads one task's JSON lines; reports usage to record and keeps live totals."""
 
-    def __init__(self, stream_format: str, default_model: str | None) -> None:
+    def __init__(
+        self, stream_format: str, default_model: str | None, rates: RateCard = DEFAULT_RATES
+    ) -> None:
         self.stream_format = stream_format
         self.model = default_model
-        self.tokens = 0
-        self.totals = dict.fromkeys(_TOKEN_KINDS, 0)
+        self.rates = rates
+        self.totals = NO_TOKENS
         self.cost_usd = 0.0  # the priced part; a floor when cost_complete is False
         self.cost_complete = True
-        self._messages: dict[str, Usage] = {}
+        self._messages: dict[str, TokenCounts] = {}
         self._estimate: Usage | None = None  # claude-code, until the result line arrives
 
     @property
     def live_tokens(self) -> int:
         """Tokens so far, counting a claude-code transcript's running estimate."""
-        return self.tokens + (self._estimate.tokens if self._estimate else 0)
+        return self.totals.total + (self._estimate.tokens.total if self._estimate else 0)
 
     @property
     def live_cost_usd(self) -> float:
@@ -93,13 +85,9 @@ class UsageMeter:
         if data.get("type") != "usage":
             return None
         model = data.get("model") if isinstance(data.get("model"), str) else self.model
-        usage = _priced(
-            model, data.get("cost_usd"),
-            input_tokens=_int(data.get("input_tokens")),
-            output_tokens=_int(data.get("output_tokens")),
-            cache_read_tokens=_int(data.get("cache_read_tokens")),
-            cache_write_tokens=_int(data.get("cache_write_tokens")),
-        )
+        tokens = _tokens(data, "input_tokens", "output_tokens", "cache_read_tokens",
+                         "cache_write_tokens")
+        usage = self._priced(model, data.get("cost_usd"), tokens)
         self._account(usage)
         return usage
 
@@ -111,6 +99,14 @@ class UsageMeter:
         self._account(usage)
         return usage
 
+    def _priced(self, model: str | None, cost: Any, tokens: TokenCounts) -> Usage:
+        # A cost that is not a finite number (1e400 reads as inf) is not a cost: price it.
+        if isinstance(cost, int | float) and not isinstance(cost, bool) and 0 <= cost < math.inf:
+            cost_usd: float | None = float(cost)
+        else:
+            cost_usd = self.rates.price(model, tokens)
+        return Usage(model=model, tokens=tokens, cost_usd=cost_usd)
+
     def _claude_code(self, data: dict[str, Any]) -> Usage | None:
         kind = data.get("type")
         if kind == "system" and isinstance(data.get("model"), str):
@@ -121,15 +117,13 @@ class UsageMeter:
                 self.model = message["model"]
             raw = message.get("usage")
             if isinstance(raw, dict):
-                self._messages[str(message.get("id", len(self._messages)))] = _from_anthropic(
-                    self.model, raw
-                )
-                total = _sum(self.model, self._messages.values())
-                self._estimate = _priced(total.model, None, **_token_fields(total))
+                self._messages[str(message.get("id", len(self._messages)))] = _anthropic(raw)
+                total = sum(self._messages.values(), NO_TOKENS)
+                self._estimate = self._priced(self.model, None, total)
         elif kind == "result":
-            raw = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-            totals = _from_anthropic(self.model, raw)
-            usage = _priced(self.model, data.get("total_cost_usd"), **_token_fields(totals))
+            raw = data.get("usage")
+            totals = _anthropic(raw if isinstance(raw, dict) else {})
+            usage = self._priced(self.model, data.get("total_cost_usd"), totals)
             # A command may run the CLI again (plan, then implement): later messages
             # start a new estimate rather than re-counting this session's.
             self._estimate = None
@@ -139,9 +133,7 @@ class UsageMeter:
         return None
 
     def _account(self, usage: Usage) -> None:
-        self.tokens += usage.tokens
-        for kind in _TOKEN_KINDS:
-            self.totals[kind] += getattr(usage, kind)
+        self.totals = self.totals + usage.tokens
         if usage.cost_usd is None:
             self.cost_complete = False
         elif math.isfinite(total := self.cost_usd + usage.cost_usd):
@@ -150,26 +142,6 @@ class UsageMeter:
             self.cost_complete = False
 
 
-def _from_anthropic(model: str | None, raw: dict[str, Any]) -> Usage:
-    return Usage(
-        model=model,
-        input_tokens=_int(raw.get("input_tokens")),
-        output_tokens=_int(raw.get("output_tokens")),
-        cache_read_tokens=_int(raw.get("cache_read_input_tokens")),
-        cache_write_tokens=_int(raw.get("cache_creation_input_tokens")),
-    )
-
-
-def _token_fields(usage: Usage) -> dict[str, int]:
-    return {kind: getattr(usage, kind) for kind in _TOKEN_KINDS}
-
-
-def _sum(model: str | None, parts: Any) -> Usage:
-    parts = list(parts)
-    return Usage(
-        model=model,
-        input_tokens=sum(p.input_tokens for p in parts),
-        output_tokens=sum(p.output_tokens for p in parts),
-        cache_read_tokens=sum(p.cache_read_tokens for p in parts),
-        cache_write_tokens=sum(p.cache_write_tokens for p in parts),
-    )
+def _anthropic(raw: dict[str, Any]) -> TokenCounts:
+    return _tokens(raw, "input_tokens", "output_tokens", "cache_read_input_tokens",
+                   "cache_creation_input_tokens")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import trio
 
-from evalledger.ledger import AnyEvent, EncodedEvent, Ledger, LedgerError
+from evalledger.ledger import AnyEvent, EventRow, Ledger, LedgerError
 
 log = logging.getLogger("evalledger.executor")
 
@@ -32,7 +32,7 @@ CHANNEL_CAPACITY = 256
 MAX_BATCH = 8192
 
 
-_Item = tuple[tuple[AnyEvent | EncodedEvent, ...], "_Ack | None"]
+_Item = tuple[tuple[AnyEvent | EventRow, ...], "_Ack | None"]
 
 
 class _Ack:
@@ -62,7 +62,7 @@ class LedgerWriter:
         self.stats = stats
         self.failure: BaseException | None = None
 
-    async def append(self, *events: AnyEvent | EncodedEvent) -> None:
+    async def append(self, *events: AnyEvent | EventRow) -> None:
         """Queue events, in order; they are written with the next batch.
 
         One call is one trip through the channel: a task hands over everything
@@ -86,7 +86,7 @@ class LedgerWriter:
         return ack.seq
 
 
-OnCommitted = Callable[[Sequence["AnyEvent | EncodedEvent"]], None]
+OnCommitted = Callable[[Sequence["AnyEvent | EventRow"]], None]
 
 
 @asynccontextmanager

@@ -18,10 +18,12 @@ from ._errors import NotALedger as NotALedger
 from ._errors import RunConflict as RunConflict
 from ._events import EVENT_ADAPTER as EVENT_ADAPTER
 from ._events import EVENT_TYPES as EVENT_TYPES
+from ._events import NO_TOKENS as NO_TOKENS
 from ._events import AnyEvent as AnyEvent
 from ._events import CriterionResult as CriterionResult
-from ._events import EncodedEvent as EncodedEvent
 from ._events import Event as Event
+from ._events import EventRow as EventRow
+from ._events import EventType as EventType
 from ._events import Fingerprint as Fingerprint
 from ._events import OpaqueEvent as OpaqueEvent
 from ._events import RunFinished as RunFinished
@@ -40,7 +42,6 @@ from ._events import utc_now as utc_now
 from ._schema import SCHEMA_VERSION as SCHEMA_VERSION
 from ._store import DEFAULT_BUSY_TIMEOUT as DEFAULT_BUSY_TIMEOUT
 from ._store import Ledger as Ledger
-from ._store import StoredRow as StoredRow
 from ._verify import VerifyReport as VerifyReport
 from ._verify import verify as verify
 
@@ -49,12 +50,14 @@ __all__ = [
     "EVENT_ADAPTER",
     "EVENT_TYPES",
     "GENESIS",
+    "NO_TOKENS",
     "SCHEMA_VERSION",
     "AnyEvent",
     "AppendOnlyViolation",
     "CriterionResult",
-    "EncodedEvent",
     "Event",
+    "EventRow",
+    "EventType",
     "Fingerprint",
     "InvalidEvent",
     "Ledger",
@@ -70,7 +73,6 @@ __all__ = [
     "RunFinished",
     "RunResumed",
     "RunStarted",
-    "StoredRow",
     "TaskCompleted",
     "TaskEmitted",
     "TaskInterrupted",

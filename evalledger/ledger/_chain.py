@@ -21,25 +21,25 @@ somewhere else (``evalledger verify`` prints it) if that is your threat.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from hashlib import sha256
 from typing import Any
+
+from ._events import EventRow
 
 GENESIS = "0" * 64
 
 
-def chain_rows(
-    prev: str, first_seq: int, rows: Iterable[Sequence[Any]]
-) -> list[tuple[Any, ...]]:
-    """Number consecutive rows ``(event_id, run_id, task_key, type, ts, payload)`` from
-    ``first_seq`` and hash them onto ``prev``: ``(seq, *row, hash)`` each, ready to insert.
+def chain_rows(prev: str, first_seq: int, rows: Iterable[EventRow]) -> list[tuple[Any, ...]]:
+    """Number consecutive rows from ``first_seq`` and hash them onto ``prev``:
+    ``(seq, event_id, run_id, task_key, type, ts, payload, hash)`` each, ready to insert.
 
     The formula lives only here; this loop is the append hot path, so it is inlined.
     """
     out: list[tuple[Any, ...]] = []
     add = out.append
     seq = first_seq
-    for event_id, run_id, task_key, type_, ts, payload in rows:
+    for event_id, run_id, task_key, type_, ts, payload, _, _ in rows:
         prev = sha256(
             f"{prev}\n{seq}\n{event_id}\n{run_id}\n{task_key or ''}\n{type_}\n{ts}\n{payload}"
             .encode()
@@ -49,8 +49,6 @@ def chain_rows(
     return out
 
 
-def link_hash(
-    prev: str, seq: int, event_id: str, run_id: str, task_key: str | None, type_: str,
-    ts: str, payload: str,
-) -> str:
-    return chain_rows(prev, seq, [(event_id, run_id, task_key, type_, ts, payload)])[0][-1]
+def link_hash(prev: str, row: EventRow) -> str:
+    """The hash ``row`` (stored at ``row.seq``) must carry when ``prev`` is the one before."""
+    return str(chain_rows(prev, row.seq or 0, [row])[0][-1])

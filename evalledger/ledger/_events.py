@@ -21,6 +21,7 @@ import json
 import threading
 import time
 from datetime import UTC, datetime
+from enum import StrEnum
 from random import getrandbits as _random_bits
 from typing import Annotated, Any, Literal, NamedTuple
 
@@ -36,9 +37,25 @@ from pydantic import (
 )
 from pydantic_core import to_json
 
+from evalledger.options import RunOptions
 from evalledger.statuses import Category, FinalStatus, RunStatus
 
 ENVELOPE_FIELDS = frozenset({"seq", "event_id", "run_id", "task_key", "type", "ts"})
+
+
+class EventType(StrEnum):
+    """Every event type this version writes (docs/events.md). A ``str``: compare freely."""
+
+    RUN_STARTED = "run.started"
+    RUN_RESUMED = "run.resumed"
+    RUN_FINISHED = "run.finished"
+    TASK_SKIPPED = "task.skipped"
+    TASK_STARTED = "task.started"
+    TASK_OUTPUT = "task.output"
+    TASK_EVENT = "task.event"
+    TASK_USAGE = "task.usage"
+    TASK_COMPLETED = "task.completed"
+    TASK_INTERRUPTED = "task.interrupted"
 
 _id_lock = threading.Lock()
 # Invariant: _prefix is the text of _last_ms ("tttttttt-tttt-7"), kept with it so
@@ -129,7 +146,7 @@ class _Event(BaseModel):
 
 
 class _TaskEvent(_Event):
-    task_key: _Line  # type: ignore[assignment]  # narrowed: task events always have one
+    task_key: _Line  # narrowed: task events always have one
 
 
 class TokenCounts(BaseModel):
@@ -146,6 +163,20 @@ class TokenCounts(BaseModel):
             self.input_tokens + self.output_tokens + self.cache_read_tokens
             + self.cache_write_tokens
         )
+
+    def __add__(self, other: TokenCounts) -> TokenCounts:
+        if not isinstance(other, TokenCounts):
+            return NotImplemented
+        # model_construct: both sides were validated already; this is on every fold's path.
+        return TokenCounts.model_construct(
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+        )
+
+
+NO_TOKENS = TokenCounts()
 
 
 class CriterionResult(BaseModel):
@@ -167,8 +198,8 @@ class Fingerprint(BaseModel):
 
 
 class RunStarted(_Event):
-    type: Literal["run.started"] = "run.started"
-    config: JsonObject = {}
+    type: Literal[EventType.RUN_STARTED] = EventType.RUN_STARTED
+    config: RunOptions = RunOptions()
     experiment_id: str | None = None
     fingerprint: Fingerprint = Fingerprint()
     host: JsonObject = {}
@@ -178,7 +209,7 @@ class RunStarted(_Event):
 
 
 class RunResumed(_Event):
-    type: Literal["run.resumed"] = "run.resumed"
+    type: Literal[EventType.RUN_RESUMED] = EventType.RUN_RESUMED
     drift: JsonObject = {}
     fingerprint: Fingerprint = Fingerprint()
     host: JsonObject = {}
@@ -187,13 +218,13 @@ class RunResumed(_Event):
 
 
 class TaskSkipped(_Event):
-    type: Literal["task.skipped"] = "task.skipped"
+    type: Literal[EventType.TASK_SKIPPED] = EventType.TASK_SKIPPED
     path: str
     reason: str
 
 
 class TaskStarted(_TaskEvent):
-    type: Literal["task.started"] = "task.started"
+    type: Literal[EventType.TASK_STARTED] = EventType.TASK_STARTED
     attempt: int = 1
     definition: JsonObject = {}
     definition_hash: str = ""
@@ -203,14 +234,15 @@ class TaskStarted(_TaskEvent):
     variant_id: str = "default"
 
 
-class EncodedEvent(NamedTuple):
-    """An event already in its stored form: the row ``append`` would have built.
+class EventRow(NamedTuple):
+    """One event in its stored form: the envelope columns and the canonical payload text,
+    plus ``seq`` and ``hash`` once the ledger has assigned them (``None`` before).
 
     The hot path of a run is one ``task.output`` per line a command prints; there,
     building a pydantic model only to serialise it again cost as much as the
     insert. ``TaskOutput.encoded`` builds the row directly, and a property test
-    holds it byte-equal to ``encode_payload(TaskOutput(...))``. Decoding the row
-    gives the typed event back, like any other row.
+    holds it byte-equal to ``encode_payload(TaskOutput(...))``. ``decode`` gives the
+    typed event back, as for any stored row.
     """
 
     event_id: str
@@ -219,19 +251,21 @@ class EncodedEvent(NamedTuple):
     type: str
     ts: str
     payload: str
+    seq: int | None = None
+    hash: str | None = None
 
     def decode(self) -> AnyEvent:
-        return decode_row(0, *self)
+        return decode_row(self)
 
 
 _new_tuple = tuple.__new__
 
 # The same escaping pydantic-core applies (ensure_ascii off); tested equal.
-_json_string = json.encoder.encode_basestring  # type: ignore[attr-defined]
+_json_string = json.encoder.encode_basestring
 
 
 class TaskOutput(_TaskEvent):
-    type: Literal["task.output"] = "task.output"
+    type: Literal[EventType.TASK_OUTPUT] = EventType.TASK_OUTPUT
     line: str
     n: int
     stream: Literal["stdout", "stderr"] = "stdout"
@@ -240,27 +274,27 @@ class TaskOutput(_TaskEvent):
     @staticmethod
     def encoded(
         run_id: str, task_key: str, ts: str, stream: str, line: str, n: int, truncated: bool
-    ) -> EncodedEvent:
+    ) -> EventRow:
         """This event in stored form, without building the model (the hot path)."""
         payload = (
             f'{{"line":{_json_string(line)},"n":{n},"stream":"{stream}",'
             f'"truncated":{"true" if truncated else "false"}}}'
         )
         # tuple.__new__ skips the NamedTuple's Python-level __new__: half the cost.
-        return _new_tuple(EncodedEvent, (new_event_id(), run_id, task_key, "task.output", ts,
-                                         payload))
+        return _new_tuple(EventRow, (new_event_id(), run_id, task_key, EventType.TASK_OUTPUT,
+                                     ts, payload, None, None))
 
 
 class TaskEmitted(_TaskEvent):
     """A JSON object line the command printed, kept whole (``type: task.event``)."""
 
-    type: Literal["task.event"] = "task.event"
+    type: Literal[EventType.TASK_EVENT] = EventType.TASK_EVENT
     data: JsonObject
     n: int
 
 
 class TaskUsage(_TaskEvent):
-    type: Literal["task.usage"] = "task.usage"
+    type: Literal[EventType.TASK_USAGE] = EventType.TASK_USAGE
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     # None means "not priced": the model had no rate. Never booked as zero.
@@ -269,9 +303,16 @@ class TaskUsage(_TaskEvent):
     model: str | None = None
     output_tokens: int = 0
 
+    @property
+    def tokens(self) -> TokenCounts:
+        return TokenCounts.model_construct(
+            cache_read_tokens=self.cache_read_tokens, cache_write_tokens=self.cache_write_tokens,
+            input_tokens=self.input_tokens, output_tokens=self.output_tokens,
+        )
+
 
 class TaskCompleted(_TaskEvent):
-    type: Literal["task.completed"] = "task.completed"
+    type: Literal[EventType.TASK_COMPLETED] = EventType.TASK_COMPLETED
     attempt: int = 1
     category: Category
     cost_complete: bool = True
@@ -295,12 +336,12 @@ class TaskCompleted(_TaskEvent):
 
 
 class TaskInterrupted(_TaskEvent):
-    type: Literal["task.interrupted"] = "task.interrupted"
+    type: Literal[EventType.TASK_INTERRUPTED] = EventType.TASK_INTERRUPTED
     reason: str = "interrupted"
 
 
 class RunFinished(_Event):
-    type: Literal["run.finished"] = "run.finished"
+    type: Literal[EventType.RUN_FINISHED] = EventType.RUN_FINISHED
     status: RunStatus
 
 
@@ -340,9 +381,9 @@ EVENT_TYPES: dict[str, type[_Event]] = {
 _EXCLUDE_ENVELOPE = dict.fromkeys(ENVELOPE_FIELDS, True)
 
 
-def encode_payload(event: AnyEvent | EncodedEvent) -> str:
+def encode_payload(event: AnyEvent | EventRow) -> str:
     """The canonical payload text: every non-envelope field, keys sorted, no spaces."""
-    if isinstance(event, EncodedEvent):
+    if isinstance(event, EventRow):
         return event.payload
     if isinstance(event, OpaqueEvent):
         return to_json(event.payload).decode()
@@ -352,10 +393,7 @@ def encode_payload(event: AnyEvent | EncodedEvent) -> str:
 _str = json.JSONEncoder(ensure_ascii=False).encode
 
 
-def decode_row(
-    seq: int, event_id: str, run_id: str, task_key: str | None, type_: str, ts: str,
-    payload: str,
-) -> AnyEvent:
+def decode_row(row: EventRow) -> AnyEvent:
     """Turn a stored row back into a typed event.
 
     The envelope columns are spliced in front of the payload object so pydantic
@@ -366,6 +404,8 @@ def decode_row(
         pydantic.ValidationError: the payload does not fit its type's model.
         ValueError: the payload is not JSON text at all.
     """
+    event_id, run_id, task_key, type_, ts, payload, seq, _ = row
+    seq = seq or 0
     if not isinstance(payload, str):
         # Only a hand edit can store a non-text payload (a BLOB, a number).
         raise ValueError(f"payload is stored as {type(payload).__name__}, not JSON text")

@@ -5,7 +5,7 @@ Each migration is one step of ``MIGRATIONS`` and ends by writing its number as
 opening a ledger whose version is above ``SCHEMA_VERSION`` is refused, because
 this program cannot know what a newer one meant by its tables.
 
-Columns beyond SPEC §6: none. Indexes beyond the UNIQUE ``event_id``:
+Columns beyond docs/ledger.md: none. Indexes beyond the UNIQUE ``event_id``:
 
 - ``events_by_run_type (run_id, type, seq)``: "events of run R of types T in seq
   order" is one range scan per type, already sorted; projections read only the
@@ -24,13 +24,13 @@ import uuid
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
-from ._events import utc_now
+from ._events import EventType, utc_now
 
 SCHEMA_VERSION = 4
-STREAM_TYPES = ("task.output", "task.event")
+STREAM_TYPES = (EventType.TASK_OUTPUT, EventType.TASK_EVENT)
 # The partial index's condition, written exactly so a query can repeat it: SQLite
 # uses a partial index only when the query's WHERE contains its WHERE terms.
-LIFECYCLE_WHERE = "type NOT IN ('task.output', 'task.event')"
+LIFECYCLE_WHERE = f"type NOT IN ('{EventType.TASK_OUTPUT}', '{EventType.TASK_EVENT}')"
 APPEND_ONLY_MESSAGE = "events are append-only"
 TRIGGERS = ("events_no_update", "events_no_delete")
 
@@ -77,7 +77,7 @@ def _m0001_events(db: Database) -> None:
     _set_version(db, 1)
 
 
-# The SQL audit interface (SPEC §6). Each view equals what the Python projections
+# The SQL audit interface (docs/ledger.md). Each view equals what the Python projections
 # say (a property test holds them together):
 # - task_attempts: one row per task.started, joined with its task.completed (the
 #   last one, should an attempt have been recorded completed twice, as the fold does);

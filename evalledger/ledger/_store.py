@@ -22,8 +22,9 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import chain
+from operator import attrgetter
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from pydantic import ValidationError
 from sqlite_utils import Database
@@ -41,7 +42,7 @@ from ._errors import (
     NotALedger,
     RunConflict,
 )
-from ._events import AnyEvent, EncodedEvent, decode_row, encode_payload
+from ._events import AnyEvent, EventRow, EventType, decode_row, encode_payload
 from ._schema import LIFECYCLE_WHERE, MIGRATIONS, SCHEMA_VERSION, STREAM_TYPES
 
 DEFAULT_BUSY_TIMEOUT = 30.0
@@ -51,8 +52,11 @@ _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY, _SQLITE_AUTH = 5, 6, 8, 23
 _SQLITE_CORRUPT, _SQLITE_CANTOPEN, _SQLITE_CONSTRAINT, _SQLITE_NOTADB = 11, 14, 19, 26
 _SQLITE_CONSTRAINT_TRIGGER = 1811
 
-_COLUMNS = "seq, event_id, run_id, task_key, type, ts, payload, hash"
-_INSERT = f"INSERT INTO events ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+# In EventRow's order: a fetched row is an EventRow as it comes.
+_COLUMNS = "event_id, run_id, task_key, type, ts, payload, seq, hash"
+# In chain_rows' order.
+_INSERT = ("INSERT INTO events (seq, event_id, run_id, task_key, type, ts, payload, hash) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
 # Big batches go in as multi-row INSERTs of up to this many rows: the sqlite3
 # module releases and retakes the GIL around every statement step, and with the
 # event loop busy reading output each retake is a contended hand-off. One step per
@@ -61,22 +65,6 @@ _INSERT = f"INSERT INTO events ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 _CHUNK = 256
 # SQLite's default SQLITE_MAX_VARIABLE_NUMBER is 32766; stay well under it.
 _LOOKUP_CHUNK = 900
-
-
-class StoredRow(NamedTuple):
-    """One row of ``events`` exactly as stored."""
-
-    seq: int
-    event_id: str
-    run_id: str
-    task_key: str | None
-    type: str
-    ts: str
-    payload: str
-    hash: str
-
-
-_Row = tuple[str, str, str | None, str, str, str]  # event_id .. payload, before seq/hash
 
 
 @contextmanager
@@ -291,7 +279,7 @@ class Ledger:
     # -- append ----------------------------------------------------------------------------
 
     def append(
-        self, events: Iterable[AnyEvent | EncodedEvent], *,
+        self, events: Iterable[AnyEvent | EventRow], *,
         if_run_at: tuple[str, int] | None = None,
     ) -> list[int]:
         """Append a batch of events in one transaction; return their seqs in order.
@@ -313,9 +301,9 @@ class Ledger:
         if self.read_only:
             raise LedgerReadOnly(f"{self.path} was opened read-only; cannot append")
         # Serialise before taking the lock: the lock is held only for the insert.
-        rows: list[_Row] = [
-            e if type(e) is EncodedEvent
-            else (e.event_id, e.run_id, e.task_key, e.type, e.ts, encode_payload(e))
+        rows: list[EventRow] = [
+            e if type(e) is EventRow
+            else EventRow(e.event_id, e.run_id, e.task_key, e.type, e.ts, encode_payload(e))
             for e in events
         ]
         if not rows:
@@ -328,7 +316,8 @@ class Ledger:
     def _check_run_at(self, run_id: str, expected: int) -> None:
         (latest,) = self._conn.execute(
             "SELECT coalesce(max(seq), 0) FROM events WHERE task_key IS NULL "
-            "AND type IN ('run.started', 'run.resumed') AND run_id = ?", [run_id]
+            "AND type IN (?, ?) AND run_id = ?",
+            [EventType.RUN_STARTED, EventType.RUN_RESUMED, run_id],
         ).fetchone()
         if latest != expected:
             raise RunConflict(
@@ -337,7 +326,7 @@ class Ledger:
                 f"run {run_id} was resumed by another process meanwhile (at seq {latest})"
             )
 
-    def _append_rows(self, rows: Sequence[_Row]) -> list[int]:
+    def _append_rows(self, rows: Sequence[EventRow]) -> list[int]:
         conn = self._conn
         last = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
         last_seq, last_hash = last if last is not None else (0, GENESIS)
@@ -354,7 +343,7 @@ class Ledger:
                 conn.execute("RELEASE optimistic")
                 return list(range(last_seq + 1, last_seq + 1 + len(rows)))
         seq_of = self._stored_seqs([row[0] for row in rows])
-        new_rows: list[_Row] = []
+        new_rows: list[EventRow] = []
         for row in rows:
             if row[0] not in seq_of:
                 seq_of[row[0]] = last_seq + 1 + len(new_rows)
@@ -383,7 +372,7 @@ class Ledger:
         task_key: str | None = None,
         types: Iterable[str] | None = None,
         after_seq: int = 0,
-    ) -> Iterator[StoredRow]:
+    ) -> Iterator[EventRow]:
         """Stored rows in ``seq`` order, filtered; streamed, never fetched all at once.
 
         With a run and several types, each type is one index range scan already in
@@ -399,15 +388,16 @@ class Ledger:
                 return
             if len(type_list) > 1:
                 scans = [self._scan(run_id, None, [t], after_seq) for t in type_list]
-                yield from heapq.merge(*scans)
+                yield from heapq.merge(*scans, key=_by_seq)
                 return
         yield from self._scan(run_id, task_key, type_list, after_seq)
 
     def _scan(
         self, run_id: str | None, task_key: str | None, types: list[str] | None, after_seq: int,
         *extra_where: str,
-    ) -> Iterator[StoredRow]:
-        where, params = ["seq > ?", *extra_where], [after_seq]
+    ) -> Iterator[EventRow]:
+        where = ["seq > ?", *extra_where]
+        params: list[Any] = [after_seq]
         if run_id is not None:
             where.append("run_id = ?")
             params.append(run_id)
@@ -423,7 +413,7 @@ class Ledger:
             try:
                 while batch := cursor.fetchmany(1000):
                     for row in batch:
-                        yield StoredRow(*row)
+                        yield _new_row(EventRow, row)
             finally:
                 cursor.close()
 
@@ -442,7 +432,7 @@ class Ledger:
         """
         for row in self.rows(run_id, task_key=task_key, types=types, after_seq=after_seq):
             try:
-                yield decode_row(*row[:7])
+                yield decode_row(row)
             except ValueError as e:  # pydantic's ValidationError included
                 why = _first_error(e) if isinstance(e, ValidationError) else str(e)
                 raise InvalidEvent(
@@ -469,7 +459,7 @@ class Ledger:
 
     def count(self) -> int:
         with self._translate():
-            return self._conn.execute("SELECT count(*) FROM events").fetchone()[0]
+            return int(self._conn.execute("SELECT count(*) FROM events").fetchone()[0])
 
     def run_ids(self) -> list[str]:
         """Every run id, in the order the runs started (through the run-level index)."""
@@ -477,13 +467,18 @@ class Ledger:
             return [
                 r[0]
                 for r in self._conn.execute(
-                    "SELECT run_id FROM events WHERE task_key IS NULL AND type = 'run.started' "
-                    "ORDER BY seq"
+                    "SELECT run_id FROM events WHERE task_key IS NULL AND type = ? ORDER BY seq",
+                    [EventType.RUN_STARTED],
                 )
             ]
 
     def __iter__(self) -> Iterator[AnyEvent]:
         return self.events()
+
+
+_by_seq = attrgetter("seq")
+# tuple.__new__ skips the NamedTuple's Python-level __new__ (every row of a replay).
+_new_row = tuple.__new__
 
 
 def _insert(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
@@ -546,4 +541,4 @@ def _first_error(error: ValidationError) -> str:
     return f"{where}: {first['msg']}" if where else first["msg"]
 
 
-__all__ = ["DEFAULT_BUSY_TIMEOUT", "Ledger", "LedgerError", "StoredRow", "translate_errors"]
+__all__ = ["DEFAULT_BUSY_TIMEOUT", "Ledger", "LedgerError", "translate_errors"]

@@ -8,6 +8,7 @@ capped so a badly damaged file still gives a short report.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -77,7 +78,7 @@ def verify(ledger: Ledger) -> VerifyReport:
     present = {r[0] for r in triggers}
     report.missing_triggers = [t for t in TRIGGERS if t not in present]
 
-    def problem(target: list, item: object) -> None:
+    def problem(target: list[Any], item: Any) -> None:
         report.problems_total += 1
         if len(target) < MAX_LISTED:
             target.append(item)
@@ -95,14 +96,14 @@ def verify(ledger: Ledger) -> VerifyReport:
         report.events += 1
         if row.seq != prev_seq + 1:
             problem(report.gaps, (prev_seq, row.seq))
-        if link_hash(prev_hash, *row[:7]) != row.hash:
+        if link_hash(prev_hash, row) != row.hash:
             problem(report.broken_links, row.seq)
         try:
-            decode_row(*row[:7])
+            decode_row(row)
         except ValidationError as e:
             problem(report.invalid_payloads, (row.seq, _first_error(e)))
         except ValueError as e:  # an opaque event whose payload is not JSON at all
             problem(report.invalid_payloads, (row.seq, str(e)))
-        prev_seq, prev_hash = row.seq, row.hash
+        prev_seq, prev_hash = row.seq or 0, row.hash or ""
     report.last_hash = prev_hash
     return report

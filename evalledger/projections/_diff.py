@@ -1,11 +1,11 @@
-"""Run-to-run diff (SPEC §7): per task key, how its result moved between two runs.
+"""Run-to-run diff (docs/results.md): per task key, how its result moved between two runs.
 
 Both sides are ``RunSummary`` rows, so a diff is a function of two replays.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
 
@@ -47,6 +47,11 @@ def _delta(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else round(b - a, 6)
 
 
+def _field(row: TaskRow | None, name: str) -> float | None:
+    value = None if row is None else getattr(row, name)
+    return None if value is None else float(value)
+
+
 def _change(a: TaskRow | None, b: TaskRow | None) -> Change:
     if a is None:
         return "added"
@@ -72,11 +77,11 @@ def diff_runs(a: RunSummary, b: RunSummary) -> RunDiff:
             change=_change(ra, rb),
             before=_status(ra),
             after=_status(rb),
-            score_delta=_delta(ra and ra.weighted_score, rb and rb.weighted_score),
-            duration_delta=_delta(ra and ra.duration_seconds, rb and rb.duration_seconds),
-            cost_delta=_delta(ra and ra.cost_usd, rb and rb.cost_usd),
+            score_delta=_delta(_field(ra, "weighted_score"), _field(rb, "weighted_score")),
+            duration_delta=_delta(_field(ra, "duration_seconds"), _field(rb, "duration_seconds")),
+            cost_delta=_delta(_field(ra, "cost_usd"), _field(rb, "cost_usd")),
         ))
-    counts = {c: 0 for c in ("regression", "fix", "changed", "unchanged", "added", "removed")}
+    counts = dict.fromkeys(get_args(Change), 0)
     for t in tasks:
         counts[t.change] += 1
     return RunDiff(run_a=a.run_id, run_b=b.run_id, counts=counts, tasks=tasks)

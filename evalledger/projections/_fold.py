@@ -1,27 +1,76 @@
-"""Fold machinery: a projection is a small class with ``apply(event)``.
+"""Fold machinery: a projection is a table of "this event type changes that state".
 
-Each projection declares the event types it reads (``TYPES``), so a rebuild asks
-the ledger for just those, through the ``(run_id, type, seq)`` index: a summary
+A fold subclasses ``Fold`` and marks one small method per event type it reads
+with ``@on(EventClass)``. ``apply`` dispatches on the event's type through that
+table (a dict lookup, the cheapest dispatch Python has: a rebuild applies
+millions of events), and ``TYPES`` is derived from it, so a rebuild asks the
+ledger for just those types through the ``(run_id, type, seq)`` index: a summary
 of a run with a million ``task.output`` lines never reads one of them. Events of
 other types, including types this version does not know, are skipped by
-``apply`` too, so feeding a projection everything is also correct, just slower.
+``apply`` too, so feeding a fold everything is also correct, just slower.
 
-Projections import no SQLite and no trio: they fold events, wherever those come
-from (the ledger, the executor's writer, a test's list).
+Folds import no SQLite and no trio and do no I/O: they fold events, wherever
+those come from (the ledger, the executor's writer, a test's list). What a fold
+needs from the outside world (is a process alive?) is asked by its caller.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Protocol, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar, Protocol, TypeVar
 
-from evalledger.ledger import AnyEvent
+from evalledger.ledger import AnyEvent, EventRow
+
+_Handler = Callable[[Any, Any], None]
+_H = TypeVar("_H", bound=Callable[..., None])
+_MARK = "__folds__"
+
+
+def on(*event_classes: type[Any]) -> Callable[[_H], _H]:
+    """Register the decorated method as the handler of these event classes."""
+    types = tuple(cls.model_fields["type"].default for cls in event_classes)
+
+    def mark(handler: _H) -> _H:
+        setattr(handler, _MARK, types)
+        return handler
+
+    return mark
 
 
 class Projection(Protocol):
-    TYPES: frozenset[str]
+    TYPES: ClassVar[frozenset[str]]
 
-    def apply(self, event: AnyEvent) -> None: ...
+    def apply(self, event: AnyEvent | EventRow) -> None: ...
+
+
+class Fold:
+    """Base of the folds over one run's events.
+
+    Invariant: ``_handlers`` maps every type in ``TYPES`` to exactly one method;
+    a subclass's handler for a type replaces its base's.
+    """
+
+    TYPES: ClassVar[frozenset[str]] = frozenset()
+    _handlers: ClassVar[dict[str, _Handler]] = {}
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        handlers: dict[str, _Handler] = {}
+        for klass in reversed(cls.__mro__):
+            for attr in vars(klass).values():
+                for type_ in getattr(attr, _MARK, ()):
+                    handlers[type_] = attr
+        cls._handlers = handlers
+        cls.TYPES = frozenset(handlers)
+
+    def apply(self, event: AnyEvent | EventRow) -> None:
+        """Fold one event; other runs' events and types this fold does not read are skipped."""
+        handler = self._handlers.get(event.type)
+        if handler is not None and event.run_id == self.run_id:
+            handler(self, event)
 
 
 P = TypeVar("P", bound=Projection)
@@ -29,8 +78,9 @@ P = TypeVar("P", bound=Projection)
 
 def fold(projection: P, events: Iterable[AnyEvent]) -> P:
     """Apply every event in order; return the projection for chaining."""
+    apply = projection.apply
     for event in events:
-        projection.apply(event)
+        apply(event)
     return projection
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 from ._summary import RunSummary
 
@@ -113,12 +112,3 @@ def render_markdown(summary: RunSummary) -> str:
 
 def _shown(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-
-
-def write_reports(summary: RunSummary, folder: Path) -> dict[str, Path]:
-    """Write ``run.json`` and ``run.md`` into ``folder``; return their paths."""
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = {"json": folder / "run.json", "md": folder / "run.md"}
-    paths["json"].write_text(render_json(summary), encoding="utf-8")
-    paths["md"].write_text(render_markdown(summary), encoding="utf-8")
-    return paths

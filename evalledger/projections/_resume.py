@@ -1,26 +1,31 @@
-"""Resume partition and fingerprint drift (SPEC §7).
+"""Resume: the partition of a run's keys, fingerprint drift, and the plan of a resume.
 
-A run's planned keys split in two: those whose latest attempt reached a final
-status (kept) and the rest (to run: never started, interrupted, or cut off by a
-crash). With ``retry_errors``, keys whose latest status is in the ``error``
-category move to "to run" too. Every planned key lands on exactly one side.
+The rules are in docs/results.md ("Resume and drift"). In short: a run's planned
+keys split in two, those whose latest attempt reached a final status (kept) and
+the rest (to run: never started, interrupted, or cut off by a crash); with
+``retry_errors``, keys whose latest status is in the ``error`` category run
+again too. Every planned key lands on exactly one side.
 
 Drift compares the fingerprint stored with the run (the latest ``run.started``
-or ``run.resumed``) with the one computed now from the same configuration:
-run-level options, and per task key the hash of its resolved definition (so an
-edited prompt, command or criterion shows up as that key changing).
+or ``run.resumed``) with the one computed now from the same options: the options
+that are not ``Operational``, and per task key the hash of its resolved
+definition (so an edited prompt, command or criterion shows up as that key
+changing).
+
+``plan_resume`` puts those rules together with the budget and liveness checks.
+It is pure: the tasks resolved now and whether the run's process still lives
+are handed in by the caller.
 """
 
 from __future__ import annotations
 
-import os
-import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from evalledger.ledger import (
-    AnyEvent,
     Fingerprint,
     RunFinished,
     RunResumed,
@@ -29,13 +34,11 @@ from evalledger.ledger import (
     TaskInterrupted,
     TaskStarted,
 )
+from evalledger.options import RunOptions
 from evalledger.statuses import Category
+from evalledger.tasks import ResolvedTask, TaskSet
 
-# Options that change how a run executes, not what it evaluates: never drift.
-# (max_cost_usd is a budget: a resume may raise it without the tasks changing.)
-OPERATIONAL_OPTIONS = frozenset(
-    {"max_parallel", "out", "cwd", "preservation_mode", "max_cost_usd"}
-)
+from ._fold import Fold, on
 
 
 class Partition(BaseModel):
@@ -47,21 +50,17 @@ class Partition(BaseModel):
     attempts: dict[str, int]
 
 
-class ResumeFold:
+class ResumeFold(Fold):
     """Folds one run's lifecycle events into the resume partition."""
 
-    TYPES = frozenset({
-        "run.started", "run.resumed", "run.finished", "task.started", "task.completed",
-        "task.interrupted",
-    })
-
     def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
+        super().__init__(run_id)
         self.found = False
-        self.config: dict[str, Any] = {}
+        self.config = RunOptions()
         self.fingerprint = Fingerprint()
         # The host of the latest run.started / run.resumed, and whether a
-        # run.finished came after it: who may still be running the run.
+        # run.finished came after it: who may still be running the run
+        # (evalledger.hosts.running_pid asks the operating system).
         self.host: dict[str, Any] = {}
         self.finished = False
         # The seq of the latest run.started / run.resumed: a resume appends only if
@@ -73,66 +72,47 @@ class ResumeFold:
         # The latest attempt's final category per key; None while unfinished.
         self._latest: dict[str, Category | None] = {}
 
-    def apply(self, event: AnyEvent) -> None:
-        if event.run_id != self.run_id or event.type not in self.TYPES:
-            return
-        if isinstance(event, RunStarted):
-            self.found = True
-            self.config = event.config
-            self.fingerprint = event.fingerprint
-            self.host, self.finished = event.host, False
-            self.boundary_seq = event.seq or 0
-            self._planned.update(dict.fromkeys(event.planned))
-        elif isinstance(event, RunResumed):
-            self.fingerprint = event.fingerprint
-            self.host, self.finished = event.host, False
-            self.boundary_seq = event.seq or 0
-            self._planned.update(dict.fromkeys(event.to_run))
-        elif isinstance(event, RunFinished):
-            self.finished = True
-        elif isinstance(event, TaskStarted):
-            self._planned.setdefault(event.task_key, None)
-            self._attempts[event.task_key] = max(
-                self._attempts.get(event.task_key, 0), event.attempt
-            )
-            self._latest[event.task_key] = None
-        elif isinstance(event, TaskCompleted):
-            # Only a started attempt counts, as in the summary and the SQL views.
-            started = event.task_key in self._latest
-            if started and event.attempt >= self._attempts.get(event.task_key, 0):
-                self._latest[event.task_key] = event.category
-        elif isinstance(event, TaskInterrupted):
-            self._latest[event.task_key] = None
+    @on(RunStarted)
+    def _run_started(self, event: RunStarted) -> None:
+        self.found = True
+        self.config = event.config
+        self._boundary(event.fingerprint, event.host, event.seq)
+        self._planned.update(dict.fromkeys(event.planned))
 
-    def live_pid(self) -> int | None:
-        """The pid still running this run on this host, if any.
+    @on(RunResumed)
+    def _run_resumed(self, event: RunResumed) -> None:
+        self._boundary(event.fingerprint, event.host, event.seq)
+        self._planned.update(dict.fromkeys(event.to_run))
 
-        A run without a final run.finished was either cut off (a crash: resume it)
-        or is still going (a second process must not run its tasks again). The
-        recorded host and pid tell which.
-        """
-        pid = self.host.get("pid")
-        if self.finished or self.host.get("hostname") != socket.gethostname():
-            return None
-        if not isinstance(pid, int) or pid == os.getpid():
-            return None
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        except PermissionError:  # alive, someone else's
-            return pid
-        return pid
+    def _boundary(self, fingerprint: Fingerprint, host: dict[str, Any], seq: int | None) -> None:
+        self.fingerprint = fingerprint
+        self.host, self.finished = host, False
+        self.boundary_seq = seq or 0
 
-    def ended(self) -> bool:
-        """Whether no process will add to this run any more: it recorded run.finished,
-        or it was recorded on this host by a process that is gone (a crash)."""
-        if self.finished:
-            return True
-        return self.host.get("hostname") == socket.gethostname() and self.live_pid() is None
+    @on(RunFinished)
+    def _run_finished(self, event: RunFinished) -> None:
+        self.finished = True
+
+    @on(TaskStarted)
+    def _task_started(self, event: TaskStarted) -> None:
+        self._planned.setdefault(event.task_key, None)
+        self._attempts[event.task_key] = max(self._attempts.get(event.task_key, 0), event.attempt)
+        self._latest[event.task_key] = None
+
+    @on(TaskCompleted)
+    def _task_completed(self, event: TaskCompleted) -> None:
+        # Only a started attempt counts, as in the summary and the SQL views.
+        started = event.task_key in self._latest
+        if started and event.attempt >= self._attempts.get(event.task_key, 0):
+            self._latest[event.task_key] = event.category
+
+    @on(TaskInterrupted)
+    def _task_interrupted(self, event: TaskInterrupted) -> None:
+        self._latest[event.task_key] = None
 
     def partition(self, *, retry_errors: bool = False) -> Partition:
-        kept, to_run = [], []
+        kept: list[str] = []
+        to_run: list[str] = []
         for key in self._planned:
             category = self._latest.get(key)
             finished = category is not None and not (retry_errors and category == Category.ERROR)
@@ -165,9 +145,17 @@ class Drift(BaseModel):
         return out
 
 
+def fingerprint(options: RunOptions, tasks: Sequence[ResolvedTask]) -> Fingerprint:
+    """What drift is measured against: the run's options, one definition hash per key."""
+    return Fingerprint(
+        options=options.model_dump(mode="json"),
+        tasks={t.task_key: t.definition_hash for t in tasks},
+    )
+
+
 def compute_drift(stored: Fingerprint, now: Fingerprint) -> Drift:
-    """Differences from ``stored`` to ``now``, ignoring ``OPERATIONAL_OPTIONS``."""
-    keys = (set(stored.options) | set(now.options)) - OPERATIONAL_OPTIONS
+    """Differences from ``stored`` to ``now``, ignoring ``Operational`` options."""
+    keys = (set(stored.options) | set(now.options)) - RunOptions.operational()
     options = {
         k: (stored.options.get(k), now.options.get(k))
         for k in sorted(keys)
@@ -180,4 +168,114 @@ def compute_drift(stored: Fingerprint, now: Fingerprint) -> Drift:
         ),
         added=sorted(now.tasks.keys() - stored.tasks.keys()),
         removed=sorted(stored.tasks.keys() - now.tasks.keys()),
+    )
+
+
+class ResumeRefused(Exception):
+    """The run cannot be resumed as asked; the message says why and what to do.
+
+    ``drift`` is what was found before refusing (empty when refused earlier).
+    """
+
+    def __init__(self, message: str, drift: Drift | None = None) -> None:
+        super().__init__(message)
+        self.drift = drift or Drift()
+
+
+@dataclass(frozen=True)
+class ResumePlan:
+    """What a resume will do, decided before anything runs."""
+
+    run_id: str
+    options: RunOptions
+    """The run's options as this resume runs them (parallelism and budget applied)."""
+    tasks: TaskSet
+    """Every task resolved now (``run.resumed`` fingerprints them all)."""
+    drift: Drift
+    partition: Partition
+    to_run: list[str]
+    """Keys that will run: unfinished (or retried) and still defined."""
+    undefined: list[str]
+    """Keys that should run but are no longer defined: they cannot."""
+    spent_usd: float
+    """What the run spent before this resume; a run-level budget covers the whole run."""
+    boundary_seq: int
+
+    @property
+    def skip(self) -> frozenset[str]:
+        """Keys defined now that this resume does not run."""
+        return frozenset(t.task_key for t in self.tasks.tasks) - set(self.to_run)
+
+
+def plan_resume(
+    state: ResumeFold,
+    *,
+    load: Callable[[RunOptions], TaskSet],
+    spent_usd: float,
+    running_pid: int | None = None,
+    retry_errors: bool = False,
+    strict: bool = False,
+    max_parallel: int | None = None,
+    max_cost_usd: float | None = None,
+) -> ResumePlan:
+    """Decide what resuming a run does, by the rules of docs/results.md.
+
+    Args:
+        state: the run's lifecycle events, folded.
+        load: resolves the run's tasks now from its recorded options (reads the
+            task files: the caller's I/O). Called only once the run may resume.
+        spent_usd: what the run spent so far (every usage of every attempt).
+        running_pid: the process still running the run, if any
+            (``evalledger.hosts.running_pid``).
+        retry_errors: also run keys whose latest status is in the error category.
+        strict: refuse when the run drifted.
+        max_parallel: tasks at once (default: as the run had it).
+        max_cost_usd: a new run-level budget (default: the latest one recorded).
+
+    Raises:
+        ResumeRefused: no such run, still running, drifted under ``strict``, or
+            its budget is spent while there is work left.
+    """
+    run_id = state.run_id
+    if not state.found:
+        raise ResumeRefused(f"run {run_id} has no run.started event; it cannot be resumed")
+    if running_pid is not None:
+        raise ResumeRefused(
+            f"run {run_id} is still running (pid {running_pid} on this host); wait for it, or "
+            "stop it first"
+        )
+    recorded = state.config
+    task_set = load(recorded)
+    # The latest budget: one raised by an earlier `resume --max-cost` holds.
+    budget = state.fingerprint.options.get("max_cost_usd", recorded.max_cost_usd)
+    options = recorded.model_copy(update={
+        "max_parallel": max_parallel or recorded.max_parallel,
+        "max_cost_usd": max_cost_usd if max_cost_usd is not None else budget,
+    })
+    drift = compute_drift(state.fingerprint, fingerprint(options, task_set.tasks))
+    if drift.any and strict:
+        raise ResumeRefused(
+            f"run {run_id} drifted since it started ({len(drift.lines())} difference(s)); "
+            "resume without --strict to go on anyway",
+            drift,
+        )
+    partition = state.partition(retry_errors=retry_errors)
+    defined = {t.task_key for t in task_set.tasks}
+    to_run = [k for k in partition.to_run if k in defined]
+    if to_run and options.max_cost_usd is not None and spent_usd > options.max_cost_usd:
+        raise ResumeRefused(
+            f"run {run_id} already spent ${spent_usd:.4f} of its ${options.max_cost_usd:.4f} "
+            "budget; resume with a higher --max-cost",
+            drift,
+        )
+    return ResumePlan(
+        run_id=run_id,
+        options=options,
+        tasks=task_set,
+        drift=drift,
+        partition=partition,
+        to_run=to_run,
+        undefined=[k for k in partition.to_run if k not in defined],
+        spent_usd=spent_usd,
+        boundary_seq=state.boundary_seq,
     )

@@ -1,4 +1,4 @@
-"""The run summary (``run.json``, SPEC §7) as a fold over one run's events.
+"""The run summary (``run.json``, docs/results.md) as a fold over one run's events.
 
 The executor feeds this fold every event it commits, so the live progress
 display and the summary written at the end of a run are this fold's output; a
@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from evalledger.ledger import (
-    AnyEvent,
+    NO_TOKENS,
     RunFinished,
     RunResumed,
     RunStarted,
@@ -38,7 +38,8 @@ from evalledger.ledger import (
 )
 from evalledger.statuses import Category, FinalStatus
 
-_TOKEN_KINDS = tuple(TokenCounts.model_fields)
+from ._fold import Fold, on
+
 # environment_info keys that are per task by nature, not versions to agree on.
 _NOT_VERSIONS = frozenset({"exit_code"})
 
@@ -117,13 +118,12 @@ class _Spend:
     __slots__ = ("complete", "cost", "tokens")
 
     def __init__(self) -> None:
-        self.tokens = dict.fromkeys(_TOKEN_KINDS, 0)
+        self.tokens = NO_TOKENS
         self.cost = 0.0
         self.complete = True
 
     def add(self, usage: TaskUsage) -> None:
-        for kind in self.tokens:
-            self.tokens[kind] += getattr(usage, kind)
+        self.tokens = self.tokens + usage.tokens
         if usage.cost_usd is None:
             self.complete = False
         else:
@@ -146,16 +146,11 @@ class _Key:
         self.spend = _Spend()  # every attempt's, for tasks_cost_incomplete
 
 
-class SummaryFold:
+class SummaryFold(Fold):
     """Folds one run's events into a ``RunSummary``; feed it live or from the ledger."""
 
-    TYPES = frozenset({
-        "run.started", "run.resumed", "run.finished", "task.skipped", "task.started",
-        "task.usage", "task.completed", "task.interrupted",
-    })
-
     def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
+        super().__init__(run_id)
         self.experiment_id: str | None = None
         self.started_at: str | None = None
         self.finished_at: str | None = None
@@ -169,48 +164,60 @@ class SummaryFold:
         self.models: set[str] = set()
         self.running: set[str] = set()
 
-    def apply(self, event: AnyEvent) -> None:
-        if event.type not in self.TYPES or event.run_id != self.run_id:
-            return
-        if isinstance(event, TaskUsage):
-            self.spend.add(event)
-            key = self.keys.get(event.task_key)
-            if key is not None:
-                key.spend.add(event)
-            if event.model:
-                self.models.add(event.model)
-        elif isinstance(event, TaskStarted):
-            key = self.keys.get(event.task_key)
-            if key is None:
-                key = self.keys[event.task_key] = _Key(event)
-            key.attempts = max(key.attempts, event.attempt)
-            self.planned.setdefault(event.task_key, None)
-            self.running.add(event.task_key)
-        elif isinstance(event, TaskCompleted):
-            key = self.keys.get(event.task_key)
-            if key is not None and (not key.completed or event.attempt >= key.completed.attempt):
-                key.completed = event
-            self.running.discard(event.task_key)
-        elif isinstance(event, TaskInterrupted):
-            self.running.discard(event.task_key)
-        elif isinstance(event, RunStarted):
-            self.experiment_id = event.experiment_id
-            self.started_at = event.ts
-            self.max_parallel = event.max_parallel
-            self.planned.update(dict.fromkeys(event.planned))
-        elif isinstance(event, RunResumed):
-            self.max_parallel = event.max_parallel
-            self.status = "running"
-            self.finished_at = None
-            self.planned.update(dict.fromkeys(event.to_run))
-            if event.drift:
-                self.drift.append({"at": event.ts, **event.drift})
-        elif isinstance(event, RunFinished):
-            self.finished_at = event.ts
-            self.status = event.status.value
-            self.running.clear()
-        elif isinstance(event, TaskSkipped):
-            self.skipped.append(SkippedFile(path=event.path, reason=event.reason))
+    @on(TaskUsage)
+    def _task_usage(self, event: TaskUsage) -> None:
+        self.spend.add(event)
+        key = self.keys.get(event.task_key)
+        if key is not None:
+            key.spend.add(event)
+        if event.model:
+            self.models.add(event.model)
+
+    @on(TaskStarted)
+    def _task_started(self, event: TaskStarted) -> None:
+        key = self.keys.get(event.task_key)
+        if key is None:
+            key = self.keys[event.task_key] = _Key(event)
+        key.attempts = max(key.attempts, event.attempt)
+        self.planned.setdefault(event.task_key, None)
+        self.running.add(event.task_key)
+
+    @on(TaskCompleted)
+    def _task_completed(self, event: TaskCompleted) -> None:
+        key = self.keys.get(event.task_key)
+        if key is not None and (not key.completed or event.attempt >= key.completed.attempt):
+            key.completed = event
+        self.running.discard(event.task_key)
+
+    @on(TaskInterrupted)
+    def _task_interrupted(self, event: TaskInterrupted) -> None:
+        self.running.discard(event.task_key)
+
+    @on(RunStarted)
+    def _run_started(self, event: RunStarted) -> None:
+        self.experiment_id = event.experiment_id
+        self.started_at = event.ts
+        self.max_parallel = event.max_parallel
+        self.planned.update(dict.fromkeys(event.planned))
+
+    @on(RunResumed)
+    def _run_resumed(self, event: RunResumed) -> None:
+        self.max_parallel = event.max_parallel
+        self.status = "running"
+        self.finished_at = None
+        self.planned.update(dict.fromkeys(event.to_run))
+        if event.drift:
+            self.drift.append({"at": event.ts, **event.drift})
+
+    @on(RunFinished)
+    def _run_finished(self, event: RunFinished) -> None:
+        self.finished_at = event.ts
+        self.status = event.status.value
+        self.running.clear()
+
+    @on(TaskSkipped)
+    def _task_skipped(self, event: TaskSkipped) -> None:
+        self.skipped.append(SkippedFile(path=event.path, reason=event.reason))
 
     # -- the live view reads these directly ----------------------------------------------------
 
@@ -245,7 +252,7 @@ class SummaryFold:
             tasks_unfinished=len(self.planned) - len(finished),
             skipped_tasks=list(self.skipped),
             pass_rate=round(counts[Category.SUCCEEDED] / len(finished), 6) if finished else 0.0,
-            tokens=TokenCounts(**self.spend.tokens),
+            tokens=self.spend.tokens,
             total_cost_usd=round(self.spend.cost, 10),
             cost_complete=self.spend.complete,
             tasks_cost_incomplete=sum(1 for k in self.keys.values() if not k.spend.complete),
@@ -269,7 +276,7 @@ class SummaryFold:
             category=done.category if done else None,
             weighted_score=done.weighted_score if done else None,
             duration_seconds=done.duration_seconds if done else None,
-            tokens=done.tokens if done else TokenCounts(),
+            tokens=done.tokens if done else NO_TOKENS,
             cost_usd=done.cost_usd if done else None,
             cost_complete=done.cost_complete if done else True,
             error_message=done.error_message if done else None,

@@ -36,6 +36,7 @@ from evalledger.ledger import (
     TaskStarted,
     verify,
 )
+from evalledger.options import RunOptions
 from evalledger.statuses import Category, FinalStatus, RunStatus
 from evalledger.tasks import ResolvedTask, Skipped
 from tests.processes import still_alive
@@ -64,9 +65,15 @@ def py(path: Path, *args: object) -> list[str]:
     return [sys.executable, str(path), *map(str, args)]
 
 
-def config(tmp_path: Path, run_id: str = RUN, **options: Any) -> BatchConfig:
-    options.setdefault("kill_grace", 0.5)
-    return BatchConfig(run_id=run_id, out_dir=tmp_path / "out", **options)
+_BATCH_FIELDS = {"experiment_id", "kill_grace", "rates", "unpriced_models"}
+
+
+def config(tmp_path: Path, run_id: str = RUN, **fields: Any) -> BatchConfig:
+    """A batch config; fields of ``RunOptions`` (max_parallel, ...) go into its options."""
+    fields.setdefault("kill_grace", 0.5)
+    batch = {k: fields.pop(k) for k in list(fields) if k in _BATCH_FIELDS}
+    options = RunOptions(out=str(tmp_path / "out"), **fields)
+    return BatchConfig(run_id=run_id, options=options, **batch)
 
 
 def run(
@@ -193,8 +200,8 @@ def test_run_started_records_plan_fingerprint_host_and_options(
 ) -> None:
     ok = script(tmp_path, "ok", OK)
     tasks = [make_task(n, py(ok)) for n in ("a", "b", "c")]
-    cfg = config(tmp_path, max_parallel=3, experiment_id="exp-1",
-                 options={"paths": ["suite"], "tags": ["smoke"]})
+    cfg = config(tmp_path, max_parallel=3, experiment_id="exp-1", paths=["suite"],
+                 tags=["smoke"])
 
     run(ledger, tasks, cfg)
 
@@ -205,8 +212,9 @@ def test_run_started_records_plan_fingerprint_host_and_options(
     payload = started[0]
     assert payload.planned == [t.task_key for t in tasks]
     assert payload.fingerprint.tasks == {t.task_key: t.definition_hash for t in tasks}
-    assert payload.fingerprint.options == {"paths": ["suite"], "tags": ["smoke"]}
-    assert payload.config == {"paths": ["suite"], "tags": ["smoke"]}
+    assert payload.fingerprint.options == cfg.options.model_dump(mode="json")
+    assert payload.config == cfg.options
+    assert (payload.config.paths, payload.config.tags) == (["suite"], ["smoke"])
     assert payload.max_parallel == 3
     assert payload.experiment_id == "exp-1"
     assert payload.host["pid"] == os.getpid()
@@ -435,7 +443,7 @@ def test_resume_records_run_resumed_and_runs_only_the_rest(
     batch_sizes: list[int] = []
 
     result = run(
-        ledger, tasks, config(tmp_path, max_parallel=2, options={"again": True}),
+        ledger, tasks, config(tmp_path, max_parallel=2, timeout=99.0),
         Callbacks(on_batch_start=batch_sizes.append),
         resume=Resume(skip=frozenset({a, c}), attempts={b: 1}, drift={"changed": []}),
     )
@@ -450,7 +458,7 @@ def test_resume_records_run_resumed_and_runs_only_the_rest(
     assert resumed.max_parallel == 2
     assert resumed.drift == {"changed": []}
     assert resumed.fingerprint.tasks == {t.task_key: t.definition_hash for t in tasks}
-    assert resumed.fingerprint.options == {"again": True}
+    assert resumed.fingerprint.options["timeout"] == 99.0
     [started] = of_type(later, TaskStarted)
     [completed] = of_type(later, TaskCompleted)
     assert (started.task_key, started.attempt) == (b, 2)

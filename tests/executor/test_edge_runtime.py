@@ -22,6 +22,7 @@ import trio
 
 from evalledger.executor import BatchConfig, run_batch
 from evalledger.ledger import Ledger, TaskEmitted
+from evalledger.options import RunOptions
 from evalledger.statuses import FinalStatus, RunStatus
 from evalledger.tasks import ResolvedTask
 from tests.processes import wait_gone
@@ -432,7 +433,8 @@ def test_the_same_task_key_twice_in_one_batch(ledger: Ledger, tmp_path: Path) ->
     interrupted. Either refuse duplicates up front (ValueError, nothing recorded) or
     run each."""
     task = make_task("dup", [PY, "-c", "import time; time.sleep(0.2)"])
-    config = BatchConfig(run_id=RUN_ID, out_dir=tmp_path / "out", kill_grace=0.5)
+    config = BatchConfig(run_id=RUN_ID, options=RunOptions(out=str(tmp_path / "out")),
+                         kill_grace=0.5)
     try:
         result = trio.run(run_batch, ledger, [task, task, task], config)
     except ValueError:

@@ -33,9 +33,11 @@ from evalledger.ledger import (
     TaskEmitted,
     TaskOutput,
     TaskUsage,
+    TokenCounts,
     verify,
 )
-from evalledger.pricing import price
+from evalledger.options import RunOptions
+from evalledger.pricing import DEFAULT_RATES
 from evalledger.statuses import Category, FinalStatus, RunStatus
 from evalledger.tasks import ResolvedTask
 from tests.processes import wait_gone
@@ -79,16 +81,16 @@ def run(
     mode: str = "move-on-write",
     max_parallel: int = 4,
 ) -> BatchResult:
-    config = BatchConfig(
-        run_id=RUN_ID,
-        out_dir=tmp_path / "out",
-        max_parallel=max_parallel,
-        preservation_mode=mode,  # type: ignore[arg-type]
-        kill_grace=0.5,
-    )
+    options = RunOptions(out=str(tmp_path / "out"), max_parallel=max_parallel,
+                         preservation_mode=mode)  # type: ignore[arg-type]
+    config = BatchConfig(run_id=RUN_ID, options=options, kill_grace=0.5)
     result = trio.run(run_batch, ledger, list(tasks), config)
     assert verify(ledger).ok
     return result
+
+
+def price(model: str, **tokens: int) -> float | None:
+    return DEFAULT_RATES.price(model, TokenCounts(**tokens))
 
 
 def completed(result: BatchResult, ledger: Ledger, task: ResolvedTask) -> TaskCompleted:
@@ -1217,8 +1219,8 @@ def test_direct_write_sandbox_variable_with_relative_out_dir(
     print(os.path.isdir(os.environ["EVALLEDGER_SANDBOX"]))
     """
     task = make_task("reldir", script(tmp_path, "reldir", body), timeout=5)
-    config = BatchConfig(run_id=RUN_ID, out_dir=Path("out"), preservation_mode="direct-write",
-                         kill_grace=0.5)
+    config = BatchConfig(run_id=RUN_ID, kill_grace=0.5,
+                         options=RunOptions(out="out", preservation_mode="direct-write"))
     result = trio.run(run_batch, ledger, [task], config)
     assert completed(result, ledger, task).final_status == FinalStatus.SUCCESS
     assert lines(ledger, task) == ["True"]

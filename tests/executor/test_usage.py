@@ -1,40 +1,41 @@
-"""``UsageMeter`` (both stream formats) and the rate card in ``evalledger.pricing``.
+"""``UsageMeter`` (both stream formats) and the ``RateCard`` in ``evalledger.pricing``.
 
-``register_pricing`` changes module state, so every test here runs with the rate card
-saved and restored around it.
+A rate card is immutable: adding rates gives a new card, so no test here can leak
+prices into another.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from evalledger import pricing
 from evalledger.executor._usage import Usage, UsageMeter
+from evalledger.ledger import TokenCounts
 from evalledger.pricing import (
     BUILTIN_RATES,
+    DEFAULT_RATES,
     PricingConflict,
     Rate,
-    load_pricing_file,
+    RateCard,
     normalize_model,
-    price,
-    rate_for,
-    register_pricing,
 )
 
-
-@pytest.fixture(autouse=True)
-def _restore_rates() -> Iterator[None]:
-    saved = dict(pricing._rates)
-    yield
-    pricing._rates.clear()
-    pricing._rates.update(saved)
-
-
 SONNET = "claude-sonnet-4-5"
+rate_for = DEFAULT_RATES.rate_for
+
+
+def price(model: str | None, card: RateCard = DEFAULT_RATES, **tokens: int) -> float | None:
+    return card.price(model, TokenCounts(**tokens))
+
+
+def used(model: str | None, cost_usd: float | None = None, **tokens: int) -> Usage:
+    return Usage(model=model, tokens=TokenCounts(**tokens), cost_usd=cost_usd)
+
+
+def totals(meter: UsageMeter) -> dict[str, int]:
+    return meter.totals.model_dump()
 
 
 def usage(**fields: Any) -> dict[str, Any]:
@@ -49,12 +50,12 @@ def test_native_lines_are_deltas() -> None:
     first = meter.observe(usage(model=SONNET, input_tokens=1000, output_tokens=200,
                                 cache_read_tokens=3000, cache_write_tokens=400, cost_usd=0.05))
     second = meter.observe(usage(model=SONNET, input_tokens=10, output_tokens=1, cost_usd=0.01))
-    assert first == Usage(model=SONNET, input_tokens=1000, output_tokens=200,
+    assert first == used(SONNET, input_tokens=1000, output_tokens=200,
                           cache_read_tokens=3000, cache_write_tokens=400, cost_usd=0.05)
-    assert second == Usage(model=SONNET, input_tokens=10, output_tokens=1, cost_usd=0.01)
-    assert meter.totals == {"input_tokens": 1010, "output_tokens": 201,
+    assert second == used(SONNET, input_tokens=10, output_tokens=1, cost_usd=0.01)
+    assert totals(meter) == {"input_tokens": 1010, "output_tokens": 201,
                             "cache_read_tokens": 3000, "cache_write_tokens": 400}
-    assert meter.tokens == meter.live_tokens == 4611
+    assert meter.totals.total == meter.live_tokens == 4611
     assert meter.cost_usd == pytest.approx(0.06)
     assert meter.live_cost_usd == pytest.approx(0.06)
     assert meter.cost_complete
@@ -66,15 +67,14 @@ def test_native_ignores_other_lines() -> None:
     for data in ({"type": "step", "input_tokens": 5}, {"input_tokens": 5}, {"type": "result",
                  "total_cost_usd": 1.0, "usage": {"input_tokens": 5}}):
         assert meter.observe(data) is None
-    assert meter.tokens == 0 and meter.cost_usd == 0.0 and meter.cost_complete
+    assert meter.totals.total == 0 and meter.cost_usd == 0.0 and meter.cost_complete
 
 
 def test_native_missing_fields_count_zero() -> None:
     meter = UsageMeter("native", None)
     got = meter.observe(usage(model=SONNET, output_tokens=7))
     assert got is not None
-    assert (got.input_tokens, got.output_tokens, got.cache_read_tokens,
-            got.cache_write_tokens) == (0, 7, 0, 0)
+    assert got.tokens == TokenCounts(output_tokens=7)
     assert got.cost_usd == pytest.approx(7 * 15 / 1e6)
 
 
@@ -82,7 +82,7 @@ def test_native_missing_fields_count_zero() -> None:
 def test_native_garbage_token_counts_are_zero(bad: Any) -> None:
     meter = UsageMeter("native", SONNET)
     got = meter.observe(usage(input_tokens=bad, output_tokens=2))
-    assert got is not None and got.input_tokens == 0 and got.output_tokens == 2
+    assert got is not None and got.tokens == TokenCounts(output_tokens=2)
 
 
 def test_native_missing_cost_is_priced_from_the_rate_card() -> None:
@@ -133,7 +133,7 @@ def test_native_unknown_model_is_unpriced_never_zero() -> None:
     assert no_model is not None and no_model.cost_usd is None and no_model.model is None
     assert meter.cost_complete is False
     assert meter.cost_usd == pytest.approx(3.0)  # the priced part: a floor
-    assert meter.totals["input_tokens"] == 1_000_501
+    assert meter.totals.input_tokens == 1_000_501
 
 
 def test_native_no_tokens_of_an_unknown_model_costs_nothing() -> None:
@@ -143,9 +143,9 @@ def test_native_no_tokens_of_an_unknown_model_costs_nothing() -> None:
     assert meter.cost_complete
 
 
-def test_native_registered_model_is_priced() -> None:
-    register_pricing("acme/house-model-v2", Rate(input=1, output=2))
-    meter = UsageMeter("native", None)
+def test_native_model_added_to_the_card_is_priced() -> None:
+    card = DEFAULT_RATES.with_rate("acme/house-model-v2", Rate(input=1, output=2))
+    meter = UsageMeter("native", None, card)
     got = meter.observe(usage(model="acme/house-model-v2", input_tokens=1_000_000,
                               output_tokens=500_000))
     assert got is not None and got.cost_usd == pytest.approx(2.0)
@@ -185,7 +185,7 @@ def test_claude_code_assistant_messages_are_an_estimate_not_recorded() -> None:
     assert meter.observe(assistant("m1", input_tokens=10, output_tokens=5,
                                    cache_read_input_tokens=100,
                                    cache_creation_input_tokens=20)) is None
-    assert meter.tokens == 0 and meter.totals["input_tokens"] == 0  # nothing accounted yet
+    assert meter.totals.total == 0 and meter.totals.input_tokens == 0  # nothing accounted yet
     assert meter.live_tokens == 135
     assert meter.live_cost_usd == pytest.approx(
         price(MODEL, input_tokens=10, output_tokens=5, cache_read_tokens=100,
@@ -201,9 +201,9 @@ def test_claude_code_repeated_message_id_counts_its_last_report() -> None:
     meter.observe(assistant("m2", input_tokens=3, output_tokens=7))
     assert meter.live_tokens == 10 + 50 + 3 + 7
     estimate = meter.finish()
-    assert estimate == Usage(model=MODEL, input_tokens=13, output_tokens=57,
+    assert estimate == used(MODEL, input_tokens=13, output_tokens=57,
                              cost_usd=price(MODEL, input_tokens=13, output_tokens=57))
-    assert meter.totals == {"input_tokens": 13, "output_tokens": 57, "cache_read_tokens": 0,
+    assert totals(meter) == {"input_tokens": 13, "output_tokens": 57, "cache_read_tokens": 0,
                             "cache_write_tokens": 0}
     assert meter.cost_complete
     assert meter.finish() is None  # recorded once
@@ -222,12 +222,12 @@ def test_claude_code_result_gives_the_totals() -> None:
     meter.observe(assistant("m1", input_tokens=999, output_tokens=999))
     got = meter.observe(result(0.0123, input_tokens=10, output_tokens=160,
                                cache_read_input_tokens=29000, cache_creation_input_tokens=5300))
-    assert got == Usage(model=MODEL, input_tokens=10, output_tokens=160,
+    assert got == used(MODEL, input_tokens=10, output_tokens=160,
                         cache_read_tokens=29000, cache_write_tokens=5300, cost_usd=0.0123)
-    assert meter.totals == {"input_tokens": 10, "output_tokens": 160,
+    assert totals(meter) == {"input_tokens": 10, "output_tokens": 160,
                             "cache_read_tokens": 29000, "cache_write_tokens": 5300}
     assert meter.cost_usd == 0.0123 and meter.cost_complete
-    assert meter.live_tokens == meter.tokens == 34_470  # the estimate is gone
+    assert meter.live_tokens == meter.totals.total == 34_470  # the estimate is gone
     assert meter.finish() is None
 
 
@@ -239,7 +239,7 @@ def test_claude_code_second_session_is_not_double_counted() -> None:
     meter.observe(init())
     meter.observe(assistant("s2-m1", input_tokens=1000))  # then cut off: no result line
     meter.finish()
-    assert meter.totals["input_tokens"] == 100 + 1000
+    assert meter.totals.input_tokens == 100 + 1000
 
 
 def test_claude_code_result_without_cost_is_priced() -> None:
@@ -264,7 +264,7 @@ def test_claude_code_estimate_for_an_unknown_model_is_unpriced() -> None:
     estimate = meter.finish()
     assert estimate is not None and estimate.model is None and estimate.cost_usd is None
     assert meter.cost_complete is False
-    assert meter.totals["input_tokens"] == 100
+    assert meter.totals.input_tokens == 100
 
 
 def test_claude_code_message_model_overrides_the_init_model() -> None:
@@ -289,7 +289,7 @@ def test_claude_code_ignores_native_lines_and_malformed_messages() -> None:
 def test_claude_code_result_with_garbage_usage() -> None:
     meter = UsageMeter("claude-code", MODEL)
     got = meter.observe({"type": "result", "total_cost_usd": 0.2, "usage": "n/a"})
-    assert got == Usage(model=MODEL, cost_usd=0.2)
+    assert got == used(MODEL, cost_usd=0.2)
 
 
 # -- pricing -------------------------------------------------------------------------------
@@ -336,40 +336,45 @@ def test_price() -> None:
     assert price("unknown") == 0.0 and price(None) == 0.0  # nothing used costs nothing
 
 
-def test_register_pricing_then_price() -> None:
+def test_with_rate_then_price() -> None:
     rate = Rate(input=1, output=4, cache_read=0.1)
-    register_pricing("acme/widget-20250101", rate)
-    assert rate_for("widget") == rate
-    assert price("widget", input_tokens=1_000_000, cache_read_tokens=1_000_000) == pytest.approx(
-        1.1
-    )
+    card = DEFAULT_RATES.with_rate("acme/widget-20250101", rate)
+    assert card.rate_for("widget") == rate
+    assert price("widget", card, input_tokens=1_000_000,
+                 cache_read_tokens=1_000_000) == pytest.approx(1.1)
 
 
-def test_register_identical_rate_twice_is_fine() -> None:
-    register_pricing("widget", Rate(input=1, output=2))
-    register_pricing("provider/widget", Rate(input=1.0, output=2.0))
-    register_pricing(SONNET, BUILTIN_RATES[SONNET])  # same as the built-in
-    assert rate_for("widget") == Rate(input=1, output=2)
+def test_the_same_rate_twice_is_fine() -> None:
+    card = (DEFAULT_RATES.with_rate("widget", Rate(input=1, output=2))
+            .with_rate("provider/widget", Rate(input=1.0, output=2.0))
+            .with_rate(SONNET, BUILTIN_RATES[SONNET]))  # same as the built-in
+    assert card.rate_for("widget") == Rate(input=1, output=2)
 
 
-def test_register_a_different_rate_conflicts() -> None:
-    register_pricing("widget", Rate(input=1, output=2))
+def test_a_different_rate_conflicts() -> None:
+    card = DEFAULT_RATES.with_rate("widget", Rate(input=1, output=2))
     with pytest.raises(PricingConflict, match="widget"):
-        register_pricing("widget", Rate(input=1, output=3))
+        card.with_rate("widget", Rate(input=1, output=3))
     with pytest.raises(PricingConflict, match="claude-sonnet-4-5"):
-        register_pricing("anthropic/claude-sonnet-4-5", Rate(input=30, output=150))
+        card.with_rate("anthropic/claude-sonnet-4-5", Rate(input=30, output=150))
     assert issubclass(PricingConflict, ValueError)
-    assert rate_for("widget") == Rate(input=1, output=2)  # the first one stays
-    assert rate_for(SONNET) == BUILTIN_RATES[SONNET]
+    assert card.rate_for("widget") == Rate(input=1, output=2)  # the first one stays
+    assert card.rate_for(SONNET) == BUILTIN_RATES[SONNET]
 
 
-def test_rates_are_restored_between_tests() -> None:
-    # the autouse fixture undid the registrations of the tests above
-    assert rate_for("widget") is None
-    assert pricing._rates == BUILTIN_RATES
+def test_adding_rates_leaves_the_card_it_came_from_alone() -> None:
+    card = DEFAULT_RATES.with_rate("widget", Rate(input=1, output=2))
+    assert card != DEFAULT_RATES
+    assert DEFAULT_RATES.rate_for("widget") is None
+    assert DEFAULT_RATES == RateCard(BUILTIN_RATES) == RateCard()
 
 
-def test_load_pricing_file(tmp_path: Path) -> None:
+def test_unpriced_names_each_model_without_a_rate_once() -> None:
+    assert DEFAULT_RATES.unpriced(["mystery", SONNET, None, "", "mystery", "alpha"]) == [
+        "alpha", "mystery"]
+
+
+def test_with_file(tmp_path: Path) -> None:
     path = tmp_path / "prices.yaml"
     path.write_text(
         "house-model:\n  input: 0.5\n  output: 1.5\n"
@@ -377,21 +382,21 @@ def test_load_pricing_file(tmp_path: Path) -> None:
         " cache_write: 2.5}\n"
         "claude-sonnet-4-5: {input: 3, output: 15, cache_write: 3.75, cache_read: 0.30}\n"
     )
-    load_pricing_file(path)
-    assert rate_for("house-model") == Rate(input=0.5, output=1.5)
+    card = DEFAULT_RATES.with_file(path)
+    assert card.rate_for("house-model") == Rate(input=0.5, output=1.5)
     # the region prefix and version suffix go, an unknown vendor prefix stays
     assert normalize_model("bedrock/us.acme.other-model-v1:0") == "acme.other-model"
-    assert rate_for("bedrock/us.acme.other-model-v1:0") == Rate(
+    assert card.rate_for("bedrock/us.acme.other-model-v1:0") == Rate(
         input=2, output=8, cache_read=0.2, cache_write=2.5
     )
-    assert price("house-model", input_tokens=2_000_000) == pytest.approx(1.0)
+    assert price("house-model", card, input_tokens=2_000_000) == pytest.approx(1.0)
 
 
-def test_load_pricing_file_conflict(tmp_path: Path) -> None:
+def test_with_file_conflict(tmp_path: Path) -> None:
     path = tmp_path / "prices.yaml"
     path.write_text("claude-sonnet-4-5: {input: 1, output: 1}\n")
     with pytest.raises(PricingConflict, match="claude-sonnet-4-5"):
-        load_pricing_file(path)
+        DEFAULT_RATES.with_file(path)
     assert rate_for(SONNET) == BUILTIN_RATES[SONNET]
 
 
@@ -405,23 +410,22 @@ def test_load_pricing_file_conflict(tmp_path: Path) -> None:
         ("house: [unclosed\n", "prices.yaml"),
     ],
 )
-def test_load_pricing_file_errors(tmp_path: Path, text: str, match: str) -> None:
+def test_with_file_errors(tmp_path: Path, text: str, match: str) -> None:
     path = tmp_path / "prices.yaml"
     path.write_text(text)
     with pytest.raises(ValueError, match=match) as info:
-        load_pricing_file(path)
+        DEFAULT_RATES.with_file(path)
     assert not isinstance(info.value, PricingConflict)
     assert "prices.yaml" in str(info.value)
     assert rate_for("house") is None
 
 
-def test_load_pricing_file_missing_or_empty(tmp_path: Path) -> None:
+def test_with_file_missing_or_empty(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="pricing file"):
-        load_pricing_file(tmp_path / "nope.yaml")
+        DEFAULT_RATES.with_file(tmp_path / "nope.yaml")
     empty = tmp_path / "empty.yaml"
     empty.write_text("")
-    load_pricing_file(empty)
-    assert pricing._rates == BUILTIN_RATES
+    assert DEFAULT_RATES.with_file(empty) == DEFAULT_RATES
 
 
 def test_claude_code_each_result_line_counts() -> None:
@@ -434,7 +438,7 @@ def test_claude_code_each_result_line_counts() -> None:
     assert (first.cost_usd, second.cost_usd) == (0.5, 0.7)
     assert meter.finish() is None
     assert meter.cost_usd == pytest.approx(1.2) and meter.cost_complete
-    assert meter.totals["input_tokens"] == 30
+    assert meter.totals.input_tokens == 30
 
 
 @pytest.mark.parametrize(

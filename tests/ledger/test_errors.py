@@ -21,6 +21,7 @@ import pytest
 from evalledger.ledger import (
     SCHEMA_VERSION,
     AppendOnlyViolation,
+    EventRow,
     Ledger,
     LedgerError,
     LedgerIOError,
@@ -31,7 +32,6 @@ from evalledger.ledger import (
     NotALedger,
     RunFinished,
     RunStarted,
-    StoredRow,
     TaskOutput,
     verify,
 )
@@ -404,7 +404,7 @@ def test_refused_edit_inside_a_batch_rolls_back_nothing_else(ledger: Ledger) -> 
     assert ledger.append(_events("run-2")) == [4, 5, 6]
     rows = list(ledger.rows())
     assert [r.seq for r in rows] == [1, 2, 3, 4, 5, 6]
-    assert all(isinstance(r, StoredRow) for r in rows)
+    assert all(isinstance(r, EventRow) and r.seq and r.hash for r in rows)
     assert verify(ledger).ok
 
 

@@ -32,6 +32,7 @@ from hypothesis.stateful import (
 from evalledger.ledger import (
     EVENT_TYPES,
     CriterionResult,
+    EventRow,
     Fingerprint,
     Ledger,
     LedgerReadOnly,
@@ -51,6 +52,7 @@ from evalledger.ledger import (
     verify,
 )
 from evalledger.ledger._events import decode_row, encode_payload
+from evalledger.options import RunOptions
 from evalledger.statuses import Category, FinalStatus, RunStatus
 
 RUN_IDS = ("run-a", "run-b", "run-c")
@@ -400,7 +402,8 @@ def test_emitted_payload_is_canonical(
     assert payload == canonical(payload)
     assert json.loads(payload) == {"data": data, "n": n}
     # The stored text is a fixed point: decoding and encoding again gives it back.
-    decoded = decode_row(1, event.event_id, run_id, task_key, event.type, event.ts, payload)
+    decoded = decode_row(EventRow(event.event_id, run_id, task_key, event.type, event.ts, payload,
+                                  seq=1))
     assert encode_payload(decoded) == payload
 
 
@@ -426,7 +429,7 @@ NESTED = _unsorted(
 REPRESENTATIVE: dict[str, Any] = {
     "run.started": RunStarted(
         run_id="r",
-        config={"z": 1, "a": {"y": 2, "b": [1, {"d": 0, "c": 0}]}},
+        config=RunOptions(paths=["b", "a"], tags=["z", "a"], timeout=1.5, cwd="/ü"),
         experiment_id="exp-ü",
         fingerprint=Fingerprint(options={"zz": 1, "aa": 2}, tasks={"t2": "h2", "t1": "h1"}),
         host=NESTED,

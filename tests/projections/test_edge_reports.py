@@ -14,7 +14,6 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,6 @@ from click.testing import CliRunner
 from markdown_it import MarkdownIt
 from pydantic import ValidationError
 
-from evalledger import pricing
 from evalledger.cli import cli
 from evalledger.executor._usage import UsageMeter
 from evalledger.ledger import (
@@ -36,7 +34,7 @@ from evalledger.ledger import (
     TaskSkipped,
     TaskUsage,
 )
-from evalledger.pricing import Rate, load_pricing_file
+from evalledger.pricing import DEFAULT_RATES, Rate
 from evalledger.projections import (
     ResumeFold,
     RunSummary,
@@ -52,14 +50,6 @@ from .builders import RUN, completed, rebuilt, started, summarize
 K0, K1 = "default/t0/00", "default/t1/00"
 
 MD = MarkdownIt("commonmark").enable("table")
-
-
-@pytest.fixture(autouse=True)
-def _restore_rates() -> Iterator[None]:
-    saved = dict(pricing._rates)
-    yield
-    pricing._rates.clear()
-    pricing._rates.update(saved)
 
 
 def store(path: Path, events: list[AnyEvent]) -> Path:
@@ -256,8 +246,7 @@ def test_a_pricing_file_with_an_infinite_price_is_refused(tmp_path: Path, text: 
     path = tmp_path / "prices.yaml"
     path.write_text(f"house: {{input: {text}, output: 1}}\n")
     with pytest.raises(ValueError, match="house"):
-        load_pricing_file(path)
-    assert pricing.rate_for("house") is None
+        DEFAULT_RATES.with_file(path)
     with pytest.raises(ValidationError):
         Rate(input=math.inf, output=1)
 
@@ -267,7 +256,7 @@ def test_a_pricing_file_with_yes_as_a_price_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "prices.yaml"
     path.write_text("house: {input: yes, output: 1}\n")
     with pytest.raises(ValueError, match="house"):
-        load_pricing_file(path)
+        DEFAULT_RATES.with_file(path)
 
 
 def test_an_infinite_cost_on_a_usage_line_is_not_booked() -> None:

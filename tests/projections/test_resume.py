@@ -1,4 +1,4 @@
-"""Resume partition and fingerprint drift (SPEC §7), on hand-written runs.
+"""Resume partition, fingerprint drift and the resume plan, on hand-written runs.
 
 The partition: every planned key lands on exactly one side; kept means the
 latest attempt reached a final status; interrupted, crashed (started, then
@@ -9,8 +9,6 @@ definition hashes, changed / added / removed.
 
 from __future__ import annotations
 
-import os
-import socket
 from typing import Any
 
 import pytest
@@ -26,15 +24,19 @@ from evalledger.ledger import (
     TaskOutput,
     TaskUsage,
 )
+from evalledger.options import RunOptions
 from evalledger.projections import (
-    OPERATIONAL_OPTIONS,
     Drift,
     ResumeFold,
+    ResumeRefused,
     SummaryFold,
     compute_drift,
+    fingerprint,
     fold,
+    plan_resume,
 )
 from evalledger.statuses import FinalStatus, RunStatus
+from evalledger.tasks import ResolvedTask, TaskSet
 
 from .builders import RUN, completed, interrupted, key, started
 
@@ -67,8 +69,12 @@ def test_option_change_is_reported_with_its_before_and_now_values() -> None:
     assert compute_drift(now, stored).options == {"model": ("m2", None), "timeout": (120, 60)}
 
 
+OPERATIONAL_OPTIONS = RunOptions.operational()
+
+
 def test_how_a_run_executes_is_operational() -> None:
-    assert {"max_parallel", "out", "cwd", "preservation_mode"} <= OPERATIONAL_OPTIONS
+    expected = {"max_parallel", "out", "cwd", "preservation_mode", "max_cost_usd"}
+    assert expected == OPERATIONAL_OPTIONS
 
 
 @pytest.mark.parametrize("option", sorted(OPERATIONAL_OPTIONS))
@@ -122,13 +128,14 @@ def test_drift_is_measured_from_the_latest_resume_fingerprint(ledger: Ledger) ->
     first = Fingerprint(options={"timeout": 60}, tasks={key(0): "a"})
     second = Fingerprint(options={"timeout": 90}, tasks={key(0): "b"})
     state = replay(ledger, [
-        RunStarted(run_id=RUN, planned=[key(0)], fingerprint=first, config={"paths": ["x"]}),
+        RunStarted(run_id=RUN, planned=[key(0)], fingerprint=first,
+                   config=RunOptions(paths=["x"])),
         RunFinished(run_id=RUN, status=RunStatus.INTERRUPTED),
         RunResumed(run_id=RUN, to_run=[key(0)], fingerprint=second),
         RunFinished(run_id=RUN, status=RunStatus.INTERRUPTED),
     ])
     assert state.found
-    assert state.config == {"paths": ["x"]}
+    assert state.config == RunOptions(paths=["x"])
     assert state.fingerprint == second
     assert not compute_drift(state.fingerprint, second).any
     assert compute_drift(state.fingerprint, first).lines() == [
@@ -278,26 +285,138 @@ def test_other_runs_output_usage_and_future_types_do_not_matter(ledger: Ledger) 
 
 
 def test_resume_types_are_what_the_fold_reads() -> None:
-    # run.finished tells whether the run may still be going (live_pid).
+    # run.finished tells whether the run may still be going (evalledger.hosts).
     assert frozenset({
         "run.started", "run.resumed", "run.finished", "task.started", "task.completed",
         "task.interrupted",
     }) == ResumeFold.TYPES
 
 
-def _started_by(host: dict[str, Any], *, finished: bool = False) -> ResumeFold:
-    events: list[Any] = [RunStarted(run_id=RUN, planned=[key(0)], host=host)]
-    if finished:
-        events.append(RunFinished(run_id=RUN, status=RunStatus.COMPLETED))
-    return fold(ResumeFold(RUN), events)
+def test_the_fold_keeps_who_ran_the_run_last() -> None:
+    first = {"hostname": "a", "pid": 1}
+    second = {"hostname": "b", "pid": 2}
+    events: list[Any] = [RunStarted(run_id=RUN, planned=[key(0)], host=first)]
+    state = fold(ResumeFold(RUN), events)
+    assert (state.host, state.finished) == (first, False)
+    events.append(RunFinished(run_id=RUN, status=RunStatus.INTERRUPTED))
+    assert fold(ResumeFold(RUN), events).finished
+    events.append(RunResumed(run_id=RUN, to_run=[key(0)], host=second))
+    state = fold(ResumeFold(RUN), events)
+    assert (state.host, state.finished) == (second, False)
 
 
-def test_live_pid_names_a_process_still_running_the_run() -> None:
-    here = socket.gethostname()
-    alive = os.getppid()  # pytest's parent: certainly alive, certainly not us
-    assert _started_by({"hostname": here, "pid": alive}).live_pid() == alive
-    # Finished, elsewhere, or its process gone: nobody is running it.
-    assert _started_by({"hostname": here, "pid": alive}, finished=True).live_pid() is None
-    assert _started_by({"hostname": here + "-other", "pid": alive}).live_pid() is None
-    assert _started_by({"hostname": here, "pid": 2**22 + 1}).live_pid() is None
-    assert _started_by({}).live_pid() is None
+
+# -- plan_resume -----------------------------------------------------------------------------
+
+
+def _task(i: int, command: str = "true") -> ResolvedTask:
+    return ResolvedTask(
+        task_key=key(i), task_id=f"t{i}", variant_id="default", replicate_index=0,
+        source=f"/suite/t{i}.yaml", command=command, success_criteria=[{"type": "exit_code"}],
+    )
+
+
+RECORDED = RunOptions(paths=["/suite"], max_parallel=3, max_cost_usd=2.0, cwd="/home")
+
+
+def _run_of(tasks: list[ResolvedTask], *later: AnyEvent,
+            options: RunOptions = RECORDED) -> ResumeFold:
+    """A run of ``tasks`` started with ``options``, then ``later``, folded."""
+    opening = RunStarted(run_id=RUN, planned=[t.task_key for t in tasks], config=options,
+                         fingerprint=fingerprint(options, tasks), max_parallel=3)
+    return fold(ResumeFold(RUN), [opening, *later])
+
+
+class Loader:
+    """Hands plan_resume the tasks resolved "now", and records what it was asked."""
+
+    def __init__(self, tasks: list[ResolvedTask]) -> None:
+        self.tasks = tasks
+        self.asked: list[RunOptions] = []
+
+    def __call__(self, options: RunOptions) -> TaskSet:
+        self.asked.append(options)
+        return TaskSet(tasks=list(self.tasks))
+
+
+def test_a_plan_runs_what_is_unfinished_and_keeps_the_rest() -> None:
+    tasks = [_task(i) for i in range(4)]
+    state = _run_of(
+        tasks,
+        started(key(0)), completed(key(0)),
+        started(key(1)), completed(key(1), FinalStatus.ERROR),
+        started(key(2)), interrupted(key(2)),
+        RunFinished(run_id=RUN, status=RunStatus.INTERRUPTED),
+    )
+    load = Loader(tasks)
+    plan = plan_resume(state, load=load, spent_usd=0.5)
+    assert load.asked == [RECORDED]  # resolved again from what the run recorded
+    assert plan.to_run == [key(2), key(3)]
+    assert plan.partition.kept == [key(0), key(1)]
+    assert plan.skip == {key(0), key(1)}
+    assert plan.undefined == []
+    assert not plan.drift.any
+    assert plan.options == RECORDED
+    assert (plan.spent_usd, plan.boundary_seq, plan.run_id) == (0.5, 0, RUN)
+    again = plan_resume(state, load=load, spent_usd=0.5, retry_errors=True)
+    assert again.to_run == [key(1), key(2), key(3)]
+
+
+def test_a_plan_takes_new_parallelism_and_budget_without_drift() -> None:
+    tasks = [_task(0)]
+    state = _run_of(tasks)
+    plan = plan_resume(state, load=Loader(tasks), spent_usd=0.0, max_parallel=8,
+                       max_cost_usd=5.0)
+    assert (plan.options.max_parallel, plan.options.max_cost_usd) == (8, 5.0)
+    assert not plan.drift.any  # how a run executes is not what it evaluates
+
+
+def test_a_budget_raised_by_an_earlier_resume_holds() -> None:
+    tasks = [_task(0)]
+    raised = RECORDED.model_copy(update={"max_cost_usd": 9.0})
+    state = _run_of(tasks, RunResumed(run_id=RUN, to_run=[key(0)],
+                                      fingerprint=fingerprint(raised, tasks)))
+    plan = plan_resume(state, load=Loader(tasks), spent_usd=3.0)
+    assert plan.options.max_cost_usd == 9.0
+
+
+def test_a_spent_budget_refuses_while_there_is_work_left() -> None:
+    tasks = [_task(0), _task(1)]
+    state = _run_of(tasks, started(key(0)), completed(key(0)))
+    with pytest.raises(ResumeRefused, match=r"already spent \$2\.5000 of its \$2\.0000"):
+        plan_resume(state, load=Loader(tasks), spent_usd=2.5)
+    assert plan_resume(state, load=Loader(tasks), spent_usd=2.5, max_cost_usd=3.0).to_run == [
+        key(1)]
+    # Nothing left to run: nothing to refuse.
+    done = _run_of(tasks, started(key(0)), completed(key(0)), started(key(1)), completed(key(1)))
+    assert plan_resume(done, load=Loader(tasks), spent_usd=2.5).to_run == []
+
+
+def test_drift_is_reported_and_refused_under_strict() -> None:
+    tasks = [_task(0), _task(1)]
+    state = _run_of(tasks)
+    now = [_task(0, command="false"), _task(2)]  # t0 edited, t1 deleted, t2 new
+    plan = plan_resume(state, load=Loader(now), spent_usd=0.0)
+    assert plan.drift.lines() == [
+        f"task {key(0)}: definition changed", f"task {key(2)}: new",
+        f"task {key(1)}: no longer defined",
+    ]
+    assert plan.to_run == [key(0)]
+    assert plan.undefined == [key(1)]  # should run, cannot
+    with pytest.raises(ResumeRefused, match="drifted since it started") as refused:
+        plan_resume(state, load=Loader(now), spent_usd=0.0, strict=True)
+    assert refused.value.drift == plan.drift
+
+
+def test_a_run_still_running_is_refused_before_its_tasks_are_read() -> None:
+    tasks = [_task(0)]
+    load = Loader(tasks)
+    with pytest.raises(ResumeRefused, match="still running \\(pid 4242 on this host\\)"):
+        plan_resume(_run_of(tasks), load=load, spent_usd=0.0, running_pid=4242)
+    assert load.asked == []
+
+
+def test_a_run_without_run_started_cannot_be_resumed() -> None:
+    state = fold(ResumeFold(RUN), [started(key(0))])
+    with pytest.raises(ResumeRefused, match=r"has no run\.started event"):
+        plan_resume(state, load=Loader([]), spent_usd=0.0)

@@ -17,9 +17,11 @@ import pytest
 from pydantic import ValidationError
 from sqlite_utils import Database
 
+from evalledger.cli._report import write_reports
 from evalledger.ledger import (
     SCHEMA_VERSION,
     AnyEvent,
+    EventRow,
     Ledger,
     OpaqueEvent,
     RunFinished,
@@ -42,7 +44,6 @@ from evalledger.projections import (
     fold,
     render_json,
     render_markdown,
-    write_reports,
 )
 from evalledger.statuses import Category, FinalStatus, RunStatus
 
@@ -326,7 +327,7 @@ def test_json_report_round_trips_and_written_reports_match(tmp_path: Path) -> No
     text = render_json(s)
     assert text.endswith("}\n")
     assert RunSummary.model_validate_json(text) == s
-    paths = write_reports(s, tmp_path / "out" / RUN)
+    paths = write_reports(s, tmp_path / "out" / RUN)  # what run and resume write
     assert paths["json"].read_text(encoding="utf-8") == text
     assert paths["md"].read_text(encoding="utf-8") == render_markdown(s)
 
@@ -474,7 +475,8 @@ def _old_ledger(path: Path, events: list[AnyEvent], stop_before: str) -> str:
     conn.execute("PRAGMA journal_mode = WAL")
     db = Database(conn)
     MIGRATIONS.apply(db, stop_before=stop_before)
-    rows = [(e.event_id, e.run_id, e.task_key, e.type, e.ts, encode_payload(e)) for e in events]
+    rows = [EventRow(e.event_id, e.run_id, e.task_key, e.type, e.ts, encode_payload(e))
+            for e in events]
     conn.executemany(
         "INSERT INTO events (seq, event_id, run_id, task_key, type, ts, payload, hash) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",

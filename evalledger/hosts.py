@@ -1,0 +1,71 @@
+"""Which machine and process recorded a run, and whether that process still lives.
+
+``run.started`` and ``run.resumed`` carry ``host_info()``. A run without a final
+``run.finished`` was either cut off (a crash: resume it) or is still going (a
+second process must not run its tasks again); the recorded host and pid tell
+which. Projections stay pure: they hand this module the host they folded, and
+this module asks the operating system.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import platform
+import socket
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from evalledger import __version__
+
+
+def host_info() -> dict[str, Any]:
+    """This process, as recorded in ``run.started`` / ``run.resumed``."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = None
+    return {
+        "hostname": socket.gethostname(),
+        "user": user,
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "evalledger": __version__,
+        "cwd": os.getcwd(),
+        "pid": os.getpid(),
+    }
+
+
+def running_pid(host: Mapping[str, Any], finished: bool) -> int | None:
+    """The pid still running a run on this host, if any.
+
+    Args:
+        host: the ``host`` of the run's latest ``run.started`` / ``run.resumed``.
+        finished: whether a ``run.finished`` came after it.
+    """
+    pid = host.get("pid")
+    if finished or host.get("hostname") != socket.gethostname():
+        return None
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid == os.getpid() or pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:  # alive, someone else's
+        return pid
+    except OverflowError:  # not a pid this system can have
+        return None
+    return pid
+
+
+def run_ended(host: Mapping[str, Any], finished: bool) -> bool:
+    """Whether no process will add to a run any more: it recorded ``run.finished``, or
+    it was recorded on this host by a process that is gone (a crash)."""
+    if finished:
+        return True
+    return host.get("hostname") == socket.gethostname() and running_pid(host, finished) is None
+
+
+__all__ = ["host_info", "run_ended", "running_pid"]

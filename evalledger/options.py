@@ -1,0 +1,81 @@
+"""What a run was asked to do: one typed, frozen model (docs/cli.md, "run").
+
+``evalledger run`` builds a ``RunOptions`` once from its command line; it is
+recorded whole in ``run.started.config`` and fingerprinted; ``resume`` reads it
+back from there and resolves the same tasks again. The defaults below are the
+only ones: the command line leaves an option unset and the model fills it in.
+
+Some options change how a run executes, not what it evaluates: moving the
+reports, more parallelism, a raised budget. They are marked ``Operational`` on
+their field, and drift (``projections._resume.compute_drift``) ignores them.
+
+Invariant (tested, as for every model nested in an event): fields are declared in
+alphabetical order, so pydantic writes canonical JSON without sorting.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PreservationMode = Literal["none", "move-on-write", "direct-write"]
+
+
+class Operational:
+    """Field marker: the option changes how a run executes, never what it evaluates."""
+
+    def __repr__(self) -> str:
+        return "Operational()"
+
+
+_OPERATIONAL = Operational()
+
+
+class RunOptions(BaseModel):
+    """The options of one run, as recorded in ``run.started`` (paths made absolute)."""
+
+    # extra="ignore": a run recorded by a newer evalledger, with options this one does
+    # not know, can still be read and shown (resuming it reports them as drift).
+    model_config = ConfigDict(frozen=True, extra="ignore", allow_inf_nan=False)
+
+    cwd: Annotated[str, _OPERATIONAL] = ""
+    """The folder ``run`` was started in."""
+    exclude_tags: list[str] = []
+    """Drop tasks with ANY of these tags."""
+    experiment: str | None = None
+    """The experiment file (absolute), if the run has one."""
+    max_cost_usd: Annotated[float | None, _OPERATIONAL] = Field(default=None, gt=0)
+    """Stop dispatching once the run has spent this many USD (a resume may raise it)."""
+    max_parallel: Annotated[int, _OPERATIONAL] = Field(default=4, ge=1)
+    """Tasks at once."""
+    out: Annotated[str, _OPERATIONAL] = "runs"
+    """Reports and artifacts go to ``<out>/<run_id>/``."""
+    paths: list[str] = []
+    """Task files or folders of them (absolute)."""
+    preservation_mode: Annotated[PreservationMode, _OPERATIONAL] = "move-on-write"
+    """What happens to each task's sandbox: deleted, moved to the artifacts, or run there."""
+    pricing: str | None = None
+    """A YAML rate card (absolute path) adding model prices."""
+    repeats: int | None = Field(default=None, ge=1)
+    """Replicates per task, overriding the experiment and its variants."""
+    tags: list[str] = []
+    """Keep only tasks with ANY of these tags (none: keep all)."""
+    timeout: float | None = Field(default=None, gt=0)
+    """Seconds per task, overriding task files."""
+
+    @classmethod
+    def operational(cls) -> frozenset[str]:
+        """Names of the options that are never drift."""
+        return frozenset(
+            name for name, info in cls.model_fields.items()
+            if any(isinstance(m, Operational) for m in info.metadata)
+        )
+
+    @classmethod
+    def default(cls, name: str) -> object:
+        """The default of one option, for help texts: defaults live only here."""
+        return cls.model_fields[name].default
+
+
+__all__ = ["Operational", "PreservationMode", "RunOptions"]
