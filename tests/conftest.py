@@ -1,13 +1,30 @@
-"""Shared fixtures: real SQLite files in a temporary folder, never mocks."""
+"""Shared fixtures: real SQLite files in a temporary folder, never mocks.
+
+Every test gets its own temporary folder, and the system temp folder is pointed
+into it (``TMPDIR``, inherited by every process a test starts): sandboxes of a
+batch, a helper's scratch files and anything a task leaves behind land in the
+test's folder, never in a folder another test or another copy of the suite
+searches.
+"""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from evalledger.ledger import Ledger
+
+
+@pytest.fixture(autouse=True)
+def _private_temp(tmp_path_factory: pytest.TempPathFactory,
+                  monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    folder = tmp_path_factory.mktemp("tmp", numbered=True)
+    monkeypatch.setenv("TMPDIR", str(folder))
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    yield folder
 
 
 @pytest.fixture
