@@ -3,7 +3,7 @@
 import os
 import sys
 
-from . import _query, _report, _resume, _run, _verify  # noqa: F401  (registers commands)
+from . import _query, _report, _resume, _run, _verify, _view  # noqa: F401  (registers commands)
 from ._errors import EXIT_INTERRUPTED
 from ._main import cli as cli
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from evalledger.ledger import Ledger
+from evalledger.ledger import Ledger, RunNotFound
 from evalledger.projections import ResumeFold, RunSummary, SummaryFold, fold
 
 from ._errors import UserError
@@ -35,21 +35,10 @@ def resolve_run(ledger: Ledger, spec: str) -> str:
     Raises:
         UserError: no such run, or the prefix matches several (they are listed).
     """
-    if not spec:
-        raise UserError("an empty run name matches nothing: give a run id, a prefix or `latest`")
-    runs = ledger.run_ids()
-    if not runs:
-        raise UserError(f"no runs in {ledger.path}")
-    if spec == "latest":
-        return runs[-1]
-    if spec in runs:
-        return spec
-    matches = [r for r in runs if r.startswith(spec)]
-    if len(matches) == 1:
-        return matches[0]
-    if not matches:
-        raise UserError(f"no run {spec!r} in {ledger.path} (see `evalledger runs`)")
-    raise UserError(f"{spec!r} matches several runs: {', '.join(matches[:10])}")
+    try:
+        return ledger.resolve_run(spec)
+    except RunNotFound as e:
+        raise UserError(str(e)) from e
 
 
 def rebuild_summary_fold(ledger: Ledger, run_id: str) -> SummaryFold:

@@ -8,28 +8,44 @@ from pathlib import Path
 
 import click
 
-from evalledger.projections import RunSummary, render_json, render_markdown
+from evalledger.ledger import Ledger
+from evalledger.projections import RunSummary, render_json, render_junit, render_markdown
 
 from ._common import rebuild_summary, resolve_run
 from ._errors import UserError
 from ._main import Settings, cli, pass_settings
 
-RENDERERS = {"md": render_markdown, "json": render_json}
+FORMATS = ("md", "json", "html", "junit")
+# What `run` and `resume` write into <out>/<run_id>/ when a batch ends.
+WRITTEN = {"json": "run.json", "md": "run.md", "html": "report.html"}
 
 
-def write_reports(summary: RunSummary, folder: Path) -> dict[str, Path]:
-    """Write ``run.json`` and ``run.md`` into ``folder``; return their paths by format."""
+def render_report(ledger: Ledger, summary: RunSummary, format_: str) -> str:
+    """The summary in one of ``FORMATS``; the HTML one also reads transcript tails."""
+    if format_ == "html":
+        from evalledger.viewer import report_html  # Jinja2: only when asked for
+
+        return report_html(ledger, summary)
+    renderer = {"md": render_markdown, "json": render_json, "junit": render_junit}[format_]
+    return renderer(summary)
+
+
+def write_reports(ledger: Ledger, summary: RunSummary, folder: Path) -> dict[str, Path]:
+    """Write ``run.json``, ``run.md`` and ``report.html`` into ``folder``; return their
+    paths by format."""
     folder.mkdir(parents=True, exist_ok=True)
-    paths = {"json": folder / "run.json", "md": folder / "run.md"}
+    paths = {format_: folder / name for format_, name in WRITTEN.items()}
     for format_, path in paths.items():
-        path.write_text(RENDERERS[format_](summary), encoding="utf-8")
+        path.write_text(render_report(ledger, summary, format_), encoding="utf-8")
     return paths
 
 
 @cli.command()
 @click.argument("run")
-@click.option("--format", "format_", type=click.Choice(sorted(RENDERERS)), default="md",
-              show_default=True, help="Report format.")
+@click.option("--format", "format_", type=click.Choice(FORMATS), default="md",
+              show_default=True,
+              help="md, json (run.json, byte for byte), html (one self-contained page) or "
+                   "junit (JUnit XML for CI).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Write to this file instead of stdout.")
 @pass_settings
@@ -37,7 +53,9 @@ def report(settings: Settings, run: str, format_: str, output: Path | None) -> N
     """Rebuild a run's report by replaying its events; nothing is re-run.
 
     RUN is a run id, a unique prefix of one, or `latest`. The JSON report is the
-    same `run.json` that `evalledger run` wrote, byte for byte.
+    same `run.json` that `evalledger run` wrote, byte for byte; the HTML report is
+    the viewer's run page as one file (inline CSS and SVG, no script), with the
+    last 20 lines of each task's transcript.
 
     Example:
 
@@ -47,7 +65,7 @@ def report(settings: Settings, run: str, format_: str, output: Path | None) -> N
         raise UserError(f"-o {output} is the ledger itself; choose another file")
     with settings.open_ledger(read_only=True) as ledger:
         summary = rebuild_summary(ledger, resolve_run(ledger, run))
-    text = RENDERERS[format_](summary)
+        text = render_report(ledger, summary, format_)
     if output is None:
         click.echo(text, nl=False)
     else:

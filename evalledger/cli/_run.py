@@ -24,7 +24,7 @@ from evalledger.executor import BatchConfig, BatchResult, Callbacks, Resume, run
 from evalledger.ledger import Ledger, RunConflict
 from evalledger.options import PreservationMode, RunOptions
 from evalledger.pricing import DEFAULT_RATES, RateCard
-from evalledger.projections import RunSummary, SummaryFold
+from evalledger.projections import RunSummary, SummaryFold, render_junit
 from evalledger.tasks import (
     MAX_REPEATS,
     Overrides,
@@ -135,13 +135,15 @@ async def _run_with_signals(
 @click.option("--stream", is_flag=True, help="Print task output as it arrives.")
 @click.option("--durable", is_flag=True,
               help="synchronous=FULL: every commit survives power loss, not just a crash.")
+@click.option("--junit-xml", "junit_xml", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the results as JUnit XML to this file (for CI).")
 @pass_settings
 def run(
     settings: Settings, paths: tuple[str, ...], experiment: str | None, tags: tuple[str, ...],
     exclude_tags: tuple[str, ...], max_parallel: int | None, repeats: int | None,
     run_id: str | None, out: Path, timeout: float | None, max_cost: float | None,
     preservation_mode: PreservationMode, pricing: str | None, stream: bool,
-    durable: bool,
+    durable: bool, junit_xml: Path | None,
 ) -> None:
     """Run a batch of tasks and record every event in the ledger.
 
@@ -157,6 +159,8 @@ def run(
         raise UserError(f"invalid --run-id {run_id!r}: use letters, digits, '.', '_' or '-'")
     if run_id == "latest":
         raise UserError("--run-id latest is reserved: `latest` names the newest run")
+    if junit_xml is not None and not junit_xml.resolve().parent.is_dir():
+        raise UserError(f"--junit-xml {junit_xml}: no folder {junit_xml.resolve().parent}")
     rates = load_rates(pricing)
     # Paths are recorded absolute: a resume works from any folder.
     options = RunOptions(
@@ -182,7 +186,7 @@ def run(
             # A run id already taken (now, or by a process racing this one) is refused
             # when run.started is appended: RunConflict, under the write lock.
             execute(ledger, task_set.tasks, task_set.skipped, config, stream=stream,
-                    announce=True)
+                    announce=True, junit=junit_xml)
     except RunConflict:
         raise  # the folder is the existing run's
     except Exception:
@@ -213,13 +217,14 @@ def load_rates(path: str | None) -> RateCard:
 def execute(
     ledger: Ledger, tasks: list[ResolvedTask], skipped: list[Skipped], config: BatchConfig,
     *, stream: bool, resume: Resume | None = None, live: SummaryFold | None = None,
-    announce: bool = False,
+    announce: bool = False, junit: Path | None = None,
 ) -> NoReturn:
     """Run the batch, write the reports from the live summary, exit with the run's code.
 
     ``live`` may arrive already holding the run's earlier events (a resume). With
     ``announce``, the run id is printed first, once ``run.started`` is committed:
-    a run id on stdout always names a run that is in the ledger.
+    a run id on stdout always names a run that is in the ledger. ``junit``: also
+    write the summary there as JUnit XML.
     """
     live = live or SummaryFold(config.run_id)
     total = len(set(live.planned) | {t.task_key for t in tasks})
@@ -232,9 +237,12 @@ def execute(
         )
         result = trio.run(_run_with_signals, ledger, tasks, skipped, config, callbacks, resume)
     summary = live.summary()
-    paths = write_reports(summary, config.out_dir / config.run_id)
+    paths = write_reports(ledger, summary, config.out_dir / config.run_id)
+    if junit is not None:
+        junit.write_text(render_junit(summary), encoding="utf-8")
     click.echo(_summary_line(summary))
-    click.echo(f"reports: {paths['md']} {paths['json']}")
+    click.echo(f"reports: {paths['md']} {paths['json']} {paths['html']}"
+               + (f" {junit}" if junit is not None else ""))
     if result is None:
         click.echo(
             f"run {config.run_id} interrupted; resume with: evalledger resume {config.run_id}",

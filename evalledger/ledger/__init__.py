@@ -16,6 +16,7 @@ from ._errors import LedgerReadOnly as LedgerReadOnly
 from ._errors import LedgerTooNew as LedgerTooNew
 from ._errors import NotALedger as NotALedger
 from ._errors import RunConflict as RunConflict
+from ._errors import RunNotFound as RunNotFound
 from ._events import EVENT_ADAPTER as EVENT_ADAPTER
 from ._events import EVENT_TYPES as EVENT_TYPES
 from ._events import NO_TOKENS as NO_TOKENS
@@ -42,6 +43,7 @@ from ._events import utc_now as utc_now
 from ._schema import SCHEMA_VERSION as SCHEMA_VERSION
 from ._store import DEFAULT_BUSY_TIMEOUT as DEFAULT_BUSY_TIMEOUT
 from ._store import Ledger as Ledger
+from ._store import pick_run as pick_run
 from ._verify import VerifyReport as VerifyReport
 from ._verify import verify as verify
 
@@ -71,6 +73,7 @@ __all__ = [
     "OpaqueEvent",
     "RunConflict",
     "RunFinished",
+    "RunNotFound",
     "RunResumed",
     "RunStarted",
     "TaskCompleted",
@@ -84,6 +87,7 @@ __all__ = [
     "VerifyReport",
     "link_hash",
     "new_event_id",
+    "pick_run",
     "utc_now",
     "verify",
 ]

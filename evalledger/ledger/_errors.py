@@ -44,5 +44,9 @@ class InvalidEvent(LedgerError):
     """A stored payload does not fit the model of its event type."""
 
 
+class RunNotFound(LedgerError):
+    """No run answers to the name given (an id, a unique prefix of one, or ``latest``)."""
+
+
 class RunConflict(LedgerError):
     """Another process started or resumed the run since it was read (``append(if_run_at=)``)."""

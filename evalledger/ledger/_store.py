@@ -41,6 +41,7 @@ from ._errors import (
     LedgerTooNew,
     NotALedger,
     RunConflict,
+    RunNotFound,
 )
 from ._events import AnyEvent, EventRow, EventType, decode_row, encode_payload
 from ._schema import LIFECYCLE_WHERE, MIGRATIONS, SCHEMA_VERSION, STREAM_TYPES
@@ -372,8 +373,12 @@ class Ledger:
         task_key: str | None = None,
         types: Iterable[str] | None = None,
         after_seq: int = 0,
+        until_seq: int | None = None,
     ) -> Iterator[EventRow]:
         """Stored rows in ``seq`` order, filtered; streamed, never fetched all at once.
+
+        ``after_seq < seq <= until_seq``: a run as it was at ``until_seq`` is its rows
+        up to there (what time travel folds).
 
         With a run and several types, each type is one index range scan already in
         seq order, and the scans are merged here: no sort, constant memory.
@@ -384,20 +389,24 @@ class Ledger:
         if run_id is not None and type_list is not None and task_key is None:
             if not set(type_list) & set(STREAM_TYPES):
                 # Lifecycle types only: one index-only scan, already in seq order.
-                yield from self._scan(run_id, None, type_list, after_seq, LIFECYCLE_WHERE)
+                yield from self._scan(run_id, None, type_list, after_seq, until_seq,
+                                      LIFECYCLE_WHERE)
                 return
             if len(type_list) > 1:
-                scans = [self._scan(run_id, None, [t], after_seq) for t in type_list]
+                scans = [self._scan(run_id, None, [t], after_seq, until_seq) for t in type_list]
                 yield from heapq.merge(*scans, key=_by_seq)
                 return
-        yield from self._scan(run_id, task_key, type_list, after_seq)
+        yield from self._scan(run_id, task_key, type_list, after_seq, until_seq)
 
     def _scan(
         self, run_id: str | None, task_key: str | None, types: list[str] | None, after_seq: int,
-        *extra_where: str,
+        until_seq: int | None, *extra_where: str,
     ) -> Iterator[EventRow]:
         where = ["seq > ?", *extra_where]
         params: list[Any] = [after_seq]
+        if until_seq is not None:
+            where.append("seq <= ?")
+            params.append(until_seq)
         if run_id is not None:
             where.append("run_id = ?")
             params.append(run_id)
@@ -424,13 +433,15 @@ class Ledger:
         task_key: str | None = None,
         types: Iterable[str] | None = None,
         after_seq: int = 0,
+        until_seq: int | None = None,
     ) -> Iterator[AnyEvent]:
         """Typed events in ``seq`` order, filtered like ``rows``.
 
         Raises:
             InvalidEvent: a stored payload does not fit its type (``verify`` lists them all).
         """
-        for row in self.rows(run_id, task_key=task_key, types=types, after_seq=after_seq):
+        for row in self.rows(run_id, task_key=task_key, types=types, after_seq=after_seq,
+                             until_seq=until_seq):
             try:
                 yield decode_row(row)
             except ValueError as e:  # pydantic's ValidationError included
@@ -472,8 +483,35 @@ class Ledger:
                 )
             ]
 
+    def resolve_run(self, spec: str) -> str:
+        """The run id named by ``spec``: an id, a unique prefix of one, or ``latest``.
+
+        Raises:
+            RunNotFound: no run matches, or the prefix matches several (they are listed).
+        """
+        return pick_run(spec, self.run_ids(), str(self.path))
+
     def __iter__(self) -> Iterator[AnyEvent]:
         return self.events()
+
+
+def pick_run(spec: str, run_ids: Sequence[str], where: str) -> str:
+    """The run id named by ``spec`` among ``run_ids`` (in start order); see ``resolve_run``."""
+    if not spec:
+        raise RunNotFound("an empty run name matches nothing: give a run id, a prefix or "
+                          "`latest`")
+    if not run_ids:
+        raise RunNotFound(f"no runs in {where}")
+    if spec == "latest":
+        return run_ids[-1]
+    if spec in run_ids:
+        return spec
+    matches = [r for r in run_ids if r.startswith(spec)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise RunNotFound(f"no run {spec!r} in {where} (see `evalledger runs`)")
+    raise RunNotFound(f"{spec!r} matches several runs: {', '.join(matches[:10])}")
 
 
 _by_seq = attrgetter("seq")
@@ -541,4 +579,4 @@ def _first_error(error: ValidationError) -> str:
     return f"{where}: {first['msg']}" if where else first["msg"]
 
 
-__all__ = ["DEFAULT_BUSY_TIMEOUT", "Ledger", "LedgerError", "translate_errors"]
+__all__ = ["DEFAULT_BUSY_TIMEOUT", "Ledger", "LedgerError", "pick_run", "translate_errors"]

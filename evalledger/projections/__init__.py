@@ -12,6 +12,7 @@ from ._fold import Projection as Projection
 from ._fold import fold as fold
 from ._fold import on as on
 from ._fold import types_of as types_of
+from ._junit import render_junit as render_junit
 from ._reports import render_json as render_json
 from ._reports import render_markdown as render_markdown
 from ._resume import Drift as Drift
@@ -22,32 +23,45 @@ from ._resume import ResumeRefused as ResumeRefused
 from ._resume import compute_drift as compute_drift
 from ._resume import fingerprint as fingerprint
 from ._resume import plan_resume as plan_resume
+from ._summary import ModelUsage as ModelUsage
+from ._summary import RunHeadline as RunHeadline
 from ._summary import RunSummary as RunSummary
 from ._summary import SkippedFile as SkippedFile
 from ._summary import SummaryFold as SummaryFold
+from ._summary import TagStats as TagStats
 from ._summary import TaskRow as TaskRow
+from ._summary import VariantStats as VariantStats
+from ._summary import pass_at as pass_at
+from ._summary import tag_stats as tag_stats
 
 __all__ = [
     "Drift",
     "Fold",
+    "ModelUsage",
     "Partition",
     "Projection",
     "ResumeFold",
     "ResumePlan",
     "ResumeRefused",
     "RunDiff",
+    "RunHeadline",
     "RunSummary",
     "SkippedFile",
     "SummaryFold",
+    "TagStats",
     "TaskDiff",
     "TaskRow",
+    "VariantStats",
     "compute_drift",
     "diff_runs",
     "fingerprint",
     "fold",
     "on",
+    "pass_at",
     "plan_resume",
     "render_json",
+    "render_junit",
     "render_markdown",
+    "tag_stats",
     "types_of",
 ]

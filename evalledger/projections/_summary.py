@@ -19,6 +19,8 @@ Counting rules:
 from __future__ import annotations
 
 import json
+import math
+import statistics
 from datetime import UTC, datetime
 from typing import Any
 
@@ -70,6 +72,70 @@ class SkippedFile(BaseModel):
     reason: str
 
 
+class ModelUsage(BaseModel):
+    """What one model used in a run: every usage report of every attempt."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str | None
+    """As reported (None: a usage line that named no model)."""
+    tokens: TokenCounts
+    cost_usd: float
+    """The priced part: a floor when ``cost_complete`` is false."""
+    cost_complete: bool
+    """False when some of this model's usage had no price."""
+
+
+class VariantStats(BaseModel):
+    """One variant's results: the per-variant table of ``show``, ``run.md`` and the viewer."""
+
+    model_config = ConfigDict(frozen=True)
+
+    variant_id: str
+    tasks: int
+    """Task keys of the variant that started (every replicate of every task)."""
+    tasks_run: int
+    tasks_succeeded: int
+    tasks_failed: int
+    tasks_error: int
+    pass_rate: float
+    mean_score: float | None
+    """Mean weighted score of the keys with a final status."""
+    score_stderr: float | None
+    """Standard error of that mean (sample standard deviation / sqrt(n); n >= 2)."""
+    pass_at_k: dict[str, float]
+    """k -> the unbiased pass@k of Chen et al. (2021), averaged over the variant's task
+    ids that have at least k finished replicates; k = 1 .. the most replicates."""
+    cost_usd: float
+    cost_complete: bool
+    mean_duration_seconds: float | None
+
+
+class RunHeadline(BaseModel):
+    """A run in one line: the counts of ``RunSummary``, without its per-task rows."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    experiment_id: str | None
+    status: str
+    started_at: str | None
+    finished_at: str | None
+    duration_seconds: float | None
+    max_parallel: int
+    tasks_planned: int
+    tasks_run: int
+    tasks_succeeded: int
+    tasks_failed: int
+    tasks_error: int
+    tasks_unfinished: int
+    pass_rate: float
+    tokens: TokenCounts
+    total_cost_usd: float
+    cost_complete: bool
+    models: list[str]
+
+
 class RunSummary(BaseModel):
     """Everything ``run.json`` says about a run. Rebuildable from the ledger alone."""
 
@@ -97,6 +163,8 @@ class RunSummary(BaseModel):
     cost_complete: bool
     tasks_cost_incomplete: int
     models: list[str]
+    usage_by_model: list[ModelUsage]
+    variants: list[VariantStats]
     version_consensus: dict[str, Any]
     version_drift: dict[str, dict[str, int]]
     fingerprint_drift: list[dict[str, Any]]
@@ -162,6 +230,7 @@ class SummaryFold(Fold):
         self.keys: dict[str, _Key] = {}
         self.spend = _Spend()
         self.models: set[str] = set()
+        self.by_model: dict[str | None, _Spend] = {}
         self.running: set[str] = set()
 
     @on(TaskUsage)
@@ -172,6 +241,10 @@ class SummaryFold(Fold):
             key.spend.add(event)
         if event.model:
             self.models.add(event.model)
+        model = self.by_model.get(event.model)
+        if model is None:
+            model = self.by_model[event.model] = _Spend()
+        model.add(event)
 
     @on(TaskStarted)
     def _task_started(self, event: TaskStarted) -> None:
@@ -228,13 +301,11 @@ class SummaryFold(Fold):
                 counts[key.completed.category] += 1
         return counts
 
-    def summary(self) -> RunSummary:
-        rows = [self._row(k, self.keys[k]) for k in sorted(self.keys)]
-        finished = [r for r in rows if r.final_status is not None]
+    def headline(self) -> RunHeadline:
+        """The run in one line, without building a row per task (the runs list)."""
         counts = self.counts()
-        statuses = [r.final_status for r in finished]
-        consensus, drift = self._versions()
-        return RunSummary(
+        run = sum(counts.values())
+        return RunHeadline(
             run_id=self.run_id,
             experiment_id=self.experiment_id,
             status=self.status,
@@ -243,25 +314,45 @@ class SummaryFold(Fold):
             duration_seconds=_seconds_between(self.started_at, self.finished_at),
             max_parallel=self.max_parallel,
             tasks_planned=len(self.planned),
-            tasks_run=len(finished),
+            tasks_run=run,
             tasks_succeeded=counts[Category.SUCCEEDED],
             tasks_failed=counts[Category.FAILED],
             tasks_error=counts[Category.ERROR],
-            tasks_token_budget_exceeded=statuses.count(FinalStatus.TOKEN_BUDGET_EXCEEDED),
-            tasks_cost_budget_exceeded=statuses.count(FinalStatus.COST_BUDGET_EXCEEDED),
-            tasks_unfinished=len(self.planned) - len(finished),
-            skipped_tasks=list(self.skipped),
-            pass_rate=round(counts[Category.SUCCEEDED] / len(finished), 6) if finished else 0.0,
+            tasks_unfinished=len(self.planned) - run,
+            pass_rate=round(counts[Category.SUCCEEDED] / run, 6) if run else 0.0,
             tokens=self.spend.tokens,
             total_cost_usd=round(self.spend.cost, 10),
             cost_complete=self.spend.complete,
-            tasks_cost_incomplete=sum(1 for k in self.keys.values() if not k.spend.complete),
             models=sorted(self.models),
+        )
+
+    def summary(self) -> RunSummary:
+        head = self.headline()
+        rows = [self._row(k, self.keys[k]) for k in sorted(self.keys)]
+        statuses = [r.final_status for r in rows if r.final_status is not None]
+        consensus, drift = self._versions()
+        return RunSummary(
+            **dict(head),
+            tasks_token_budget_exceeded=statuses.count(FinalStatus.TOKEN_BUDGET_EXCEEDED),
+            tasks_cost_budget_exceeded=statuses.count(FinalStatus.COST_BUDGET_EXCEEDED),
+            skipped_tasks=list(self.skipped),
+            tasks_cost_incomplete=sum(1 for k in self.keys.values() if not k.spend.complete),
+            usage_by_model=[
+                ModelUsage(model=name, tokens=spend.tokens, cost_usd=round(spend.cost, 10),
+                           cost_complete=spend.complete)
+                for name, spend in sorted(self.by_model.items(), key=lambda i: i[0] or "")
+            ],
+            variants=self._variants(),
             version_consensus=consensus,
             version_drift=drift,
             fingerprint_drift=list(self.drift),
             tasks=rows,
         )
+
+    def row(self, task_key: str) -> TaskRow | None:
+        """One key's row of the summary, without building the others."""
+        key = self.keys.get(task_key)
+        return None if key is None else self._row(task_key, key)
 
     def _row(self, task_key: str, key: _Key) -> TaskRow:
         done = key.completed
@@ -281,6 +372,12 @@ class SummaryFold(Fold):
             cost_complete=done.cost_complete if done else True,
             error_message=done.error_message if done else None,
         )
+
+    def _variants(self) -> list[VariantStats]:
+        by_variant: dict[str, list[_Key]] = {}
+        for key in self.keys.values():
+            by_variant.setdefault(key.variant_id, []).append(key)
+        return [_variant_stats(name, keys) for name, keys in sorted(by_variant.items())]
 
     def _versions(self) -> tuple[dict[str, Any], dict[str, dict[str, int]]]:
         # Values are compared as JSON: null and "None", 3 and "3" differ.
@@ -309,6 +406,85 @@ class SummaryFold(Fold):
                     for value, count in by_json.values()
                 ))
         return consensus, drift
+
+
+class TagStats(BaseModel):
+    """Results of the task keys that carry one tag."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tag: str
+    tasks: int
+    tasks_run: int
+    tasks_succeeded: int
+    pass_rate: float
+
+
+def tag_stats(summary: RunSummary) -> list[TagStats]:
+    """Pass rate per tag, by the summary's rows (a key counts under each of its tags)."""
+    tally: dict[str, list[int]] = {}
+    for row in summary.tasks:
+        for tag in dict.fromkeys(row.tags):
+            counts = tally.setdefault(tag, [0, 0, 0])
+            counts[0] += 1
+            counts[1] += row.category is not None
+            counts[2] += row.category == Category.SUCCEEDED
+    return [
+        TagStats(tag=tag, tasks=n, tasks_run=run, tasks_succeeded=ok,
+                 pass_rate=round(ok / run, 6) if run else 0.0)
+        for tag, (n, run, ok) in sorted(tally.items())
+    ]
+
+
+def _variant_stats(variant_id: str, keys: list[_Key]) -> VariantStats:
+    done = [k.completed for k in keys if k.completed is not None]
+    counts = dict.fromkeys(Category, 0)
+    for completed in done:
+        counts[completed.category] += 1
+    scores = [c.weighted_score for c in done]
+    durations = [c.duration_seconds for c in done]
+    # task id -> (finished replicates, successful ones), for pass@k
+    samples: dict[str, list[int]] = {}
+    for key in keys:
+        if key.completed is not None:
+            tally = samples.setdefault(key.task_id, [0, 0])
+            tally[0] += 1
+            tally[1] += key.completed.category == Category.SUCCEEDED
+    most = max((n for n, _ in samples.values()), default=0)
+    pass_at_k = {}
+    for k in range(1, most + 1):
+        eligible = [pass_at(n, c, k) for n, c in samples.values() if n >= k]
+        pass_at_k[str(k)] = round(sum(eligible) / len(eligible), 6)
+    spend_complete = all(k.spend.complete for k in keys)
+    return VariantStats(
+        variant_id=variant_id,
+        tasks=len(keys),
+        tasks_run=len(done),
+        tasks_succeeded=counts[Category.SUCCEEDED],
+        tasks_failed=counts[Category.FAILED],
+        tasks_error=counts[Category.ERROR],
+        pass_rate=round(counts[Category.SUCCEEDED] / len(done), 6) if done else 0.0,
+        mean_score=round(statistics.fmean(scores), 6) if scores else None,
+        score_stderr=(round(statistics.stdev(scores) / math.sqrt(len(scores)), 6)
+                      if len(scores) >= 2 else None),
+        pass_at_k=pass_at_k,
+        cost_usd=round(sum(k.spend.cost for k in keys), 10),
+        cost_complete=spend_complete,
+        mean_duration_seconds=round(statistics.fmean(durations), 6) if durations else None,
+    )
+
+
+def pass_at(n: int, c: int, k: int) -> float:
+    """The unbiased estimate of pass@k from ``n`` samples of which ``c`` passed:
+    ``1 - C(n-c, k) / C(n, k)`` (Chen et al. 2021), computed as a stable product."""
+    if not 0 < k <= n:
+        raise ValueError(f"pass@{k} needs 1 <= k <= n = {n}")
+    if n - c < k:
+        return 1.0
+    product = 1.0
+    for i in range(n - c + 1, n + 1):
+        product *= 1.0 - k / i
+    return 1.0 - product
 
 
 def _seconds_between(start: str | None, end: str | None) -> float | None:

@@ -1,0 +1,54 @@
+"""``evalledger view``: serve the read-only web viewer over the ledger."""
+
+from __future__ import annotations
+
+import secrets
+import sys
+from pathlib import Path
+
+import click
+
+from ._errors import UserError
+from ._main import Settings, cli, pass_settings
+
+
+@cli.command()
+@click.option("--ledger", "ledger_path", type=click.Path(path_type=Path),
+              help="The ledger to show (default: the one `evalledger --ledger` names).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Where to listen. Any other host than loopback requires an access token, "
+                   "printed in the URL.")
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=8765, show_default=True,
+              help="The port (0: any free one).")
+@click.option("--open", "open_browser", is_flag=True, help="Open the viewer in a browser.")
+@pass_settings
+def view(settings: Settings, ledger_path: Path | None, host: str, port: int,
+         open_browser: bool) -> None:
+    """Serve a live web viewer of the ledger: runs, tasks, transcripts, diffs.
+
+    Read-only: it never writes the ledger. Pages update as runs are written;
+    `?at=SEQ` on a run page shows the run as it was at that event. Ctrl-C stops it.
+
+    Example:
+
+        evalledger view --open
+    """
+    from evalledger.ledger import Ledger
+    from evalledger.viewer import serve
+    from evalledger.viewer._serve import is_loopback
+
+    path = ledger_path or settings.ledger_path
+    with Ledger(path, read_only=True):  # a clear error now, not a broken page later
+        pass
+    token = None if is_loopback(host) else secrets.token_urlsafe(24)
+
+    def announce(url: str) -> None:
+        click.echo(f"evalledger view: {path} at {url}", err=False)
+        click.echo("Ctrl-C to stop", err=True)
+        sys.stdout.flush()
+
+    try:
+        serve(path, host=host, port=port, token=token, open_browser=open_browser,
+              announce=announce)
+    except OSError as e:  # the port is taken, the host is not ours
+        raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}") from e

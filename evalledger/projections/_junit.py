@@ -1,0 +1,72 @@
+"""A run summary as JUnit XML, for CI systems (docs/cli.md, "report").
+
+One ``<testsuite>`` per variant, one ``<testcase>`` per task key (its
+``classname`` the variant, its ``name`` the task id and replicate). A key in the
+``failed`` category carries a ``<failure>``, one in the ``error`` category an
+``<error>``, an unfinished one ``<skipped>``; each says the final status and
+message. The counts in the attributes are the summary's: failures add up to
+``tasks_failed``, errors to ``tasks_error``.
+
+Pure: the same summary always gives the same bytes.
+"""
+
+from __future__ import annotations
+
+from xml.etree import ElementTree as ET
+
+from evalledger._text import visible
+from evalledger.statuses import Category
+
+from ._summary import RunSummary, TaskRow
+
+
+def _text(value: str) -> str:
+    # XML 1.0 cannot hold most control characters at all, escaped or not.
+    return visible(value, newlines=True)
+
+
+def _case(row: TaskRow) -> ET.Element:
+    case = ET.Element("testcase", {
+        "classname": row.variant_id,
+        "name": f"{row.task_id}/{row.replicate_index:02d}",
+        "time": f"{row.duration_seconds or 0.0:.3f}",
+    })
+    status = row.final_status.value if row.final_status else "UNFINISHED"
+    message = _text(f"{status}: {row.error_message}" if row.error_message else status)
+    if row.category == Category.FAILED:
+        ET.SubElement(case, "failure", {"type": status, "message": message}).text = message
+    elif row.category == Category.ERROR:
+        ET.SubElement(case, "error", {"type": status, "message": message}).text = message
+    elif row.category is None:
+        ET.SubElement(case, "skipped", {"message": "unfinished: the run did not finish it"})
+    return case
+
+
+def render_junit(summary: RunSummary) -> str:
+    """The summary as a JUnit XML document (UTF-8 text, ending in a newline)."""
+    suites = ET.Element("testsuites", {
+        "name": _text(summary.run_id),
+        "tests": str(len(summary.tasks)),
+        "failures": str(summary.tasks_failed),
+        "errors": str(summary.tasks_error),
+        "skipped": str(sum(1 for r in summary.tasks if r.category is None)),
+        "time": f"{summary.duration_seconds or 0.0:.3f}",
+    })
+    variants: dict[str, list[TaskRow]] = {}
+    for row in summary.tasks:
+        variants.setdefault(row.variant_id, []).append(row)
+    for variant, rows in sorted(variants.items()):
+        suite = ET.SubElement(suites, "testsuite", {
+            "name": variant,
+            "tests": str(len(rows)),
+            "failures": str(sum(1 for r in rows if r.category == Category.FAILED)),
+            "errors": str(sum(1 for r in rows if r.category == Category.ERROR)),
+            "skipped": str(sum(1 for r in rows if r.category is None)),
+            "time": f"{sum(r.duration_seconds or 0.0 for r in rows):.3f}",
+        })
+        if summary.started_at:
+            suite.set("timestamp", summary.started_at)
+        suite.extend(_case(row) for row in rows)
+    ET.indent(suites)
+    body = ET.tostring(suites, encoding="unicode")
+    return f'<?xml version="1.0" encoding="UTF-8"?>\n{body}\n'

@@ -1,0 +1,504 @@
+"""The viewer's web app: Starlette routes over one ``LedgerState``.
+
+Pages and their JSON twins (``/api/...``) read the same folds and the same
+queries; nothing here counts anything the projections do not. The app only
+reads: the ledger is opened read-only, and there is no route that writes.
+
+Security: everything a task printed is untrusted. Templates escape it, and every
+response carries a Content-Security-Policy that allows scripts and styles from
+the app itself only, so nothing in the data can run. Bound to another host than
+loopback, the app requires a random token (in the URL once, then a cookie).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+from markupsafe import Markup
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    Response,
+    StreamingResponse,
+)
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from evalledger.ledger import LedgerError
+from evalledger.projections import (
+    RunSummary,
+    diff_runs,
+    render_json,
+    render_junit,
+    render_markdown,
+    tag_stats,
+)
+from evalledger.statuses import FinalStatus
+
+from . import _charts, _queries
+from ._render import (
+    STATIC,
+    TableQuery,
+    conversation,
+    render,
+    run_charts,
+    segment,
+)
+from ._report import report_html
+from ._state import LedgerState, RunState, pages
+
+RUNS_PER_PAGE = 50
+TASKS_PER_PAGE = 100
+LINES_PER_PAGE = 500
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+       "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+# A downloaded report.html is one file with its stylesheet inline and no script.
+REPORT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'none'"
+TOKEN_COOKIE = "evalledger_token"
+_TIME_TRAVEL_CACHE = 32
+
+
+def create_app(ledger_path: str | Path, *, token: str | None = None,
+               interval: float = 0.25) -> Starlette:
+    """The viewer over one ledger file.
+
+    Args:
+        ledger_path: the ledger; opened read-only, never written.
+        token: when given, every request must carry it (``?token=`` once, then a cookie).
+        interval: seconds between two reads of what was appended.
+    """
+    state = LedgerState(Path(ledger_path), interval=interval)
+    views = _Views(state)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await anyio.to_thread.run_sync(state.load)
+        async with anyio.create_task_group() as group:
+            group.start_soon(state.follow)
+            try:
+                yield
+            finally:
+                state.close_subscribers()
+                group.cancel_scope.cancel()
+
+    routes = [
+        Route("/", views.runs_page),
+        Route("/runs/{run_id}", views.run_page),
+        Route("/runs/{run_id}/run.json", views.download),
+        Route("/runs/{run_id}/run.md", views.download),
+        Route("/runs/{run_id}/report.html", views.download),
+        Route("/runs/{run_id}/junit.xml", views.download),
+        Route("/runs/{run_id}/tasks/{task_key:path}", views.task_page),
+        Route("/diff/{run_a}/{run_b}", views.diff_page),
+        Route("/api/runs", views.api_runs),
+        Route("/api/runs/{run_id}", views.api_run),
+        Route("/api/runs/{run_id}/summary", views.api_summary),
+        Route("/api/runs/{run_id}/tasks", views.api_tasks),
+        Route("/api/runs/{run_id}/tasks/{task_key:path}", views.api_task),
+        Route("/api/runs/{run_id}/transcript/{task_key:path}", views.api_transcript),
+        Route("/api/diff/{run_a}/{run_b}", views.api_diff),
+        Route("/api/stream", views.stream),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={HTTPException: views.error, LedgerError: views.error})
+    app.state.ledger = state
+    return _Headers(_TokenGate(app, token)) if token else _Headers(app)  # type: ignore[return-value]
+
+
+class _Views:
+    """The route handlers. Async: they read the folds on the event loop thread, where the
+    follower changes them; every SQLite read goes to a worker thread."""
+
+    def __init__(self, state: LedgerState) -> None:
+        self.state = state
+        self._past: OrderedDict[tuple[str, int], RunSummary] = OrderedDict()
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _run(self, request: Request) -> RunState:
+        spec = request.path_params["run_id"]
+        run = self.state.run(spec)
+        if run is None:
+            raise HTTPException(404, f"no run {spec!r} in {self.state.path.name}")
+        return run
+
+    def _at(self, request: Request) -> int | None:
+        raw = request.query_params.get("at")
+        if raw is None or raw == "":
+            return None
+        try:
+            return int(raw)
+        except ValueError:
+            raise HTTPException(400, f"at={raw!r} is not an event number") from None
+
+    async def _summary(self, run: RunState, at: int | None) -> RunSummary:
+        """The run's summary now, or as of event ``at`` (the same fold, stopped there)."""
+        if at is None or at >= self.state.seq:
+            return run.summary()
+        key = (run.run_id, at)
+        if key not in self._past:
+            self._past[key] = await self._read(_queries.summary_at, run.run_id, at)
+            while len(self._past) > _TIME_TRAVEL_CACHE:
+                self._past.popitem(last=False)
+        self._past.move_to_end(key)
+        return self._past[key]
+
+    async def _read(self, query: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        def call() -> Any:
+            with self.state.readers.ledger() as ledger:
+                return query(ledger, *args, **kwargs)
+
+        return await anyio.to_thread.run_sync(call)
+
+    def _page(self, template: str, **context: Any) -> HTMLResponse:
+        return HTMLResponse(render(template, mode="app", ledger_name=self.state.path.name,
+                                   **context))
+
+    def _listing(self, request: Request) -> tuple[list[dict[str, Any]], int, int, str, str]:
+        q = request.query_params.get("q", "").strip().lower()
+        status = request.query_params.get("status", "")
+        rows = []
+        for run in self.state.newest_first():
+            head = run.headline()
+            shown = run.shown_status
+            if status and shown != status:
+                continue
+            if q and not any(q in (text or "").lower() for text in
+                             (head.run_id, head.experiment_id, *head.models)):
+                continue
+            rows.append({**dict(head), "status": shown})
+        page = _int(request.query_params.get("page"), 1)
+        total = len(rows)
+        start = (page - 1) * RUNS_PER_PAGE
+        return rows[start:start + RUNS_PER_PAGE], total, page, q, status
+
+    # -- pages ---------------------------------------------------------------------------
+
+    async def runs_page(self, request: Request) -> Response:
+        runs, total, page, q, status = self._listing(request)
+        context = dict(runs=runs, total=total, page=page, pages=pages(total, RUNS_PER_PAGE),
+                       q=q, status=status)
+        if request.query_params.get("fragment") == "live":
+            return self._page("_runs_table.html", **context)
+        live = _local(str(request.url.include_query_params(fragment="live")))
+        return self._page("runs.html", live_url=live,
+                          statuses=["running", "completed", "interrupted", "budget_stopped",
+                                    "cut off"], **context)
+
+    async def run_page(self, request: Request) -> Response:
+        run = self._run(request)
+        at = self._at(request)
+        summary = await self._summary(run, at)
+        table = TableQuery.parse(dict(request.query_params))
+        rows = table.select(summary.tasks)
+        count = len(rows)
+        start = (table.page - 1) * TASKS_PER_PAGE
+        context = dict(
+            summary=summary, status=run.shown_status if at is None else summary.status,
+            charts=run_charts(summary), rows=rows[start:start + TASKS_PER_PAGE], table=table,
+            total_rows=count, pages=pages(count, TASKS_PER_PAGE), tags=tag_stats(summary),
+            at=at, first_seq=run.first_seq, last_seq=run.last_seq,
+            statuses=[s.value for s in FinalStatus],
+        )
+        if request.query_params.get("fragment") == "live":
+            return self._page("_run_live.html", **context)
+        live = _local(str(request.url.include_query_params(fragment="live")))
+        return self._page("run.html", live_url=live, **context)
+
+    async def download(self, request: Request) -> Response:
+        run = self._run(request)
+        summary = await self._summary(run, self._at(request))
+        name = request.url.path.rsplit("/", 1)[-1]
+        headers = {"Content-Disposition": f'inline; filename="{run.run_id}-{name}"'}
+        if name == "run.json":
+            return Response(render_json(summary), media_type="application/json",
+                            headers=headers)
+        if name == "run.md":
+            return PlainTextResponse(render_markdown(summary), media_type="text/markdown",
+                                     headers=headers)
+        if name == "junit.xml":
+            return Response(render_junit(summary), media_type="application/xml",
+                            headers=headers)
+        page = await self._read(report_html, summary)
+        return HTMLResponse(page,
+                            headers={**headers, "Content-Security-Policy": REPORT_CSP})
+
+    async def task_page(self, request: Request) -> Response:
+        run = self._run(request)
+        key = request.path_params["task_key"]
+        tries: list[_queries.Attempt] = await self._read(_queries.attempts, run.run_id, key)
+        row = run.summary_fold.row(key)
+        if not tries and row is None:
+            raise HTTPException(404, f"run {run.run_id} has no task {key!r}")
+        fragment = request.query_params.get("fragment")
+        here = f"/runs/{segment(run.run_id)}/tasks/{segment(key)}"
+        if fragment == "attempts":
+            return self._page("_attempts.html", **_attempt_context(row, tries))
+        params = request.query_params
+        search = params.get("q", "")
+        after = _int(params.get("after"), 0)
+        before = params.get("before")
+        page: _queries.TranscriptPage = await self._read(
+            _queries.transcript, run.run_id, key, tries, search=search or None,
+            after=after, before=_int(before, -1) if before is not None else None,
+            limit=LINES_PER_PAGE,
+        )
+        if fragment == "tail":
+            response = self._page("_lines.html", page=page)
+            response.headers["X-Last-Seq"] = str(page.last_seq or after)
+            response.headers["X-More"] = "1" if page.more_after else "0"
+            return response
+        conversation_possible = any(t.stream_format == "claude-code" for t in tries)
+        view = "conversation" if conversation_possible and params.get(
+            "view") == "conversation" else "raw"
+        follow = not search and view == "raw" and not page.more_after
+        return self._page(
+            "task.html", run_id=run.run_id, task_key=key, page=page, search=search, view=view,
+            here=here, conversation_possible=conversation_possible,
+            items=conversation(page.lines) if view == "conversation" else [],
+            follow=follow, after_seq=after, tail_url=f"{here}?fragment=tail",
+            attempts_url=f"{here}?fragment=attempts", **_attempt_context(row, tries),
+        )
+
+    async def diff_page(self, request: Request) -> Response:
+        result = await self._diff(request)
+        order = {"regression": 0, "fix": 1, "changed": 2, "added": 3, "removed": 4,
+                 "unchanged": 5}
+        tasks = sorted(result.tasks, key=lambda t: (order[t.change], t.task_key))
+        return self._page("diff.html", result=result, tasks=tasks)
+
+    async def _diff(self, request: Request) -> Any:
+        runs = []
+        for name in ("run_a", "run_b"):
+            run = self.state.run(request.path_params[name])
+            if run is None:
+                raise HTTPException(404, f"no run {request.path_params[name]!r}")
+            runs.append(run.summary())
+        return diff_runs(*runs)
+
+    async def error(self, request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 503
+        message = exc.detail if isinstance(exc, HTTPException) else str(exc)
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"error": message}, status_code=status)
+        return HTMLResponse(render("error.html", mode="app", ledger_name=self.state.path.name,
+                                   status_code=status, message=message), status_code=status)
+
+    # -- JSON ------------------------------------------------------------------------------
+
+    async def api_runs(self, request: Request) -> Response:
+        runs, total, page, _, _ = self._listing(request)
+        return JSONResponse({"seq": self.state.seq, "total": total, "page": page,
+                             "runs": [_jsonable(r) for r in runs]})
+
+    async def api_run(self, request: Request) -> Response:
+        run = self._run(request)
+        at = self._at(request)
+        summary = await self._summary(run, at)
+        return JSONResponse({
+            "run_id": run.run_id, "status_shown": run.shown_status if at is None else
+            summary.status, "first_seq": run.first_seq, "last_seq": run.last_seq,
+            "summary": json.loads(render_json(summary)),
+            "tags": [t.model_dump() for t in tag_stats(summary)],
+        })
+
+    async def api_summary(self, request: Request) -> Response:
+        run = self._run(request)
+        summary = await self._summary(run, self._at(request))
+        return Response(render_json(summary), media_type="application/json")
+
+    async def api_tasks(self, request: Request) -> Response:
+        run = self._run(request)
+        summary = await self._summary(run, self._at(request))
+        table = TableQuery.parse(dict(request.query_params))
+        rows = table.select(summary.tasks)
+        start = (table.page - 1) * TASKS_PER_PAGE
+        return JSONResponse({
+            "total": len(rows), "page": table.page, "pages": pages(len(rows), TASKS_PER_PAGE),
+            "tasks": [r.model_dump(mode="json") for r in rows[start:start + TASKS_PER_PAGE]],
+        })
+
+    async def api_task(self, request: Request) -> Response:
+        run = self._run(request)
+        key = request.path_params["task_key"]
+        tries: list[_queries.Attempt] = await self._read(_queries.attempts, run.run_id, key)
+        row = run.summary_fold.row(key)
+        if not tries and row is None:
+            raise HTTPException(404, f"run {run.run_id} has no task {key!r}")
+        return JSONResponse({
+            "run_id": run.run_id, "task_key": key,
+            "row": row.model_dump(mode="json") if row else None,
+            "attempts": [{
+                "attempt": t.number,
+                "started": t.started.model_dump(mode="json"),
+                "usage": [u.model_dump(mode="json") for u in t.usage],
+                "completed": t.completed.model_dump(mode="json") if t.completed else None,
+                "interrupted": t.interrupted.model_dump(mode="json") if t.interrupted else None,
+            } for t in tries],
+        })
+
+    async def api_transcript(self, request: Request) -> Response:
+        run = self._run(request)
+        key = request.path_params["task_key"]
+        params = request.query_params
+        tries = await self._read(_queries.attempts, run.run_id, key)
+        before = params.get("before")
+        page: _queries.TranscriptPage = await self._read(
+            _queries.transcript, run.run_id, key, tries, search=params.get("q") or None,
+            after=_int(params.get("after"), 0),
+            before=_int(before, -1) if before is not None else None,
+            limit=min(_int(params.get("limit"), LINES_PER_PAGE), 5000),
+        )
+        return JSONResponse({
+            "more_before": page.more_before, "more_after": page.more_after,
+            "lines": [{"seq": ln.seq, "ts": ln.ts, "attempt": ln.attempt, "n": ln.n,
+                       "stream": ln.stream, "text": ln.text, "truncated": ln.truncated,
+                       "data": ln.data} for ln in page.lines],
+        })
+
+    async def api_diff(self, request: Request) -> Response:
+        return Response((await self._diff(request)).model_dump_json(),
+                        media_type="application/json")
+
+    async def stream(self, request: Request) -> Response:
+        """Server-sent events: a ``change`` whenever something was appended."""
+
+        async def events() -> AsyncIterator[str]:
+            async with self.state.subscribe() as changes:
+                yield f"event: hello\ndata: {json.dumps({'seq': self.state.seq})}\n\n"
+                while True:
+                    with anyio.move_on_after(15) as waiting:
+                        try:
+                            change = await changes.receive()
+                        except anyio.EndOfStream:
+                            return  # the server is stopping
+                    if waiting.cancelled_caught:
+                        yield ": still here\n\n"
+                        continue
+                    yield f"event: change\ndata: {json.dumps(change.message())}\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache",
+                                          "X-Accel-Buffering": "no"})
+
+
+def _attempt_context(row: Any, tries: list[_queries.Attempt]) -> dict[str, Any]:
+    return dict(
+        row=row, tries=tries,
+        usage_charts={t.number: _usage_chart(t) for t in tries},
+        definitions={t.number: json.dumps(t.started.definition, indent=2, ensure_ascii=False,
+                                          sort_keys=True) for t in tries},
+    )
+
+
+def _usage_chart(attempt: _queries.Attempt) -> Markup:
+    """Tokens used so far against seconds since the attempt started."""
+    start = _seconds(attempt.started.ts)
+    total = 0
+    points = []
+    for usage in attempt.usage:
+        total += usage.tokens.total
+        points.append((max(0.0, _seconds(usage.ts) - start), float(total)))
+    return _charts.steps(points, "tokens used over the attempt", unit=" tokens")
+
+
+def _seconds(ts: str) -> float:
+    try:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.model_dump() if hasattr(v, "model_dump") else v for k, v in row.items()}
+
+
+def _int(raw: str | None, default: int) -> int:
+    try:
+        return int(raw) if raw is not None else default
+    except ValueError:
+        return default
+
+
+def _local(url: str) -> str:
+    """A URL of this app as a path and query (the page fetches it from its own origin)."""
+    parts = urlsplit(url)
+    return parts.path + (f"?{parts.query}" if parts.query else "")
+
+
+class _Headers:
+    """Security headers on every response (unless a route set its own policy)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                names = {name.lower() for name, _ in headers}
+                if b"content-security-policy" not in names:
+                    headers.append((b"content-security-policy", CSP.encode()))
+                headers += [(b"x-content-type-options", b"nosniff"),
+                            (b"referrer-policy", b"no-referrer"),
+                            (b"x-frame-options", b"DENY")]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+class _TokenGate:
+    """Every request must carry the token: ``?token=`` (then kept in a cookie) or the cookie."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        given = request.query_params.get("token")
+        if given is not None and secrets.compare_digest(given, self.token):
+            await self.app(scope, receive, _setting_cookie(send, self.token))
+            return
+        cookie = request.cookies.get(TOKEN_COOKIE)
+        if cookie is not None and secrets.compare_digest(cookie, self.token):
+            await self.app(scope, receive, send)
+            return
+        response = PlainTextResponse(
+            "this viewer needs its access token: open the URL `evalledger view` printed",
+            status_code=403)
+        await response(scope, receive, send)
+
+
+def _setting_cookie(send: Send, token: str) -> Callable[[Message], Awaitable[None]]:
+    async def with_cookie(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            cookie = f"{TOKEN_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict"
+            message = {**message, "headers": [*message.get("headers", []),
+                                              (b"set-cookie", cookie.encode())]}
+        await send(message)
+
+    return with_cookie

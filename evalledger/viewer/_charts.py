@@ -1,0 +1,146 @@
+"""Charts as SVG text, rendered on the server: no script, no network, no library.
+
+Every label is escaped here; the result is safe to put in a page as is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from html import escape
+
+from markupsafe import Markup
+
+# One colour per outcome, shared with the CSS (.s-succeeded etc.).
+COLOURS = {
+    "succeeded": "#2e7d32",
+    "failed": "#c62828",
+    "error": "#ef6c00",
+    "ungraded": "#6a1b9a",
+    "unfinished": "#9e9e9e",
+}
+_BAR = "#1565c0"
+_FONT = 'font-family="system-ui, sans-serif" font-size="12"'
+
+
+def _svg(width: int, height: int, body: list[str], title: str) -> Markup:
+    return Markup(
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {width} {height}" '
+        f'width="{width}" height="{height}" role="img" aria-label="{escape(title)}">'
+        f"<title>{escape(title)}</title>{''.join(body)}</svg>"
+    )
+
+
+def stacked_bars(rows: Sequence[tuple[str, dict[str, int]]], title: str,
+                 width: int = 640) -> Markup:
+    """One horizontal bar per label, split by outcome (keys of ``COLOURS``)."""
+    label_w, bar_h, gap = 160, 18, 8
+    plot_w = width - label_w - 60
+    height = max(1, len(rows)) * (bar_h + gap) + 24
+    body: list[str] = []
+    for i, (label, counts) in enumerate(rows):
+        y = i * (bar_h + gap)
+        total = sum(counts.values())
+        body.append(f'<text x="0" y="{y + 13}" {_FONT}>{escape(label[:24])}</text>')
+        x = float(label_w)
+        for outcome, count in counts.items():
+            if not count:
+                continue
+            w = plot_w * count / total
+            body.append(
+                f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{bar_h}" '
+                f'fill="{COLOURS.get(outcome, _BAR)}"><title>{escape(outcome)}: {count}</title>'
+                "</rect>"
+            )
+            x += w
+        body.append(f'<text x="{label_w + plot_w + 6}" y="{y + 13}" {_FONT}>{total}</text>')
+    legend_y = len(rows) * (bar_h + gap) + 14
+    x = float(label_w)
+    for outcome, colour in COLOURS.items():
+        body.append(f'<rect x="{x}" y="{legend_y - 9}" width="10" height="10" fill="{colour}"/>'
+                    f'<text x="{x + 14}" y="{legend_y}" {_FONT}>{outcome}</text>')
+        x += 90
+    return _svg(width, height, body, title)
+
+
+def bars(items: Sequence[tuple[str, float, str]], title: str, *, maximum: float | None = None,
+         width: int = 640) -> Markup:
+    """Horizontal bars: (label, value, text shown after the bar)."""
+    label_w, bar_h, gap = 160, 16, 6
+    plot_w = width - label_w - 110
+    top = maximum if maximum is not None else max((v for _, v, _ in items), default=0.0)
+    height = max(1, len(items)) * (bar_h + gap)
+    body: list[str] = []
+    for i, (label, value, text) in enumerate(items):
+        y = i * (bar_h + gap)
+        w = plot_w * value / top if top > 0 else 0.0
+        body.append(
+            f'<text x="0" y="{y + 12}" {_FONT}>{escape(label[:24])}</text>'
+            f'<rect x="{label_w}" y="{y}" width="{max(w, 0.5):.1f}" height="{bar_h}" '
+            f'fill="{_BAR}"/><text x="{label_w + w + 6:.1f}" y="{y + 12}" {_FONT}>'
+            f"{escape(text)}</text>"
+        )
+    return _svg(width, height, body, title)
+
+
+def histogram(values: Sequence[float], title: str, *, bins: int = 20,
+              width: int = 640, height: int = 160) -> Markup:
+    """Counts of ``values`` in equal-width bins from their minimum to their maximum."""
+    if not values:
+        return _svg(width, 24, [f'<text x="0" y="14" {_FONT}>no data</text>'], title)
+    low, high = min(values), max(values)
+    span = high - low or 1.0
+    counts = [0] * bins
+    for v in values:
+        counts[min(bins - 1, int((v - low) / span * bins))] += 1
+    plot_h, bottom = height - 30, height - 18
+    top = max(counts)
+    bar_w = (width - 40) / bins
+    body: list[str] = []
+    for i, count in enumerate(counts):
+        h = plot_h * count / top if top else 0
+        start = low + span * i / bins
+        end = low + span * (i + 1) / bins
+        body.append(
+            f'<rect x="{40 + i * bar_w:.1f}" y="{bottom - h:.1f}" width="{bar_w - 1:.1f}" '
+            f'height="{h:.1f}" fill="{_BAR}"><title>{_seconds(start)}-{_seconds(end)}: '
+            f"{count}</title></rect>"
+        )
+    body.append(f'<text x="0" y="{bottom - plot_h + 10}" {_FONT}>{top}</text>'
+                f'<text x="40" y="{height - 4}" {_FONT}>{_seconds(low)}</text>'
+                f'<text x="{width - 60}" y="{height - 4}" {_FONT}>{_seconds(high)}</text>')
+    return _svg(width, height, body, title)
+
+
+def steps(points: Sequence[tuple[float, float]], title: str, *, unit: str = "",
+          width: int = 640, height: int = 140) -> Markup:
+    """A cumulative step line through (seconds, value) points."""
+    if not points:
+        return _svg(width, 24, [f'<text x="0" y="14" {_FONT}>no usage reported</text>'], title)
+    x_max = max(p[0] for p in points) or 1.0
+    y_max = max(p[1] for p in points) or 1.0
+    plot_w, plot_h, bottom = width - 70, height - 30, height - 18
+    path = [f"M 60 {bottom}"]
+    previous_y = float(bottom)
+    for x, y in points:
+        px = 60 + plot_w * x / x_max
+        py = bottom - plot_h * y / y_max
+        path.append(f"L {px:.1f} {previous_y:.1f} L {px:.1f} {py:.1f}")
+        previous_y = py
+    body = [
+        f'<path d="{" ".join(path)}" fill="none" stroke="{_BAR}" stroke-width="2"/>',
+        f'<text x="0" y="{bottom - plot_h + 10}" {_FONT}>{escape(_number(y_max))}{unit}</text>',
+        f'<text x="60" y="{height - 4}" {_FONT}>0s</text>',
+        f'<text x="{width - 60}" y="{height - 4}" {_FONT}>{_seconds(x_max)}</text>',
+    ]
+    return _svg(width, height, body, title)
+
+
+def _seconds(value: float) -> str:
+    if not math.isfinite(value):
+        return "?"
+    return f"{value:.1f}s" if value < 120 else f"{value / 60:.1f}m"
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.4g}"

@@ -1,0 +1,30 @@
+"""The HTML report: a run as one self-contained file, rebuilt from the ledger.
+
+The run page of the viewer, rendered in ``file`` mode (``_render``): the
+stylesheet inline, charts as inline SVG, no script and nothing fetched from a
+network. Each task carries the tail of its latest attempt's transcript, cut to
+``TAIL_LINES`` lines and ``TAIL_CHARS`` characters (docs/cli.md, "report"): the
+ledger holds the rest.
+"""
+
+from __future__ import annotations
+
+from evalledger.ledger import Ledger
+from evalledger.projections import RunSummary, tag_stats
+
+from . import _queries
+from ._render import TableQuery, render, run_charts, stylesheet
+
+TAIL_LINES = 20
+TAIL_CHARS = 2000
+
+
+def report_html(ledger: Ledger, summary: RunSummary) -> str:
+    """The run page of ``summary`` as one file, its transcript tails read from ``ledger``."""
+    tails = _queries.tails(ledger, summary, lines=TAIL_LINES, chars=TAIL_CHARS)
+    return render(
+        "run.html", mode="file", summary=summary, status=summary.status,
+        charts=run_charts(summary), rows=summary.tasks, table=TableQuery(), tails=tails,
+        tags=tag_stats(summary), css=stylesheet(), at=None, total_rows=len(summary.tasks),
+        pages=1, tail_lines=TAIL_LINES, tail_chars=TAIL_CHARS,
+    )

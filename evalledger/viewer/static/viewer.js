@@ -1,0 +1,63 @@
+// evalledger viewer: live updates and the time-travel slider. No inline script anywhere:
+// the app's Content-Security-Policy allows scripts from the app itself only.
+(function () {
+  "use strict";
+  const body = document.body;
+  // Set once per page load: a test that sees it unchanged knows the page never reloaded.
+  window.evalledgerLoadedAt = window.evalledgerLoadedAt || Date.now();
+
+  const slider = document.getElementById("at");
+  const shown = document.getElementById("at-value");
+  if (slider && shown) {
+    slider.addEventListener("input", function () { shown.textContent = slider.value; });
+    slider.addEventListener("change", function () { slider.form.submit(); });
+  }
+
+  const stream = body.dataset.stream;
+  if (!stream || !window.EventSource) { return; }
+  const run = body.dataset.run || null;
+  const task = body.dataset.task || null;
+
+  // One request at a time per page; a notice arriving meanwhile asks for one more.
+  let busy = false;
+  let again = false;
+  async function refresh() {
+    if (busy) { again = true; return; }
+    busy = true;
+    try {
+      if (body.dataset.live) {
+        const response = await fetch(body.dataset.live, { credentials: "same-origin" });
+        if (response.ok) { document.getElementById("live").innerHTML = await response.text(); }
+      }
+      if (body.dataset.attempts) {
+        const response = await fetch(body.dataset.attempts, { credentials: "same-origin" });
+        if (response.ok) { document.getElementById("attempts").innerHTML = await response.text(); }
+      }
+      if (body.dataset.tail) {
+        const url = body.dataset.tail + "&after=" + encodeURIComponent(body.dataset.after || "0");
+        const response = await fetch(url, { credentials: "same-origin" });
+        if (response.ok) {
+          const last = response.headers.get("X-Last-Seq");
+          const rows = await response.text();
+          if (rows.trim()) { document.getElementById("lines").insertAdjacentHTML("beforeend", rows); }
+          if (last) { body.dataset.after = last; }
+          if (response.headers.get("X-More") === "1") { again = true; }
+        }
+      }
+      body.dataset.updated = String(Date.now());
+    } finally {
+      busy = false;
+      if (again) { again = false; refresh(); }
+    }
+  }
+
+  const source = new EventSource(stream);
+  source.addEventListener("change", function (event) {
+    const change = JSON.parse(event.data);
+    if (run && change.runs.indexOf(run) < 0) { return; }
+    if (task && !change.many_tasks &&
+        !change.tasks.some(function (t) { return t[0] === run && t[1] === task; })) { return; }
+    refresh();
+  });
+  source.addEventListener("open", function () { body.dataset.streaming = "1"; });
+})();
