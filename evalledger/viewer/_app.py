@@ -73,16 +73,18 @@ _TIME_TRAVEL_CACHE = 32
 
 
 def create_app(ledger_path: str | Path, *, token: str | None = None,
-               interval: float = 0.25) -> Starlette:
+               interval: float = 0.25, keepalive: float = 15.0) -> Starlette:
     """The viewer over one ledger file.
 
     Args:
         ledger_path: the ledger; opened read-only, never written.
         token: when given, every request must carry it (``?token=`` once, then a cookie).
         interval: seconds between two reads of what was appended.
+        keepalive: seconds of quiet after which an event stream sends a comment (so a
+            client, or a proxy, sees it is alive).
     """
     state = LedgerState(Path(ledger_path), interval=interval)
-    views = _Views(state)
+    views = _Views(state, keepalive)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -124,8 +126,9 @@ class _Views:
     """The route handlers. Async: they read the folds on the event loop thread, where the
     follower changes them; every SQLite read goes to a worker thread."""
 
-    def __init__(self, state: LedgerState) -> None:
+    def __init__(self, state: LedgerState, keepalive: float) -> None:
         self.state = state
+        self.keepalive = keepalive
         self._past: OrderedDict[tuple[str, int], RunSummary] = OrderedDict()
 
     # -- helpers -------------------------------------------------------------------------
@@ -382,7 +385,7 @@ class _Views:
             async with self.state.subscribe() as changes:
                 yield f"event: hello\ndata: {json.dumps({'seq': self.state.seq})}\n\n"
                 while True:
-                    with anyio.move_on_after(15) as waiting:
+                    with anyio.move_on_after(self.keepalive) as waiting:
                         try:
                             change = await changes.receive()
                         except anyio.EndOfStream:

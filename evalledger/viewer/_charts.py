@@ -66,6 +66,8 @@ def stacked_bars(rows: Sequence[tuple[str, dict[str, int]]], title: str,
 def bars(items: Sequence[tuple[str, float, str]], title: str, *, maximum: float | None = None,
          width: int = 640) -> Markup:
     """Horizontal bars: (label, value, text shown after the bar)."""
+    if not items:
+        return _svg(width, 24, [f'<text x="0" y="14" {_FONT}>no data</text>'], title)
     label_w, bar_h, gap = 160, 16, 6
     plot_w = width - label_w - 110
     top = maximum if maximum is not None else max((v for _, v, _ in items), default=0.0)

@@ -166,17 +166,32 @@ def _line(row: EventRow, starts: list[int], numbers: list[int]) -> Line:
 def tails(ledger: Ledger, summary: RunSummary, *, lines: int = 20, chars: int = 2000,
           ) -> dict[str, list[Line]]:
     """Per task key, the last ``lines`` lines of its latest attempt's transcript, at most
-    ``chars`` characters of them (what the HTML report shows)."""
+    ``chars`` characters of them (what the HTML report shows).
+
+    One scan of the run's starts finds each key's latest attempt; then one
+    ``LIMIT lines`` range scan per key, backwards from its last row.
+    """
+    latest: dict[str, TaskStarted] = {}
+    for event in ledger.events(summary.run_id, types={EventType.TASK_STARTED}):
+        if isinstance(event, TaskStarted):
+            latest[event.task_key] = event
     found: dict[str, list[Line]] = {}
     for row in summary.tasks:
-        tries = attempts(ledger, summary.run_id, row.task_key)
-        start = tries[-1].started.seq or 0 if tries else 0
-        page = transcript(ledger, summary.run_id, row.task_key, tries, before=-1, limit=lines)
+        started = latest.get(row.task_key)
+        if started is None:
+            found[row.task_key] = []
+            continue
+        _, rows = ledger.query(
+            f"SELECT {_COLUMNS} FROM events WHERE run_id = ? AND task_key = ? AND seq > ? "
+            f"AND type IN ('{_OUTPUT[0]}', '{_OUTPUT[1]}') ORDER BY seq DESC LIMIT ?",
+            [summary.run_id, row.task_key, started.seq or 0, lines],
+        )
         kept: list[Line] = []
         room = chars
-        for line in reversed([ln for ln in page.lines if ln.seq > start]):
+        for stored in rows:  # newest first
             if room <= 0:
                 break
+            line = _line(EventRow(*stored), [started.seq or 0], [started.attempt])
             if len(line.text) > room:
                 line.text = "\u2026" + line.text[-room:]
             room -= len(line.text)

@@ -47,6 +47,13 @@ def money(value: float | None, complete: bool = True) -> str:
     return text if complete else f"≥ {text}"
 
 
+def spend(value: float | None, complete: bool, tokens: int) -> str:
+    """A cost where nothing may have been used: a dash then, else ``money``."""
+    if not tokens and not value and complete:
+        return DASH
+    return money(value, complete)
+
+
 def duration(seconds: float | None) -> str:
     if seconds is None or not math.isfinite(seconds):
         return DASH
@@ -105,7 +112,7 @@ def environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(money=money, duration=duration, percent=percent, number=number,
+    env.filters.update(money=money, spend=spend, duration=duration, percent=percent, number=number,
                        when=when, visible=visible, outcome=outcome, status=status_of,
                        segment=segment)
     env.globals.update(url=_url, version=__version__, OUTCOMES=OUTCOMES)
@@ -213,8 +220,8 @@ def run_charts(summary: RunSummary) -> dict[str, Markup]:
             [(m.model or "(no model)", m.cost_usd, money(m.cost_usd, m.cost_complete))
              for m in summary.usage_by_model], "cost per model"),
         "variant_cost": _charts.bars(
-            [(v.variant_id, v.cost_usd, money(v.cost_usd, v.cost_complete)) for v in variants],
-            "cost per variant"),
+            [(v.variant_id, v.cost_usd, money(v.cost_usd, v.cost_complete)) for v in variants
+             if v.cost_usd or not v.cost_complete], "cost per variant"),
     }
 
 

@@ -6,12 +6,14 @@
   // Set once per page load: a test that sees it unchanged knows the page never reloaded.
   window.evalledgerLoadedAt = window.evalledgerLoadedAt || Date.now();
 
-  const slider = document.getElementById("at");
-  const shown = document.getElementById("at-value");
-  if (slider && shown) {
-    slider.addEventListener("input", function () { shown.textContent = slider.value; });
-    slider.addEventListener("change", function () { slider.form.submit(); });
-  }
+  // Delegated: the slider is part of the live region, replaced on every update.
+  document.addEventListener("input", function (event) {
+    const shown = document.getElementById("at-value");
+    if (event.target.id === "at" && shown) { shown.textContent = event.target.value; }
+  });
+  document.addEventListener("change", function (event) {
+    if (event.target.id === "at") { event.target.form.submit(); }
+  });
 
   const stream = body.dataset.stream;
   if (!stream || !window.EventSource) { return; }

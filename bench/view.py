@@ -1,0 +1,173 @@
+"""Viewer speed: server time of its pages on a big ledger, the HTML report, memory.
+
+Builds, in a temporary folder, the rebuild bench's data (one run of N tasks with M
+output lines each, default 10,000 x 100: ~1,030,000 events) plus 99 small runs
+and one run whose single task printed T lines (default 100,000). Then, in this
+process, through the ASGI app (no network: what is timed is the server's work):
+
+- the server's first read of the ledger (it folds every run once, at start);
+- ``/`` (100 runs), the big run's page, its task table filtered, the transcript's
+  first and last page and a search in it, the summary API: first request, then
+  the median of repeats;
+- the HTML report of the big run: size and build time;
+- peak RSS of a fresh process rendering the transcript page, for T/10 and T lines
+  (flat: a page reads 500 lines, whatever the transcript's length).
+
+Targets: every page under 300 ms of server time once the server has read the
+ledger. Run: python bench/view.py [--tasks N] [--lines M] [--transcript T].
+Not part of the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from starlette.testclient import TestClient
+
+from evalledger.ledger import (
+    Ledger,
+    RunFinished,
+    RunStarted,
+    TaskCompleted,
+    TaskOutput,
+    TaskStarted,
+    utc_now,
+)
+from evalledger.projections import SummaryFold, fold
+from evalledger.statuses import FinalStatus
+from evalledger.viewer import create_app, report_html
+
+sys.path.insert(0, str(Path(__file__).parent))
+from rebuild import RUN, build  # noqa: E402
+
+TARGET_MS = 300.0
+LONG_RUN, LONG_KEY = "transcript-run", "default/chatty/00"
+
+
+def add_small_runs(path: Path, runs: int) -> None:
+    with Ledger(path) as ledger:
+        for r in range(runs):
+            run_id = f"small-{r:03d}"
+            keys = [f"default/t{i}/00" for i in range(10)]
+            batch: list = [RunStarted(run_id=run_id, planned=keys)]
+            for i, key in enumerate(keys):
+                batch.append(TaskStarted(run_id=run_id, task_key=key, task_id=f"t{i}"))
+                batch += [TaskOutput(run_id=run_id, task_key=key, line=f"l{n}", n=n)
+                          for n in range(1, 6)]
+                status = FinalStatus.SUCCESS if i % 3 else FinalStatus.FAILURE
+                batch.append(TaskCompleted(run_id=run_id, task_key=key, final_status=status,
+                                           category=status.category, duration_seconds=1.0))
+            batch.append(RunFinished(run_id=run_id, status="completed"))
+            ledger.append(batch)
+
+
+def add_transcript_run(path: Path, lines: int, run_id: str = LONG_RUN) -> None:
+    with Ledger(path) as ledger:
+        ledger.append([RunStarted(run_id=run_id, planned=[LONG_KEY]),
+                       TaskStarted(run_id=run_id, task_key=LONG_KEY, task_id="chatty")])
+        ts = utc_now()
+        for start in range(1, lines + 1, 10_000):
+            ledger.append([TaskOutput.encoded(run_id, LONG_KEY, ts, "stdout",
+                                              f"line {n} needle-{n % 997}", n, False)
+                           for n in range(start, min(lines, start + 9_999) + 1)])
+        ledger.append([TaskCompleted(run_id=run_id, task_key=LONG_KEY,
+                                     final_status=FinalStatus.SUCCESS, category="succeeded"),
+                       RunFinished(run_id=run_id, status="completed")])
+
+
+def timed(client: TestClient, url: str, repeats: int) -> tuple[float, float]:
+    """Milliseconds of the first request, and the median of the repeats after it."""
+    times = []
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        response = client.get(url)
+        times.append((time.perf_counter() - start) * 1000)
+        assert response.status_code == 200, (url, response.status_code, response.text[:200])
+    return times[0], statistics.median(times[1:])
+
+
+RSS_PROBE = """
+import sys
+from starlette.testclient import TestClient
+from evalledger.viewer import create_app
+with TestClient(create_app(sys.argv[1])) as client:
+    for url in ("/runs/{run}/tasks/{key}", "/runs/{run}/tasks/{key}?before=-1"):
+        assert client.get(url).status_code == 200
+# VmHWM, not ru_maxrss: a forked child inherits its parent's high-water mark there.
+print([l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1])
+"""
+
+
+def peak_rss_mib(path: Path, run_id: str) -> float:
+    code = RSS_PROBE.replace("{run}", run_id).replace("{key}", LONG_KEY)
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                          text=True, check=True)
+    return int(done.stdout.split()[-1]) / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=10_000)
+    parser.add_argument("--lines", type=int, default=100)
+    parser.add_argument("--transcript", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=10)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="evalledger-bench-view-") as tmp:
+        root = Path(tmp)
+        start = time.perf_counter()
+        path, _ = build(root, args.tasks, args.lines, files=False)
+        add_small_runs(path, 99)
+        add_transcript_run(path, args.transcript)
+        with Ledger(path, read_only=True) as ledger:
+            events, runs = ledger.count(), len(ledger.run_ids())
+        print(f"ledger: {events:,} events, {runs} runs "
+              f"(built in {time.perf_counter() - start:.1f}s)")
+
+        app = create_app(path)
+        start = time.perf_counter()
+        with TestClient(app) as client:
+            print(f"server's first read of the ledger: {(time.perf_counter() - start) * 1000:,.0f} ms")
+            worst = 0.0
+            pages = [
+                (f"/ ({runs} runs)", "/"),
+                (f"run page ({args.tasks:,} tasks)", f"/runs/{RUN}"),
+                ("run page, tasks filtered and sorted",
+                 f"/runs/{RUN}?outcome=failed&sort=duration&dir=desc&page=3"),
+                (f"task page, first of {args.transcript:,} lines",
+                 f"/runs/{LONG_RUN}/tasks/{LONG_KEY}"),
+                ("task page, last page", f"/runs/{LONG_RUN}/tasks/{LONG_KEY}?before=-1"),
+                ("task page, a search", f"/runs/{LONG_RUN}/tasks/{LONG_KEY}?q=needle-996"),
+                ("summary API (run.json)", f"/api/runs/{RUN}/summary"),
+            ]
+            for name, url in pages:
+                first, then = timed(client, url, args.repeats)
+                worst = max(worst, then)
+                print(f"{name + ':':44} first {first:7.1f} ms, then {then:6.1f} ms (median)")
+            print(f"slowest page once read: {worst:.1f} ms (target < {TARGET_MS:.0f} ms)")
+
+        with Ledger(path, read_only=True) as ledger:
+            summary = fold(SummaryFold(RUN), ledger.events(RUN, types=SummaryFold.TYPES)
+                           ).summary()
+            start = time.perf_counter()
+            html = report_html(ledger, summary)
+            took = time.perf_counter() - start
+        print(f"report.html of {args.tasks:,} tasks: {len(html.encode()) / 1e6:.1f} MB "
+              f"in {took:.2f} s")
+
+        # Two ledgers that differ only in the transcript's length.
+        short, long = root / "short.db", root / "long.db"
+        add_transcript_run(short, args.transcript // 10)
+        add_transcript_run(long, args.transcript)
+        small, big = peak_rss_mib(short, LONG_RUN), peak_rss_mib(long, LONG_RUN)
+        print(f"peak RSS rendering a transcript: {args.transcript // 10:,} lines {small:.1f} MiB, "
+              f"{args.transcript:,} lines {big:.1f} MiB (ratio {big / small:.2f})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,291 @@
+"""The viewer's routes, through Starlette's TestClient, on a ledger made by real runs."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from starlette.testclient import TestClient
+
+from evalledger.ledger import Ledger
+from evalledger.projections import SummaryFold, fold, render_json, render_markdown
+from evalledger.viewer import create_app
+
+from .conftest import Suite, run_json
+
+PATIENCE = 30.0
+
+
+@pytest.fixture(scope="module")
+def client(suite: Suite) -> Iterator[TestClient]:
+    with TestClient(create_app(suite.db, interval=0.05, keepalive=0.2)) as opened:
+        yield opened
+
+
+def rebuilt(db: Path, run_id: str, until: int | None = None) -> str:
+    with Ledger(db, read_only=True) as ledger:
+        events = ledger.events(run_id, types=SummaryFold.TYPES, until_seq=until)
+        return render_json(fold(SummaryFold(run_id), events).summary())
+
+
+def test_runs_page_lists_runs_newest_first_with_their_numbers(
+    client: TestClient, suite: Suite
+) -> None:
+    page = client.get("/")
+    assert page.status_code == 200
+    html = page.text
+    assert html.index("run-b") < html.index("run-a")
+    listing = client.get("/api/runs").json()
+    assert [r["run_id"] for r in listing["runs"]] == ["run-b", "run-a"]
+    for row in listing["runs"]:
+        expected = run_json(suite, row["run_id"])
+        for field in ("tasks_planned", "tasks_run", "tasks_succeeded", "tasks_failed",
+                      "tasks_error", "pass_rate", "total_cost_usd", "cost_complete", "models"):
+            assert row[field] == expected[field], field
+        assert row["status"] == "completed"
+    # An unpriced model makes the cost a floor, shown as one: never "$0" for unknown.
+    assert "≥ $0.0123" in html
+
+
+def test_runs_can_be_filtered_and_paged(client: TestClient) -> None:
+    assert [r["run_id"] for r in client.get("/api/runs?q=run-a").json()["runs"]] == ["run-a"]
+    assert client.get("/api/runs?status=running").json()["runs"] == []
+    assert client.get("/api/runs?page=2").json()["runs"] == []
+    assert "no runs match" in client.get("/?q=nothing-like-this").text
+
+
+def test_run_page_headline_equals_run_json(client: TestClient, suite: Suite) -> None:
+    expected = run_json(suite, suite.first)
+    html = client.get(f"/runs/{suite.first}").text
+    for field in ("tasks_run", "tasks_succeeded", "tasks_failed", "tasks_error"):
+        assert re.search(rf'data-count="{field}">{expected[field]}<', html), field
+    assert f'data-count="pass_rate">{expected["pass_rate"]:.1%}<' in html
+    # Charts are server-rendered SVG; the variants table and tags are there.
+    assert html.count("<svg") == 6
+    assert "statuses per variant" in html and "pass rate per tag" in html
+    assert ">weird<" in html and ">fast<" in html
+
+
+def test_runs_are_named_by_prefix_and_latest(client: TestClient, suite: Suite) -> None:
+    assert client.get("/api/runs/latest").json()["run_id"] == suite.second
+    assert client.get("/api/runs/run-a").json()["run_id"] == suite.first
+    assert client.get("/runs/run-").status_code == 404  # ambiguous
+    assert client.get("/api/runs/run-").json() == {"error": "no run 'run-' in ledger.db"}
+
+
+def test_summary_api_is_run_json_byte_for_byte(client: TestClient, suite: Suite) -> None:
+    for run_id in suite.runs:
+        body = client.get(f"/api/runs/{run_id}/summary").content
+        assert body == (suite.out / run_id / "run.json").read_bytes()
+        assert client.get(f"/runs/{run_id}/run.json").content == body
+
+
+def test_downloads_are_the_reports(client: TestClient, suite: Suite) -> None:
+    assert client.get(f"/runs/{suite.first}/run.md").text == (
+        suite.out / suite.first / "run.md").read_text(encoding="utf-8")
+    html = client.get(f"/runs/{suite.first}/report.html")
+    assert html.text == (suite.out / suite.first / "report.html").read_text(encoding="utf-8")
+    # Self-contained: its own style inline, no script, nothing from elsewhere.
+    assert "<style>" in html.text and "<script" not in html.text
+    assert "src=" not in html.text and 'rel="stylesheet"' not in html.text
+    assert "script-src" not in html.headers["content-security-policy"]
+    junit = ET.fromstring(client.get(f"/runs/{suite.first}/junit.xml").content)
+    summary = run_json(suite, suite.first)
+    assert int(junit.get("failures", "")) == summary["tasks_failed"]
+    assert int(junit.get("errors", "")) == summary["tasks_error"]
+    assert len(junit.findall(".//testcase")) == summary["tasks_run"]
+
+
+def test_the_task_table_filters_sorts_and_pages(client: TestClient, suite: Suite) -> None:
+    api = f"/api/runs/{suite.first}/tasks"
+    failed = client.get(api, params={"outcome": "failed"}).json()["tasks"]
+    assert {t["task_key"] for t in failed} == {"default/fails/00", "default/hostile/00"}
+    assert [t["task_key"] for t in client.get(api, params={"tag": "fast"}).json()["tasks"]] \
+        == ["default/flip/00", "default/ok/00"]
+    assert [t["task_key"] for t in client.get(api, params={"q": "CLAUDE"}).json()["tasks"]] \
+        == ["default/claude/00"]
+    by_tokens = client.get(api, params={"sort": "tokens", "dir": "desc"}).json()["tasks"]
+    assert by_tokens[0]["task_key"] == "default/claude/00"
+    listing = client.get(api).json()
+    assert (listing["total"], listing["page"], listing["pages"]) == (7, 1, 1)
+    assert client.get(api, params={"page": 2}).json()["tasks"] == []
+    html = client.get(f"/runs/{suite.first}", params={"outcome": "FAILURE"}).text
+    assert "default/fails/00" in html and "default/ok/00</a>" not in html
+
+
+def test_a_task_page_shows_attempts_criteria_and_lines(client: TestClient, suite: Suite) -> None:
+    html = client.get(f"/runs/{suite.first}/tasks/default/ok/00").text
+    assert "Attempt 1" in html and "exit_code" in html
+    assert ">hello<" in html
+    assert 'class="ln-stderr"' in html and ">oops<" in html
+    task = client.get(f"/api/runs/{suite.first}/tasks/default/ok/00").json()
+    assert task["row"]["final_status"] == "SUCCESS"
+    assert task["attempts"][0]["completed"]["criteria"][0]["type"] == "exit_code"
+
+
+def test_unknown_runs_and_tasks_are_404(client: TestClient, suite: Suite) -> None:
+    assert client.get("/runs/no-such-run").status_code == 404
+    assert client.get(f"/runs/{suite.first}/tasks/default/nope/00").status_code == 404
+    assert client.get(f"/api/runs/{suite.first}/tasks/default/nope/00").status_code == 404
+    assert client.get("/api/runs/no-such-run/summary").status_code == 404
+    assert client.get("/diff/no-such-run/run-a").status_code == 404
+    assert client.get("/no/such/page").status_code == 404
+    assert client.get(f"/runs/{suite.first}?at=soon").status_code == 400
+
+
+def test_hostile_output_is_shown_as_text(client: TestClient, suite: Suite) -> None:
+    page = client.get(f"/runs/{suite.first}/tasks/default/hostile/00")
+    html = page.text
+    assert "<script>alert" not in html and "</textarea> &" not in html
+    assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in html
+    assert "&lt;/textarea&gt; &amp;" in html
+    # Escape sequences and direction overrides are spelled out, never sent raw.
+    assert "\x1b" not in html and "\u202e" not in html and "\x07" not in html
+    assert "\\x1b[31mred\\x1b[0m" in html and "\\x1b]0;title\\x07" in html
+    assert "\\u202eevil" in html
+    assert "[truncated]" in html
+    policy = page.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "unsafe-inline" not in policy
+    assert page.headers["x-content-type-options"] == "nosniff"
+    for path in (f"/runs/{suite.first}", f"/runs/{suite.first}/report.html"):
+        assert "<script>alert" not in client.get(path).text
+
+
+def test_a_long_transcript_is_paged_and_searchable(client: TestClient, suite: Suite) -> None:
+    api = f"/api/runs/{suite.first}/transcript/default/long/00"
+    first = client.get(api).json()
+    assert len(first["lines"]) == 500 and first["more_after"] and not first["more_before"]
+    assert first["lines"][0]["text"] == "line 1 of 1200"
+    second = client.get(api, params={"after": first["lines"][-1]["seq"]}).json()
+    assert second["lines"][0]["text"] == "line 501 of 1200"
+    last = client.get(api, params={"before": -1}).json()
+    assert last["lines"][-1]["text"] == "line 1200 of 1200" and not last["more_after"]
+    assert last["more_before"]
+    back = client.get(api, params={"before": last["lines"][0]["seq"]}).json()
+    assert back["lines"][-1]["seq"] < last["lines"][0]["seq"]
+    found = client.get(api, params={"q": "line 1199 "}).json()["lines"]
+    assert [ln["text"] for ln in found] == ["line 1199 of 1200"]
+    html = client.get(f"/runs/{suite.first}/tasks/default/long/00").text
+    assert html.count('<tr class="ln-stdout"') == 500 and "next →" in html
+    searched = client.get(f"/runs/{suite.first}/tasks/default/long/00?q=of+1200").text
+    assert "line 7 of 1200" in searched
+
+
+def test_a_claude_code_transcript_reads_as_a_conversation(
+    client: TestClient, suite: Suite
+) -> None:
+    base = f"/runs/{suite.first}/tasks/default/claude/00"
+    assert "conversation" in client.get(base).text
+    html = client.get(base, params={"view": "conversation"}).text
+    assert "I will list the files." in html
+    assert "<b>Bash</b>" in html and "ls -la" in html
+    assert "&lt;b&gt;not bold&lt;/b&gt;" in html
+    assert "cost $0.0123" in html and "2 turns" in html and "All done." in html
+    assert "model claude-sonnet-4-5, 1 tools" in html
+
+
+def test_the_diff_puts_regressions_first(client: TestClient, suite: Suite) -> None:
+    html = client.get(f"/diff/{suite.first}/{suite.second}").text
+    assert html.index("default/flip/00") < html.index("default/claude/00")
+    diff = client.get(f"/api/diff/{suite.first}/{suite.second}").json()
+    assert diff["counts"]["regression"] == 1
+    [regression] = [t for t in diff["tasks"] if t["change"] == "regression"]
+    assert (regression["task_key"], regression["before"], regression["after"]) == (
+        "default/flip/00", "SUCCESS", "FAILURE")
+
+
+def _seqs(db: Path, run_id: str) -> list[int]:
+    with Ledger(db, read_only=True) as ledger:
+        return [row.seq or 0 for row in ledger.rows(run_id)]
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_time_travel_equals_the_fold_up_to_that_event(
+    client: TestClient, suite: Suite, data: st.DataObject
+) -> None:
+    run_id = data.draw(st.sampled_from(suite.runs))
+    seq = data.draw(st.sampled_from(_seqs(suite.db, run_id)))
+    at = client.get(f"/api/runs/{run_id}/summary", params={"at": seq})
+    assert at.text == rebuilt(suite.db, run_id, until=seq)
+    page = client.get(f"/runs/{run_id}", params={"at": seq}).text
+    assert f"once event {seq} was written" in page
+    assert 'data-live="' not in page  # the past does not update
+
+
+def test_time_travel_shows_a_run_half_way(client: TestClient, suite: Suite) -> None:
+    seqs = _seqs(suite.db, suite.first)
+    early = json.loads(client.get(f"/api/runs/{suite.first}/summary",
+                                  params={"at": seqs[0]}).text)
+    assert (early["status"], early["tasks_run"], early["tasks_planned"]) == ("running", 0, 7)
+    assert json.loads(rebuilt(suite.db, suite.first)) == json.loads(
+        client.get(f"/api/runs/{suite.first}/summary", params={"at": seqs[-1]}).text)
+
+
+def test_the_token_gate(suite: Suite) -> None:
+    with TestClient(create_app(suite.db, token="sesame"), follow_redirects=False) as client:
+        assert client.get("/").status_code == 403
+        assert client.get("/api/runs?token=wrong").status_code == 403
+        opened = client.get("/?token=sesame")
+        assert opened.status_code == 200
+        assert "evalledger_token=sesame" in opened.headers["set-cookie"]
+        assert client.get("/api/runs").status_code == 200  # the cookie carries it now
+        client.cookies.clear()
+        assert client.get("/api/runs").status_code == 403
+
+
+WRITER = """
+import sys
+from evalledger.hosts import host_info
+from evalledger.ledger import Ledger, RunStarted, TaskStarted, TaskOutput
+with Ledger(sys.argv[1]) as ledger:
+    ledger.append([RunStarted(run_id="written-elsewhere", planned=["default/x/00"],
+                              host=host_info())])
+    ledger.append([TaskStarted(run_id="written-elsewhere", task_key="default/x/00",
+                               task_id="x"),
+                   TaskOutput(run_id="written-elsewhere", task_key="default/x/00",
+                              line="from another process", n=1)])
+"""
+
+
+def test_a_writer_in_another_process_shows_up_through_the_event_stream(
+    suite: Suite, tmp_path: Path
+) -> None:
+    db = tmp_path / "copy.db"
+    with Ledger(suite.db, read_only=True):
+        pass
+    shutil.copy(suite.db, db)
+    with TestClient(create_app(db, interval=0.05, keepalive=0.2)) as client, \
+            client.stream("GET", "/api/stream") as stream:
+        lines = stream.iter_lines()
+        assert next(lines) == "event: hello"
+        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(db)])
+        seen: dict[str, object] = {}
+        deadline = time.monotonic() + PATIENCE
+        for line in lines:  # a keep-alive comment comes at least every 0.2 s
+            if line.startswith("data: ") and "written-elsewhere" in line:
+                seen = json.loads(line[len("data: "):])
+                if ["written-elsewhere", "default/x/00"] in seen["tasks"]:  # type: ignore
+                    break
+            assert time.monotonic() < deadline, "no change came through the stream"
+        assert writer.wait(PATIENCE) == 0
+        assert "written-elsewhere" in seen["runs"]  # type: ignore[operator]
+        # The server folded it: its pages show the new run without re-reading anything.
+        listing = client.get("/api/runs").json()["runs"]
+        assert listing[0]["run_id"] == "written-elsewhere"
+        assert listing[0]["status"] == "cut off"  # its writer is gone without run.finished
+        tail = client.get("/runs/written-elsewhere/tasks/default/x/00",
+                          params={"fragment": "tail", "after": 0})
+        assert "from another process" in tail.text
+        assert int(tail.headers["x-last-seq"]) > 0
