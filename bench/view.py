@@ -44,7 +44,7 @@ from evalledger.statuses import FinalStatus
 from evalledger.viewer import create_app, report_html
 
 sys.path.insert(0, str(Path(__file__).parent))
-from rebuild import RUN, build  # noqa: E402
+from rebuild import RUN, build
 
 TARGET_MS = 300.0
 LONG_RUN, LONG_KEY = "transcript-run", "default/chatty/00"
@@ -132,7 +132,8 @@ def main() -> None:
         app = create_app(path)
         start = time.perf_counter()
         with TestClient(app) as client:
-            print(f"server's first read of the ledger: {(time.perf_counter() - start) * 1000:,.0f} ms")
+            loaded = (time.perf_counter() - start) * 1000
+            print(f"server's first read of the ledger: {loaded:,.0f} ms")
             worst = 0.0
             pages = [
                 (f"/ ({runs} runs)", "/"),

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from evalledger.ledger import Ledger
-from evalledger.projections import SummaryFold, fold, render_json, render_markdown
+from evalledger.projections import SummaryFold, fold, render_json
 from evalledger.viewer import create_app
 
 from .conftest import Suite, run_json
