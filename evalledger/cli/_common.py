@@ -47,7 +47,8 @@ def rebuild_summary_fold(ledger: Ledger, run_id: str) -> SummaryFold:
 
 
 def rebuild_summary(ledger: Ledger, run_id: str) -> RunSummary:
-    return rebuild_summary_fold(ledger, run_id).summary()
+    """The run's summary as ``run.json`` holds it: the fold's, anchored in the ledger."""
+    return rebuild_summary_fold(ledger, run_id).summary().anchored(ledger.anchor(run_id))
 
 
 def rebuild_resume(ledger: Ledger, run_id: str) -> ResumeFold:

@@ -8,35 +8,63 @@ from __future__ import annotations
 
 import csv
 import json
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import click
 from rich.console import Console
 from rich.table import Table
 
+from evalledger._text import visible
 from evalledger.hosts import run_ended
-from evalledger.ledger import EVENT_TYPES, EventRow, EventType, Ledger, LedgerReadOnly
+from evalledger.ledger import (
+    EVENT_TYPES,
+    EventRow,
+    EventType,
+    Ledger,
+    LedgerReadOnly,
+    QueryInterrupted,
+)
 from evalledger.projections import ResumeFold, diff_runs, fold
 
 from ._common import rebuild_summary, resolve_run
-from ._errors import UserError
+from ._errors import EXIT_INTERRUPTED, UserError
 from ._main import Settings, cli, pass_settings
 
 _str = json.JSONEncoder(ensure_ascii=False).encode
 
 
+def _cell(value: object) -> str:
+    """A value as one line of text a terminal cannot act on: control characters, tabs
+    and line breaks spelled out (``\\x1b``, ``\\t``, ``\\n``)."""
+    if value is None:
+        return ""
+    if isinstance(value, bytes):
+        return value.hex()
+    return visible(str(value), tabs=False)
+
+
+def _tsv(row: Sequence[object]) -> str:
+    return "\t".join(_cell(v) for v in row) + "\n"
+
+
+def _rich_table(columns: Sequence[str], rows: Iterable[Sequence[object]]) -> Table:
+    table = Table(*map(_cell, columns), show_edge=False, pad_edge=False)
+    for row in rows:
+        table.add_row(*map(_cell, row))
+    return table
+
+
 def _table(columns: list[str], rows: list[tuple[object, ...]]) -> None:
     """A rich table in a terminal; tab-separated lines in a pipe (nothing cut)."""
-    cells = [["" if v is None else str(v) for v in row] for row in rows]
     if not sys.stdout.isatty():
-        for line in [columns, *cells]:
-            click.echo("\t".join(" ".join(c.replace("\t", " ").splitlines()) for c in line))
+        sys.stdout.write(_tsv(columns) + "".join(map(_tsv, rows)))
         return
-    table = Table(*columns, show_edge=False, pad_edge=False)
-    for row in cells:
-        table.add_row(*row)
-    Console(soft_wrap=True).print(table)
+    Console(soft_wrap=True).print(_rich_table(columns, rows))
 
 
 @cli.command()
@@ -210,21 +238,64 @@ def sql(settings: Settings, query: str, format_: str) -> None:
     """
     if not query.strip():
         raise UserError("the query is empty")
-    with settings.open_ledger(read_only=True) as ledger:
-        try:
-            columns, rows = ledger.query(query)
-        except LedgerReadOnly as e:
-            raise UserError("sql opens the ledger read-only: writes are refused") from e
+    stop = threading.Event()
+    # Ctrl-C while SQLite works: the progress handler sees the flag and interrupts the
+    # query (a Python signal handler alone would wait until the query ended).
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        with settings.open_ledger(read_only=True) as ledger:
+            try:
+                columns, rows = ledger.stream(query, stop=stop.is_set)
+                _write_rows(format_, columns, rows)
+            except LedgerReadOnly as e:
+                raise UserError("sql opens the ledger read-only: writes are refused") from e
+            except QueryInterrupted:
+                click.echo("interrupted", err=True)
+                sys.exit(EXIT_INTERRUPTED)
+            except MemoryError:
+                raise UserError("out of memory: the query needs more than this machine has "
+                                "(add a LIMIT, or aggregate in SQL)") from None
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _write_rows(format_: str, columns: list[str], rows: Iterator[tuple[Any, ...]]) -> None:
+    """Rows a page at a time, as SQLite produces them: memory stays flat in the result's
+    size, and the first rows show before the query has finished."""
+    out = sys.stdout
     if format_ == "json":
         names = _unique(columns)
-        for row in rows:
-            click.echo(json.dumps(dict(zip(names, row, strict=True)), default=_blob))
+        for page in _pages(rows, 1000):
+            out.write("".join(json.dumps(dict(zip(names, row, strict=True)), default=_blob)
+                              + "\n" for row in page))
+            out.flush()
     elif format_ == "csv":
-        writer = csv.writer(sys.stdout)
+        writer = csv.writer(out)
         writer.writerow(columns)
-        writer.writerows([v.hex() if isinstance(v, bytes) else v for v in row] for row in rows)
-    else:
-        _table(columns, rows)
+        for page in _pages(rows, 1000):
+            writer.writerows([v.hex() if isinstance(v, bytes) else v for v in row]
+                             for row in page)
+            out.flush()
+    elif not out.isatty():
+        out.write(_tsv(columns))
+        for page in _pages(rows, 1000):
+            out.write("".join(map(_tsv, page)))
+            out.flush()
+    else:  # a terminal: a table per page of rows, as they come
+        console = Console(soft_wrap=True)
+        for page in _pages(rows, 500):
+            console.print(_rich_table(columns, page))
+
+
+def _pages(rows: Iterator[tuple[Any, ...]], size: int) -> Iterator[list[tuple[Any, ...]]]:
+    page: list[tuple[Any, ...]] = []
+    for row in rows:
+        page.append(row)
+        if len(page) == size:
+            yield page
+            page = []
+    if page:
+        yield page
 
 
 @cli.command()

@@ -236,7 +236,7 @@ def execute(
             on_event=display.on_event,
         )
         result = trio.run(_run_with_signals, ledger, tasks, skipped, config, callbacks, resume)
-    summary = live.summary()
+    summary = live.summary().anchored(ledger.anchor(config.run_id))
     paths = write_reports(ledger, summary, config.out_dir / config.run_id)
     if junit is not None:
         junit.write_text(render_junit(summary), encoding="utf-8")

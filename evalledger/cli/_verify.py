@@ -1,33 +1,72 @@
-"""``evalledger verify``: recompute the hash chain and check the schema."""
+"""``evalledger verify``: recompute the hash chain, check the schema and any anchors;
+``evalledger checkpoint``: write an anchor to keep outside the ledger."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
+from evalledger.ledger import Anchor, utc_now
 from evalledger.ledger import verify as verify_ledger
 
-from ._errors import EXIT_OK, EXIT_TASKS_FAILED
+from ._errors import EXIT_OK, EXIT_TASKS_FAILED, UserError
 from ._main import Settings, cli, pass_settings
 
 
 @cli.command()
+@click.option("--anchor", "anchors", multiple=True, type=click.Path(dir_okay=False),
+              help="A checkpoint file or a run.json: fail unless the ledger still holds that "
+                   "exact history up to its seq. Repeatable.")
 @pass_settings
-def verify(settings: Settings) -> None:
-    """Check that the ledger is intact: hash chain, seq gaps, payloads, triggers.
+def verify(settings: Settings, anchors: tuple[str, ...]) -> None:
+    """Check that the ledger is intact: storage, hash chain, seq gaps, payloads, schema.
 
-    Prints one verdict line, then one line per problem. Exits 0 when the ledger
-    is intact, 1 when something was found, 2 when it cannot be read at all.
+    The schema is compared, as full SQL text, with what this evalledger creates:
+    tables, indexes, triggers, views and meta. A chain cut short or rewritten from
+    some row on is a valid chain on its own: only an anchor kept elsewhere (see
+    `evalledger checkpoint`, or any run.json) shows it. Prints one verdict line, then
+    one line per problem. Exits 0 when intact, 1 when something was found, 2 when
+    the ledger cannot be read at all.
 
     Example:
 
-        evalledger --ledger evalledger.db verify
+        evalledger verify --anchor checkpoints/2026-11-30.json --anchor runs/R/run.json
     """
+    try:
+        pinned = [Anchor.load(path) for path in anchors]
+    except ValueError as e:
+        raise UserError(str(e)) from e
     with settings.open_ledger(read_only=True) as ledger:
-        report = verify_ledger(ledger)
-    lines = report.lines()
-    click.echo(lines[0])
-    for line in lines[1:]:
+        report = verify_ledger(ledger, pinned)
+    for line in report.lines():
         click.echo(line)
     sys.exit(EXIT_OK if report.ok else EXIT_TASKS_FAILED)
+
+
+@cli.command()
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the checkpoint to this file instead of stdout.")
+@pass_settings
+def checkpoint(settings: Settings, output: Path | None) -> None:
+    """Print an anchor of the ledger as it is now: its id, last seq and hash, the time.
+
+    Keep it where whoever can write the ledger cannot (a git commit, a CI artifact):
+    `evalledger verify --anchor FILE` later fails if the ledger no longer holds
+    that exact history (a cut tail, a rewritten chain).
+
+    Example:
+
+        evalledger checkpoint -o checkpoints/$(date +%F).json
+    """
+    with settings.open_ledger(read_only=True) as ledger:
+        anchor = ledger.anchor()
+        if anchor is None:
+            raise UserError(f"{ledger.path} holds no events yet: nothing to anchor")
+    text = anchor.model_copy(update={"ts": utc_now()}).model_dump_json(indent=2) + "\n"
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        output.write_text(text, encoding="utf-8")
+        click.echo(str(output), err=True)

@@ -41,9 +41,11 @@ from evalledger.projections import fingerprint
 from evalledger.statuses import RunStatus
 from evalledger.tasks import ResolvedTask, Skipped
 
-from ._process import DEFAULT_KILL_GRACE, MARKER_VAR, kill_marked
+from ._marks import batch_mark, kill_marked
+from ._process import DEFAULT_KILL_GRACE
 from ._runner import RunContext, run_task
 from ._sandbox import remove_tree
+from ._watchdog import Watchdog, sweep_dead_batches
 from ._writer import WriterStats, open_writer
 
 log = logging.getLogger("evalledger.executor")
@@ -157,16 +159,21 @@ async def run_batch(
         repeated = sorted({k for k in keys if keys.count(k) > 1})
         raise ValueError(f"task keys must be unique in a batch: {', '.join(repeated[:5])}")
     to_run = [t for t in tasks if resume is None or t.task_key not in resume.skip]
+    # What batches of this host that died (SIGKILL, the OOM killer) left behind.
+    await trio.to_thread.run_sync(sweep_dead_batches, ledger)
     sandbox_root = Path(tempfile.mkdtemp(prefix=f"evalledger-{config.run_id}-"))
     token = secrets.token_hex(8)
+    # From here, should this process die, the watchdog kills what the batch started.
+    watchdog = Watchdog(token, sandbox_root)
     try:
         return await _run(ledger, tasks, to_run, config, callbacks, skipped, resume, kill_now,
                           sandbox_root, token)
     finally:
         # Nothing a task started outlives the batch, daemons that left their process
         # group included: they still carry the batch's token in their environment.
-        kill_marked(f"{MARKER_VAR}={token}-", prefix=True)
+        kill_marked(batch_mark(token), prefix=True)
         remove_tree(sandbox_root, ignore_errors=True)
+        watchdog.done()
 
 
 async def _run(
@@ -218,7 +225,8 @@ async def _run(
 
         # Written directly (the writer is idle until now), under the write lock, only
         # if no other process started or resumed this run since it was read.
-        opening = _opening(config, tasks, to_run, resume)
+        opening = _opening(config, tasks, to_run, resume, token, sandbox_root,
+                           ledger.ledger_id)
         guard: tuple[str, int] | None = (config.run_id, 0)  # a new run: nobody started it
         if resume is not None:
             boundary = resume.boundary_seq
@@ -262,12 +270,16 @@ def _opening(
     tasks: Sequence[ResolvedTask],
     to_run: Sequence[ResolvedTask],
     resume: Resume | None,
+    token: str,
+    sandbox_root: Path,
+    ledger_id: str,
 ) -> AnyEvent:
     print_ = fingerprint(config.options, tasks)
     if resume is not None:
         return RunResumed(
             run_id=config.run_id, fingerprint=print_, drift=resume.drift, host=host_info(),
             to_run=[t.task_key for t in to_run], max_parallel=config.max_parallel,
+            batch_token=token, sandbox_root=str(sandbox_root),
         )
     return RunStarted(
         run_id=config.run_id,
@@ -278,6 +290,9 @@ def _opening(
         host=host_info(),
         max_parallel=config.max_parallel,
         unpriced_models=list(config.unpriced_models),
+        batch_token=token,
+        sandbox_root=str(sandbox_root),
+        ledger_id=ledger_id or None,
     )
 
 

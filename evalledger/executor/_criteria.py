@@ -26,7 +26,8 @@ from evalledger.tasks import (
     RunCommand,
 )
 
-from ._process import DEFAULT_KILL_GRACE, MARKER_VAR, end_group, kill_group, release_pipes, spawn
+from ._marks import MARKER_VAR
+from ._process import DEFAULT_KILL_GRACE, end_group, kill_group, release_pipes, spawn
 
 MAX_FILE_BYTES = 64 * 1024 * 1024
 _DETAIL_TAIL = 400

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import trio
 
+from ._marks import kill_marked
+
 DEFAULT_KILL_GRACE = 2.0
 
 
@@ -107,65 +109,7 @@ async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
 # attempt's escaped descendants are hunted down; then, how long they may sit idle
 # before reading stops; and at most how long a flood may keep it going.
 ESCAPE_GRACE = 1.0
-# Every attempt's environment carries MARKER_VAR=<batch token>-<n>: a random token
-# per batch, so that no process but the batch's own descendants can carry it
-# (not our parent, not another batch that reused the run id).
-MARKER_VAR = "EVALLEDGER_ATTEMPT"
 MAX_DRAIN = 60.0
-
-
-def kill_marked(entry: str, *, prefix: bool = False) -> list[int]:
-    """SIGKILL every process whose environment holds ``entry`` (a whole ``NAME=value``,
-    or with ``prefix`` one starting so); return their pids.
-
-    This reaches what ``killpg`` cannot: a descendant that called ``setsid()`` (a
-    daemon) has left the group, but it still carries the environment it was
-    started with. One that rewrote its environment is out of reach. Each process
-    is pinned with a pidfd before its environment is read, so a pid reused
-    meanwhile is never signalled.
-    """
-    needle = b"\0" + os.fsencode(entry) + (b"" if prefix else b"\0")
-    killed: list[int] = []
-    if not Path("/proc").is_dir():
-        return killed
-    # Again while it finds some: a process forked during a scan may have a pid the
-    # scan had already passed.
-    for _ in range(3):
-        found = [pid for pid in _pids() if pid not in killed and _signal_if(pid, needle)]
-        if not found:
-            break
-        killed += found
-    return killed
-
-
-def _pids() -> list[int]:
-    return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit()
-            and int(e.name) != os.getpid()]
-
-
-def _signal_if(pid: int, needle: bytes) -> bool:
-    """SIGKILL ``pid`` if its environment holds ``needle``; pinned by a pidfd where the
-    kernel has them (5.3+), so a pid reused meanwhile is never signalled."""
-    try:
-        pidfd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return False
-    except OSError:  # no pidfds here (an old kernel, a seccomp profile): plain kill
-        pidfd = None
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            if needle not in b"\0" + f.read() + b"\0":
-                return False
-        if pidfd is None:
-            os.kill(pid, signal.SIGKILL)
-        else:
-            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-        return True
-    except OSError:  # gone, or not ours to read or signal
-        return False
-    finally:
-        if pidfd is not None:
-            os.close(pidfd)
 
 
 async def release_pipes(

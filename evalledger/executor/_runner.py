@@ -49,9 +49,9 @@ from evalledger.tasks import ResolvedTask
 from . import _sandbox
 from ._criteria import CUT_OFF, NOT_RUN, Outcome, evaluate, weighted_score
 from ._lines import LineSplitter, parse_json_object
+from ._marks import MARKER_VAR
 from ._process import (
     DEFAULT_KILL_GRACE,
-    MARKER_VAR,
     end_group,
     kill_group,
     release_pipes,

@@ -4,6 +4,7 @@ Imports neither trio nor click: the executor and the CLI build on this, never th
 other way round.
 """
 
+from ._anchor import Anchor as Anchor
 from ._chain import GENESIS as GENESIS
 from ._chain import link_hash as link_hash
 from ._errors import AppendOnlyViolation as AppendOnlyViolation
@@ -15,6 +16,7 @@ from ._errors import LedgerNotFound as LedgerNotFound
 from ._errors import LedgerReadOnly as LedgerReadOnly
 from ._errors import LedgerTooNew as LedgerTooNew
 from ._errors import NotALedger as NotALedger
+from ._errors import QueryInterrupted as QueryInterrupted
 from ._errors import RunConflict as RunConflict
 from ._errors import RunNotFound as RunNotFound
 from ._events import EVENT_ADAPTER as EVENT_ADAPTER
@@ -54,6 +56,7 @@ __all__ = [
     "GENESIS",
     "NO_TOKENS",
     "SCHEMA_VERSION",
+    "Anchor",
     "AnyEvent",
     "AppendOnlyViolation",
     "CriterionResult",
@@ -71,6 +74,7 @@ __all__ = [
     "LedgerTooNew",
     "NotALedger",
     "OpaqueEvent",
+    "QueryInterrupted",
     "RunConflict",
     "RunFinished",
     "RunNotFound",

@@ -40,6 +40,10 @@ class LedgerIOError(LedgerError):
     """Any other SQLite failure, with SQLite's own words attached."""
 
 
+class QueryInterrupted(LedgerError):
+    """A query was stopped before it finished (Ctrl-C during ``sql``)."""
+
+
 class InvalidEvent(LedgerError):
     """A stored payload does not fit the model of its event type."""
 

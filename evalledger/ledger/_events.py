@@ -199,21 +199,29 @@ class Fingerprint(BaseModel):
 
 class RunStarted(_Event):
     type: Literal[EventType.RUN_STARTED] = EventType.RUN_STARTED
+    # The batch's random token (every attempt's EVALLEDGER_ATTEMPT starts with it) and
+    # its sandbox folder: what a later run cleans up if this batch's process died.
+    batch_token: str | None = None
     config: RunOptions = RunOptions()
     experiment_id: str | None = None
     fingerprint: Fingerprint = Fingerprint()
     host: JsonObject = {}
+    # The ledger's own id (meta.ledger_id) when the run started: verify compares them.
+    ledger_id: str | None = None
     max_parallel: int = 1
     planned: list[str] = []
+    sandbox_root: str | None = None
     unpriced_models: list[str] = []
 
 
 class RunResumed(_Event):
     type: Literal[EventType.RUN_RESUMED] = EventType.RUN_RESUMED
+    batch_token: str | None = None
     drift: JsonObject = {}
     fingerprint: Fingerprint = Fingerprint()
     host: JsonObject = {}
     max_parallel: int = 1
+    sandbox_root: str | None = None
     to_run: list[str] = []
 
 

@@ -19,7 +19,7 @@ import heapq
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import chain
 from operator import attrgetter
@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import ValidationError
 from sqlite_utils import Database
 
+from ._anchor import Anchor
 from ._chain import GENESIS, chain_rows
 from ._errors import (
     AppendOnlyViolation,
@@ -40,6 +41,7 @@ from ._errors import (
     LedgerReadOnly,
     LedgerTooNew,
     NotALedger,
+    QueryInterrupted,
     RunConflict,
     RunNotFound,
 )
@@ -49,7 +51,7 @@ from ._schema import LIFECYCLE_WHERE, MIGRATIONS, SCHEMA_VERSION, STREAM_TYPES
 DEFAULT_BUSY_TIMEOUT = 30.0
 
 # SQLite primary result codes (the low byte of an extended code).
-_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY, _SQLITE_AUTH = 5, 6, 8, 23
+_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY, _SQLITE_INTERRUPT, _SQLITE_AUTH = 5, 6, 8, 9, 23
 _SQLITE_CORRUPT, _SQLITE_CANTOPEN, _SQLITE_CONSTRAINT, _SQLITE_NOTADB = 11, 14, 19, 26
 _SQLITE_CONSTRAINT_TRIGGER = 1811
 
@@ -82,6 +84,8 @@ def translate_errors(path: Path, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> 
         detail = str(e).splitlines()[0] if str(e) else type(e).__name__
         if code == _SQLITE_CONSTRAINT_TRIGGER or "append-only" in detail:
             raise AppendOnlyViolation(f"{path}: {detail}") from e
+        if primary == _SQLITE_INTERRUPT:
+            raise QueryInterrupted(f"{path}: the query was interrupted") from e
         if primary in (_SQLITE_BUSY, _SQLITE_LOCKED):
             raise LedgerLocked(
                 f"{path} is locked by another process (waited {busy_timeout:g}s); "
@@ -180,8 +184,7 @@ class Ledger:
             raise NotALedger(f"{self.path} is a SQLite database but not an evalledger ledger")
         if self.read_only:
             conn.execute("PRAGMA query_only = 1")
-            # query_only still lets ATTACH and VACUUM INTO create files elsewhere.
-            conn.set_authorizer(_no_attach)
+            conn.set_authorizer(_read_only_authorizer)
             return
         if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             self._switch_to_wal()
@@ -463,6 +466,44 @@ class Ledger:
             cursor = self._conn.execute(sql, params)
             return [d[0] for d in cursor.description or []], cursor.fetchall()
 
+    def stream(
+        self, sql: str, params: Sequence[Any] = (), *, stop: Callable[[], bool] | None = None,
+    ) -> tuple[list[str], Iterator[tuple[Any, ...]]]:
+        """Run one statement; return its column names and its rows as they are produced.
+
+        Memory stays flat in the result's size: rows are fetched a batch at a time.
+        ``stop`` is asked every few thousand steps of SQLite's machine while the query
+        runs (and between batches): when it answers true the query is interrupted.
+
+        Raises:
+            QueryInterrupted: ``stop`` said so.
+            LedgerError: the statement failed (a write on a read-only ledger as
+                ``LedgerReadOnly``).
+        """
+        conn = self._conn
+        if stop is not None:
+            conn.set_progress_handler(lambda: 1 if stop() else 0, 10_000)
+        try:
+            with self._translate():
+                cursor = conn.execute(sql, params)
+        except BaseException:
+            conn.set_progress_handler(None, 0)
+            raise
+        columns = [d[0] for d in cursor.description or []]
+
+        def rows() -> Iterator[tuple[Any, ...]]:
+            try:
+                with self._translate():
+                    while batch := cursor.fetchmany(1000):
+                        yield from batch
+                        if stop is not None and stop():
+                            raise QueryInterrupted(f"{self.path}: the query was interrupted")
+            finally:
+                cursor.close()
+                conn.set_progress_handler(None, 0)
+
+        return columns, rows()
+
     def last_seq(self) -> int:
         with self._translate():
             row = self._conn.execute("SELECT max(seq) FROM events").fetchone()
@@ -482,6 +523,25 @@ class Ledger:
                     [EventType.RUN_STARTED],
                 )
             ]
+
+    def anchor(self, run_id: str | None = None, *, until_seq: int | None = None
+               ) -> Anchor | None:
+        """An anchor of the ledger's last row, or of a run's last lifecycle event (for a
+        finished run, its ``run.finished``), at or before ``until_seq``; None when there
+        is none. What ``run.json`` and ``checkpoint`` record."""
+        where = ["seq <= ?"]
+        params: list[Any] = [until_seq if until_seq is not None else 2**62]
+        if run_id is not None:
+            where += ["run_id = ?", LIFECYCLE_WHERE]
+            params.append(run_id)
+        with self._translate():
+            row = self._conn.execute(
+                f"SELECT seq, hash, ts FROM events WHERE {' AND '.join(where)} "
+                "ORDER BY seq DESC LIMIT 1", params,
+            ).fetchone()
+        if row is None:
+            return None
+        return Anchor(ledger_id=self.ledger_id, seq=row[0], hash=row[1], ts=row[2])
 
     def resolve_run(self, spec: str) -> str:
         """The run id named by ``spec``: an id, a unique prefix of one, or ``latest``.
@@ -569,8 +629,25 @@ def _read_only_mount(path: Path) -> bool:
         return False
 
 
-def _no_attach(action: int, *_: object) -> int:
-    return sqlite3.SQLITE_DENY if action == sqlite3.SQLITE_ATTACH else sqlite3.SQLITE_OK
+# Pragmas that change the file (or how it is shared) when given a value: refused on a
+# read-only handle with a clear error, not the "disk I/O error" SQLite would give.
+_WRITING_PRAGMAS = frozenset({
+    "application_id", "auto_vacuum", "incremental_vacuum", "journal_mode",
+    "journal_size_limit", "locking_mode", "optimize", "page_size", "schema_version",
+    "user_version", "wal_checkpoint", "writable_schema",
+})
+
+
+def _read_only_authorizer(action: int, arg1: str | None, arg2: str | None,
+                          *_: object) -> int:
+    """``query_only`` still lets ATTACH and VACUUM INTO create files elsewhere, and some
+    pragmas try to change the file: refuse those on a read-only handle."""
+    if action == sqlite3.SQLITE_ATTACH:
+        return sqlite3.SQLITE_DENY
+    if (action == sqlite3.SQLITE_PRAGMA and arg2 is not None
+            and (arg1 or "").lower() in _WRITING_PRAGMAS):
+        return sqlite3.SQLITE_DENY
+    return sqlite3.SQLITE_OK
 
 
 def _first_error(error: ValidationError) -> str:

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from evalledger.ledger import (
     NO_TOKENS,
+    Anchor,
     RunFinished,
     RunResumed,
     RunStarted,
@@ -169,6 +170,13 @@ class RunSummary(BaseModel):
     version_drift: dict[str, dict[str, int]]
     fingerprint_drift: list[dict[str, Any]]
     tasks: list[TaskRow]
+    anchor: Anchor | None = None
+    """The ledger's id and the seq and hash of the run's last lifecycle event when the
+    report was made: ``verify --anchor run.json`` checks the ledger still holds it.
+    Set by whoever reads the ledger (a fold has no hashes); None in a bare fold."""
+
+    def anchored(self, anchor: Anchor | None) -> RunSummary:
+        return self.model_copy(update={"anchor": anchor})
 
     @model_validator(mode="after")
     def _buckets_add_up(self) -> RunSummary:

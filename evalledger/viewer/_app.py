@@ -149,8 +149,17 @@ class _Views:
         except ValueError:
             raise HTTPException(400, f"at={raw!r} is not an event number") from None
 
-    async def _summary(self, run: RunState, at: int | None) -> RunSummary:
-        """The run's summary now, or as of event ``at`` (the same fold, stopped there)."""
+    async def _summary(self, run: RunState, at: int | None, *,
+                       anchored: bool = False) -> RunSummary:
+        """The run's summary now, or as of event ``at`` (the same fold, stopped there);
+        ``anchored``: as ``run.json`` holds it, with the anchor read from the ledger."""
+        summary = await self._folded(run, at)
+        if not anchored:
+            return summary
+        anchor = await self._read(lambda ledger: ledger.anchor(run.run_id, until_seq=at))
+        return summary.anchored(anchor)
+
+    async def _folded(self, run: RunState, at: int | None) -> RunSummary:
         if at is None or at >= self.state.seq:
             return run.summary()
         key = (run.run_id, at)
@@ -225,7 +234,7 @@ class _Views:
 
     async def download(self, request: Request) -> Response:
         run = self._run(request)
-        summary = await self._summary(run, self._at(request))
+        summary = await self._summary(run, self._at(request), anchored=True)
         name = request.url.path.rsplit("/", 1)[-1]
         headers = {"Content-Disposition": f'inline; filename="{run.run_id}-{name}"'}
         if name == "run.json":
@@ -312,7 +321,7 @@ class _Views:
     async def api_run(self, request: Request) -> Response:
         run = self._run(request)
         at = self._at(request)
-        summary = await self._summary(run, at)
+        summary = await self._summary(run, at, anchored=True)
         return JSONResponse({
             "run_id": run.run_id, "status_shown": run.shown_status if at is None else
             summary.status, "first_seq": run.first_seq, "last_seq": run.last_seq,
@@ -322,7 +331,7 @@ class _Views:
 
     async def api_summary(self, request: Request) -> Response:
         run = self._run(request)
-        summary = await self._summary(run, self._at(request))
+        summary = await self._summary(run, self._at(request), anchored=True)
         return Response(render_json(summary), media_type="application/json")
 
     async def api_tasks(self, request: Request) -> Response:

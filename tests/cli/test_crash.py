@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,38 +18,61 @@ import pytest
 from evalledger.executor._process import kill_marked
 from evalledger.ledger import Ledger
 
-from .test_resume import wait_for_start
-from .test_run_e2e import COMMAND, SUMMARY, _env, evalledger, events, of_type, write_task
-
-TASKS = 12
-CHATTY = (
-    "import sys, time\n"
-    "for i in range(200):\n"
-    "    print(f'line {i}')\n"
-    "    if i % 50 == 0: sys.stdout.flush(); time.sleep(0.08)\n"
+from .helpers import (
+    PATIENCE,
+    SUMMARY,
+    evalledger,
+    events,
+    of_type,
+    spawn,
+    wait_for_events,
+    wait_for_start,
+    write_task,
 )
 
+TASKS = 12
+# Output in bursts with pauses, so that kills land while lines are being group-committed.
+CHATTY = "for burst in 1 2 3 4; do seq 50 | sed 's/^/line /'; sleep 0.02; done"
+# The last task waits for a file the test creates only after the kill: the run cannot
+# end before the kill, however the machine is loaded.
+GATED = 'while [ ! -e "$GATE" ]; do sleep 0.05; done; echo opened'
+# Where the kill lands: after N committed events of a type.
+KILL_POINTS = {
+    "dispatching": ("task.started", 1),
+    "streaming": ("task.output", 150),
+    "completing": ("task.completed", 4),
+    "near-the-end": ("task.completed", TASKS - 1),  # all but the gated task
+}
 
-@pytest.mark.parametrize("after", [0.0, 0.3, 0.7, 1.1])
-def test_sigkill_leaves_a_ledger_that_verifies_and_resumes(tmp_path: Path, after: float) -> None:
-    db, tasks = tmp_path / "l.db", tmp_path / "tasks"
-    for i in range(TASKS):
-        write_task(tasks / f"t{i:02d}.yaml", [sys.executable, "-c", CHATTY])
-    run = subprocess.Popen(
-        [*COMMAND, "--ledger", str(db), "run", str(tasks), "--run-id", "crash", "-j", "3"],
-        cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+
+@pytest.mark.parametrize("point", list(KILL_POINTS))
+def test_sigkill_leaves_a_ledger_that_verifies_and_resumes(tmp_path: Path, point: str) -> None:
+    db, tasks, gate = tmp_path / "l.db", tmp_path / "tasks", tmp_path / "gate"
+    mark = {"CRASH_TEST": str(tmp_path)}  # finds this test's orphans, and no one else's
+    for i in range(TASKS - 1):
+        write_task(tasks / f"t{i:02d}.yaml", CHATTY, env=mark)
+    write_task(tasks / f"t{TASKS - 1:02d}.yaml", GATED, env={**mark, "GATE": str(gate)},
+               timeout=600)
+    run = spawn(tmp_path, db, "run", str(tasks), "--run-id", "crash", "-j", "3",
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_for_start(db, "crash")
-        time.sleep(after)
+        type_, count = KILL_POINTS[point]
+        wait_for_events(db, "crash", type_, count, proc=run)
     finally:
         run.send_signal(signal.SIGKILL)
-        run.wait(timeout=20)
+        run.wait(timeout=PATIENCE)
+    try:
+        _check_and_resume(tmp_path, db, gate)
+    finally:
+        gate.touch()
+        kill_marked(f"CRASH_TEST={tmp_path}")  # the killed run's orphaned tasks
 
+
+def _check_and_resume(tmp_path: Path, db: Path, gate: Path) -> None:
     checked = evalledger(tmp_path, db, "verify")
     assert checked.returncode == 0, checked
     before = events(db, "crash")
-    assert not of_type(before, "run.finished"), "the run ended before the kill: slow the tasks"
+    assert not of_type(before, "run.finished"), "the run ended before the kill"
     started = {e.task_key for e in of_type(before, "task.started")}
     # A completion is only ever recorded for a task recorded as started, in order.
     for done in of_type(before, "task.completed"):
@@ -61,6 +82,7 @@ def test_sigkill_leaves_a_ledger_that_verifies_and_resumes(tmp_path: Path, after
         assert first_start < done.seq
     finished_before = {e.task_key for e in of_type(before, "task.completed")}
 
+    gate.touch()
     resumed = evalledger(tmp_path, db, "resume", "crash")
     assert resumed.returncode == 0, resumed
     summary = next(m for line in resumed.out_lines if (m := SUMMARY.match(line)))
@@ -85,19 +107,20 @@ def test_sigkill_leaves_a_ledger_that_verifies_and_resumes(tmp_path: Path, after
 
 def test_show_says_when_a_running_run_was_cut_off(tmp_path: Path) -> None:
     db, tasks = tmp_path / "l.db", tmp_path / "tasks"
-    write_task(tasks / "slow.yaml", "sleep 30", timeout=60)
-    run = subprocess.Popen(
-        [*COMMAND, "--ledger", str(db), "run", str(tasks), "--run-id", "cut"],
-        cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    # Far longer than the test can take: the run is still going when it is killed.
+    write_task(tasks / "slow.yaml", "sleep 600", timeout=1200,
+               env={"CRASH_TEST": str(tmp_path)})
+    run = spawn(tmp_path, db, "run", str(tasks), "--run-id", "cut",
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_for_start(db, "cut")
+        wait_for_start(db, "cut", proc=run)
         live = evalledger(tmp_path, db, "show", "cut")
+        assert live.returncode == 0, live
         assert "is gone" not in live.stderr, live.stderr
     finally:
         run.send_signal(signal.SIGKILL)
-        run.wait(timeout=20)
-        kill_marked("EVALLEDGER_RUN_ID=cut")  # the orphaned `sleep 30`
+        run.wait(timeout=PATIENCE)
+        kill_marked(f"CRASH_TEST={tmp_path}")  # the orphaned `sleep 600`
     shown = evalledger(tmp_path, db, "show", "cut")
     assert shown.returncode == 0, shown
     assert "run cut running" in shown.stdout

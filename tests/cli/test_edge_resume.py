@@ -1,33 +1,35 @@
-"""``resume``, drift and concurrent use of one ledger, as real ``evalledger`` processes.
+"""``resume``, drift, budgets and concurrent use of one ledger.
 
-The races are made deterministic by holding the ledger's write lock from the test
-(``BEGIN IMMEDIATE``): both processes pass their "is this run free?" check while
-they wait for the lock, then both append when it is released.
+The races run real ``evalledger`` processes against one file; everything else runs
+in-process. The races are made deterministic by holding the ledger's write lock
+from the test (``BEGIN IMMEDIATE``): both processes pass their "is this run free?"
+check while they wait for the lock, then both append when it is released.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
-import time
-from collections.abc import Callable, Iterator, Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from evalledger.ledger import Ledger
 
-from .test_run_e2e import (
-    COMMAND,
+from .helpers import (
+    PATIENCE,
     SUMMARY,
     Result,
-    _env,
     assert_one_line_error,
+    count_events,
     evalledger,
     events,
     of_type,
     run_json,
+    spawn,
+    wait_until,
     write_task,
 )
 
@@ -59,40 +61,17 @@ def _write_lock(db: Path) -> Iterator[None]:
         conn.close()
 
 
-def _spawn(cwd: Path, db: Path, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [*COMMAND, "--ledger", str(db), *args], cwd=cwd, env=_env(),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-
-
-def _wait_until(check: Callable[[], bool], what: str, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _has_open(pid: int, path: Path) -> bool:
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return False
-    for fd in fds:
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}") == str(path):
-                return True
-        except OSError:
-            continue
-    return False
+def _sandboxes(run_id: str) -> list[Path]:
+    """The sandbox folders of the batches of ``run_id`` running now. A batch makes its
+    folder (in TMPDIR, the test's own) just before it appends its opening event:
+    once it exists, the process has decided everything it decides before the lock."""
+    return list(Path(tempfile.gettempdir()).glob(f"evalledger-{run_id}-*"))
 
 
 def _finish(procs: Sequence[subprocess.Popen[str]]) -> list[Result]:
     results = []
     for proc in procs:
-        out, err = proc.communicate(timeout=30)
+        out, err = proc.communicate(timeout=PATIENCE)
         results.append(Result(proc.returncode, out, err))
     return results
 
@@ -101,7 +80,7 @@ def _kill(procs: Sequence[subprocess.Popen[str]]) -> None:
     for proc in procs:
         if proc.poll() is None:
             proc.kill()
-            proc.communicate(timeout=10)
+            proc.communicate(timeout=PATIENCE)
 
 
 def _summary(result: Result) -> dict[str, str]:
@@ -124,11 +103,11 @@ def test_two_runs_with_the_same_run_id_at_once_one_is_refused(tmp_path: Path) ->
     procs: list[subprocess.Popen[str]] = []
     try:
         with _write_lock(db):
-            for _ in range(2):
-                proc = _spawn(tmp_path, db, "run", str(tasks), "--run-id", "twin")
-                procs.append(proc)
-                _wait_until(lambda p=proc: _has_open(p.pid, db), "the run to open the ledger")
-                time.sleep(1.0)  # its run-id check is done; it now waits for the lock
+            for n in (1, 2):
+                procs.append(spawn(tmp_path, db, "run", str(tasks), "--run-id", "twin"))
+                # Past every check made before the lock; it now waits for the lock.
+                wait_until(lambda n=n: len(_sandboxes("twin")) == n,
+                           f"run {n} to reach the write lock")
         results = _finish(procs)
     finally:
         _kill(procs)
@@ -157,16 +136,13 @@ def test_two_resumes_of_one_run_at_once_run_its_tasks_once(tmp_path: Path) -> No
         with _write_lock(db):
             for err in errs:
                 with err.open("w") as sink:
-                    procs.append(subprocess.Popen(
-                        [*COMMAND, "--ledger", str(db), "resume", "r", "--retry-errors"],
-                        cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=sink,
-                        text=True,
-                    ))
+                    procs.append(spawn(tmp_path, db, "resume", "r", "--retry-errors",
+                                       stderr=sink))
             # Both printed "resuming": both decided the run is free; now they wait.
-            _wait_until(lambda: all("resuming" in e.read_text() for e in errs),
-                        "both resumes to decide")
+            wait_until(lambda: all("resuming" in e.read_text() for e in errs),
+                       "both resumes to decide")
         for proc in procs:
-            proc.wait(timeout=30)
+            proc.wait(timeout=PATIENCE)
     finally:
         _kill(procs)
     results = [Result(p.returncode, p.stdout.read() if p.stdout else "", e.read_text())
@@ -181,22 +157,32 @@ def test_two_resumes_of_one_run_at_once_run_its_tasks_once(tmp_path: Path) -> No
 
 def test_concurrent_runs_and_a_resume_share_one_ledger(tmp_path: Path) -> None:
     # Two `run`s and a `resume` of a third run append to one file at the same time:
-    # every run stays whole, seqs have no gap, the chain verifies.
+    # every run stays whole, seqs have no gap, the chain verifies. The runs' tasks
+    # start their output only once all three have begun, so the appends overlap
+    # however slowly each process starts.
     db, tasks, fix = tmp_path / "l.db", tmp_path / "tasks", tmp_path / "fix"
-    chatty = f"for i in $(seq 1 200); do echo line $i; done; echo '{USAGE}'"
+    gate = tmp_path / "gate"
+    chatty = (f'while [ ! -e "$GATE" ]; do sleep 0.05; done; '
+              f"for i in $(seq 1 200); do echo line $i; done; echo '{USAGE}'")
     for i in range(4):
-        write_task(tasks / f"t{i}.yaml", chatty)
+        write_task(tasks / f"t{i}.yaml", chatty, env={"GATE": str(gate)}, timeout=600)
     _broken(fix / "broken.yaml")
     assert evalledger(tmp_path, db, "run", str(fix), "--run-id", "fix").returncode == 1
     (fix / "wd").mkdir()
     procs = [
-        _spawn(tmp_path, db, "run", str(tasks), "--run-id", "A", "-j", "2"),
-        _spawn(tmp_path, db, "run", str(tasks), "--run-id", "B", "-j", "2"),
-        _spawn(tmp_path, db, "resume", "fix", "--retry-errors"),
+        spawn(tmp_path, db, "run", str(tasks), "--run-id", "A", "-j", "2"),
+        spawn(tmp_path, db, "run", str(tasks), "--run-id", "B", "-j", "2"),
+        spawn(tmp_path, db, "resume", "fix", "--retry-errors"),
     ]
     try:
+        wait_until(lambda: any(p.poll() is not None for p in procs) or (
+            count_events(db, "A", "task.started") and count_events(db, "B", "task.started")
+            and count_events(db, "fix", "run.resumed")
+        ), "both runs to start tasks and the resume to begin")
+        gate.touch()
         a, b, fixed = _finish(procs)
     finally:
+        gate.touch()  # whatever happened: no task is left waiting
         _kill(procs)
     for result in (a, b):
         assert result.returncode == 0, result

@@ -1,7 +1,7 @@
 """The reading commands: runs, show, events (and --follow), sql, diff.
 
 The ledger is real: two runs recorded with the event models, as the executor
-would; ``--follow`` is checked against a real writer in another process.
+would; ``--follow`` (run in-process) is checked against a real writer in another process.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,8 @@ from evalledger.ledger import (
     TokenCounts,
 )
 from evalledger.statuses import FinalStatus, RunStatus
+
+from .helpers import PATIENCE, no_hang, wait_until
 
 KEYS = ["default/a/00", "default/b/00", "default/c/00"]
 
@@ -169,21 +170,26 @@ ledger.append([RunFinished(run_id="live", status="completed")])
 """
 
 
+def _has_run(db: Path, run_id: str) -> bool:
+    with Ledger(db, read_only=True) as ledger:
+        return run_id in ledger.run_ids()
+
+
 def test_events_follow_tails_a_run_until_it_finishes(db_path: Path) -> None:
     Ledger(db_path).close()
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(db_path)])
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:  # wait for the run to exist
-        with Ledger(db_path, read_only=True) as ledger:
-            if "live" in ledger.run_ids():
-                break
-        time.sleep(0.02)
-    follower = subprocess.run(
-        [sys.executable, "-m", "evalledger.cli", "--ledger", str(db_path), "events", "live",
-         "--follow"],
-        capture_output=True, text=True, timeout=20,
-    )
-    assert writer.wait(timeout=10) == 0
-    assert follower.returncode == 0, follower.stderr
-    types = [json.loads(line)["type"] for line in follower.stdout.splitlines()]
+    try:
+        wait_until(lambda: _has_run(db_path, "live") or writer.poll() is not None,
+                   "the writer to start the run")
+        with no_hang():  # in-process, against the writer in its own process
+            result = CliRunner().invoke(cli, ["--ledger", str(db_path), "events", "live",
+                                              "--follow"])
+        assert writer.wait(timeout=PATIENCE) == 0
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait()
+    assert result.exception is None or isinstance(result.exception, SystemExit), result
+    assert result.exit_code == 0, result.stderr
+    types = [json.loads(line)["type"] for line in result.stdout.splitlines()]
     assert types == ["run.started"] + ["task.output"] * 5 + ["run.finished"]

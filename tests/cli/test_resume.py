@@ -4,32 +4,23 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from evalledger.cli import cli
-from evalledger.ledger import Ledger, LedgerError, LedgerIOError
+from evalledger.ledger import Ledger, LedgerIOError
 
-from .test_run_e2e import COMMAND, _env, assert_one_line_error, evalledger, write_task
-
-
-def wait_for_start(db: Path, run_id: str, timeout: float = 20) -> None:
-    """Until the run has started a task (the file may exist before it is a ledger)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with Ledger(db, read_only=True) as ledger:
-                if list(ledger.events(run_id, types={"task.started"})):
-                    return
-        except LedgerError:
-            pass  # not created or not migrated yet
-        time.sleep(0.05)
-    raise AssertionError(f"run {run_id} never started a task")
+from .helpers import (
+    PATIENCE,
+    assert_one_line_error,
+    evalledger,
+    spawn,
+    wait_for_start,
+    write_task,
+)
 
 
 def _two_task_suite(tmp_path: Path) -> Path:
@@ -68,33 +59,34 @@ def test_nothing_to_resume_exits_with_the_runs_outcome(tmp_path: Path) -> None:
 
 def test_a_run_still_going_is_not_resumed_twice(tmp_path: Path) -> None:
     db = tmp_path / "l.db"
-    write_task(tmp_path / "tasks" / "slow.yaml", "sleep 30", timeout=60)
-    running = subprocess.Popen(
-        [*COMMAND, "--ledger", str(db), "run", str(tmp_path / "tasks"), "--run-id", "live"],
-        cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    # Far longer than the test can take: only the signal ends it.
+    write_task(tmp_path / "tasks" / "slow.yaml", "sleep 600", timeout=1200)
+    running = spawn(tmp_path, db, "run", str(tmp_path / "tasks"), "--run-id", "live")
     try:
-        wait_for_start(db, "live")
+        wait_for_start(db, "live", proc=running)
         second = evalledger(tmp_path, db, "resume", "live")
         message = assert_one_line_error(second)
         assert f"still running (pid {running.pid}" in message
     finally:
         running.send_signal(signal.SIGINT)
-        running.communicate(timeout=20)
+        running.communicate(timeout=PATIENCE)
     assert running.returncode == 130
 
 
 def test_sighup_is_an_interruption(tmp_path: Path) -> None:
     # A closed terminal must not leave agents running and the run unended.
     db = tmp_path / "l.db"
-    write_task(tmp_path / "tasks" / "slow.yaml", "sleep 30", timeout=60)
-    running = subprocess.Popen(
-        [*COMMAND, "--ledger", str(db), "run", str(tmp_path / "tasks"), "--run-id", "hup"],
-        cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    wait_for_start(db, "hup")
-    running.send_signal(signal.SIGHUP)
-    running.communicate(timeout=20)
+    # Far longer than the test can take: only the signal ends it.
+    write_task(tmp_path / "tasks" / "slow.yaml", "sleep 600", timeout=1200)
+    running = spawn(tmp_path, db, "run", str(tmp_path / "tasks"), "--run-id", "hup")
+    try:
+        wait_for_start(db, "hup", proc=running)
+        running.send_signal(signal.SIGHUP)
+        running.communicate(timeout=PATIENCE)
+    finally:
+        if running.poll() is None:
+            running.kill()
+            running.communicate()
     assert running.returncode == 130
     with Ledger(db, read_only=True) as ledger:
         types = [e.type for e in ledger.events("hup")]

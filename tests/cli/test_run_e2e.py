@@ -1,44 +1,54 @@
-"""``evalledger run``, ``resume`` and ``report`` end to end, as real processes.
+"""``evalledger run``, ``resume`` and ``report`` end to end.
 
-Every scenario starts real ``evalledger`` subprocesses (``python -m evalledger.cli``)
-in a temporary folder, against a copy of ``examples/smoke`` or small task files
-written here, and checks what a user sees (stdout, stderr, exit code, report
-files) and what lands in the ledger. Timeouts are short so the whole file stays
-fast: the smoke suite's stalling task gets one second, and the task that must
-still be running when Ctrl-C arrives sleeps only on its first attempt.
+Every scenario runs the CLI in a temporary folder, against a copy of
+``examples/smoke`` or small task files written here, and checks what a user sees
+(stdout, stderr, exit code, report files) and what lands in the ledger. Commands
+run in-process (``helpers.evalledger``); a real ``evalledger`` process is started
+only where a real signal is the point (Ctrl-C, SIGTERM). Timeouts are short so the
+whole file stays fast: the smoke suite's stalling task gets one second, and the
+task that must still be running when Ctrl-C arrives sleeps only on its first
+attempt.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import queue
-import re
 import shutil
 import signal
-import subprocess
-import sys
+import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import pytest
 import yaml
 
-from evalledger.ledger import AnyEvent, Ledger
+from evalledger.ledger import Ledger
 from tests.processes import alive, still_alive
 
-COMMAND = [sys.executable, "-m", "evalledger.cli"]
-SMOKE = Path(__file__).resolve().parents[2] / "examples" / "smoke"
-# A task key as the CLI prints it (no experiment: variant "default").
-TASK_KEY = re.compile(r"default/[a-z0-9][a-z0-9._-]*/\d{2}\b")
-RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{4}$")
-SUMMARY = re.compile(
-    r"^run (?P<run_id>\S+) (?P<status>\w+): (?P<run>\d+) of (?P<planned>\d+) tasks run, "
-    r"(?P<succeeded>\d+) succeeded, (?P<failed>\d+) failed, (?P<error>\d+) error; cost "
+from .helpers import (
+    COMMAND,
+    PATIENCE,
+    RUN_ID,
+    SUMMARY,
+    TASK_KEY,
+    Result,
+    assert_one_line_error,
+    command_with_grace,
+    evalledger,
+    events,
+    of_type,
+    run_json,
+    spawn,
+    wait_until,
+    write_task,
 )
+
+SMOKE = Path(__file__).resolve().parents[2] / "examples" / "smoke"
 SMOKE_KEYS = {
     "default/add-numbers/00": "SUCCESS",
     "default/reverse-string/00": "SUCCESS",
@@ -46,65 +56,6 @@ SMOKE_KEYS = {
     "default/hard-problem/00": "TIMEOUT",
 }
 GREEN = ("add-numbers", "reverse-string")  # the smoke tasks that succeed
-
-
-# -- running the CLI -------------------------------------------------------------------------
-
-
-@dataclass
-class Result:
-    returncode: int
-    stdout: str
-    stderr: str
-
-    @property
-    def out_lines(self) -> list[str]:
-        return self.stdout.splitlines()
-
-    @property
-    def err_lines(self) -> list[str]:
-        return self.stderr.splitlines()
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "EVALLEDGER_LEDGER"}
-    env.update(extra)
-    return env
-
-
-def evalledger(
-    cwd: Path, db: Path | None, *args: str, timeout: float = 60, env: dict[str, str] | None = None
-) -> Result:
-    """Run ``evalledger [--ledger DB] ARGS...`` in ``cwd`` and wait for it."""
-    ledger_args = ["--ledger", str(db)] if db is not None else []
-    done = subprocess.run(
-        [*COMMAND, *ledger_args, *args], cwd=cwd, env=env or _env(), capture_output=True,
-        text=True, timeout=timeout, check=False,
-    )
-    return Result(done.returncode, done.stdout, done.stderr)
-
-
-def assert_one_line_error(result: Result) -> str:
-    """Exit 2, no traceback, and exactly one ``Error:`` line, the last on stderr."""
-    assert result.returncode == 2, result
-    assert "Traceback" not in result.stderr, result.stderr
-    errors = [line for line in result.err_lines if line.startswith("Error:")]
-    assert len(errors) == 1, result.stderr
-    assert result.err_lines[-1] == errors[0], result.stderr
-    return errors[0]
-
-
-def events(db: Path, run_id: str) -> list[AnyEvent]:
-    with Ledger(db, read_only=True) as ledger:
-        return list(ledger.events(run_id))
-
-
-def of_type(evs: Sequence[AnyEvent], type_: str) -> list[AnyEvent]:
-    return [e for e in evs if e.type == type_]
-
-
-def run_json(cwd: Path, run_id: str) -> dict:
-    return json.loads((cwd / "runs" / run_id / "run.json").read_text(encoding="utf-8"))
 
 
 # -- building suites -------------------------------------------------------------------------
@@ -119,21 +70,6 @@ def copy_smoke(dest: Path) -> Path:
     assert "timeout: 2\n" in text
     hard.write_text(text.replace("timeout: 2\n", "timeout: 1\n"), encoding="utf-8")
     return root
-
-
-def write_task(
-    path: Path, command: str | list[str], *, tags: Sequence[str] = (),
-    env: dict[str, str] | None = None, timeout: float = 20, criteria: list[dict] | None = None,
-) -> Path:
-    data: dict = {"command": command, "timeout": timeout}
-    if tags:
-        data["tags"] = list(tags)
-    if env:
-        data["env"] = env
-    data["success_criteria"] = criteria or [{"type": "exit_code", "equals": 0}]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-    return path
 
 
 # A task that sleeps (with a grandchild) on its first attempt only: it records both
@@ -154,12 +90,12 @@ if os.path.exists(marker):
     print("second attempt: done", flush=True)
     sys.exit(0)
 open(marker, "w").close()
-child = subprocess.Popen(["sleep", "60"])
+child = subprocess.Popen(["sleep", "600"])
 with open(os.path.join(state, "pids.tmp"), "w") as f:
     f.write(f"{os.getpid()} {child.pid}\\n")
 os.rename(os.path.join(state, "pids.tmp"), os.path.join(state, "pids"))
 print("sleeping", flush=True)
-time.sleep(60)
+time.sleep(600)
 """
 
 FAST = "default/a-fast/00"
@@ -204,7 +140,7 @@ def make_sleep_suite(
         tasks / "b-sleep.yaml",
         ["python3", str(script)] if argv else 'python3 "$EVALLEDGER_TASK_DIR/sleeper.py"',
         env={"SLEEPER_STATE": str(state), **{k: "1" for k, on in flags.items() if on}},
-        timeout=60,
+        timeout=1200,
     )
     write_task(tasks / "c-fast.yaml", "echo fast-c")
     return SleepSuite(tmp_path, tasks, state, tmp_path / "l.db")
@@ -215,64 +151,73 @@ class Interrupted:
     returncode: int
     stdout_lines: list[str]
     stderr: str
-    seconds_to_exit: float
+    seconds_to_exit: float  # from the last signal sent
     pids: list[int] = field(default_factory=list)
 
 
+class _Lines:
+    """The lines of one stream of a process, read by a thread as they come."""
+
+    def __init__(self, stream: IO[str] | None) -> None:
+        assert stream is not None
+        self.lines: list[str] = []
+        self.ended = False
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self.lines.append(line.rstrip("\n"))
+        self.ended = True
+
+    def wait_for(self, check: Callable[[list[str]], bool], what: str) -> None:
+        """Until ``check(lines)`` is true; fail if the stream ends first."""
+
+        def reached() -> bool:
+            if check(list(self.lines)):
+                return True
+            assert not self.ended, f"the stream ended before {what}: {self.lines}"
+            return False
+
+        wait_until(reached, what)
+
+    def join(self) -> list[str]:
+        self._thread.join(timeout=PATIENCE)
+        return self.lines
+
+
+# A second signal is sent once the first one's "interrupted: stopping tasks" is out.
+INTERRUPTED = "interrupted: stopping tasks"
+
+
 def run_and_interrupt(
-    suite: SleepSuite, *extra: str, sig: int = signal.SIGINT, again_after: float | None = None
+    suite: SleepSuite, *extra: str, sig: int = signal.SIGINT, again: bool = False,
+    command: Sequence[str] = COMMAND,
 ) -> Interrupted:
     """Start ``evalledger run`` on the suite, signal it once the sleeper is running.
 
-    With ``again_after``, a second signal follows that many seconds later, and the
-    process must still be running when it is sent.
+    With ``again``, a second signal follows once the first one has been handled
+    (the run said so on stderr), and the process must still be running then.
     """
-    proc = subprocess.Popen(
-        [*COMMAND, "--ledger", str(suite.db), "run", str(suite.tasks), "-j", "1", *extra],
-        cwd=suite.root, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    lines: queue.Queue[str | None] = queue.Queue()
-    err: list[str] = []
-
-    def read_out() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.put(line.rstrip("\n"))
-        lines.put(None)
-
-    def read_err() -> None:
-        assert proc.stderr is not None
-        err.append(proc.stderr.read())
-
-    readers = [threading.Thread(target=read_out, daemon=True),
-               threading.Thread(target=read_err, daemon=True)]
-    for reader in readers:
-        reader.start()
-    out: list[str] = []
+    proc = spawn(suite.root, suite.db, "run", str(suite.tasks), "-j", "1", *extra,
+                 command=command)
+    out, err = _Lines(proc.stdout), _Lines(proc.stderr)
     try:
-        deadline = time.monotonic() + 30
         # The run id, then at least one finished task's line.
-        while len(out) < 2:
-            line = lines.get(timeout=max(0.01, deadline - time.monotonic()))
-            assert line is not None, f"evalledger ended early: {out} {err}"
-            out.append(line)
-        while not suite.pids_file.exists():
-            assert time.monotonic() < deadline, "the sleeper never started"
-            assert proc.poll() is None, "evalledger ended before the sleeper started"
-            time.sleep(0.02)
-        sent = time.monotonic()
+        out.wait_for(lambda lines: len(lines) >= 2, "the run id and a finished task")
+        wait_until(lambda: suite.pids_file.exists() or proc.poll() is not None,
+                   "the sleeper to start")
+        assert proc.poll() is None, f"evalledger ended before the sleeper started: {err.lines}"
         proc.send_signal(sig)
-        if again_after is not None:
-            time.sleep(again_after)
+        if again:
+            err.wait_for(lambda lines: INTERRUPTED in "\n".join(lines), "the first signal")
             assert proc.poll() is None, "gone before the second signal"
             proc.send_signal(sig)
-        returncode = proc.wait(timeout=20)
+        sent = time.monotonic()
+        returncode = proc.wait(timeout=PATIENCE)
         seconds = time.monotonic() - sent
-        for reader in readers:
-            reader.join(timeout=5)
-        while (line := lines.get_nowait()) is not None:
-            out.append(line)
-        return Interrupted(returncode, out, "".join(err), seconds, suite.pids())
+        return Interrupted(returncode, out.join(), "\n".join(err.join()) + "\n", seconds,
+                           suite.pids())
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -298,7 +243,13 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> SmokeRun:
     cwd = tmp_path_factory.mktemp("smoke-run")
     root = copy_smoke(cwd)
     db = cwd / "l.db"
-    result = evalledger(cwd, db, "run", str(root / "tasks"))
+    # Set up before any test's private temp folder: the run's sandboxes get their own.
+    sandboxes = cwd / "tmp"
+    sandboxes.mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", str(sandboxes))
+        patch.setattr(tempfile, "tempdir", str(sandboxes))
+        result = evalledger(cwd, db, "run", str(root / "tasks"))
     run_id = result.out_lines[0] if result.out_lines else ""
     return SmokeRun(cwd, db, run_id, result)
 
@@ -358,7 +309,7 @@ def test_run_ledger_verifies(smoke_run: SmokeRun) -> None:
 def test_ledger_from_environment(smoke_run: SmokeRun) -> None:
     result = evalledger(
         smoke_run.cwd, None, "report", "latest", "--format", "json",
-        env=_env(EVALLEDGER_LEDGER=str(smoke_run.db)),
+        env={"EVALLEDGER_LEDGER": str(smoke_run.db)},
     )
     assert result.returncode == 0, result
     assert json.loads(result.stdout)["run_id"] == smoke_run.run_id
@@ -381,12 +332,9 @@ def test_report_rebuild_is_byte_identical(
         assert result.stdout == ""
         assert target.read_bytes() == written
     else:
-        done = subprocess.run(
-            [*COMMAND, "--ledger", str(smoke_run.db), *args], cwd=tmp_path, env=_env(),
-            capture_output=True, timeout=60, check=False,
-        )
+        done = evalledger(tmp_path, smoke_run.db, *args)
         assert done.returncode == 0, done.stderr
-        assert done.stdout == written
+        assert done.stdout_bytes == written
 
 
 def test_report_names_runs_by_id_prefix_and_latest(tmp_path: Path) -> None:
@@ -539,14 +487,15 @@ def sleep_suite(tmp_path: Path) -> Iterator[SleepSuite]:
 
 
 def _assert_dead(pids: Sequence[int]) -> None:
-    assert not still_alive(pids), "a process of the interrupted task survived"
+    assert not still_alive(pids, timeout=PATIENCE), "a process of the interrupted task survived"
 
 
 def test_ctrl_c_interrupts_and_resume_finishes(sleep_suite: SleepSuite) -> None:
     suite = sleep_suite
     stopped = run_and_interrupt(suite)
     assert stopped.returncode == 130, stopped
-    assert stopped.seconds_to_exit < 8, stopped
+    # Long before the sleeper's 600 s were up: the interruption ended it.
+    assert stopped.seconds_to_exit < PATIENCE, stopped
     assert "evalledger resume" in stopped.stderr
     assert "Traceback" not in stopped.stderr
     run_id = stopped.stdout_lines[0]
@@ -620,11 +569,12 @@ def test_sigterm_is_handled_like_ctrl_c(sleep_suite: SleepSuite) -> None:
 
 def test_second_ctrl_c_kills_at_once(tmp_path: Path) -> None:
     # The task ignores SIGTERM, so the first Ctrl-C alone would wait out the kill
-    # grace period (2 s) before SIGKILL; the second one must not wait.
+    # grace period (made 120 s here, 2 s by default) before SIGKILL; the second one
+    # must not wait: the run ends long before the grace period would.
     suite = make_sleep_suite(tmp_path, argv=True, IGNORE_TERM=True)
     try:
-        stopped = run_and_interrupt(suite, again_after=0.3)
-        assert stopped.seconds_to_exit < 1.9, stopped
+        stopped = run_and_interrupt(suite, again=True, command=command_with_grace(120))
+        assert stopped.seconds_to_exit < PATIENCE, stopped
         _assert_recorded_interruption(suite, stopped)
     finally:
         for pid in suite.pids():
@@ -747,11 +697,13 @@ def test_run_with_unwritable_out_is_a_one_line_error(tmp_path: Path) -> None:
 
 
 def test_shell_command_gets_the_grace_period(tmp_path: Path) -> None:
+    # The grace period is made long (120 s, not 2 s) so that a loaded machine cannot
+    # run it out: only a wait that ends with the sh leader would miss the clean-up.
     suite = make_sleep_suite(tmp_path, argv=False, CLEAN_UP=True)
     try:
-        stopped = run_and_interrupt(suite)
+        stopped = run_and_interrupt(suite, command=command_with_grace(120))
         assert stopped.returncode == 130, stopped
-        # The sleeper's SIGTERM handler needs 0.3 s of the 2 s grace period.
+        # The sleeper's SIGTERM handler needs 0.3 s of the grace period.
         assert (suite.state / "cleaned-up").exists()
     finally:
         for pid in suite.pids():
@@ -763,7 +715,7 @@ def test_argv_command_gets_the_grace_period(tmp_path: Path) -> None:
     # The same as above with python as the group's leader: the grace period works.
     suite = make_sleep_suite(tmp_path, argv=True, CLEAN_UP=True)
     try:
-        stopped = run_and_interrupt(suite)
+        stopped = run_and_interrupt(suite, command=command_with_grace(120))
         _assert_recorded_interruption(suite, stopped)
         assert (suite.state / "cleaned-up").exists()
     finally:

@@ -1,22 +1,23 @@
 """``evalledger verify`` end to end: real ``evalledger`` processes and click's CliRunner.
 
-Every scenario runs both ways: a real subprocess (``python -m evalledger.cli`` when
-the package has a ``__main__``, else the console script installed next to the
-interpreter), with the real exit code and stderr; and ``CliRunner`` in-process with
-``catch_exceptions=False`` so an unexpected exception fails the test instead of
-passing as exit code 1. The console script itself gets its own smoke test.
+Every scenario runs both ways: in a real process of its own running the entry point
+(``evalledger.cli.main``, what ``python -m evalledger.cli`` and the console script
+call), with the real exit status, stdout and stderr; and ``CliRunner`` in-process
+with ``catch_exceptions=False`` so an unexpected exception fails the test instead of
+passing as exit code 1. The processes are forked from a server that imported the
+package once (``helpers.EntryPoint``), so each costs milliseconds, not a new
+interpreter. The console script itself, interpreter and all, gets its own smoke test.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import closing
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -38,11 +39,9 @@ from evalledger.ledger import (
 )
 from evalledger.statuses import Category, FinalStatus, RunStatus
 
+from .helpers import EntryPoint
+
 SCRIPT = Path(sys.executable).parent / "evalledger"
-if importlib.util.find_spec("evalledger.cli.__main__") is not None:
-    COMMAND = [sys.executable, "-m", "evalledger.cli"]
-else:
-    COMMAND = [str(SCRIPT)]
 APPEND_ONLY = "events are append-only"
 BROKEN = re.compile(r"^hash chain broken at seq (\d+)", re.MULTILINE)
 
@@ -72,6 +71,13 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "EVALLEDGER_LEDGER"}
 
 
+@pytest.fixture(scope="module")
+def entry_point(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EntryPoint]:
+    server = EntryPoint(tmp_path_factory.mktemp("entry-point"))
+    yield server
+    server.close()
+
+
 @pytest.fixture(params=["process", "runner"])
 def invoke(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -80,17 +86,10 @@ def invoke(
     monkeypatch.delenv("EVALLEDGER_LEDGER", raising=False)
 
     if request.param == "process":
-        assert Path(COMMAND[0]).is_file(), f"{COMMAND[0]} not found"
+        entry_point = request.getfixturevalue("entry_point")
 
         def run(*args: str, env: dict[str, str] | None = None) -> Outcome:
-            done = subprocess.run(
-                [*COMMAND, *args],
-                cwd=tmp_path,
-                env={**_clean_env(), **(env or {})},
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
+            done = entry_point(*args, cwd=tmp_path, env={**_clean_env(), **(env or {})})
             return Outcome(done.returncode, done.stdout, done.stderr)
 
         return run

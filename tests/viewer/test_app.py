@@ -33,9 +33,11 @@ def client(suite: Suite) -> Iterator[TestClient]:
 
 
 def rebuilt(db: Path, run_id: str, until: int | None = None) -> str:
+    """run.json as of event ``until``: the fold stopped there, anchored there."""
     with Ledger(db, read_only=True) as ledger:
         events = ledger.events(run_id, types=SummaryFold.TYPES, until_seq=until)
-        return render_json(fold(SummaryFold(run_id), events).summary())
+        summary = fold(SummaryFold(run_id), events).summary()
+        return render_json(summary.anchored(ledger.anchor(run_id, until_seq=until)))
 
 
 def test_runs_page_lists_runs_newest_first_with_their_numbers(

@@ -1,0 +1,344 @@
+"""Running the CLI from tests: in-process by default, as a real process where that matters.
+
+``evalledger(...)`` runs a command in this process through click's ``CliRunner``
+(about 10 ms, against ~0.5 s of CPU for a new interpreter). A real process
+(``spawn``) is only for what needs one: a real signal, a crash, two processes
+racing on one ledger, the console script itself. ``EntryPoint`` runs the entry
+point in real processes forked from a server that imported the package once.
+
+Waiting is always for an event (a row in the ledger, a file, a line of output)
+with a generous deadline, never a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import yaml
+from click.testing import CliRunner
+
+from evalledger.cli import cli
+from evalledger.ledger import AnyEvent, Ledger, LedgerError
+
+COMMAND = [sys.executable, "-m", "evalledger.cli"]
+# How long a test waits for something that should happen in well under a second:
+# generous, so a loaded machine (two copies of the suite on two cores) never fails it.
+PATIENCE = 30.0
+# A task key as the CLI prints it (no experiment: variant "default").
+TASK_KEY = re.compile(r"default/[a-z0-9][a-z0-9._-]*/\d{2}\b")
+RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{4}$")
+SUMMARY = re.compile(
+    r"^run (?P<run_id>\S+) (?P<status>\w+): (?P<run>\d+) of (?P<planned>\d+) tasks run, "
+    r"(?P<succeeded>\d+) succeeded, (?P<failed>\d+) failed, (?P<error>\d+) error; cost "
+)
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+    stdout_bytes: bytes = b""
+
+    @property
+    def out_lines(self) -> list[str]:
+        return self.stdout.splitlines()
+
+    @property
+    def err_lines(self) -> list[str]:
+        return self.stderr.splitlines()
+
+
+def _env(**extra: str) -> dict[str, str]:
+    """This process's environment (so TMPDIR, pointed into the test's folder, too),
+    without a ledger from the environment."""
+    env = {k: v for k, v in os.environ.items() if k != "EVALLEDGER_LEDGER"}
+    env.update(extra)
+    return env
+
+
+@contextlib.contextmanager
+def working_directory(path: Path) -> Iterator[None]:
+    before = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def evalledger(
+    cwd: Path, db: Path | None, *args: str, env: dict[str, str] | None = None
+) -> Result:
+    """``evalledger [--ledger DB] ARGS...`` run from ``cwd``, in this process.
+
+    As from a real process: the exit code (``sys.exit`` included), stdout and
+    stderr apart, and an exception that escaped the CLI shows as a traceback on
+    stderr with exit code 1. ``env`` is added to the environment for the call;
+    ``EVALLEDGER_LEDGER`` is unset unless ``env`` sets it.
+    """
+    ledger_args = ["--ledger", str(db)] if db is not None else []
+    overrides: dict[str, str | None] = {"EVALLEDGER_LEDGER": None, **(env or {})}
+    with working_directory(cwd):
+        result = CliRunner().invoke(cli, [*ledger_args, *args], prog_name="evalledger",
+                                    env=overrides)
+    stderr = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        stderr += "Traceback (most recent call last):\n" + "".join(
+            traceback.format_exception(result.exception)
+        )
+    return Result(result.exit_code, result.stdout, stderr, result.stdout_bytes)
+
+
+def command_with_grace(kill_grace: float) -> list[str]:
+    """``evalledger`` as a real process whose batches give SIGTERM ``kill_grace`` seconds
+    before SIGKILL (the CLI has no option for it; 2 s is too close to call on a loaded
+    machine, in either direction)."""
+    code = (
+        "import functools, sys\n"
+        "import evalledger.cli._resume as resume, evalledger.cli._run as run\n"
+        "grace = float(sys.argv.pop(1))\n"
+        "for module in (run, resume):\n"
+        "    module.BatchConfig = functools.partial(module.BatchConfig, kill_grace=grace)\n"
+        "sys.argv[0] = 'evalledger'\n"
+        "from evalledger.cli import main\n"
+        "main()\n"
+    )
+    return [sys.executable, "-c", code, str(kill_grace)]
+
+
+def spawn(cwd: Path, db: Path, *args: str, command: Sequence[str] = COMMAND,
+          **popen: Any) -> subprocess.Popen[str]:
+    """``evalledger --ledger DB ARGS...`` started as a real process (text mode)."""
+    popen.setdefault("stdout", subprocess.PIPE)
+    popen.setdefault("stderr", subprocess.PIPE)
+    return subprocess.Popen(
+        [*command, "--ledger", str(db), *args], cwd=cwd, env=_env(), text=True, **popen
+    )
+
+
+def assert_one_line_error(result: Result) -> str:
+    """Exit 2, no traceback, and exactly one ``Error:`` line, the last on stderr."""
+    assert result.returncode == 2, result
+    assert "Traceback" not in result.stderr, result.stderr
+    errors = [line for line in result.err_lines if line.startswith("Error:")]
+    assert len(errors) == 1, result.stderr
+    assert result.err_lines[-1] == errors[0], result.stderr
+    return errors[0]
+
+
+def events(db: Path, run_id: str) -> list[AnyEvent]:
+    with Ledger(db, read_only=True) as ledger:
+        return list(ledger.events(run_id))
+
+
+def of_type(evs: Sequence[AnyEvent], type_: str) -> list[AnyEvent]:
+    return [e for e in evs if e.type == type_]
+
+
+def run_json(cwd: Path, run_id: str) -> dict:
+    return json.loads((cwd / "runs" / run_id / "run.json").read_text(encoding="utf-8"))
+
+
+def write_task(
+    path: Path, command: str | list[str], *, tags: Sequence[str] = (),
+    env: dict[str, str] | None = None, timeout: float = 20, criteria: list[dict] | None = None,
+) -> Path:
+    data: dict = {"command": command, "timeout": timeout}
+    if tags:
+        data["tags"] = list(tags)
+    if env:
+        data["env"] = env
+    data["success_criteria"] = criteria or [{"type": "exit_code", "equals": 0}]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def wait_until(check: Callable[[], object], what: str, timeout: float = PATIENCE) -> None:
+    """Poll ``check`` until it is true; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def count_events(db: Path, run_id: str, type_: str) -> int:
+    """How many events of one type the run has committed (0 while there is no ledger)."""
+    try:
+        with Ledger(db, read_only=True) as ledger:
+            return sum(1 for _ in ledger.events(run_id, types={type_}))
+    except LedgerError:
+        return 0  # not created or not migrated yet
+
+
+def wait_for_events(db: Path, run_id: str, type_: str, at_least: int = 1,
+                    proc: subprocess.Popen[Any] | None = None) -> None:
+    """Until the run has committed ``at_least`` events of ``type_``; with ``proc``, fail
+    at once if that process ended first."""
+
+    def reached() -> bool:
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the process ended (exit {proc.returncode}) before "
+                                 f"{at_least} {type_} of run {run_id}")
+        return count_events(db, run_id, type_) >= at_least
+
+    wait_until(reached, f"{at_least} {type_} of run {run_id}")
+
+
+def wait_for_start(db: Path, run_id: str, proc: subprocess.Popen[Any] | None = None) -> None:
+    """Until the run has started a task (the file may exist before it is a ledger)."""
+    wait_for_events(db, run_id, "task.started", proc=proc)
+
+
+class Hung(Exception):
+    """An in-process command ran past the deadline of ``no_hang``."""
+
+
+@contextlib.contextmanager
+def no_hang(seconds: float = PATIENCE) -> Iterator[None]:
+    """Raise ``Hung`` in this (the main) thread if the block is still running after
+    ``seconds``: a regression that loops forever fails instead of hanging the suite."""
+
+    def expire(signum: int, frame: FrameType | None) -> None:
+        raise Hung(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+# -- the entry point in real processes, without a new interpreter each time ------------------
+
+_FORK_SERVER = """\
+import json, os, sys, tempfile, traceback
+from evalledger.cli import main  # imported once; every child starts from here
+
+def exit_code(code):
+    # What the interpreter makes of a SystemExit code when it exits.
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+for line in sys.stdin:
+    request = json.loads(line)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.chdir(request["cwd"])
+            os.environ.clear()
+            os.environ.update(request["env"])
+            tempfile.tempdir = None  # TMPDIR as the request has it
+            for fd, path, flags in (
+                (0, os.devnull, os.O_RDONLY),
+                (1, request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+                (2, request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+            ):
+                opened = os.open(path, flags, 0o600)
+                os.dup2(opened, fd)
+                os.close(opened)
+            sys.argv = ["evalledger", *request["args"]]
+            try:
+                main()
+                code = 0
+            except SystemExit as e:
+                code = exit_code(e.code)
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+    print(json.dumps({"pid": pid}), flush=True)
+    _, status = os.waitpid(pid, 0)
+    print(json.dumps({"exit": os.waitstatus_to_exitcode(status)}), flush=True)
+"""
+
+
+class EntryPoint:
+    """``evalledger``'s entry point (``evalledger.cli.main``), each call in a process of
+    its own: a real exit status, real stdout and stderr files, its own cwd and
+    environment. The processes are forked from one server that imported the package
+    once, so a call costs a fork (milliseconds), not an interpreter start (~0.5 s).
+    Interpreter start-up itself is covered where it matters (``COMMAND``, the
+    console script).
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._calls = 0
+        self._pending = b""
+        self._server = subprocess.Popen(
+            [sys.executable, "-c", _FORK_SERVER], cwd=folder, env=_env(TMPDIR=str(folder)),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        )
+
+    def __call__(self, *args: str, cwd: Path, env: dict[str, str]) -> Result:
+        assert self._server.stdin is not None
+        self._calls += 1
+        out, err = (self.folder / f"{self._calls}.{name}" for name in ("out", "err"))
+        request = {"args": list(args), "cwd": str(cwd), "env": env,
+                   "stdout": str(out), "stderr": str(err)}
+        self._server.stdin.write(json.dumps(request).encode() + b"\n")
+        self._server.stdin.flush()
+        pid = self._reply()["pid"]
+        try:
+            code = self._reply()["exit"]
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            self.close()
+            raise AssertionError(
+                f"evalledger {' '.join(args)} did not end in {PATIENCE} s"
+            ) from None
+        try:
+            return Result(code, out.read_text(), err.read_text(), out.read_bytes())
+        finally:
+            out.unlink()
+            err.unlink()
+
+    def _reply(self) -> dict[str, int]:
+        """The server's next line, read from its pipe unbuffered (select sees it all)."""
+        assert self._server.stdout is not None
+        fd = self._server.stdout.fileno()
+        deadline = time.monotonic() + PATIENCE
+        while b"\n" not in self._pending:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                raise TimeoutError
+            chunk = os.read(fd, 65536)
+            assert chunk, "the entry point's fork server died"
+            self._pending += chunk
+        line, _, self._pending = self._pending.partition(b"\n")
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self._server.poll() is None:
+            self._server.kill()
+        self._server.communicate()

@@ -1,0 +1,194 @@
+"""Nothing outlives a runner killed by SIGKILL: the batch's watchdog and the sweep of
+dead batches at the next start, with real processes and real signals.
+
+Each task leaves a silent background child (``sleep 300 &``), the case where a
+killed runner used to leave agents running with parent pid 1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from evalledger.ledger import Ledger, LedgerError, RunStarted, verify
+from evalledger.projections import SummaryFold, fold
+
+PATIENCE = 30.0
+# What the issue allows between a runner's death and the last of its processes.
+GONE_WITHIN = 5.0
+RUN = "orphans"
+
+
+def marked(entry: str) -> list[int]:
+    """Pids of the processes whose environment holds ``entry``."""
+    needle = b"\0" + entry.encode() + b"\0"
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                environ = b"\0" + f.read() + b"\0"
+            with open(f"/proc/{name}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if needle in environ and state not in (b"Z", b"X"):
+            found.append(int(name))
+    return found
+
+
+def wait_for_none(entry: str, within: float) -> list[int]:
+    deadline = time.monotonic() + within
+    while (left := marked(entry)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+def suite(folder: Path, tasks: int) -> Path:
+    """Tasks that leave a silent ``sleep 300`` behind; their environment carries a mark
+    of this test's own (``ORPHAN_TEST=<folder>``), so a second copy of the suite running
+    at the same time is never mistaken for them."""
+    folder.mkdir()
+    for i in range(tasks):
+        (folder / f"t{i}.yaml").write_text(yaml.safe_dump({
+            "command": "sleep 300 >/dev/null 2>&1 & sleep 0.5; echo done",
+            "env": {"ORPHAN_TEST": str(folder.parent)},
+            "timeout": 60, "success_criteria": [{"type": "exit_code"}],
+        }), encoding="utf-8")
+    return folder
+
+
+def evalledger(db: Path, cwd: Path, *args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "evalledger.cli", "--ledger", str(db), *args],
+                            cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def started(db: Path) -> bool:
+    if not db.exists():
+        return False
+    with Ledger(db, read_only=True) as ledger:
+        return bool(list(ledger.rows(RUN, types={"run.started"})))
+
+
+def sandboxes(tmp: Path) -> list[Path]:
+    return sorted(tmp.glob(f"evalledger-{RUN}-*"))
+
+
+def events(db: Path) -> int:
+    if not db.exists():
+        return 0
+    try:
+        with Ledger(db, read_only=True) as ledger:
+            return ledger.count()
+    except LedgerError:  # the file is being created
+        return 0
+
+
+def test_twenty_sigkills_leave_no_process_and_no_sandbox(
+    tmp_path: Path, _private_temp: Path
+) -> None:
+    rng = random.Random(20)
+    tasks = suite(tmp_path / "tasks", 6)
+    db = tmp_path / "ledger.db"
+    mark = f"ORPHAN_TEST={tmp_path}"
+    for trial in range(20):
+        before = events(db)
+        if started(db):
+            runner = evalledger(db, tmp_path, "resume", RUN)
+        else:
+            runner = evalledger(db, tmp_path, "run", str(tasks), "--run-id", RUN, "-j", "3")
+        # A random moment of the batch, told by what it has committed: at once (before
+        # run.started), after its opening, mid-task, between tasks, near the end.
+        target = before + rng.choice([0, 1, 2, 4, 7, 10, 14, 20])
+        deadline = time.monotonic() + PATIENCE
+        while events(db) < target and runner.poll() is None:
+            assert time.monotonic() < deadline, f"trial {trial}: the batch made no progress"
+            time.sleep(0.01)
+        runner.send_signal(signal.SIGKILL)
+        runner.wait(PATIENCE)
+        left = wait_for_none(mark, GONE_WITHIN)
+        assert left == [], f"trial {trial}: {len(left)} processes outlived the runner"
+        if db.exists():
+            with Ledger(db, read_only=True) as ledger:
+                assert verify(ledger).ok, f"trial {trial}"
+    final = subprocess.run([sys.executable, "-m", "evalledger.cli", "--ledger", str(db),
+                            "resume", RUN], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=PATIENCE * 4, check=False)
+    with Ledger(db, read_only=True) as ledger:
+        assert verify(ledger).ok
+        summary = fold(SummaryFold(RUN), ledger.events(RUN, types=SummaryFold.TYPES)).summary()
+        batches = list(ledger.events(RUN, types={"run.started", "run.resumed"}))
+    assert final.returncode == 0, (final.stdout, final.stderr, summary.model_dump())
+    assert (summary.status, summary.tasks_succeeded, summary.tasks_planned) == ("completed", 6, 6)
+    assert marked(mark) == []
+    assert sandboxes(_private_temp) == [], "a killed batch's sandbox folder was left behind"
+    assert len(batches) >= 2  # it was resumed
+
+
+def test_a_dead_batch_is_swept_when_the_next_batch_starts(
+    tmp_path: Path, _private_temp: Path
+) -> None:
+    """The watchdog itself was killed too (say, ``kill -9`` of everything): what the dead
+    batch left is found through the ledger and cleaned up by the next run."""
+    tasks = suite(tmp_path / "tasks", 2)
+    db = tmp_path / "ledger.db"
+    runner = evalledger(db, tmp_path, "run", str(tasks), "--run-id", RUN, "-j", "2")
+    mark = f"ORPHAN_TEST={tmp_path}"
+    deadline = time.monotonic() + PATIENCE
+    while len(marked(mark)) < 2:  # the tasks and their background children are up
+        assert time.monotonic() < deadline, "the tasks never started"
+        time.sleep(0.05)
+    watchdogs = [pid for pid in _children_named(runner.pid, "_watchdog.py")]
+    assert len(watchdogs) == 1
+    for pid in [*watchdogs, runner.pid]:
+        os.kill(pid, signal.SIGKILL)
+    runner.wait(PATIENCE)
+    assert marked(mark), "the tasks should be orphaned now: nothing watched them"
+    assert sandboxes(_private_temp)
+    with Ledger(db, read_only=True) as ledger:
+        [opening] = ledger.events(RUN, types={"run.started"})
+    assert isinstance(opening, RunStarted) and opening.batch_token and opening.sandbox_root
+    other = suite(tmp_path / "other", 1)
+    done = subprocess.run([sys.executable, "-m", "evalledger.cli", "--ledger", str(db), "run",
+                           str(other), "--run-id", "next"], cwd=tmp_path, capture_output=True,
+                          timeout=PATIENCE * 2, check=False)
+    assert done.returncode == 0, done.stderr
+    assert wait_for_none(mark, GONE_WITHIN) == []
+    assert not Path(opening.sandbox_root).exists()
+
+
+def _children_named(pid: int, needle: str) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                parent = int(f.read().rsplit(b")", 1)[1].split()[1])
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except (OSError, ValueError):
+            continue
+        if parent == pid and needle.encode() in cmdline:
+            found.append(int(name))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers(tmp_path: Path) -> Iterator[None]:
+    yield
+    # Whatever a failing assertion above left, do not let it outlive the test.
+    for pid in marked(f"ORPHAN_TEST={tmp_path}"):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
