@@ -18,13 +18,16 @@ import math
 from typing import Any
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from evalledger.executor import MAX_LINE
 from evalledger.executor._lines import LineSplitter, decode, parse_json_object
 
 SMALL = 16
+# No per-example deadline and no "too slow" health check: both are wall-clock limits a
+# loaded machine (two copies of the suite on two cores) can miss.
+RELAXED = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def model(data: bytes, max_line: int) -> list[tuple[str, bool]]:
@@ -81,7 +84,7 @@ def text_data(draw: st.DrawFn) -> bytes:
 cuts = st.lists(st.integers(min_value=0, max_value=400), max_size=12)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(RELAXED, max_examples=400)
 @given(data=text_data(), cut=cuts)
 @example(data=b"x" * 40 + b"\nafter\n", cut=[5, 17, 18, 33])
 @example(data=b"x" * 17 + b"\r\n", cut=[17])
@@ -94,14 +97,14 @@ def test_any_chunking_gives_the_same_lines(data: bytes, cut: list[int]) -> None:
     assert chunked == model(data, SMALL)
 
 
-@settings(deadline=None)
+@RELAXED
 @given(data=text_data(), size=st.integers(min_value=1, max_value=5))
 def test_byte_by_byte_and_fixed_size_chunks(data: bytes, size: int) -> None:
     chunks = [data[i : i + size] for i in range(0, len(data), size)]
     assert feed_all(chunks, SMALL) == model(data, SMALL)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(RELAXED, max_examples=300)
 @given(data=st.binary(max_size=600), cut=cuts)
 @example(data=b"caf\xe9\r\n\xff\xfe\n\xe2\x82\n\xf0\x9f\n\x98", cut=[4, 10])
 @example(data=b"\r\r\n\r", cut=[1])
@@ -119,7 +122,7 @@ def test_arbitrary_bytes_without_over_long_lines(data: bytes, cut: list[int]) ->
     ]
 
 
-@settings(deadline=None)
+@RELAXED
 @given(data=text_data(), cut=cuts)
 def test_truncated_lines_are_exactly_max_line_bytes(data: bytes, cut: list[int]) -> None:
     for line, truncated in feed_all(split_at(data, cut), SMALL):
@@ -260,6 +263,7 @@ _json_values = st.recursive(
 )
 
 
+@RELAXED
 @given(value=st.dictionaries(st.text(), _json_values, max_size=5),
        pad=st.sampled_from(["", " ", "\t", "  "]), indent=st.sampled_from([None, 2]))
 def test_any_json_object_round_trips(value: dict[str, Any], pad: str, indent: int | None) -> None:
@@ -270,11 +274,13 @@ def test_any_json_object_round_trips(value: dict[str, Any], pad: str, indent: in
         assert parse_json_object(text) == value
 
 
+@RELAXED
 @given(value=_json_values.filter(lambda v: not isinstance(v, dict)))
 def test_any_other_json_value_is_not_an_object(value: Any) -> None:
     assert parse_json_object(json.dumps(value)) is None
 
 
+@RELAXED
 @given(text=st.text())
 def test_never_raises_on_any_text(text: str) -> None:
     result = parse_json_object(text)
@@ -285,8 +291,7 @@ def test_deeply_nested_object_does_not_raise() -> None:
     """Regression: json.loads raised RecursionError, which was not caught."""
     text = '{"a": ' + "[" * 30_000 + "]" * 30_000 + "}"
     assert len(text.encode()) < MAX_LINE
-    result = parse_json_object(text)
-    assert result is None or isinstance(result, dict)
+    assert parse_json_object(text) is None  # too deep to parse: a plain line
 
 
 def _nested(depth: int) -> str:

@@ -7,23 +7,31 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import trio
 
 from evalledger.executor._process import end_group, group_alive, spawn
 
+# How long a test waits for something that takes milliseconds: generous, so that a
+# loaded machine (two copies of the suite on two cores) never fails it.
+PATIENCE = 30.0
+
+
+def _state(pid: int) -> bytes:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return f.read().rsplit(b")", 1)[1].split()[0]
+
 
 def test_group_alive_ignores_zombies() -> None:
     # A group whose only member is a zombie (exited, not yet reaped) is not alive:
     # waiting for it would wait out the whole grace period for nothing.
-    child = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        with open(f"/proc/{child.pid}/stat", "rb") as f:
-            if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
-                break
-        time.sleep(0.01)
+    child = subprocess.Popen(["true"], start_new_session=True)
     try:
+        deadline = time.monotonic() + PATIENCE
+        while _state(child.pid) != b"Z":
+            assert time.monotonic() < deadline, "the child never exited"
+            time.sleep(0.005)
         os.killpg(child.pid, 0)  # the kernel still has the group...
         assert not group_alive(child.pid)  # ...but nobody in it is running
     finally:
@@ -32,40 +40,52 @@ def test_group_alive_ignores_zombies() -> None:
 
 
 def test_group_alive_sees_a_member_that_outlived_its_leader() -> None:
-    leader = subprocess.Popen(
-        [sys.executable, "-c",
-         "import subprocess, sys; p = subprocess.Popen(['sleep', '30']); print(p.pid)"],
-        stdout=subprocess.PIPE, text=True, start_new_session=True,
-    )
-    grandchild = int(leader.stdout.readline())  # type: ignore[union-attr]
+    leader = subprocess.Popen(["sh", "-c", "sleep 30 & echo $!"], stdout=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    assert leader.stdout is not None
+    grandchild = int(leader.stdout.readline())
     leader.wait()
+    leader.stdout.close()
     try:
         assert group_alive(leader.pid)
     finally:
         os.kill(grandchild, signal.SIGKILL)
 
 
-def test_end_group_returns_as_soon_as_a_shell_and_its_program_are_gone(tmp_path) -> None:
-    # /bin/sh -c forks the program (dash does not exec the last command): both die
-    # on SIGTERM, and the stop must not sit out the 5 s grace period.
+async def _ready(process: trio.Process) -> None:
+    """Wait for the line ``ready`` on the process's stdout."""
+    assert process.stdout is not None
+    seen = b""
+    with trio.fail_after(PATIENCE):
+        while b"ready\n" not in seen:
+            chunk = await process.stdout.receive_some(100)
+            assert chunk, f"stdout closed before 'ready': {seen!r}"
+            seen += chunk
+
+
+def test_end_group_returns_as_soon_as_a_shell_and_its_program_are_gone(tmp_path: Path) -> None:
+    # /bin/sh -c forks the program (dash does not exec a command followed by another):
+    # both die on SIGTERM, and the stop must not sit out the grace period.
+    grace = 30.0
+
     async def main() -> float:
-        process = await spawn(f"{sys.executable} -c 'import time; time.sleep(60)'; true",
-                              cwd=str(tmp_path), env=os.environ, stdin=False)
-        await trio.sleep(0.3)
+        program = f"{sys.executable} -c 'import time; print(\"ready\", flush=True); time.sleep(60)'"
+        process = await spawn(f"{program}; true", cwd=str(tmp_path), env=os.environ, stdin=False)
+        await _ready(process)  # the program runs, forked by the shell
         start = time.monotonic()
-        await end_group(process, grace=5.0)
+        await end_group(process, grace=grace)
         return time.monotonic() - start
 
-    assert trio.run(main) < 2.0
+    assert trio.run(main) < grace / 2
 
 
-def test_end_group_gives_a_terminating_program_its_grace_period(tmp_path) -> None:
+def test_end_group_gives_a_terminating_program_its_grace_period(tmp_path: Path) -> None:
     marker = tmp_path / "cleaned-up"
     script = tmp_path / "slow_exit.py"
     script.write_text(
         "import signal, sys, time\n"
         "def bye(*_):\n"
-        f"    time.sleep(0.4); open({str(marker)!r}, 'w').close(); sys.exit(0)\n"
+        f"    time.sleep(0.3); open({str(marker)!r}, 'w').close(); sys.exit(0)\n"
         "signal.signal(signal.SIGTERM, bye)\n"
         "print('ready', flush=True)\n"
         "time.sleep(60)\n"
@@ -74,9 +94,8 @@ def test_end_group_gives_a_terminating_program_its_grace_period(tmp_path) -> Non
     async def main() -> None:
         process = await spawn(f"{sys.executable} {script}", cwd=str(tmp_path), env=os.environ,
                               stdin=False)
-        assert process.stdout is not None
-        assert b"ready" in await process.stdout.receive_some(100)
-        await end_group(process, grace=5.0)
+        await _ready(process)  # the handler is installed
+        await end_group(process, grace=PATIENCE)  # returns once the group is gone
 
     trio.run(main)
     assert marker.exists()

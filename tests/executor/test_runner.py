@@ -11,9 +11,11 @@ waiting for whichever process it was reparented to).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
+import shlex
 import signal
 import sys
 import textwrap
@@ -25,7 +27,8 @@ from typing import Any
 import pytest
 import trio
 
-from evalledger.executor import MAX_LINE, BatchConfig, BatchResult, run_batch
+from evalledger.executor import MAX_LINE, BatchConfig, BatchResult, _criteria, _runner, run_batch
+from evalledger.executor._process import release_pipes
 from evalledger.ledger import (
     AnyEvent,
     Ledger,
@@ -44,6 +47,10 @@ from tests.processes import wait_gone
 
 RUN_ID = "run-1"
 PY = sys.executable
+# A timeout (or the like) a test must never reach, and the bound that shows it was not
+# reached: far apart, so that a loaded machine never lands between them.
+NEVER = 30.0
+QUICK = NEVER / 2
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -125,6 +132,16 @@ def assert_bracketed(ledger: Ledger, task: ResolvedTask) -> None:
     assert ns == list(range(1, len(ns) + 1))
 
 
+@pytest.fixture
+def late_hunt(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hunt down escaped processes only after NEVER seconds of held pipes, not after
+    ``ESCAPE_GRACE``: a task that still ends within QUICK had its pipes released by
+    the kill of its process group alone."""
+    late = functools.partial(release_pipes, grace=NEVER)
+    monkeypatch.setattr(_runner, "release_pipes", late)
+    monkeypatch.setattr(_criteria, "release_pipes", late)
+
+
 def read_pids(path: Path) -> list[int]:
     return [int(p) for p in path.read_text().split()]
 
@@ -175,7 +192,7 @@ def test_success_all_criteria_pass(ledger: Ledger, tmp_path: Path) -> None:
         ],
         prompt=prompt,
         env={"MODE": "fast"},
-        timeout=10,
+        timeout=NEVER,
     )
     result = run(ledger, tmp_path, task)
 
@@ -228,7 +245,7 @@ def test_no_prompt_means_empty_stdin_and_prompt(ledger: Ledger, tmp_path: Path) 
     import os, sys
     print(repr(sys.stdin.read()), repr(os.environ["EVALLEDGER_PROMPT"]))
     """
-    task = make_task("noprompt", script(tmp_path, "noprompt", body), timeout=5)
+    task = make_task("noprompt", script(tmp_path, "noprompt", body), timeout=NEVER)
     result = run(ledger, tmp_path, task)
     assert completed(result, ledger, task).final_status == FinalStatus.SUCCESS
     assert lines(ledger, task) == ["'' ''"]
@@ -237,11 +254,11 @@ def test_no_prompt_means_empty_stdin_and_prompt(ledger: Ledger, tmp_path: Path) 
 def test_large_prompt_not_read_by_the_command(ledger: Ledger, tmp_path: Path) -> None:
     """A prompt bigger than a pipe buffer (64 KiB) that the command ignores does not hang."""
     task = make_task("ignores", [PY, "-c", "print('ignored')"], prompt="x" * 100_000,
-                     timeout=5)
+                     timeout=NEVER)
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)
     assert done.final_status == FinalStatus.SUCCESS
-    assert done.duration_seconds < 3
+    assert done.duration_seconds < QUICK
 
 
 def test_large_prompt_read_from_stdin(ledger: Ledger, tmp_path: Path) -> None:
@@ -252,7 +269,7 @@ def test_large_prompt_read_from_stdin(ledger: Ledger, tmp_path: Path) -> None:
     print(os.environ["EVALLEDGER_PROMPT"] == data.decode())
     """
     prompt = "é" * 60_000  # 120,000 bytes
-    task = make_task("bigprompt", script(tmp_path, "bigprompt", body), prompt=prompt, timeout=5)
+    task = make_task("bigprompt", script(tmp_path, "bigprompt", body), prompt=prompt, timeout=NEVER)
     result = run(ledger, tmp_path, task)
     assert completed(result, ledger, task).final_status == FinalStatus.SUCCESS
     digest = hashlib.sha256(prompt.encode()).hexdigest()
@@ -265,7 +282,7 @@ def test_prompt_over_128_kib(ledger: Ledger, tmp_path: Path) -> None:
     print(len(sys.stdin.read()))
     """
     task = make_task("hugeprompt", script(tmp_path, "hugeprompt", body), prompt="x" * 200_000,
-                     timeout=5)
+                     timeout=NEVER)
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)
     assert done.final_status == FinalStatus.SUCCESS, done.error_message
@@ -277,7 +294,7 @@ def test_string_command_runs_through_sh(ledger: Ledger, tmp_path: Path) -> None:
         "shell",
         'echo "$GREETING from $0"; echo oops >&2; test -n "$EVALLEDGER_SANDBOX"',
         env={"GREETING": "hi there"},
-        timeout=5,
+        timeout=NEVER,
     )
     result = run(ledger, tmp_path, task)
     assert completed(result, ledger, task).final_status == FinalStatus.SUCCESS
@@ -300,7 +317,7 @@ def test_workdir_is_copied_into_the_sandbox(ledger: Ledger, tmp_path: Path) -> N
         script(tmp_path, "copy", body),
         criteria=[{"type": "file_contains", "path": "pkg/data.txt", "includes": ["changed"]}],
         workdir=str(fixture),
-        timeout=5,
+        timeout=NEVER,
     )
     result = run(ledger, tmp_path, task)
     assert completed(result, ledger, task).final_status == FinalStatus.SUCCESS
@@ -330,7 +347,7 @@ def test_failing_criterion_gives_failure_and_weighted_score(
             {"type": "output_contains", "includes": ["finished"], "excludes": ["Traceback"],
              "weight": 0.5},
         ],
-        timeout=5,
+        timeout=NEVER,
     )
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)
@@ -366,7 +383,7 @@ def test_every_criterion_is_evaluated_and_details_explain(ledger: Ledger, tmp_pa
             {"type": "run_command", "command": "echo boom >&2; exit 4"},
             {"type": "run_command", "command": "exit 4", "expect_exit_code": 4},
         ],
-        timeout=5,
+        timeout=NEVER,
     )
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)
@@ -390,14 +407,14 @@ def test_run_command_criterion_timeout(ledger: Ledger, tmp_path: Path) -> None:
         [PY, "-c", "pass"],
         criteria=[
             {"type": "exit_code"},
-            {"type": "run_command", "command": [PY, "-c", "import time; time.sleep(30)"],
+            {"type": "run_command", "command": [PY, "-c", "import time; time.sleep(60)"],
              "timeout": 0.5},
         ],
-        timeout=5,
+        timeout=NEVER,
     )
     started = time.monotonic()
     result = run(ledger, tmp_path, task)
-    assert time.monotonic() - started < 8
+    assert time.monotonic() - started < NEVER  # the check's 60 s sleep was cut short
     done = completed(result, ledger, task)
     assert done.final_status == FinalStatus.FAILURE
     assert done.criteria[1].passed is False
@@ -411,7 +428,7 @@ def test_run_command_criterion_that_cannot_start(ledger: Ledger, tmp_path: Path)
         "badcheck",
         [PY, "-c", "pass"],
         criteria=[{"type": "run_command", "command": [str(tmp_path / "no-such-checker")]}],
-        timeout=5,
+        timeout=NEVER,
     )
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)
@@ -430,23 +447,26 @@ def test_run_command_criterion_sees_the_task_environment(ledger: Ledger, tmp_pat
         [PY, "-c", "pass"],
         criteria=[{"type": "run_command", "command": [PY, "-c", check]}],
         env={"MODE": "strict"},
-        timeout=5,
+        timeout=NEVER,
     )
     result = run(ledger, tmp_path, task)
     assert completed(result, ledger, task).final_status == FinalStatus.SUCCESS
 
 
-def test_run_command_criterion_with_background_child(ledger: Ledger, tmp_path: Path) -> None:
+def test_run_command_criterion_with_background_child(
+    ledger: Ledger, tmp_path: Path, late_hunt: None
+) -> None:
     task = make_task(
         "bgcheck",
         [PY, "-c", "pass"],
-        criteria=[{"type": "run_command", "command": "sleep 30 & exit 0", "timeout": 1}],
-        timeout=5,
+        criteria=[{"type": "run_command", "command": "sleep 60 & exit 0", "timeout": NEVER}],
+        timeout=NEVER,
     )
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)
     assert done.criteria[0].detail == "exit code 0"
     assert done.final_status == FinalStatus.SUCCESS
+    assert done.duration_seconds < QUICK  # the group kill ended the check's background job
 
 
 # -- timeouts and process groups -----------------------------------------------------------
@@ -463,7 +483,8 @@ time.sleep(60)
 
 def test_timeout_kills_the_command_and_its_children(ledger: Ledger, tmp_path: Path) -> None:
     pid_file = tmp_path / "pids"
-    task = make_task("slow", script(tmp_path, "slow", SPAWNER, str(pid_file)), timeout=1)
+    # 2 s: time enough for two interpreters to start on a loaded machine.
+    task = make_task("slow", script(tmp_path, "slow", SPAWNER, str(pid_file)), timeout=2)
     started = time.monotonic()
     result = run(ledger, tmp_path, task)
     elapsed = time.monotonic() - started
@@ -472,17 +493,17 @@ def test_timeout_kills_the_command_and_its_children(ledger: Ledger, tmp_path: Pa
     assert done.final_status == FinalStatus.TIMEOUT
     assert done.category == Category.FAILED
     assert done.exit_code == -signal.SIGTERM
-    assert done.error_message == "timed out after 1s"
+    assert done.error_message == "timed out after 2s"
     assert [c.passed for c in done.criteria] == [False]  # criteria are still evaluated
     assert done.weighted_score == 0.0
-    assert 1 <= done.duration_seconds < 3
-    assert elapsed < 5
+    assert 2 <= done.duration_seconds < QUICK  # not the command's 60 s sleep
+    assert elapsed < NEVER
     assert lines(ledger, task) == ["started"]
     assert_bracketed(ledger, task)
 
     leader, child = read_pids(pid_file)
-    assert wait_gone(leader)
-    assert wait_gone(child), "the command's child outlived the task"
+    assert wait_gone(leader, NEVER)
+    assert wait_gone(child, NEVER), "the command's child outlived the task"
 
 
 def test_timeout_of_a_shell_command_with_background_jobs(ledger: Ledger, tmp_path: Path) -> None:
@@ -499,25 +520,26 @@ def test_timeout_of_a_shell_command_with_background_jobs(ledger: Ledger, tmp_pat
     assert lines(ledger, task) == ["waiting"]
     for name in ("sh", "bg"):
         [pid] = read_pids(tmp_path / name)
-        assert wait_gone(pid), f"{name} ({pid}) outlived the task"
+        assert wait_gone(pid, NEVER), f"{name} ({pid}) outlived the task"
 
 
 def test_timeout_when_sigterm_is_ignored(ledger: Ledger, tmp_path: Path) -> None:
-    body = """
-    import signal, time
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    print("stubborn", flush=True)
-    time.sleep(60)
-    """
-    task = make_task("stubborn", script(tmp_path, "stubborn", body), timeout=1)
+    # A shell: it ignores SIGTERM (and so does its sleep) a millisecond after it starts,
+    # long before the timeout, however loaded the machine.
+    task = make_task("stubborn", "trap '' TERM; echo stubborn; sleep 60", timeout=1)
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)
     assert done.final_status == FinalStatus.TIMEOUT
     assert done.exit_code == -signal.SIGKILL
-    assert done.duration_seconds < 3  # timeout 1 s + kill_grace 0.5 s
+    assert lines(ledger, task) == ["stubborn"]
+    # SIGKILL came once the timeout (1 s) and then the kill grace (0.5 s) had passed,
+    # not after the command's 60 s sleep.
+    assert 1 + 0.5 <= done.duration_seconds < QUICK
 
 
-def test_exit_with_a_background_child_holding_stdout(ledger: Ledger, tmp_path: Path) -> None:
+def test_exit_with_a_background_child_holding_stdout(
+    ledger: Ledger, tmp_path: Path, late_hunt: None
+) -> None:
     """The leader exits 0; its child keeps the pipes open: the task still ends at once."""
     body = """
     import os, subprocess, sys
@@ -527,31 +549,33 @@ def test_exit_with_a_background_child_holding_stdout(ledger: Ledger, tmp_path: P
     print("parent done", flush=True)
     """
     pid_file = tmp_path / "pids"
-    task = make_task("orphan", script(tmp_path, "orphan", body, str(pid_file)), timeout=2)
+    task = make_task("orphan", script(tmp_path, "orphan", body, str(pid_file)), timeout=NEVER)
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)
     assert done.final_status == FinalStatus.SUCCESS
     assert done.exit_code == 0
-    assert done.duration_seconds < 1.5
+    assert done.duration_seconds < QUICK
     assert lines(ledger, task) == ["parent done"]
     leader, child = read_pids(pid_file)
-    assert wait_gone(leader)
-    assert wait_gone(child), "the background child was left running"
+    assert wait_gone(leader, NEVER)
+    assert wait_gone(child, NEVER), "the background child was left running"
 
 
-def test_shell_background_job_after_exit(ledger: Ledger, tmp_path: Path) -> None:
+def test_shell_background_job_after_exit(
+    ledger: Ledger, tmp_path: Path, late_hunt: None
+) -> None:
     task = make_task(
         "shorphan",
-        'sleep 30 & echo $! > "$PIDS/bg"; echo bye',
+        'sleep 60 & echo $! > "$PIDS/bg"; echo bye',
         env={"PIDS": str(tmp_path)},
-        timeout=2,
+        timeout=NEVER,
     )
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)
     assert done.final_status == FinalStatus.SUCCESS
-    assert done.duration_seconds < 1.5
+    assert done.duration_seconds < QUICK
     [bg] = read_pids(tmp_path / "bg")
-    assert wait_gone(bg)
+    assert wait_gone(bg, NEVER)
 
 
 # -- BUILD_FAILED and ERROR ----------------------------------------------------------------
@@ -564,7 +588,7 @@ def test_build_failed_for_a_bad_workdir(ledger: Ledger, tmp_path: Path, kind: st
         workdir.parent.mkdir()
         workdir.write_text("not a folder")
     marker = tmp_path / "ran"
-    task = make_task("build", ["touch", str(marker)], workdir=str(workdir), timeout=5)
+    task = make_task("build", ["touch", str(marker)], workdir=str(workdir), timeout=NEVER)
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)
     assert done.final_status == FinalStatus.BUILD_FAILED
@@ -580,8 +604,8 @@ def test_build_failed_for_a_bad_workdir(ledger: Ledger, tmp_path: Path, kind: st
 
 def test_error_when_the_executable_does_not_exist(ledger: Ledger, tmp_path: Path) -> None:
     bogus = str(tmp_path / "bin" / "no-such-agent")
-    broken = make_task("broken", [bogus, "--flag"], timeout=5)
-    fine = [make_task(f"fine{i}", [PY, "-c", f"print({i})"], timeout=5) for i in range(3)]
+    broken = make_task("broken", [bogus, "--flag"], timeout=NEVER)
+    fine = [make_task(f"fine{i}", [PY, "-c", f"print({i})"], timeout=NEVER) for i in range(3)]
     result = run(ledger, tmp_path, broken, *fine, max_parallel=2)
 
     assert result.status == RunStatus.COMPLETED
@@ -603,7 +627,7 @@ def test_error_when_the_executable_does_not_exist(ledger: Ledger, tmp_path: Path
 
 def test_shell_command_not_found_is_a_failure(ledger: Ledger, tmp_path: Path) -> None:
     """Through /bin/sh a missing program is the command's own exit code 127, not ERROR."""
-    task = make_task("nocmd", "no-such-program-evalledger-test", timeout=5)
+    task = make_task("nocmd", "no-such-program-evalledger-test", timeout=NEVER)
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)
     assert done.final_status == FinalStatus.FAILURE
@@ -621,7 +645,7 @@ line = json.loads(sys.argv[2])
 for _ in range(int(sys.argv[3])):
     print(json.dumps(line), flush=True)
     time.sleep(0.01)
-time.sleep(30)
+time.sleep(60)  # past the timeout: only the budget stops it early
 """
 
 
@@ -629,7 +653,7 @@ def usage_task(tmp_path: Path, name: str, line: dict[str, Any], count: int,
                **fields: Any) -> tuple[ResolvedTask, Path]:
     pid_file = tmp_path / f"{name}.pid"
     argv = script(tmp_path, name, USAGE_SCRIPT, str(pid_file), json.dumps(line), str(count))
-    return make_task(name, argv, timeout=2, **fields), pid_file
+    return make_task(name, argv, timeout=NEVER, **fields), pid_file
 
 
 def check_usage_matches(ledger: Ledger, task: ResolvedTask, done: TaskCompleted) -> list[TaskUsage]:
@@ -648,7 +672,7 @@ def test_token_budget_exceeded_stops_the_command(ledger: Ledger, tmp_path: Path)
 
     assert done.final_status == FinalStatus.TOKEN_BUDGET_EXCEEDED
     assert done.category == Category.FAILED
-    assert done.duration_seconds < 1.8  # well before the timeout, let alone the sleep
+    assert done.duration_seconds < QUICK  # well before the timeout, let alone the sleep
     assert done.exit_code == -signal.SIGTERM
     assert done.tokens.total > 2000
     assert done.error_message == f"used {done.tokens.total} tokens, budget 2000"
@@ -663,7 +687,7 @@ def test_token_budget_exceeded_stops_the_command(ledger: Ledger, tmp_path: Path)
     emitted = [e.data for e in task_events(ledger, task, "task.event")]
     assert emitted and all(d == line for d in emitted)
     assert_bracketed(ledger, task)
-    assert wait_gone(int(pid_file.read_text()))
+    assert wait_gone(int(pid_file.read_text()), NEVER)
 
 
 def test_tokens_exactly_at_budget_are_not_exceeded(ledger: Ledger, tmp_path: Path) -> None:
@@ -673,7 +697,7 @@ def test_tokens_exactly_at_budget_are_not_exceeded(ledger: Ledger, tmp_path: Pat
         print(json.dumps({"type": "usage", "model": "claude-sonnet-4-5",
                           "input_tokens": 250, "output_tokens": 250}))
     """
-    task = make_task("atbudget", script(tmp_path, "atbudget", body), timeout=5,
+    task = make_task("atbudget", script(tmp_path, "atbudget", body), timeout=NEVER,
                      budget={"max_tokens": 2000})
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)
@@ -690,7 +714,7 @@ def test_cost_budget_exceeded_priced_from_rate_card(ledger: Ledger, tmp_path: Pa
 
     assert done.final_status == FinalStatus.COST_BUDGET_EXCEEDED
     assert done.category == Category.FAILED
-    assert done.duration_seconds < 1.8
+    assert done.duration_seconds < QUICK
     usages = check_usage_matches(ledger, task, done)
     assert len(usages) >= 2
     assert all(u.cost_usd == pytest.approx(0.30) for u in usages)
@@ -698,7 +722,7 @@ def test_cost_budget_exceeded_priced_from_rate_card(ledger: Ledger, tmp_path: Pa
     assert done.cost_complete
     assert done.tokens.input_tokens == 100_000 * len(usages)
     assert done.error_message == f"spent ${0.30 * len(usages):.4f}, budget $0.5000"
-    assert wait_gone(int(pid_file.read_text()))
+    assert wait_gone(int(pid_file.read_text()), NEVER)
 
 
 def test_cost_budget_with_reported_costs(ledger: Ledger, tmp_path: Path) -> None:
@@ -722,7 +746,7 @@ def test_unknown_model_is_unpriced_never_zero(ledger: Ledger, tmp_path: Path) ->
                       "output_tokens": 50, "cache_read_tokens": 7}))
     print(json.dumps({"type": "usage", "input_tokens": 5}))
     """
-    task = make_task("unpriced", script(tmp_path, "unpriced", body), timeout=5)
+    task = make_task("unpriced", script(tmp_path, "unpriced", body), timeout=NEVER)
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)
     assert done.final_status == FinalStatus.SUCCESS
@@ -743,7 +767,7 @@ def test_task_model_prices_lines_without_a_model(ledger: Ledger, tmp_path: Path)
     print(json.dumps({"type": "usage", "model": "openai/gpt-4o-2024-08-06",
                       "output_tokens": 1_000_000}))
     """
-    task = make_task("taskmodel", script(tmp_path, "taskmodel", body), timeout=5,
+    task = make_task("taskmodel", script(tmp_path, "taskmodel", body), timeout=NEVER,
                      model="claude-haiku-4-5")
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)
@@ -804,25 +828,23 @@ RESULT = {
     "permission_denials": [],
 }
 
-REPLAY = """
-import json, sys, time
-for line in json.loads(open(sys.argv[1]).read()):
-    print(json.dumps(line), flush=True)
-if sys.argv[2] == "hang":
-    time.sleep(30)
-"""
+# Replays a transcript one line (one write) at a time, as claude does; then exits or
+# hangs. A shell: it is printing a millisecond after it starts, so a timeout of a
+# second is never reached before the transcript is out, however loaded the machine.
+REPLAY = "while IFS= read -r line; do printf '%s\\n' \"$line\"; done < {data}{then}"
 
 
 def claude_task(tmp_path: Path, name: str, transcript: list[dict[str, Any]], then: str,
                 **fields: Any) -> ResolvedTask:
-    data = tmp_path / f"{name}.json"
-    data.write_text(json.dumps(transcript))
-    argv = script(tmp_path, name, REPLAY, str(data), then)
-    return make_task(name, argv, stream_format="claude-code", **fields)
+    data = tmp_path / f"{name}.jsonl"
+    data.write_text("".join(json.dumps(line) + "\n" for line in transcript))
+    command = REPLAY.format(data=shlex.quote(str(data)),
+                            then={"hang": "; sleep 60", "exit": ""}[then])
+    return make_task(name, command, stream_format="claude-code", **fields)
 
 
 def test_claude_code_result_line_gives_the_totals(ledger: Ledger, tmp_path: Path) -> None:
-    task = claude_task(tmp_path, "claude", [*TRANSCRIPT, RESULT], "exit", timeout=5)
+    task = claude_task(tmp_path, "claude", [*TRANSCRIPT, RESULT], "exit", timeout=NEVER)
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)
     assert done.final_status == FinalStatus.SUCCESS
@@ -875,12 +897,12 @@ def test_claude_code_token_budget_uses_the_running_estimate(
     """Regression: budgets were only checked on the result line (assistant messages
     update the running estimate but never triggered the check)."""
     # msg_01 brings the estimate to 17,124 tokens, msg_02 to 34,470: past 20,000
-    task = claude_task(tmp_path, "ccbudget", TRANSCRIPT, "hang", timeout=2,
+    task = claude_task(tmp_path, "ccbudget", TRANSCRIPT, "hang", timeout=NEVER,
                        budget={"max_tokens": 20_000})
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)
     assert done.final_status == FinalStatus.TOKEN_BUDGET_EXCEEDED, done.error_message
-    assert done.duration_seconds < 1.8
+    assert done.duration_seconds < QUICK
     usages = task_events(ledger, task, "task.usage")
     assert len(usages) == 1
     assert done.tokens.total == 34_470
@@ -891,7 +913,7 @@ def test_claude_code_budget_checked_on_the_final_estimate(
     ledger: Ledger, tmp_path: Path
 ) -> None:
     """Regression: the estimate recorded at the end (finish()) was not checked."""
-    task = claude_task(tmp_path, "ccfinal", TRANSCRIPT, "exit", timeout=5,
+    task = claude_task(tmp_path, "ccfinal", TRANSCRIPT, "exit", timeout=NEVER,
                        budget={"max_tokens": 20_000})
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)
@@ -902,7 +924,7 @@ def test_claude_code_budget_checked_on_the_final_estimate(
 def test_claude_code_result_over_budget(ledger: Ledger, tmp_path: Path) -> None:
     # the running estimate peaks at $0.0310: under budget until the result line
     expensive = {**RESULT, "total_cost_usd": 0.0623}
-    task = claude_task(tmp_path, "ccresult", [*TRANSCRIPT, expensive], "exit", timeout=5,
+    task = claude_task(tmp_path, "ccresult", [*TRANSCRIPT, expensive], "exit", timeout=NEVER,
                        budget={"max_cost_usd": 0.05})
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)
@@ -921,7 +943,7 @@ def test_over_long_line_is_cut_and_the_next_line_kept(ledger: Ledger, tmp_path: 
     big = b'{"a": "' + b"y" * 70_000 + b'"}'
     sys.stdout.buffer.write(big + b"\\n" + b"z" * MAX + b"\\n")
     """.replace("MAX", str(MAX_LINE))
-    task = make_task("long", script(tmp_path, "long", body), timeout=5)
+    task = make_task("long", script(tmp_path, "long", body), timeout=NEVER)
     result = run(ledger, tmp_path, task)
     assert completed(result, ledger, task).final_status == FinalStatus.SUCCESS
     outputs = [e for e in task_events(ledger, task, "task.output") if isinstance(e, TaskOutput)]
@@ -944,7 +966,7 @@ def test_invalid_utf8_is_replaced(ledger: Ledger, tmp_path: Path) -> None:
     sys.stderr.buffer.write(b"bad \\xc3\\n")
     sys.stdout.buffer.write("fine ✓\\r\\n".encode())
     """
-    task = make_task("binary", script(tmp_path, "binary", body), timeout=5)
+    task = make_task("binary", script(tmp_path, "binary", body), timeout=NEVER)
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)
     assert done.final_status == FinalStatus.SUCCESS
@@ -964,7 +986,7 @@ def test_stderr_lines_are_recorded_as_stderr(ledger: Ledger, tmp_path: Path) -> 
         "stderr",
         script(tmp_path, "stderr", body),
         criteria=[{"type": "output_contains", "includes": ["warn 2"], "stream": "stderr"}],
-        timeout=5,
+        timeout=NEVER,
     )
     result = run(ledger, tmp_path, task)
     assert completed(result, ledger, task).final_status == FinalStatus.SUCCESS
@@ -991,7 +1013,7 @@ def test_json_object_lines_become_events(ledger: Ledger, tmp_path: Path) -> None
     print('{{"a": 1}} trailing')
     print("plain text")
     """
-    task = make_task("json", script(tmp_path, "json", body), timeout=5)
+    task = make_task("json", script(tmp_path, "json", body), timeout=NEVER)
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)
     assert done.final_status == FinalStatus.SUCCESS, done.error_message
@@ -1033,8 +1055,8 @@ def test_unstorable_json_line_does_not_kill_the_batch(
     print("after")
     """
     task = make_task("unstorable", script(tmp_path, "unstorable", body,
-                                          str(tmp_path / "line.txt")), timeout=5)
-    other = make_task("other", [PY, "-c", "print('ok')"], timeout=5)
+                                          str(tmp_path / "line.txt")), timeout=NEVER)
+    other = make_task("other", [PY, "-c", "print('ok')"], timeout=NEVER)
     try:
         result = run(ledger, tmp_path, task, other)
     except BaseExceptionGroup as group:
@@ -1052,7 +1074,7 @@ def test_json_line_nested_past_the_recursion_limit(ledger: Ledger, tmp_path: Pat
     print('{{"a": ' + '[' * {depth} + ']' * {depth} + '}}')
     print("after")
     """
-    task = make_task("deeper", script(tmp_path, "deeper", body), timeout=5)
+    task = make_task("deeper", script(tmp_path, "deeper", body), timeout=NEVER)
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)
     assert done.final_status == FinalStatus.SUCCESS, done.error_message
@@ -1095,7 +1117,7 @@ def test_criteria_paths_cannot_leave_the_sandbox(ledger: Ledger, tmp_path: Path)
         "escape",
         script(tmp_path, "escape", SANDBOX_LINKS, str(secret)),
         criteria=out_criteria + in_criteria,
-        timeout=5,
+        timeout=NEVER,
     )
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)
@@ -1127,7 +1149,7 @@ def test_criteria_on_a_missing_or_non_file_path(ledger: Ledger, tmp_path: Path) 
             {"type": "file_contains", "path": "folder", "includes": ["x"]},
             {"type": "file_exists", "path": "folder"},
         ],
-        timeout=5,
+        timeout=NEVER,
     )
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)
@@ -1147,7 +1169,7 @@ def test_symlink_loop_fails_the_criterion(ledger: Ledger, tmp_path: Path) -> Non
         "loop",
         script(tmp_path, "loop", body),
         criteria=[{"type": "exit_code"}, {"type": "file_exists", "path": "a"}],
-        timeout=5,
+        timeout=NEVER,
     )
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)
@@ -1169,7 +1191,7 @@ print(os.getcwd())
 
 
 def test_preservation_none_keeps_nothing(ledger: Ledger, tmp_path: Path) -> None:
-    task = make_task("pnone", script(tmp_path, "pnone", WRITER), timeout=5,
+    task = make_task("pnone", script(tmp_path, "pnone", WRITER), timeout=NEVER,
                      criteria=[{"type": "file_exists", "path": "sub/nested.txt"}])
     result = run(ledger, tmp_path, task, mode="none")
     assert completed(result, ledger, task).final_status == FinalStatus.SUCCESS
@@ -1179,7 +1201,7 @@ def test_preservation_none_keeps_nothing(ledger: Ledger, tmp_path: Path) -> None
 
 
 def test_preservation_move_on_write_keeps_the_files(ledger: Ledger, tmp_path: Path) -> None:
-    task = make_task("pmove", script(tmp_path, "pmove", WRITER), timeout=5)
+    task = make_task("pmove", script(tmp_path, "pmove", WRITER), timeout=NEVER)
     result = run(ledger, tmp_path, task, mode="move-on-write")
     assert completed(result, ledger, task).final_status == FinalStatus.SUCCESS
     sandbox, cwd = lines(ledger, task)
@@ -1197,7 +1219,7 @@ def test_preservation_move_on_write_keeps_the_files(ledger: Ledger, tmp_path: Pa
 def test_preservation_direct_write_runs_in_the_artifacts_folder(
     ledger: Ledger, tmp_path: Path
 ) -> None:
-    task = make_task("pdirect", script(tmp_path, "pdirect", WRITER), timeout=5)
+    task = make_task("pdirect", script(tmp_path, "pdirect", WRITER), timeout=NEVER)
     result = run(ledger, tmp_path, task, mode="direct-write")
     assert completed(result, ledger, task).final_status == FinalStatus.SUCCESS
     sandbox, cwd = lines(ledger, task)
@@ -1218,7 +1240,7 @@ def test_direct_write_sandbox_variable_with_relative_out_dir(
     import os
     print(os.path.isdir(os.environ["EVALLEDGER_SANDBOX"]))
     """
-    task = make_task("reldir", script(tmp_path, "reldir", body), timeout=5)
+    task = make_task("reldir", script(tmp_path, "reldir", body), timeout=NEVER)
     config = BatchConfig(run_id=RUN_ID, kill_grace=0.5,
                          options=RunOptions(out="out", preservation_mode="direct-write"))
     result = trio.run(run_batch, ledger, [task], config)

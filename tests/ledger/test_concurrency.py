@@ -25,8 +25,10 @@ PER_PROCESS = BATCHES * BATCH_SIZE
 TOTAL = PROCESSES * PER_PROCESS
 
 # argv: ledger path, start-barrier path, ready-marker path, output path, writer index,
-# batches, batch size. The writer opens the ledger, says it is ready, waits for the
-# barrier file, then appends; it writes the ids and seqs it saw to the output file.
+# batches, batch size, writer count. The writer opens the ledger, says it is ready,
+# waits for the barrier file, then appends; after its first batch it waits until
+# every writer has appended one (so their batches interleave, however the machine
+# schedules them); it writes the ids and seqs it saw to the output file.
 WRITER = r"""
 import json, os, sys, time
 from pathlib import Path
@@ -34,18 +36,25 @@ from pathlib import Path
 from evalledger.ledger import Ledger, TaskOutput
 
 path, barrier, ready, out = (Path(a) for a in sys.argv[1:5])
-index, batches, size = (int(a) for a in sys.argv[5:8])
+index, batches, size, writers = (int(a) for a in sys.argv[5:9])
 run_id = f"proc-{index}"
+deadline = time.monotonic() + 60
+
+def wait_for(what, done):
+    while not done():
+        if time.monotonic() > deadline:
+            sys.exit(f"{what} never appeared")
+        time.sleep(0.001)
 
 with Ledger(path) as ledger:
     ready.touch()
-    deadline = time.monotonic() + 60
-    while not barrier.exists():
-        if time.monotonic() > deadline:
-            sys.exit("start barrier never appeared")
-        time.sleep(0.001)
+    wait_for("start barrier", barrier.exists)
     ids, seqs = [], []
     for b in range(batches):
+        if b == 1:
+            (barrier.parent / f"first-{index}").touch()
+            wait_for("every writer's first batch", lambda: all(
+                (barrier.parent / f"first-{i}").exists() for i in range(writers)))
         batch = [
             TaskOutput(
                 run_id=run_id, task_key=f"task-{b}", line=f"{index}:{b}:{j}", n=b * size + j
@@ -87,6 +96,7 @@ def test_four_processes_append_concurrently(db_path: Path, tmp_path: Path) -> No
                 str(i),
                 str(BATCHES),
                 str(BATCH_SIZE),
+                str(PROCESSES),
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -149,27 +159,29 @@ def test_four_processes_append_concurrently(db_path: Path, tmp_path: Path) -> No
             assert {row_at[s].run_id for s in seqs} == {run_id}
         spans.append((flat[0], flat[-1]))
 
-    # The writers really ran at the same time: some two of them interleaved batches.
-    assert any(a[0] < b[1] and b[0] < a[1] for k, a in enumerate(spans) for b in spans[k + 1 :]), (
+    # The writers really ran at the same time: every two of them interleaved batches (each
+    # appended its first batch before any appended its second).
+    assert all(a[0] < b[1] and b[0] < a[1] for k, a in enumerate(spans) for b in spans[k + 1 :]), (
         spans
     )
 
 
 def test_first_open_waits_for_a_writer_on_a_fresh_file(db_path: Path) -> None:
-    # Another process is mid-write on a file that is not yet a WAL ledger (say, the
-    # first of several `evalledger run`s creating it); it commits 0.3 s later.
+    # Another connection is mid-write on a file that is not yet a WAL ledger (say, the
+    # first of several `evalledger run`s creating it); it commits 0.3 s later. The busy
+    # timeout is generous: the open waits for the commit, however late it comes.
     other = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
     try:
         other.execute("BEGIN IMMEDIATE")
+        t0 = time.monotonic()
         releaser = threading.Timer(0.3, other.execute, ["COMMIT"])
         releaser.start()
-        t0 = time.monotonic()
         try:
-            with Ledger(db_path, busy_timeout=2) as ledger:
+            with Ledger(db_path, busy_timeout=30) as ledger:
                 assert ledger.count() == 0
         finally:
             waited = time.monotonic() - t0
             releaser.join()
-        assert waited >= 0.2
+        assert waited >= 0.3  # it did wait: the commit came no earlier
     finally:
         other.close()

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -356,8 +356,12 @@ class LedgerMachine(RuleBasedStateMachine):
             self._check_replay(ledger, types=set())
 
 
+# No per-example deadline and no "too slow" health check: both are wall-clock limits a
+# loaded machine (two copies of the suite on two cores) can miss.
+RELAXED = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
 TestLedgerAgainstModel = LedgerMachine.TestCase
-TestLedgerAgainstModel.settings = settings(max_examples=30, stateful_step_count=25, deadline=None)
+TestLedgerAgainstModel.settings = settings(RELAXED, max_examples=30, stateful_step_count=25)
 
 
 def _bulk(n: int, start: int = 0) -> list[Any]:
@@ -392,7 +396,7 @@ def test_bulk_batches_across_insert_chunks(size: int) -> None:
 # -- canonical payloads --------------------------------------------------------------------
 
 
-@settings(max_examples=200, deadline=None)
+@settings(RELAXED, max_examples=200)
 @given(data=json_objects, n=counters, run_id=run_ids, task_key=task_keys)
 def test_emitted_payload_is_canonical(
     data: dict[str, Any], n: int, run_id: str, task_key: str
@@ -407,7 +411,7 @@ def test_emitted_payload_is_canonical(
     assert encode_payload(decoded) == payload
 
 
-@settings(max_examples=100, deadline=None)
+@settings(RELAXED, max_examples=100)
 @given(payload=json_objects)
 def test_opaque_payload_is_canonical(payload: dict[str, Any]) -> None:
     event = OpaqueEvent(run_id="r", type="future.thing", payload=payload)
