@@ -40,4 +40,15 @@ def visible(text: str, *, tabs: bool = True, newlines: bool = False) -> str:
     return text.translate(table)
 
 
-__all__ = ["visible"]
+
+
+def money(value: float | None, complete: bool = True) -> str:
+    """A cost for people: rounded (JSON keeps it exact), a floor marked as one (``≥``),
+    and ``unknown`` when nothing of it had a price: never ``$0`` for unknown."""
+    if value is None or (not complete and not value):
+        return "unknown"
+    text = f"${value:,.4f}" if value < 100 else f"${value:,.2f}"
+    return text if complete else f"\u2265 {text}"
+
+
+__all__ = ["money", "visible"]

@@ -8,7 +8,11 @@ that writes ``run.json``, so the screen and the report cannot disagree.
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import json
+import os
+import sys
+from typing import Any, TextIO
 
 import click
 from rich.console import Console
@@ -21,7 +25,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from evalledger.ledger import AnyEvent, EventRow, EventType, TaskCompleted
+from evalledger._text import visible
+from evalledger.ledger import AnyEvent, EventRow, EventType, TaskCompleted, TaskEmitted
 from evalledger.projections import SummaryFold
 from evalledger.statuses import Category
 
@@ -30,24 +35,32 @@ _WATCHED = frozenset({EventType.TASK_STARTED, EventType.TASK_COMPLETED,
 
 
 def task_line(result: TaskCompleted) -> str:
+    """One line per finished task, whatever its error message holds: control characters
+    and line breaks a command printed are spelled out, never sent to the terminal."""
     cost = "" if result.cost_usd is None else f"  ${result.cost_usd:.4f}"
     if not result.cost_complete:
         cost = "  cost unknown"
-    detail = f"  {result.error_message[:200]}" if result.error_message else ""
+    detail = f"  {visible(result.error_message[:200])}" if result.error_message else ""
     return (
-        f"{result.final_status.value:<21} {result.task_key}  "
+        f"{result.final_status.value:<21} {visible(result.task_key)}  "
         f"{result.duration_seconds:.1f}s{cost}{detail}"
     )
 
 
 class Display:
-    """Feeds the live fold and shows it; a context manager around the batch."""
+    """Feeds the live fold and shows it; a context manager around the batch.
+
+    The progress bar starts once the run id is out (``start``), so its first frame is
+    never glued to it. A reader that left (``run ... | head``) ends the showing, not
+    the run: the batch goes on and is recorded whole.
+    """
 
     def __init__(self, live: SummaryFold, total: int, *, terminal: bool, stream: bool) -> None:
         self.live = live
         self.total = total
         self.stream = stream
         self.progress: Progress | None = None
+        self._started = False
         if terminal:
             self.progress = Progress(
                 TextColumn("[bold]{task.description}"),
@@ -63,37 +76,48 @@ class Display:
             self._bar = self.progress.add_task(live.run_id, total=total, detail="")
 
     def __enter__(self) -> Display:
-        if self.progress is not None:
-            self.progress.start()
         return self
 
+    def start(self) -> None:
+        """Show the progress bar (in a terminal), below whatever was printed so far."""
+        if self.progress is not None and not self._started:
+            self._started = True
+            self.progress.start()
+
     def __exit__(self, *exc: Any) -> None:
-        if self.progress is not None:
+        if self.progress is not None and self._started:
             self._refresh()
             self.progress.stop()
 
     def echo(self, text: str, *, err: bool = False) -> None:
-        if self.progress is not None:
-            self.progress.console.print(text, markup=False, highlight=False, soft_wrap=True)
-        else:
-            click.echo(text, err=err)
+        try:
+            if self.progress is not None and self._started:
+                self.progress.console.print(text, markup=False, highlight=False,
+                                            soft_wrap=True)
+            else:
+                click.echo(text, err=err)
+        except BrokenPipeError:
+            quiet(sys.stderr if err else sys.stdout)
 
     def on_event(self, event: AnyEvent | EventRow) -> None:
         self.live.apply(event)
-        if self.progress is not None and event.type in _WATCHED:
+        if event.type in _WATCHED:
             self._refresh()
 
     def on_complete(self, result: TaskCompleted) -> None:
         self.echo(task_line(result))
 
     def on_output(self, event: AnyEvent) -> None:
-        line = getattr(event, "line", None)
-        if line is None:
-            line = str(getattr(event, "data", ""))
-        self.echo(f"[{event.task_key}] {line}", err=getattr(event, "stream", "") == "stderr")
+        if isinstance(event, TaskEmitted):  # JSON the task printed, as JSON
+            line = json.dumps(event.data, ensure_ascii=False)
+        else:
+            line = visible(getattr(event, "line", ""))
+        self.echo(f"[{visible(event.task_key or '')}] {line}",
+                  err=getattr(event, "stream", "") == "stderr")
 
     def _refresh(self) -> None:
-        assert self.progress is not None
+        if self.progress is None or not self._started:
+            return
         counts = self.live.counts()
         done = sum(counts.values())
         spend = f"${self.live.spend.cost:.4f}" + ("" if self.live.spend.complete else "+")
@@ -103,3 +127,10 @@ class Display:
         )
         # A resume starts with the kept tasks already done.
         self.progress.update(self._bar, completed=min(done, self.total), detail=detail)
+
+
+def quiet(stream: TextIO) -> None:
+    """The reader of ``stream`` left (a closed pipe): what is still written there goes
+    nowhere, quietly, instead of raising on every line."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())

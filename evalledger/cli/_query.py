@@ -19,7 +19,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from evalledger._text import visible
+from evalledger._text import money, visible
 from evalledger.hosts import run_ended
 from evalledger.ledger import (
     EVENT_TYPES,
@@ -83,11 +83,32 @@ def runs(settings: Settings, limit: int, as_json: bool) -> None:
         columns, rows = ledger.query(
             "SELECT * FROM runs ORDER BY started_at DESC LIMIT ?", [limit]
         )
-    if as_json:
-        for row in rows:
-            click.echo(json.dumps(dict(zip(columns, row, strict=True))))
-    else:
-        _table(columns, rows)
+        listed = [dict(zip(columns, row, strict=True)) for row in rows]
+        floors = _cost_floors(ledger, [r["run_id"] for r in listed])
+        for run in listed:
+            # The view says what the ledger holds; a run whose process is gone without
+            # recording run.finished was cut off (resume finishes it).
+            run["cut_off"] = run["status"] == "running" and _finished(ledger, run["run_id"])
+            run["cost_complete"] = run["run_id"] not in floors
+    if as_json:  # exact numbers, for programs
+        for run in listed:
+            click.echo(json.dumps(run))
+        return
+    for run in listed:
+        run["status"] = "cut off" if run.pop("cut_off") else run["status"]
+        run["cost_usd"] = money(run["cost_usd"], run.pop("cost_complete"))
+    _table(columns, [tuple(run[c] for c in columns) for run in listed])
+
+
+def _cost_floors(ledger: Ledger, run_ids: list[str]) -> set[str]:
+    """The runs among ``run_ids`` some of whose usage had no price (their cost is a floor)."""
+    if not run_ids:
+        return set()
+    marks = ",".join("?" * len(run_ids))
+    _, rows = ledger.query(
+        f"SELECT DISTINCT run_id FROM events WHERE run_id IN ({marks}) AND type = ? "
+        "AND json_extract(payload, '$.cost_usd') IS NULL", [*run_ids, EventType.TASK_USAGE])
+    return {r[0] for r in rows}
 
 
 @cli.command()
@@ -112,7 +133,7 @@ def show(settings: Settings, run: str, as_json: bool) -> None:
     if as_json:
         click.echo(s.model_dump_json(indent=2))
         return
-    cost = f"${s.total_cost_usd:.4f}" + ("" if s.cost_complete else " (floor: unpriced usage)")
+    cost = money(s.total_cost_usd, s.cost_complete)
     click.echo(
         f"run {s.run_id} {s.status}: {s.tasks_run}/{s.tasks_planned} run, "
         f"{s.tasks_succeeded} succeeded, {s.tasks_failed} failed, {s.tasks_error} error, "
@@ -124,7 +145,7 @@ def show(settings: Settings, run: str, as_json: bool) -> None:
             (r.task_key, r.final_status.value if r.final_status else "UNFINISHED",
              f"{r.weighted_score:.2f}" if r.weighted_score is not None else None,
              f"{r.duration_seconds:.1f}s" if r.duration_seconds is not None else None,
-             r.tokens.total, f"${r.cost_usd:.4f}" if r.cost_usd is not None else None,
+             r.tokens.total, money(r.cost_usd, r.cost_complete) if r.final_status else None,
              (r.error_message or "")[:80])
             for r in s.tasks
         ],

@@ -20,6 +20,7 @@ from typing import NoReturn, get_args
 import click
 import trio
 
+from evalledger._text import money
 from evalledger.executor import BatchConfig, BatchResult, Callbacks, Resume, run_batch
 from evalledger.ledger import Ledger, RunConflict
 from evalledger.options import PreservationMode, RunOptions
@@ -38,7 +39,7 @@ from evalledger.tasks import (
 from ._common import PositiveNumber
 from ._errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TASKS_FAILED, UserError
 from ._main import Settings, cli, pass_settings
-from ._progress import Display
+from ._progress import Display, quiet
 from ._report import write_reports
 
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -229,8 +230,14 @@ def execute(
     live = live or SummaryFold(config.run_id)
     total = len(set(live.planned) | {t.task_key for t in tasks})
     with Display(live, total, terminal=sys.stdout.isatty(), stream=stream) as display:
+
+        def batch_started(_: int) -> None:
+            if announce:
+                display.echo(config.run_id)
+            display.start()
+
         callbacks = Callbacks(
-            on_batch_start=(lambda _: click.echo(config.run_id)) if announce else None,
+            on_batch_start=batch_started,
             on_task_complete=display.on_complete,
             on_output=display.on_output if stream else None,
             on_event=display.on_event,
@@ -240,9 +247,12 @@ def execute(
     paths = write_reports(ledger, summary, config.out_dir / config.run_id)
     if junit is not None:
         junit.write_text(render_junit(summary), encoding="utf-8")
-    click.echo(_summary_line(summary))
-    click.echo(f"reports: {paths['md']} {paths['json']} {paths['html']}"
-               + (f" {junit}" if junit is not None else ""))
+    try:
+        click.echo(_summary_line(summary))
+        click.echo(f"reports: {paths['md']} {paths['json']} {paths['html']}"
+                   + (f" {junit}" if junit is not None else ""))
+    except BrokenPipeError:  # `run ... | head`: the run is recorded; the reader left
+        quiet(sys.stdout)
     if result is None:
         click.echo(
             f"run {config.run_id} interrupted; resume with: evalledger resume {config.run_id}",
@@ -258,9 +268,9 @@ def exit_code(summary: RunSummary) -> int:
 
 
 def _summary_line(s: RunSummary) -> str:
-    cost = f"${s.total_cost_usd:.4f}"
+    cost = money(s.total_cost_usd, s.cost_complete)
     if not s.cost_complete:
-        cost += " (at least: some usage is unpriced)"
+        cost += " (some usage is unpriced)"
     return (
         f"run {s.run_id} {s.status}: {s.tasks_run} of {s.tasks_planned} tasks run, "
         f"{s.tasks_succeeded} succeeded, {s.tasks_failed} failed, {s.tasks_error} error; "

@@ -107,13 +107,11 @@ async def _run_command(
     deadline: float, grace: float,
 ) -> tuple[bool, str]:
     process = await spawn(criterion.command, cwd=str(outcome.sandbox), env=env, stdin=False)
-    chunks: list[bytes] = []
+    kept = _Kept()
 
     async def collect(stream: trio.abc.ReceiveStream) -> None:
         while data := await stream.receive_some(65536):
-            chunks.append(bytes(data))  # the same object when it is bytes already
-            if sum(map(len, chunks)) > 4 * _DETAIL_TAIL:
-                chunks[:] = [b"".join(chunks)[-2 * _DETAIL_TAIL :]]
+            kept.add(bytes(data))  # bytes(bytes) is the same object, not a copy
 
     pipes_closed = trio.Event()
 
@@ -140,10 +138,44 @@ async def _run_command(
         if trio.current_time() >= deadline:
             return False, CUT_OFF
         return False, f"timed out after {criterion.timeout:g}s"
-    tail = b"".join(chunks).decode("utf-8", errors="replace").strip()[-_DETAIL_TAIL:]
+    said = kept.text()
     passed = process.returncode == criterion.expect_exit_code
     detail = f"exit code {process.returncode}"
-    return passed, f"{detail}: {tail}" if tail and not passed else detail
+    return passed, f"{detail}: {said}" if said and not passed else detail
+
+
+class _Kept:
+    """What a ``run_command`` printed, for its detail: its start (where a test runner
+    says what failed) and its end (where it sums up), never all of it."""
+
+    def __init__(self) -> None:
+        self.head = b""
+        self.tail = b""
+        self.total = 0
+
+    def add(self, data: bytes) -> None:
+        self.total += len(data)
+        room = 2 * _DETAIL_TAIL - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail = (self.tail + data)[-2 * _DETAIL_TAIL:]
+
+    def text(self) -> str:
+        """Whole when short; else the first and last ``_DETAIL_TAIL`` characters, each cut
+        at a space or line break so no word is cut in half, joined by `` ... ``."""
+        head = self.head.decode("utf-8", errors="replace")
+        if self.total <= 2 * _DETAIL_TAIL:
+            return (head + self.tail.decode("utf-8", errors="replace")).strip()
+        tail = self.tail.decode("utf-8", errors="replace")
+        first, last = head[:_DETAIL_TAIL], tail[-_DETAIL_TAIL:]
+        if (cut := max(first.rfind(" "), first.rfind("\n"))) > _DETAIL_TAIL // 2:
+            first = first[:cut]
+        if 0 <= (cut := min(i for i in (last.find(" "), last.find("\n"), len(last))
+                            if i >= 0)) < _DETAIL_TAIL // 2:
+            last = last[cut + 1:]
+        return f"{first.strip()} ... {last.strip()}"
 
 
 async def evaluate(

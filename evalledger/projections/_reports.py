@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import re
 
+from evalledger._text import money, visible
+
 from ._summary import RunSummary
 
 
@@ -18,16 +20,11 @@ def render_json(summary: RunSummary) -> str:
     return summary.model_dump_json(indent=2) + "\n"
 
 
-def _money(value: float | None, complete: bool = True) -> str:
-    if value is None:
-        return "unknown"
-    return f"${value:.4f}" + ("" if complete else "+")
-
-
 def _text(value: object) -> str:
     """Free text from the ledger (an agent's model name, an error message) on one line,
-    shown as written: no line break to start a heading, no HTML to be interpreted."""
-    text = " ".join(str(value).splitlines())
+    shown as written: line breaks and control characters spelled out (no heading can
+    start, no terminal escape reaches whoever cats the file), no HTML interpreted."""
+    text = visible(str(value), tabs=False)
     return text.replace("&", "&amp;").replace("<", "&lt;")  # "<" is what opens HTML
 
 
@@ -37,7 +34,7 @@ def _cell(value: object) -> str:
 
 def _code(value: object) -> str:
     """An inline code span holding any text, backticks included (CommonMark)."""
-    text = " ".join(str(value).splitlines())
+    text = visible(str(value), tabs=False)
     fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
     return f"{fence}{pad}{text}{pad}{fence}"
@@ -76,7 +73,7 @@ def render_markdown(summary: RunSummary) -> str:
         duration = f"{row.duration_seconds:.1f}s" if row.duration_seconds is not None else "-"
         lines.append(
             f"| {_cell(row.task_key)} | {status} | {score} | {duration} | {row.tokens.total} "
-            f"| {_money(row.cost_usd, row.cost_complete)} "
+            f"| {money(row.cost_usd, row.cost_complete)} "
             f"| {_cell((row.error_message or '')[:120])} |"
         )
     t = s.tokens
@@ -86,7 +83,7 @@ def render_markdown(summary: RunSummary) -> str:
         "",
         f"- Input: {t.input_tokens}, output: {t.output_tokens}, cache read: "
         f"{t.cache_read_tokens}, cache write: {t.cache_write_tokens}",
-        f"- Total cost: {_money(s.total_cost_usd, s.cost_complete)}",
+        f"- Total cost: {money(s.total_cost_usd, s.cost_complete)}",
     ]
     if not s.cost_complete:
         lines.append(

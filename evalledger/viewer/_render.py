@@ -27,7 +27,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
 from evalledger import __version__
-from evalledger._text import visible
+from evalledger._text import money, visible
 from evalledger.projections import RunSummary, TaskRow, tag_stats
 
 from . import _charts
@@ -37,14 +37,6 @@ STATIC = HERE / "static"
 DASH = "\u2013"  # an en dash: no value
 OUTCOMES = ("succeeded", "failed", "error", "ungraded", "unfinished")
 SORTS = ("key", "status", "score", "duration", "tokens", "cost", "attempts")
-
-
-def money(value: float | None, complete: bool = True) -> str:
-    """A cost for people: rounded, a floor marked as one, never $0 for "unknown"."""
-    if value is None or (not complete and not value):
-        return "unknown"
-    text = f"${value:,.4f}" if value < 100 else f"${value:,.2f}"
-    return text if complete else f"≥ {text}"
 
 
 def spend(value: float | None, complete: bool, tokens: int) -> str:
