@@ -122,11 +122,14 @@ class RateCard:
         return card
 
     def with_file(self, path: str | Path) -> RateCard:
-        """This card plus every rate in a YAML file: ``{model: {input: .., output: ..}}``.
+        """This card with every rate in a YAML file, ``{model: {input: .., output: ..}}``:
+        a rate in the file replaces the card's for that model (a negotiated price, a
+        new list price).
 
         Raises:
             ValueError: the file cannot be read or a rate does not validate.
-            PricingConflict: a rate contradicts one already on the card.
+            PricingConflict: the file prices one model twice, differently (two spellings
+                of one name).
         """
         try:
             data = load_yaml(Path(path)) or {}
@@ -134,12 +137,16 @@ class RateCard:
             raise ValueError(f"pricing file {path}: {e}") from e
         if not isinstance(data, dict):
             raise ValueError(f"pricing file {path}: expected a mapping of model to rates")
-        card = self
+        from_file = RateCard({})
         for model, fields in data.items():
             try:
-                card = card.with_rate(str(model), Rate.model_validate(fields))
+                from_file = from_file.with_rate(str(model), Rate.model_validate(fields))
             except ValidationError as e:
                 raise ValueError(f"pricing file {path}: {model}: {e.errors()[0]['msg']}") from e
+            except PricingConflict as e:
+                raise PricingConflict(f"pricing file {path}: {e}") from e
+        card = RateCard({})
+        card._rates = {**self._rates, **from_file._rates}
         return card
 
     def price(self, model: str | None, tokens: TokenCounts) -> float | None:

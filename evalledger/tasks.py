@@ -248,6 +248,8 @@ class TaskSet:
     max_parallel: int | None = None
     # Paths that no longer exist, with ``load_tasks(missing_ok=True)`` (a resume).
     missing: list[str] = field(default_factory=list)
+    # Tasks (task file and variant) the tag filters left out.
+    filtered_out: int = 0
 
 
 class TaskLoadError(Exception):
@@ -406,9 +408,8 @@ def load_tasks(
             if not resolved:
                 continue
             tags = set(resolved[0].tags)
-            if include and not tags & include:
-                continue
-            if tags & exclude:
+            if (include and not tags & include) or tags & exclude:
+                result.filtered_out += 1
                 continue
             result.tasks.extend(resolved)
     return result

@@ -407,7 +407,8 @@ def test_cli_tag_filters_that_exclude_everything_are_one_line(tmp_path: Path) ->
         tmp_path, tmp_path / "l.db", "run", "-e", str(experiment), "--exclude-tag", "a"
     )
 
-    assert "nothing matched" in assert_one_line_error(result)
+    assert "the tag filters (--exclude-tag a) left none of the 1 task(s) found" in (
+        assert_one_line_error(result))
 
 
 @pytest.mark.parametrize("criterion", ["{type: file_exists, path: ''}",

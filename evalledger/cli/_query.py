@@ -204,6 +204,9 @@ def events(settings: Settings, run: str, task_key: str | None, types: tuple[str,
             # not an empty answer.
             raise UserError(f"no events of type {', '.join(map(repr, unknown))} in run "
                             f"{run_id}; known types: {', '.join(sorted(EVENT_TYPES))}")
+        if task_key is not None and not _has_task(ledger, run_id, task_key):
+            raise UserError(f"run {run_id} has no task {task_key!r} (see `evalledger show "
+                            f"{run_id}`)")
         after = 0
         while True:
             # Decided before reading: every event up to run.finished is then printed.
@@ -215,6 +218,16 @@ def events(settings: Settings, run: str, task_key: str | None, types: tuple[str,
             if done:
                 return
             time.sleep(interval)
+
+
+def _has_task(ledger: Ledger, run_id: str, task_key: str) -> bool:
+    """Whether the run recorded events of that key, or planned it (it may start later)."""
+    return bool(ledger.query(
+        "SELECT 1 FROM events WHERE run_id = ? AND task_key = ? LIMIT 1", [run_id, task_key]
+    )[1]) or bool(ledger.query(
+        "SELECT 1 FROM events e, json_each(e.payload, '$.planned') p WHERE e.run_id = ? "
+        "AND e.task_key IS NULL AND e.type = 'run.started' AND p.value = ? LIMIT 1",
+        [run_id, task_key])[1])
 
 
 def _stored(ledger: Ledger, run_id: str, type_: str) -> bool:

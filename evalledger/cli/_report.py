@@ -36,8 +36,17 @@ def write_reports(ledger: Ledger, summary: RunSummary, folder: Path) -> dict[str
     folder.mkdir(parents=True, exist_ok=True)
     paths = {format_: folder / name for format_, name in WRITTEN.items()}
     for format_, path in paths.items():
-        path.write_text(render_report(ledger, summary, format_), encoding="utf-8")
+        write_text(path, render_report(ledger, summary, format_))
     return paths
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write a report; a failure (a full disk) names the file, which the OS error of a
+    failed write does not."""
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, str(path)) from e
 
 
 @cli.command()
@@ -69,7 +78,7 @@ def report(settings: Settings, run: str, format_: str, output: Path | None) -> N
     if output is None:
         click.echo(text, nl=False)
     else:
-        output.write_text(text, encoding="utf-8")
+        write_text(output, text)
         click.echo(str(output), err=True)
 
 

@@ -7,6 +7,8 @@ run's process still lives), prints what the plan says and runs it.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from evalledger.executor import BatchConfig, Resume
@@ -30,12 +32,15 @@ from ._run import execute, exit_code, load_rates, load_task_set, warn_unpriced
               help="Tasks at once (default: as the run had it).")
 @click.option("--max-cost", type=PositiveNumber(),
               help="A new run-level budget in USD (what the run already spent counts).")
+@click.option("--relocate", metavar="OLD=NEW",
+              help="The suite moved: read the recorded paths under folder OLD from NEW "
+                   "instead (not drift; later resumes keep NEW).")
 @click.option("--stream", is_flag=True, help="Print task output as it arrives.")
 @click.option("--durable", is_flag=True, help="synchronous=FULL for this resume's commits.")
 @pass_settings
 def resume(
     settings: Settings, run: str, strict: bool, retry_errors: bool, max_parallel: int | None,
-    max_cost: float | None, stream: bool, durable: bool,
+    max_cost: float | None, relocate: str | None, stream: bool, durable: bool,
 ) -> None:
     """Resume a run: run its unfinished tasks (and, on request, its errors) again.
 
@@ -48,6 +53,7 @@ def resume(
 
         evalledger resume latest --retry-errors
     """
+    moved = _relocation(relocate)
     # Named first through a read-only handle: resuming a run that is not there
     # must not create a ledger file on the way.
     with settings.open_ledger(read_only=True) as ledger:
@@ -65,7 +71,7 @@ def resume(
                 state, load=load, spent_usd=live.spend.cost,
                 running_pid=running_pid(state.host, state.finished),
                 retry_errors=retry_errors, strict=strict, max_parallel=max_parallel,
-                max_cost_usd=max_cost,
+                max_cost_usd=max_cost, relocate=moved,
             )
         except ResumeRefused as e:
             for line in e.drift.lines():
@@ -97,3 +103,12 @@ def resume(
                 boundary_seq=plan.boundary_seq,
             ),
         )
+
+
+def _relocation(spec: str | None) -> tuple[str, str] | None:
+    if spec is None:
+        return None
+    old, sep, new = spec.partition("=")
+    if not sep or not old or not new:
+        raise UserError(f"--relocate {spec!r}: give OLD=NEW, two folders")
+    return str(Path(old).expanduser().absolute()), str(Path(new).expanduser().resolve())

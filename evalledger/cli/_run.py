@@ -40,7 +40,7 @@ from ._common import PositiveNumber
 from ._errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TASKS_FAILED, UserError
 from ._main import Settings, cli, pass_settings
 from ._progress import Display, quiet
-from ._report import write_reports
+from ._report import write_reports, write_text
 
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -64,15 +64,27 @@ def load_task_set(options: RunOptions, *, missing_ok: bool = False) -> TaskSet:
     except TaskLoadError as e:
         raise UserError(str(e)) from e
     for path in task_set.missing:
-        click.echo(f"warning: {path} no longer exists; its tasks cannot run", err=True)
+        click.echo(f"warning: {path} no longer exists; its tasks cannot run (if the suite "
+                   "moved: resume --relocate OLD=NEW)", err=True)
     for skip in task_set.skipped:
         click.echo(f"skipped {skip.path}: {skip.reason}", err=True)
     if not task_set.tasks:
-        raise UserError("no tasks to run" + (
-            f" ({len(task_set.skipped)} task files skipped, see above)" if task_set.skipped
-            else ": nothing matched the paths and tag filters"
-        ))
+        raise UserError(_nothing_to_run(options, task_set))
     return task_set
+
+
+def _nothing_to_run(options: RunOptions, task_set: TaskSet) -> str:
+    """Why there is nothing to run, naming the real cause."""
+    skipped = len(task_set.skipped)
+    also = f"; {skipped} task file(s) were skipped too (see above)" if skipped else ""
+    if task_set.filtered_out:
+        filters = " ".join([*(f"--tag {t}" for t in options.tags),
+                            *(f"--exclude-tag {t}" for t in options.exclude_tags)])
+        return (f"no tasks to run: the tag filters ({filters}) left none of the "
+                f"{task_set.filtered_out} task(s) found{also}")
+    if skipped:
+        return f"no tasks to run: all {skipped} task file(s) were skipped (see above)"
+    return "no tasks to run: no task files were found in the paths given"
 
 
 async def _run_with_signals(
@@ -179,23 +191,38 @@ def run(
         run_id=run_id, options=options, experiment_id=task_set.experiment_id, rates=rates,
         unpriced_models=warn_unpriced(task_set.tasks, rates),
     )
-    # Found now, not after every task ran: the reports and artifacts must have a home.
-    run_dir = config.out_dir / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        with settings.open_ledger(durable=durable) as ledger:
+    with settings.open_ledger(durable=durable) as ledger:
+        # Made now, not after every task ran: the reports and artifacts need a home.
+        run_dir = config.out_dir / run_id
+        made = make_folders(run_dir)
+        try:
             # A run id already taken (now, or by a process racing this one) is refused
             # when run.started is appended: RunConflict, under the write lock.
             execute(ledger, task_set.tasks, task_set.skipped, config, stream=stream,
                     announce=True, junit=junit_xml)
-    except RunConflict:
-        raise  # the folder is the existing run's
-    except Exception:
-        # Failed before anything ran (a ledger that cannot be written, say): leave no
-        # empty folder behind for a run that does not exist.
-        with contextlib.suppress(OSError):
-            run_dir.rmdir()
-        raise
+        except RunConflict:
+            raise  # the folder is the existing run's
+        except Exception:
+            # Failed before anything ran: leave no empty folder behind for a run that
+            # does not exist.
+            for folder in made:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+            raise
+
+
+def make_folders(folder: Path) -> list[Path]:
+    """``mkdir -p folder``; return the folders it made, deepest first (to undo it).
+
+    Raises:
+        OSError: with the folder named (a full disk, a read-only place).
+    """
+    missing = [f for f in (folder, *folder.parents) if not f.exists()]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, str(e.filename or folder)) from e
+    return missing
 
 
 def warn_unpriced(tasks: list[ResolvedTask], rates: RateCard) -> list[str]:
@@ -246,7 +273,7 @@ def execute(
     summary = live.summary().anchored(ledger.anchor(config.run_id))
     paths = write_reports(ledger, summary, config.out_dir / config.run_id)
     if junit is not None:
-        junit.write_text(render_junit(summary), encoding="utf-8")
+        write_text(junit, render_junit(summary))
     try:
         click.echo(_summary_line(summary))
         click.echo(f"reports: {paths['md']} {paths['json']} {paths['html']}"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 import os
 import sqlite3
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -52,7 +53,8 @@ DEFAULT_BUSY_TIMEOUT = 30.0
 
 # SQLite primary result codes (the low byte of an extended code).
 _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY, _SQLITE_INTERRUPT, _SQLITE_AUTH = 5, 6, 8, 9, 23
-_SQLITE_CORRUPT, _SQLITE_CANTOPEN, _SQLITE_CONSTRAINT, _SQLITE_NOTADB = 11, 14, 19, 26
+_SQLITE_CORRUPT, _SQLITE_FULL, _SQLITE_CANTOPEN, _SQLITE_CONSTRAINT, _SQLITE_NOTADB = (
+    11, 13, 14, 19, 26)
 _SQLITE_CONSTRAINT_TRIGGER = 1811
 
 # In EventRow's order: a fetched row is an EventRow as it comes.
@@ -99,6 +101,12 @@ def translate_errors(path: Path, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> 
             raise LedgerReadOnly(f"{path} is read-only here: {detail}") from e
         if primary in (_SQLITE_NOTADB, _SQLITE_CORRUPT):
             raise NotALedger(f"{path} is not an evalledger ledger ({detail})") from e
+        if primary == _SQLITE_FULL:
+            # SQLite writes temporary files too (large transactions, sorts): the full disk
+            # may be the temp folder's, not the ledger's.
+            raise LedgerIOError(
+                f"{path}: {detail}: the disk holding the ledger, or the temp folder "
+                f"({tempfile.gettempdir()}), is full") from e
         if primary == _SQLITE_CANTOPEN:
             raise LedgerIOError(f"cannot open {path}: {detail}") from e
         raise LedgerIOError(f"{path}: {detail}") from e
@@ -138,6 +146,10 @@ class Ledger:
         if read_only and not self.path.is_file():
             raise LedgerNotFound(f"no ledger at {self.path}")
         _refuse_non_sqlite(self.path)
+        if not read_only and self.path.exists() and not os.access(self.path, os.W_OK):
+            # Said now, not at the first append: a run must not start (make its folder,
+            # start its watchdog) on a ledger it cannot record in.
+            raise LedgerReadOnly(f"{self.path} is read-only here: it cannot be written")
         try:
             self._open(durable, immutable=False)
         except LedgerIOError:

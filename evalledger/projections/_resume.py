@@ -110,6 +110,17 @@ class ResumeFold(Fold):
     def _task_interrupted(self, event: TaskInterrupted) -> None:
         self._latest[event.task_key] = None
 
+    @property
+    def options(self) -> RunOptions:
+        """The run's options as its latest start or resume ran them (a raised budget, a
+        relocated suite hold); ``run.started``'s config when nothing later says."""
+        if self.fingerprint.options:
+            try:
+                return RunOptions.model_validate(self.fingerprint.options)
+            except ValueError:  # written by a version whose options differ: the config
+                pass
+        return self.config
+
     def partition(self, *, retry_errors: bool = False) -> Partition:
         kept: list[str] = []
         to_run: list[str] = []
@@ -217,6 +228,7 @@ def plan_resume(
     strict: bool = False,
     max_parallel: int | None = None,
     max_cost_usd: float | None = None,
+    relocate: tuple[str, str] | None = None,
 ) -> ResumePlan:
     """Decide what resuming a run does, by the rules of docs/results.md.
 
@@ -231,10 +243,12 @@ def plan_resume(
         strict: refuse when the run drifted.
         max_parallel: tasks at once (default: as the run had it).
         max_cost_usd: a new run-level budget (default: the latest one recorded).
+        relocate: ``(old, new)``: the suite moved; recorded paths under ``old`` are read
+            under ``new`` (not drift; later resumes keep the new place).
 
     Raises:
-        ResumeRefused: no such run, still running, drifted under ``strict``, or
-            its budget is spent while there is work left.
+        ResumeRefused: no such run, still running, a relocation that moves nothing,
+            drifted under ``strict``, or its budget is spent while there is work left.
     """
     run_id = state.run_id
     if not state.found:
@@ -244,15 +258,23 @@ def plan_resume(
             f"run {run_id} is still running (pid {running_pid} on this host); wait for it, or "
             "stop it first"
         )
-    recorded = state.config
-    task_set = load(recorded)
-    # The latest budget: one raised by an earlier `resume --max-cost` holds.
-    budget = state.fingerprint.options.get("max_cost_usd", recorded.max_cost_usd)
-    options = recorded.model_copy(update={
-        "max_parallel": max_parallel or recorded.max_parallel,
-        "max_cost_usd": max_cost_usd if max_cost_usd is not None else budget,
+    latest, stored = state.options, state.fingerprint
+    if relocate is not None:
+        moved = relocated(latest, *relocate)
+        if moved == latest:
+            raise ResumeRefused(f"--relocate {relocate[0]}={relocate[1]}: no recorded path "
+                                f"of run {run_id} is under {relocate[0]}")
+        # Moving the suite is not drift: the stored fingerprint moves with it.
+        stored = stored.model_copy(update={"options": relocated(
+            RunOptions.model_validate(stored.options), *relocate).model_dump(mode="json")}
+        ) if stored.options else stored
+        latest = moved
+    task_set = load(latest)
+    options = latest.model_copy(update={
+        "max_parallel": max_parallel or latest.max_parallel,
+        "max_cost_usd": max_cost_usd if max_cost_usd is not None else latest.max_cost_usd,
     })
-    drift = compute_drift(state.fingerprint, fingerprint(options, task_set.tasks))
+    drift = compute_drift(stored, fingerprint(options, task_set.tasks))
     if drift.any and strict:
         raise ResumeRefused(
             f"run {run_id} drifted since it started ({len(drift.lines())} difference(s)); "
@@ -279,3 +301,21 @@ def plan_resume(
         spent_usd=spent_usd,
         boundary_seq=state.boundary_seq,
     )
+
+
+def relocated(options: RunOptions, old: str, new: str) -> RunOptions:
+    """``options`` with every recorded path under the folder ``old`` moved under ``new``."""
+    old, new = old.rstrip("/") or "/", new.rstrip("/") or "/"
+
+    def move(path: str | None) -> str | None:
+        if path is None or not (path == old or path.startswith(old.rstrip("/") + "/")):
+            return path
+        return new + path[len(old):] if old != "/" else new.rstrip("/") + path
+
+    return options.model_copy(update={
+        "paths": [move(p) for p in options.paths],
+        "experiment": move(options.experiment),
+        "pricing": move(options.pricing),
+        "out": move(options.out),
+        "cwd": move(options.cwd),
+    })

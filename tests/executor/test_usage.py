@@ -392,12 +392,22 @@ def test_with_file(tmp_path: Path) -> None:
     assert price("house-model", card, input_tokens=2_000_000) == pytest.approx(1.0)
 
 
-def test_with_file_conflict(tmp_path: Path) -> None:
+def test_a_pricing_file_overrides_a_built_in_rate(tmp_path: Path) -> None:
     path = tmp_path / "prices.yaml"
-    path.write_text("claude-sonnet-4-5: {input: 1, output: 1}\n")
-    with pytest.raises(PricingConflict, match="claude-sonnet-4-5"):
+    path.write_text("anthropic/claude-sonnet-4-5: {input: 1, output: 1}\n")
+    card = DEFAULT_RATES.with_file(path)
+    assert card.rate_for(SONNET) == Rate(input=1, output=1)
+    assert price(SONNET, card, input_tokens=1_000_000) == pytest.approx(1.0)
+    assert rate_for(SONNET) == BUILTIN_RATES[SONNET]  # the built-in card is untouched
+
+
+def test_a_pricing_file_that_prices_one_model_twice_differently_conflicts(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "prices.yaml"
+    path.write_text("house: {input: 1, output: 1}\nacme/house-20250101: {input: 2, output: 1}\n")
+    with pytest.raises(PricingConflict, match=r"prices\.yaml"):
         DEFAULT_RATES.with_file(path)
-    assert rate_for(SONNET) == BUILTIN_RATES[SONNET]
 
 
 @pytest.mark.parametrize(
