@@ -45,6 +45,8 @@ class RunOptions(BaseModel):
     """Drop tasks with ANY of these tags."""
     experiment: str | None = None
     """The experiment file (absolute), if the run has one."""
+    kill_grace: Annotated[float, _OPERATIONAL] = Field(default=2.0, gt=0)
+    """Seconds a task's processes get between SIGTERM and SIGKILL when it is ended."""
     max_cost_usd: Annotated[float | None, _OPERATIONAL] = Field(default=None, gt=0)
     """Stop dispatching once the run has spent this many USD (a resume may raise it)."""
     max_parallel: Annotated[int, _OPERATIONAL] = Field(default=4, ge=1)

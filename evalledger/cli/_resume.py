@@ -35,12 +35,16 @@ from ._run import execute, exit_code, load_rates, load_task_set, warn_unpriced
 @click.option("--relocate", metavar="OLD=NEW",
               help="The suite moved: read the recorded paths under folder OLD from NEW "
                    "instead (not drift; later resumes keep NEW).")
+@click.option("--kill-grace", type=PositiveNumber(),
+              help="Seconds between SIGTERM and SIGKILL when a task is ended (default: "
+                   f"{RunOptions.default('kill_grace')}, or as the run had it).")
 @click.option("--stream", is_flag=True, help="Print task output as it arrives.")
 @click.option("--durable", is_flag=True, help="synchronous=FULL for this resume's commits.")
 @pass_settings
 def resume(
     settings: Settings, run: str, strict: bool, retry_errors: bool, max_parallel: int | None,
-    max_cost: float | None, relocate: str | None, stream: bool, durable: bool,
+    max_cost: float | None, relocate: str | None, kill_grace: float | None, stream: bool,
+    durable: bool,
 ) -> None:
     """Resume a run: run its unfinished tasks (and, on request, its errors) again.
 
@@ -71,7 +75,7 @@ def resume(
                 state, load=load, spent_usd=live.spend.cost,
                 running_pid=running_pid(state.host, state.finished),
                 retry_errors=retry_errors, strict=strict, max_parallel=max_parallel,
-                max_cost_usd=max_cost, relocate=moved,
+                max_cost_usd=max_cost, relocate=moved, kill_grace=kill_grace,
             )
         except ResumeRefused as e:
             for line in e.drift.lines():
@@ -91,6 +95,7 @@ def resume(
         config = BatchConfig(
             run_id=run_id, options=plan.options, experiment_id=plan.tasks.experiment_id,
             rates=rates, unpriced_models=warn_unpriced(plan.tasks.tasks, rates),
+            kill_grace=plan.options.kill_grace,
         )
         # All tasks go in, so run.resumed fingerprints the whole run; skip filters.
         execute(

@@ -145,6 +145,9 @@ async def _run_with_signals(
               help="What happens to each task's sandbox.")
 @click.option("--pricing", type=click.Path(exists=True, dir_okay=False),
               help="A YAML rate card adding model prices (USD per million tokens).")
+@click.option("--kill-grace", type=PositiveNumber(),
+              help="Seconds between SIGTERM and SIGKILL when a task is ended (default: "
+                   f"{RunOptions.default('kill_grace')}, or as the run had it).")
 @click.option("--stream", is_flag=True, help="Print task output as it arrives.")
 @click.option("--durable", is_flag=True,
               help="synchronous=FULL: every commit survives power loss, not just a crash.")
@@ -155,8 +158,8 @@ def run(
     settings: Settings, paths: tuple[str, ...], experiment: str | None, tags: tuple[str, ...],
     exclude_tags: tuple[str, ...], max_parallel: int | None, repeats: int | None,
     run_id: str | None, out: Path, timeout: float | None, max_cost: float | None,
-    preservation_mode: PreservationMode, pricing: str | None, stream: bool,
-    durable: bool, junit_xml: Path | None,
+    preservation_mode: PreservationMode, pricing: str | None, kill_grace: float | None,
+    stream: bool, durable: bool, junit_xml: Path | None,
 ) -> None:
     """Run a batch of tasks and record every event in the ledger.
 
@@ -182,6 +185,7 @@ def run(
         tags=list(tags), exclude_tags=list(exclude_tags), repeats=repeats, timeout=timeout,
         max_cost_usd=max_cost, preservation_mode=preservation_mode, out=str(out.resolve()),
         cwd=os.getcwd(), pricing=str(Path(pricing).resolve()) if pricing else None,
+        kill_grace=kill_grace or RunOptions.default("kill_grace"),
     )
     task_set = load_task_set(options)
     if parallel := max_parallel or task_set.max_parallel:
@@ -189,7 +193,7 @@ def run(
     run_id = run_id or new_run_id()
     config = BatchConfig(
         run_id=run_id, options=options, experiment_id=task_set.experiment_id, rates=rates,
-        unpriced_models=warn_unpriced(task_set.tasks, rates),
+        unpriced_models=warn_unpriced(task_set.tasks, rates), kill_grace=options.kill_grace,
     )
     with settings.open_ledger(durable=durable) as ledger:
         # Made now, not after every task ran: the reports and artifacts need a home.

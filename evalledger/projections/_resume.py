@@ -229,6 +229,7 @@ def plan_resume(
     max_parallel: int | None = None,
     max_cost_usd: float | None = None,
     relocate: tuple[str, str] | None = None,
+    kill_grace: float | None = None,
 ) -> ResumePlan:
     """Decide what resuming a run does, by the rules of docs/results.md.
 
@@ -243,6 +244,7 @@ def plan_resume(
         strict: refuse when the run drifted.
         max_parallel: tasks at once (default: as the run had it).
         max_cost_usd: a new run-level budget (default: the latest one recorded).
+        kill_grace: seconds between SIGTERM and SIGKILL (default: as the run had it).
         relocate: ``(old, new)``: the suite moved; recorded paths under ``old`` are read
             under ``new`` (not drift; later resumes keep the new place).
 
@@ -273,6 +275,7 @@ def plan_resume(
     options = latest.model_copy(update={
         "max_parallel": max_parallel or latest.max_parallel,
         "max_cost_usd": max_cost_usd if max_cost_usd is not None else latest.max_cost_usd,
+        "kill_grace": kill_grace or latest.kill_grace,
     })
     drift = compute_drift(stored, fingerprint(options, task_set.tasks))
     if drift.any and strict:

@@ -104,23 +104,6 @@ def evalledger(
     return Result(result.exit_code, result.stdout, stderr, result.stdout_bytes)
 
 
-def command_with_grace(kill_grace: float) -> list[str]:
-    """``evalledger`` as a real process whose batches give SIGTERM ``kill_grace`` seconds
-    before SIGKILL (the CLI has no option for it; 2 s is too close to call on a loaded
-    machine, in either direction)."""
-    code = (
-        "import functools, sys\n"
-        "import evalledger.cli._resume as resume, evalledger.cli._run as run\n"
-        "grace = float(sys.argv.pop(1))\n"
-        "for module in (run, resume):\n"
-        "    module.BatchConfig = functools.partial(module.BatchConfig, kill_grace=grace)\n"
-        "sys.argv[0] = 'evalledger'\n"
-        "from evalledger.cli import main\n"
-        "main()\n"
-    )
-    return [sys.executable, "-c", code, str(kill_grace)]
-
-
 def spawn(cwd: Path, db: Path, *args: str, command: Sequence[str] = COMMAND,
           **popen: Any) -> subprocess.Popen[str]:
     """``evalledger --ledger DB ARGS...`` started as a real process (text mode)."""

@@ -38,7 +38,6 @@ from .helpers import (
     TASK_KEY,
     Result,
     assert_one_line_error,
-    command_with_grace,
     evalledger,
     events,
     of_type,
@@ -573,7 +572,7 @@ def test_second_ctrl_c_kills_at_once(tmp_path: Path) -> None:
     # must not wait: the run ends long before the grace period would.
     suite = make_sleep_suite(tmp_path, argv=True, IGNORE_TERM=True)
     try:
-        stopped = run_and_interrupt(suite, again=True, command=command_with_grace(120))
+        stopped = run_and_interrupt(suite, "--kill-grace", "120", again=True)
         assert stopped.seconds_to_exit < PATIENCE, stopped
         _assert_recorded_interruption(suite, stopped)
     finally:
@@ -701,7 +700,7 @@ def test_shell_command_gets_the_grace_period(tmp_path: Path) -> None:
     # run it out: only a wait that ends with the sh leader would miss the clean-up.
     suite = make_sleep_suite(tmp_path, argv=False, CLEAN_UP=True)
     try:
-        stopped = run_and_interrupt(suite, command=command_with_grace(120))
+        stopped = run_and_interrupt(suite, "--kill-grace", "120")
         assert stopped.returncode == 130, stopped
         # The sleeper's SIGTERM handler needs 0.3 s of the grace period.
         assert (suite.state / "cleaned-up").exists()
@@ -715,7 +714,7 @@ def test_argv_command_gets_the_grace_period(tmp_path: Path) -> None:
     # The same as above with python as the group's leader: the grace period works.
     suite = make_sleep_suite(tmp_path, argv=True, CLEAN_UP=True)
     try:
-        stopped = run_and_interrupt(suite, command=command_with_grace(120))
+        stopped = run_and_interrupt(suite, "--kill-grace", "120")
         _assert_recorded_interruption(suite, stopped)
         assert (suite.state / "cleaned-up").exists()
     finally:
