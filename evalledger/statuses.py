@@ -17,6 +17,7 @@ class FinalStatus(StrEnum):
     COST_BUDGET_EXCEEDED = "COST_BUDGET_EXCEEDED"
     ERROR = "ERROR"
     BUILD_FAILED = "BUILD_FAILED"
+    NOT_GRADED = "NOT_GRADED"
 
     @property
     def category(self) -> Category:
@@ -27,6 +28,7 @@ class Category(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     ERROR = "error"
+    UNGRADED = "ungraded"
 
 
 _CATEGORY: dict[FinalStatus, Category] = {
@@ -37,7 +39,11 @@ _CATEGORY: dict[FinalStatus, Category] = {
     FinalStatus.COST_BUDGET_EXCEEDED: Category.FAILED,
     FinalStatus.ERROR: Category.ERROR,
     FinalStatus.BUILD_FAILED: Category.ERROR,
+    # A task with no success criteria whose command finished: it ran, nothing judged it.
+    FinalStatus.NOT_GRADED: Category.UNGRADED,
 }
+# The categories a pass rate is taken over: what was judged.
+GRADED = frozenset({Category.SUCCEEDED, Category.FAILED, Category.ERROR})
 
 
 class RunStatus(StrEnum):

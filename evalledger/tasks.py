@@ -207,7 +207,8 @@ class ResolvedTask(_Strict):
     model: str | None = None
     stream_format: StreamFormat = "native"
     budget: Budget = Budget()
-    success_criteria: list[Criterion] = Field(min_length=1)
+    # None at all: the task runs and ends NOT_GRADED (docs/results.md).
+    success_criteria: list[Criterion] = []
 
     def definition(self) -> dict[str, Any]:
         """What the task *is*, for drift: everything but where it sits in the run."""
@@ -458,8 +459,6 @@ def _resolve(
             settings[name] = getattr(overrides, name)
     if settings.get("command") is None:
         raise ValueError("command: a task needs a command")
-    if not settings.get("success_criteria"):
-        raise ValueError("success_criteria: a task needs at least one criterion")
     workdir = settings.pop("workdir", None)
     settings.pop("skip", None)
     repeats = overrides.repeats or variant.repeats or (exp.repeats if exp else 1)

@@ -123,7 +123,9 @@ class Display:
         spend = f"${self.live.spend.cost:.4f}" + ("" if self.live.spend.complete else "+")
         detail = (
             f"running {len(self.live.running)}  ok {counts[Category.SUCCEEDED]}  "
-            f"failed {counts[Category.FAILED]}  error {counts[Category.ERROR]}  {spend}"
+            f"failed {counts[Category.FAILED]}  error {counts[Category.ERROR]}  "
+            + (f"ungraded {counts[Category.UNGRADED]}  " if counts[Category.UNGRADED] else "")
+            + spend
         )
         # A resume starts with the kept tasks already done.
         self.progress.update(self._bar, completed=min(done, self.total), detail=detail)

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, get_args
 
 import click
 from rich.console import Console
@@ -23,16 +23,26 @@ from evalledger._text import money, visible
 from evalledger.hosts import run_ended
 from evalledger.ledger import (
     EVENT_TYPES,
+    SCHEMA_VERSION,
     EventRow,
     EventType,
     Ledger,
+    LedgerIOError,
     LedgerReadOnly,
     QueryInterrupted,
 )
-from evalledger.projections import ResumeFold, diff_runs, fold
+from evalledger.projections import (
+    Change,
+    FailOn,
+    ResumeFold,
+    diff_runs,
+    fold,
+    unpriced_line,
+    variant_table,
+)
 
 from ._common import rebuild_summary, resolve_run
-from ._errors import EXIT_INTERRUPTED, UserError
+from ._errors import EXIT_INTERRUPTED, EXIT_TASKS_FAILED, UserError
 from ._main import Settings, cli, pass_settings
 
 _str = json.JSONEncoder(ensure_ascii=False).encode
@@ -59,7 +69,7 @@ def _rich_table(columns: Sequence[str], rows: Iterable[Sequence[object]]) -> Tab
     return table
 
 
-def _table(columns: list[str], rows: list[tuple[object, ...]]) -> None:
+def _table(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
     """A rich table in a terminal; tab-separated lines in a pipe (nothing cut)."""
     if not sys.stdout.isatty():
         sys.stdout.write(_tsv(columns) + "".join(map(_tsv, rows)))
@@ -84,20 +94,24 @@ def runs(settings: Settings, limit: int, as_json: bool) -> None:
             "SELECT * FROM runs ORDER BY started_at DESC LIMIT ?", [limit]
         )
         listed = [dict(zip(columns, row, strict=True)) for row in rows]
-        floors = _cost_floors(ledger, [r["run_id"] for r in listed])
+        if "cost_complete" not in columns:  # a ledger from before the view said so
+            floors = _cost_floors(ledger, [r["run_id"] for r in listed])
+            for run in listed:
+                run["cost_complete"] = run["run_id"] not in floors
         for run in listed:
+            run["cost_complete"] = bool(run["cost_complete"])
             # The view says what the ledger holds; a run whose process is gone without
             # recording run.finished was cut off (resume finishes it).
             run["cut_off"] = run["status"] == "running" and _finished(ledger, run["run_id"])
-            run["cost_complete"] = run["run_id"] not in floors
     if as_json:  # exact numbers, for programs
         for run in listed:
             click.echo(json.dumps(run))
         return
+    shown = [c for c in columns if c != "cost_complete"]
     for run in listed:
-        run["status"] = "cut off" if run.pop("cut_off") else run["status"]
-        run["cost_usd"] = money(run["cost_usd"], run.pop("cost_complete"))
-    _table(columns, [tuple(run[c] for c in columns) for run in listed])
+        run["status"] = "cut off" if run["cut_off"] else run["status"]
+        run["cost_usd"] = money(run["cost_usd"], run["cost_complete"])
+    _table(shown, [tuple(run[c] for c in shown) for run in listed])
 
 
 def _cost_floors(ledger: Ledger, run_ids: list[str]) -> set[str]:
@@ -134,11 +148,16 @@ def show(settings: Settings, run: str, as_json: bool) -> None:
         click.echo(s.model_dump_json(indent=2))
         return
     cost = money(s.total_cost_usd, s.cost_complete)
+    ungraded = f"{s.tasks_ungraded} ungraded, " if s.tasks_ungraded else ""
     click.echo(
         f"run {s.run_id} {s.status}: {s.tasks_run}/{s.tasks_planned} run, "
         f"{s.tasks_succeeded} succeeded, {s.tasks_failed} failed, {s.tasks_error} error, "
-        f"{s.tasks_unfinished} unfinished; pass rate {s.pass_rate:.1%}; cost {cost}"
+        f"{ungraded}{s.tasks_unfinished} unfinished; pass rate {s.pass_rate:.1%}; cost {cost}"
     )
+    if not s.cost_complete:
+        click.echo(f"cost is a floor: {unpriced_line(s)} (see --pricing)")
+    if len(s.variants) > 1 or any(len(v.pass_at_k) > 1 for v in s.variants):
+        _table(*variant_table(s))
     _table(
         ["task", "status", "score", "duration", "tokens", "cost", "error"],
         [
@@ -283,6 +302,13 @@ def sql(settings: Settings, query: str, format_: str) -> None:
                 _write_rows(format_, columns, rows)
             except LedgerReadOnly as e:
                 raise UserError("sql opens the ledger read-only: writes are refused") from e
+            except LedgerIOError as e:
+                if "no such" in str(e) and ledger.schema_version < SCHEMA_VERSION:
+                    raise UserError(
+                        f"{e} (this ledger has schema version {ledger.schema_version}; the "
+                        f"views of version {SCHEMA_VERSION} come with the next `evalledger "
+                        "run` or `resume` on it)") from e
+                raise
             except QueryInterrupted:
                 click.echo("interrupted", err=True)
                 sys.exit(EXIT_INTERRUPTED)
@@ -336,13 +362,20 @@ def _pages(rows: Iterator[tuple[Any, ...]], size: int) -> Iterator[list[tuple[An
 @click.argument("run_a")
 @click.argument("run_b")
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--fail-on", type=click.Choice(get_args(FailOn)), default="regression",
+              show_default=True,
+              help="Exit 1 when the diff has a regression, any change at all, or never.")
 @pass_settings
-def diff(settings: Settings, run_a: str, run_b: str, as_json: bool) -> None:
+def diff(settings: Settings, run_a: str, run_b: str, as_json: bool, fail_on: FailOn) -> None:
     """Compare two runs task by task: regressions, fixes, score/duration/cost deltas.
+
+    Regressions first, then fixes, changes, keys not run on one side (never started
+    or interrupted: neither a fix nor a regression), added, removed, unchanged. Exits
+    1 when there is a regression (see --fail-on), so it can gate CI.
 
     Example:
 
-        evalledger diff 20261101-0930 latest
+        evalledger diff 20261101-0930 latest --fail-on regression
     """
     with settings.open_ledger(read_only=True) as ledger:
         a = rebuild_summary(ledger, resolve_run(ledger, run_a))
@@ -350,16 +383,20 @@ def diff(settings: Settings, run_a: str, run_b: str, as_json: bool) -> None:
     result = diff_runs(a, b)
     if as_json:
         click.echo(result.model_dump_json(indent=2))
-        return
+    else:
+        order = {change: i for i, change in enumerate(get_args(Change))}
+        tasks = sorted(result.tasks, key=lambda t: (order[t.change], t.task_key))
 
-    def fmt(value: float | None, spec: str) -> str | None:
-        return None if value is None else format(value, spec)
+        def fmt(value: float | None, spec: str) -> str | None:
+            return None if value is None else format(value, spec)
 
-    _table(
-        ["task", "change", "before", "after", "score Δ", "duration Δ", "cost Δ"],
-        [(t.task_key, t.change, t.before, t.after, fmt(t.score_delta, "+.2f"),
-          fmt(t.duration_delta, "+.1f"), fmt(t.cost_delta, "+.4f")) for t in result.tasks],
-    )
-    click.echo(", ".join(f"{n} {c}" for c, n in result.counts.items()))
-    if not result.tasks:
-        click.echo("neither run has any task", err=True)
+        _table(
+            ["task", "change", "before", "after", "score Δ", "duration Δ", "cost Δ"],
+            [(t.task_key, t.change, t.before, t.after, fmt(t.score_delta, "+.2f"),
+              fmt(t.duration_delta, "+.1f"), fmt(t.cost_delta, "+.4f")) for t in tasks],
+        )
+        click.echo(", ".join(f"{n} {c.replace('_', ' ')}" for c, n in result.counts.items()))
+        if not result.tasks:
+            click.echo("neither run has any task", err=True)
+    if result.fails(fail_on):
+        sys.exit(EXIT_TASKS_FAILED)

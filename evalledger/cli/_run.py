@@ -25,7 +25,7 @@ from evalledger.executor import BatchConfig, BatchResult, Callbacks, Resume, run
 from evalledger.ledger import Ledger, RunConflict
 from evalledger.options import PreservationMode, RunOptions
 from evalledger.pricing import DEFAULT_RATES, RateCard
-from evalledger.projections import RunSummary, SummaryFold, render_junit
+from evalledger.projections import RunSummary, SummaryFold, render_junit, unpriced_line
 from evalledger.tasks import (
     MAX_REPEATS,
     Overrides,
@@ -294,16 +294,18 @@ def execute(
 
 
 def exit_code(summary: RunSummary) -> int:
-    """0 when every planned task succeeded, else 1 (docs/cli.md)."""
-    return EXIT_OK if summary.tasks_succeeded == summary.tasks_planned else EXIT_TASKS_FAILED
+    """0 when every planned task succeeded (or ran ungraded), else 1 (docs/cli.md)."""
+    done = summary.tasks_succeeded + summary.tasks_ungraded
+    return EXIT_OK if done == summary.tasks_planned else EXIT_TASKS_FAILED
 
 
 def _summary_line(s: RunSummary) -> str:
     cost = money(s.total_cost_usd, s.cost_complete)
     if not s.cost_complete:
-        cost += " (some usage is unpriced)"
+        cost += f" ({unpriced_line(s)})"
+    ungraded = f", {s.tasks_ungraded} ungraded" if s.tasks_ungraded else ""
     return (
         f"run {s.run_id} {s.status}: {s.tasks_run} of {s.tasks_planned} tasks run, "
-        f"{s.tasks_succeeded} succeeded, {s.tasks_failed} failed, {s.tasks_error} error; "
-        f"cost {cost}"
+        f"{s.tasks_succeeded} succeeded, {s.tasks_failed} failed, {s.tasks_error} error"
+        f"{ungraded}; cost {cost}"
     )

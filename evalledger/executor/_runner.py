@@ -349,6 +349,8 @@ async def _attempt(
             status, error = state.exceeded.status, str(state.exceeded)
         elif timed_out:
             status, error = FinalStatus.TIMEOUT, f"timed out after {task.timeout:g}s"
+        elif not criteria:
+            status = FinalStatus.NOT_GRADED  # it ran to its end; nothing judges it
         elif all(c.passed for c in criteria):
             status = FinalStatus.SUCCESS
         else:

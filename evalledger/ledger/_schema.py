@@ -26,7 +26,7 @@ from sqlite_utils.migrations import Migrations
 
 from ._events import EventType, utc_now
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 STREAM_TYPES = (EventType.TASK_OUTPUT, EventType.TASK_EVENT)
 # The partial index's condition, written exactly so a query can repeat it: SQLite
 # uses a partial index only when the query's WHERE contains its WHERE terms.
@@ -77,16 +77,10 @@ def _m0001_events(db: Database) -> None:
     _set_version(db, 1)
 
 
-# The SQL audit interface (docs/ledger.md). Each view equals what the Python projections
-# say (a property test holds them together):
-# - task_attempts: one row per task.started, joined with its task.completed (the
-#   last one, should an attempt have been recorded completed twice, as the fold does);
-# - task_results: per (run_id, task_key), the latest attempt that reached a final
-#   status (the summary's per-task row);
-# - runs: one row per run.started; status and finished_at from the latest of
-#   run.finished / run.resumed ('running' while a resume is going); cost_usd is
-#   the sum of priced task.usage, a floor when some usage had no price.
-VIEWS = {
+# A released migration's SQL is frozen: verify compares a ledger's schema, as SQL
+# text, with what its recorded migrations create. These are the views migrations
+# 0002 and 0004 made; 0005 replaces them with VIEWS below.
+_VIEWS_4 = {
     "task_attempts": """
         SELECT s.run_id, s.task_key,
                json_extract(s.payload, '$.task_id') AS task_id,
@@ -165,7 +159,7 @@ def _m0002_views(db: Database) -> None:
     db.execute(
         "CREATE INDEX events_run_level ON events (type, run_id, seq) WHERE task_key IS NULL"
     )
-    for name, sql in VIEWS.items():
+    for name, sql in _VIEWS_4.items():
         db.execute(f"CREATE VIEW {name} AS {sql.strip()}")
     _set_version(db, 2)
 
@@ -187,8 +181,133 @@ def _m0003_lifecycle_index(db: Database) -> None:
 def _m0004_views_latest_completion(db: Database) -> None:
     # task_attempts joins an attempt's last task.completed only: one row per start
     # even when a completion was recorded twice. Views hold no data: recreate all.
-    for name in reversed(list(VIEWS)):
+    for name in reversed(list(_VIEWS_4)):
+        db.execute(f"DROP VIEW IF EXISTS {name}")
+    for name, sql in _VIEWS_4.items():
+        db.execute(f"CREATE VIEW {name} AS {sql.strip()}")
+    _set_version(db, 4)
+
+
+# The SQL audit interface (docs/ledger.md). Each view equals what the Python projections
+# say (property tests hold them together):
+# - task_attempts: one row per task.started, joined with its task.completed (the
+#   last one, should an attempt have been recorded completed twice, as the fold does);
+#   its model is the one the attempt reported using, else the one its task named;
+# - task_results: per (run_id, task_key), the latest attempt that reached a final
+#   status (the summary's per-task row);
+# - runs: one row per run.started; status and finished_at from the latest of
+#   run.finished / run.resumed ('running' while a resume is going); cost_usd is
+#   the sum of priced task.usage, a floor when some usage had no price
+#   (cost_complete says which);
+# - usage: one row per task.usage, with the attempt it was reported in.
+VIEWS = {
+    "task_attempts": """
+        SELECT s.run_id, s.task_key,
+               json_extract(s.payload, '$.task_id') AS task_id,
+               json_extract(s.payload, '$.variant_id') AS variant_id,
+               json_extract(s.payload, '$.replicate_index') AS replicate_index,
+               json_extract(s.payload, '$.attempt') AS attempt,
+               s.ts AS started_at,
+               c.ts AS completed_at,
+               json_extract(c.payload, '$.final_status') AS final_status,
+               json_extract(c.payload, '$.category') AS category,
+               json_extract(c.payload, '$.duration_seconds') AS duration_seconds,
+               json_extract(c.payload, '$.tokens.input_tokens') AS input_tokens,
+               json_extract(c.payload, '$.tokens.output_tokens') AS output_tokens,
+               json_extract(c.payload, '$.cost_usd') AS cost_usd,
+               json_extract(c.payload, '$.error_message') AS error_message,
+               json_extract(s.payload, '$.tags') AS tags,
+               COALESCE(json_extract(c.payload, '$.environment_info.model'),
+                        json_extract(s.payload, '$.definition.model')) AS model,
+               json_extract(c.payload, '$.tokens.cache_read_tokens') AS cache_read_tokens,
+               json_extract(c.payload, '$.tokens.cache_write_tokens') AS cache_write_tokens,
+               json_extract(c.payload, '$.weighted_score') AS weighted_score,
+               json_extract(c.payload, '$.exit_code') AS exit_code
+        FROM events s
+        LEFT JOIN events c
+          ON c.seq = (
+              SELECT max(d.seq) FROM events d
+              WHERE d.run_id = s.run_id AND d.task_key = s.task_key
+                AND d.type = 'task.completed'
+                AND json_extract(d.payload, '$.attempt') = json_extract(s.payload, '$.attempt'))
+        WHERE s.type = 'task.started'
+    """,
+    "task_results": """
+        SELECT a.* FROM task_attempts a
+        WHERE a.final_status IS NOT NULL
+          AND a.attempt = (
+              SELECT max(b.attempt) FROM task_attempts b
+              WHERE b.run_id = a.run_id AND b.task_key = a.task_key
+                AND b.final_status IS NOT NULL)
+    """,
+    "runs": """
+        SELECT r.run_id,
+               json_extract(r.payload, '$.experiment_id') AS experiment_id,
+               r.ts AS started_at,
+               (SELECT CASE WHEN l.type = 'run.finished' THEN l.ts END
+                  FROM events l
+                 WHERE l.run_id = r.run_id AND l.task_key IS NULL
+                   AND l.type IN ('run.finished', 'run.resumed')
+                 ORDER BY l.seq DESC LIMIT 1) AS finished_at,
+               COALESCE((SELECT CASE WHEN l.type = 'run.finished'
+                                     THEN json_extract(l.payload, '$.status')
+                                     ELSE 'running' END
+                           FROM events l
+                          WHERE l.run_id = r.run_id AND l.task_key IS NULL
+                            AND l.type IN ('run.finished', 'run.resumed')
+                          ORDER BY l.seq DESC LIMIT 1), 'running') AS status,
+               (SELECT count(*) FROM (
+                    SELECT j.value FROM events p, json_each(p.payload, '$.planned') j
+                     WHERE p.run_id = r.run_id AND p.type = 'run.started'
+                    UNION
+                    SELECT j.value FROM events p, json_each(p.payload, '$.to_run') j
+                     WHERE p.run_id = r.run_id AND p.type = 'run.resumed'
+                    UNION
+                    SELECT s.task_key FROM events s
+                     WHERE s.run_id = r.run_id AND s.type = 'task.started')) AS tasks_planned,
+               (SELECT count(*) FROM task_results t
+                 WHERE t.run_id = r.run_id AND t.category = 'succeeded') AS tasks_succeeded,
+               (SELECT count(*) FROM task_results t
+                 WHERE t.run_id = r.run_id AND t.category = 'failed') AS tasks_failed,
+               (SELECT count(*) FROM task_results t
+                 WHERE t.run_id = r.run_id AND t.category = 'error') AS tasks_error,
+               (SELECT COALESCE(sum(json_extract(u.payload, '$.cost_usd')), 0.0) FROM events u
+                 WHERE u.run_id = r.run_id AND u.type = 'task.usage') AS cost_usd,
+               (SELECT count(*) FROM task_results t
+                 WHERE t.run_id = r.run_id AND t.category = 'ungraded') AS tasks_ungraded,
+               NOT EXISTS (SELECT 1 FROM events u
+                            WHERE u.run_id = r.run_id AND u.type = 'task.usage'
+                              AND json_extract(u.payload, '$.cost_usd') IS NULL)
+                 AS cost_complete
+        FROM events r
+        WHERE r.type = 'run.started' AND r.task_key IS NULL
+    """,
+    "usage": """
+        SELECT u.run_id, u.task_key,
+               (SELECT json_extract(s.payload, '$.attempt') FROM events s
+                 WHERE s.run_id = u.run_id AND s.task_key = u.task_key
+                   AND s.type = 'task.started' AND s.seq < u.seq
+                 ORDER BY s.seq DESC LIMIT 1) AS attempt,
+               u.ts,
+               json_extract(u.payload, '$.model') AS model,
+               json_extract(u.payload, '$.input_tokens') AS input_tokens,
+               json_extract(u.payload, '$.output_tokens') AS output_tokens,
+               json_extract(u.payload, '$.cache_read_tokens') AS cache_read_tokens,
+               json_extract(u.payload, '$.cache_write_tokens') AS cache_write_tokens,
+               json_extract(u.payload, '$.cost_usd') AS cost_usd,
+               u.seq
+        FROM events u
+        WHERE u.type = 'task.usage'
+    """,
+}
+
+
+@MIGRATIONS(name="0005_audit_views")
+def _m0005_audit_views(db: Database) -> None:
+    # Columns audits asked for (tags, model, every token kind, score, exit code; ungraded
+    # runs, cost completeness; a view of usage). Views hold no data: recreate them all.
+    for name in reversed(list(_VIEWS_4)):
         db.execute(f"DROP VIEW IF EXISTS {name}")
     for name, sql in VIEWS.items():
         db.execute(f"CREATE VIEW {name} AS {sql.strip()}")
-    _set_version(db, 4)
+    _set_version(db, 5)

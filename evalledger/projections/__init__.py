@@ -4,6 +4,8 @@ Resume partition, fingerprint drift, run summary, reports and diffs are all
 computed by replaying events, so they can be rebuilt offline at any time.
 """
 
+from ._diff import Change as Change
+from ._diff import FailOn as FailOn
 from ._diff import RunDiff as RunDiff
 from ._diff import TaskDiff as TaskDiff
 from ._diff import diff_runs as diff_runs
@@ -15,6 +17,8 @@ from ._fold import types_of as types_of
 from ._junit import render_junit as render_junit
 from ._reports import render_json as render_json
 from ._reports import render_markdown as render_markdown
+from ._reports import unpriced_line as unpriced_line
+from ._reports import variant_table as variant_table
 from ._resume import Drift as Drift
 from ._resume import Partition as Partition
 from ._resume import ResumeFold as ResumeFold
@@ -35,7 +39,9 @@ from ._summary import pass_at as pass_at
 from ._summary import tag_stats as tag_stats
 
 __all__ = [
+    "Change",
     "Drift",
+    "FailOn",
     "Fold",
     "ModelUsage",
     "Partition",
@@ -64,4 +70,6 @@ __all__ = [
     "render_markdown",
     "tag_stats",
     "types_of",
+    "unpriced_line",
+    "variant_table",
 ]

@@ -1,6 +1,9 @@
 """Run-to-run diff (docs/results.md): per task key, how its result moved between two runs.
 
-Both sides are ``RunSummary`` rows, so a diff is a function of two replays.
+Both sides are ``RunSummary`` rows, so a diff is a function of two replays. A key
+that has no final status on one side (never started, or interrupted) was not run
+there: that is its own state, never a fix or a regression. A regression is a key
+that succeeded in A and failed or errored in B; a fix, the other way round.
 """
 
 from __future__ import annotations
@@ -13,7 +16,11 @@ from evalledger.statuses import Category
 
 from ._summary import RunSummary, TaskRow
 
-Change = Literal["regression", "fix", "changed", "unchanged", "added", "removed"]
+Change = Literal["regression", "fix", "changed", "not_run", "added", "removed", "unchanged"]
+# What `diff --fail-on` may fail on (exit 1).
+FailOn = Literal["regression", "any-change", "never"]
+NOT_RUN = "NOT RUN"
+_JUDGED_BAD = frozenset({Category.FAILED, Category.ERROR})
 
 
 class TaskDiff(BaseModel):
@@ -36,11 +43,19 @@ class RunDiff(BaseModel):
     counts: dict[str, int]
     tasks: list[TaskDiff]
 
+    def fails(self, on: FailOn) -> bool:
+        """Whether a CI gate set to ``on`` fails on this diff."""
+        if on == "regression":
+            return self.counts["regression"] > 0
+        if on == "any-change":
+            return any(n for change, n in self.counts.items() if change != "unchanged")
+        return False
+
 
 def _status(row: TaskRow | None) -> str | None:
     if row is None:
         return None
-    return row.final_status.value if row.final_status else "UNFINISHED"
+    return row.final_status.value if row.final_status else NOT_RUN
 
 
 def _delta(a: float | None, b: float | None) -> float | None:
@@ -57,10 +72,11 @@ def _change(a: TaskRow | None, b: TaskRow | None) -> Change:
         return "added"
     if b is None:
         return "removed"
-    a_ok, b_ok = a.category == Category.SUCCEEDED, b.category == Category.SUCCEEDED
-    if a_ok and not b_ok:
+    if a.category is None or b.category is None:
+        return "not_run"
+    if a.category == Category.SUCCEEDED and b.category in _JUDGED_BAD:
         return "regression"
-    if b_ok and not a_ok:
+    if a.category in _JUDGED_BAD and b.category == Category.SUCCEEDED:
         return "fix"
     return "unchanged" if a.final_status == b.final_status else "changed"
 

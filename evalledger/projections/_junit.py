@@ -3,7 +3,7 @@
 One ``<testsuite>`` per variant, one ``<testcase>`` per task key (its
 ``classname`` the variant, its ``name`` the task id and replicate). A key in the
 ``failed`` category carries a ``<failure>``, one in the ``error`` category an
-``<error>``, an unfinished one ``<skipped>``; each says the final status and
+``<error>``, an unfinished or ungraded one ``<skipped>``; each says the final status and
 message. The counts in the attributes are the summary's: failures add up to
 ``tasks_failed``, errors to ``tasks_error``.
 
@@ -18,6 +18,8 @@ from evalledger._text import visible
 from evalledger.statuses import Category
 
 from ._summary import RunSummary, TaskRow
+
+_SKIPPED = frozenset({None, Category.UNGRADED})
 
 
 def _text(value: str) -> str:
@@ -39,6 +41,9 @@ def _case(row: TaskRow) -> ET.Element:
         ET.SubElement(case, "error", {"type": status, "message": message}).text = message
     elif row.category is None:
         ET.SubElement(case, "skipped", {"message": "unfinished: the run did not finish it"})
+    elif row.category == Category.UNGRADED:
+        ET.SubElement(case, "skipped", {"message": "NOT_GRADED: the task has no success "
+                                        "criteria"})
     return case
 
 
@@ -49,7 +54,7 @@ def render_junit(summary: RunSummary) -> str:
         "tests": str(len(summary.tasks)),
         "failures": str(summary.tasks_failed),
         "errors": str(summary.tasks_error),
-        "skipped": str(sum(1 for r in summary.tasks if r.category is None)),
+        "skipped": str(sum(1 for r in summary.tasks if r.category in _SKIPPED)),
         "time": f"{summary.duration_seconds or 0.0:.3f}",
     })
     variants: dict[str, list[TaskRow]] = {}
@@ -61,7 +66,7 @@ def render_junit(summary: RunSummary) -> str:
             "tests": str(len(rows)),
             "failures": str(sum(1 for r in rows if r.category == Category.FAILED)),
             "errors": str(sum(1 for r in rows if r.category == Category.ERROR)),
-            "skipped": str(sum(1 for r in rows if r.category is None)),
+            "skipped": str(sum(1 for r in rows if r.category in _SKIPPED)),
             "time": f"{sum(r.duration_seconds or 0.0 for r in rows):.3f}",
         })
         if summary.started_at:

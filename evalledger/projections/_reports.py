@@ -56,11 +56,18 @@ def render_markdown(summary: RunSummary) -> str:
         "## Summary",
         "",
         "| planned | run | succeeded | failed | (token budget) | (cost budget) | error "
-        "| unfinished | pass rate |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| ungraded | unfinished | pass rate |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         f"| {s.tasks_planned} | {s.tasks_run} | {s.tasks_succeeded} | {s.tasks_failed} "
         f"| {s.tasks_token_budget_exceeded} | {s.tasks_cost_budget_exceeded} | {s.tasks_error} "
-        f"| {s.tasks_unfinished} | {s.pass_rate:.1%} |",
+        f"| {s.tasks_ungraded} | {s.tasks_unfinished} | {s.pass_rate:.1%} |",
+    ]
+    if s.variants:
+        header, rows = variant_table(s)
+        lines += ["", "## Variants", "", "| " + " | ".join(header) + " |",
+                  "|---|" + "---:|" * (len(header) - 1)]
+        lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    lines += [
         "",
         "## Tasks",
         "",
@@ -86,10 +93,8 @@ def render_markdown(summary: RunSummary) -> str:
         f"- Total cost: {money(s.total_cost_usd, s.cost_complete)}",
     ]
     if not s.cost_complete:
-        lines.append(
-            f"- Cost is a floor: {s.tasks_cost_incomplete} task(s) used a model with no "
-            "price (see `--pricing`)."
-        )
+        lines.append(f"- Cost is a floor: {s.tasks_cost_incomplete} task(s) used "
+                     f"{unpriced_line(s)} (see `--pricing`).")
     if s.fingerprint_drift:
         lines += ["", "## Drift since the run started", ""]
         for drift in s.fingerprint_drift:
@@ -109,3 +114,33 @@ def render_markdown(summary: RunSummary) -> str:
 
 def _shown(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def unpriced_line(summary: RunSummary) -> str:
+    """Which models had no price, and how much they used: ``mystery (15 tokens), ...``."""
+    named = [f"{_text(m.model or '(no model named)')} ({m.tokens.total:,} tokens)"
+             for m in summary.unpriced]
+    return ("a model with no price: " if len(named) == 1 else "models with no price: ") + (
+        ", ".join(named))
+
+
+def variant_table(summary: RunSummary) -> tuple[list[str], list[list[str]]]:
+    """The per-variant table (``show``, ``run.md``): header and rows, as text."""
+    most = max((len(v.pass_at_k) for v in summary.variants), default=0)
+    ks = [str(k) for k in range(1, most + 1)] if most > 1 else []
+    header = ["variant", "tasks", "run", "succeeded", "failed", "error", "ungraded",
+              "pass rate", "mean score ± se", *(f"pass@{k}" for k in ks), "cost",
+              "mean duration"]
+    rows = []
+    for v in summary.variants:
+        score = "-" if v.mean_score is None else f"{v.mean_score:.3f}" + (
+            "" if v.score_stderr is None else f" ± {v.score_stderr:.3f}")
+        rows.append([
+            v.variant_id, str(v.tasks), str(v.tasks_run), str(v.tasks_succeeded),
+            str(v.tasks_failed), str(v.tasks_error), str(v.tasks_ungraded),
+            f"{v.pass_rate:.1%}", score,
+            *(f"{v.pass_at_k[k]:.1%}" if k in v.pass_at_k else "-" for k in ks),
+            money(v.cost_usd, v.cost_complete),
+            "-" if v.mean_duration_seconds is None else f"{v.mean_duration_seconds:.1f}s",
+        ])
+    return header, rows

@@ -39,7 +39,7 @@ from evalledger.ledger import (
     TaskUsage,
     TokenCounts,
 )
-from evalledger.statuses import Category, FinalStatus
+from evalledger.statuses import GRADED, Category, FinalStatus
 
 from ._fold import Fold, on
 
@@ -99,9 +99,11 @@ class VariantStats(BaseModel):
     tasks_succeeded: int
     tasks_failed: int
     tasks_error: int
+    tasks_ungraded: int
     pass_rate: float
+    """Succeeded over graded (succeeded + failed + error)."""
     mean_score: float | None
-    """Mean weighted score of the keys with a final status."""
+    """Mean weighted score of the graded keys."""
     score_stderr: float | None
     """Standard error of that mean (sample standard deviation / sqrt(n); n >= 2)."""
     pass_at_k: dict[str, float]
@@ -129,6 +131,7 @@ class RunHeadline(BaseModel):
     tasks_succeeded: int
     tasks_failed: int
     tasks_error: int
+    tasks_ungraded: int
     tasks_unfinished: int
     pass_rate: float
     tokens: TokenCounts
@@ -154,6 +157,7 @@ class RunSummary(BaseModel):
     tasks_succeeded: int
     tasks_failed: int
     tasks_error: int
+    tasks_ungraded: int
     tasks_token_budget_exceeded: int
     tasks_cost_budget_exceeded: int
     tasks_unfinished: int
@@ -178,13 +182,18 @@ class RunSummary(BaseModel):
     def anchored(self, anchor: Anchor | None) -> RunSummary:
         return self.model_copy(update={"anchor": anchor})
 
+    @property
+    def unpriced(self) -> list[ModelUsage]:
+        """The models some of whose usage had no price, with what they used."""
+        return [m for m in self.usage_by_model if not m.cost_complete]
+
     @model_validator(mode="after")
     def _buckets_add_up(self) -> RunSummary:
-        if self.tasks_succeeded + self.tasks_failed + self.tasks_error != self.tasks_run:
-            raise ValueError(
-                f"buckets {self.tasks_succeeded}+{self.tasks_failed}+{self.tasks_error} "
-                f"do not add up to tasks_run {self.tasks_run}"
-            )
+        buckets = (self.tasks_succeeded, self.tasks_failed, self.tasks_error,
+                   self.tasks_ungraded)
+        if sum(buckets) != self.tasks_run:
+            raise ValueError(f"buckets {'+'.join(map(str, buckets))} do not add up to "
+                             f"tasks_run {self.tasks_run}")
         return self
 
 
@@ -326,8 +335,9 @@ class SummaryFold(Fold):
             tasks_succeeded=counts[Category.SUCCEEDED],
             tasks_failed=counts[Category.FAILED],
             tasks_error=counts[Category.ERROR],
+            tasks_ungraded=counts[Category.UNGRADED],
             tasks_unfinished=len(self.planned) - run,
-            pass_rate=round(counts[Category.SUCCEEDED] / run, 6) if run else 0.0,
+            pass_rate=_rate(counts),
             tokens=self.spend.tokens,
             total_cost_usd=round(self.spend.cost, 10),
             cost_complete=self.spend.complete,
@@ -336,7 +346,9 @@ class SummaryFold(Fold):
 
     def summary(self) -> RunSummary:
         head = self.headline()
-        rows = [self._row(k, self.keys[k]) for k in sorted(self.keys)]
+        # Every planned key has a row: one that never started has no attempts.
+        rows = [self._row(k, self.keys[k]) if k in self.keys else _unstarted(k)
+                for k in sorted(self.keys.keys() | self.planned.keys())]
         statuses = [r.final_status for r in rows if r.final_status is not None]
         consensus, drift = self._versions()
         return RunSummary(
@@ -373,7 +385,7 @@ class SummaryFold(Fold):
             attempts=key.attempts,
             final_status=done.final_status if done else None,
             category=done.category if done else None,
-            weighted_score=done.weighted_score if done else None,
+            weighted_score=done.weighted_score if done and done.category in GRADED else None,
             duration_seconds=done.duration_seconds if done else None,
             tokens=done.tokens if done else NO_TOKENS,
             cost_usd=done.cost_usd if done else None,
@@ -426,6 +438,7 @@ class TagStats(BaseModel):
     tasks_run: int
     tasks_succeeded: int
     pass_rate: float
+    """Succeeded over graded keys with the tag."""
 
 
 def tag_stats(summary: RunSummary) -> list[TagStats]:
@@ -433,28 +446,30 @@ def tag_stats(summary: RunSummary) -> list[TagStats]:
     tally: dict[str, list[int]] = {}
     for row in summary.tasks:
         for tag in dict.fromkeys(row.tags):
-            counts = tally.setdefault(tag, [0, 0, 0])
+            counts = tally.setdefault(tag, [0, 0, 0, 0])
             counts[0] += 1
             counts[1] += row.category is not None
             counts[2] += row.category == Category.SUCCEEDED
+            counts[3] += row.category in GRADED
     return [
         TagStats(tag=tag, tasks=n, tasks_run=run, tasks_succeeded=ok,
-                 pass_rate=round(ok / run, 6) if run else 0.0)
-        for tag, (n, run, ok) in sorted(tally.items())
+                 pass_rate=round(ok / graded, 6) if graded else 0.0)
+        for tag, (n, run, ok, graded) in sorted(tally.items())
     ]
 
 
 def _variant_stats(variant_id: str, keys: list[_Key]) -> VariantStats:
     done = [k.completed for k in keys if k.completed is not None]
+    graded = [c for c in done if c.category in GRADED]
     counts = dict.fromkeys(Category, 0)
     for completed in done:
         counts[completed.category] += 1
-    scores = [c.weighted_score for c in done]
+    scores = [c.weighted_score for c in graded]
     durations = [c.duration_seconds for c in done]
-    # task id -> (finished replicates, successful ones), for pass@k
+    # task id -> (graded replicates, successful ones), for pass@k
     samples: dict[str, list[int]] = {}
     for key in keys:
-        if key.completed is not None:
+        if key.completed is not None and key.completed.category in GRADED:
             tally = samples.setdefault(key.task_id, [0, 0])
             tally[0] += 1
             tally[1] += key.completed.category == Category.SUCCEEDED
@@ -463,7 +478,6 @@ def _variant_stats(variant_id: str, keys: list[_Key]) -> VariantStats:
     for k in range(1, most + 1):
         eligible = [pass_at(n, c, k) for n, c in samples.values() if n >= k]
         pass_at_k[str(k)] = round(sum(eligible) / len(eligible), 6)
-    spend_complete = all(k.spend.complete for k in keys)
     return VariantStats(
         variant_id=variant_id,
         tasks=len(keys),
@@ -471,15 +485,22 @@ def _variant_stats(variant_id: str, keys: list[_Key]) -> VariantStats:
         tasks_succeeded=counts[Category.SUCCEEDED],
         tasks_failed=counts[Category.FAILED],
         tasks_error=counts[Category.ERROR],
-        pass_rate=round(counts[Category.SUCCEEDED] / len(done), 6) if done else 0.0,
+        tasks_ungraded=counts[Category.UNGRADED],
+        pass_rate=_rate(counts),
         mean_score=round(statistics.fmean(scores), 6) if scores else None,
         score_stderr=(round(statistics.stdev(scores) / math.sqrt(len(scores)), 6)
                       if len(scores) >= 2 else None),
         pass_at_k=pass_at_k,
         cost_usd=round(sum(k.spend.cost for k in keys), 10),
-        cost_complete=spend_complete,
+        cost_complete=all(k.spend.complete for k in keys),
         mean_duration_seconds=round(statistics.fmean(durations), 6) if durations else None,
     )
+
+
+def _rate(counts: dict[Category, int]) -> float:
+    """Succeeded over graded: an ungraded task is not a failure, nor a success."""
+    graded = sum(counts[c] for c in GRADED)
+    return round(counts[Category.SUCCEEDED] / graded, 6) if graded else 0.0
 
 
 def pass_at(n: int, c: int, k: int) -> float:
@@ -493,6 +514,18 @@ def pass_at(n: int, c: int, k: int) -> float:
     for i in range(n - c + 1, n + 1):
         product *= 1.0 - k / i
     return 1.0 - product
+
+
+def _unstarted(task_key: str) -> TaskRow:
+    """The row of a planned key that never started: what its key says, nothing more."""
+    variant, _, rest = task_key.partition("/")
+    task_id, _, replicate = rest.rpartition("/")
+    return TaskRow(
+        task_key=task_key, task_id=task_id or rest, variant_id=variant,
+        replicate_index=int(replicate) if replicate.isdigit() else 0, tags=[], attempts=0,
+        final_status=None, category=None, weighted_score=None, duration_seconds=None,
+        tokens=NO_TOKENS, cost_usd=None, cost_complete=True, error_message=None,
+    )
 
 
 def _seconds_between(start: str | None, end: str | None) -> float | None:

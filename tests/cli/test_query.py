@@ -70,7 +70,8 @@ def test_runs_lists_newest_first_and_as_json(two_runs: Path) -> None:
     assert rows[0] | {"started_at": None, "finished_at": None} == {
         "run_id": "run-2", "experiment_id": None, "started_at": None, "finished_at": None,
         "status": "completed", "tasks_planned": 3, "tasks_succeeded": 2, "tasks_failed": 1,
-        "tasks_error": 0, "cost_usd": 1.5, "cut_off": False, "cost_complete": True,
+        "tasks_error": 0, "cost_usd": 1.5, "tasks_ungraded": 0, "cost_complete": True,
+        "cut_off": False,
     }
     code, out, _ = invoke(two_runs, "runs", "--limit", "1")
     assert code == 0
@@ -147,15 +148,24 @@ def test_sql_syntax_error_is_one_line(two_runs: Path) -> None:
 
 def test_diff_marks_regressions_fixes_and_added(two_runs: Path) -> None:
     code, out, _ = invoke(two_runs, "diff", "run-1", "run-2", "--json")
-    assert code == 0
+    assert code == 1  # a regression gates CI (--fail-on regression, the default)
     result = json.loads(out)
     changes = {t["task_key"]: t["change"] for t in result["tasks"]}
-    assert changes == {KEYS[0]: "regression", KEYS[1]: "fix", KEYS[2]: "added"}
+    # KEYS[2] was planned in run-1 and never started there: not run, not "added".
+    assert changes == {KEYS[0]: "regression", KEYS[1]: "fix", KEYS[2]: "not_run"}
     assert result["counts"]["regression"] == 1 and result["counts"]["fix"] == 1
     first = result["tasks"][0]
     assert first["score_delta"] == -1.0 and first["cost_delta"] == 0.0
     code, out, _ = invoke(two_runs, "diff", "run-1", "run-2")
-    assert "1 regression, 1 fix, 0 changed, 0 unchanged, 1 added, 0 removed" in out
+    assert code == 1
+    assert ("1 regression, 1 fix, 0 changed, 1 not run, 0 added, 0 removed, 0 unchanged"
+            in out)
+    # Regressions first, then fixes, then the rest.
+    assert [line.split("\t")[1] for line in out.splitlines()[1:4]] == [
+        "regression", "fix", "not_run"]
+    assert invoke(two_runs, "diff", "run-1", "run-2", "--fail-on", "never")[0] == 0
+    assert invoke(two_runs, "diff", "run-2", "run-2", "--fail-on", "any-change")[0] == 0
+    assert invoke(two_runs, "diff", "run-2", "run-1", "--fail-on", "any-change")[0] == 1
 
 
 WRITER = """

@@ -159,10 +159,11 @@ def test_runs_says_cut_off_and_rounds_costs_for_people(tmp_path: Path) -> None:
             TaskUsage(run_id="killed", task_key="default/t/00", model="mystery",
                       input_tokens=10, cost_usd=None),
         ])
-    table = evalledger(tmp_path, db, "runs")
-    [row] = [line.split("\t") for line in table.stdout.splitlines()[1:]]
-    assert row[4] == "cut off"
-    assert row[-1] == "\u2265 $0.2552"  # rounded, and a floor shown as one
+    table = evalledger(tmp_path, db, "runs").stdout.splitlines()
+    [row] = [dict(zip(table[0].split("\t"), line.split("\t"), strict=True))
+             for line in table[1:]]
+    assert row["status"] == "cut off"
+    assert row["cost_usd"] == "\u2265 $0.2552"  # rounded, and a floor shown as one
     [listed] = [json.loads(line) for line in evalledger(tmp_path, db, "runs",
                                                         "--json").stdout.splitlines()]
     assert (listed["status"], listed["cut_off"], listed["cost_complete"]) == (

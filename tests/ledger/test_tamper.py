@@ -123,8 +123,8 @@ CASES: dict[str, tuple[tuple[str, ...], str]] = {
                                "meta.schema_version is '3'"),
     "meta key added": (("INSERT INTO meta VALUES ('note', 'x')",), "unexpected meta.note"),
     "migration record deleted": (
-        ("DELETE FROM _sqlite_migrations WHERE name = '0004_views_latest_completion'",),
-        "the ledger's 3 migrations make it 3"),
+        ("DELETE FROM _sqlite_migrations WHERE name = '0005_audit_views'",),
+        "but the ledger's 4 migrations make it 4"),
 }
 
 

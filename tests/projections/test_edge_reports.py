@@ -87,7 +87,7 @@ def headings(markdown: str) -> list[str]:
 
 
 REPORT_HEADINGS = [
-    f"Run {RUN}", "Summary", "Tasks", "Tokens and cost", "Drift since the run started",
+    f"Run {RUN}", "Summary", "Variants", "Tasks", "Tokens and cost", "Drift since the run started",
     "Skipped task files", "Environment",
 ]
 
@@ -353,21 +353,17 @@ def _two_runs() -> tuple[RunSummary, RunSummary]:
     return a, b
 
 
-@pytest.mark.xfail(strict=True, reason="open: summary rows cover started keys only; a planned "
-                   "key that never started is counted in tasks_unfinished but has no row, so "
-                   "diff sees it as added/removed. Giving it an UNFINISHED row changes run.json "
-                   "and the views' contract: left for a decision")
-def test_diff_calls_a_planned_but_never_started_key_unfinished_not_removed() -> None:
-    # Summary rows exist only for started keys, so K1 (planned in both runs) is
-    # "removed" from b, and diffing the other way round it is "added".
+def test_diff_calls_a_planned_but_never_started_key_not_run() -> None:
+    # Every planned key has a summary row (a never-started one with no attempts), so K1
+    # (planned in both runs, never started in b) is "not run" in b: neither removed,
+    # nor added the other way round, nor a fix or a regression.
     a, b = _two_runs()
     assert b.tasks_planned == 2 and b.tasks_unfinished == 1
+    assert {r.task_key: r.attempts for r in b.tasks}[K1] == 0
     forward = {t.task_key: t for t in diff_runs(a, b).tasks}
-    assert forward[K1].change != "removed"
-    assert forward[K1].after == "UNFINISHED"
+    assert (forward[K1].change, forward[K1].after) == ("not_run", "NOT RUN")
     backward = {t.task_key: t for t in diff_runs(b, a).tasks}
-    assert backward[K1].change != "added"
-    assert backward[K1].before == "UNFINISHED"
+    assert (backward[K1].change, backward[K1].before) == ("not_run", "NOT RUN")
 
 
 def test_diff_of_runs_without_tasks_exits_alike_as_a_table_and_as_json(tmp_path: Path) -> None:
@@ -394,10 +390,11 @@ def test_diff_of_a_run_with_itself_keeps_none_deltas_for_unfinished_and_unpriced
         RunFinished(run_id=RUN, status=RunStatus.INTERRUPTED),
     ])
     d = diff_runs(s, s)
-    assert d.counts["unchanged"] == 2 and sum(d.counts.values()) == 2
+    assert d.counts["unchanged"] == 1 and d.counts["not_run"] == 1
+    assert sum(d.counts.values()) == 2
     by_key = {t.task_key: t for t in d.tasks}
     assert by_key[K0].cost_delta is None and by_key[K0].score_delta == 0.0
-    assert by_key[K1].before == by_key[K1].after == "UNFINISHED"
+    assert by_key[K1].before == by_key[K1].after == "NOT RUN"
     assert by_key[K1].score_delta is None and by_key[K1].duration_delta is None
 
 
@@ -421,7 +418,7 @@ def test_runs_with_no_task_only_skipped_files_or_only_interruptions_render(
         assert render_json(live) == render_json(rebuild(db, run_id))
         assert (live.tasks_run, live.tasks_succeeded, live.pass_rate) == (0, 0, 0.0)
         md = render_markdown(live)
-        summary_rows = [r for r in table_rows(md) if len(r) == 9]
+        summary_rows = [r for r in table_rows(md) if len(r) == 10]
         assert len(summary_rows) == 2
         result = invoke(db, "report", run_id)
         assert result.exit_code == 0 and result.stdout == md

@@ -399,13 +399,13 @@ def test_summary_counts_tokens_and_money_match_the_model(scenario: Scenario) -> 
             statuses = [a.outcome for a in finals.values()]
             assert isinstance(summary, RunSummary)
             assert summary.tasks_run == len(finals)
-            assert summary.tasks_succeeded + summary.tasks_failed + summary.tasks_error == (
-                summary.tasks_run
-            )
+            assert summary.tasks_succeeded + summary.tasks_failed + summary.tasks_error + (
+                summary.tasks_ungraded) == summary.tasks_run
             for category, count in (
                 (Category.SUCCEEDED, summary.tasks_succeeded),
                 (Category.FAILED, summary.tasks_failed),
                 (Category.ERROR, summary.tasks_error),
+                (Category.UNGRADED, summary.tasks_ungraded),
             ):
                 assert count == sum(1 for s in statuses if s.category is category)
             assert summary.tasks_token_budget_exceeded == statuses.count(
@@ -437,11 +437,13 @@ def test_summary_counts_tokens_and_money_match_the_model(scenario: Scenario) -> 
                     a.tokens[kind] for _, a in model.all_usage()
                 )
 
-            # Per-task rows: one per started key; the status of its latest final attempt.
-            assert [r.task_key for r in summary.tasks] == sorted(model.attempts)
+            # Per-task rows: one per planned key; the status of its latest final attempt
+            # (none, with no attempts, for a key that never started).
+            assert [r.task_key for r in summary.tasks] == sorted(model.planned)
             for row in summary.tasks:
                 final = finals.get(row.task_key)
-                assert row.attempts == max(a.number for a in model.attempts[row.task_key])
+                tries = model.attempts.get(row.task_key, [])
+                assert row.attempts == max((a.number for a in tries), default=0)
                 if final is None:
                     assert row.final_status is None and row.category is None
                 else:

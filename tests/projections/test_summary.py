@@ -74,7 +74,10 @@ def test_buckets_count_each_key_by_its_latest_final_attempt() -> None:
     assert s.pass_rate == pytest.approx(2 / 3, abs=1e-6)
     assert s.max_parallel == 4
     rows = {r.task_key: r for r in s.tasks}
-    assert sorted(rows) == [key(0), key(1), key(2), key(3)]  # started keys only
+    # Every planned key has a row; key(4), never started, one with no attempts.
+    assert sorted(rows) == [key(0), key(1), key(2), key(3), key(4)]
+    assert (rows[key(4)].attempts, rows[key(4)].final_status) == (0, None)
+    assert (rows[key(4)].task_id, rows[key(4)].variant_id) == ("t4", "default")
     assert rows[key(1)].final_status is FinalStatus.SUCCESS and rows[key(1)].attempts == 2
     assert rows[key(1)].error_message is None
     assert rows[key(3)].final_status is None and rows[key(3)].attempts == 2
@@ -103,7 +106,7 @@ def test_budget_sub_counts_are_part_of_failed() -> None:
     assert (s.tasks_run, s.tasks_succeeded, s.tasks_failed, s.tasks_error) == (8, 2, 5, 1)
     assert s.tasks_token_budget_exceeded == 2
     assert s.tasks_cost_budget_exceeded == 1
-    assert "| 8 | 8 | 2 | 5 | 2 | 1 | 1 | 0 | 25.0% |" in render_markdown(s)
+    assert "| 8 | 8 | 2 | 5 | 2 | 1 | 1 | 0 | 0 | 25.0% |" in render_markdown(s)
 
 
 def test_buckets_that_do_not_add_up_are_refused() -> None:
@@ -298,7 +301,7 @@ def test_markdown_report_says_what_a_reader_needs() -> None:
     assert md.startswith(f"# Run {RUN}\n")
     assert "- Status: **completed** (experiment `exp-7`)" in md
     assert "- Max parallel: 3" in md
-    assert "| 3 | 3 | 1 | 1 | 0 | 0 | 1 | 0 | 33.3% |" in md
+    assert "| 3 | 3 | 1 | 1 | 0 | 0 | 1 | 0 | 0 | 33.3% |" in md
     assert f"| {key(0)} | SUCCESS | 1.00 | 3.2s | 0 | unknown |" in md
     # A line break in free text is spelled out: one row stays one row.
     assert f"| {key(1)} | ERROR | 0.00 | 0.0s | 0 | unknown | sandbox\\nvanished |" in md
@@ -387,22 +390,32 @@ def test_live_fold_status_follows_the_lifecycle() -> None:
     assert live.summary().status == "running"
     live.apply(started(key(0)))
     live.apply(completed(key(0), FinalStatus.SUCCESS))
-    assert live.counts() == {Category.SUCCEEDED: 1, Category.FAILED: 0, Category.ERROR: 0}
+    assert live.counts() == {Category.SUCCEEDED: 1, Category.FAILED: 0, Category.ERROR: 0,
+                             Category.UNGRADED: 0}
     live.apply(RunFinished(run_id=RUN, status=RunStatus.COMPLETED))
     assert live.summary().status == "completed"
 
 
 # -- schema 2: views and indexes -------------------------------------------------------------
 
+# The first columns are the ones the first contract promised, in its order: kept
+# stable for audits; later columns are appended.
 SPEC_COLUMNS = {
     "runs": [
         "run_id", "experiment_id", "started_at", "finished_at", "status", "tasks_planned",
         "tasks_succeeded", "tasks_failed", "tasks_error", "cost_usd",
+        "tasks_ungraded", "cost_complete",
     ],
     "task_attempts": [
         "run_id", "task_key", "task_id", "variant_id", "replicate_index", "attempt",
         "started_at", "completed_at", "final_status", "category", "duration_seconds",
         "input_tokens", "output_tokens", "cost_usd", "error_message",
+        "tags", "model", "cache_read_tokens", "cache_write_tokens", "weighted_score",
+        "exit_code",
+    ],
+    "usage": [
+        "run_id", "task_key", "attempt", "ts", "model", "input_tokens", "output_tokens",
+        "cache_read_tokens", "cache_write_tokens", "cost_usd", "seq",
     ],
 }
 SPEC_COLUMNS["task_results"] = SPEC_COLUMNS["task_attempts"]
@@ -413,11 +426,11 @@ def _plan(conn: sqlite3.Connection, sql: str, params: Any = ()) -> str:
 
 
 def test_schema_two_has_the_views_and_the_run_level_index(ledger: Ledger) -> None:
-    assert ledger.schema_version == SCHEMA_VERSION == 4
+    assert ledger.schema_version == SCHEMA_VERSION == 5
     objects = dict(ledger.db.execute(
         "SELECT name, type FROM sqlite_master WHERE type IN ('view', 'index')"
     ).fetchall())
-    for view in ("runs", "task_attempts", "task_results"):
+    for view in ("runs", "task_attempts", "task_results", "usage"):
         assert objects.get(view) == "view"
         assert ledger.db[view].columns_dict.keys() == set(SPEC_COLUMNS[view])
         assert [c.name for c in ledger.db[view].columns] == SPEC_COLUMNS[view]
@@ -502,7 +515,7 @@ def test_a_schema_three_ledger_is_migrated_to_views_with_one_row_per_start(
                               completed(key(0), FinalStatus.SUCCESS)]
     assert _old_ledger(db_path, events, "0004_views_latest_completion") == "3"
     with Ledger(db_path) as ledger:
-        assert ledger.schema_version == 4
+        assert ledger.schema_version == SCHEMA_VERSION
         _, rows = ledger.query("SELECT task_key, final_status FROM task_attempts")
         assert rows == [(key(0), "SUCCESS")]
         assert fold(SummaryFold(RUN), ledger.events(RUN)).summary().tasks_succeeded == 1
@@ -537,7 +550,7 @@ def test_a_schema_one_ledger_is_migrated_and_gets_the_views(db_path: Path) -> No
         assert verify(ledger).ok
         assert ledger.run_ids() == [RUN]
         assert ledger.db.execute("SELECT * FROM runs").fetchall() == [
-            (RUN, "exp", start.ts, end.ts, "completed", 2, 1, 0, 1, 0.25)
+            (RUN, "exp", start.ts, end.ts, "completed", 2, 1, 0, 1, 0.25, 0, 1)
         ]
         assert ledger.db.execute(
             "SELECT task_key, attempt, final_status, category, input_tokens, cost_usd, "
@@ -567,7 +580,7 @@ def test_a_schema_two_ledger_is_given_the_lifecycle_index(db_path: Path) -> None
     assert _old_ledger(db_path, events, "0003_lifecycle_index") == "2"
 
     with Ledger(db_path) as ledger:
-        assert ledger.schema_version == SCHEMA_VERSION == 4
+        assert ledger.schema_version == SCHEMA_VERSION == 5
         issued: list[str] = []
         ledger.db.conn.set_trace_callback(issued.append)
         try:
