@@ -241,8 +241,14 @@ def _static_environment() -> dict[str, object]:
     }
 
 
-def _environment(exit_code: int | None) -> dict[str, object]:
-    return {**_static_environment(), "exit_code": exit_code}
+def _environment(exit_code: int | None, meter: UsageMeter) -> dict[str, object]:
+    """What ran the attempt: this evalledger and Python, the versions the command
+    stated, and the models it used (several: joined, sorted)."""
+    info: dict[str, object] = {**meter.versions, **_static_environment(),
+                               "exit_code": exit_code}
+    if meter.models_used:
+        info["model"] = ", ".join(sorted(meter.models_used))
+    return info
 
 
 def _fits_environment(prompt: str) -> bool:
@@ -385,7 +391,7 @@ async def _attempt(
         criteria=criteria,
         weighted_score=weighted_score(criteria),
         error_message=error,
-        environment_info=_environment(exit_code),
+        environment_info=_environment(exit_code, meter),
         tokens=meter.totals,
         cost_usd=meter.cost_usd if meter.cost_complete else None,
         cost_complete=meter.cost_complete,

@@ -55,7 +55,12 @@ def _tokens(raw: dict[str, Any], input_: str, output: str, cache_read: str,
 
 
 class UsageMeter:
-    """Reads one task's JSON lines; reports usage to record and keeps live totals."""
+    """Reads one task's JSON lines; reports usage to record and keeps live totals.
+
+    It also notes what the transcript says about the agent (docs/tasks.md, "What a
+    task emits"): the versions it states and the models it actually used, for the
+    attempt's ``environment_info``.
+    """
 
     def __init__(
         self, stream_format: str, default_model: str | None, rates: RateCard = DEFAULT_RATES
@@ -68,6 +73,10 @@ class UsageMeter:
         self.cost_complete = True
         self._messages: dict[str, TokenCounts] = {}
         self._estimate: Usage | None = None  # claude-code, until the result line arrives
+        # Versions the command stated ({"type": "version", ...}; Claude Code's init line).
+        self.versions: dict[str, str] = {}
+        # Models a usage report or a message named: what was actually used.
+        self.models_used: set[str] = set()
 
     @property
     def live_tokens(self) -> int:
@@ -80,11 +89,16 @@ class UsageMeter:
 
     def observe(self, data: dict[str, Any]) -> Usage | None:
         """A JSON line arrived; return the usage to record now, if any."""
+        if data.get("type") == "version":
+            self.versions.update(_texts(data))
+            return None
         if self.stream_format == "claude-code":
             return self._claude_code(data)
         if data.get("type") != "usage":
             return None
         model = data.get("model") if isinstance(data.get("model"), str) else self.model
+        if model:
+            self.models_used.add(model)
         tokens = _tokens(data, "input_tokens", "output_tokens", "cache_read_tokens",
                          "cache_write_tokens")
         usage = self._priced(model, data.get("cost_usd"), tokens)
@@ -109,12 +123,16 @@ class UsageMeter:
 
     def _claude_code(self, data: dict[str, Any]) -> Usage | None:
         kind = data.get("type")
-        if kind == "system" and isinstance(data.get("model"), str):
-            self.model = data["model"]
+        if kind == "system" and data.get("subtype", "init") == "init":
+            if isinstance(data.get("model"), str):
+                self.model = data["model"]
+            if isinstance(version := data.get("claude_code_version"), str):
+                self.versions["claude_code_version"] = version
         elif kind == "assistant" and isinstance(data.get("message"), dict):
             message = data["message"]
             if isinstance(message.get("model"), str):
                 self.model = message["model"]
+                self.models_used.add(message["model"])
             raw = message.get("usage")
             if isinstance(raw, dict):
                 self._messages[str(message.get("id", len(self._messages)))] = _anthropic(raw)
@@ -140,6 +158,16 @@ class UsageMeter:
             self.cost_usd = total
         else:  # the sum of finite garbage overflowed: the total is not known
             self.cost_complete = False
+
+
+# environment_info names a version line may not set: they are the runner's own.
+_RESERVED = frozenset({"type", "exit_code", "evalledger", "python", "platform", "model"})
+
+
+def _texts(data: dict[str, Any]) -> dict[str, str]:
+    """A version line's text fields (name -> version), short and without the reserved."""
+    return {k[:100]: v[:200] for k, v in data.items()
+            if isinstance(v, str) and k not in _RESERVED and k}
 
 
 def _anthropic(raw: dict[str, Any]) -> TokenCounts:

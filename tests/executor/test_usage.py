@@ -461,3 +461,25 @@ def test_claude_code_each_result_line_counts() -> None:
 )
 def test_version_numbers_in_names_are_kept(name: str, key: str) -> None:
     assert normalize_model(name) == key
+
+
+# -- what the transcript says about the agent ------------------------------------------------
+
+
+def test_version_lines_and_the_models_used_are_noted() -> None:
+    meter = UsageMeter("native", "task-model")
+    assert meter.observe({"type": "version", "my-agent": "1.4.2", "sdk": "0.9",
+                          "type_extra": 3, "evalledger": "spoofed", "model": "m"}) is None
+    meter.observe(usage(model=SONNET, input_tokens=1))
+    meter.observe(usage(input_tokens=1))  # no model: the task's
+    assert meter.versions == {"my-agent": "1.4.2", "sdk": "0.9"}  # text only, not ours
+    assert meter.models_used == {SONNET, "task-model"}
+
+
+def test_claude_codes_init_line_states_its_version_and_messages_their_model() -> None:
+    meter = UsageMeter("claude-code", None)
+    meter.observe({**init(), "claude_code_version": "2.0.14"})
+    meter.observe(assistant("m1", model="claude-haiku-4-5", input_tokens=1))
+    meter.observe(assistant("m2", input_tokens=1))
+    assert meter.versions == {"claude_code_version": "2.0.14"}
+    assert meter.models_used == {"claude-haiku-4-5", MODEL}
