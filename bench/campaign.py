@@ -68,6 +68,17 @@ class Tally:
     problems: list[str] = field(default_factory=list)
     skipped: str | None = None
     notes: list[str] = field(default_factory=list)
+    kills: list[int] = field(default_factory=list)  # events committed before each SIGKILL
+    ended_first: int = 0  # rounds that ended by themselves before their kill point
+
+    def kill_note(self) -> None:
+        if self.kills or self.ended_first:
+            at_once = sum(1 for k in self.kills if k == 0)
+            self.notes.append(
+                f"{len(self.kills)} SIGKILLs delivered ({at_once} before anything of the run "
+                f"was committed, the others after {min(self.kills or [0])}.."
+                f"{max(self.kills or [0])} events of it); {self.ended_first} rounds ended "
+                "before their kill point")
 
     @contextlib.contextmanager
     def trial(self, name: str) -> Iterator[Checks]:
@@ -157,6 +168,11 @@ def max_seq(db: Path) -> int:
 def run_events(db: Path, run_id: str) -> int:
     rows = _read(db, "SELECT count(*) FROM events WHERE run_id = ?", (run_id,))
     return rows[0][0] if rows else 0
+
+
+def _run_event_ids(trial: Trial, run_id: str) -> set[str]:
+    return {row[0] for row in _read(trial.db, "SELECT event_id FROM events WHERE run_id = ?",
+                                    (run_id,))}
 
 
 def run_started(db: Path, run_id: str) -> bool:
@@ -347,10 +363,15 @@ def kill_at(trial: Trial, args: tuple[str, ...], run_id: str, target: int,
     return runner, None, time.monotonic()
 
 
-def after_kill(trial: Trial, checks: Checks, run_id: str, before: set[tuple[int, str]],
-               killed_at: float, when: str) -> None:
+def after_kill(trial: Trial, checks: Checks, runner: Runner, run_id: str,
+               before: set[tuple[int, str]], killed_at: float, when: str) -> None:
     """What a SIGKILL must leave: no process of the run, no sandbox, every event, a valid
-    ledger."""
+    ledger, and a run in the ledger if its id was printed."""
+    of_run = _run_event_ids(trial, run_id)
+    checks.tally.kills.append(sum(1 for _, event_id in before if event_id in of_run))
+    if runner.stdout().split("\n", 1)[0].strip() == run_id:
+        checks.expect(run_started(trial.db, run_id),
+                      f"{when}: the run id was printed but run.started is not in the ledger")
     checks.left(left_after(trial.mark, killed_at, run_id), f"{KILL_GRACE:g}s after {when}")
     deadline = killed_at + KILL_GRACE
     while (boxes := trial.sandboxes(run_id)) and time.monotonic() < deadline:
@@ -391,6 +412,7 @@ def family_sigkill(root: Path, rng: random.Random, n: int, full: int) -> Tally:
         with tally.trial(f"trial {i}") as checks:
             sigkill_trial(trial, checks, rng, full)
         trial.cleanup()
+    tally.kill_note()
     return tally
 
 
@@ -405,11 +427,12 @@ def sigkill_trial(trial: Trial, checks: Checks, rng: random.Random, full: int) -
         runner, before, killed_at = kill_at(trial, args, run_id, target)
         history.append(f"{args[0]}@+{target}{'' if before is not None else ' (ended)'}")
         if before is None:  # it ended before the target: it must have ended well
+            checks.tally.ended_first += 1
             checks.expect(runner.popen.returncode == 0,
                           f"{runner.argv()} exited {runner.popen.returncode}: "
                           f"{runner.stderr().strip()[-300:]!r}")
             break
-        after_kill(trial, checks, run_id, before, killed_at,
+        after_kill(trial, checks, runner, run_id, before, killed_at,
                    f"kill {k + 1} ({args[0]} at +{target} events)")
     args = run_or_resume(trial, suite, run_id, jobs)
     final = trial.start(*args, run_id=run_id)
@@ -435,6 +458,7 @@ def family_two_runs(root: Path, rng: random.Random, n: int, full: int) -> Tally:
         with tally.trial(f"trial {i}") as checks:
             two_runs_trial(trial, checks, rng, full)
         trial.cleanup()
+    tally.kill_note()
     return tally
 
 
@@ -453,9 +477,11 @@ def two_runs_trial(trial: Trial, checks: Checks, rng: random.Random, full: int) 
         before = committed(trial.db)
         runner.popen.send_signal(signal.SIGKILL)
         killed_at = time.monotonic()
-        if runner.wait() == -signal.SIGKILL:
+        if runner.wait() != -signal.SIGKILL:
+            checks.tally.ended_first += 1
+        else:
             # verify runs while the other run may still be writing: it must pass anyway
-            after_kill(trial, checks, victim, before, killed_at,
+            after_kill(trial, checks, runner, victim, before, killed_at,
                        f"killing run {victim} at +{target} events")
             args = run_or_resume(trial, suite, victim, jobs)
             runners[victim] = trial.start(*args, run_id=victim)
@@ -550,8 +576,9 @@ def disk_full_trial(trial: Trial, checks: Checks, rng: random.Random, variant: s
     rc = runner.wait()
     ended = time.monotonic()
     err = runner.stderr()
-    trial_note = f"{what}: exit {rc}, {err.strip().splitlines()[-1:] or ['']}"
-    checks.tally.notes.append(f"{checks.name}: {trial_note[:240]}")
+    trial_note = (f"{what}: exit {rc} with {len(last)} events seen committed, "
+                  f"{err.strip().splitlines()[-1:] or ['']}")
+    checks.tally.notes.append(f"{checks.name}: {trial_note[:400]}")
     no_traceback(checks, err, "run")
     errors = [line for line in err.splitlines() if line.startswith("Error:")]
     if rc == 2:
@@ -686,6 +713,8 @@ def _refusal(query: str) -> Callable[[Trial, Checks], None]:
         before = _state(trial.dir)
         result = trial.call("sql", query)
         one_error_line(checks, result.returncode, result.stderr, query)
+        checks.tally.notes.append(f"{checks.name}: exit {result.returncode}, "
+                                  f"{result.stderr.strip()[:200]!r}")
         after = _state(trial.dir)
         changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
         checks.expect(not changed, f"{query}: files made or changed: {changed}")
@@ -809,6 +838,10 @@ def main() -> int:
             if os.path.ismount(mount):
                 subprocess.run(["umount", "-l", str(mount)], capture_output=True)
         shutil.rmtree(root, ignore_errors=True)
+    for tally in tallies:  # shorter lines: the root is gone anyway
+        tally.notes = [n.replace(str(root), "$ROOT") for n in tally.notes]
+        tally.problems = [p.replace(str(root), "$ROOT") for p in tally.problems]
+    print(f"(trial folders were under {root}, shown as $ROOT, removed)")
     report(tallies, time.monotonic() - started)
     bad = any(t.failures or t.events_lost or t.processes_left for t in tallies)
     return 1 if bad else 0

@@ -51,6 +51,8 @@ class RunOptions(BaseModel):
     """Stop dispatching once the run has spent this many USD (a resume may raise it)."""
     max_parallel: Annotated[int, _OPERATIONAL] = Field(default=4, ge=1)
     """Tasks at once."""
+    model: str | None = None
+    """The model every task uses, overriding task files and variants."""
     out: Annotated[str, _OPERATIONAL] = "runs"
     """Reports and artifacts go to ``<out>/<run_id>/``."""
     paths: list[str] = []
@@ -61,6 +63,11 @@ class RunOptions(BaseModel):
     """A YAML rate card (absolute path) adding model prices."""
     repeats: int | None = Field(default=None, ge=1)
     """Replicates per task, overriding the experiment and its variants."""
+    sample: int | None = Field(default=None, ge=1)
+    """Run only this many of the tasks found (every variant and replicate of each),
+    chosen by ``seed``: a reproducible subset."""
+    seed: int | None = None
+    """What chose the sample (recorded, so a resume resolves the same subset)."""
     tags: list[str] = []
     """Keep only tasks with ANY of these tags (none: keep all)."""
     timeout: float | None = Field(default=None, gt=0)

@@ -15,6 +15,7 @@ import hashlib
 import json
 import math
 import os
+import random
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -40,7 +41,9 @@ DEFAULT_TIMEOUT = 600.0
 
 class _Strict(BaseModel):
     # No inf or NaN: JSON has no spelling for them, so the ledger would record null.
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # A field's docstring is its description: in `evalledger schema` and the README.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False,
+                              use_attribute_docstrings=True)
 
 
 def _not_empty(command: str | list[str]) -> str | list[str]:
@@ -60,37 +63,59 @@ Command = Annotated[str | list[str], AfterValidator(_not_empty)]
 
 class _Criterion(_Strict):
     weight: Number = Field(default=1.0, gt=0)
+    """Its share of the weighted score."""
 
 
 class ExitCode(_Criterion):
+    """The command's exit code."""
+
     type: Literal["exit_code"]
     equals: Count = 0
+    """The exit code that passes."""
 
 
 class FileExists(_Criterion):
+    """A path exists in the sandbox."""
+
     type: Literal["file_exists"]
     path: str = Field(min_length=1)
+    """Relative to the sandbox; one resolving outside it fails the criterion."""
 
 
 class FileContains(_Criterion):
+    """A file in the sandbox holds every text of ``includes`` and none of ``excludes``."""
+
     type: Literal["file_contains"]
     path: str = Field(min_length=1)
+    """Relative to the sandbox; one resolving outside it fails the criterion."""
     includes: list[str] = []
+    """Texts that must all be in it."""
     excludes: list[str] = []
+    """Texts that must not be in it."""
 
 
 class OutputContains(_Criterion):
+    """What the command printed holds every text of ``includes`` and none of ``excludes``."""
+
     type: Literal["output_contains"]
     includes: list[str] = []
+    """Texts that must all be in the output."""
     excludes: list[str] = []
+    """Texts that must not be in it."""
     stream: Literal["stdout", "stderr", "both"] = "both"
+    """Which output is read (its last 16 MiB)."""
 
 
 class RunCommand(_Criterion):
+    """A command run in the sandbox afterwards (a test suite, say) exits as expected."""
+
     type: Literal["run_command"]
     command: Command
+    """A string runs with /bin/sh -c, a list is the argv."""
     timeout: Number = Field(default=60.0, gt=0)
+    """Seconds; the task's own timeout also cuts it off."""
     expect_exit_code: Count = 0
+    """The exit code that passes."""
 
 
 Criterion = Annotated[
@@ -101,7 +126,9 @@ Criterion = Annotated[
 
 class Budget(_Strict):
     max_tokens: Count | None = Field(default=None, gt=0)
+    """Past this many tokens the task is stopped: TOKEN_BUDGET_EXCEEDED."""
     max_cost_usd: Number | None = Field(default=None, gt=0)
+    """Past this many USD the task is stopped: COST_BUDGET_EXCEEDED."""
 
 
 StreamFormat = Literal["native", "claude-code"]
@@ -114,17 +141,29 @@ class TaskSettings(_Strict):
     """Fields that experiment defaults, task files and variants may all set."""
 
     description: str | None = None
+    """What the task is about, for people."""
     tags: list[str] | None = None
+    """Labels: --tag / --exclude-tag filter on them; reports group by them."""
     prompt: str | None = None
+    """Given to the command on stdin and as $EVALLEDGER_PROMPT."""
     command: Command | None = None
+    """Required. A string runs with /bin/sh -c, a list is the argv."""
     workdir: str | None = Field(default=None, min_length=1)
+    """A folder, relative to the file naming it, copied into a fresh sandbox."""
     env: dict[str, str] | None = None
+    """Environment variables for the command (text or numbers); merged across layers."""
     timeout: Number | None = Field(default=None, gt=0)
+    """Seconds, wall clock, for the whole attempt, criteria included (default 600)."""
     model: str | None = None
+    """The model the command uses: it prices usage lines that carry no cost."""
     stream_format: StreamFormat | None = None
+    """How stdout's JSON lines are read: native (default) or claude-code (stream-json)."""
     budget: Budget | None = None
+    """Limits enforced live: max_tokens, max_cost_usd."""
     success_criteria: list[Criterion] | None = None
+    """Checks of what the command left; all are evaluated. None: it ends NOT_GRADED."""
     skip: bool | None = None
+    """true: the task does not run and is listed as skipped."""
 
     @field_validator("env", mode="before")
     @classmethod
@@ -153,21 +192,36 @@ class TaskSettings(_Strict):
 
 
 class TaskFile(TaskSettings):
+    """A task file (``*.yaml``): one task, run once per variant and replicate."""
+
     task_id: str | None = Field(default=None, pattern=TASK_ID_PATTERN)
+    """Default: the file name without .yaml / .yml; either must match the pattern."""
 
 
 class Variant(TaskSettings):
+    """One configuration every task runs in; it may set any task field."""
+
     variant_id: str = Field(pattern=TASK_ID_PATTERN)
+    """Names the variant in task keys: ``<variant_id>/<task_id>/<NN>``."""
     repeats: Count | None = Field(default=None, ge=1, le=MAX_REPEATS)
+    """Replicates per task in this variant (default: the experiment's)."""
 
 
 class ExperimentFile(_Strict):
+    """An experiment file (``-e``): which tasks, in which variants, how many times."""
+
     experiment_id: str = Field(pattern=TASK_ID_PATTERN)
+    """Names the experiment in reports."""
     tasks: list[str] = Field(min_length=1)
+    """Task files or folders, relative to this file."""
     repeats: Count = Field(default=1, ge=1, le=MAX_REPEATS)
+    """Replicates per task per variant."""
     max_parallel: Count | None = Field(default=None, ge=1)
+    """Tasks at once (default 4; -j overrides)."""
     defaults: TaskSettings = TaskSettings()
+    """Task fields every task starts from (a task file overrides them)."""
     variants: list[Variant] = Field(default=[Variant(variant_id="default")], min_length=1)
+    """The variants (default: one, named default)."""
 
     @field_validator("variants")
     @classmethod
@@ -233,10 +287,12 @@ def content_hash(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Skipped:
-    """A task file that could not be used, and why (recorded as ``task.skipped``)."""
+    """A task file that could not be used, and why (recorded as ``task.skipped``);
+    ``deliberate``: it says ``skip: true``, not a mistake."""
 
     path: str
     reason: str
+    deliberate: bool = False
 
 
 @dataclass
@@ -251,6 +307,8 @@ class TaskSet:
     missing: list[str] = field(default_factory=list)
     # Tasks (task file and variant) the tag filters left out.
     filtered_out: int = 0
+    # Task ids a sample left out.
+    sampled_out: int = 0
 
 
 class TaskLoadError(Exception):
@@ -332,6 +390,7 @@ def load_tasks(
     exclude_tags: Iterable[str] = (),
     overrides: Overrides | None = None,
     missing_ok: bool = False,
+    sample: tuple[int, int] | None = None,
 ) -> TaskSet:
     """Load task files (and an experiment file), resolve them into runnable tasks.
 
@@ -344,6 +403,9 @@ def load_tasks(
         overrides: command-line options, applied last.
         missing_ok: a path that does not exist is listed in ``missing``, not an
             error (a resume, after a finished task's file was deleted).
+        sample: ``(n, seed)``: keep ``n`` of the task ids found (every variant and
+            replicate of each), chosen by ``seed``; the same files and seed always
+            choose the same tasks.
 
     Raises:
         TaskLoadError: a path does not exist, or the experiment file is unusable.
@@ -405,6 +467,10 @@ def load_tasks(
             reason = _describe(e) if isinstance(e, ValidationError) else str(e)
             result.skipped.append(Skipped(str(path), reason))
             continue
+        if marked := [v.variant_id for v, r in zip(variants, per_variant, strict=True)
+                      if r is None]:
+            where = f" (variant {', '.join(marked)})" if exp and len(marked) < len(variants) else ""
+            result.skipped.append(Skipped(str(path), f"skip: true{where}", deliberate=True))
         for resolved in per_variant:
             if not resolved:
                 continue
@@ -413,7 +479,16 @@ def load_tasks(
                 result.filtered_out += 1
                 continue
             result.tasks.extend(resolved)
+    if sample is not None:
+        _keep_sample(result, *sample)
     return result
+
+
+def _keep_sample(result: TaskSet, n: int, seed: int) -> None:
+    ids = sorted({t.task_id for t in result.tasks})
+    chosen = set(random.Random(seed).sample(ids, min(n, len(ids))))
+    result.sampled_out = len(ids) - len(chosen)
+    result.tasks = [t for t in result.tasks if t.task_id in chosen]
 
 
 def _absolute(path: Path) -> str:

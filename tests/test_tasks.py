@@ -258,14 +258,16 @@ def test_a_duplicate_task_id_in_a_later_file_is_skipped_naming_the_first(
     assert str(first) in skip.reason
 
 
-def test_skip_true_tasks_are_left_out_without_a_skipped_entry(tmp_path: Path) -> None:
+def test_skip_true_tasks_are_left_out_and_listed_as_skipped(tmp_path: Path) -> None:
+    # They vanished without a trace; now they are listed, marked deliberate.
     write(tmp_path / "off.yaml", MINIMAL + "skip: true\n")
     write(tmp_path / "on.yaml", MINIMAL + "skip: false\n")
 
     loaded = load_tasks([tmp_path])
 
     assert keys(loaded) == ["default/on/00"]
-    assert loaded.skipped == []
+    assert loaded.skipped == [Skipped(str(tmp_path / "off.yaml"), "skip: true",
+                                      deliberate=True)]
 
 
 def test_a_bad_file_does_not_stop_the_rest(tmp_path: Path) -> None:

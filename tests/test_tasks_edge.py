@@ -293,7 +293,8 @@ def _skipped_run(tmp_path: Path, bad_text: str) -> None:
     result = evalledger(tmp_path, db, "run", str(tasks))
 
     assert "Traceback" not in result.stderr, result.stderr[-600:]
-    assert result.returncode == 0, result
+    assert result.returncode == 1, result  # a skipped file fails the run, said so
+    assert "1 task file(s) skipped" in result.stdout
     run_id = result.out_lines[0]
     skipped = of_type(events(db, run_id), "task.skipped")
     assert [Path(e.path).name for e in skipped] == [bad.name]
@@ -349,8 +350,8 @@ def test_cli_a_non_utf8_path_does_not_crash_the_run(tmp_path: Path, where: str) 
     skipped = [line for line in result.err_lines if line.startswith("skipped ")]
     assert len(skipped) == 1, result.stderr
     assert skipped[0].endswith("the path is not valid UTF-8: rename the file or its folder")
-    if where == "file name":  # the other file runs
-        assert result.returncode == 0, result
+    if where == "file name":  # the other file runs; the skipped one fails the run
+        assert result.returncode == 1, result
         assert any(line.startswith("SUCCESS") and "default/ok/00" in line
                    for line in result.out_lines), result.stdout
     else:  # nothing is left to run

@@ -28,6 +28,14 @@ from ._run import execute, exit_code, load_rates, load_task_set, warn_unpriced
 @click.option("--strict", is_flag=True, help="Refuse to resume when the configuration drifted.")
 @click.option("--retry-errors", is_flag=True,
               help="Also re-run tasks that ended in the error category (ERROR, BUILD_FAILED).")
+@click.option("--rerun-failed", is_flag=True,
+              help="Also re-run tasks that ended in the failed category (FAILURE, TIMEOUT, "
+                   "budgets).")
+@click.option("--rerun", "rerun", multiple=True, metavar="KEY_OR_GLOB",
+              help="Also re-run these task keys (globs such as 'baseline/*' too), however "
+                   "they ended. Repeatable.")
+@click.option("--model", help="The model every task uses from now on (drift: the "
+                              "definitions change).")
 @click.option("-j", "--max-parallel", type=click.IntRange(min=1),
               help="Tasks at once (default: as the run had it).")
 @click.option("--max-cost", type=PositiveNumber(),
@@ -38,24 +46,28 @@ from ._run import execute, exit_code, load_rates, load_task_set, warn_unpriced
 @click.option("--kill-grace", type=PositiveNumber(),
               help="Seconds between SIGTERM and SIGKILL when a task is ended (default: "
                    f"{RunOptions.default('kill_grace')}, or as the run had it).")
+@click.option("--allow-skipped", is_flag=True,
+              help="Task files the run could not use do not make the exit code 1.")
 @click.option("--stream", is_flag=True, help="Print task output as it arrives.")
 @click.option("--durable", is_flag=True, help="synchronous=FULL for this resume's commits.")
 @pass_settings
 def resume(
-    settings: Settings, run: str, strict: bool, retry_errors: bool, max_parallel: int | None,
-    max_cost: float | None, relocate: str | None, kill_grace: float | None, stream: bool,
-    durable: bool,
+    settings: Settings, run: str, strict: bool, retry_errors: bool, rerun_failed: bool,
+    rerun: tuple[str, ...], model: str | None, max_parallel: int | None,
+    max_cost: float | None, relocate: str | None, kill_grace: float | None,
+    allow_skipped: bool, stream: bool, durable: bool,
 ) -> None:
     """Resume a run: run its unfinished tasks (and, on request, its errors) again.
 
     RUN is a run id, a unique prefix, or `latest`. Tasks with a final status are
-    kept; interrupted and never-started ones run, as a new attempt. Drift since
-    the run began (an edited task, a changed option) is printed and, with
-    --strict, refused.
+    kept; interrupted and never-started ones run, as a new attempt, and so do
+    those --retry-errors, --rerun-failed and --rerun name. Tasks defined since the
+    run began join it. Drift since the run began (an edited task, a changed
+    option, a new task) is printed and, with --strict, refused.
 
     Example:
 
-        evalledger resume latest --retry-errors
+        evalledger resume latest --rerun-failed --rerun 'candidate/*'
     """
     moved = _relocation(relocate)
     # Named first through a read-only handle: resuming a run that is not there
@@ -76,6 +88,7 @@ def resume(
                 running_pid=running_pid(state.host, state.finished),
                 retry_errors=retry_errors, strict=strict, max_parallel=max_parallel,
                 max_cost_usd=max_cost, relocate=moved, kill_grace=kill_grace,
+                rerun_failed=rerun_failed, rerun=rerun, model=model,
             )
         except ResumeRefused as e:
             for line in e.drift.lines():
@@ -85,10 +98,14 @@ def resume(
             click.echo(f"drift: {line}", err=True)
         for key in plan.undefined:
             click.echo(f"warning: {key} is no longer defined; it cannot run", err=True)
+        if plan.added:
+            click.echo(f"adding {len(plan.added)} new task(s) to the run: "
+                       + ", ".join(plan.added[:10]) + (" ..." if len(plan.added) > 10 else ""),
+                       err=True)
         click.echo(run_id)
         if not plan.to_run:
             click.echo(f"run {run_id}: nothing to resume ({len(plan.partition.kept)} tasks kept)")
-            raise SystemExit(exit_code(live.summary()))
+            raise SystemExit(exit_code(live.summary(), allow_skipped=allow_skipped))
         click.echo(f"resuming {len(plan.to_run)} task(s), keeping {len(plan.partition.kept)}",
                    err=True)
         rates = load_rates(plan.options.pricing)
@@ -100,12 +117,17 @@ def resume(
         # All tasks go in, so run.resumed fingerprints the whole run; skip filters.
         execute(
             ledger, plan.tasks.tasks, [], config, stream=stream, live=live,
+            allow_skipped=allow_skipped,
             resume=Resume(
                 skip=plan.skip,
                 attempts=plan.partition.attempts,
                 drift={"lines": plan.drift.lines()} if plan.drift.any else {},
                 spent_usd=plan.spent_usd,
                 boundary_seq=plan.boundary_seq,
+                added=tuple(plan.added),
+                rerun=tuple(rerun),
+                rerun_failed=rerun_failed,
+                retry_errors=retry_errors,
             ),
         )
 

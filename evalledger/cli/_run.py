@@ -20,7 +20,7 @@ from typing import NoReturn, get_args
 import click
 import trio
 
-from evalledger._text import money
+from evalledger._text import money, visible
 from evalledger.executor import BatchConfig, BatchResult, Callbacks, Resume, run_batch
 from evalledger.ledger import Ledger, RunConflict
 from evalledger.options import PreservationMode, RunOptions
@@ -58,8 +58,10 @@ def load_task_set(options: RunOptions, *, missing_ok: bool = False) -> TaskSet:
         task_set = load_tasks(
             options.paths, experiment=options.experiment, include_tags=options.tags,
             exclude_tags=options.exclude_tags,
-            overrides=Overrides(timeout=options.timeout, repeats=options.repeats),
+            overrides=Overrides(timeout=options.timeout, repeats=options.repeats,
+                                model=options.model),
             missing_ok=missing_ok,
+            sample=None if options.sample is None else (options.sample, options.seed or 0),
         )
     except TaskLoadError as e:
         raise UserError(str(e)) from e
@@ -67,7 +69,7 @@ def load_task_set(options: RunOptions, *, missing_ok: bool = False) -> TaskSet:
         click.echo(f"warning: {path} no longer exists; its tasks cannot run (if the suite "
                    "moved: resume --relocate OLD=NEW)", err=True)
     for skip in task_set.skipped:
-        click.echo(f"skipped {skip.path}: {skip.reason}", err=True)
+        click.echo(f"skipped {visible(skip.path)}: {visible(skip.reason)}", err=True)
     if not task_set.tasks:
         raise UserError(_nothing_to_run(options, task_set))
     return task_set
@@ -138,6 +140,11 @@ async def _run_with_signals(
               show_default=True, help="Reports and artifacts go to OUT/RUN_ID/.")
 @click.option("--timeout", type=PositiveNumber(),
               help="Seconds per task, overriding task files.")
+@click.option("--model", help="The model every task uses, overriding task files and variants.")
+@click.option("--sample", type=click.IntRange(min=1),
+              help="Run only N of the tasks found (every variant and replicate of each).")
+@click.option("--seed", type=int,
+              help="What chooses the --sample (default: a random seed, recorded and printed).")
 @click.option("--max-cost", type=PositiveNumber(),
               help="Stop dispatching once the run has spent this many USD.")
 @click.option("--preservation-mode", type=click.Choice(get_args(PreservationMode)),
@@ -153,19 +160,24 @@ async def _run_with_signals(
               help="synchronous=FULL: every commit survives power loss, not just a crash.")
 @click.option("--junit-xml", "junit_xml", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the results as JUnit XML to this file (for CI).")
+@click.option("--allow-skipped", is_flag=True,
+              help="Task files that cannot be used (recorded as skipped) do not make the exit "
+                   "code 1.")
 @pass_settings
 def run(
     settings: Settings, paths: tuple[str, ...], experiment: str | None, tags: tuple[str, ...],
     exclude_tags: tuple[str, ...], max_parallel: int | None, repeats: int | None,
-    run_id: str | None, out: Path, timeout: float | None, max_cost: float | None,
+    run_id: str | None, out: Path, timeout: float | None, model: str | None,
+    sample: int | None, seed: int | None, max_cost: float | None,
     preservation_mode: PreservationMode, pricing: str | None, kill_grace: float | None,
-    stream: bool, durable: bool, junit_xml: Path | None,
+    stream: bool, durable: bool, junit_xml: Path | None, allow_skipped: bool,
 ) -> None:
     """Run a batch of tasks and record every event in the ledger.
 
     PATHS are task files or folders of them. Prints the run id first, a line per
     finished task, and a summary last. Exit code: 0 all succeeded, 1 some task
-    failed or errored, 2 usage/config/ledger error, 130 interrupted.
+    failed or errored or a task file could not be used, 2 usage/config/ledger
+    error, 130 interrupted.
 
     Example:
 
@@ -185,7 +197,8 @@ def run(
         tags=list(tags), exclude_tags=list(exclude_tags), repeats=repeats, timeout=timeout,
         max_cost_usd=max_cost, preservation_mode=preservation_mode, out=str(out.resolve()),
         cwd=os.getcwd(), pricing=str(Path(pricing).resolve()) if pricing else None,
-        kill_grace=kill_grace or RunOptions.default("kill_grace"),
+        kill_grace=kill_grace or RunOptions.default("kill_grace"), model=model,
+        sample=sample, seed=_seed(seed) if sample is not None else seed,
     )
     task_set = load_task_set(options)
     if parallel := max_parallel or task_set.max_parallel:
@@ -203,7 +216,7 @@ def run(
             # A run id already taken (now, or by a process racing this one) is refused
             # when run.started is appended: RunConflict, under the write lock.
             execute(ledger, task_set.tasks, task_set.skipped, config, stream=stream,
-                    announce=True, junit=junit_xml)
+                    announce=True, junit=junit_xml, allow_skipped=allow_skipped)
         except RunConflict:
             raise  # the folder is the existing run's
         except Exception:
@@ -229,6 +242,14 @@ def make_folders(folder: Path) -> list[Path]:
     return missing
 
 
+def _seed(seed: int | None) -> int:
+    """The sample's seed: the one given, or a new one, said so it can be given again."""
+    if seed is None:
+        seed = secrets.randbelow(2**32)
+        click.echo(f"sampling with --seed {seed}", err=True)
+    return seed
+
+
 def warn_unpriced(tasks: list[ResolvedTask], rates: RateCard) -> list[str]:
     unpriced = rates.unpriced(t.model for t in tasks)
     for model in unpriced:
@@ -249,14 +270,15 @@ def load_rates(path: str | None) -> RateCard:
 def execute(
     ledger: Ledger, tasks: list[ResolvedTask], skipped: list[Skipped], config: BatchConfig,
     *, stream: bool, resume: Resume | None = None, live: SummaryFold | None = None,
-    announce: bool = False, junit: Path | None = None,
+    announce: bool = False, junit: Path | None = None, allow_skipped: bool = False,
 ) -> NoReturn:
     """Run the batch, write the reports from the live summary, exit with the run's code.
 
     ``live`` may arrive already holding the run's earlier events (a resume). With
     ``announce``, the run id is printed first, once ``run.started`` is committed:
     a run id on stdout always names a run that is in the ledger. ``junit``: also
-    write the summary there as JUnit XML.
+    write the summary there as JUnit XML. ``allow_skipped``: task files that could
+    not be used do not make the exit code 1.
     """
     live = live or SummaryFold(config.run_id)
     total = len(set(live.planned) | {t.task_key for t in tasks})
@@ -290,13 +312,15 @@ def execute(
             err=True,
         )
         sys.exit(EXIT_INTERRUPTED)
-    sys.exit(exit_code(summary))
+    sys.exit(exit_code(summary, allow_skipped=allow_skipped))
 
 
-def exit_code(summary: RunSummary) -> int:
-    """0 when every planned task succeeded (or ran ungraded), else 1 (docs/cli.md)."""
+def exit_code(summary: RunSummary, *, allow_skipped: bool = False) -> int:
+    """0 when every planned task succeeded (or ran ungraded) and no task file was
+    skipped as unusable (unless allowed), else 1 (docs/cli.md)."""
     done = summary.tasks_succeeded + summary.tasks_ungraded
-    return EXIT_OK if done == summary.tasks_planned else EXIT_TASKS_FAILED
+    broken = bool(summary.broken_files) and not allow_skipped
+    return EXIT_OK if done == summary.tasks_planned and not broken else EXIT_TASKS_FAILED
 
 
 def _summary_line(s: RunSummary) -> str:
@@ -304,8 +328,9 @@ def _summary_line(s: RunSummary) -> str:
     if not s.cost_complete:
         cost += f" ({unpriced_line(s)})"
     ungraded = f", {s.tasks_ungraded} ungraded" if s.tasks_ungraded else ""
+    skipped = f"; {len(s.broken_files)} task file(s) skipped" if s.broken_files else ""
     return (
         f"run {s.run_id} {s.status}: {s.tasks_run} of {s.tasks_planned} tasks run, "
         f"{s.tasks_succeeded} succeeded, {s.tasks_failed} failed, {s.tasks_error} error"
-        f"{ungraded}; cost {cost}"
+        f"{ungraded}{skipped}; cost {cost}"
     )

@@ -106,6 +106,12 @@ class Resume:
     # another process resumed the run since, this one is refused (RunConflict).
     # None: no check.
     boundary_seq: int | None = None
+    # What was asked, recorded in run.resumed: keys new since the run began, and
+    # which finished keys run again.
+    added: tuple[str, ...] = ()
+    rerun: tuple[str, ...] = ()
+    rerun_failed: bool = False
+    retry_errors: bool = False
 
 
 @dataclass
@@ -241,7 +247,8 @@ async def _run(
         try:
             for skip in skipped:
                 await writer.append(
-                    TaskSkipped(run_id=config.run_id, path=skip.path, reason=skip.reason)
+                    TaskSkipped(run_id=config.run_id, path=skip.path, reason=skip.reason,
+                                deliberate=skip.deliberate)
                 )
             _call(callbacks.on_batch_start, len(to_run))
             async with trio.open_nursery() as nursery:
@@ -279,7 +286,9 @@ def _opening(
         return RunResumed(
             run_id=config.run_id, fingerprint=print_, drift=resume.drift, host=host_info(),
             to_run=[t.task_key for t in to_run], max_parallel=config.max_parallel,
-            batch_token=token, sandbox_root=str(sandbox_root),
+            batch_token=token, sandbox_root=str(sandbox_root), added=list(resume.added),
+            rerun=list(resume.rerun), rerun_failed=resume.rerun_failed,
+            retry_errors=resume.retry_errors,
         )
     return RunStarted(
         run_id=config.run_id,

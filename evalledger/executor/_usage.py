@@ -57,9 +57,9 @@ def _tokens(raw: dict[str, Any], input_: str, output: str, cache_read: str,
 class UsageMeter:
     """Reads one task's JSON lines; reports usage to record and keeps live totals.
 
-    It also notes what the transcript says about the agent (docs/tasks.md, "What a
-    task emits"): the versions it states and the models it actually used, for the
-    attempt's ``environment_info``.
+    It also notes what the transcript says about the agent: the versions it states
+    and the models it actually used, for the attempt's ``environment_info`` (see
+    docs/tasks.md, "What a task emits").
     """
 
     def __init__(

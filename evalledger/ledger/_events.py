@@ -216,17 +216,26 @@ class RunStarted(_Event):
 
 class RunResumed(_Event):
     type: Literal[EventType.RUN_RESUMED] = EventType.RUN_RESUMED
+    # Keys defined since the run began: they join it with this resume.
+    added: list[str] = []
     batch_token: str | None = None
     drift: JsonObject = {}
     fingerprint: Fingerprint = Fingerprint()
     host: JsonObject = {}
     max_parallel: int = 1
+    # Which finished keys were asked to run again: --rerun patterns, --rerun-failed
+    # (the failed category), --retry-errors (the error category).
+    rerun: list[str] = []
+    rerun_failed: bool = False
+    retry_errors: bool = False
     sandbox_root: str | None = None
     to_run: list[str] = []
 
 
 class TaskSkipped(_Event):
     type: Literal[EventType.TASK_SKIPPED] = EventType.TASK_SKIPPED
+    # True when the file says `skip: true`: left out on purpose, not broken.
+    deliberate: bool = False
     path: str
     reason: str
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -111,6 +112,11 @@ class ResumeFold(Fold):
         self._latest[event.task_key] = None
 
     @property
+    def planned(self) -> list[str]:
+        """Every key the run planned (or started), in first-planned order."""
+        return list(self._planned)
+
+    @property
     def options(self) -> RunOptions:
         """The run's options as its latest start or resume ran them (a raised budget, a
         relocated suite hold); ``run.started``'s config when nothing later says."""
@@ -121,12 +127,19 @@ class ResumeFold(Fold):
                 pass
         return self.config
 
-    def partition(self, *, retry_errors: bool = False) -> Partition:
+    def partition(self, *, retry_errors: bool = False, rerun_failed: bool = False,
+                  rerun: Sequence[str] = ()) -> Partition:
+        """Kept and to-run keys. Unfinished keys run; with ``retry_errors`` keys in the
+        error category too, with ``rerun_failed`` those in the failed category, and keys
+        matching a ``rerun`` pattern (a key or an ``fnmatch`` glob) whatever they ended."""
+        again = {Category.ERROR} if retry_errors else set()
+        again |= {Category.FAILED} if rerun_failed else set()
         kept: list[str] = []
         to_run: list[str] = []
         for key in self._planned:
             category = self._latest.get(key)
-            finished = category is not None and not (retry_errors and category == Category.ERROR)
+            finished = (category is not None and category not in again
+                        and not any(fnmatchcase(key, p) for p in rerun))
             (kept if finished else to_run).append(key)
         return Partition(
             run_id=self.run_id, kept=kept, to_run=to_run, attempts=dict(self._attempts)
@@ -205,7 +218,9 @@ class ResumePlan:
     drift: Drift
     partition: Partition
     to_run: list[str]
-    """Keys that will run: unfinished (or retried) and still defined."""
+    """Keys that will run: unfinished (or rerun) and still defined, and the added ones."""
+    added: list[str]
+    """Keys defined since the run began (new tasks): they join the run now."""
     undefined: list[str]
     """Keys that should run but are no longer defined: they cannot."""
     spent_usd: float
@@ -230,6 +245,9 @@ def plan_resume(
     max_cost_usd: float | None = None,
     relocate: tuple[str, str] | None = None,
     kill_grace: float | None = None,
+    rerun_failed: bool = False,
+    rerun: Sequence[str] = (),
+    model: str | None = None,
 ) -> ResumePlan:
     """Decide what resuming a run does, by the rules of docs/results.md.
 
@@ -245,12 +263,16 @@ def plan_resume(
         max_parallel: tasks at once (default: as the run had it).
         max_cost_usd: a new run-level budget (default: the latest one recorded).
         kill_grace: seconds between SIGTERM and SIGKILL (default: as the run had it).
+        rerun_failed: also run keys whose latest status is in the failed category.
+        rerun: also run the keys matching these (task keys or globs), whatever they ended.
+        model: the model every task uses from now on (its definitions change: drift).
         relocate: ``(old, new)``: the suite moved; recorded paths under ``old`` are read
             under ``new`` (not drift; later resumes keep the new place).
 
     Raises:
         ResumeRefused: no such run, still running, a relocation that moves nothing,
-            drifted under ``strict``, or its budget is spent while there is work left.
+            a ``rerun`` pattern that matches no key, drifted under ``strict`` (new
+            tasks included), or its budget is spent while there is work left.
     """
     run_id = state.run_id
     if not state.found:
@@ -271,6 +293,8 @@ def plan_resume(
             RunOptions.model_validate(stored.options), *relocate).model_dump(mode="json")}
         ) if stored.options else stored
         latest = moved
+    if model is not None:
+        latest = latest.model_copy(update={"model": model})
     task_set = load(latest)
     options = latest.model_copy(update={
         "max_parallel": max_parallel or latest.max_parallel,
@@ -284,9 +308,16 @@ def plan_resume(
             "resume without --strict to go on anyway",
             drift,
         )
-    partition = state.partition(retry_errors=retry_errors)
+    planned = state.planned
+    if unmatched := [p for p in rerun if not any(fnmatchcase(k, p) for k in planned)]:
+        raise ResumeRefused(f"--rerun {unmatched[0]!r} matches no task key of run {run_id} "
+                            "(see `evalledger show`)", drift)
+    partition = state.partition(retry_errors=retry_errors, rerun_failed=rerun_failed,
+                                rerun=rerun)
     defined = {t.task_key for t in task_set.tasks}
-    to_run = [k for k in partition.to_run if k in defined]
+    # Tasks defined since the run began join it: planned by this resume, run now.
+    added = [k for k in drift.added if k in defined and k not in set(planned)]
+    to_run = [k for k in partition.to_run if k in defined] + added
     if to_run and options.max_cost_usd is not None and spent_usd > options.max_cost_usd:
         raise ResumeRefused(
             f"run {run_id} already spent ${spent_usd:.4f} of its ${options.max_cost_usd:.4f} "
@@ -300,6 +331,7 @@ def plan_resume(
         drift=drift,
         partition=partition,
         to_run=to_run,
+        added=added,
         undefined=[k for k in partition.to_run if k not in defined],
         spent_usd=spent_usd,
         boundary_seq=state.boundary_seq,

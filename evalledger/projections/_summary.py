@@ -71,6 +71,8 @@ class SkippedFile(BaseModel):
 
     path: str
     reason: str
+    deliberate: bool = False
+    """It says ``skip: true``: left out on purpose, not broken."""
 
 
 class ModelUsage(BaseModel):
@@ -181,6 +183,11 @@ class RunSummary(BaseModel):
 
     def anchored(self, anchor: Anchor | None) -> RunSummary:
         return self.model_copy(update={"anchor": anchor})
+
+    @property
+    def broken_files(self) -> list[SkippedFile]:
+        """Task files that could not be used (not those that say ``skip: true``)."""
+        return [k for k in self.skipped_tasks if not k.deliberate]
 
     @property
     def unpriced(self) -> list[ModelUsage]:
@@ -307,7 +314,8 @@ class SummaryFold(Fold):
 
     @on(TaskSkipped)
     def _task_skipped(self, event: TaskSkipped) -> None:
-        self.skipped.append(SkippedFile(path=event.path, reason=event.reason))
+        self.skipped.append(SkippedFile(path=event.path, reason=event.reason,
+                                        deliberate=event.deliberate))
 
     # -- the live view reads these directly ----------------------------------------------------
 

@@ -439,8 +439,9 @@ def test_task_files_with_unusual_names(tmp_path: Path) -> None:
     (tasks / "notes.txt").write_text("not a task\n")
     db = tmp_path / "l.db"
     result = evalledger(tmp_path, db, "run", str(tasks))
-    assert result.returncode == 0, result
+    assert result.returncode == 1, result  # skipped files fail the run (--allow-skipped)
     assert "Traceback" not in result.stderr
+    assert "4 task file(s) skipped" in result.stdout
     skipped = [line for line in result.err_lines if line.startswith("skipped ")]
     assert len(skipped) == 4, result.stderr
     assert "default/ok/00" in result.stdout

@@ -444,7 +444,9 @@ def test_malformed_task_file_is_skipped_and_recorded(tmp_path: Path) -> None:
     )
     db = tmp_path / "l.db"
     result = evalledger(tmp_path, db, "run", str(mixed))
-    assert result.returncode == 0, result  # a skipped file is not fatal
+    # Not fatal: the rest ran; but said, and the exit code is 1 (unless --allow-skipped).
+    assert result.returncode == 1, result
+    assert "1 task file(s) skipped" in result.stdout
     assert [line for line in result.err_lines if line.startswith("skipped ")] == [
         f"skipped {bogus}: unknown key 'bogus'"
     ]

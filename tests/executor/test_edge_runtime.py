@@ -474,7 +474,9 @@ def test_a_lone_surrogate_in_a_task_file_is_skipped_not_a_traceback(tmp_path: Pa
     (suite / "good.yaml").write_text('command: "true"\nsuccess_criteria: [{type: exit_code}]\n')
     done = evalledger(tmp_path, tmp_path / "l.db", "run", str(suite))
     assert "Traceback" not in done.stderr, done.stderr[-800:]
-    assert done.returncode == 0, done  # the good task succeeded; the bad one is skipped
+    # The good task succeeded; the bad one is skipped, which fails the run (said so).
+    assert done.returncode == 1, done
+    assert "1 task file(s) skipped" in done.stdout
     with Ledger(tmp_path / "l.db", read_only=True) as ledger:
         events = list(ledger.events())
     [skipped] = [e for e in events if e.type == "task.skipped"]

@@ -401,7 +401,8 @@ def test_drift_is_reported_and_refused_under_strict() -> None:
         f"task {key(0)}: definition changed", f"task {key(2)}: new",
         f"task {key(1)}: no longer defined",
     ]
-    assert plan.to_run == [key(0)]
+    assert plan.to_run == [key(0), key(2)]  # the new task joins the run
+    assert plan.added == [key(2)]
     assert plan.undefined == [key(1)]  # should run, cannot
     with pytest.raises(ResumeRefused, match="drifted since it started") as refused:
         plan_resume(state, load=Loader(now), spent_usd=0.0, strict=True)
@@ -420,3 +421,36 @@ def test_a_run_without_run_started_cannot_be_resumed() -> None:
     state = fold(ResumeFold(RUN), [started(key(0))])
     with pytest.raises(ResumeRefused, match=r"has no run\.started event"):
         plan_resume(state, load=Loader([]), spent_usd=0.0)
+
+
+def test_rerun_failed_and_rerun_patterns_choose_finished_keys_again() -> None:
+    tasks = [_task(i) for i in range(4)]
+    state = _run_of(
+        tasks,
+        started(key(0)), completed(key(0)),
+        started(key(1)), completed(key(1), FinalStatus.FAILURE),
+        started(key(2)), completed(key(2), FinalStatus.TIMEOUT),
+        started(key(3)), completed(key(3), FinalStatus.ERROR),
+    )
+    load = Loader(tasks)
+    assert plan_resume(state, load=load, spent_usd=0.0).to_run == []
+    assert plan_resume(state, load=load, spent_usd=0.0, rerun_failed=True).to_run == [
+        key(1), key(2)]
+    assert plan_resume(state, load=load, spent_usd=0.0, rerun=["default/t0/*"]).to_run == [
+        key(0)]
+    every = plan_resume(state, load=load, spent_usd=0.0, rerun=["*"], retry_errors=True)
+    assert every.to_run == [key(i) for i in range(4)]
+    with pytest.raises(ResumeRefused, match="matches no task key"):
+        plan_resume(state, load=load, spent_usd=0.0, rerun=["other/*"])
+
+
+def test_a_model_given_at_resume_changes_the_definitions() -> None:
+    tasks = [_task(0)]
+    state = _run_of(tasks)
+
+    def load(options: RunOptions) -> TaskSet:
+        return TaskSet(tasks=[t.model_copy(update={"model": options.model}) for t in tasks])
+
+    plan = plan_resume(state, load=load, spent_usd=0.0, model="claude-haiku-4-5")
+    assert plan.options.model == "claude-haiku-4-5"
+    assert plan.drift.options == {"model": (None, "claude-haiku-4-5")}

@@ -1,0 +1,125 @@
+"""The task-file reference, made from the models that read task and experiment files.
+
+``evalledger schema`` prints the JSON Schema of either file (for an editor's
+completion and checks); ``reference_markdown`` renders the README's task-file
+reference from the same models, field by field with its type, default and
+docstring, so the two cannot say different things (a test compares the README
+with it).
+"""
+
+from __future__ import annotations
+
+import json
+import types
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+from .tasks import (
+    TASK_ID_PATTERN,
+    Budget,
+    ExitCode,
+    ExperimentFile,
+    FileContains,
+    FileExists,
+    OutputContains,
+    RunCommand,
+    TaskFile,
+    Variant,
+)
+
+SCHEMAS: dict[str, type[BaseModel]] = {"task": TaskFile, "experiment": ExperimentFile}
+CRITERIA = (ExitCode, FileExists, FileContains, OutputContains, RunCommand)
+BEGIN = "<!-- task-file reference: made by `evalledger schema --format markdown` -->"
+END = "<!-- end of the task-file reference -->"
+
+
+def json_schema(kind: str) -> str:
+    """The JSON Schema of a task file (``task``) or an experiment file (``experiment``)."""
+    schema = SCHEMAS[kind].model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
+
+
+def _type(annotation: Any) -> str:
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        return _type(args[0])
+    if origin in (Union, types.UnionType):
+        shown = [_type(a) for a in args if a is not type(None)]
+        return " or ".join(dict.fromkeys(shown))
+    if origin is Literal:
+        return " \\| ".join(f"`{a}`" for a in args)
+    if origin is list:
+        if set(CRITERIA) & set(get_args(get_args(args[0])[0]) if get_args(args[0]) else ()):
+            return "list of criteria (below)"
+        return f"list of {_type(args[0])}"
+    if origin is dict:
+        return "mapping of text"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return {"TaskSettings": "task fields"}.get(annotation.__name__,
+                                                   annotation.__name__.lower())
+    return {str: "text", int: "integer", float: "number", bool: "boolean"}.get(
+        annotation, str(annotation))
+
+
+def _default(field: FieldInfo) -> str:
+    if field.is_required():
+        return "required"
+    value = field.get_default(call_default_factory=True)
+    if value is None or value == [] or isinstance(value, BaseModel):
+        return "-"
+    if isinstance(value, list):  # the default variants: described in the meaning
+        return "see meaning"
+    return f"`{json.dumps(value)}`"
+
+
+def _text(doc: str | None) -> str:
+    """A docstring as one table cell of Markdown."""
+    return " ".join((doc or "").split()).replace("``", "`").replace("|", "\\|")
+
+
+def _table(model: type[BaseModel], leave_out: tuple[str, ...] = (),
+           first: tuple[str, ...] = ()) -> list[str]:
+    lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    names = [*first, *(n for n in model.model_fields if n not in first)]
+    for name in names:
+        field = model.model_fields[name]
+        if name in leave_out:
+            continue
+        meaning = _text(field.description)
+        lines.append(f"| `{name}` | {_type(field.annotation)} | {_default(field)} | {meaning} |")
+    return lines
+
+
+def reference_markdown() -> str:
+    """The task-file reference as Markdown (what the README shows between its markers)."""
+    lines = [
+        BEGIN,
+        "",
+        f"**Task files** (`*.yaml` / `*.yml`). The file name without its suffix is the "
+        f"task id unless `task_id` says otherwise; either must match "
+        f"`{TASK_ID_PATTERN}` (so `Fix-Discount.yaml` is skipped, with that reason). "
+        "Unknown keys are refused.",
+        "",
+        *_table(TaskFile, first=("task_id",)),
+        "",
+        "**Success criteria** (`type` chooses; every criterion also takes `weight`, "
+        "default 1):",
+        "",
+        "| type | keys | checks |",
+        "|---|---|---|",
+    ]
+    for criterion in CRITERIA:
+        kind = criterion.model_fields["type"].annotation
+        keys = ", ".join(f"`{n}`" for n in criterion.model_fields if n not in ("type", "weight"))
+        lines.append(f"| `{get_args(kind)[0]}` | {keys} | {_text(criterion.__doc__)} |")
+    lines += ["", "**Budget** (`budget:`):", "", *_table(Budget), "",
+              "**Experiment files** (`-e FILE`):", "", *_table(ExperimentFile), "",
+              "**Variants** (`variants:`) take every task key above (but `task_id`) and:",
+              "", *_table(Variant, leave_out=tuple(TaskFile.model_fields)), "", END]
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["json_schema", "reference_markdown"]

@@ -1,0 +1,54 @@
+"""``evalledger._reference``: the README's task-file reference is the one the models make,
+and ``evalledger schema`` gives JSON Schemas that accept the bundled examples."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from evalledger._reference import BEGIN, END, reference_markdown
+from evalledger.cli import cli
+from evalledger.tasks import ExperimentFile, TaskFile
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_readme_holds_the_reference_the_models_make() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    start, end = readme.index(BEGIN), readme.index(END) + len(END)
+    # Out of date? Paste the output of `evalledger schema --format markdown` there.
+    assert readme[start:end] + "\n" == reference_markdown()
+
+
+def test_every_key_of_every_file_is_in_the_reference() -> None:
+    reference = reference_markdown()
+    for model in (TaskFile, ExperimentFile):
+        for name, field in model.model_fields.items():
+            assert f"`{name}`" in reference, name
+            assert field.description, f"{model.__name__}.{name} has no docstring"
+
+
+@pytest.mark.parametrize(("kind", "model"), [("task", TaskFile), ("experiment", ExperimentFile)])
+def test_schema_prints_the_json_schema(kind: str, model: type) -> None:
+    result = CliRunner().invoke(cli, ["schema", kind])
+    assert result.exit_code == 0
+    schema = json.loads(result.stdout)
+    assert schema["title"] == model.__name__
+    assert schema["additionalProperties"] is False  # unknown keys are refused
+    assert set(schema["properties"]) == set(model.model_fields)
+
+
+def test_the_bundled_examples_fit_the_schemas() -> None:
+    for path in (ROOT / "examples").rglob("*.yaml"):
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        model = ExperimentFile if "experiment_id" in data else TaskFile
+        model.model_validate(data)  # the models are what the schemas describe
+
+
+def test_schema_markdown_is_the_reference() -> None:
+    result = CliRunner().invoke(cli, ["schema", "--format", "markdown"])
+    assert result.stdout == reference_markdown()
