@@ -2,20 +2,41 @@
 
 The public surface is small on purpose; everything else lives in ``_``-prefixed
 modules and may change.
+
+The names below are imported when first used (PEP 562), not when the package is:
+every ``evalledger`` command imports this package, and most of them need none of
+it (``--version`` should not pay for pydantic models).
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from __future__ import annotations
 
-from .ledger import Ledger as Ledger
-from .ledger import LedgerError as LedgerError
-from .ledger import verify as verify
-from .statuses import Category as Category
-from .statuses import FinalStatus as FinalStatus
-from .statuses import RunStatus as RunStatus
+from typing import TYPE_CHECKING, Any
 
-try:
-    __version__ = version("evalledger")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0+unknown"
+from ._version import __version__ as __version__
+
+if TYPE_CHECKING:
+    from .ledger import Ledger as Ledger
+    from .ledger import LedgerError as LedgerError
+    from .ledger import verify as verify
+    from .statuses import Category as Category
+    from .statuses import FinalStatus as FinalStatus
+    from .statuses import RunStatus as RunStatus
+
+_LAZY = {
+    "Ledger": "evalledger.ledger", "LedgerError": "evalledger.ledger",
+    "verify": "evalledger.ledger", "Category": "evalledger.statuses",
+    "FinalStatus": "evalledger.statuses", "RunStatus": "evalledger.statuses",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["Category", "FinalStatus", "Ledger", "LedgerError", "RunStatus", "__version__", "verify"]

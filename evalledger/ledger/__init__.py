@@ -2,52 +2,118 @@
 
 Imports neither trio nor click: the executor and the CLI build on this, never the
 other way round.
+
+The names below are imported when first used (PEP 562): most of them need
+pydantic, and a command that only lists runs should not pay for it.
 """
 
-from ._anchor import Anchor as Anchor
-from ._chain import GENESIS as GENESIS
-from ._chain import link_hash as link_hash
-from ._errors import AppendOnlyViolation as AppendOnlyViolation
-from ._errors import InvalidEvent as InvalidEvent
-from ._errors import LedgerError as LedgerError
-from ._errors import LedgerIOError as LedgerIOError
-from ._errors import LedgerLocked as LedgerLocked
-from ._errors import LedgerNotFound as LedgerNotFound
-from ._errors import LedgerReadOnly as LedgerReadOnly
-from ._errors import LedgerTooNew as LedgerTooNew
-from ._errors import NotALedger as NotALedger
-from ._errors import QueryInterrupted as QueryInterrupted
-from ._errors import RunConflict as RunConflict
-from ._errors import RunNotFound as RunNotFound
-from ._events import EVENT_ADAPTER as EVENT_ADAPTER
-from ._events import EVENT_TYPES as EVENT_TYPES
-from ._events import NO_TOKENS as NO_TOKENS
-from ._events import AnyEvent as AnyEvent
-from ._events import CriterionResult as CriterionResult
-from ._events import Event as Event
-from ._events import EventRow as EventRow
-from ._events import EventType as EventType
-from ._events import Fingerprint as Fingerprint
-from ._events import OpaqueEvent as OpaqueEvent
-from ._events import RunFinished as RunFinished
-from ._events import RunResumed as RunResumed
-from ._events import RunStarted as RunStarted
-from ._events import TaskCompleted as TaskCompleted
-from ._events import TaskEmitted as TaskEmitted
-from ._events import TaskInterrupted as TaskInterrupted
-from ._events import TaskOutput as TaskOutput
-from ._events import TaskSkipped as TaskSkipped
-from ._events import TaskStarted as TaskStarted
-from ._events import TaskUsage as TaskUsage
-from ._events import TokenCounts as TokenCounts
-from ._events import new_event_id as new_event_id
-from ._events import utc_now as utc_now
-from ._schema import SCHEMA_VERSION as SCHEMA_VERSION
-from ._store import DEFAULT_BUSY_TIMEOUT as DEFAULT_BUSY_TIMEOUT
-from ._store import Ledger as Ledger
-from ._store import pick_run as pick_run
-from ._verify import VerifyReport as VerifyReport
-from ._verify import verify as verify
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._anchor import Anchor as Anchor
+    from ._chain import GENESIS as GENESIS
+    from ._chain import link_hash as link_hash
+    from ._errors import AppendOnlyViolation as AppendOnlyViolation
+    from ._errors import InvalidEvent as InvalidEvent
+    from ._errors import LedgerError as LedgerError
+    from ._errors import LedgerIOError as LedgerIOError
+    from ._errors import LedgerLocked as LedgerLocked
+    from ._errors import LedgerNotFound as LedgerNotFound
+    from ._errors import LedgerReadOnly as LedgerReadOnly
+    from ._errors import LedgerTooNew as LedgerTooNew
+    from ._errors import NotALedger as NotALedger
+    from ._errors import QueryInterrupted as QueryInterrupted
+    from ._errors import RunConflict as RunConflict
+    from ._errors import RunNotFound as RunNotFound
+    from ._events import EVENT_ADAPTER as EVENT_ADAPTER
+    from ._events import EVENT_TYPES as EVENT_TYPES
+    from ._events import NO_TOKENS as NO_TOKENS
+    from ._events import AnyEvent as AnyEvent
+    from ._events import CriterionResult as CriterionResult
+    from ._events import Event as Event
+    from ._events import Fingerprint as Fingerprint
+    from ._events import OpaqueEvent as OpaqueEvent
+    from ._events import RunFinished as RunFinished
+    from ._events import RunResumed as RunResumed
+    from ._events import RunStarted as RunStarted
+    from ._events import TaskCompleted as TaskCompleted
+    from ._events import TaskEmitted as TaskEmitted
+    from ._events import TaskInterrupted as TaskInterrupted
+    from ._events import TaskOutput as TaskOutput
+    from ._events import TaskSkipped as TaskSkipped
+    from ._events import TaskStarted as TaskStarted
+    from ._events import TaskUsage as TaskUsage
+    from ._events import TokenCounts as TokenCounts
+    from ._events import new_event_id as new_event_id
+    from ._events import utc_now as utc_now
+    from ._rows import EventRow as EventRow
+    from ._rows import EventType as EventType
+    from ._store import DEFAULT_BUSY_TIMEOUT as DEFAULT_BUSY_TIMEOUT
+    from ._store import Ledger as Ledger
+    from ._store import pick_run as pick_run
+    from ._verify import VerifyReport as VerifyReport
+    from ._verify import verify as verify
+    from ._version import SCHEMA_VERSION as SCHEMA_VERSION
+
+_WHERE = {
+    "Anchor": "_anchor",
+    "GENESIS": "_chain",
+    "link_hash": "_chain",
+    "AppendOnlyViolation": "_errors",
+    "InvalidEvent": "_errors",
+    "LedgerError": "_errors",
+    "LedgerIOError": "_errors",
+    "LedgerLocked": "_errors",
+    "LedgerNotFound": "_errors",
+    "LedgerReadOnly": "_errors",
+    "LedgerTooNew": "_errors",
+    "NotALedger": "_errors",
+    "QueryInterrupted": "_errors",
+    "RunConflict": "_errors",
+    "RunNotFound": "_errors",
+    "EVENT_ADAPTER": "_events",
+    "EVENT_TYPES": "_events",
+    "NO_TOKENS": "_events",
+    "AnyEvent": "_events",
+    "CriterionResult": "_events",
+    "Event": "_events",
+    "EventRow": "_rows",
+    "EventType": "_rows",
+    "Fingerprint": "_events",
+    "OpaqueEvent": "_events",
+    "RunFinished": "_events",
+    "RunResumed": "_events",
+    "RunStarted": "_events",
+    "TaskCompleted": "_events",
+    "TaskEmitted": "_events",
+    "TaskInterrupted": "_events",
+    "TaskOutput": "_events",
+    "TaskSkipped": "_events",
+    "TaskStarted": "_events",
+    "TaskUsage": "_events",
+    "TokenCounts": "_events",
+    "new_event_id": "_events",
+    "utc_now": "_events",
+    "SCHEMA_VERSION": "_version",
+    "DEFAULT_BUSY_TIMEOUT": "_store",
+    "Ledger": "_store",
+    "pick_run": "_store",
+    "VerifyReport": "_verify",
+    "verify": "_verify",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",

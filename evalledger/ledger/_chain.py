@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from hashlib import sha256
 from typing import Any
 
-from ._events import EventRow
+from ._rows import EventRow
 
 GENESIS = "0" * 64
 

@@ -21,9 +21,8 @@ import json
 import threading
 import time
 from datetime import UTC, datetime
-from enum import StrEnum
 from random import getrandbits as _random_bits
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -40,22 +39,10 @@ from pydantic_core import to_json
 from evalledger.options import RunOptions
 from evalledger.statuses import Category, FinalStatus, RunStatus
 
+from ._rows import EventRow, EventType
+
 ENVELOPE_FIELDS = frozenset({"seq", "event_id", "run_id", "task_key", "type", "ts"})
 
-
-class EventType(StrEnum):
-    """Every event type this version writes (docs/events.md). A ``str``: compare freely."""
-
-    RUN_STARTED = "run.started"
-    RUN_RESUMED = "run.resumed"
-    RUN_FINISHED = "run.finished"
-    TASK_SKIPPED = "task.skipped"
-    TASK_STARTED = "task.started"
-    TASK_OUTPUT = "task.output"
-    TASK_EVENT = "task.event"
-    TASK_USAGE = "task.usage"
-    TASK_COMPLETED = "task.completed"
-    TASK_INTERRUPTED = "task.interrupted"
 
 _id_lock = threading.Lock()
 # Invariant: _prefix is the text of _last_ms ("tttttttt-tttt-7"), kept with it so
@@ -249,30 +236,6 @@ class TaskStarted(_TaskEvent):
     tags: list[str] = []
     task_id: str
     variant_id: str = "default"
-
-
-class EventRow(NamedTuple):
-    """One event in its stored form: the envelope columns and the canonical payload text,
-    plus ``seq`` and ``hash`` once the ledger has assigned them (``None`` before).
-
-    The hot path of a run is one ``task.output`` per line a command prints; there,
-    building a pydantic model only to serialise it again cost as much as the
-    insert. ``TaskOutput.encoded`` builds the row directly, and a property test
-    holds it byte-equal to ``encode_payload(TaskOutput(...))``. ``decode`` gives the
-    typed event back, as for any stored row.
-    """
-
-    event_id: str
-    run_id: str
-    task_key: str | None
-    type: str
-    ts: str
-    payload: str
-    seq: int | None = None
-    hash: str | None = None
-
-    def decode(self) -> AnyEvent:
-        return decode_row(self)
 
 
 _new_tuple = tuple.__new__

@@ -24,13 +24,9 @@ import uuid
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
-from ._events import EventType, utc_now
+from ._events import utc_now
+from ._rows import LIFECYCLE_WHERE
 
-SCHEMA_VERSION = 5
-STREAM_TYPES = (EventType.TASK_OUTPUT, EventType.TASK_EVENT)
-# The partial index's condition, written exactly so a query can repeat it: SQLite
-# uses a partial index only when the query's WHERE contains its WHERE terms.
-LIFECYCLE_WHERE = f"type NOT IN ('{EventType.TASK_OUTPUT}', '{EventType.TASK_EVENT}')"
 APPEND_ONLY_MESSAGE = "events are append-only"
 TRIGGERS = ("events_no_update", "events_no_delete")
 

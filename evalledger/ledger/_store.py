@@ -25,12 +25,8 @@ from contextlib import contextmanager
 from itertools import chain
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-from sqlite_utils import Database
-
-from ._anchor import Anchor
 from ._chain import GENESIS, chain_rows
 from ._errors import (
     AppendOnlyViolation,
@@ -46,8 +42,15 @@ from ._errors import (
     RunConflict,
     RunNotFound,
 )
-from ._events import AnyEvent, EventRow, EventType, decode_row, encode_payload
-from ._schema import LIFECYCLE_WHERE, MIGRATIONS, SCHEMA_VERSION, STREAM_TYPES
+from ._rows import LIFECYCLE_WHERE, STREAM_TYPES, EventRow, EventType
+from ._version import SCHEMA_VERSION
+
+if TYPE_CHECKING:  # pydantic and sqlite-utils are imported where used: start-up time
+    from pydantic import ValidationError
+    from sqlite_utils import Database
+
+    from ._anchor import Anchor
+    from ._events import AnyEvent
 
 DEFAULT_BUSY_TIMEOUT = 30.0
 
@@ -161,7 +164,13 @@ class Ledger:
                     and not Path(f"{self.path}-wal").exists()):
                 raise
             self._open(durable, immutable=True)
-        self.db = Database(self._conn)
+
+    @property
+    def db(self) -> Database:
+        """The connection as a sqlite-utils ``Database`` (for migrations and tests)."""
+        from sqlite_utils import Database
+
+        return Database(self._conn)
 
     def _open(self, durable: bool, *, immutable: bool) -> None:
         with self._translate():
@@ -201,8 +210,12 @@ class Ledger:
         if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             self._switch_to_wal()
         conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
-        db = Database(conn)
-        if MIGRATIONS.pending(db):
+        if self._migrations_pending():
+            from sqlite_utils import Database
+
+            from ._schema import MIGRATIONS
+
+            db = Database(conn)
             with self._immediate():
                 # Another process may have migrated while we waited for the lock.
                 if self._is_ledger({r[0] for r in conn.execute(
@@ -225,6 +238,13 @@ class Ledger:
                 if not busy or time.monotonic() >= deadline:
                     raise
                 time.sleep(0.01)
+
+    def _migrations_pending(self) -> bool:
+        """Whether this file is short of the current schema (a new file included): the
+        schema version says so without importing the migrations."""
+        tables = {r[0] for r in self._conn.execute(
+            "SELECT name FROM sqlite_master WHERE type='table'")}
+        return not self._is_ledger(tables) or self.schema_version < SCHEMA_VERSION
 
     def _is_ledger(self, tables: set[str]) -> bool:
         if not {"meta", "events"} <= tables:
@@ -316,6 +336,8 @@ class Ledger:
         """
         if self.read_only:
             raise LedgerReadOnly(f"{self.path} was opened read-only; cannot append")
+        from ._events import encode_payload
+
         # Serialise before taking the lock: the lock is held only for the insert.
         rows: list[EventRow] = [
             e if type(e) is EventRow
@@ -455,6 +477,10 @@ class Ledger:
         Raises:
             InvalidEvent: a stored payload does not fit its type (``verify`` lists them all).
         """
+        from pydantic import ValidationError
+
+        from ._events import decode_row
+
         for row in self.rows(run_id, task_key=task_key, types=types, after_seq=after_seq,
                              until_seq=until_seq):
             try:
@@ -553,6 +579,8 @@ class Ledger:
             ).fetchone()
         if row is None:
             return None
+        from ._anchor import Anchor
+
         return Anchor(ledger_id=self.ledger_id, seq=row[0], hash=row[1], ts=row[2])
 
     def resolve_run(self, spec: str) -> str:

@@ -34,8 +34,9 @@ from ._anchor import Anchor
 from ._chain import GENESIS, link_hash
 from ._errors import LedgerError
 from ._events import decode_row
-from ._schema import MIGRATIONS, SCHEMA_VERSION, TRIGGERS
+from ._schema import MIGRATIONS, TRIGGERS
 from ._store import Ledger, _first_error
+from ._version import SCHEMA_VERSION
 
 MAX_LISTED = 20
 META_KEYS = frozenset({"ledger_id", "created_at", "schema_version"})

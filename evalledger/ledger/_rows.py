@@ -1,0 +1,61 @@
+"""The stored form of an event and the names of event types: no pydantic here.
+
+What reads the ledger without decoding events (listing runs, SQL, following new
+rows) needs only these, and start-up time matters for every command: the typed
+models live in ``_events`` and are imported when an event is decoded.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from ._events import AnyEvent
+
+
+class EventType(StrEnum):
+    """Every event type this version writes (docs/events.md). A ``str``: compare freely."""
+
+    RUN_STARTED = "run.started"
+    RUN_RESUMED = "run.resumed"
+    RUN_FINISHED = "run.finished"
+    TASK_SKIPPED = "task.skipped"
+    TASK_STARTED = "task.started"
+    TASK_OUTPUT = "task.output"
+    TASK_EVENT = "task.event"
+    TASK_USAGE = "task.usage"
+    TASK_COMPLETED = "task.completed"
+    TASK_INTERRUPTED = "task.interrupted"
+
+class EventRow(NamedTuple):
+    """One event in its stored form: the envelope columns and the canonical payload text,
+    plus ``seq`` and ``hash`` once the ledger has assigned them (``None`` before).
+
+    The hot path of a run is one ``task.output`` per line a command prints; there,
+    building a pydantic model only to serialise it again cost as much as the
+    insert. ``TaskOutput.encoded`` builds the row directly, and a property test
+    holds it byte-equal to ``encode_payload(TaskOutput(...))``. ``decode`` gives the
+    typed event back, as for any stored row.
+    """
+
+    event_id: str
+    run_id: str
+    task_key: str | None
+    type: str
+    ts: str
+    payload: str
+    seq: int | None = None
+    hash: str | None = None
+
+    def decode(self) -> AnyEvent:
+        from ._events import decode_row
+
+        return decode_row(self)
+
+
+
+STREAM_TYPES = (EventType.TASK_OUTPUT, EventType.TASK_EVENT)
+# The partial lifecycle index's condition, written exactly so a query can repeat it:
+# SQLite uses a partial index only when the query's WHERE contains its WHERE terms.
+LIFECYCLE_WHERE = f"type NOT IN ('{EventType.TASK_OUTPUT}', '{EventType.TASK_EVENT}')"
