@@ -21,6 +21,11 @@ not count); the batch's sandbox folder is gone.
 Run: python bench/campaign.py [--seed N] [--trials N]
 Prints one row per family (trials, failures, events lost, processes left), a line per
 failure, and exits 1 when anything failed. Not part of the tests; takes minutes.
+
+The children import ``evalledger`` as this interpreter would (the checkout, when it is
+installed editable). To test one fixed version while the checkout is being edited, put a
+copy first on the path: ``git archive HEAD evalledger | tar -x -C /tmp/snap`` and
+``PYTHONPATH=/tmp/snap python bench/campaign.py``; the first line says which code ran.
 """
 
 from __future__ import annotations
@@ -73,12 +78,11 @@ class Tally:
 
     def kill_note(self) -> None:
         if self.kills or self.ended_first:
-            at_once = sum(1 for k in self.kills if k == 0)
+            later = [k for k in self.kills if k] or [0]
             self.notes.append(
-                f"{len(self.kills)} SIGKILLs delivered ({at_once} before anything of the run "
-                f"was committed, the others after {min(self.kills or [0])}.."
-                f"{max(self.kills or [0])} events of it); {self.ended_first} rounds ended "
-                "before their kill point")
+                f"{len(self.kills)} SIGKILLs delivered: {len(self.kills) - len(later)} before "
+                f"the run had an event in the ledger, the others once it had {min(later)} to "
+                f"{max(later)}; rounds that ended before their kill point: {self.ended_first}")
 
     @contextlib.contextmanager
     def trial(self, name: str) -> Iterator[Checks]:
@@ -802,6 +806,22 @@ def anchors_end_to_end(root: Path, tally: Tally) -> None:
 # --------------------------------------------------------------------------- main
 
 
+def code_under_test() -> str:
+    """Where the children's ``evalledger`` comes from (and the checkout's commit)."""
+    found = subprocess.run([sys.executable, "-c", "import evalledger; print(evalledger.__file__)"],
+                           capture_output=True, text=True, cwd=tempfile.gettempdir())
+    package = Path(found.stdout.strip()).parent
+    if package.parent != REPO:
+        return str(package)
+    git = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}  # read only: never touch the index
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True, env=git).stdout.strip()
+    edited = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "evalledger"],
+                            capture_output=True, text=True, env=git).stdout.split("\n")
+    edits = f", {len([e for e in edited if e])} files of it edited" if any(edited) else ""
+    return f"{package} (checkout at {commit or 'an unknown commit'}{edits})"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: random)")
@@ -816,13 +836,19 @@ def main() -> int:
     only = set(args.only or ["kill", "two", "disk", "sql", "tamper"])
     print(f"seed {seed} (python bench/campaign.py --seed {seed} --trials {args.trials})",
           flush=True)
+    print(f"evalledger under test: {code_under_test()}", flush=True)
     started = time.monotonic()
     root = Path(tempfile.mkdtemp(prefix="evalledger-campaign-"))
     tallies: list[Tally] = []
     try:
-        full = calibrate(root) if only & {"kill", "two"} else 0
-        if full:
-            print(f"a full run of the suite commits {full} events", flush=True)
+        full = 0
+        if only & {"kill", "two"}:
+            try:
+                full = calibrate(root)
+                print(f"a full run of the suite commits {full} events", flush=True)
+            except Exception as e:  # the kill trials will say what is wrong
+                full = 3000
+                print(f"calibration failed ({e}); kill points drawn up to {full}", flush=True)
         plan = [("kill", lambda: family_sigkill(root, rng, args.trials, full)),
                 ("two", lambda: family_two_runs(root, rng, max(1, args.trials // 2), full)),
                 ("disk", lambda: family_disk_full(root, rng, max(1, args.trials // 4))),
@@ -830,7 +856,12 @@ def main() -> int:
                 ("tamper", lambda: family_tamper(root))]
         for key, family in plan:
             if key in only:
-                tally = family()
+                try:
+                    tally = family()
+                except Exception as e:  # the family could not even be set up: say so
+                    tally = Tally(key)
+                    with tally.trial("setup") as checks:
+                        checks.fail(f"campaign error: {type(e).__name__}: {e}")
                 tallies.append(tally)
                 print(f"... {tally.row()}  ({time.monotonic() - started:.0f}s)", flush=True)
     finally:

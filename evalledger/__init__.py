@@ -10,8 +10,9 @@ it (``--version`` should not pay for pydantic models).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ._lazy import attributes as _attributes
 from ._version import __version__ as __version__
 
 if TYPE_CHECKING:
@@ -29,14 +30,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = _attributes(__name__, _LAZY)
 
 
 __all__ = ["Category", "FinalStatus", "Ledger", "LedgerError", "RunStatus", "__version__", "verify"]

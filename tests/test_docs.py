@@ -218,7 +218,9 @@ def test_envelope_and_nested_objects() -> None:
 
 def _commands(group: click.Group, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     found = []
-    for name, command in sorted(group.commands.items()):
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
         found.append((*path, name))
         if isinstance(command, click.Group):
             found += _commands(command, (*path, name))
@@ -229,7 +231,9 @@ def _command(path: tuple[str, ...]) -> click.Command:
     command: click.Command = cli
     for name in path:
         assert isinstance(command, click.Group)
-        command = command.commands[name]
+        found = command.get_command(click.Context(command), name)
+        assert found is not None, name
+        command = found
     return command
 
 

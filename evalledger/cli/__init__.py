@@ -5,15 +5,6 @@ import sys
 
 import click
 
-from . import (  # noqa: F401  (registers commands)
-    _query,
-    _report,
-    _resume,
-    _run,
-    _schema,
-    _verify,
-    _view,
-)
 from ._errors import EXIT_INTERRUPTED, EXIT_USAGE
 from ._main import cli as cli
 

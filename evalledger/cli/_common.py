@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from evalledger.ledger import Ledger, RunNotFound
-from evalledger.projections import ResumeFold, RunSummary, SummaryFold, fold
-
 from ._errors import UserError
+
+if TYPE_CHECKING:
+    from evalledger.ledger import Ledger
+    from evalledger.projections import ResumeFold, RunSummary, SummaryFold
 
 
 class PositiveNumber(click.FloatRange):
@@ -35,6 +36,8 @@ def resolve_run(ledger: Ledger, spec: str) -> str:
     Raises:
         UserError: no such run, or the prefix matches several (they are listed).
     """
+    from evalledger.ledger import RunNotFound
+
     try:
         return ledger.resolve_run(spec)
     except RunNotFound as e:
@@ -43,6 +46,8 @@ def resolve_run(ledger: Ledger, spec: str) -> str:
 
 def rebuild_summary_fold(ledger: Ledger, run_id: str) -> SummaryFold:
     """The run's summary fold, replayed from the ledger (only the event types it folds)."""
+    from evalledger.projections import SummaryFold, fold
+
     return fold(SummaryFold(run_id), ledger.events(run_id, types=SummaryFold.TYPES))
 
 
@@ -52,4 +57,18 @@ def rebuild_summary(ledger: Ledger, run_id: str) -> RunSummary:
 
 
 def rebuild_resume(ledger: Ledger, run_id: str) -> ResumeFold:
+    from evalledger.projections import ResumeFold, fold
+
     return fold(ResumeFold(run_id), ledger.events(run_id, types=ResumeFold.TYPES))
+
+
+def run_is_over(ledger: Ledger, run_id: str) -> bool:
+    """Whether the run is over: its latest boundary is a run.finished (a resume
+    reopens it), or the process that was running it on this host is gone."""
+    from evalledger.hosts import run_ended
+    from evalledger.ledger import EventType
+    from evalledger.projections import ResumeFold, fold
+
+    boundaries = (EventType.RUN_STARTED, EventType.RUN_RESUMED, EventType.RUN_FINISHED)
+    state = fold(ResumeFold(run_id), ledger.events(run_id, types=boundaries))
+    return run_ended(state.host, state.finished)

@@ -7,18 +7,39 @@ user.
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from evalledger import __version__
-from evalledger.ledger import DEFAULT_BUSY_TIMEOUT, Ledger, LedgerError
 
 from ._errors import UserError
 
+if TYPE_CHECKING:
+    from evalledger.ledger import Ledger
+
 DEFAULT_LEDGER = "evalledger.db"
+
+# Command -> the module that defines it (a function of the same name). A command's
+# module is imported when that command runs, not before: `runs` never imports trio
+# or the executor, and `--version` imports none of them.
+COMMANDS = {
+    "checkpoint": "_verify",
+    "diff": "_diff",
+    "events": "_events",
+    "report": "_report",
+    "resume": "_resume",
+    "run": "_run",
+    "runs": "_runs",
+    "schema": "_schema",
+    "show": "_show",
+    "sql": "_sql",
+    "verify": "_verify",
+    "view": "_view",
+}
 
 
 def _user_error(error: BaseException) -> UserError | None:
@@ -27,6 +48,8 @@ def _user_error(error: BaseException) -> UserError | None:
     Trio nurseries deliver failures wrapped in exception groups: a full disk under
     a running batch arrives as ExceptionGroup[LedgerIOError], not bare.
     """
+    from evalledger.ledger import LedgerError
+
     if isinstance(error, BaseExceptionGroup):
         leaves = [_user_error(e) for e in error.exceptions]
         return leaves[0] if leaves and all(leaves) else None
@@ -41,10 +64,21 @@ def _user_error(error: BaseException) -> UserError | None:
 
 
 class _Group(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = COMMANDS.get(cmd_name)
+        if module is None:
+            return None
+        command = getattr(importlib.import_module(f"{__package__}.{module}"), cmd_name)
+        assert isinstance(command, click.Command)
+        return command
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (LedgerError, OSError, BaseExceptionGroup) as e:
+        except Exception as e:  # ExceptionGroup (trio) included
             if (user_error := _user_error(e)) is None:
                 raise
             raise user_error from e
@@ -57,6 +91,8 @@ class Settings:
         self.ledger_path = ledger_path
 
     def open_ledger(self, *, read_only: bool = False, durable: bool = False) -> Ledger:
+        from evalledger.ledger import DEFAULT_BUSY_TIMEOUT, Ledger
+
         return Ledger(
             self.ledger_path, read_only=read_only, durable=durable,
             busy_timeout=DEFAULT_BUSY_TIMEOUT,

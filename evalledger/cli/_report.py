@@ -13,7 +13,7 @@ from evalledger.projections import RunSummary, render_json, render_junit, render
 
 from ._common import rebuild_summary, resolve_run
 from ._errors import UserError
-from ._main import Settings, cli, pass_settings
+from ._main import Settings, pass_settings
 
 FORMATS = ("md", "json", "html", "junit")
 # What `run` and `resume` write into <out>/<run_id>/ when a batch ends.
@@ -49,7 +49,7 @@ def write_text(path: Path, text: str) -> None:
         raise OSError(e.errno, e.strerror, str(path)) from e
 
 
-@cli.command()
+@click.command()
 @click.argument("run")
 @click.option("--format", "format_", type=click.Choice(FORMATS), default="md",
               show_default=True,

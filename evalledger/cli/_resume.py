@@ -19,11 +19,11 @@ from evalledger.tasks import TaskSet
 
 from ._common import PositiveNumber, rebuild_resume, rebuild_summary_fold, resolve_run
 from ._errors import UserError
-from ._main import Settings, cli, pass_settings
+from ._main import Settings, pass_settings
 from ._run import execute, exit_code, load_rates, load_task_set, warn_unpriced
 
 
-@cli.command()
+@click.command()
 @click.argument("run")
 @click.option("--strict", is_flag=True, help="Refuse to resume when the configuration drifted.")
 @click.option("--retry-errors", is_flag=True,

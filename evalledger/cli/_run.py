@@ -38,7 +38,7 @@ from evalledger.tasks import (
 
 from ._common import PositiveNumber
 from ._errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TASKS_FAILED, UserError
-from ._main import Settings, cli, pass_settings
+from ._main import Settings, pass_settings
 from ._progress import Display, quiet
 from ._report import write_reports, write_text
 
@@ -124,7 +124,7 @@ async def _run_with_signals(
     return result
 
 
-@cli.command()
+@click.command()
 @click.argument("paths", nargs=-1, type=click.Path())
 @click.option("-e", "--experiment", type=click.Path(), help="An experiment file.")
 @click.option("--tag", "tags", multiple=True, help="Keep tasks with ANY of these tags.")

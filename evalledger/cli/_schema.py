@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ._main import cli
 
-
-@cli.command()
+@click.command()
 @click.argument("kind", type=click.Choice(["task", "experiment"]), default="task")
 @click.option("--format", "format_", type=click.Choice(["json", "markdown"]), default="json",
               show_default=True,

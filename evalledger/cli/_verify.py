@@ -12,10 +12,10 @@ from evalledger.ledger import Anchor, utc_now
 from evalledger.ledger import verify as verify_ledger
 
 from ._errors import EXIT_OK, EXIT_TASKS_FAILED, UserError
-from ._main import Settings, cli, pass_settings
+from ._main import Settings, pass_settings
 
 
-@cli.command()
+@click.command()
 @click.option("--anchor", "anchors", multiple=True, type=click.Path(dir_okay=False),
               help="A checkpoint file or a run.json: fail unless the ledger still holds that "
                    "exact history up to its seq. Repeatable.")
@@ -45,7 +45,7 @@ def verify(settings: Settings, anchors: tuple[str, ...]) -> None:
     sys.exit(EXIT_OK if report.ok else EXIT_TASKS_FAILED)
 
 
-@cli.command()
+@click.command()
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the checkpoint to this file instead of stdout.")
 @pass_settings

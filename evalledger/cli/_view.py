@@ -9,10 +9,10 @@ from pathlib import Path
 import click
 
 from ._errors import UserError
-from ._main import Settings, cli, pass_settings
+from ._main import Settings, pass_settings
 
 
-@cli.command()
+@click.command()
 @click.option("--ledger", "ledger_path", type=click.Path(path_type=Path),
               help="The ledger to show (default: the one `evalledger --ledger` names).")
 @click.option("--host", default="127.0.0.1", show_default=True,

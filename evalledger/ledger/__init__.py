@@ -9,8 +9,9 @@ pydantic, and a command that only lists runs should not pay for it.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from evalledger._lazy import attributes as _attributes
 
 if TYPE_CHECKING:
     from ._anchor import Anchor as Anchor
@@ -106,13 +107,7 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = _attributes(__name__, _WHERE)
 
 
 __all__ = [

@@ -2,41 +2,88 @@
 
 Resume partition, fingerprint drift, run summary, reports and diffs are all
 computed by replaying events, so they can be rebuilt offline at any time.
+
+Names are imported on first use: ``show`` needs the summary, not the diff.
 """
 
-from ._diff import Change as Change
-from ._diff import FailOn as FailOn
-from ._diff import RunDiff as RunDiff
-from ._diff import TaskDiff as TaskDiff
-from ._diff import diff_runs as diff_runs
-from ._fold import Fold as Fold
-from ._fold import Projection as Projection
-from ._fold import fold as fold
-from ._fold import on as on
-from ._fold import types_of as types_of
-from ._junit import render_junit as render_junit
-from ._reports import render_json as render_json
-from ._reports import render_markdown as render_markdown
-from ._reports import unpriced_line as unpriced_line
-from ._reports import variant_table as variant_table
-from ._resume import Drift as Drift
-from ._resume import Partition as Partition
-from ._resume import ResumeFold as ResumeFold
-from ._resume import ResumePlan as ResumePlan
-from ._resume import ResumeRefused as ResumeRefused
-from ._resume import compute_drift as compute_drift
-from ._resume import fingerprint as fingerprint
-from ._resume import plan_resume as plan_resume
-from ._summary import ModelUsage as ModelUsage
-from ._summary import RunHeadline as RunHeadline
-from ._summary import RunSummary as RunSummary
-from ._summary import SkippedFile as SkippedFile
-from ._summary import SummaryFold as SummaryFold
-from ._summary import TagStats as TagStats
-from ._summary import TaskRow as TaskRow
-from ._summary import VariantStats as VariantStats
-from ._summary import pass_at as pass_at
-from ._summary import tag_stats as tag_stats
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from evalledger._lazy import attributes as _attributes
+
+if TYPE_CHECKING:
+    from ._diff import Change as Change
+    from ._diff import FailOn as FailOn
+    from ._diff import RunDiff as RunDiff
+    from ._diff import TaskDiff as TaskDiff
+    from ._diff import diff_runs as diff_runs
+    from ._fold import Fold as Fold
+    from ._fold import Projection as Projection
+    from ._fold import fold as fold
+    from ._fold import on as on
+    from ._fold import types_of as types_of
+    from ._junit import render_junit as render_junit
+    from ._reports import render_json as render_json
+    from ._reports import render_markdown as render_markdown
+    from ._reports import unpriced_line as unpriced_line
+    from ._reports import variant_table as variant_table
+    from ._resume import Drift as Drift
+    from ._resume import Partition as Partition
+    from ._resume import ResumeFold as ResumeFold
+    from ._resume import ResumePlan as ResumePlan
+    from ._resume import ResumeRefused as ResumeRefused
+    from ._resume import compute_drift as compute_drift
+    from ._resume import fingerprint as fingerprint
+    from ._resume import plan_resume as plan_resume
+    from ._summary import ModelUsage as ModelUsage
+    from ._summary import RunHeadline as RunHeadline
+    from ._summary import RunSummary as RunSummary
+    from ._summary import SkippedFile as SkippedFile
+    from ._summary import SummaryFold as SummaryFold
+    from ._summary import TagStats as TagStats
+    from ._summary import TaskRow as TaskRow
+    from ._summary import VariantStats as VariantStats
+    from ._summary import pass_at as pass_at
+    from ._summary import tag_stats as tag_stats
+
+_WHERE = {
+    "Change": "_diff",
+    "FailOn": "_diff",
+    "RunDiff": "_diff",
+    "TaskDiff": "_diff",
+    "diff_runs": "_diff",
+    "Fold": "_fold",
+    "Projection": "_fold",
+    "fold": "_fold",
+    "on": "_fold",
+    "types_of": "_fold",
+    "render_junit": "_junit",
+    "render_json": "_reports",
+    "render_markdown": "_reports",
+    "unpriced_line": "_reports",
+    "variant_table": "_reports",
+    "Drift": "_resume",
+    "Partition": "_resume",
+    "ResumeFold": "_resume",
+    "ResumePlan": "_resume",
+    "ResumeRefused": "_resume",
+    "compute_drift": "_resume",
+    "fingerprint": "_resume",
+    "plan_resume": "_resume",
+    "ModelUsage": "_summary",
+    "RunHeadline": "_summary",
+    "RunSummary": "_summary",
+    "SkippedFile": "_summary",
+    "SummaryFold": "_summary",
+    "TagStats": "_summary",
+    "TaskRow": "_summary",
+    "VariantStats": "_summary",
+    "pass_at": "_summary",
+    "tag_stats": "_summary",
+}
+
+__getattr__ = _attributes(__name__, _WHERE)
 
 __all__ = [
     "Change",

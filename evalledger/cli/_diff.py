@@ -1,0 +1,59 @@
+"""``evalledger diff``: two runs compared task by task."""
+
+from __future__ import annotations
+
+import sys
+from typing import get_args
+
+import click
+
+from evalledger.projections import Change, FailOn, diff_runs
+
+from ._common import rebuild_summary, resolve_run
+from ._errors import EXIT_TASKS_FAILED
+from ._main import Settings, pass_settings
+from ._tables import table
+
+
+@click.command()
+@click.argument("run_a")
+@click.argument("run_b")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--fail-on", type=click.Choice(get_args(FailOn)), default="regression",
+              show_default=True,
+              help="Exit 1 when the diff has a regression, any change at all, or never.")
+@pass_settings
+def diff(settings: Settings, run_a: str, run_b: str, as_json: bool, fail_on: FailOn) -> None:
+    """Compare two runs task by task: regressions, fixes, score/duration/cost deltas.
+
+    Regressions first, then fixes, changes, keys not run on one side (never started
+    or interrupted: neither a fix nor a regression), added, removed, unchanged. Exits
+    1 when there is a regression (see --fail-on), so it can gate CI.
+
+    Example:
+
+        evalledger diff 20261101-0930 latest --fail-on regression
+    """
+    with settings.open_ledger(read_only=True) as ledger:
+        a = rebuild_summary(ledger, resolve_run(ledger, run_a))
+        b = rebuild_summary(ledger, resolve_run(ledger, run_b))
+    result = diff_runs(a, b)
+    if as_json:
+        click.echo(result.model_dump_json(indent=2))
+    else:
+        order = {change: i for i, change in enumerate(get_args(Change))}
+        tasks = sorted(result.tasks, key=lambda t: (order[t.change], t.task_key))
+
+        def fmt(value: float | None, spec: str) -> str | None:
+            return None if value is None else format(value, spec)
+
+        table(
+            ["task", "change", "before", "after", "score Δ", "duration Δ", "cost Δ"],
+            [(t.task_key, t.change, t.before, t.after, fmt(t.score_delta, "+.2f"),
+              fmt(t.duration_delta, "+.1f"), fmt(t.cost_delta, "+.4f")) for t in tasks],
+        )
+        click.echo(", ".join(f"{n} {c.replace('_', ' ')}" for c, n in result.counts.items()))
+        if not result.tasks:
+            click.echo("neither run has any task", err=True)
+    if result.fails(fail_on):
+        sys.exit(EXIT_TASKS_FAILED)

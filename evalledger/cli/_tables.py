@@ -1,0 +1,45 @@
+"""Tables for people, tab-separated lines for programs: what every listing prints."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from evalledger._text import visible
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+
+def cell(value: object) -> str:
+    """A value as one line of text a terminal cannot act on: control characters, tabs
+    and line breaks spelled out (``\\x1b``, ``\\t``, ``\\n``)."""
+    if value is None:
+        return ""
+    if isinstance(value, bytes):
+        return value.hex()
+    return visible(str(value), tabs=False)
+
+
+def tsv(row: Sequence[object]) -> str:
+    return "\t".join(cell(v) for v in row) + "\n"
+
+
+def rich_table(columns: Sequence[str], rows: Iterable[Sequence[object]]) -> Table:
+    from rich.table import Table  # only a terminal needs rich
+
+    table = Table(*map(cell, columns), show_edge=False, pad_edge=False)
+    for row in rows:
+        table.add_row(*map(cell, row))
+    return table
+
+
+def table(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """A rich table in a terminal; tab-separated lines in a pipe (nothing cut)."""
+    if not sys.stdout.isatty():
+        sys.stdout.write(tsv(columns) + "".join(map(tsv, rows)))
+        return
+    from rich.console import Console
+
+    Console(soft_wrap=True).print(rich_table(columns, rows))
