@@ -45,21 +45,23 @@ def resolve_run(ledger: Ledger, spec: str) -> str:
 
 
 def rebuild_summary_fold(ledger: Ledger, run_id: str) -> SummaryFold:
-    """The run's summary fold, replayed from the ledger (only the event types it folds)."""
-    from evalledger.projections import SummaryFold, fold
+    """The run's summary fold: its latest snapshot and the events after it."""
+    from evalledger.projections import SummaryFold, load_fold
 
-    return fold(SummaryFold(run_id), ledger.events(run_id, types=SummaryFold.TYPES))
+    return load_fold(ledger, SummaryFold, run_id)
 
 
 def rebuild_summary(ledger: Ledger, run_id: str) -> RunSummary:
-    """The run's summary as ``run.json`` holds it: the fold's, anchored in the ledger."""
-    return rebuild_summary_fold(ledger, run_id).summary().anchored(ledger.anchor(run_id))
+    """The run's summary as ``run.json`` holds it, anchored in the ledger."""
+    from evalledger.projections import load_summary
+
+    return load_summary(ledger, run_id).anchored(ledger.anchor(run_id))
 
 
 def rebuild_resume(ledger: Ledger, run_id: str) -> ResumeFold:
-    from evalledger.projections import ResumeFold, fold
+    from evalledger.projections import ResumeFold, load_fold
 
-    return fold(ResumeFold(run_id), ledger.events(run_id, types=ResumeFold.TYPES))
+    return load_fold(ledger, ResumeFold, run_id)
 
 
 def run_is_over(ledger: Ledger, run_id: str) -> bool:

@@ -29,6 +29,7 @@ from evalledger.ledger import (
     AnyEvent,
     EventRow,
     Ledger,
+    LedgerError,
     RunFinished,
     RunResumed,
     RunStarted,
@@ -37,7 +38,7 @@ from evalledger.ledger import (
 )
 from evalledger.options import PreservationMode, RunOptions
 from evalledger.pricing import DEFAULT_RATES, RateCard
-from evalledger.projections import fingerprint
+from evalledger.projections import fingerprint, write_snapshot
 from evalledger.statuses import RunStatus
 from evalledger.tasks import ResolvedTask, Skipped
 
@@ -180,6 +181,19 @@ async def run_batch(
         kill_marked(batch_mark(token), prefix=True)
         remove_tree(sandbox_root, ignore_errors=True)
         watchdog.done()
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(_snapshot, ledger, config.run_id)
+
+
+def _snapshot(ledger: Ledger, run_id: str) -> None:
+    """Snapshot the run if it recorded run.finished (interrupted included): later reads
+    and the next resume fold only what comes after. An optimisation, so a failure is a
+    warning: every read still works by replaying."""
+    try:
+        write_snapshot(ledger, run_id)
+    except (LedgerError, OSError) as e:
+        log.warning("run %s: no snapshot written (%s); reads replay its events instead",
+                    run_id, e)
 
 
 async def _run(

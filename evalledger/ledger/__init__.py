@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from ._events import OpaqueEvent as OpaqueEvent
     from ._events import RunFinished as RunFinished
     from ._events import RunResumed as RunResumed
+    from ._events import RunSnapshot as RunSnapshot
     from ._events import RunStarted as RunStarted
     from ._events import TaskCompleted as TaskCompleted
     from ._events import TaskEmitted as TaskEmitted
@@ -87,6 +88,7 @@ _WHERE = {
     "OpaqueEvent": "_events",
     "RunFinished": "_events",
     "RunResumed": "_events",
+    "RunSnapshot": "_events",
     "RunStarted": "_events",
     "TaskCompleted": "_events",
     "TaskEmitted": "_events",
@@ -140,6 +142,7 @@ __all__ = [
     "RunFinished",
     "RunNotFound",
     "RunResumed",
+    "RunSnapshot",
     "RunStarted",
     "TaskCompleted",
     "TaskEmitted",

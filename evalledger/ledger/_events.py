@@ -325,6 +325,20 @@ class RunFinished(_Event):
     status: RunStatus
 
 
+class RunSnapshot(_Event):
+    """A projection of the run through ``through_seq``, so a rebuild folds only what
+    came after (docs/events.md). ``kind`` names what ``value`` holds and
+    ``fold_version`` the version of the code that made it: a rebuild uses a snapshot
+    only when that version is its own, and ``verify --deep`` checks each against a
+    full replay. Derived data: deleting every snapshot loses nothing."""
+
+    type: Literal[EventType.RUN_SNAPSHOT] = EventType.RUN_SNAPSHOT
+    fold_version: int
+    kind: _Line
+    through_seq: int
+    value: JsonObject
+
+
 class OpaqueEvent(_Event):
     """An event of a type this version does not know: kept whole, skipped by projections."""
 
@@ -342,7 +356,8 @@ Event = Annotated[
     | TaskUsage
     | TaskCompleted
     | TaskInterrupted
-    | RunFinished,
+    | RunFinished
+    | RunSnapshot,
     Field(discriminator="type"),
 ]
 AnyEvent = Event | OpaqueEvent
@@ -353,7 +368,7 @@ EVENT_TYPES: dict[str, type[_Event]] = {
     cls.model_fields["type"].default: cls
     for cls in (
         RunStarted, RunResumed, TaskSkipped, TaskStarted, TaskOutput, TaskEmitted,
-        TaskUsage, TaskCompleted, TaskInterrupted, RunFinished,
+        TaskUsage, TaskCompleted, TaskInterrupted, RunFinished, RunSnapshot,
     )
 }
 

@@ -27,6 +27,7 @@ class EventType(StrEnum):
     TASK_USAGE = "task.usage"
     TASK_COMPLETED = "task.completed"
     TASK_INTERRUPTED = "task.interrupted"
+    RUN_SNAPSHOT = "run.snapshot"
 
 class EventRow(NamedTuple):
     """One event in its stored form: the envelope columns and the canonical payload text,

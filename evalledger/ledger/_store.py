@@ -51,6 +51,7 @@ if TYPE_CHECKING:  # pydantic and sqlite-utils are imported where used: start-up
 
     from ._anchor import Anchor
     from ._events import AnyEvent
+    from ._lite import LiteEvent
 
 DEFAULT_BUSY_TIMEOUT = 30.0
 
@@ -477,7 +478,6 @@ class Ledger:
         Raises:
             InvalidEvent: a stored payload does not fit its type (``verify`` lists them all).
         """
-        from pydantic import ValidationError
 
         from ._events import decode_row
 
@@ -486,11 +486,43 @@ class Ledger:
             try:
                 yield decode_row(row)
             except ValueError as e:  # pydantic's ValidationError included
-                why = _first_error(e) if isinstance(e, ValidationError) else str(e)
-                raise InvalidEvent(
-                    f"{self.path}: event seq {row.seq} ({row.type}) does not validate: "
-                    f"{why}; run `evalledger verify`"
-                ) from e
+                raise _invalid(self.path, row, e) from e
+
+    def replay(
+        self,
+        run_id: str,
+        *,
+        types: Iterable[str],
+        after_seq: int = 0,
+        until_seq: int | None = None,
+    ) -> Iterator[LiteEvent | AnyEvent]:
+        """Events for folding, like ``events``, but the per-task lifecycle events come
+        partially decoded (``_lite``): only the fields folds read. What rebuilds use.
+
+        Raises:
+            InvalidEvent: a stored payload does not fit its type.
+        """
+        from ._lite import decode_lite
+
+        for row in self.rows(run_id, types=types, after_seq=after_seq, until_seq=until_seq):
+            try:
+                yield decode_lite(row)
+            except ValueError as e:
+                raise _invalid(self.path, row, e) from e
+
+    def latest_row(self, run_id: str, type_: str, payload_prefix: str, *,
+                   until_seq: int | None = None) -> EventRow | None:
+        """The run's newest run-level row of ``type_`` (at or before ``until_seq``) whose
+        payload text starts with ``payload_prefix``. Payloads are canonical JSON (keys
+        sorted, no spaces): a prefix names the values of the first fields exactly."""
+        sql = (f"SELECT {_COLUMNS} FROM events WHERE type = ? AND run_id = ? "
+               "AND task_key IS NULL AND seq <= ? AND substr(payload, 1, ?) = ? "
+               "ORDER BY seq DESC LIMIT 1")
+        params = [type_, run_id, until_seq if until_seq is not None else 2**62,
+                  len(payload_prefix), payload_prefix]
+        with self._translate():
+            row = self._conn.execute(sql, params).fetchone()
+        return None if row is None else _new_row(EventRow, row)
 
     def query(
         self, sql: str, params: Sequence[Any] = ()
@@ -688,6 +720,14 @@ def _read_only_authorizer(action: int, arg1: str | None, arg2: str | None,
             and (arg1 or "").lower() in _WRITING_PRAGMAS):
         return sqlite3.SQLITE_DENY
     return sqlite3.SQLITE_OK
+
+
+def _invalid(path: Path, row: EventRow, error: ValueError) -> InvalidEvent:
+    from pydantic import ValidationError
+
+    why = _first_error(error) if isinstance(error, ValidationError) else str(error)
+    return InvalidEvent(f"{path}: event seq {row.seq} ({row.type}) does not validate: {why}; "
+                        "run `evalledger verify`")
 
 
 def _first_error(error: ValidationError) -> str:

@@ -24,6 +24,11 @@ if TYPE_CHECKING:
     from ._fold import on as on
     from ._fold import types_of as types_of
     from ._junit import render_junit as render_junit
+    from ._rebuild import load_fold as load_fold
+    from ._rebuild import load_folds as load_folds
+    from ._rebuild import load_headline as load_headline
+    from ._rebuild import load_summary as load_summary
+    from ._rebuild import write_snapshot as write_snapshot
     from ._reports import render_json as render_json
     from ._reports import render_markdown as render_markdown
     from ._reports import unpriced_line as unpriced_line
@@ -59,6 +64,11 @@ _WHERE = {
     "on": "_fold",
     "types_of": "_fold",
     "render_junit": "_junit",
+    "load_fold": "_rebuild",
+    "load_folds": "_rebuild",
+    "load_headline": "_rebuild",
+    "load_summary": "_rebuild",
+    "write_snapshot": "_rebuild",
     "render_json": "_reports",
     "render_markdown": "_reports",
     "unpriced_line": "_reports",
@@ -109,6 +119,10 @@ __all__ = [
     "diff_runs",
     "fingerprint",
     "fold",
+    "load_fold",
+    "load_folds",
+    "load_headline",
+    "load_summary",
     "on",
     "pass_at",
     "plan_resume",
@@ -119,4 +133,5 @@ __all__ = [
     "types_of",
     "unpriced_line",
     "variant_table",
+    "write_snapshot",
 ]

@@ -17,9 +17,12 @@ needs from the outside world (is a process alive?) is asked by its caller.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, TypeVar
 
 from evalledger.ledger import AnyEvent, EventRow
+
+if TYPE_CHECKING:
+    from evalledger.ledger._lite import LiteEvent
 
 _Handler = Callable[[Any, Any], None]
 _H = TypeVar("_H", bound=Callable[..., None])
@@ -40,7 +43,16 @@ def on(*event_classes: type[Any]) -> Callable[[_H], _H]:
 class Projection(Protocol):
     TYPES: ClassVar[frozenset[str]]
 
-    def apply(self, event: AnyEvent | EventRow) -> None: ...
+    def state(self) -> dict[str, Any]:
+        """Everything this fold knows, as JSON (keys sorted): what a snapshot stores.
+        Invariant: ``restore(run_id, state())`` folds every later event as ``self`` would."""
+        raise NotImplementedError
+
+    @classmethod
+    def restore(cls, run_id: str, state: dict[str, Any]) -> Self:
+        raise NotImplementedError
+
+    def apply(self, event: AnyEvent | EventRow | LiteEvent) -> None: ...
 
 
 class Fold:
@@ -51,6 +63,9 @@ class Fold:
     """
 
     TYPES: ClassVar[frozenset[str]] = frozenset()
+    VERSION: ClassVar[int] = 0
+    """The version of this fold's meaning and of its ``state()``: bump it with any change
+    to either, and snapshots made by older code are ignored (the fold replays)."""
     _handlers: ClassVar[dict[str, _Handler]] = {}
 
     def __init__(self, run_id: str) -> None:
@@ -66,7 +81,16 @@ class Fold:
         cls._handlers = handlers
         cls.TYPES = frozenset(handlers)
 
-    def apply(self, event: AnyEvent | EventRow) -> None:
+    def state(self) -> dict[str, Any]:
+        """Everything this fold knows, as JSON (keys sorted): what a snapshot stores.
+        Invariant: ``restore(run_id, state())`` folds every later event as ``self`` would."""
+        raise NotImplementedError
+
+    @classmethod
+    def restore(cls, run_id: str, state: dict[str, Any]) -> Self:
+        raise NotImplementedError
+
+    def apply(self, event: AnyEvent | EventRow | LiteEvent) -> None:
         """Fold one event; other runs' events and types this fold does not read are skipped."""
         handler = self._handlers.get(event.type)
         if handler is not None and event.run_id == self.run_id:
@@ -76,7 +100,7 @@ class Fold:
 P = TypeVar("P", bound=Projection)
 
 
-def fold(projection: P, events: Iterable[AnyEvent]) -> P:
+def fold(projection: P, events: Iterable[AnyEvent | LiteEvent]) -> P:
     """Apply every event in order; return the projection for chaining."""
     apply = projection.apply
     for event in events:

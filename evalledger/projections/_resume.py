@@ -54,6 +54,8 @@ class Partition(BaseModel):
 class ResumeFold(Fold):
     """Folds one run's lifecycle events into the resume partition."""
 
+    VERSION = 1
+
     def __init__(self, run_id: str) -> None:
         super().__init__(run_id)
         self.found = False
@@ -72,6 +74,40 @@ class ResumeFold(Fold):
         self._attempts: dict[str, int] = {}
         # The latest attempt's final category per key; None while unfinished.
         self._latest: dict[str, Category | None] = {}
+
+    def state(self) -> dict[str, Any]:
+        # Per planned key, in planned order: its latest attempt number (0: never
+        # started) and how that attempt ended ("" unfinished, null never started).
+        latest = self._latest
+        return {
+            "attempts": [self._attempts.get(k, 0) for k in self._planned],
+            "boundary_seq": self.boundary_seq,
+            "config": self.config.model_dump(mode="json"),
+            "finished": self.finished,
+            "fingerprint": self.fingerprint.model_dump(mode="json"),
+            "found": self.found,
+            "host": self.host,
+            "latest": [(c.value if c else "") if k in latest else None
+                       for k in self._planned for c in (latest.get(k),)],
+            "planned": list(self._planned),
+        }
+
+    @classmethod
+    def restore(cls, run_id: str, state: dict[str, Any]) -> ResumeFold:
+        fold = cls(run_id)
+        fold.boundary_seq = state["boundary_seq"]
+        fold.config = RunOptions.model_validate(state["config"])
+        fold.finished = state["finished"]
+        fold.fingerprint = Fingerprint.model_validate(state["fingerprint"])
+        fold.found = state["found"]
+        fold.host = state["host"]
+        fold._planned = dict.fromkeys(state["planned"])
+        fold._attempts = {k: n for k, n in zip(state["planned"], state["attempts"], strict=True)
+                          if n}
+        fold._latest = {k: Category(c) if c else None
+                        for k, c in zip(state["planned"], state["latest"], strict=True)
+                        if c is not None}
+        return fold
 
     @on(RunStarted)
     def _run_started(self, event: RunStarted) -> None:

@@ -205,21 +205,87 @@ class RunSummary(BaseModel):
 
 
 class _Spend:
-    """Token and cost accumulator; an unpriced usage turns it into a floor."""
+    """Token and cost accumulator; an unpriced usage turns it into a floor.
 
-    __slots__ = ("complete", "cost", "tokens")
+    Counts are plain ints, not a ``TokenCounts`` per usage: a rebuild adds 10,000s of them.
+    """
+
+    __slots__ = ("cache_read", "cache_write", "complete", "cost", "input", "output")
 
     def __init__(self) -> None:
-        self.tokens = NO_TOKENS
+        self.input = self.output = self.cache_read = self.cache_write = 0
         self.cost = 0.0
         self.complete = True
 
     def add(self, usage: TaskUsage) -> None:
-        self.tokens = self.tokens + usage.tokens
+        self.input += usage.input_tokens
+        self.output += usage.output_tokens
+        self.cache_read += usage.cache_read_tokens
+        self.cache_write += usage.cache_write_tokens
         if usage.cost_usd is None:
             self.complete = False
         else:
             self.cost += usage.cost_usd
+
+    @property
+    def tokens(self) -> TokenCounts:
+        return TokenCounts.model_construct(
+            cache_read_tokens=self.cache_read, cache_write_tokens=self.cache_write,
+            input_tokens=self.input, output_tokens=self.output,
+        )
+
+    def state(self) -> list[Any]:
+        return [self.input, self.output, self.cache_read, self.cache_write, self.cost,
+                self.complete]
+
+    @classmethod
+    def restore(cls, state: list[Any]) -> _Spend:
+        spend = cls()
+        (spend.input, spend.output, spend.cache_read, spend.cache_write, spend.cost,
+         spend.complete) = state
+        return spend
+
+
+class _Done:
+    """What a key's latest finished attempt ended with: the fields the summary reads."""
+
+    __slots__ = ("attempt", "category", "cost_complete", "cost_usd", "duration_seconds",
+                 "environment_info", "error_message", "final_status", "tokens",
+                 "weighted_score")
+
+    def __init__(self, event: TaskCompleted) -> None:
+        self.attempt = event.attempt
+        self.category = event.category
+        self.final_status = event.final_status
+        self.weighted_score = event.weighted_score
+        self.duration_seconds = event.duration_seconds
+        t = event.tokens  # a TokenCounts, or a lite event's struct of the same fields
+        self.tokens = t if type(t) is TokenCounts else TokenCounts.model_construct(
+            cache_read_tokens=t.cache_read_tokens, cache_write_tokens=t.cache_write_tokens,
+            input_tokens=t.input_tokens, output_tokens=t.output_tokens)
+        self.cost_usd = event.cost_usd
+        self.cost_complete = event.cost_complete
+        self.error_message = event.error_message
+        self.environment_info = event.environment_info
+
+    def state(self) -> list[Any]:
+        t = self.tokens
+        return [self.attempt, self.final_status.value, self.weighted_score,
+                self.duration_seconds,
+                [t.input_tokens, t.output_tokens, t.cache_read_tokens, t.cache_write_tokens],
+                self.cost_usd, self.cost_complete, self.error_message, self.environment_info]
+
+    @classmethod
+    def restore(cls, state: list[Any]) -> _Done:
+        done = cls.__new__(cls)
+        (done.attempt, status, done.weighted_score, done.duration_seconds, tokens,
+         done.cost_usd, done.cost_complete, done.error_message, done.environment_info) = state
+        done.final_status = FinalStatus(status)
+        done.category = done.final_status.category
+        done.tokens = TokenCounts.model_construct(
+            input_tokens=tokens[0], output_tokens=tokens[1], cache_read_tokens=tokens[2],
+            cache_write_tokens=tokens[3])
+        return done
 
 
 class _Key:
@@ -228,18 +294,34 @@ class _Key:
     __slots__ = ("attempts", "completed", "replicate_index", "spend", "tags", "task_id",
                  "variant_id")
 
-    def __init__(self, started: TaskStarted) -> None:
-        self.task_id = started.task_id
-        self.variant_id = started.variant_id
-        self.replicate_index = started.replicate_index
-        self.tags = list(started.tags)
+    def __init__(self, task_id: str, variant_id: str, replicate_index: int,
+                 tags: list[str]) -> None:
+        self.task_id = task_id
+        self.variant_id = variant_id
+        self.replicate_index = replicate_index
+        self.tags = tags
         self.attempts = 0
-        self.completed: TaskCompleted | None = None
+        self.completed: _Done | None = None
         self.spend = _Spend()  # every attempt's, for tasks_cost_incomplete
+
+    def state(self) -> list[Any]:
+        return [self.task_id, self.variant_id, self.replicate_index, self.tags, self.attempts,
+                self.spend.state(), self.completed.state() if self.completed else None]
+
+    @classmethod
+    def restore(cls, state: list[Any]) -> _Key:
+        task_id, variant_id, replicate_index, tags, attempts, spend, done = state
+        key = cls(task_id, variant_id, replicate_index, tags)
+        key.attempts = attempts
+        key.spend = _Spend.restore(spend)
+        key.completed = _Done.restore(done) if done is not None else None
+        return key
 
 
 class SummaryFold(Fold):
     """Folds one run's events into a ``RunSummary``; feed it live or from the ledger."""
+
+    VERSION = 1
 
     def __init__(self, run_id: str) -> None:
         super().__init__(run_id)
@@ -256,6 +338,43 @@ class SummaryFold(Fold):
         self.models: set[str] = set()
         self.by_model: dict[str | None, _Spend] = {}
         self.running: set[str] = set()
+
+    def state(self) -> dict[str, Any]:
+        # Keys sorted: the state goes into a payload, which is canonical JSON.
+        return {
+            "by_model": [[name, spend.state()] for name, spend in self.by_model.items()],
+            "drift": self.drift,
+            "experiment_id": self.experiment_id,
+            "finished_at": self.finished_at,
+            "keys": [[name, *key.state()] for name, key in self.keys.items()],
+            "max_parallel": self.max_parallel,
+            "models": sorted(self.models),
+            "planned": list(self.planned),
+            "running": sorted(self.running),
+            "skipped": [[s.path, s.reason, s.deliberate] for s in self.skipped],
+            "spend": self.spend.state(),
+            "started_at": self.started_at,
+            "status": self.status,
+        }
+
+    @classmethod
+    def restore(cls, run_id: str, state: dict[str, Any]) -> SummaryFold:
+        fold = cls(run_id)
+        fold.by_model = {name: _Spend.restore(spend) for name, spend in state["by_model"]}
+        fold.drift = state["drift"]
+        fold.experiment_id = state["experiment_id"]
+        fold.finished_at = state["finished_at"]
+        fold.keys = {entry[0]: _Key.restore(entry[1:]) for entry in state["keys"]}
+        fold.max_parallel = state["max_parallel"]
+        fold.models = set(state["models"])
+        fold.planned = dict.fromkeys(state["planned"])
+        fold.running = set(state["running"])
+        fold.skipped = [SkippedFile(path=p, reason=r, deliberate=d)
+                        for p, r, d in state["skipped"]]
+        fold.spend = _Spend.restore(state["spend"])
+        fold.started_at = state["started_at"]
+        fold.status = state["status"]
+        return fold
 
     @on(TaskUsage)
     def _task_usage(self, event: TaskUsage) -> None:
@@ -274,7 +393,8 @@ class SummaryFold(Fold):
     def _task_started(self, event: TaskStarted) -> None:
         key = self.keys.get(event.task_key)
         if key is None:
-            key = self.keys[event.task_key] = _Key(event)
+            key = self.keys[event.task_key] = _Key(
+                event.task_id, event.variant_id, event.replicate_index, list(event.tags))
         key.attempts = max(key.attempts, event.attempt)
         self.planned.setdefault(event.task_key, None)
         self.running.add(event.task_key)
@@ -283,7 +403,7 @@ class SummaryFold(Fold):
     def _task_completed(self, event: TaskCompleted) -> None:
         key = self.keys.get(event.task_key)
         if key is not None and (not key.completed or event.attempt >= key.completed.attempt):
-            key.completed = event
+            key.completed = _Done(event)
         self.running.discard(event.task_key)
 
     @on(TaskInterrupted)
@@ -303,8 +423,8 @@ class SummaryFold(Fold):
         self.status = "running"
         self.finished_at = None
         self.planned.update(dict.fromkeys(event.to_run))
-        if event.drift:
-            self.drift.append({"at": event.ts, **event.drift})
+        if event.drift:  # keys sorted, as in any payload: it goes into snapshots
+            self.drift.append(dict(sorted({"at": event.ts, **event.drift}.items())))
 
     @on(RunFinished)
     def _run_finished(self, event: RunFinished) -> None:

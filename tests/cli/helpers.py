@@ -125,8 +125,9 @@ def assert_one_line_error(result: Result) -> str:
 
 
 def events(db: Path, run_id: str) -> list[AnyEvent]:
+    """The run's facts: its snapshots (derived, after run.finished) left out."""
     with Ledger(db, read_only=True) as ledger:
-        return list(ledger.events(run_id))
+        return [e for e in ledger.events(run_id) if e.type != "run.snapshot"]
 
 
 def of_type(evs: Sequence[AnyEvent], type_: str) -> list[AnyEvent]:

@@ -140,7 +140,9 @@ def test_verify_notices_a_corrupt_index(tmp_path: Path) -> None:
     with db.open("r+b") as f:
         f.seek((root - 1) * page_size + 8)
         f.write(random.Random(7).randbytes(page_size - 16))
-    assert invoke(db, "runs").returncode == 2  # the file really is damaged
+    damaged = invoke(db, "sql", "SELECT count(*) FROM events INDEXED BY events_by_run_type "
+                     "WHERE run_id = 'r1' AND type = 'task.started'")
+    assert damaged.returncode == 2, damaged  # the file really is damaged
     result = invoke(db, "verify")
     assert "Traceback" not in result.stderr
     assert result.returncode == 1, result  # readable enough to check: damage found

@@ -39,6 +39,7 @@ from evalledger.ledger import (
     OpaqueEvent,
     RunFinished,
     RunResumed,
+    RunSnapshot,
     RunStarted,
     TaskCompleted,
     TaskEmitted,
@@ -500,6 +501,8 @@ REPRESENTATIVE: dict[str, Any] = {
     ),
     "task.interrupted": TaskInterrupted(run_id="r", task_key="k", reason="SIGINT"),
     "run.finished": RunFinished(run_id="r", status=RunStatus.BUDGET_STOPPED),
+    "run.snapshot": RunSnapshot(run_id="r", fold_version=3, kind="summary", through_seq=7,
+                                value=NESTED),
 }
 
 

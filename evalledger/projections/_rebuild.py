@@ -1,0 +1,197 @@
+"""Rebuilds from the ledger, through snapshots: where the folds meet a ``Ledger``.
+
+The folds stay pure; this module reads rows for them. A rebuild of fold ``F`` loads
+the newest ``run.snapshot`` of kind ``F``'s name made by ``F.VERSION`` and folds
+only the run's events after its ``through_seq``; with none (an older run, a run cut
+off before it finished, a snapshot of another version) it replays from the start.
+The fold code is the same either way, so a rebuild through a snapshot equals a
+full replay (a property test, and ``verify --deep`` on every stored snapshot).
+
+A snapshot (docs/events.md) is the group of ``run.snapshot`` events one call of
+``write_snapshot`` appends, all through the same seq:
+
+- ``summary_fold`` and ``resume_fold``: each fold's ``state()``;
+- ``summary``: the ``RunSummary`` (what ``show`` and ``report`` print) and
+  ``headline``: its counts alone (what ``runs`` lists). Both are used only while no
+  event the summary folds came after them: a finished run's reports are then read,
+  not computed.
+
+Each kind is its own event so a reader parses only what it needs: the headline of a
+10,000-task run is 600 bytes, its summary 4 MB. Payloads are canonical JSON, so the
+fields that pick a snapshot (``fold_version``, ``kind``) are the first bytes of its
+payload and are matched as a prefix, without parsing any snapshot that is not used.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from evalledger.ledger import EventType
+
+from ._fold import Fold
+
+if TYPE_CHECKING:
+    from evalledger.ledger import EventRow, Ledger
+
+    from ._resume import ResumeFold
+    from ._summary import RunSummary, SummaryFold
+
+F = TypeVar("F", bound=Fold)
+
+# What each fold's state is stored as.
+FOLD_KINDS = {"SummaryFold": "summary_fold", "ResumeFold": "resume_fold"}
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One stored ``run.snapshot``, its value still JSON text."""
+
+    seq: int
+    through_seq: int
+    value: str
+
+
+def _prefix(kind: str, version: int) -> str:
+    # The canonical payload begins with these fields, in this order (keys sorted).
+    return f'{{"fold_version":{version},"kind":"{kind}","through_seq":'
+
+
+def latest_snapshot(ledger: Ledger, run_id: str, kind: str, version: int,
+                    *, until_seq: int | None = None) -> Snapshot | None:
+    """The run's newest snapshot of ``kind`` made by fold version ``version``."""
+    prefix = _prefix(kind, version)
+    row = ledger.latest_row(run_id, EventType.RUN_SNAPSHOT, prefix, until_seq=until_seq)
+    if row is None:
+        return None
+    payload = row.payload
+    comma = payload.find(",", len(prefix))
+    if comma < 0 or not payload.startswith(',"value":', comma) or not payload.endswith("}"):
+        return None  # not the canonical form this reader knows: replay instead
+    try:
+        through_seq = int(payload[len(prefix):comma])
+    except ValueError:
+        return None
+    return Snapshot(row.seq or 0, through_seq, payload[comma + len(',"value":'):-1])
+
+
+def _quiet_since(ledger: Ledger, run_id: str, types: frozenset[str], seq: int,
+                 until_seq: int | None = None) -> bool:
+    """Whether no event of ``types`` came after ``seq`` (up to ``until_seq``)."""
+    return next(iter(ledger.rows(run_id, types=types, after_seq=seq, until_seq=until_seq)),
+                None) is None
+
+
+def load_folds(ledger: Ledger, run_id: str, *classes: type[Fold], snapshots: bool = True,
+               until_seq: int | None = None) -> tuple[list[Fold], int]:
+    """Each fold of ``classes`` for the run, from its snapshot (if ``snapshots``) and the
+    events after it, all in one pass over the ledger; and the seq of the last event
+    folded (0: none), what a new snapshot of them is through."""
+    folds: list[Fold] = []
+    after: list[int] = []
+    for cls in classes:
+        snap = (latest_snapshot(ledger, run_id, FOLD_KINDS[cls.__name__], cls.VERSION,
+                                until_seq=until_seq) if snapshots else None)
+        if snap is not None and (until_seq is None or snap.through_seq <= until_seq):
+            folds.append(cls.restore(run_id, json.loads(snap.value)))
+            after.append(snap.through_seq)
+        else:
+            folds.append(cls(run_id))
+            after.append(0)
+    types = frozenset().union(*(cls.TYPES for cls in classes))
+    last = max(after, default=0)
+    for event in ledger.replay(run_id, types=types, after_seq=min(after, default=0),
+                               until_seq=until_seq):
+        seq = event.seq or 0
+        for fold, since in zip(folds, after, strict=True):
+            if seq > since:
+                fold.apply(event)
+        last = max(last, seq)
+    return folds, last
+
+
+def load_fold(ledger: Ledger, cls: type[F], run_id: str, *, snapshots: bool = True,
+              until_seq: int | None = None) -> F:
+    """One fold of the run, rebuilt (see ``load_folds``)."""
+    (fold,), _ = load_folds(ledger, run_id, cls, snapshots=snapshots, until_seq=until_seq)
+    assert isinstance(fold, cls)
+    return fold
+
+
+def _current(ledger: Ledger, run_id: str, kind: str, snapshots: bool) -> Snapshot | None:
+    """The run's snapshot of ``kind`` (made by this summary code) if nothing the summary
+    folds came after it."""
+    from ._summary import SummaryFold
+
+    if not snapshots:
+        return None
+    snap = latest_snapshot(ledger, run_id, kind, SummaryFold.VERSION)
+    if snap is None or not _quiet_since(ledger, run_id, SummaryFold.TYPES, snap.through_seq):
+        return None
+    return snap
+
+
+def load_summary(ledger: Ledger, run_id: str, *, snapshots: bool = True) -> RunSummary:
+    """The run's summary (without its anchor): a finished run's is read from its
+    snapshot, any other is folded."""
+    from ._summary import RunSummary, SummaryFold
+
+    snap = _current(ledger, run_id, "summary", snapshots)
+    if snap is not None:
+        return RunSummary.model_validate_json(snap.value)
+    return load_fold(ledger, SummaryFold, run_id, snapshots=snapshots).summary()
+
+
+def load_headline(ledger: Ledger, run_id: str, *, snapshots: bool = True) -> dict[str, Any]:
+    """The run's ``RunHeadline`` as JSON data: a finished run's is read from its
+    snapshot without importing a model (what ``runs`` lists, for every run)."""
+    from ._summary import SummaryFold
+
+    snap = _current(ledger, run_id, "headline", snapshots)
+    if snap is not None:
+        value: dict[str, Any] = json.loads(snap.value)
+        return value
+    fold = load_fold(ledger, SummaryFold, run_id, snapshots=snapshots)
+    return fold.headline().model_dump(mode="json")
+
+
+def snapshot_events(run_id: str, through_seq: int, summary: SummaryFold,
+                    resume: ResumeFold) -> list[Any]:
+    """The ``run.snapshot`` events of these folds, both through ``through_seq``."""
+    from evalledger.ledger import RunSnapshot
+
+    version = type(summary).VERSION
+    values = [
+        ("summary_fold", version, summary.state()),
+        ("resume_fold", type(resume).VERSION, resume.state()),
+        ("summary", version, summary.summary().model_dump(mode="json", exclude={"anchor"})),
+        ("headline", version, summary.headline().model_dump(mode="json")),
+    ]
+    return [RunSnapshot(run_id=run_id, kind=kind, fold_version=v, through_seq=through_seq,
+                        value=value) for kind, v, value in values]
+
+
+def write_snapshot(ledger: Ledger, run_id: str) -> int | None:
+    """Append a snapshot of a finished run (its latest boundary is a ``run.finished``)
+    through its latest lifecycle event, unless its newest snapshot is that already.
+    Returns the seq it is through (None: nothing written). A run still going (or cut
+    off) is not snapshotted: its state is about to change."""
+    from ._resume import ResumeFold
+    from ._summary import SummaryFold
+
+    (summary, resume), through = load_folds(ledger, run_id, SummaryFold, ResumeFold)
+    assert isinstance(summary, SummaryFold) and isinstance(resume, ResumeFold)
+    if not resume.finished:
+        return None
+    newest = latest_snapshot(ledger, run_id, "summary", SummaryFold.VERSION)
+    if newest is not None and newest.through_seq == through:
+        return None
+    ledger.append(snapshot_events(run_id, through, summary, resume))
+    return through
+
+
+def stored_snapshots(ledger: Ledger, run_id: str) -> Iterator[EventRow]:
+    """Every ``run.snapshot`` row of the run, oldest first."""
+    return ledger.rows(run_id, types=[EventType.RUN_SNAPSHOT])
