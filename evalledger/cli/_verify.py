@@ -19,16 +19,20 @@ from ._main import Settings, pass_settings
 @click.option("--anchor", "anchors", multiple=True, type=click.Path(dir_okay=False),
               help="A checkpoint file or a run.json: fail unless the ledger still holds that "
                    "exact history up to its seq. Repeatable.")
+@click.option("--deep", is_flag=True,
+              help="Also replay every run in full and check each snapshot against it.")
 @pass_settings
-def verify(settings: Settings, anchors: tuple[str, ...]) -> None:
+def verify(settings: Settings, anchors: tuple[str, ...], deep: bool) -> None:
     """Check that the ledger is intact: storage, hash chain, seq gaps, payloads, schema.
 
     The schema is compared, as full SQL text, with what this evalledger creates:
     tables, indexes, triggers, views and meta. A chain cut short or rewritten from
     some row on is a valid chain on its own: only an anchor kept elsewhere (see
-    `evalledger checkpoint`, or any run.json) shows it. Prints one verdict line, then
-    one line per problem. Exits 0 when intact, 1 when something was found, 2 when
-    the ledger cannot be read at all.
+    `evalledger checkpoint`, or any run.json) shows it. With --deep, every run that
+    has snapshots is replayed in full, every event validated, and each snapshot
+    compared with the replay at its seq. Prints one verdict line, then one line per
+    problem. Exits 0 when intact, 1 when something was found, 2 when the ledger
+    cannot be read at all.
 
     Example:
 
@@ -40,9 +44,22 @@ def verify(settings: Settings, anchors: tuple[str, ...]) -> None:
         raise UserError(str(e)) from e
     with settings.open_ledger(read_only=True) as ledger:
         report = verify_ledger(ledger, pinned)
-    for line in report.lines():
+        lines = report.lines()
+        ok = report.ok
+        if deep:
+            from evalledger.projections import check_snapshots
+
+            checked = check_snapshots(ledger)
+            ok = ok and not checked.problems
+            lines[0] = lines[0].replace("OK: ", "FAILED: ", 1) if not ok else lines[0]
+            ignored = (f", {checked.ignored} of another fold version ignored"
+                       if checked.ignored else "")
+            lines.append(f"deep: {checked.checked} snapshot(s) of {checked.runs} run(s) "
+                         f"checked against a full replay{ignored}")
+            lines += [f"snapshot: {p}" for p in checked.problems]
+    for line in lines:
         click.echo(line)
-    sys.exit(EXIT_OK if report.ok else EXIT_TASKS_FAILED)
+    sys.exit(EXIT_OK if ok else EXIT_TASKS_FAILED)
 
 
 @click.command()

@@ -245,6 +245,10 @@ _json_string = json.encoder.encode_basestring
 
 
 class TaskOutput(_TaskEvent):
+    """One line a command printed. The one type whose payload leaves out fields equal to
+    their default (``stream`` stdout, ``truncated`` false): it is nearly every row of a
+    ledger, and those two were half of its payload."""
+
     type: Literal[EventType.TASK_OUTPUT] = EventType.TASK_OUTPUT
     line: str
     n: int
@@ -256,10 +260,10 @@ class TaskOutput(_TaskEvent):
         run_id: str, task_key: str, ts: str, stream: str, line: str, n: int, truncated: bool
     ) -> EventRow:
         """This event in stored form, without building the model (the hot path)."""
-        payload = (
-            f'{{"line":{_json_string(line)},"n":{n},"stream":"{stream}",'
-            f'"truncated":{"true" if truncated else "false"}}}'
-        )
+        payload = f'{{"line":{_json_string(line)},"n":{n}'
+        if stream != "stdout":
+            payload += f',"stream":"{stream}"'
+        payload += ',"truncated":true}' if truncated else "}"
         # tuple.__new__ skips the NamedTuple's Python-level __new__: half the cost.
         return _new_tuple(EventRow, (new_event_id(), run_id, task_key, EventType.TASK_OUTPUT,
                                      ts, payload, None, None))
@@ -382,7 +386,8 @@ def encode_payload(event: AnyEvent | EventRow) -> str:
         return event.payload
     if isinstance(event, OpaqueEvent):
         return to_json(event.payload).decode()
-    return event.__pydantic_serializer__.to_json(event, exclude=_EXCLUDE_ENVELOPE).decode()
+    return event.__pydantic_serializer__.to_json(
+        event, exclude=_EXCLUDE_ENVELOPE, exclude_defaults=type(event) is TaskOutput).decode()
 
 
 _str = json.JSONEncoder(ensure_ascii=False).encode

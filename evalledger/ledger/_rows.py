@@ -57,6 +57,12 @@ class EventRow(NamedTuple):
 
 
 STREAM_TYPES = (EventType.TASK_OUTPUT, EventType.TASK_EVENT)
+# Types the covering lifecycle index leaves out: the lines a command prints (most rows)
+# and snapshots (large, and read by kind rather than folded).
+UNFOLDED_TYPES = (*STREAM_TYPES, EventType.RUN_SNAPSHOT)
 # The partial lifecycle index's condition, written exactly so a query can repeat it:
 # SQLite uses a partial index only when the query's WHERE contains its WHERE terms.
-LIFECYCLE_WHERE = f"type NOT IN ('{EventType.TASK_OUTPUT}', '{EventType.TASK_EVENT}')"
+LIFECYCLE_WHERE = f"type NOT IN ({', '.join(repr(str(t)) for t in UNFOLDED_TYPES)})"
+# The condition of schema 3 to 5, before snapshots existed (frozen: migration 0003
+# made it, and a ledger not yet migrated is read through it).
+LIFECYCLE_WHERE_3 = f"type NOT IN ('{EventType.TASK_OUTPUT}', '{EventType.TASK_EVENT}')"

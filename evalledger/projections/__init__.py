@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from ._fold import on as on
     from ._fold import types_of as types_of
     from ._junit import render_junit as render_junit
+    from ._rebuild import SnapshotCheck as SnapshotCheck
+    from ._rebuild import check_snapshots as check_snapshots
     from ._rebuild import load_fold as load_fold
     from ._rebuild import load_folds as load_folds
     from ._rebuild import load_headline as load_headline
@@ -64,6 +66,8 @@ _WHERE = {
     "on": "_fold",
     "types_of": "_fold",
     "render_junit": "_junit",
+    "SnapshotCheck": "_rebuild",
+    "check_snapshots": "_rebuild",
     "load_fold": "_rebuild",
     "load_folds": "_rebuild",
     "load_headline": "_rebuild",
@@ -110,11 +114,13 @@ __all__ = [
     "RunHeadline",
     "RunSummary",
     "SkippedFile",
+    "SnapshotCheck",
     "SummaryFold",
     "TagStats",
     "TaskDiff",
     "TaskRow",
     "VariantStats",
+    "check_snapshots",
     "compute_drift",
     "diff_runs",
     "fingerprint",

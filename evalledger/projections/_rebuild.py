@@ -25,8 +25,8 @@ payload and are matched as a prefix, without parsing any snapshot that is not us
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from evalledger.ledger import EventType
@@ -34,7 +34,7 @@ from evalledger.ledger import EventType
 from ._fold import Fold
 
 if TYPE_CHECKING:
-    from evalledger.ledger import EventRow, Ledger
+    from evalledger.ledger import Ledger
 
     from ._resume import ResumeFold
     from ._summary import RunSummary, SummaryFold
@@ -157,20 +157,27 @@ def load_headline(ledger: Ledger, run_id: str, *, snapshots: bool = True) -> dic
     return fold.headline().model_dump(mode="json")
 
 
+def _kinds(summary: SummaryFold, resume: ResumeFold
+           ) -> dict[str, tuple[int, Callable[[], dict[str, Any]]]]:
+    """Kind -> (the version of the code that makes it, how it is made from the folds)."""
+    version = type(summary).VERSION
+    return {
+        "summary_fold": (version, summary.state),
+        "resume_fold": (type(resume).VERSION, resume.state),
+        "summary": (version, lambda: summary.summary().model_dump(mode="json",
+                                                                   exclude={"anchor"})),
+        "headline": (version, lambda: summary.headline().model_dump(mode="json")),
+    }
+
+
 def snapshot_events(run_id: str, through_seq: int, summary: SummaryFold,
                     resume: ResumeFold) -> list[Any]:
     """The ``run.snapshot`` events of these folds, both through ``through_seq``."""
     from evalledger.ledger import RunSnapshot
 
-    version = type(summary).VERSION
-    values = [
-        ("summary_fold", version, summary.state()),
-        ("resume_fold", type(resume).VERSION, resume.state()),
-        ("summary", version, summary.summary().model_dump(mode="json", exclude={"anchor"})),
-        ("headline", version, summary.headline().model_dump(mode="json")),
-    ]
-    return [RunSnapshot(run_id=run_id, kind=kind, fold_version=v, through_seq=through_seq,
-                        value=value) for kind, v, value in values]
+    return [RunSnapshot(run_id=run_id, kind=kind, fold_version=version,
+                        through_seq=through_seq, value=make())
+            for kind, (version, make) in _kinds(summary, resume).items()]
 
 
 def write_snapshot(ledger: Ledger, run_id: str) -> int | None:
@@ -192,6 +199,51 @@ def write_snapshot(ledger: Ledger, run_id: str) -> int | None:
     return through
 
 
-def stored_snapshots(ledger: Ledger, run_id: str) -> Iterator[EventRow]:
-    """Every ``run.snapshot`` row of the run, oldest first."""
-    return ledger.rows(run_id, types=[EventType.RUN_SNAPSHOT])
+@dataclass
+class SnapshotCheck:
+    """What ``verify --deep`` found: snapshots checked against a full replay."""
+
+    runs: int = 0
+    checked: int = 0
+    ignored: int = 0
+    """Snapshots of another fold version (or an unknown kind): no rebuild uses them."""
+    problems: list[str] = field(default_factory=list)
+
+
+def check_snapshots(ledger: Ledger) -> SnapshotCheck:
+    """Replay every run that has snapshots in full, with every event fully validated, and
+    compare each snapshot this code would use with the replay at its ``through_seq``."""
+    from evalledger.ledger import RunSnapshot
+
+    from ._resume import ResumeFold
+    from ._summary import SummaryFold
+
+    result = SnapshotCheck()
+    for run_id in ledger.run_ids():
+        snaps = [e for e in ledger.events(run_id, types=[EventType.RUN_SNAPSHOT])
+                 if isinstance(e, RunSnapshot)]
+        if not snaps:
+            continue
+        result.runs += 1
+        summary, resume = SummaryFold(run_id), ResumeFold(run_id)
+        kinds = _kinds(summary, resume)
+        replay = ledger.events(run_id, types=SummaryFold.TYPES | ResumeFold.TYPES)
+        pending = next(replay, None)
+        for snap in sorted(snaps, key=lambda s: (s.through_seq, s.seq or 0)):
+            if snap.kind not in kinds or kinds[snap.kind][0] != snap.fold_version:
+                result.ignored += 1
+                continue
+            result.checked += 1
+            where = (f"run {run_id}: the {snap.kind} snapshot at seq {snap.seq} "
+                     f"(through seq {snap.through_seq})")
+            if snap.through_seq >= (snap.seq or 0):
+                result.problems.append(f"{where} claims events that come after it")
+                continue
+            while pending is not None and (pending.seq or 0) <= snap.through_seq:
+                summary.apply(pending)
+                resume.apply(pending)
+                pending = next(replay, None)
+            replayed = kinds[snap.kind][1]()
+            if json.loads(json.dumps(replayed)) != snap.value:
+                result.problems.append(f"{where} differs from a full replay of the run")
+    return result

@@ -159,7 +159,9 @@ def _line(row: EventRow, starts: list[int], numbers: list[int]) -> Line:
         data = payload.get("data") if isinstance(payload.get("data"), dict) else {}
         return Line(seq, row.ts, attempt, int(payload.get("n", 0)), "json",
                     json.dumps(data, ensure_ascii=False, sort_keys=True), data=data)
-    return Line(seq, row.ts, attempt, int(payload.get("n", 0)), str(payload.get("stream")),
+    # Left out of the payload when they are the default (stdout, not truncated).
+    stream = str(payload.get("stream", "stdout"))
+    return Line(seq, row.ts, attempt, int(payload.get("n", 0)), stream,
                 str(payload.get("line", "")), truncated=bool(payload.get("truncated")))
 
 
