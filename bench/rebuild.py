@@ -1,26 +1,36 @@
 """Rebuild speed and memory: summary + resume partition from the ledger vs task.json files.
 
 Builds, in a temporary folder:
-- a ledger holding one run of N tasks (default 10,000), each with task.started,
-  usage, M task.output lines (default 100) and task.completed: ~N*(M+3) events;
+- a ledger holding one finished run of N tasks (default 10,000), each with
+  task.started, usage, M task.output lines (default 100) and task.completed:
+  ~N*(M+3) events, then the run's snapshot, written as the executor writes it;
 - the replaced design's folder: N ``<variant>/<task>/<NN>/task.json`` files with
   the same results (and one nested sub-run folder that a scan must skip).
 
-Then times, in this process and in alternating order:
-(a) ledger: open read-only, replay the summary's and resume's event types through
-    the (run_id, type, seq) index, fold both projections, build summary + partition;
-(b) files: rglob task.json, skip nested sub-runs, validate each with pydantic, sort,
+Then times, in this process and in alternating order, what both designs can tell:
+the run's counts (run, succeeded, failed, error) and its resume partition:
+(a) ledger: the headline and the resume fold from the run's snapshot (what `runs`,
+    `show` and `resume` read for a finished run);
+(b) ledger, full replay (snapshots ignored, as after an upgrade that changed a fold):
+    both folds over every lifecycle event, partially decoded;
+(c) files: rglob task.json, skip nested sub-runs, validate each with pydantic, sort,
     count the buckets and split finished / unfinished.
+For the record, also the whole summary with its 10,000 rows (what `show` prints)
+read from the snapshot and from a full replay.
 
-And peak RSS of a fresh process summarising the big ledger vs one with 10x fewer
-output lines: the summary never reads output lines, so the two should match.
+And peak RSS of a fresh process replaying the big ledger in full vs one with 10x
+fewer output lines: the folds never read output lines, so the two should match;
+and the ledger's size in bytes per event.
 
-Run: python bench/rebuild.py [--tasks N] [--lines M]. Not part of the tests.
+Lines scripts read: ``ratio files/ledger: 63.0`` and ``ratio files/ledger, full
+replay: 5.4``. Run: python bench/rebuild.py [--tasks N] [--lines M]. Not part of
+the tests.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import subprocess
@@ -42,7 +52,15 @@ from evalledger.ledger import (
     TokenCounts,
     utc_now,
 )
-from evalledger.projections import ResumeFold, SummaryFold, types_of
+from evalledger.projections import (
+    ResumeFold,
+    SummaryFold,
+    load_fold,
+    load_folds,
+    load_headline,
+    load_summary,
+    write_snapshot,
+)
 from evalledger.statuses import Category, FinalStatus
 
 RUN = "bench-run"
@@ -111,6 +129,7 @@ def build(root: Path, tasks: int, lines: int, *, files: bool = True) -> tuple[Pa
             target.parent.mkdir(parents=True)
             target.write_text(legacy.model_dump_json(indent=2))
     ledger.append([RunFinished(run_id=RUN, status="completed")])
+    write_snapshot(ledger, RUN)
     ledger.close()
     if not files:
         return ledger_path, folder
@@ -122,17 +141,25 @@ def build(root: Path, tasks: int, lines: int, *, files: bool = True) -> tuple[Pa
     return ledger_path, folder
 
 
-def from_ledger(path: Path) -> tuple[dict[str, int], int]:
-    ledger = Ledger(path, read_only=True)
-    summary, resume = SummaryFold(RUN), ResumeFold(RUN)
-    for event in ledger.events(RUN, types=types_of(summary, resume)):
-        summary.apply(event)
-        resume.apply(event)
-    result, partition = summary.summary(), resume.partition()
-    ledger.close()
-    counts = {"run": result.tasks_run, "succeeded": result.tasks_succeeded,
-              "failed": result.tasks_failed, "error": result.tasks_error}
+def from_ledger(path: Path, *, snapshots: bool = True) -> tuple[dict[str, int], int]:
+    with Ledger(path, read_only=True) as ledger:
+        if snapshots:
+            head = load_headline(ledger, RUN)
+            partition = load_fold(ledger, ResumeFold, RUN).partition()
+        else:
+            (summary, resume), _ = load_folds(ledger, RUN, SummaryFold, ResumeFold,
+                                              snapshots=False)
+            assert isinstance(summary, SummaryFold) and isinstance(resume, ResumeFold)
+            head = summary.headline().model_dump(mode="json")
+            partition = resume.partition()
+    counts = {"run": head["tasks_run"], "succeeded": head["tasks_succeeded"],
+              "failed": head["tasks_failed"], "error": head["tasks_error"]}
     return counts, len(partition.to_run)
+
+
+def whole_summary(path: Path, *, snapshots: bool) -> int:
+    with Ledger(path, read_only=True) as ledger:
+        return len(load_summary(ledger, RUN, snapshots=snapshots).tasks)
 
 
 def from_files(folder: Path, planned: int) -> tuple[dict[str, int], int]:
@@ -153,7 +180,7 @@ def peak_rss_summarising(path: Path) -> int:
     code = (
         "import resource, sys\nsys.path.insert(0, sys.argv[2])\n"
         "from rebuild import from_ledger\nfrom pathlib import Path\n"
-        "from_ledger(Path(sys.argv[1]))\n"
+        "from_ledger(Path(sys.argv[1]), snapshots=False)\n"
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
     )
     out = subprocess.run([sys.executable, "-c", code, str(path), str(Path(__file__).parent)],
@@ -167,6 +194,7 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    print(f"load average at start: {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory() as raw:
         root = Path(raw)
         start = time.perf_counter()
@@ -176,29 +204,41 @@ def main() -> None:
             events = ledger.count()
         print(f"built: {args.tasks} tasks, {events:,} events in the ledger, "
               f"{args.tasks} task.json files ({time.perf_counter() - start:.1f}s)")
-        ledger_times, file_times = [], []
+        times: dict[str, list[float]] = {"snapshot": [], "replay": [], "files": []}
+        results = {}
         for r in range(args.rounds):
-            order = [("ledger", 0), ("files", 1)] if r % 2 == 0 else [("files", 1), ("ledger", 0)]
-            for name, _ in order:
+            names = list(times) if r % 2 == 0 else list(reversed(times))
+            for name in names:
                 t = time.perf_counter()
-                if name == "ledger":
-                    a = from_ledger(big_ledger)
-                    ledger_times.append(time.perf_counter() - t)
+                if name == "files":
+                    results[name] = from_files(folder, args.tasks)
                 else:
-                    b = from_files(folder, args.tasks)
-                    file_times.append(time.perf_counter() - t)
-        assert a == b, f"the two designs disagree: {a} vs {b}"
-        led, fil = statistics.median(ledger_times), statistics.median(file_times)
-        print(f"summary+resume from the ledger:      {led * 1000:8.1f} ms  (median, {args.rounds})")
-        print(f"summary+resume from task.json files: {fil * 1000:8.1f} ms")
-        print(f"ratio files/ledger:                  {fil / led:8.1f}x  (target >= 20x)")
-        print(f"counts (both designs agree): {a[0]}, to run: {a[1]}")
+                    results[name] = from_ledger(big_ledger, snapshots=name == "snapshot")
+                times[name].append(time.perf_counter() - t)
+        assert results["snapshot"] == results["replay"] == results["files"], (
+            f"the designs disagree: {results}")
+        snap, replay, fil = (statistics.median(times[n]) for n in ("snapshot", "replay", "files"))
+        print(f"summary+resume from the ledger (snapshot): {snap * 1000:8.1f} ms  "
+              f"(median, {args.rounds})")
+        print(f"summary+resume from the ledger, full replay: {replay * 1000:8.1f} ms")
+        print(f"summary+resume from task.json files:       {fil * 1000:8.1f} ms")
+        print(f"ratio files/ledger: {fil / snap:.1f}  (target >= 50)")
+        print(f"ratio files/ledger, full replay: {fil / replay:.1f}  (target >= 5)")
+        a = results["snapshot"]
+        print(f"counts (all three agree): {a[0]}, to run: {a[1]}")
+        for label, snapshots in (("from the snapshot", True), ("from a full replay", False)):
+            t = time.perf_counter()
+            rows = whole_summary(big_ledger, snapshots=snapshots)
+            print(f"whole summary, {rows} task rows, {label}: "
+                  f"{(time.perf_counter() - t) * 1000:8.1f} ms")
+        print(f"ledger size: {big_ledger.stat().st_size / events:.0f} bytes per event "
+              f"({big_ledger.stat().st_size / 2**20:.0f} MiB)")
         big_rss, small_rss = peak_rss_summarising(big_ledger), peak_rss_summarising(small_ledger)
-        print(f"peak RSS summarising, {args.lines} lines/task:  {big_rss / 1024:8.1f} MiB")
-        print(f"peak RSS summarising, {max(1, args.lines // 10)} lines/task:   "
+        print(f"peak RSS replaying, {args.lines} lines/task:  {big_rss / 1024:8.1f} MiB")
+        print(f"peak RSS replaying, {max(1, args.lines // 10)} lines/task:   "
               f"{small_rss / 1024:8.1f} MiB  (flat: {big_rss / small_rss:.2f}x)")
+    print(f"load average at end: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":
     main()
-

@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from ._errors import RunNotFound as RunNotFound
     from ._events import EVENT_ADAPTER as EVENT_ADAPTER
     from ._events import EVENT_TYPES as EVENT_TYPES
-    from ._events import NO_TOKENS as NO_TOKENS
     from ._events import AnyEvent as AnyEvent
     from ._events import CriterionResult as CriterionResult
     from ._events import Event as Event
@@ -48,7 +47,6 @@ if TYPE_CHECKING:
     from ._events import TaskSkipped as TaskSkipped
     from ._events import TaskStarted as TaskStarted
     from ._events import TaskUsage as TaskUsage
-    from ._events import TokenCounts as TokenCounts
     from ._events import new_event_id as new_event_id
     from ._events import utc_now as utc_now
     from ._rows import EventRow as EventRow
@@ -56,6 +54,8 @@ if TYPE_CHECKING:
     from ._store import DEFAULT_BUSY_TIMEOUT as DEFAULT_BUSY_TIMEOUT
     from ._store import Ledger as Ledger
     from ._store import pick_run as pick_run
+    from ._tokens import NO_TOKENS as NO_TOKENS
+    from ._tokens import TokenCounts as TokenCounts
     from ._verify import VerifyReport as VerifyReport
     from ._verify import verify as verify
     from ._version import SCHEMA_VERSION as SCHEMA_VERSION
@@ -78,7 +78,7 @@ _WHERE = {
     "RunNotFound": "_errors",
     "EVENT_ADAPTER": "_events",
     "EVENT_TYPES": "_events",
-    "NO_TOKENS": "_events",
+    "NO_TOKENS": "_tokens",
     "AnyEvent": "_events",
     "CriterionResult": "_events",
     "Event": "_events",
@@ -97,7 +97,7 @@ _WHERE = {
     "TaskSkipped": "_events",
     "TaskStarted": "_events",
     "TaskUsage": "_events",
-    "TokenCounts": "_events",
+    "TokenCounts": "_tokens",
     "new_event_id": "_events",
     "utc_now": "_events",
     "SCHEMA_VERSION": "_version",

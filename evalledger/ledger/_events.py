@@ -40,6 +40,7 @@ from evalledger.options import RunOptions
 from evalledger.statuses import Category, FinalStatus, RunStatus
 
 from ._rows import EventRow, EventType
+from ._tokens import TokenCounts
 
 ENVELOPE_FIELDS = frozenset({"seq", "event_id", "run_id", "task_key", "type", "ts"})
 
@@ -136,34 +137,6 @@ class _TaskEvent(_Event):
     task_key: _Line  # narrowed: task events always have one
 
 
-class TokenCounts(BaseModel):
-    model_config = ConfigDict(frozen=True, allow_inf_nan=False)
-
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-    @property
-    def total(self) -> int:
-        return (
-            self.input_tokens + self.output_tokens + self.cache_read_tokens
-            + self.cache_write_tokens
-        )
-
-    def __add__(self, other: TokenCounts) -> TokenCounts:
-        if not isinstance(other, TokenCounts):
-            return NotImplemented
-        # model_construct: both sides were validated already; this is on every fold's path.
-        return TokenCounts.model_construct(
-            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
-            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
-            input_tokens=self.input_tokens + other.input_tokens,
-            output_tokens=self.output_tokens + other.output_tokens,
-        )
-
-
-NO_TOKENS = TokenCounts()
 
 
 class CriterionResult(BaseModel):

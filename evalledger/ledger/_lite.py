@@ -25,7 +25,8 @@ from evalledger.statuses import Category, FinalStatus
 from ._rows import EventRow, EventType
 
 if TYPE_CHECKING:
-    from ._events import AnyEvent, TokenCounts
+    from ._events import AnyEvent
+    from ._tokens import TokenCounts
 
 
 class _Lite(msgspec.Struct, kw_only=True, gc=False):
@@ -76,7 +77,7 @@ class LiteUsage(_Lite, kw_only=True, gc=False):
 
     @property
     def tokens(self) -> TokenCounts:
-        from ._events import TokenCounts
+        from ._tokens import TokenCounts
 
         return TokenCounts.model_construct(
             cache_read_tokens=self.cache_read_tokens, cache_write_tokens=self.cache_write_tokens,
@@ -98,19 +99,20 @@ _DECODERS: dict[str, msgspec.json.Decoder[Any]] = {
 }
 
 
-def decode_lite(row: EventRow) -> LiteEvent | AnyEvent:
-    """The row as a lite event when its type has one, else as its full model.
+def decode_lite(event_id: str, run_id: str, seq: int, task_key: str | None, type_: str,
+                ts: str, payload: object) -> LiteEvent | AnyEvent:
+    """A stored event as a lite event when its type has one, else as its full model.
 
     Raises:
         ValueError: the payload is not JSON, or does not fit (msgspec's
             ``ValidationError`` and pydantic's are both ``ValueError``s).
     """
-    decoder = _DECODERS.get(row[3])
+    decoder = _DECODERS.get(type_)
     if decoder is None:
-        return row.decode()
-    payload = row[5]
+        return EventRow(event_id, run_id, task_key, type_, ts, payload, seq).decode()  # type: ignore[arg-type]
     if not isinstance(payload, str):
         raise ValueError(f"payload is stored as {type(payload).__name__}, not JSON text")
     event = decoder.decode(payload)
-    _, event.run_id, event.task_key, event.type, event.ts, _, event.seq, _ = row
+    event.run_id, event.task_key, event.type, event.ts, event.seq = (
+        run_id, task_key, type_, ts, seq)
     return event  # type: ignore[no-any-return]

@@ -464,14 +464,8 @@ class Ledger:
             where.append(f"type IN ({','.join('?' * len(types))})")
             params.extend(types)
         sql = f"SELECT {_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY seq"
-        with self._translate():
-            cursor = self._conn.execute(sql, params)
-            try:
-                while batch := cursor.fetchmany(1000):
-                    for row in batch:
-                        yield _new_row(EventRow, row)
-            finally:
-                cursor.close()
+        for row in self._fetch(sql, params):
+            yield _new_row(EventRow, row)
 
     def events(
         self,
@@ -508,16 +502,45 @@ class Ledger:
         """Events for folding, like ``events``, but the per-task lifecycle events come
         partially decoded (``_lite``): only the fields folds read. What rebuilds use.
 
+        Lifecycle types only (what folds read) is one scan of the covering lifecycle
+        index, fetching only the columns an event needs (not its hash).
+
         Raises:
             InvalidEvent: a stored payload does not fit its type.
         """
         from ._lite import decode_lite
 
-        for row in self.rows(run_id, types=types, after_seq=after_seq, until_seq=until_seq):
+        type_list = sorted(set(types))
+        if not type_list:
+            return
+        if set(type_list) & set(UNFOLDED_TYPES):
+            rows: Iterable[tuple[Any, ...]] = (
+                (r.event_id, r.seq, r.task_key, r.type, r.ts, r.payload)
+                for r in self.rows(run_id, types=type_list, after_seq=after_seq,
+                                   until_seq=until_seq))
+        else:
+            rows = self._fetch(
+                f"SELECT event_id, seq, task_key, type, ts, payload FROM events WHERE seq > ? AND "
+                f"seq <= ? AND {self._lifecycle_where} AND run_id = ? "
+                f"AND type IN ({','.join('?' * len(type_list))}) ORDER BY seq",
+                [after_seq, until_seq if until_seq is not None else 2**62, run_id,
+                 *type_list])
+        for event_id, seq, task_key, type_, ts, payload in rows:
             try:
-                yield decode_lite(row)
+                yield decode_lite(event_id, run_id, seq, task_key, type_, ts, payload)
             except ValueError as e:
+                row = EventRow(event_id, run_id, task_key, type_, ts, payload, seq)
                 raise _invalid(self.path, row, e) from e
+
+    def _fetch(self, sql: str, params: Sequence[Any]) -> Iterator[tuple[Any, ...]]:
+        """Rows of a query, a thousand at a time (never all in memory at once)."""
+        with self._translate():
+            cursor = self._conn.execute(sql, params)
+            try:
+                while batch := cursor.fetchmany(1000):
+                    yield from batch
+            finally:
+                cursor.close()
 
     def latest_row(self, run_id: str, type_: str, payload_prefix: str, *,
                    until_seq: int | None = None) -> EventRow | None:
@@ -608,21 +631,31 @@ class Ledger:
         """An anchor of the ledger's last row, or of a run's last lifecycle event (for a
         finished run, its ``run.finished``), at or before ``until_seq``; None when there
         is none. What ``run.json`` and ``checkpoint`` record."""
+        row = self._last(run_id, until_seq)
+        if row is None:
+            return None
+        from ._anchor import Anchor
+
+        return Anchor(ledger_id=self.ledger_id, seq=row[0], hash=row[1], ts=row[2])
+
+    def last_lifecycle_seq(self, run_id: str, *, until_seq: int | None = None) -> int:
+        """The seq of the run's last lifecycle event (not an output line, not a
+        snapshot) at or before ``until_seq``; 0 when it has none."""
+        row = self._last(run_id, until_seq)
+        return 0 if row is None else int(row[0])
+
+    def _last(self, run_id: str | None, until_seq: int | None) -> tuple[Any, ...] | None:
         where = ["seq <= ?"]
         params: list[Any] = [until_seq if until_seq is not None else 2**62]
         if run_id is not None:
             where += ["run_id = ?", self._lifecycle_where]
             params.append(run_id)
         with self._translate():
-            row = self._conn.execute(
+            row: tuple[Any, ...] | None = self._conn.execute(
                 f"SELECT seq, hash, ts FROM events WHERE {' AND '.join(where)} "
                 "ORDER BY seq DESC LIMIT 1", params,
             ).fetchone()
-        if row is None:
-            return None
-        from ._anchor import Anchor
-
-        return Anchor(ledger_id=self.ledger_id, seq=row[0], hash=row[1], ts=row[2])
+        return row
 
     def resolve_run(self, spec: str) -> str:
         """The run id named by ``spec``: an id, a unique prefix of one, or ``latest``.

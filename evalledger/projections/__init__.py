@@ -35,6 +35,14 @@ if TYPE_CHECKING:
     from ._reports import render_markdown as render_markdown
     from ._reports import unpriced_line as unpriced_line
     from ._reports import variant_table as variant_table
+    from ._results import ModelUsage as ModelUsage
+    from ._results import RunHeadline as RunHeadline
+    from ._results import RunSummary as RunSummary
+    from ._results import SkippedFile as SkippedFile
+    from ._results import TagStats as TagStats
+    from ._results import TaskRow as TaskRow
+    from ._results import VariantStats as VariantStats
+    from ._results import tag_stats as tag_stats
     from ._resume import Drift as Drift
     from ._resume import Partition as Partition
     from ._resume import ResumeFold as ResumeFold
@@ -43,16 +51,8 @@ if TYPE_CHECKING:
     from ._resume import compute_drift as compute_drift
     from ._resume import fingerprint as fingerprint
     from ._resume import plan_resume as plan_resume
-    from ._summary import ModelUsage as ModelUsage
-    from ._summary import RunHeadline as RunHeadline
-    from ._summary import RunSummary as RunSummary
-    from ._summary import SkippedFile as SkippedFile
     from ._summary import SummaryFold as SummaryFold
-    from ._summary import TagStats as TagStats
-    from ._summary import TaskRow as TaskRow
-    from ._summary import VariantStats as VariantStats
     from ._summary import pass_at as pass_at
-    from ._summary import tag_stats as tag_stats
 
 _WHERE = {
     "Change": "_diff",
@@ -85,16 +85,16 @@ _WHERE = {
     "compute_drift": "_resume",
     "fingerprint": "_resume",
     "plan_resume": "_resume",
-    "ModelUsage": "_summary",
-    "RunHeadline": "_summary",
-    "RunSummary": "_summary",
-    "SkippedFile": "_summary",
+    "ModelUsage": "_results",
+    "RunHeadline": "_results",
+    "RunSummary": "_results",
+    "SkippedFile": "_results",
     "SummaryFold": "_summary",
-    "TagStats": "_summary",
-    "TaskRow": "_summary",
-    "VariantStats": "_summary",
+    "TagStats": "_results",
+    "TaskRow": "_results",
+    "VariantStats": "_results",
     "pass_at": "_summary",
-    "tag_stats": "_summary",
+    "tag_stats": "_results",
 }
 
 __getattr__ = _attributes(__name__, _WHERE)

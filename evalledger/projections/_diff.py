@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from evalledger.statuses import Category
 
-from ._summary import RunSummary, TaskRow
+from ._results import RunSummary, TaskRow
 
 Change = Literal["regression", "fix", "changed", "not_run", "added", "removed", "unchanged"]
 # What `diff --fail-on` may fail on (exit 1).

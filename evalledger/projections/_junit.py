@@ -17,7 +17,7 @@ from xml.etree import ElementTree as ET
 from evalledger._text import visible
 from evalledger.statuses import Category
 
-from ._summary import RunSummary, TaskRow
+from ._results import RunSummary, TaskRow
 
 _SKIPPED = frozenset({None, Category.UNGRADED})
 

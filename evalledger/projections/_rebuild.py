@@ -31,15 +31,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from evalledger.ledger import EventType
 
-from ._fold import Fold
+from ._versions import SUMMARY_VERSION
 
 if TYPE_CHECKING:
     from evalledger.ledger import Ledger
 
+    from ._fold import Fold
+    from ._results import RunSummary
     from ._resume import ResumeFold
-    from ._summary import RunSummary, SummaryFold
+    from ._summary import SummaryFold
 
-F = TypeVar("F", bound=Fold)
+F = TypeVar("F", bound="Fold")
 
 # What each fold's state is stored as.
 FOLD_KINDS = {"SummaryFold": "summary_fold", "ResumeFold": "resume_fold"}
@@ -77,13 +79,6 @@ def latest_snapshot(ledger: Ledger, run_id: str, kind: str, version: int,
     return Snapshot(row.seq or 0, through_seq, payload[comma + len(',"value":'):-1])
 
 
-def _quiet_since(ledger: Ledger, run_id: str, types: frozenset[str], seq: int,
-                 until_seq: int | None = None) -> bool:
-    """Whether no event of ``types`` came after ``seq`` (up to ``until_seq``)."""
-    return next(iter(ledger.rows(run_id, types=types, after_seq=seq, until_seq=until_seq)),
-                None) is None
-
-
 def load_folds(ledger: Ledger, run_id: str, *classes: type[Fold], snapshots: bool = True,
                until_seq: int | None = None) -> tuple[list[Fold], int]:
     """Each fold of ``classes`` for the run, from its snapshot (if ``snapshots``) and the
@@ -101,9 +96,17 @@ def load_folds(ledger: Ledger, run_id: str, *classes: type[Fold], snapshots: boo
             folds.append(cls(run_id))
             after.append(0)
     types = frozenset().union(*(cls.TYPES for cls in classes))
+    start = min(after, default=0)
+    events = ledger.replay(run_id, types=types, after_seq=start, until_seq=until_seq)
     last = max(after, default=0)
-    for event in ledger.replay(run_id, types=types, after_seq=min(after, default=0),
-                               until_seq=until_seq):
+    if all(since == start for since in after):  # the common case: one loop, no checks
+        applies = [f.apply for f in folds]
+        for event in events:
+            for apply in applies:
+                apply(event)
+            last = event.seq or last
+        return folds, last
+    for event in events:
         seq = event.seq or 0
         for fold, since in zip(folds, after, strict=True):
             if seq > since:
@@ -121,14 +124,12 @@ def load_fold(ledger: Ledger, cls: type[F], run_id: str, *, snapshots: bool = Tr
 
 
 def _current(ledger: Ledger, run_id: str, kind: str, snapshots: bool) -> Snapshot | None:
-    """The run's snapshot of ``kind`` (made by this summary code) if nothing the summary
-    folds came after it."""
-    from ._summary import SummaryFold
-
+    """The run's snapshot of ``kind`` (made by this summary code) if no lifecycle event
+    of the run came after it. Imports no fold: what ``runs`` and ``show`` read first."""
     if not snapshots:
         return None
-    snap = latest_snapshot(ledger, run_id, kind, SummaryFold.VERSION)
-    if snap is None or not _quiet_since(ledger, run_id, SummaryFold.TYPES, snap.through_seq):
+    snap = latest_snapshot(ledger, run_id, kind, SUMMARY_VERSION)
+    if snap is None or ledger.last_lifecycle_seq(run_id) > snap.through_seq:
         return None
     return snap
 
@@ -136,23 +137,25 @@ def _current(ledger: Ledger, run_id: str, kind: str, snapshots: bool) -> Snapsho
 def load_summary(ledger: Ledger, run_id: str, *, snapshots: bool = True) -> RunSummary:
     """The run's summary (without its anchor): a finished run's is read from its
     snapshot, any other is folded."""
-    from ._summary import RunSummary, SummaryFold
-
     snap = _current(ledger, run_id, "summary", snapshots)
     if snap is not None:
+        from ._results import RunSummary
+
         return RunSummary.model_validate_json(snap.value)
+    from ._summary import SummaryFold
+
     return load_fold(ledger, SummaryFold, run_id, snapshots=snapshots).summary()
 
 
 def load_headline(ledger: Ledger, run_id: str, *, snapshots: bool = True) -> dict[str, Any]:
     """The run's ``RunHeadline`` as JSON data: a finished run's is read from its
     snapshot without importing a model (what ``runs`` lists, for every run)."""
-    from ._summary import SummaryFold
-
     snap = _current(ledger, run_id, "headline", snapshots)
     if snap is not None:
         value: dict[str, Any] = json.loads(snap.value)
         return value
+    from ._summary import SummaryFold
+
     fold = load_fold(ledger, SummaryFold, run_id, snapshots=snapshots)
     return fold.headline().model_dump(mode="json")
 
@@ -192,7 +195,7 @@ def write_snapshot(ledger: Ledger, run_id: str) -> int | None:
     assert isinstance(summary, SummaryFold) and isinstance(resume, ResumeFold)
     if not resume.finished:
         return None
-    newest = latest_snapshot(ledger, run_id, "summary", SummaryFold.VERSION)
+    newest = latest_snapshot(ledger, run_id, "summary", SUMMARY_VERSION)
     if newest is not None and newest.through_seq == through:
         return None
     ledger.append(snapshot_events(run_id, through, summary, resume))

@@ -13,7 +13,7 @@ import re
 
 from evalledger._text import money, visible
 
-from ._summary import RunSummary
+from ._results import RunSummary
 
 
 def render_json(summary: RunSummary) -> str:

@@ -40,6 +40,7 @@ from evalledger.statuses import Category
 from evalledger.tasks import ResolvedTask, TaskSet
 
 from ._fold import Fold, on
+from ._versions import RESUME_VERSION
 
 
 class Partition(BaseModel):
@@ -54,7 +55,7 @@ class Partition(BaseModel):
 class ResumeFold(Fold):
     """Folds one run's lifecycle events into the resume partition."""
 
-    VERSION = 1
+    VERSION = RESUME_VERSION
 
     def __init__(self, run_id: str) -> None:
         super().__init__(run_id)

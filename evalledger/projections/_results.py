@@ -1,0 +1,208 @@
+"""What a run summary says: the models of ``run.json``, its headline and its rows.
+
+Apart from the fold that makes them (``_summary``), so a summary stored in a snapshot
+can be read back (``show``, ``report``) without building the event models.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from evalledger.ledger._anchor import Anchor
+from evalledger.ledger._tokens import TokenCounts
+from evalledger.statuses import GRADED, Category, FinalStatus
+
+
+class TaskRow(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    task_key: str
+    task_id: str
+    variant_id: str
+    replicate_index: int
+    tags: list[str]
+    attempts: int
+    final_status: FinalStatus | None
+    category: Category | None
+    weighted_score: float | None
+    duration_seconds: float | None
+    tokens: TokenCounts
+    cost_usd: float | None
+    cost_complete: bool
+    error_message: str | None
+
+
+
+class SkippedFile(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    path: str
+    reason: str
+    deliberate: bool = False
+    """It says ``skip: true``: left out on purpose, not broken."""
+
+
+
+class ModelUsage(BaseModel):
+    """What one model used in a run: every usage report of every attempt."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str | None
+    """As reported (None: a usage line that named no model)."""
+    tokens: TokenCounts
+    cost_usd: float
+    """The priced part: a floor when ``cost_complete`` is false."""
+    cost_complete: bool
+    """False when some of this model's usage had no price."""
+
+
+
+class VariantStats(BaseModel):
+    """One variant's results: the per-variant table of ``show``, ``run.md`` and the viewer."""
+
+    model_config = ConfigDict(frozen=True)
+
+    variant_id: str
+    tasks: int
+    """Task keys of the variant that started (every replicate of every task)."""
+    tasks_run: int
+    tasks_succeeded: int
+    tasks_failed: int
+    tasks_error: int
+    tasks_ungraded: int
+    pass_rate: float
+    """Succeeded over graded (succeeded + failed + error)."""
+    mean_score: float | None
+    """Mean weighted score of the graded keys."""
+    score_stderr: float | None
+    """Standard error of that mean (sample standard deviation / sqrt(n); n >= 2)."""
+    pass_at_k: dict[str, float]
+    """k -> the unbiased pass@k of Chen et al. (2021), averaged over the variant's task
+    ids that have at least k finished replicates; k = 1 .. the most replicates."""
+    cost_usd: float
+    cost_complete: bool
+    mean_duration_seconds: float | None
+
+
+
+class RunHeadline(BaseModel):
+    """A run in one line: the counts of ``RunSummary``, without its per-task rows."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    experiment_id: str | None
+    status: str
+    started_at: str | None
+    finished_at: str | None
+    duration_seconds: float | None
+    max_parallel: int
+    tasks_planned: int
+    tasks_run: int
+    tasks_succeeded: int
+    tasks_failed: int
+    tasks_error: int
+    tasks_ungraded: int
+    tasks_unfinished: int
+    pass_rate: float
+    tokens: TokenCounts
+    total_cost_usd: float
+    cost_complete: bool
+    models: list[str]
+
+
+
+class RunSummary(BaseModel):
+    """Everything ``run.json`` says about a run. Rebuildable from the ledger alone."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    experiment_id: str | None
+    status: str
+    started_at: str | None
+    finished_at: str | None
+    duration_seconds: float | None
+    max_parallel: int
+    tasks_planned: int
+    tasks_run: int
+    tasks_succeeded: int
+    tasks_failed: int
+    tasks_error: int
+    tasks_ungraded: int
+    tasks_token_budget_exceeded: int
+    tasks_cost_budget_exceeded: int
+    tasks_unfinished: int
+    skipped_tasks: list[SkippedFile]
+    pass_rate: float
+    tokens: TokenCounts
+    total_cost_usd: float
+    cost_complete: bool
+    tasks_cost_incomplete: int
+    models: list[str]
+    usage_by_model: list[ModelUsage]
+    variants: list[VariantStats]
+    version_consensus: dict[str, Any]
+    version_drift: dict[str, dict[str, int]]
+    fingerprint_drift: list[dict[str, Any]]
+    tasks: list[TaskRow]
+    anchor: Anchor | None = None
+    """The ledger's id and the seq and hash of the run's last lifecycle event when the
+    report was made: ``verify --anchor run.json`` checks the ledger still holds it.
+    Set by whoever reads the ledger (a fold has no hashes); None in a bare fold."""
+
+    def anchored(self, anchor: Anchor | None) -> RunSummary:
+        return self.model_copy(update={"anchor": anchor})
+
+    @property
+    def broken_files(self) -> list[SkippedFile]:
+        """Task files that could not be used (not those that say ``skip: true``)."""
+        return [k for k in self.skipped_tasks if not k.deliberate]
+
+    @property
+    def unpriced(self) -> list[ModelUsage]:
+        """The models some of whose usage had no price, with what they used."""
+        return [m for m in self.usage_by_model if not m.cost_complete]
+
+    @model_validator(mode="after")
+    def _buckets_add_up(self) -> RunSummary:
+        buckets = (self.tasks_succeeded, self.tasks_failed, self.tasks_error,
+                   self.tasks_ungraded)
+        if sum(buckets) != self.tasks_run:
+            raise ValueError(f"buckets {'+'.join(map(str, buckets))} do not add up to "
+                             f"tasks_run {self.tasks_run}")
+        return self
+
+
+class TagStats(BaseModel):
+    """Results of the task keys that carry one tag."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tag: str
+    tasks: int
+    tasks_run: int
+    tasks_succeeded: int
+    pass_rate: float
+    """Succeeded over graded keys with the tag."""
+
+
+def tag_stats(summary: RunSummary) -> list[TagStats]:
+    """Pass rate per tag, by the summary's rows (a key counts under each of its tags)."""
+    tally: dict[str, list[int]] = {}
+    for row in summary.tasks:
+        for tag in dict.fromkeys(row.tags):
+            counts = tally.setdefault(tag, [0, 0, 0, 0])
+            counts[0] += 1
+            counts[1] += row.category is not None
+            counts[2] += row.category == Category.SUCCEEDED
+            counts[3] += row.category in GRADED
+    return [
+        TagStats(tag=tag, tasks=n, tasks_run=run, tasks_succeeded=ok,
+                 pass_rate=round(ok / graded, 6) if graded else 0.0)
+        for tag, (n, run, ok, graded) in sorted(tally.items())
+    ]
+
