@@ -41,10 +41,22 @@ def write_reports(ledger: Ledger, summary: RunSummary, folder: Path) -> dict[str
 
 
 def write_text(path: Path, text: str) -> None:
-    """Write a report; a failure (a full disk) names the file, which the OS error of a
-    failed write does not."""
+    """Write a report whole or not at all: into a temporary file beside it, renamed
+    over it once written (a full disk leaves the previous report, never half of one).
+    A failure names the file, which the OS error of a failed write does not."""
+    if path.exists() and not path.is_file():  # /dev/stdout, a FIFO: write it as it is
+        try:
+            path.write_text(text, encoding="utf-8")
+        except OSError as e:
+            raise OSError(e.errno, e.strerror, str(path)) from e
+        return
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     try:
-        path.write_text(text, encoding="utf-8")
+        try:
+            partial.write_text(text, encoding="utf-8")
+            os.replace(partial, path)
+        finally:
+            partial.unlink(missing_ok=True)
     except OSError as e:
         raise OSError(e.errno, e.strerror, str(path)) from e
 

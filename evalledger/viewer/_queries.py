@@ -24,7 +24,7 @@ from evalledger.ledger import (
     TaskStarted,
     TaskUsage,
 )
-from evalledger.projections import RunSummary, SummaryFold, fold
+from evalledger.projections import RunSummary, SummaryFold, load_fold
 
 _COLUMNS = "event_id, run_id, task_key, type, ts, payload, seq, hash"
 _OUTPUT = (EventType.TASK_OUTPUT, EventType.TASK_EVENT)
@@ -32,9 +32,9 @@ _json_string = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def summary_at(ledger: Ledger, run_id: str, seq: int) -> RunSummary:
-    """The run as it was once the event at ``seq`` was written: the same fold, stopped."""
-    events = ledger.events(run_id, types=SummaryFold.TYPES, until_seq=seq)
-    return fold(SummaryFold(run_id), events).summary()
+    """The run as it was once the event at ``seq`` was written: the same fold, stopped
+    (from a snapshot made by then, if there is one)."""
+    return load_fold(ledger, SummaryFold, run_id, until_seq=seq).summary()
 
 
 @dataclass

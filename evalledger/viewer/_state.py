@@ -27,7 +27,13 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from evalledger.hosts import run_ended
 from evalledger.ledger import AnyEvent, Ledger, LedgerError
-from evalledger.projections import ResumeFold, RunHeadline, RunSummary, SummaryFold
+from evalledger.projections import (
+    ResumeFold,
+    RunHeadline,
+    RunSummary,
+    SummaryFold,
+    load_folds,
+)
 
 # Everything but the output lines: what the folds read.
 LIFECYCLE = frozenset(SummaryFold.TYPES | ResumeFold.TYPES)
@@ -136,18 +142,19 @@ class LedgerState:
     def load(self) -> None:
         """Fold everything the ledger holds now (before the server takes requests).
 
-        Run by run, lifecycle events only, through the covering lifecycle index: a
-        ledger of a million output lines is read in the time of its few thousand
-        starts and completions.
+        Run by run: a finished run from its snapshot, any other by folding its
+        lifecycle events through the covering lifecycle index (a ledger of a million
+        output lines is read in the time of its few thousand starts and completions).
         """
         with self.readers.ledger() as ledger:
             self.ledger_id = ledger.ledger_id
             seq = ledger.last_seq()
             for run_id in ledger.run_ids():
                 state = self.runs.setdefault(run_id, RunState(run_id))
-                for event in ledger.events(run_id, types=LIFECYCLE, until_seq=seq):
-                    state.apply(event)
-                    state.saw(event.seq or 0)
+                (summary, resume), _ = load_folds(ledger, run_id, SummaryFold, ResumeFold,
+                                                  until_seq=seq)
+                assert isinstance(summary, SummaryFold) and isinstance(resume, ResumeFold)
+                state.summary_fold, state.resume = summary, resume
                 last = ledger.query(
                     "SELECT min(seq), max(seq) FROM events WHERE run_id = ? AND seq <= ?",
                     [run_id, seq])[1][0]
