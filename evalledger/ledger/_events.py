@@ -40,7 +40,7 @@ from evalledger.options import RunOptions
 from evalledger.statuses import Category, FinalStatus, RunStatus
 
 from ._rows import EventRow, EventType
-from ._tokens import TokenCounts
+from ._tokens import TokenCounts, counts_of
 
 ENVELOPE_FIELDS = frozenset({"seq", "event_id", "run_id", "task_key", "type", "ts"})
 
@@ -262,10 +262,7 @@ class TaskUsage(_TaskEvent):
 
     @property
     def tokens(self) -> TokenCounts:
-        return TokenCounts.model_construct(
-            cache_read_tokens=self.cache_read_tokens, cache_write_tokens=self.cache_write_tokens,
-            input_tokens=self.input_tokens, output_tokens=self.output_tokens,
-        )
+        return counts_of(self)
 
 
 class TaskCompleted(_TaskEvent):

@@ -77,12 +77,9 @@ class LiteUsage(_Lite, kw_only=True, gc=False):
 
     @property
     def tokens(self) -> TokenCounts:
-        from ._tokens import TokenCounts
+        from ._tokens import counts_of
 
-        return TokenCounts.model_construct(
-            cache_read_tokens=self.cache_read_tokens, cache_write_tokens=self.cache_write_tokens,
-            input_tokens=self.input_tokens, output_tokens=self.output_tokens,
-        )
+        return counts_of(self)
 
 
 class LiteInterrupted(_Lite, kw_only=True, gc=False):

@@ -3,6 +3,8 @@ models so a summary can be read (``show``) without building those."""
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from pydantic import BaseModel, ConfigDict
 
 
@@ -36,4 +38,24 @@ class TokenCounts(BaseModel):
 NO_TOKENS = TokenCounts()
 
 
-__all__ = ["NO_TOKENS", "TokenCounts"]
+class _HasCounts(Protocol):
+    @property
+    def cache_read_tokens(self) -> int: ...
+    @property
+    def cache_write_tokens(self) -> int: ...
+    @property
+    def input_tokens(self) -> int: ...
+    @property
+    def output_tokens(self) -> int: ...
+
+
+def counts_of(source: _HasCounts) -> TokenCounts:
+    """The four counts of anything that has them (a usage event, a lite one), unchecked:
+    they were validated when ``source`` was."""
+    return TokenCounts.model_construct(
+        cache_read_tokens=source.cache_read_tokens, cache_write_tokens=source.cache_write_tokens,
+        input_tokens=source.input_tokens, output_tokens=source.output_tokens,
+    )
+
+
+__all__ = ["NO_TOKENS", "TokenCounts", "counts_of"]

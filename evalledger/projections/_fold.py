@@ -43,15 +43,6 @@ def on(*event_classes: type[Any]) -> Callable[[_H], _H]:
 class Projection(Protocol):
     TYPES: ClassVar[frozenset[str]]
 
-    def state(self) -> dict[str, Any]:
-        """Everything this fold knows, as JSON (keys sorted): what a snapshot stores.
-        Invariant: ``restore(run_id, state())`` folds every later event as ``self`` would."""
-        raise NotImplementedError
-
-    @classmethod
-    def restore(cls, run_id: str, state: dict[str, Any]) -> Self:
-        raise NotImplementedError
-
     def apply(self, event: AnyEvent | EventRow | LiteEvent) -> None: ...
 
 
