@@ -45,7 +45,7 @@ from evalledger.tasks import ResolvedTask, Skipped
 from ._marks import batch_mark, kill_marked
 from ._process import DEFAULT_KILL_GRACE
 from ._runner import RunContext, run_task
-from ._sandbox import remove_tree
+from ._sandbox import SandboxPool, remove_tree
 from ._watchdog import Watchdog, sweep_dead_batches
 from ._writer import WriterStats, open_writer
 
@@ -172,13 +172,16 @@ async def run_batch(
     token = secrets.token_hex(8)
     # From here, should this process die, the watchdog kills what the batch started.
     watchdog = Watchdog(token, sandbox_root)
+    sandboxes = SandboxPool(sandbox_root, ahead=4 * max(1, config.max_parallel))
     try:
         return await _run(ledger, tasks, to_run, config, callbacks, skipped, resume, kill_now,
-                          sandbox_root, token)
+                          sandboxes, token)
     finally:
         # Nothing a task started outlives the batch, daemons that left their process
         # group included: they still carry the batch's token in their environment.
         kill_marked(batch_mark(token), prefix=True)
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(sandboxes.close)
         remove_tree(sandbox_root, ignore_errors=True)
         watchdog.done()
         with trio.CancelScope(shield=True):
@@ -205,7 +208,7 @@ async def _run(
     skipped: Sequence[Skipped],
     resume: Resume | None,
     kill_now: trio.Event | None,
-    sandbox_root: Path,
+    sandboxes: SandboxPool,
     token: str,
 ) -> BatchResult:
     completed: list[TaskCompleted] = []
@@ -223,7 +226,8 @@ async def _run(
             writer=writer,
             # Absolute: commands see it (direct-write) from their own cwd.
             artifacts_root=(config.out_dir / config.run_id / "artifacts").resolve(),
-            sandbox_root=sandbox_root,
+            sandbox_root=sandboxes.root,
+            sandboxes=sandboxes,
             batch_token=token,
             hurry=kill_now if kill_now is not None else trio.Event(),
             preservation_mode=config.preservation_mode,
@@ -245,7 +249,7 @@ async def _run(
 
         # Written directly (the writer is idle until now), under the write lock, only
         # if no other process started or resumed this run since it was read.
-        opening = _opening(config, tasks, to_run, resume, token, sandbox_root,
+        opening = _opening(config, tasks, to_run, resume, token, sandboxes.root,
                            ledger.ledger_id)
         guard: tuple[str, int] | None = (config.run_id, 0)  # a new run: nobody started it
         if resume is not None:

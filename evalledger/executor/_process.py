@@ -23,20 +23,99 @@ from ._marks import kill_marked
 DEFAULT_KILL_GRACE = 2.0
 
 
+class Child:
+    """A command started by ``spawn``: what the runner uses of a ``trio.Process`` (its
+    pid, its pipes as trio streams, its exit), for a process started on the loop thread.
+
+    ``trio.lowlevel.open_process`` starts every process from a worker thread, to keep a
+    slow ``fork`` off the event loop. With ``vfork`` (what CPython uses here: no
+    ``preexec_fn``) the parent is held only until the child calls ``exec``, and the hop
+    to a thread and back cost more than that: about 470 us of CPU per task
+    (bench/executor.py). The exit is awaited on a pidfd, as trio does.
+    """
+
+    def __init__(self, popen: subprocess.Popen[bytes], pidfd: int,
+                 stdin: trio.lowlevel.FdStream | None, stdout: trio.lowlevel.FdStream,
+                 stderr: trio.lowlevel.FdStream) -> None:
+        self._popen = popen
+        self._pidfd: int | None = pidfd
+        self.pid = popen.pid
+        self.stdin = stdin
+        self.stdout = stdout
+        self.stderr = stderr
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.returncode
+
+    async def wait(self) -> int:
+        if self._popen.returncode is None:
+            assert self._pidfd is not None
+            await trio.lowlevel.wait_readable(self._pidfd)
+            self._popen.wait()  # exited: this reaps it at once
+            self._close_pidfd()
+        return self._popen.returncode
+
+    def _close_pidfd(self) -> None:
+        if self._pidfd is not None:
+            trio.lowlevel.notify_closing(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+
+    def __del__(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+
+
 async def spawn(
     command: str | list[str], *, cwd: str, env: Mapping[str, str], stdin: bool = True,
-) -> trio.Process:
-    """Start ``command`` (a string: ``/bin/sh -c``; a list: argv) with piped streams."""
+) -> Child | trio.Process:
+    """Start ``command`` (a string: ``/bin/sh -c``; a list: argv) with piped streams, in a
+    new session (its pid is its process group)."""
     argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
-    return await trio.lowlevel.open_process(
-        argv,
-        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=cwd,
-        env=dict(env),
-        start_new_session=True,
-    )
+    if not _HAS_PIDFD:  # not Linux: trio's way (a worker thread, its own waiting)
+        return await trio.lowlevel.open_process(
+            argv, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=dict(env),
+            start_new_session=True,
+        )
+    await trio.lowlevel.checkpoint()
+    ends: list[int] = []  # the child's ends: closed here once it has them
+    ours: list[trio.lowlevel.FdStream] = []
+    try:
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        ends.append(out_w)
+        ours.append(trio.lowlevel.FdStream(out_r))
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        ends.append(err_w)
+        ours.append(trio.lowlevel.FdStream(err_r))
+        child_stdin: int = subprocess.DEVNULL
+        if stdin:
+            in_r, in_w = os.pipe2(os.O_CLOEXEC)
+            ends.append(in_r)
+            ours.append(trio.lowlevel.FdStream(in_w))
+            child_stdin = in_r
+        popen = subprocess.Popen(argv, stdin=child_stdin, stdout=out_w, stderr=err_w, cwd=cwd,
+                                 env=dict(env), start_new_session=True)
+    except BaseException:
+        for stream in ours:
+            stream.close()
+        raise
+    finally:
+        for fd in ends:
+            os.close(fd)
+    try:
+        pidfd = os.pidfd_open(popen.pid)
+    except BaseException:
+        popen.kill()
+        popen.wait()
+        for stream in ours:
+            stream.close()
+        raise
+    return Child(popen, pidfd, ours[2] if stdin else None, ours[0], ours[1])
+
+
+_HAS_PIDFD = hasattr(os, "pidfd_open") and hasattr(os, "pipe2")
 
 
 def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
@@ -75,7 +154,8 @@ def group_alive(pgid: int) -> bool:
 
 
 async def end_group(
-    process: trio.Process, grace: float = DEFAULT_KILL_GRACE, hurry: trio.Event | None = None
+    process: Child | trio.Process, grace: float = DEFAULT_KILL_GRACE,
+    hurry: trio.Event | None = None,
 ) -> None:
     """Stop the leader and everything in its group; return once the leader is reaped.
 

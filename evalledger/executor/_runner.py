@@ -39,6 +39,7 @@ from evalledger.ledger import (
     TaskOutput,
     TaskStarted,
     TaskUsage,
+    new_event_ids,
     utc_now,
 )
 from evalledger.options import PreservationMode
@@ -88,6 +89,8 @@ class RunContext:
     base_env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
     # Set by a second Ctrl-C: stop waiting out grace periods, SIGKILL now.
     hurry: trio.Event = field(default_factory=trio.Event)
+    # Empty sandboxes made ahead and removed off the loop (None: each task makes its own).
+    sandboxes: _sandbox.SandboxPool | None = None
     # Random per batch: the MARKER_VAR of every attempt starts with it (see _process).
     batch_token: str = field(default_factory=lambda: secrets.token_hex(8))
     _attempts: Iterator[int] = field(default_factory=itertools.count)
@@ -147,21 +150,22 @@ class _Streams:
         encoded = TaskOutput.encoded
         json_lines = stream == "stdout"
         n = self.n
-        for text, truncated in pairs:
+        for event_id, (text, truncated) in zip(new_event_ids(len(pairs)), pairs, strict=True):
             n += 1
             # Cheap first test inline: nearly every line is plain text (a hot loop).
             if (
                 json_lines and not truncated and text and (text[0] == "{" or text[0].isspace())
                 and (data := parse_json_object(text)) is not None
             ):
-                events.append(TaskEmitted(run_id=run_id, task_key=key, ts=ts, data=data, n=n))
+                events.append(TaskEmitted(event_id=event_id, run_id=run_id, task_key=key, ts=ts,
+                                          data=data, n=n))
                 if (usage := self.meter.observe(data)) is not None:
                     events.append(self._usage_event(usage, ts))
                 # Also without a usage to record: a claude-code transcript's running
                 # estimate grows with each assistant message.
                 self.check_budget()
             else:
-                events.append(encoded(run_id, key, ts, stream, text, n, truncated))
+                events.append(encoded(run_id, key, ts, stream, text, n, truncated, event_id))
         self.n = n
         kept = self.kept[stream]
         kept.extend(text for text, _ in pairs)
@@ -326,9 +330,10 @@ async def _attempt(
     deadline = trio.current_time() + task.timeout
     try:
         prepare = (task.workdir, ctx.preservation_mode, artifacts, ctx.sandbox_root)
-        if _sandbox.is_trivial(task.workdir, ctx.preservation_mode):
-            sandbox = _sandbox.prepare(*prepare)
-        else:
+        if ctx.sandboxes is not None and _sandbox.is_trivial(task.workdir,
+                                                             ctx.preservation_mode):
+            sandbox = ctx.sandboxes.take()
+        if sandbox is None:
             sandbox = await trio.to_thread.run_sync(_sandbox.prepare, *prepare)
         prompt = task.prompt or ""
         marker = ctx.attempt_marker()
@@ -370,9 +375,9 @@ async def _attempt(
         log.debug("task %s raised", task.task_key, exc_info=True)
         status, error = FinalStatus.ERROR, f"{type(e).__name__}: {e}"
     finally:
-        if sandbox is not None and not (
-            ctx.preservation_mode == "none" and _sandbox.try_remove_empty(sandbox)
-        ):
+        if sandbox is not None and ctx.preservation_mode == "none" and ctx.sandboxes:
+            ctx.sandboxes.discard(sandbox)  # removed off the loop, off this task's path
+        elif sandbox is not None:
             with trio.CancelScope(shield=True):
                 try:
                     await trio.to_thread.run_sync(

@@ -12,23 +12,30 @@ temp dir (never inside the user's project: an agent running ``git`` there must
 not find the user's repository). An earlier attempt's artifacts for the same key
 are replaced.
 
-Everything here is blocking file-system work. The runner calls it through
-``trio.to_thread``, except the two cases that are a single syscall (an empty
-sandbox made, an empty sandbox removed): a thread hop costs more than they do,
-and for short tasks that was a measured share of the executor's overhead.
+Everything here is blocking file-system work, and the event loop never does it:
+``prepare`` and ``finish`` run through ``trio.to_thread``, and the common case (an
+empty sandbox, made and then thrown away) is a ``SandboxPool``'s: one worker thread
+makes empty folders ahead of demand and removes the ones handed back, so a short
+task's path holds no file-system call and no thread hop at all (a ``mkdir`` or
+``rmdir`` on ext4 blocked 0.06-2.1 ms, and the hop cost more than either).
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import os
 import shutil
 import stat
 import subprocess
+import threading
+from collections import deque
 from pathlib import Path
 
 from evalledger.options import PreservationMode
+
+log = logging.getLogger("evalledger.executor")
 
 
 class BuildFailed(Exception):
@@ -39,7 +46,7 @@ _numbers = itertools.count(1)
 
 
 def is_trivial(workdir: str | None, mode: PreservationMode) -> bool:
-    """True when ``prepare`` is one ``mkdir``: cheap enough for the event loop."""
+    """True when ``prepare`` is one ``mkdir`` under the root: what a pool makes ahead."""
     return workdir is None and mode != "direct-write"
 
 
@@ -78,13 +85,77 @@ def prepare(
     return sandbox
 
 
-def try_remove_empty(sandbox: Path) -> bool:
-    """Remove the sandbox if it is empty (one syscall); False if it is not."""
-    try:
-        sandbox.rmdir()
-    except OSError:
-        return False
-    return True
+class SandboxPool:
+    """Empty sandboxes under one batch's root, made and removed by one worker thread.
+
+    ``take`` returns a folder made in advance (or None when the worker is behind: the
+    caller makes one itself, off the loop); ``discard`` hands a sandbox back to be
+    removed, whatever it holds. The worker is woken only when half the ready folders
+    are used or half a batch of discarded ones waits: a wake-up per task cost more CPU
+    than the ``mkdir`` it saved. ``close`` finishes the removals (call it from a
+    thread). Deques are safe to share between the loop and the worker without a lock.
+    """
+
+    def __init__(self, root: Path, ahead: int) -> None:
+        self.root = root
+        self.ahead = max(2, ahead)
+        self._ready: deque[Path] = deque()
+        self._doomed: deque[Path] = deque()
+        self._wake = threading.Event()
+        self._closing = False
+        self._worker = threading.Thread(target=self._work, name="evalledger-sandboxes",
+                                        daemon=True)
+        self._worker.start()
+        self._wake.set()
+
+    def take(self) -> Path | None:
+        try:
+            sandbox = self._ready.popleft()
+        except IndexError:
+            sandbox = None
+        if len(self._ready) <= self.ahead // 2:
+            self._wake.set()
+        return sandbox
+
+    def discard(self, sandbox: Path) -> None:
+        self._doomed.append(sandbox)
+        if len(self._doomed) >= self.ahead // 2:
+            self._wake.set()
+
+    def close(self) -> None:
+        """Stop the worker once it has removed what it was given, and remove the ready
+        sandboxes nobody took."""
+        self._closing = True
+        self._wake.set()
+        self._worker.join()
+        self._remove_doomed()
+        while self._ready:
+            with contextlib.suppress(OSError):
+                self._ready.popleft().rmdir()
+
+    def _remove_doomed(self) -> None:
+        while self._doomed:
+            sandbox = self._doomed.popleft()
+            try:
+                sandbox.rmdir()
+            except OSError:  # not empty: the task left files
+                remove_tree(sandbox, ignore_errors=True)
+
+    def _work(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            self._remove_doomed()
+            if self._closing:
+                return
+            while len(self._ready) < self.ahead:
+                sandbox = self.root / str(next(_numbers))
+                try:
+                    sandbox.mkdir()
+                except OSError as e:  # a full disk: tasks make their own (and say why)
+                    log.debug("could not make a sandbox ahead: %s", e)
+                    break
+                self._ready.append(sandbox)
 
 
 def finish(sandbox: Path, mode: PreservationMode, artifacts: Path) -> Path | None:

@@ -16,6 +16,7 @@ sender has closed, so events sent while a batch is being cancelled (the
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -30,6 +31,11 @@ log = logging.getLogger("evalledger.executor")
 # Items, each one read's worth of lines: bounds memory, makes fast writers wait.
 CHANNEL_CAPACITY = 256
 MAX_BATCH = 8192
+# How long a batch with nobody waiting on it may wait for more events before it is
+# written: a commit costs far more than a row, and a task's start alone in a commit
+# was one of two commits per short task. A durable event (task.completed) ends the
+# wait at once, so nothing anyone waits for is held back.
+LINGER = 0.005
 
 
 _Item = tuple[tuple[AnyEvent | EventRow, ...], "_Ack | None"]
@@ -115,15 +121,7 @@ async def _drain(
     with trio.CancelScope(shield=True):
         async with receive:
             async for first in receive:
-                items = [first]
-                size = len(first[0])
-                while size < MAX_BATCH:
-                    try:
-                        item = receive.receive_nowait()
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                    items.append(item)
-                    size += len(item[0])
+                items = await _gather(receive, first)
                 events = [event for batch, _ in items for event in batch]
                 try:
                     seqs = await trio.to_thread.run_sync(ledger.append, events, limiter=one_writer)
@@ -148,6 +146,33 @@ async def _drain(
                     if ack is not None:
                         ack.seq = seqs[position - 1]
                         ack.done.set()
+
+
+async def _gather(receive: trio.MemoryReceiveChannel[_Item], first: _Item) -> list[_Item]:
+    """The next batch to write: ``first`` and whatever else is queued, waiting up to
+    ``LINGER`` for more as long as nobody waits on the batch."""
+    items = [first]
+    size = len(first[0])
+    durable = first[1] is not None
+    deadline = trio.current_time() + LINGER
+    while size < MAX_BATCH:
+        item: _Item | None = None
+        try:
+            item = receive.receive_nowait()
+        except trio.EndOfChannel:
+            break
+        except trio.WouldBlock:
+            if durable:
+                break
+            with trio.move_on_at(deadline):
+                with contextlib.suppress(trio.EndOfChannel):
+                    item = await receive.receive()
+        if item is None:
+            break
+        items.append(item)
+        size += len(item[0])
+        durable = durable or item[1] is not None
+    return items
 
 
 def _fail_pending(receive: trio.MemoryReceiveChannel[_Item], error: BaseException) -> None:

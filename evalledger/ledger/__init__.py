@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from ._events import TaskStarted as TaskStarted
     from ._events import TaskUsage as TaskUsage
     from ._events import new_event_id as new_event_id
+    from ._events import new_event_ids as new_event_ids
     from ._events import utc_now as utc_now
     from ._rows import EventRow as EventRow
     from ._rows import EventType as EventType
@@ -99,6 +100,7 @@ _WHERE = {
     "TaskUsage": "_events",
     "TokenCounts": "_tokens",
     "new_event_id": "_events",
+    "new_event_ids": "_events",
     "utc_now": "_events",
     "SCHEMA_VERSION": "_version",
     "DEFAULT_BUSY_TIMEOUT": "_store",
@@ -155,6 +157,7 @@ __all__ = [
     "VerifyReport",
     "link_hash",
     "new_event_id",
+    "new_event_ids",
     "pick_run",
     "utc_now",
     "verify",

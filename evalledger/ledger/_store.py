@@ -378,18 +378,18 @@ class Ledger:
         conn = self._conn
         last = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
         last_seq, last_hash = last if last is not None else (0, GENESIS)
-        if len({row[0] for row in rows}) == len(rows):
-            # The common case: no repeats in the batch. Try it as is; a retried
-            # event shows up as a UNIQUE violation and takes the slow path.
-            conn.execute("SAVEPOINT optimistic")
-            try:
-                _insert(conn, chain_rows(last_hash, last_seq + 1, rows))
-            except sqlite3.IntegrityError:
-                conn.execute("ROLLBACK TO optimistic")
-                conn.execute("RELEASE optimistic")
-            else:
-                conn.execute("RELEASE optimistic")
-                return list(range(last_seq + 1, last_seq + 1 + len(rows)))
+        # The common case: no event stored before, none repeated in the batch. Try it as
+        # is; a retried or repeated event shows up as a UNIQUE violation of event_id and
+        # takes the slow path below.
+        conn.execute("SAVEPOINT optimistic")
+        try:
+            _insert(conn, chain_rows(last_hash, last_seq + 1, rows))
+        except sqlite3.IntegrityError:
+            conn.execute("ROLLBACK TO optimistic")
+            conn.execute("RELEASE optimistic")
+        else:
+            conn.execute("RELEASE optimistic")
+            return list(range(last_seq + 1, last_seq + 1 + len(rows)))
         seq_of = self._stored_seqs([row[0] for row in rows])
         new_rows: list[EventRow] = []
         for row in rows:

@@ -1,0 +1,37 @@
+"""Event ids: UUIDv7 text, unique, increasing within a process; one at a time or a
+read's worth at once (what the runner takes for a chunk of output lines)."""
+
+from __future__ import annotations
+
+import uuid
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from evalledger.ledger import new_event_id, new_event_ids
+
+
+def _check(ids: list[str]) -> None:
+    assert len(set(ids)) == len(ids)
+    assert ids == sorted(ids)  # time-ordered: the UNIQUE index grows at its right edge
+    for text in ids:
+        parsed = uuid.UUID(text)
+        assert str(parsed) == text
+        assert parsed.version == 7 and parsed.variant == uuid.RFC_4122
+
+
+@given(st.lists(st.integers(0, 5000), max_size=8))
+def test_ids_one_at_a_time_and_in_batches_interleave_in_order(sizes: list[int]) -> None:
+    ids = [new_event_id()]
+    for size in sizes:
+        batch = new_event_ids(size)
+        assert len(batch) == size
+        ids += [*batch, new_event_id()]
+    _check(ids)
+
+
+def test_a_batch_larger_than_a_millisecond_counter_carries_into_the_next() -> None:
+    # rand_a is a 12-bit counter: 4,096 ids a millisecond, then the next millisecond.
+    batch = new_event_ids(10_000)
+    _check(batch)
+    assert len({text[:13] for text in batch}) >= 3
