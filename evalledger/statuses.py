@@ -13,6 +13,7 @@ class FinalStatus(StrEnum):
     SUCCESS = "SUCCESS"
     FAILURE = "FAILURE"
     TIMEOUT = "TIMEOUT"
+    MAX_TURNS_EXHAUSTED = "MAX_TURNS_EXHAUSTED"
     TOKEN_BUDGET_EXCEEDED = "TOKEN_BUDGET_EXCEEDED"
     COST_BUDGET_EXCEEDED = "COST_BUDGET_EXCEEDED"
     ERROR = "ERROR"
@@ -35,6 +36,8 @@ _CATEGORY: dict[FinalStatus, Category] = {
     FinalStatus.SUCCESS: Category.SUCCEEDED,
     FinalStatus.FAILURE: Category.FAILED,
     FinalStatus.TIMEOUT: Category.FAILED,
+    # The old harness's agent ran out of turns: never written by a run, only imported.
+    FinalStatus.MAX_TURNS_EXHAUSTED: Category.FAILED,
     FinalStatus.TOKEN_BUDGET_EXCEEDED: Category.FAILED,
     FinalStatus.COST_BUDGET_EXCEEDED: Category.FAILED,
     FinalStatus.ERROR: Category.ERROR,

@@ -23,13 +23,15 @@ if TYPE_CHECKING:
 
 DEFAULT_LEDGER = "evalledger.db"
 
-# Command -> the module that defines it (a function of the same name). A command's
+# Command -> the module that defines it (a function of the same name, or the one after
+# a colon: `import` is a keyword). A command's
 # module is imported when that command runs, not before: `runs` never imports trio
 # or the executor, and `--version` imports none of them.
 COMMANDS = {
     "checkpoint": "_verify",
     "diff": "_diff",
     "events": "_events",
+    "import": "_import:import_runs",
     "report": "_report",
     "resume": "_resume",
     "run": "_run",
@@ -68,10 +70,11 @@ class _Group(click.Group):
         return sorted(COMMANDS)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        module = COMMANDS.get(cmd_name)
-        if module is None:
+        where = COMMANDS.get(cmd_name)
+        if where is None:
             return None
-        command = getattr(importlib.import_module(f"{__package__}.{module}"), cmd_name)
+        module, _, name = where.partition(":")  # the function's name, when not the command's
+        command = getattr(importlib.import_module(f"{__package__}.{module}"), name or cmd_name)
         assert isinstance(command, click.Command)
         return command
 

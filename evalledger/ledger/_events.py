@@ -141,6 +141,15 @@ def _canonical_object(value: dict[str, Any], info: ValidationInfo) -> dict[str, 
 # never re-sorts (that cost ~2.5 us an event; the whole insert costs ~5 us).
 JsonObject = Annotated[dict[str, Any], AfterValidator(_canonical_object)]
 
+def _absent(value: object) -> bool:
+    return value is None
+
+
+# Where an event came from when it was not recorded by a run but imported (from the
+# old harness's run folders): left out of the payload when None, as every native event
+# has it.
+Imported = Annotated[JsonObject | None, Field(exclude_if=_absent)]
+
 # Envelope text goes into the hash chain "\n"-framed (see _chain), so no newlines.
 _Line = Annotated[str, StringConstraints(min_length=1, pattern=r"^[^\n\r]*$")]
 
@@ -197,6 +206,7 @@ class RunStarted(_Event):
     experiment_id: str | None = None
     fingerprint: Fingerprint = Fingerprint()
     host: JsonObject = {}
+    imported: Imported = None
     # The ledger's own id (meta.ledger_id) when the run started: verify compares them.
     ledger_id: str | None = None
     max_parallel: int = 1
@@ -236,6 +246,7 @@ class TaskStarted(_TaskEvent):
     attempt: int = 1
     definition: JsonObject = {}
     definition_hash: str = ""
+    imported: Imported = None
     replicate_index: int = 0
     tags: list[str] = []
     task_id: str
@@ -309,6 +320,7 @@ class TaskCompleted(_TaskEvent):
     error_message: str | None = None
     exit_code: int | None = None
     final_status: FinalStatus
+    imported: Imported = None
     tokens: TokenCounts = TokenCounts()
     weighted_score: float = 0.0
 
