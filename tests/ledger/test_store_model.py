@@ -434,6 +434,7 @@ NESTED = _unsorted(
 REPRESENTATIVE: dict[str, Any] = {
     "run.started": RunStarted(
         run_id="r",
+        imported={"source": "/old/runs/r", "format": "coder_eval"},
         config=RunOptions(paths=["b", "a"], tags=["z", "a"], timeout=1.5, cwd="/ü"),
         experiment_id="exp-ü",
         fingerprint=Fingerprint(options={"zz": 1, "aa": 2}, tasks={"t2": "h2", "t1": "h1"}),
@@ -451,6 +452,7 @@ REPRESENTATIVE: dict[str, Any] = {
     ),
     "task.skipped": TaskSkipped(run_id="r", path="tasks/ä b.yaml", reason='bad: "yaml"'),
     "task.started": TaskStarted(
+        imported={"source": "default/t/00/task.json", "sha256": "ab" * 32},
         run_id="r",
         task_key="k",
         attempt=2,
@@ -481,6 +483,7 @@ REPRESENTATIVE: dict[str, Any] = {
         output_tokens=4,
     ),
     "task.completed": TaskCompleted(
+        imported={"error_category": "agent_crash"},
         run_id="r",
         task_key="k",
         attempt=1,
