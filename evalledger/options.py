@@ -68,6 +68,9 @@ class RunOptions(BaseModel):
     chosen by ``seed``: a reproducible subset."""
     seed: int | None = None
     """What chose the sample (recorded, so a resume resolves the same subset)."""
+    shard: str | None = Field(default=None, pattern=r"^[1-9][0-9]*/[1-9][0-9]*$")
+    """``K/N``: run only the K-th of N disjoint shares of the task keys (by a hash of
+    each key, the same on every machine); the shards of one run id merge into it."""
     tags: list[str] = []
     """Keep only tasks with ANY of these tags (none: keep all)."""
     timeout: float | None = Field(default=None, gt=0)

@@ -391,6 +391,7 @@ def load_tasks(
     overrides: Overrides | None = None,
     missing_ok: bool = False,
     sample: tuple[int, int] | None = None,
+    shard: tuple[int, int] | None = None,
 ) -> TaskSet:
     """Load task files (and an experiment file), resolve them into runnable tasks.
 
@@ -406,6 +407,8 @@ def load_tasks(
         sample: ``(n, seed)``: keep ``n`` of the task ids found (every variant and
             replicate of each), chosen by ``seed``; the same files and seed always
             choose the same tasks.
+        shard: ``(k, n)``: keep the task keys whose hash is ``k - 1`` modulo ``n``: n
+            disjoint shares that together are every key, the same on every machine.
 
     Raises:
         TaskLoadError: a path does not exist, or the experiment file is unusable.
@@ -481,7 +484,17 @@ def load_tasks(
             result.tasks.extend(resolved)
     if sample is not None:
         _keep_sample(result, *sample)
+    if shard is not None:
+        k, n = shard
+        result.tasks = [t for t in result.tasks if in_shard(t.task_key, k, n)]
     return result
+
+
+def in_shard(task_key: str, k: int, n: int) -> bool:
+    """Whether ``task_key`` is in shard ``k`` of ``n`` (from 1): by a hash of the key, so
+    every machine splits a suite the same way, whatever order it found the files in."""
+    digest = hashlib.sha256(task_key.encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:8], "big") % n == k - 1
 
 
 def _keep_sample(result: TaskSet, n: int, seed: int) -> None:

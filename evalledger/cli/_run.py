@@ -62,6 +62,7 @@ def load_task_set(options: RunOptions, *, missing_ok: bool = False) -> TaskSet:
                                 model=options.model),
             missing_ok=missing_ok,
             sample=None if options.sample is None else (options.sample, options.seed or 0),
+            shard=_shard(options.shard),
         )
     except TaskLoadError as e:
         raise UserError(str(e)) from e
@@ -145,6 +146,10 @@ async def _run_with_signals(
               help="Run only N of the tasks found (every variant and replicate of each).")
 @click.option("--seed", type=int,
               help="What chooses the --sample (default: a random seed, recorded and printed).")
+@click.option("--shard", metavar="K/N",
+              help="Run only the K-th of N disjoint shares of the tasks (by task key, the "
+                   "same on every machine); give every shard the same --run-id, then merge "
+                   "their ledgers.")
 @click.option("--max-cost", type=PositiveNumber(),
               help="Stop dispatching once the run has spent this many USD.")
 @click.option("--preservation-mode", type=click.Choice(get_args(PreservationMode)),
@@ -168,7 +173,7 @@ def run(
     settings: Settings, paths: tuple[str, ...], experiment: str | None, tags: tuple[str, ...],
     exclude_tags: tuple[str, ...], max_parallel: int | None, repeats: int | None,
     run_id: str | None, out: Path, timeout: float | None, model: str | None,
-    sample: int | None, seed: int | None, max_cost: float | None,
+    sample: int | None, seed: int | None, shard: str | None, max_cost: float | None,
     preservation_mode: PreservationMode, pricing: str | None, kill_grace: float | None,
     stream: bool, durable: bool, junit_xml: Path | None, allow_skipped: bool,
 ) -> None:
@@ -187,6 +192,13 @@ def run(
         raise UserError(f"invalid --run-id {run_id!r}: use letters, digits, '.', '_' or '-'")
     if run_id == "latest":
         raise UserError("--run-id latest is reserved: `latest` names the newest run")
+    if shard is not None:
+        k, _, n = shard.partition("/")
+        if not (k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+            raise UserError(f"--shard {shard!r}: K/N with 1 <= K <= N, such as 1/2")
+        if run_id is None:
+            raise UserError("--shard needs --run-id: the shards of a run share its id")
+        shard = f"{int(k)}/{int(n)}"
     if junit_xml is not None and not junit_xml.resolve().parent.is_dir():
         raise UserError(f"--junit-xml {junit_xml}: no folder {junit_xml.resolve().parent}")
     rates = load_rates(pricing)
@@ -198,7 +210,7 @@ def run(
         max_cost_usd=max_cost, preservation_mode=preservation_mode, out=str(out.resolve()),
         cwd=os.getcwd(), pricing=str(Path(pricing).resolve()) if pricing else None,
         kill_grace=kill_grace or RunOptions.default("kill_grace"), model=model,
-        sample=sample, seed=_seed(seed) if sample is not None else seed,
+        sample=sample, seed=_seed(seed) if sample is not None else seed, shard=shard,
     )
     task_set = load_task_set(options)
     if parallel := max_parallel or task_set.max_parallel:
@@ -240,6 +252,13 @@ def make_folders(folder: Path) -> list[Path]:
     except OSError as e:
         raise OSError(e.errno, e.strerror, str(e.filename or folder)) from e
     return missing
+
+
+def _shard(spec: str | None) -> tuple[int, int] | None:
+    if spec is None:
+        return None
+    k, _, n = spec.partition("/")
+    return int(k), int(n)
 
 
 def _seed(seed: int | None) -> int:

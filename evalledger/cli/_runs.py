@@ -38,9 +38,11 @@ def runs(settings: Settings, limit: int, as_json: bool) -> None:
     from evalledger.projections import load_headline
 
     with settings.open_ledger(read_only=True) as ledger:
+        # One line per run: a run merged from shards has a run.started per shard.
         _, newest = ledger.query(
             "SELECT run_id FROM events WHERE type = ? AND task_key IS NULL "
-            "ORDER BY ts DESC, seq DESC LIMIT ?", [EventType.RUN_STARTED, limit])
+            "GROUP BY run_id ORDER BY min(ts) DESC, min(seq) DESC LIMIT ?",
+            [EventType.RUN_STARTED, limit])
         listed = []
         for (run_id,) in newest:
             head = load_headline(ledger, run_id)

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from ._events import Fingerprint as Fingerprint
     from ._events import OpaqueEvent as OpaqueEvent
     from ._events import RunFinished as RunFinished
+    from ._events import RunMerged as RunMerged
     from ._events import RunResumed as RunResumed
     from ._events import RunSnapshot as RunSnapshot
     from ._events import RunStarted as RunStarted
@@ -89,6 +90,7 @@ _WHERE = {
     "OpaqueEvent": "_events",
     "RunFinished": "_events",
     "RunResumed": "_events",
+    "RunMerged": "_events",
     "RunSnapshot": "_events",
     "RunStarted": "_events",
     "TaskCompleted": "_events",
@@ -142,6 +144,7 @@ __all__ = [
     "QueryInterrupted",
     "RunConflict",
     "RunFinished",
+    "RunMerged",
     "RunNotFound",
     "RunResumed",
     "RunSnapshot",

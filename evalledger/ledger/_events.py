@@ -357,6 +357,17 @@ class RunSnapshot(_Event):
     value: JsonObject
 
 
+class RunMerged(_Event):
+    """Events of this run came from somewhere else (``merge``, ``import-events``): which
+    ledger or file, which of its seqs, how many were new here."""
+
+    type: Literal[EventType.RUN_MERGED] = EventType.RUN_MERGED
+    events: int
+    source: str
+    source_ledger: str | None = None
+    source_seqs: list[int] = []
+
+
 class OpaqueEvent(_Event):
     """An event of a type this version does not know: kept whole, skipped by projections."""
 
@@ -375,7 +386,8 @@ Event = Annotated[
     | TaskCompleted
     | TaskInterrupted
     | RunFinished
-    | RunSnapshot,
+    | RunSnapshot
+    | RunMerged,
     Field(discriminator="type"),
 ]
 AnyEvent = Event | OpaqueEvent
@@ -386,7 +398,7 @@ EVENT_TYPES: dict[str, type[_Event]] = {
     cls.model_fields["type"].default: cls
     for cls in (
         RunStarted, RunResumed, TaskSkipped, TaskStarted, TaskOutput, TaskEmitted,
-        TaskUsage, TaskCompleted, TaskInterrupted, RunFinished, RunSnapshot,
+        TaskUsage, TaskCompleted, TaskInterrupted, RunFinished, RunSnapshot, RunMerged,
     )
 }
 

@@ -28,6 +28,7 @@ class EventType(StrEnum):
     TASK_COMPLETED = "task.completed"
     TASK_INTERRUPTED = "task.interrupted"
     RUN_SNAPSHOT = "run.snapshot"
+    RUN_MERGED = "run.merged"
 
 class EventRow(NamedTuple):
     """One event in its stored form: the envelope columns and the canonical payload text,

@@ -173,14 +173,19 @@ def _m0003_lifecycle_index(db: Database) -> None:
     _set_version(db, 3)
 
 
+def _recreate_views(db: Database, old: dict[str, str], new: dict[str, str]) -> None:
+    """Views hold no data: drop the old set (dependents first), create the new one."""
+    for name in reversed(list(old)):
+        db.execute(f"DROP VIEW IF EXISTS {name}")
+    for name, sql in new.items():
+        db.execute(f"CREATE VIEW {name} AS {sql.strip()}")
+
+
 @MIGRATIONS(name="0004_views_latest_completion")
 def _m0004_views_latest_completion(db: Database) -> None:
     # task_attempts joins an attempt's last task.completed only: one row per start
-    # even when a completion was recorded twice. Views hold no data: recreate all.
-    for name in reversed(list(_VIEWS_4)):
-        db.execute(f"DROP VIEW IF EXISTS {name}")
-    for name, sql in _VIEWS_4.items():
-        db.execute(f"CREATE VIEW {name} AS {sql.strip()}")
+    # even when a completion was recorded twice.
+    _recreate_views(db, _VIEWS_4, _VIEWS_4)
     _set_version(db, 4)
 
 
@@ -196,7 +201,8 @@ def _m0004_views_latest_completion(db: Database) -> None:
 #   the sum of priced task.usage, a floor when some usage had no price
 #   (cost_complete says which);
 # - usage: one row per task.usage, with the attempt it was reported in.
-VIEWS = {
+# Frozen as migration 0005 made them; VIEWS below is the current set.
+_VIEWS_5 = {
     "task_attempts": """
         SELECT s.run_id, s.task_key,
                json_extract(s.payload, '$.task_id') AS task_id,
@@ -301,11 +307,8 @@ VIEWS = {
 @MIGRATIONS(name="0005_audit_views")
 def _m0005_audit_views(db: Database) -> None:
     # Columns audits asked for (tags, model, every token kind, score, exit code; ungraded
-    # runs, cost completeness; a view of usage). Views hold no data: recreate them all.
-    for name in reversed(list(_VIEWS_4)):
-        db.execute(f"DROP VIEW IF EXISTS {name}")
-    for name, sql in VIEWS.items():
-        db.execute(f"CREATE VIEW {name} AS {sql.strip()}")
+    # runs, cost completeness; a view of usage).
+    _recreate_views(db, _VIEWS_4, _VIEWS_5)
     _set_version(db, 5)
 
 
@@ -324,3 +327,22 @@ def _m0006_lean_indexes(db: Database) -> None:
         db.execute(f"DROP INDEX {name}")
         db.execute(f"CREATE INDEX {name} ON events (run_id, {column})")
     _set_version(db, 6)
+
+
+# The runs view lists a run once though shards of it (run --shard, then merge) each
+# recorded a run.started: its row is the first one's.
+VIEWS = {
+    **_VIEWS_5,
+    "runs": _VIEWS_5["runs"].replace(
+        "WHERE r.type = 'run.started' AND r.task_key IS NULL",
+        "WHERE r.type = 'run.started' AND r.task_key IS NULL\n"
+        "          AND NOT EXISTS (SELECT 1 FROM events e WHERE e.run_id = r.run_id\n"
+        "                             AND e.type = 'run.started' AND e.task_key IS NULL\n"
+        "                             AND e.seq < r.seq)"),
+}
+
+
+@MIGRATIONS(name="0007_one_row_per_run")
+def _m0007_one_row_per_run(db: Database) -> None:
+    _recreate_views(db, _VIEWS_5, VIEWS)
+    _set_version(db, 7)

@@ -616,12 +616,14 @@ class Ledger:
             return int(self._conn.execute("SELECT count(*) FROM events").fetchone()[0])
 
     def run_ids(self) -> list[str]:
-        """Every run id, in the order the runs started (through the run-level index)."""
+        """Every run id, in the order the runs started (through the run-level index); a
+        run merged from shards (several run.started) once."""
         with self._translate():
             return [
                 r[0]
                 for r in self._conn.execute(
-                    "SELECT run_id FROM events WHERE task_key IS NULL AND type = ? ORDER BY seq",
+                    "SELECT run_id FROM events WHERE task_key IS NULL AND type = ? "
+                    "GROUP BY run_id ORDER BY min(seq)",
                     [EventType.RUN_STARTED],
                 )
             ]

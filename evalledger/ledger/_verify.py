@@ -126,6 +126,14 @@ def verify(ledger: Ledger, anchors: Iterable[Anchor] = ()) -> VerifyReport:
     report.anchors_checked = len(wanted)
     found: dict[int, str] = {}
     ledger_id = ledger.ledger_id
+    # A run merged in from another ledger names that ledger in its run.started; its
+    # run.merged says so (a file's events: source_ledger null, any origin).
+    _, merged_rows = ledger.query(
+        "SELECT run_id, json_extract(payload, '$.source_ledger') FROM events "
+        "WHERE type = 'run.merged' AND task_key IS NULL")
+    origins: dict[str, set[str | None]] = {}
+    for run_id, source in merged_rows:
+        origins.setdefault(run_id, set()).add(source)
     prev_seq, prev_hash = 0, GENESIS
     for row in ledger.rows():
         seq = row.seq or 0
@@ -142,7 +150,9 @@ def verify(ledger: Ledger, anchors: Iterable[Anchor] = ()) -> VerifyReport:
             problem(report.invalid_payloads, (seq, str(e)))
         else:
             recorded = getattr(event, "ledger_id", None)
-            if recorded is not None and recorded != ledger_id and len(report.schema) < MAX_LISTED:
+            came = origins.get(row.run_id, set())
+            if (recorded is not None and recorded != ledger_id and recorded not in came
+                    and None not in came and len(report.schema) < MAX_LISTED):
                 report.schema.append(
                     f"meta.ledger_id is {ledger_id!r}, but run.started at seq {seq} recorded "
                     f"{recorded!r}: the ledger's identity was changed")

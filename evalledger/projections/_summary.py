@@ -264,8 +264,10 @@ class SummaryFold(Fold):
 
     @on(RunStarted)
     def _run_started(self, event: RunStarted) -> None:
-        self.experiment_id = event.experiment_id
-        self.started_at = event.ts
+        # A run merged from shards has a run.started per shard: it began with the first.
+        if self.started_at is None:
+            self.experiment_id = event.experiment_id
+            self.started_at = event.ts
         self.max_parallel = event.max_parallel
         self.planned.update(dict.fromkeys(event.planned))
 

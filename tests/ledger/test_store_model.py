@@ -38,6 +38,7 @@ from evalledger.ledger import (
     LedgerReadOnly,
     OpaqueEvent,
     RunFinished,
+    RunMerged,
     RunResumed,
     RunSnapshot,
     RunStarted,
@@ -506,6 +507,8 @@ REPRESENTATIVE: dict[str, Any] = {
     "run.finished": RunFinished(run_id="r", status=RunStatus.BUDGET_STOPPED),
     "run.snapshot": RunSnapshot(run_id="r", fold_version=3, kind="summary", through_seq=7,
                                 value=NESTED),
+    "run.merged": RunMerged(run_id="r", events=12, source="/elsewhere/a.db",
+                            source_ledger="ledger-ü", source_seqs=[3, 99]),
 }
 
 

@@ -123,8 +123,8 @@ CASES: dict[str, tuple[tuple[str, ...], str]] = {
                                "meta.schema_version is '3'"),
     "meta key added": (("INSERT INTO meta VALUES ('note', 'x')",), "unexpected meta.note"),
     "migration record deleted": (
-        ("DELETE FROM _sqlite_migrations WHERE name = '0006_lean_indexes'",),
-        "but the ledger's 5 migrations make it 5"),
+        ("DELETE FROM _sqlite_migrations WHERE name = '0007_one_row_per_run'",),
+        "but the ledger's 6 migrations make it 6"),
 }
 
 

@@ -17,7 +17,14 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from evalledger.ledger import AnyEvent, Ledger, RunFinished, RunSnapshot, RunStarted
+from evalledger.ledger import (
+    SCHEMA_VERSION,
+    AnyEvent,
+    Ledger,
+    RunFinished,
+    RunSnapshot,
+    RunStarted,
+)
 from evalledger.ledger._rows import LIFECYCLE_WHERE, LIFECYCLE_WHERE_3
 from evalledger.projections import (
     ResumeFold,
@@ -173,5 +180,5 @@ def test_a_schema_five_ledger_is_read_through_its_own_lifecycle_index(db_path: P
         assert "events_lifecycle" in str(plan)
     with Ledger(db_path) as migrated:  # read-write: migrated to the current schema
         assert migrated._lifecycle_where == LIFECYCLE_WHERE
-        assert migrated.schema_version == 6
+        assert migrated.schema_version == SCHEMA_VERSION
         assert load_summary(migrated, RUN).tasks_succeeded == 1

@@ -1,0 +1,134 @@
+"""Runs carried between ledgers: export / import-events, merge, and shards of one run
+run on "two machines" (two ledger files) merged into one."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sqlite3
+import sys
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from evalledger.ledger import Ledger, RunMerged, verify
+
+from .helpers import assert_one_line_error, evalledger, write_task
+
+RUN = "sharded"
+
+
+@pytest.fixture
+def suite(tmp_path: Path) -> Path:
+    for i in range(8):
+        code = "import sys; sys.exit(0)" if i % 3 else "import sys; sys.exit(1)"
+        write_task(tmp_path / "tasks" / f"t{i}.yaml", [sys.executable, "-c", code])
+    return tmp_path
+
+
+def facts(db: Path, run_id: str) -> list[tuple[str, str, str | None, str, str, str]]:
+    """Every event of the run but derived ones, as stored: id, envelope, payload text."""
+    with Ledger(db, read_only=True) as ledger:
+        return [(r.event_id, r.run_id, r.task_key, r.type, r.ts, r.payload)
+                for r in ledger.rows(run_id) if r.type not in ("run.snapshot", "run.merged")]
+
+
+def statuses(db: Path, run_id: str) -> dict[str, object]:
+    shown = evalledger(db.parent, db, "show", run_id, "--json")
+    assert shown.returncode == 0, shown
+    data = json.loads(shown.stdout)
+    return {"counts": [data[k] for k in ("tasks_planned", "tasks_run", "tasks_succeeded",
+                                         "tasks_failed", "tasks_error", "tasks_unfinished")],
+            "status": data["status"],
+            "tasks": {t["task_key"]: t["final_status"] for t in data["tasks"]}}
+
+
+def test_two_shards_merge_into_the_run_one_machine_would_have_made(suite: Path) -> None:
+    a, b, single, merged = (suite / n for n in ("a.db", "b.db", "single.db", "merged.db"))
+    for db, shard in ((a, "1/2"), (b, "2/2")):
+        result = evalledger(suite, db, "run", "tasks", "--run-id", RUN, "--shard", shard)
+        assert result.returncode == 1, result  # some tasks fail on purpose
+    evalledger(suite, single, "run", "tasks", "--run-id", RUN)
+    shard_keys = [{t for t in statuses(db, RUN)["tasks"]} for db in (a, b)]  # type: ignore[union-attr]
+    assert shard_keys[0] and shard_keys[1] and not shard_keys[0] & shard_keys[1]
+
+    result = evalledger(suite, merged, "merge", str(a), str(b))
+    assert result.returncode == 0, result
+    assert statuses(merged, RUN) == statuses(single, RUN)
+    with Ledger(merged, read_only=True) as ledger:
+        assert verify(ledger).ok
+        provenance = [e for e in ledger.events(RUN) if isinstance(e, RunMerged)]
+        count = ledger.count()
+    with Ledger(a, read_only=True) as source:
+        assert provenance[0].source_ledger == source.ledger_id
+        assert provenance[0].source_seqs[0] == 1
+    # Listed once, in the CLI and in the SQL view.
+    runs = evalledger(suite, merged, "runs", "--json")
+    assert [json.loads(line)["run_id"] for line in runs.stdout.splitlines()] == [RUN]
+    view = evalledger(suite, merged, "sql", "SELECT run_id, tasks_planned FROM runs",
+                      "--format", "json")
+    assert [json.loads(line) for line in view.stdout.splitlines()] == [
+        {"run_id": RUN, "tasks_planned": 8}]
+    assert evalledger(suite, merged, "verify", "--deep").returncode == 0
+
+    again = evalledger(suite, merged, "merge", str(a), str(b))
+    assert "0 of" in again.stdout
+    with Ledger(merged, read_only=True) as ledger:
+        assert ledger.count() == count
+
+
+def test_export_and_import_events_carry_a_run_byte_for_byte(suite: Path) -> None:
+    source, target = suite / "source.db", suite / "target.db"
+    evalledger(suite, source, "run", "tasks", "--run-id", RUN)
+    exported = suite / "run.ndjson.gz"
+    result = evalledger(suite, source, "export", RUN, "-o", str(exported))
+    assert result.returncode == 0, result
+    with gzip.open(exported, "rt", encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    assert all(json.loads(line)["type"] != "run.snapshot" for line in lines)
+
+    assert evalledger(suite, target, "import-events", str(exported)).returncode == 0
+    assert facts(target, RUN) == facts(source, RUN)
+    assert statuses(target, RUN) == statuses(source, RUN)
+    again = evalledger(suite, target, "import-events", str(exported))
+    assert f"0 of {len(lines)} events added" in again.stdout
+    assert evalledger(suite, target, "verify", "--deep").returncode == 0
+
+
+def test_a_bad_line_stops_the_import_before_anything_is_appended(suite: Path) -> None:
+    source, target = suite / "source.db", suite / "target.db"
+    evalledger(suite, source, "run", "tasks", "--run-id", RUN)
+    plain = suite / "events.ndjson"
+    evalledger(suite, source, "export", RUN, "-o", str(plain))
+    lines = plain.read_text(encoding="utf-8").splitlines()
+    broken = json.loads(lines[3])
+    broken["payload"] = {"nonsense": True}
+    plain.write_text("\n".join([*lines[:3], json.dumps(broken), *lines[4:]]) + "\n")
+    error = assert_one_line_error(evalledger(suite, target, "import-events", str(plain)))
+    assert "line 4:" in error and "nothing was imported" in error
+    assert not target.exists() or Ledger(target, read_only=True).count() == 0
+
+
+def test_merge_refuses_a_newer_ledger_and_itself(suite: Path) -> None:
+    newer, mine = suite / "newer.db", suite / "mine.db"
+    Ledger(newer).close()
+    with closing(sqlite3.connect(newer)) as conn:
+        conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+        conn.commit()
+    error = assert_one_line_error(evalledger(suite, mine, "merge", str(newer)))
+    assert "schema version 99" in error
+    Ledger(mine).close()
+    assert "the ledger itself" in assert_one_line_error(evalledger(suite, mine, "merge",
+                                                                   str(mine)))
+
+
+@pytest.mark.parametrize("shard", ["0/2", "3/2", "x/2", "1/0"])
+def test_a_bad_shard_is_one_line(suite: Path, shard: str) -> None:
+    result = evalledger(suite, suite / "l.db", "run", "tasks", "--run-id", "r", "--shard", shard)
+    assert "--shard" in assert_one_line_error(result)
+
+
+def test_a_shard_needs_a_run_id(suite: Path) -> None:
+    result = evalledger(suite, suite / "l.db", "run", "tasks", "--shard", "1/2")
+    assert "--run-id" in assert_one_line_error(result)
