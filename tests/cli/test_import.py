@@ -223,3 +223,18 @@ def test_keys_come_from_the_folder_layout(relative: str, key: tuple[str, str, in
 def test_no_run_folder_is_one_line(tmp_path: Path) -> None:
     result = evalledger(tmp_path, tmp_path / "l.db", "import", str(tmp_path))
     assert result.returncode == 2 and "no run.json under" in result.stderr
+
+
+def test_imported_runs_show_in_the_viewer(old_runs: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from evalledger.viewer import create_app
+
+    db = old_runs.parent / "l.db"
+    evalledger(old_runs.parent, db, "import", str(old_runs), "--tz", "UTC")
+    with TestClient(create_app(db, interval=0.05, keepalive=0.2)) as client:
+        assert RUN in client.get("/").text
+        api = client.get(f"/api/runs/{RUN}/summary").json()
+        assert api["tasks_run"] == 8 and api["tasks_unfinished"] == 2
+        page = client.get(f"/runs/{RUN}/tasks/default/suite/row-1/00")
+        assert page.status_code == 200 and "agent crashed" in page.text
