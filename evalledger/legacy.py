@@ -93,8 +93,7 @@ def find_run_folders(paths: Iterable[Path]) -> list[Path]:
     ones too; symbolic links are not followed (``runs/latest`` points into a run)."""
     found: set[Path] = set()
     for path in paths:
-        for folder, names, files in os.walk(path):
-            names[:] = sorted(n for n in names if not os.path.islink(os.path.join(folder, n)))
+        for folder, _, files in os.walk(path):  # never into a link to a folder
             if "run.json" in files:
                 found.add(Path(folder))
     return sorted(found)
@@ -102,16 +101,14 @@ def find_run_folders(paths: Iterable[Path]) -> list[Path]:
 
 def _task_files(folder: Path) -> Iterator[Path]:
     """The run's ``task.json`` files: not those below a nested run's ``run.json``."""
-    for parent, names, files in os.walk(folder):
-        here = Path(parent)
-        kept = []
-        for name in sorted(names):
-            child = here / name
-            if not child.is_symlink() and not (child / "run.json").is_file():
-                kept.append(name)
-        names[:] = kept
-        if "task.json" in files and here != folder:
-            yield here / "task.json"
+    top = str(folder)
+    for parent, names, files in os.walk(top):  # never into a link to a folder
+        if parent != top and "run.json" in files:
+            names[:] = []  # a nested run: its files are its own
+            continue
+        names.sort()
+        if "task.json" in files and parent != top:
+            yield Path(parent, "task.json")
 
 
 def key_of(relative: Path) -> tuple[str, str, int]:
