@@ -226,13 +226,20 @@ class Ledger:
             from ._schema import MIGRATIONS
 
             db = Database(conn)
-            with self._immediate():
-                # Another process may have migrated while we waited for the lock.
-                if self._is_ledger({r[0] for r in conn.execute(
-                    "SELECT name FROM sqlite_master WHERE type='table'"
-                )}):
-                    self._check_version()
-                MIGRATIONS.apply(db)
+            if not tables:
+                # A new file has no rows: its migrations' statement journals and index
+                # builds fit in memory, and must not fail for a full temp folder.
+                conn.execute("PRAGMA temp_store = MEMORY")
+            try:
+                with self._immediate():
+                    # Another process may have migrated while we waited for the lock.
+                    if self._is_ledger({r[0] for r in conn.execute(
+                        "SELECT name FROM sqlite_master WHERE type='table'"
+                    )}):
+                        self._check_version()
+                    MIGRATIONS.apply(db)
+            finally:
+                conn.execute("PRAGMA temp_store = DEFAULT")
 
     def _switch_to_wal(self) -> None:
         # Changing the journal mode needs an exclusive lock, and SQLite answers
@@ -630,10 +637,18 @@ class Ledger:
 
     def anchor(self, run_id: str | None = None, *, until_seq: int | None = None
                ) -> Anchor | None:
-        """An anchor of the ledger's last row, or of a run's last lifecycle event (for a
-        finished run, its ``run.finished``), at or before ``until_seq``; None when there
-        is none. What ``run.json`` and ``checkpoint`` record."""
-        row = self._last(run_id, until_seq)
+        """An anchor of the ledger's last row, or of a run's last row that is not an output
+        line (for a finished run: its last snapshot, else its ``run.finished``), at or
+        before ``until_seq``; None when there is none. What ``run.json`` and
+        ``checkpoint`` record: cutting anything of the run after it is then visible."""
+        limit = until_seq if until_seq is not None else 2**62
+        if run_id is None:
+            row = self._last("seq <= ?", [limit])
+        else:
+            rows = [self._last(f"seq <= ? AND run_id = ? AND {self._lifecycle_where}",
+                               [limit, run_id]),
+                    self._last("seq <= ? AND run_id = ? AND task_key IS NULL", [limit, run_id])]
+            row = max((r for r in rows if r is not None), default=None)
         if row is None:
             return None
         from ._anchor import Anchor
@@ -643,19 +658,15 @@ class Ledger:
     def last_lifecycle_seq(self, run_id: str, *, until_seq: int | None = None) -> int:
         """The seq of the run's last lifecycle event (not an output line, not a
         snapshot) at or before ``until_seq``; 0 when it has none."""
-        row = self._last(run_id, until_seq)
+        row = self._last(f"seq <= ? AND run_id = ? AND {self._lifecycle_where}",
+                         [until_seq if until_seq is not None else 2**62, run_id])
         return 0 if row is None else int(row[0])
 
-    def _last(self, run_id: str | None, until_seq: int | None) -> tuple[Any, ...] | None:
-        where = ["seq <= ?"]
-        params: list[Any] = [until_seq if until_seq is not None else 2**62]
-        if run_id is not None:
-            where += ["run_id = ?", self._lifecycle_where]
-            params.append(run_id)
+    def _last(self, where: str, params: list[Any]) -> tuple[Any, ...] | None:
         with self._translate():
             row: tuple[Any, ...] | None = self._conn.execute(
-                f"SELECT seq, hash, ts FROM events WHERE {' AND '.join(where)} "
-                "ORDER BY seq DESC LIMIT 1", params,
+                f"SELECT seq, hash, ts FROM events WHERE {where} ORDER BY seq DESC LIMIT 1",
+                params,
             ).fetchone()
         return row
 

@@ -124,3 +124,23 @@ def test_runs_takes_running_and_cut_off_runs_from_their_events(suite: Path) -> N
     [row] = [json.loads(line) for line in listed.stdout.splitlines()]
     assert (row["run_id"], row["status"], row["tasks_planned"]) == ("cut", "running", 1)
     assert snapshots(db, "cut") == []
+
+
+def test_run_json_anchors_the_snapshot_so_cutting_it_off_is_seen(suite: Path) -> None:
+    """The campaign cut a finished run's last row (a snapshot, after run.finished) and
+    `verify --anchor run.json` still said OK: the anchor stopped at run.finished."""
+    import sqlite3
+    from contextlib import closing
+
+    db = suite / "l.db"
+    evalledger(suite, db, "run", "tasks", "--run-id", "r")
+    report = suite / "runs" / "r" / "run.json"
+    anchor = json.loads(report.read_text("utf-8"))["anchor"]
+    assert anchor["seq"] == max(s.seq or 0 for s in snapshots(db, "r"))
+    assert evalledger(suite, db, "verify", "--anchor", str(report)).returncode == 0
+    with closing(sqlite3.connect(db)) as conn:
+        conn.execute("DROP TRIGGER events_no_delete")
+        conn.execute("DELETE FROM events WHERE seq = (SELECT max(seq) FROM events)")
+        conn.commit()
+    cut = evalledger(suite, db, "verify", "--anchor", str(report))
+    assert cut.returncode == 1 and "anchor:" in cut.stdout, cut
