@@ -43,6 +43,11 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound="Fold")
 
+# What a headline snapshot must hold to be used (else the run is folded).
+HEADLINE_KEYS = frozenset({
+    "run_id", "experiment_id", "status", "started_at", "finished_at", "tasks_planned",
+    "tasks_run", "tasks_succeeded", "tasks_failed", "tasks_error", "tasks_ungraded",
+    "total_cost_usd", "cost_complete"})
 # What each fold's state is stored as.
 FOLD_KINDS = {"SummaryFold": "summary_fold", "ResumeFold": "resume_fold"}
 
@@ -89,8 +94,11 @@ def load_folds(ledger: Ledger, run_id: str, *classes: type[Fold], snapshots: boo
     for cls in classes:
         snap = (latest_snapshot(ledger, run_id, FOLD_KINDS[cls.__name__], cls.VERSION,
                                 until_seq=until_seq) if snapshots else None)
+        restored = None
         if snap is not None and (until_seq is None or snap.through_seq <= until_seq):
-            folds.append(cls.restore(run_id, json.loads(snap.value)))
+            restored = _restore(cls, run_id, snap.value)
+        if restored is not None and snap is not None:
+            folds.append(restored)
             after.append(snap.through_seq)
         else:
             folds.append(cls(run_id))
@@ -113,6 +121,16 @@ def load_folds(ledger: Ledger, run_id: str, *classes: type[Fold], snapshots: boo
                 fold.apply(event)
         last = max(last, seq)
     return folds, last
+
+
+def _restore(cls: type[F], run_id: str, value: str) -> F | None:
+    """The fold restored from a snapshot's value; None when the value does not fit (a
+    damaged or forged snapshot: the run is replayed instead, and ``verify --deep``
+    names the snapshot)."""
+    try:
+        return cls.restore(run_id, json.loads(value))
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return None
 
 
 def load_fold(ledger: Ledger, cls: type[F], run_id: str, *, snapshots: bool = True,
@@ -141,7 +159,10 @@ def load_summary(ledger: Ledger, run_id: str, *, snapshots: bool = True) -> RunS
     if snap is not None:
         from ._results import RunSummary
 
-        return RunSummary.model_validate_json(snap.value)
+        try:
+            return RunSummary.model_validate_json(snap.value)
+        except ValueError:  # a damaged snapshot (verify --deep names it): fold instead
+            pass
     from ._summary import SummaryFold
 
     return load_fold(ledger, SummaryFold, run_id, snapshots=snapshots).summary()
@@ -152,8 +173,12 @@ def load_headline(ledger: Ledger, run_id: str, *, snapshots: bool = True) -> dic
     snapshot without importing a model (what ``runs`` lists, for every run)."""
     snap = _current(ledger, run_id, "headline", snapshots)
     if snap is not None:
-        value: dict[str, Any] = json.loads(snap.value)
-        return value
+        try:
+            value = json.loads(snap.value)
+        except ValueError:
+            value = None
+        if isinstance(value, dict) and value.keys() >= HEADLINE_KEYS:
+            return value
     from ._summary import SummaryFold
 
     fold = load_fold(ledger, SummaryFold, run_id, snapshots=snapshots)

@@ -14,6 +14,7 @@ import json
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -182,3 +183,16 @@ def test_a_schema_five_ledger_is_read_through_its_own_lifecycle_index(db_path: P
         assert migrated._lifecycle_where == LIFECYCLE_WHERE
         assert migrated.schema_version == SCHEMA_VERSION
         assert load_summary(migrated, RUN).tasks_succeeded == 1
+
+
+@pytest.mark.parametrize("kind", ["summary", "summary_fold", "resume_fold", "headline"])
+@pytest.mark.parametrize("value", [{}, {"keys": "not a list"}, {"planned": [1, 2]}])
+def test_a_damaged_snapshot_is_replayed_past_not_trusted(ledger: Ledger, kind: str,
+                                                         value: dict[str, object]) -> None:
+    events = _finished_run(ledger)
+    ledger.append([RunSnapshot(run_id=RUN, kind=kind, fold_version=SummaryFold.VERSION,
+                               through_seq=len(events), value=value)])
+    expected = fold(SummaryFold(RUN), events)
+    assert render_json(load_summary(ledger, RUN)) == render_json(expected.summary())
+    assert load_headline(ledger, RUN) == expected.headline().model_dump(mode="json")
+    assert load_fold(ledger, ResumeFold, RUN).partition().to_run == [key(2)]
