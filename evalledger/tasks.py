@@ -415,73 +415,21 @@ def load_tasks(
     """
     overrides = overrides or Overrides()
     result = TaskSet()
-    exp: ExperimentFile | None = None
-    exp_home: Path | None = None
-    search: list[Path] = [Path(p) for p in paths]
-    if experiment is not None:
-        exp_path = Path(experiment)
-        try:
-            exp = ExperimentFile.model_validate(_read_yaml(exp_path, "experiment fields"))
-        except (ValueError, ValidationError) as e:
-            reason = _describe(e) if isinstance(e, ValidationError) else str(e)
-            raise TaskLoadError(f"experiment file {exp_path}: {reason}") from e
-        exp_home = exp_path.parent
+    exp = _read_experiment(Path(experiment)) if experiment is not None else None
+    exp_home = Path(experiment).parent if experiment is not None else None
+    search = [Path(p) for p in paths]
+    if exp is not None and exp_home is not None:
         search += [exp_home / p for p in exp.tasks]
         result.experiment_id, result.max_parallel = exp.experiment_id, exp.max_parallel
-    variants = exp.variants if exp else [Variant(variant_id="default")]
-    include, exclude = set(include_tags), set(exclude_tags)
-    seen_ids: dict[str, str] = {}
+    reading = _Reading(
+        exp=exp, exp_home=exp_home, overrides=overrides,
+        variants=exp.variants if exp else [Variant(variant_id="default")],
+        include=set(include_tags), exclude=set(exclude_tags),
+    )
     experiment_file = Path(experiment).resolve() if experiment is not None else None
     for path in task_files(search, result.missing if missing_ok else None):
-        if path.resolve() == experiment_file:
-            continue  # an experiment file kept beside its tasks is not a task
-        if not _is_text(str(path)):
-            # The ledger records paths as text; this one cannot be, faithfully.
-            result.skipped.append(Skipped(_printable(str(path)), "the path is not valid "
-                                          "UTF-8: rename the file or its folder"))
-            continue
-        try:
-            task_file = TaskFile.model_validate(_read_yaml(path))
-            task_id = task_file.task_id or path.stem
-            if task_file.task_id is None:
-                TaskFile(task_id=task_id)  # the stem must be a valid id too
-        except (ValueError, ValidationError) as e:
-            reason = _describe(e) if isinstance(e, ValidationError) else str(e)
-            result.skipped.append(Skipped(str(path), reason))
-            continue
-        if task_id in seen_ids:
-            result.skipped.append(
-                Skipped(str(path), f"duplicate task_id {task_id!r} (first in {seen_ids[task_id]})")
-            )
-            continue
-        seen_ids[task_id] = str(path)
-        # All variants or none: a file that fails in one variant is skipped whole.
-        try:
-            per_variant = [
-                _resolve(path, task_id, task_file, exp, exp_home, variant, overrides)
-                for variant in variants
-            ]
-            for resolved in per_variant:
-                for task in resolved or ():
-                    # Hashed now, not mid-run: text the ledger cannot store (a lone
-                    # surrogate such as "\ud800") fails here, as this file's skip.
-                    _ = task.definition_hash
-        except (ValueError, ValidationError) as e:
-            reason = _describe(e) if isinstance(e, ValidationError) else str(e)
-            result.skipped.append(Skipped(str(path), reason))
-            continue
-        if marked := [v.variant_id for v, r in zip(variants, per_variant, strict=True)
-                      if r is None]:
-            where = f" (variant {', '.join(marked)})" if exp and len(marked) < len(variants) else ""
-            result.skipped.append(Skipped(str(path), f"skip: true{where}", deliberate=True))
-        for resolved in per_variant:
-            if not resolved:
-                continue
-            tags = set(resolved[0].tags)
-            if (include and not tags & include) or tags & exclude:
-                result.filtered_out += 1
-                continue
-            result.tasks.extend(resolved)
+        if path.resolve() != experiment_file:  # an experiment file beside its tasks is not one
+            reading.add(path, result)
     if sample is not None:
         _keep_sample(result, *sample)
     if shard is not None:
@@ -495,6 +443,92 @@ def in_shard(task_key: str, k: int, n: int) -> bool:
     every machine splits a suite the same way, whatever order it found the files in."""
     digest = hashlib.sha256(task_key.encode("utf-8", "surrogatepass")).digest()
     return int.from_bytes(digest[:8], "big") % n == k - 1
+
+
+@dataclass
+class _Reading:
+    """What ``load_tasks`` applies to every task file it reads."""
+
+    exp: ExperimentFile | None
+    exp_home: Path | None
+    overrides: Overrides
+    variants: list[Variant]
+    include: set[str]
+    exclude: set[str]
+    seen_ids: dict[str, str] = field(default_factory=dict)
+
+    def add(self, path: Path, result: TaskSet) -> None:
+        """Resolve one task file into ``result``: its tasks, or why it was skipped."""
+        if not _is_text(str(path)):
+            # The ledger records paths as text; this one cannot be, faithfully.
+            result.skipped.append(Skipped(_printable(str(path)), "the path is not valid "
+                                          "UTF-8: rename the file or its folder"))
+            return
+        try:
+            task_file, task_id = _read_task_file(path)
+            if task_id in self.seen_ids:
+                raise ValueError(f"duplicate task_id {task_id!r} (first in "
+                                 f"{self.seen_ids[task_id]})")
+            self.seen_ids[task_id] = str(path)
+            per_variant = [
+                _resolve(path, task_id, task_file, self.exp, self.exp_home, variant,
+                         self.overrides)
+                for variant in self.variants
+            ]
+            _hash_all(per_variant)
+        except (ValueError, ValidationError) as e:
+            # All variants or none: a file that fails in one variant is skipped whole.
+            result.skipped.append(Skipped(str(path), _reason(e)))
+            return
+        marked = [v.variant_id for v, r in zip(self.variants, per_variant, strict=True)
+                  if r is None]
+        if marked:
+            some = self.exp is not None and len(marked) < len(self.variants)
+            where = f" (variant {', '.join(marked)})" if some else ""
+            result.skipped.append(Skipped(str(path), f"skip: true{where}", deliberate=True))
+        for resolved in per_variant:
+            if not resolved:
+                continue
+            tags = set(resolved[0].tags)
+            if (self.include and not tags & self.include) or tags & self.exclude:
+                result.filtered_out += 1
+                continue
+            result.tasks.extend(resolved)
+
+
+def _reason(error: ValueError | ValidationError) -> str:
+    return _describe(error) if isinstance(error, ValidationError) else str(error)
+
+
+def _read_experiment(path: Path) -> ExperimentFile:
+    """Raises:
+        TaskLoadError: the experiment file is unusable (the run cannot go on without it).
+    """
+    try:
+        return ExperimentFile.model_validate(_read_yaml(path, "experiment fields"))
+    except (ValueError, ValidationError) as e:
+        raise TaskLoadError(f"experiment file {path}: {_reason(e)}") from e
+
+
+def _read_task_file(path: Path) -> tuple[TaskFile, str]:
+    """The file and its task id (the stem unless it names one).
+
+    Raises:
+        ValueError, ValidationError: the file is unusable (it is skipped, with the reason).
+    """
+    task_file = TaskFile.model_validate(_read_yaml(path))
+    task_id = task_file.task_id or path.stem
+    if task_file.task_id is None:
+        TaskFile(task_id=task_id)  # the stem must be a valid id too
+    return task_file, task_id
+
+
+def _hash_all(per_variant: list[list[ResolvedTask] | None]) -> None:
+    """Hash every definition now, not mid-run: text the ledger cannot store (a lone
+    surrogate such as "\ud800") fails here, as the file's skip."""
+    for resolved in per_variant:
+        for task in resolved or ():
+            _ = task.definition_hash
 
 
 def _keep_sample(result: TaskSet, n: int, seed: int) -> None:

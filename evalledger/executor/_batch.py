@@ -168,10 +168,17 @@ async def run_batch(
     to_run = [t for t in tasks if resume is None or t.task_key not in resume.skip]
     # What batches of this host that died (SIGKILL, the OOM killer) left behind.
     await trio.to_thread.run_sync(sweep_dead_batches, ledger)
-    sandbox_root = Path(tempfile.mkdtemp(prefix=f"evalledger-{config.run_id}-"))
     token = secrets.token_hex(8)
-    # From here, should this process die, the watchdog kills what the batch started.
+    sandbox_root = Path(tempfile.gettempdir()) / f"evalledger-{config.run_id}-{token}"
+    # From here, should this process die, the watchdog kills what the batch started and
+    # removes the folder. The watchdog first, then the folder: a runner killed between
+    # the two leaves nothing behind (the other way round it left an empty folder).
     watchdog = Watchdog(token, sandbox_root)
+    try:
+        sandbox_root.mkdir(mode=0o700)
+    except BaseException:
+        watchdog.done()
+        raise
     sandboxes = SandboxPool(sandbox_root, ahead=4 * max(1, config.max_parallel))
     try:
         return await _run(ledger, tasks, to_run, config, callbacks, skipped, resume, kill_now,
