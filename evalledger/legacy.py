@@ -143,9 +143,43 @@ def read_run(folder: Path, *, tz: tzinfo | None = None,
     run = LegacyRun(run_id=run_id_of(folder), folder=folder)
     if summary_error:
         run.unfinished.append(Problem(str(folder / "run.json"), summary_error))
-
-    attempts: list[_Attempt] = []
     keys: set[str] = set()
+    attempts = _file_attempts(run, folder, known, keys)
+    rows = _rows(summary.get("task_results"))
+    attempts += _row_attempts(run, rows, known, keys)
+    tags = {k: r.get("tags") for k, r in rows.items() if isinstance(r.get("tags"), list)}
+
+    tz = tz or _local_zone()
+    started = _time(summary.get("start_time"), tz)
+    attempts.sort(key=lambda a: (_time(a.data.get("started_at"), tz) or started or "", a.key))
+    first = started or next((t for a in attempts if (t := _time(a.data.get("started_at"), tz))),
+                            None) or _file_time(folder / "run.json")
+    run.events.append(RunStarted(
+        event_id=_id(run.run_id, "run.json", "run.started"), run_id=run.run_id, ts=first,
+        planned=sorted(keys), max_parallel=_int(summary.get("max_parallel"), 1),
+        imported=_clean({"format": FORMAT, "source": str(folder.resolve()),
+                         "framework_version": summary.get("framework_version")}),
+    ))
+    run.events += _skipped(run.run_id, summary.get("skipped_tasks"), first)
+    last = first
+    for attempt in attempts:
+        made = _attempt_events(run.run_id, attempt, tags.get(attempt.key), tz, first)
+        run.events += made
+        last = max(last, made[-1].ts)
+        run.attempts += 1
+    ended = _time(summary.get("end_time"), tz)
+    run.events.append(RunFinished(event_id=_id(run.run_id, "run.json", "run.finished"),
+                                  run_id=run.run_id, ts=max(ended or last, last),
+                                  status=RunStatus.COMPLETED))
+    return run
+
+
+def _file_attempts(run: LegacyRun, folder: Path, known: Mapping[str, str],
+                   keys: set[str]) -> list[_Attempt]:
+    """The run's task.json files that are results and new; the rest said in ``run``.
+    Every key seen goes into ``keys`` (a file that is not a result still counts as
+    planned and unfinished)."""
+    attempts = []
     for path in _task_files(folder):
         relative = path.relative_to(folder)
         variant, task_id, replicate = key_of(relative)
@@ -161,61 +195,50 @@ def read_run(folder: Path, *, tz: tzinfo | None = None,
                 run.changed.append(str(path))
             continue
         data, error = _parse(raw)
-        if error is None and not isinstance(data, dict):
-            error = "not a JSON object"
-        if error is None and not _status(data.get("final_status")):
-            error = ("no final_status" if data.get("final_status") is None
-                     else f"unknown final_status {data.get('final_status')!r}")
+        error = error or _not_a_result(data)
         if error is not None:
             run.unfinished.append(Problem(str(path), error))
             continue
         attempts.append(_Attempt(key, variant, task_id, replicate, source, digest, data))
+    return attempts
 
-    rows = _rows(summary.get("task_results"))
-    tags = {k: r.get("tags") for k, r in rows.items() if isinstance(r.get("tags"), list)}
-    # Rows of batch-level failures have no task.json: the row is all there is.
+
+def _not_a_result(data: object) -> str | None:
+    """Why a parsed task.json is not a result (the old resume would run it again)."""
+    if not isinstance(data, dict):
+        return "not a JSON object"
+    status = data.get("final_status")
+    if _status(status) is None:
+        return "no final_status" if status is None else f"unknown final_status {status!r}"
+    return None
+
+
+def _row_attempts(run: LegacyRun, rows: dict[str, dict[str, Any]], known: Mapping[str, str],
+                  keys: set[str]) -> list[_Attempt]:
+    """Rows of batch-level failures have no task.json: the row is all there is."""
+    attempts = []
     for key, row in sorted(rows.items()):
-        source = f"run.json#{key}"
         if key in keys or not _status(row.get("status")):
             continue
+        keys.add(key)
+        source = f"run.json#{key}"
         if source in known:
             run.unchanged += 1
-            keys.add(key)
             continue
-        keys.add(key)
         variant, _, rest = key.partition("/")
         task_id, _, nn = rest.rpartition("/")
         attempts.append(_Attempt(key, variant, task_id, int(nn), source, "", _row_as_file(row)))
+    return attempts
 
-    tz = tz or _local_zone()
-    started = _time(summary.get("start_time"), tz)
-    attempts.sort(key=lambda a: (_time(a.data.get("started_at"), tz) or started or "", a.key))
-    first = started or next((t for a in attempts if (t := _time(a.data.get("started_at"), tz))),
-                            None) or _file_time(folder / "run.json")
-    events = run.events
-    events.append(RunStarted(
-        event_id=_id(run.run_id, "run.json", "run.started"), run_id=run.run_id, ts=first,
-        planned=sorted(keys), max_parallel=_int(summary.get("max_parallel"), 1),
-        imported=_clean({"format": FORMAT, "source": str(folder.resolve()),
-                         "framework_version": summary.get("framework_version")}),
-    ))
-    for i, skipped in enumerate(summary.get("skipped_tasks") or []):
-        if isinstance(skipped, dict):
-            events.append(TaskSkipped(
-                event_id=_id(run.run_id, "run.json", f"task.skipped.{i}"), run_id=run.run_id,
-                ts=first, path=str(skipped.get("path") or "?"),
-                reason=str(skipped.get("reason") or "skipped by the old harness")))
-    last = first
-    for attempt in attempts:
-        made = _attempt_events(run.run_id, attempt, tags.get(attempt.key), tz, first)
-        events += made
-        last = max(last, made[-1].ts)
-        run.attempts += 1
-    ended = _time(summary.get("end_time"), tz)
-    events.append(RunFinished(event_id=_id(run.run_id, "run.json", "run.finished"),
-                              run_id=run.run_id, ts=max(ended or last, last),
-                              status=RunStatus.COMPLETED))
-    return run
+
+def _skipped(run_id: str, entries: object, ts: str) -> list[AnyEvent]:
+    return [
+        TaskSkipped(event_id=_id(run_id, "run.json", f"task.skipped.{i}"), run_id=run_id,
+                    ts=ts, path=str(skipped.get("path") or "?"),
+                    reason=str(skipped.get("reason") or "skipped by the old harness"))
+        for i, skipped in enumerate(entries if isinstance(entries, list) else [])
+        if isinstance(skipped, dict)
+    ]
 
 
 def _attempt_events(run_id: str, attempt: _Attempt, tags: list[Any] | None, tz: tzinfo,
