@@ -409,15 +409,23 @@ def calibrate(root: Path) -> int:
 # --------------------------------------------------------------------------- 1. SIGKILL
 
 
-def family_sigkill(root: Path, rng: random.Random, n: int, full: int) -> Tally:
-    tally = Tally("SIGKILL + resume")
+def killing_family(
+    name: str, prefix: str, trial_of: Callable[[Trial, Checks, random.Random, int], None],
+    root: Path, rng: random.Random, n: int, full: int,
+) -> Tally:
+    """``n`` trials of one killing family, each in its own folder, removed after it."""
+    tally = Tally(name)
     for i in range(n):
-        trial = Trial(root, f"kill-{i:03d}")
+        trial = Trial(root, f"{prefix}-{i:03d}")
         with tally.trial(f"trial {i}") as checks:
-            sigkill_trial(trial, checks, rng, full)
+            trial_of(trial, checks, rng, full)
         trial.cleanup()
     tally.kill_note()
     return tally
+
+
+def family_sigkill(root: Path, rng: random.Random, n: int, full: int) -> Tally:
+    return killing_family("SIGKILL + resume", "kill", sigkill_trial, root, rng, n, full)
 
 
 def sigkill_trial(trial: Trial, checks: Checks, rng: random.Random, full: int) -> None:
@@ -456,14 +464,7 @@ def sigkill_trial(trial: Trial, checks: Checks, rng: random.Random, full: int) -
 
 
 def family_two_runs(root: Path, rng: random.Random, n: int, full: int) -> Tally:
-    tally = Tally("two runs on one ledger")
-    for i in range(n):
-        trial = Trial(root, f"two-{i:03d}")
-        with tally.trial(f"trial {i}") as checks:
-            two_runs_trial(trial, checks, rng, full)
-        trial.cleanup()
-    tally.kill_note()
-    return tally
+    return killing_family("two runs on one ledger", "two", two_runs_trial, root, rng, n, full)
 
 
 def two_runs_trial(trial: Trial, checks: Checks, rng: random.Random, full: int) -> None:

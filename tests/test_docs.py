@@ -60,6 +60,8 @@ from evalledger.tasks import (
     Variant,
 )
 
+from .cli.helpers import command_paths
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 PACKAGE = ROOT / "evalledger"
@@ -216,17 +218,6 @@ def test_envelope_and_nested_objects() -> None:
 # -- cli.md -----------------------------------------------------------------------------------
 
 
-def _commands(group: click.Group, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
-    found = []
-    ctx = click.Context(group)
-    for name in group.list_commands(ctx):
-        command = group.get_command(ctx, name)
-        found.append((*path, name))
-        if isinstance(command, click.Group):
-            found += _commands(command, (*path, name))
-    return found
-
-
 def _command(path: tuple[str, ...]) -> click.Command:
     command: click.Command = cli
     for name in path:
@@ -250,7 +241,7 @@ def _names_option(text: str, option: str) -> bool:
     return re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", text) is not None
 
 
-COMMANDS = _commands(cli)
+COMMANDS = command_paths(cli)
 
 
 @pytest.mark.parametrize("path", COMMANDS, ids=" ".join)

@@ -11,7 +11,7 @@ from ._errors import UserError
 
 if TYPE_CHECKING:
     from evalledger.ledger import Ledger
-    from evalledger.projections import ResumeFold, RunSummary, SummaryFold
+    from evalledger.projections import RunSummary
 
 
 class PositiveNumber(click.FloatRange):
@@ -44,24 +44,11 @@ def resolve_run(ledger: Ledger, spec: str) -> str:
         raise UserError(str(e)) from e
 
 
-def rebuild_summary_fold(ledger: Ledger, run_id: str) -> SummaryFold:
-    """The run's summary fold: its latest snapshot and the events after it."""
-    from evalledger.projections import SummaryFold, load_fold
-
-    return load_fold(ledger, SummaryFold, run_id)
-
-
 def rebuild_summary(ledger: Ledger, run_id: str) -> RunSummary:
     """The run's summary as ``run.json`` holds it, anchored in the ledger."""
     from evalledger.projections import load_summary
 
     return load_summary(ledger, run_id).anchored(ledger.anchor(run_id))
-
-
-def rebuild_resume(ledger: Ledger, run_id: str) -> ResumeFold:
-    from evalledger.projections import ResumeFold, load_fold
-
-    return load_fold(ledger, ResumeFold, run_id)
 
 
 def run_is_over(ledger: Ledger, run_id: str) -> bool:

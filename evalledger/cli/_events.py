@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 import click
 
-from evalledger.ledger import EVENT_TYPES, EventRow, Ledger
+from evalledger.ledger import EVENT_TYPES, Ledger
+from evalledger.ledger._transfer import ndjson
 
 from ._common import resolve_run, run_is_over
 from ._errors import UserError
 from ._main import Settings, pass_settings
-
-_str = json.JSONEncoder(ensure_ascii=False).encode
-
-
-def _ndjson(row: EventRow) -> str:
-    # The stored payload is already JSON: splice it in rather than re-encode it.
-    return (
-        f'{{"seq":{row.seq},"event_id":{_str(row.event_id)},"run_id":{_str(row.run_id)},'
-        f'"task_key":{_str(row.task_key)},"type":{_str(row.type)},"ts":{_str(row.ts)},'
-        f'"payload":{row.payload}}}'
-    )
 
 
 @click.command()
@@ -59,7 +48,7 @@ def events(settings: Settings, run: str, task_key: str | None, types: tuple[str,
             done = not follow or run_is_over(ledger, run_id)
             for row in ledger.rows(run_id, task_key=task_key, types=types or None,
                                    after_seq=after):
-                click.echo(_ndjson(row))
+                click.echo(ndjson(row))
                 after = row.seq or after
             if done:
                 return

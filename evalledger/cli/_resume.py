@@ -14,10 +14,16 @@ import click
 from evalledger.executor import BatchConfig, Resume
 from evalledger.hosts import running_pid
 from evalledger.options import RunOptions
-from evalledger.projections import ResumeRefused, plan_resume
+from evalledger.projections import (
+    ResumeFold,
+    ResumeRefused,
+    SummaryFold,
+    load_folds,
+    plan_resume,
+)
 from evalledger.tasks import TaskSet
 
-from ._common import PositiveNumber, rebuild_resume, rebuild_summary_fold, resolve_run
+from ._common import PositiveNumber, resolve_run
 from ._errors import UserError
 from ._main import Settings, pass_settings
 from ._run import execute, exit_code, load_rates, load_task_set, warn_unpriced
@@ -75,8 +81,9 @@ def resume(
     with settings.open_ledger(read_only=True) as ledger:
         run_id = resolve_run(ledger, run)
     with settings.open_ledger(durable=durable) as ledger:
-        state = rebuild_resume(ledger, run_id)
-        live = rebuild_summary_fold(ledger, run_id)
+        # Both folds from one pass over the run (through its snapshot).
+        (state, live), _ = load_folds(ledger, run_id, ResumeFold, SummaryFold)
+        assert isinstance(state, ResumeFold) and isinstance(live, SummaryFold)
 
         def load(options: RunOptions) -> TaskSet:
             # A deleted file's tasks are drift ("no longer defined"), not an error.

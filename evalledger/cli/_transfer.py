@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -15,7 +14,7 @@ from ._errors import UserError
 from ._main import Settings, pass_settings
 
 if TYPE_CHECKING:
-    from evalledger.ledger import EventRow, Ledger
+    from evalledger.ledger import Ledger
     from evalledger.ledger._transfer import Transfer
 
 
@@ -106,21 +105,16 @@ def merge(settings: Settings, others: tuple[Path, ...]) -> None:
         evalledger --ledger all.db merge machine-a.db machine-b.db
     """
     from evalledger.ledger import Ledger
-    from evalledger.ledger._transfer import append_all
+    from evalledger.ledger._transfer import append_all, rows_of
 
     with settings.open_ledger() as ledger:
         for other in others:
             if other.resolve() == ledger.path.resolve():
                 raise UserError(f"{other} is the ledger itself: nothing to merge")
             with Ledger(other, read_only=True) as source:
-                done = append_all(ledger, _rows(source), source=str(other.resolve()),
+                done = append_all(ledger, rows_of(source), source=str(other.resolve()),
                                   source_ledger=source.ledger_id)
             _finish(ledger, done, str(other))
-
-
-def _rows(source: Ledger) -> Iterator[tuple[EventRow, int | None]]:
-    for row in source.rows():
-        yield row, row.seq
 
 
 def _finish(ledger: Ledger, done: Transfer, name: str) -> None:

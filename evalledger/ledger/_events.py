@@ -59,6 +59,20 @@ def _set_ms(ms: int) -> None:
     _last_ms, _prefix = ms, f"{h[:8]}-{h[8:]}-7"
 
 
+def _step() -> None:
+    """Move to the next id's millisecond and counter. Call it holding ``_id_lock``."""
+    global _counter
+    ms = time.time_ns() // 1_000_000
+    if ms > _last_ms:
+        _set_ms(ms)
+        _counter = _random_bits(8)  # a random start, with room to count up
+    else:
+        _counter += 1
+        if _counter > 0xFFF:
+            _set_ms(_last_ms + 1)
+            _counter = 0
+
+
 def new_event_id() -> str:
     """A UUIDv7 (RFC 9562) string: 48 bits of Unix milliseconds, then randomness.
 
@@ -66,17 +80,8 @@ def new_event_id() -> str:
     counter inside a millisecond, so a burst of appends still hits the index's
     right edge.
     """
-    global _counter
     with _id_lock:
-        ms = time.time_ns() // 1_000_000
-        if ms > _last_ms:
-            _set_ms(ms)
-            _counter = _random_bits(8)  # a random start, with room to count up
-        else:
-            _counter += 1
-            if _counter > 0xFFF:
-                _set_ms(_last_ms + 1)
-                _counter = 0
+        _step()
         prefix, counter = _prefix, _counter
     # Uniqueness, not secrecy, is what an event id needs: the PRNG (seeded from the
     # OS, re-seeded in forked children) is 10x cheaper than os.urandom per id.
@@ -94,15 +99,7 @@ def new_event_ids(count: int) -> list[str]:
         return []
     ids: list[str] = []
     with _id_lock:
-        ms = time.time_ns() // 1_000_000
-        if ms > _last_ms:
-            _set_ms(ms)
-            _counter = _random_bits(8)
-        else:
-            _counter += 1
-            if _counter > 0xFFF:
-                _set_ms(_last_ms + 1)
-                _counter = 0
+        _step()
         tail = _random_bits(62)
         rest = "-%04x-%012x" % (0x8000 | tail >> 48, tail & 0xFFFF_FFFF_FFFF)  # noqa: UP031
         while True:

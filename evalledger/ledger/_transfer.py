@@ -142,13 +142,7 @@ def append_all(ledger: Ledger, rows: Iterable[tuple[EventRow, int | None]], *,
     return done
 
 
-def rows_of(ledger: Ledger, run_ids: Iterable[str] | None = None
-            ) -> Iterator[tuple[EventRow, int | None]]:
-    """The ledger's rows (of these runs), in seq order, with their seqs."""
-    if run_ids is None:
-        for row in ledger.rows():
-            yield row, row.seq
-        return
-    for run_id in run_ids:
-        for row in ledger.rows(run_id):
-            yield row, row.seq
+def rows_of(ledger: Ledger) -> Iterator[tuple[EventRow, int | None]]:
+    """Every row of the ledger, in seq order, with its seq: what a merge reads."""
+    for row in ledger.rows():
+        yield row, row.seq

@@ -41,6 +41,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from evalledger.ledger import LedgerError
 from evalledger.projections import (
     RunSummary,
+    TaskRow,
     diff_runs,
     render_json,
     render_junit,
@@ -250,13 +251,20 @@ class _Views:
         return HTMLResponse(page,
                             headers={**headers, "Content-Security-Policy": REPORT_CSP})
 
-    async def task_page(self, request: Request) -> Response:
+    async def _task(
+        self, request: Request,
+    ) -> tuple[RunState, str, list[_queries.Attempt], TaskRow | None]:
+        """The run, task key, attempts and summary row a task URL names; 404 if neither exists."""
         run = self._run(request)
         key = request.path_params["task_key"]
         tries: list[_queries.Attempt] = await self._read(_queries.attempts, run.run_id, key)
         row = run.summary_fold.row(key)
         if not tries and row is None:
             raise HTTPException(404, f"run {run.run_id} has no task {key!r}")
+        return run, key, tries, row
+
+    async def task_page(self, request: Request) -> Response:
+        run, key, tries, row = await self._task(request)
         fragment = request.query_params.get("fragment")
         here = f"/runs/{segment(run.run_id)}/tasks/{segment(key)}"
         if fragment == "attempts":
@@ -346,12 +354,7 @@ class _Views:
         })
 
     async def api_task(self, request: Request) -> Response:
-        run = self._run(request)
-        key = request.path_params["task_key"]
-        tries: list[_queries.Attempt] = await self._read(_queries.attempts, run.run_id, key)
-        row = run.summary_fold.row(key)
-        if not tries and row is None:
-            raise HTTPException(404, f"run {run.run_id} has no task {key!r}")
+        run, key, tries, row = await self._task(request)
         return JSONResponse({
             "run_id": run.run_id, "task_key": key,
             "row": row.model_dump(mode="json") if row else None,

@@ -28,6 +28,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import click
 import yaml
 from click.testing import CliRunner
 
@@ -326,3 +327,15 @@ class EntryPoint:
         if self._server.poll() is None:
             self._server.kill()
         self._server.communicate()
+
+
+def command_paths(group: click.Group, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """The path of every command under ``group``, nested groups included."""
+    found = []
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        found.append((*path, name))
+        if isinstance(command, click.Group):
+            found += command_paths(command, (*path, name))
+    return found

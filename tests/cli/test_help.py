@@ -18,25 +18,15 @@ from click.testing import CliRunner
 
 from evalledger.cli import cli
 
+from .helpers import command_paths
+
 # "Example:" (or "Examples:"), blank lines, then an indented invocation of the tool.
 EXAMPLE = re.compile(r"^\s*Examples?:?\s*\n(?:\s*\n)*[ \t]+(evalledger [^\n]+)$", re.MULTILINE)
 # The commands SPEC §8 and the README name that exist today; new ones are found too.
 KNOWN = {"run", "resume", "report", "verify"}
 
 
-def _walk(group: click.Group, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
-    """The path of every command under ``group``, nested groups included."""
-    found = []
-    ctx = click.Context(group)
-    for name in group.list_commands(ctx):
-        command = group.get_command(ctx, name)
-        found.append((*path, name))
-        if isinstance(command, click.Group):
-            found += _walk(command, (*path, name))
-    return found
-
-
-COMMANDS = _walk(cli)
+COMMANDS = command_paths(cli)
 
 
 def _help(group: click.Group, path: tuple[str, ...]) -> click.testing.Result:

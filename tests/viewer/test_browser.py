@@ -22,6 +22,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -160,21 +161,37 @@ success_criteria: [{{type: exit_code}}]
 """
 
 
+@contextmanager
+def _gated_run(
+    db: Path, tmp_path: Path, run_id: str
+) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    """An ``evalledger run`` process whose one task prints ``waiting`` and holds until the
+    gate file exists; the caller opens the gate. Whatever happens, the gate is opened and
+    the runner stopped on the way out."""
+    suite = tmp_path / run_id
+    suite.mkdir()
+    gate = tmp_path / f"{run_id}.gate"
+    (suite / "gated.yaml").write_text(GATED.format(gate=gate), encoding="utf-8")
+    runner = _evalledger("--ledger", str(db), "run", str(suite), "--run-id", run_id,
+                         "--out", str(tmp_path / "runs"), cwd=tmp_path,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield runner, gate
+    finally:
+        gate.write_text("go")
+        if runner.poll() is None:
+            runner.send_signal(signal.SIGINT)
+            runner.wait(PATIENCE)
+
+
 def test_pages_follow_a_run_written_by_another_process(
     server: tuple[str, Path], page: Any, tmp_path: Path
 ) -> None:
     url, db = server
-    suite = tmp_path / "live"
-    suite.mkdir()
-    gate = tmp_path / "gate"
-    (suite / "gated.yaml").write_text(GATED.format(gate=gate), encoding="utf-8")
     page.goto(url + "/")
     page.wait_for_selector("body[data-streaming='1']")
     loaded = page.evaluate("window.evalledgerLoadedAt")
-    runner = _evalledger("--ledger", str(db), "run", str(suite), "--run-id", "live-run",
-                         "--out", str(tmp_path / "runs"), cwd=tmp_path,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    with _gated_run(db, tmp_path, "live-run") as (runner, gate):
         # The runs page shows the new run, running, without a reload.
         page.wait_for_selector("tr[data-run='live-run'] .st-running")
         assert page.evaluate("window.evalledgerLoadedAt") == loaded
@@ -191,25 +208,13 @@ def test_pages_follow_a_run_written_by_another_process(
         assert page.evaluate("window.evalledgerLoadedAt") == loaded
         _shot(page, tmp_path, "run-live")
         assert runner.wait(PATIENCE) == 0
-    finally:
-        gate.write_text("go")
-        if runner.poll() is None:
-            runner.send_signal(signal.SIGINT)
-            runner.wait(PATIENCE)
 
 
 def test_a_task_page_tails_the_transcript_live(
     server: tuple[str, Path], page: Any, tmp_path: Path
 ) -> None:
     url, db = server
-    suite = tmp_path / "tail"
-    suite.mkdir()
-    gate = tmp_path / "gate"
-    (suite / "gated.yaml").write_text(GATED.format(gate=gate), encoding="utf-8")
-    runner = _evalledger("--ledger", str(db), "run", str(suite), "--run-id", "tail-run",
-                         "--out", str(tmp_path / "runs"), cwd=tmp_path,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    with _gated_run(db, tmp_path, "tail-run") as (runner, gate):
         _wait_for_lines(url + "/api/runs/tail-run/transcript/default/gated/00")
         page.goto(url + "/runs/tail-run/tasks/default/gated/00")
         page.wait_for_selector("body[data-streaming='1']")
@@ -219,8 +224,3 @@ def test_a_task_page_tails_the_transcript_live(
         page.wait_for_selector("#attempts .pill.o-succeeded")
         _shot(page, tmp_path, "task-live")
         assert runner.wait(PATIENCE) == 0
-    finally:
-        gate.write_text("go")
-        if runner.poll() is None:
-            runner.send_signal(signal.SIGINT)
-            runner.wait(PATIENCE)
