@@ -24,6 +24,7 @@ from .tasks import (
     FileContains,
     FileExists,
     OutputContains,
+    RayResources,
     RunCommand,
     TaskFile,
     Variant,
@@ -58,8 +59,8 @@ def _type(annotation: Any) -> str:
     if origin is dict:
         return "mapping of text"
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return {"TaskSettings": "task fields"}.get(annotation.__name__,
-                                                   annotation.__name__.lower())
+        return {"TaskSettings": "task fields", "RayResources": "ray"}.get(
+            annotation.__name__, annotation.__name__.lower())
     return {str: "text", int: "integer", float: "number", bool: "boolean"}.get(
         annotation, str(annotation))
 
@@ -116,6 +117,8 @@ def reference_markdown() -> str:
         keys = ", ".join(f"`{n}`" for n in criterion.model_fields if n not in ("type", "weight"))
         lines.append(f"| `{get_args(kind)[0]}` | {keys} | {_text(criterion.__doc__)} |")
     lines += ["", "**Budget** (`budget:`):", "", *_table(Budget), "",
+              "**Ray resources** (`ray:`, with `--executor ray`):", "", *_table(RayResources),
+              "",
               "**Experiment files** (`-e FILE`):", "", *_table(ExperimentFile), "",
               "**Variants** (`variants:`) take every task key above (but `task_id`) and:",
               "", *_table(Variant, leave_out=tuple(TaskFile.model_fields)), "", END]

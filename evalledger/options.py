@@ -20,6 +20,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 PreservationMode = Literal["none", "move-on-write", "direct-write"]
+ExecutorKind = Literal["local", "ray"]
 
 
 class Operational:
@@ -43,6 +44,8 @@ class RunOptions(BaseModel):
     """The folder ``run`` was started in."""
     exclude_tags: list[str] = []
     """Drop tasks with ANY of these tags."""
+    executor: Annotated[ExecutorKind, _OPERATIONAL] = "local"
+    """Where attempts run: this machine, or a Ray cluster (the ledger stays here)."""
     experiment: str | None = None
     """The experiment file (absolute), if the run has one."""
     kill_grace: Annotated[float, _OPERATIONAL] = Field(default=2.0, gt=0)
@@ -61,6 +64,9 @@ class RunOptions(BaseModel):
     """What happens to each task's sandbox: deleted, moved to the artifacts, or run there."""
     pricing: str | None = None
     """A YAML rate card (absolute path) adding model prices."""
+    ray_address: Annotated[str | None, _OPERATIONAL] = None
+    """With the Ray executor: the cluster to join (``auto`` or an address); none starts
+    a local Ray for the run."""
     repeats: int | None = Field(default=None, ge=1)
     """Replicates per task, overriding the experiment and its variants."""
     sample: int | None = Field(default=None, ge=1)
@@ -90,4 +96,4 @@ class RunOptions(BaseModel):
         return cls.model_fields[name].default
 
 
-__all__ = ["Operational", "PreservationMode", "RunOptions"]
+__all__ = ["ExecutorKind", "Operational", "PreservationMode", "RunOptions"]

@@ -131,6 +131,19 @@ class Budget(_Strict):
     """Past this many USD the task is stopped: COST_BUDGET_EXCEEDED."""
 
 
+class RayResources(_Strict):
+    """What one attempt asks of a Ray cluster (``--executor ray``; ignored locally)."""
+
+    num_cpus: Number = Field(default=1, ge=0)
+    """CPUs the attempt holds on its node (fractions allowed; 0: none)."""
+    num_gpus: Number = Field(default=0, ge=0)
+    """GPUs the attempt holds on its node."""
+    memory: Count | None = Field(default=None, gt=0)
+    """Bytes of memory reserved for the attempt (a scheduling promise, not a limit)."""
+    resources: dict[str, Number] | None = None
+    """Custom Ray resources by name, such as ``{docker: 1}``."""
+
+
 StreamFormat = Literal["native", "claude-code"]
 
 
@@ -160,6 +173,8 @@ class TaskSettings(_Strict):
     """How stdout's JSON lines are read: native (default) or claude-code (stream-json)."""
     budget: Budget | None = None
     """Limits enforced live: max_tokens, max_cost_usd."""
+    ray: RayResources | None = None
+    """Ray resources per attempt: num_cpus, num_gpus, memory, resources."""
     success_criteria: list[Criterion] | None = None
     """Checks of what the command left; all are evaluated. None: it ends NOT_GRADED."""
     skip: bool | None = None
@@ -261,12 +276,14 @@ class ResolvedTask(_Strict):
     model: str | None = None
     stream_format: StreamFormat = "native"
     budget: Budget = Budget()
+    # Where it may run, not what it is: outside the definition (no drift).
+    ray: RayResources = RayResources()
     # None at all: the task runs and ends NOT_GRADED (docs/results.md).
     success_criteria: list[Criterion] = []
 
     def definition(self) -> dict[str, Any]:
         """What the task *is*, for drift: everything but where it sits in the run."""
-        return self.model_dump(mode="json", exclude={"task_key", "replicate_index"})
+        return self.model_dump(mode="json", exclude={"task_key", "replicate_index", "ray"})
 
     @cached_property
     def definition_hash(self) -> str:

@@ -53,12 +53,13 @@ def _user_error(error: BaseException) -> UserError | None:
     Trio nurseries deliver failures wrapped in exception groups: a full disk under
     a running batch arrives as ExceptionGroup[LedgerIOError], not bare.
     """
+    from evalledger.errors import Unavailable
     from evalledger.ledger import LedgerError
 
     if isinstance(error, BaseExceptionGroup):
         leaves = [_user_error(e) for e in error.exceptions]
         return leaves[0] if leaves and all(leaves) else None
-    if isinstance(error, LedgerError):
+    if isinstance(error, LedgerError | Unavailable):
         return UserError(str(error))
     if isinstance(error, BrokenPipeError):
         return None  # `evalledger events | head`: the reader left; main() exits quietly

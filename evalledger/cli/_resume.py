@@ -13,7 +13,7 @@ import click
 
 from evalledger.executor import BatchConfig, Resume
 from evalledger.hosts import running_pid
-from evalledger.options import RunOptions
+from evalledger.options import ExecutorKind, RunOptions
 from evalledger.projections import (
     ResumeFold,
     ResumeRefused,
@@ -26,7 +26,15 @@ from evalledger.tasks import TaskSet
 from ._common import PositiveNumber, resolve_run
 from ._errors import UserError
 from ._main import Settings, pass_settings
-from ._run import execute, exit_code, load_rates, load_task_set, warn_unpriced
+from ._run import (
+    check_executor,
+    execute,
+    executor_options,
+    exit_code,
+    load_rates,
+    load_task_set,
+    warn_unpriced,
+)
 
 
 @click.command()
@@ -54,6 +62,7 @@ from ._run import execute, exit_code, load_rates, load_task_set, warn_unpriced
                    f"{RunOptions.default('kill_grace')}, or as the run had it).")
 @click.option("--allow-skipped", is_flag=True,
               help="Task files the run could not use do not make the exit code 1.")
+@executor_options
 @click.option("--stream", is_flag=True, help="Print task output as it arrives.")
 @click.option("--durable", is_flag=True, help="synchronous=FULL for this resume's commits.")
 @pass_settings
@@ -61,7 +70,8 @@ def resume(
     settings: Settings, run: str, strict: bool, retry_errors: bool, rerun_failed: bool,
     rerun: tuple[str, ...], model: str | None, max_parallel: int | None,
     max_cost: float | None, relocate: str | None, kill_grace: float | None,
-    allow_skipped: bool, stream: bool, durable: bool,
+    allow_skipped: bool, executor: ExecutorKind | None, ray_address: str | None, stream: bool,
+    durable: bool,
 ) -> None:
     """Resume a run: run its unfinished tasks (and, on request, its errors) again.
 
@@ -76,6 +86,7 @@ def resume(
         evalledger resume latest --rerun-failed --rerun 'candidate/*'
     """
     moved = _relocation(relocate)
+    executor, ray_address = check_executor(executor, ray_address)
     # Named first through a read-only handle: resuming a run that is not there
     # must not create a ledger file on the way.
     with settings.open_ledger(read_only=True) as ledger:
@@ -110,16 +121,22 @@ def resume(
                        + ", ".join(plan.added[:10]) + (" ..." if len(plan.added) > 10 else ""),
                        err=True)
         click.echo(run_id)
-        if not plan.to_run:
+        if not plan.to_run and state.finished:
             click.echo(f"run {run_id}: nothing to resume ({len(plan.partition.kept)} tasks kept)")
             raise SystemExit(exit_code(live.summary(), allow_skipped=allow_skipped))
+        # With nothing to run, a run cut off after its last task (no run.finished) still
+        # gets a batch: an empty one, which records how the run ended.
         click.echo(f"resuming {len(plan.to_run)} task(s), keeping {len(plan.partition.kept)}",
                    err=True)
-        rates = load_rates(plan.options.pricing)
+        options = plan.options
+        if executor is not None:  # else as the run had it
+            options = options.model_copy(update={"executor": executor,
+                                                 "ray_address": ray_address})
+        rates = load_rates(options.pricing)
         config = BatchConfig(
-            run_id=run_id, options=plan.options, experiment_id=plan.tasks.experiment_id,
+            run_id=run_id, options=options, experiment_id=plan.tasks.experiment_id,
             rates=rates, unpriced_models=warn_unpriced(plan.tasks.tasks, rates),
-            kill_grace=plan.options.kill_grace,
+            kill_grace=options.kill_grace,
         )
         # All tasks go in, so run.resumed fingerprints the whole run; skip filters.
         execute(

@@ -8,11 +8,13 @@ groups at once; the ledger is still consistent.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import re
 import secrets
 import signal
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import NoReturn, get_args
@@ -23,7 +25,7 @@ import trio
 from evalledger._text import money, visible
 from evalledger.executor import BatchConfig, BatchResult, Callbacks, Resume, run_batch
 from evalledger.ledger import Ledger, RunConflict
-from evalledger.options import PreservationMode, RunOptions
+from evalledger.options import ExecutorKind, PreservationMode, RunOptions
 from evalledger.pricing import DEFAULT_RATES, RateCard
 from evalledger.projections import RunSummary, SummaryFold, render_junit, unpriced_line
 from evalledger.tasks import (
@@ -125,6 +127,31 @@ async def _run_with_signals(
     return result
 
 
+def executor_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``--executor`` and ``--ray-address``, shared by ``run`` and ``resume``."""
+    command = click.option(
+        "--ray-address", metavar="ADDR",
+        help="With --executor ray: join this cluster (`auto`: the one this machine "
+             "belongs to; default: start a local Ray for the run).")(command)
+    return click.option(
+        "--executor", type=click.Choice(get_args(ExecutorKind)),
+        help="Where attempts run: here (default) or on a Ray cluster; the ledger is "
+             "written here either way.")(command)
+
+
+def check_executor(
+    executor: ExecutorKind | None, ray_address: str | None
+) -> tuple[ExecutorKind | None, str | None]:
+    """Refuse, before anything runs, an executor that cannot be had here."""
+    if ray_address is not None:
+        if executor == "local":
+            raise UserError("--ray-address goes with --executor ray")
+        executor = "ray"
+    if executor == "ray" and importlib.util.find_spec("ray") is None:
+        raise UserError("--executor ray needs Ray: pip install 'evalledger[ray]'")
+    return executor, ray_address
+
+
 @click.command()
 @click.argument("paths", nargs=-1, type=click.Path())
 @click.option("-e", "--experiment", type=click.Path(), help="An experiment file.")
@@ -160,6 +187,7 @@ async def _run_with_signals(
 @click.option("--kill-grace", type=PositiveNumber(),
               help="Seconds between SIGTERM and SIGKILL when a task is ended (default: "
                    f"{RunOptions.default('kill_grace')}, or as the run had it).")
+@executor_options
 @click.option("--stream", is_flag=True, help="Print task output as it arrives.")
 @click.option("--durable", is_flag=True,
               help="synchronous=FULL: every commit survives power loss, not just a crash.")
@@ -175,7 +203,8 @@ def run(
     run_id: str | None, out: Path, timeout: float | None, model: str | None,
     sample: int | None, seed: int | None, shard: str | None, max_cost: float | None,
     preservation_mode: PreservationMode, pricing: str | None, kill_grace: float | None,
-    stream: bool, durable: bool, junit_xml: Path | None, allow_skipped: bool,
+    executor: ExecutorKind | None, ray_address: str | None, stream: bool, durable: bool,
+    junit_xml: Path | None, allow_skipped: bool,
 ) -> None:
     """Run a batch of tasks and record every event in the ledger.
 
@@ -201,6 +230,7 @@ def run(
         shard = f"{int(k)}/{int(n)}"
     if junit_xml is not None and not junit_xml.resolve().parent.is_dir():
         raise UserError(f"--junit-xml {junit_xml}: no folder {junit_xml.resolve().parent}")
+    executor, ray_address = check_executor(executor, ray_address)
     rates = load_rates(pricing)
     # Paths are recorded absolute: a resume works from any folder.
     options = RunOptions(
@@ -211,6 +241,7 @@ def run(
         cwd=os.getcwd(), pricing=str(Path(pricing).resolve()) if pricing else None,
         kill_grace=kill_grace or RunOptions.default("kill_grace"), model=model,
         sample=sample, seed=_seed(seed) if sample is not None else seed, shard=shard,
+        executor=executor or RunOptions.default("executor"), ray_address=ray_address,
     )
     task_set = load_task_set(options)
     if parallel := max_parallel or task_set.max_parallel:

@@ -17,10 +17,10 @@ import functools
 import logging
 import secrets
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -48,6 +48,9 @@ from ._runner import RunContext, run_task
 from ._sandbox import SandboxPool, remove_tree
 from ._watchdog import Watchdog, sweep_dead_batches
 from ._writer import WriterStats, open_writer
+
+if TYPE_CHECKING:
+    from ._ray import RayExecutor
 
 log = logging.getLogger("evalledger.executor")
 
@@ -123,6 +126,14 @@ class BatchResult:
     writer: WriterStats
 
 
+# One attempt, run here (``run_task``) or on a cluster (``RayExecutor.run``): its
+# committed task.completed, or None when it could not finish (task.interrupted recorded).
+Attempts = Callable[
+    [ResolvedTask, RunContext, int, Callable[[], None] | None],
+    Awaitable[TaskCompleted | None],
+]
+
+
 def _call(callback: Callable[..., None] | None, *args: Any) -> None:
     if callback is None:
         return
@@ -180,10 +191,19 @@ async def run_batch(
         watchdog.done()
         raise
     sandboxes = SandboxPool(sandbox_root, ahead=4 * max(1, config.max_parallel))
+    cluster = None
     try:
+        attempts: Attempts = run_task
+        if config.options.executor == "ray":
+            cluster = await trio.to_thread.run_sync(_join_cluster, config, token)
+            attempts = cluster.run
         return await _run(ledger, tasks, to_run, config, callbacks, skipped, resume, kill_now,
-                          sandboxes, token)
+                          sandboxes, token, attempts)
     finally:
+        if cluster is not None:
+            hurry = kill_now is not None and kill_now.is_set()
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(functools.partial(cluster.close, hurry=hurry))
         # Nothing a task started outlives the batch, daemons that left their process
         # group included: they still carry the batch's token in their environment.
         kill_marked(batch_mark(token), prefix=True)
@@ -193,6 +213,17 @@ async def run_batch(
         watchdog.done()
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(_snapshot, ledger, config.run_id)
+
+
+def _join_cluster(config: BatchConfig, token: str) -> RayExecutor:
+    from ._ray import RayExecutor, WorkerSpec
+
+    spec = WorkerSpec(run_id=config.run_id, batch_token=token,
+                      preservation_mode=config.preservation_mode,
+                      kill_grace=config.kill_grace, rates=config.rates)
+    cluster = RayExecutor(spec, config.max_parallel, config.options.ray_address)
+    cluster.start()
+    return cluster
 
 
 def _snapshot(ledger: Ledger, run_id: str) -> None:
@@ -217,6 +248,7 @@ async def _run(
     kill_now: trio.Event | None,
     sandboxes: SandboxPool,
     token: str,
+    attempts: Attempts,
 ) -> BatchResult:
     completed: list[TaskCompleted] = []
     on_committed = None
@@ -248,11 +280,12 @@ async def _run(
 
         async def one(task: ResolvedTask) -> None:
             attempt = (resume.attempts.get(task.task_key, 0) if resume else 0) + 1
-            result = await run_task(
-                task, ctx, attempt, release=lambda: limiter.release_on_behalf_of(task.task_key)
+            result = await attempts(
+                task, ctx, attempt, lambda: limiter.release_on_behalf_of(task.task_key)
             )
-            completed.append(result)
-            _call(callbacks.on_task_complete, result)
+            if result is not None:  # None: its worker was lost (task.interrupted recorded)
+                completed.append(result)
+                _call(callbacks.on_task_complete, result)
 
         # Written directly (the writer is idle until now), under the write lock, only
         # if no other process started or resumed this run since it was read.

@@ -59,7 +59,7 @@ from ._process import (
     spawn,
 )
 from ._usage import Usage, UsageMeter
-from ._writer import LedgerWriter, WriterFailed
+from ._writer import EventSink, WriterFailed
 
 log = logging.getLogger("evalledger.executor")
 
@@ -77,7 +77,7 @@ class RunContext:
     """What every task of one batch shares."""
 
     run_id: str
-    writer: LedgerWriter
+    writer: EventSink
     artifacts_root: Path
     sandbox_root: Path
     preservation_mode: PreservationMode = "move-on-write"

@@ -21,6 +21,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
 import trio
 
@@ -58,6 +59,15 @@ class WriterStats:
 
 class WriterFailed(LedgerError):
     """The writer could not append; the batch cannot go on without losing events."""
+
+
+class EventSink(Protocol):
+    """Where a runner hands its events: the batch's ``LedgerWriter``, or on a Ray worker
+    the stream back to the driver's writer (``_ray``)."""
+
+    async def append(self, *events: AnyEvent | EventRow) -> None: ...
+
+    async def append_durable(self, event: AnyEvent) -> int: ...
 
 
 class LedgerWriter:

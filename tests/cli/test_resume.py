@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from evalledger.cli import cli
-from evalledger.ledger import Ledger, LedgerIOError
+from evalledger.ledger import Ledger, LedgerIOError, RunStarted
 
 from .helpers import (
     PATIENCE,
@@ -55,6 +56,33 @@ def test_nothing_to_resume_exits_with_the_runs_outcome(tmp_path: Path) -> None:
     idle = evalledger(tmp_path, db, "resume", "r")
     assert "nothing to resume" in idle.stdout
     assert idle.returncode == 1  # a task failed in this run: not 0
+
+
+def test_a_run_cut_off_after_its_last_task_is_ended_by_resume(tmp_path: Path) -> None:
+    """Seen in the SIGKILL test: killed between the last task.completed and run.finished,
+    the run stayed `running` for good, since resume found nothing to run."""
+    tasks = tmp_path / "tasks"
+    write_task(tasks / "ok.yaml", "true")
+    whole, db = tmp_path / "whole.db", tmp_path / "l.db"
+    assert evalledger(tmp_path, whole, "run", str(tasks), "--run-id", "r").returncode == 0
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    with Ledger(whole, read_only=True) as source, Ledger(db) as target:
+        kept = [e for e in source.events("r") if e.type not in ("run.finished", "run.snapshot")]
+        opening = kept[0]
+        assert isinstance(opening, RunStarted)
+        kept[0] = opening.model_copy(update={"host": {**opening.host, "pid": gone.pid}})
+        target.append(kept)
+    resumed = evalledger(tmp_path, db, "resume", "r")
+    assert resumed.returncode == 0, resumed
+    assert "nothing to resume" not in resumed.stdout
+    with Ledger(db, read_only=True) as ledger:
+        tail = [e.type for e in ledger.events("r") if e.type != "run.snapshot"][-2:]
+        finished = [e for e in ledger.events("r", types={"run.finished"})]
+    assert tail == ["run.resumed", "run.finished"]
+    assert [e.status for e in finished] == ["completed"]
+    again = evalledger(tmp_path, db, "resume", "r")
+    assert "nothing to resume" in again.stdout and again.returncode == 0
 
 
 def test_a_run_still_going_is_not_resumed_twice(tmp_path: Path) -> None:

@@ -1,0 +1,570 @@
+"""Attempts on a Ray cluster, with this process the only ledger writer (``--executor ray``).
+
+The driver (the ``evalledger`` process) dispatches each attempt as a Ray task and
+stays the one writer of the ledger. On the worker, the attempt runs through the
+same ``run_task`` as locally (sandbox, process group, env, prompt, timeout, live
+budgets, criteria, final status) under its own trio loop in a thread; its events
+are encoded there and streamed back through a Ray generator in batches (one
+``yield`` costs ~0.2 ms, so a batch is whatever queued since the last one). The
+driver appends each batch to its writer, in order, and commits ``task.completed``
+last: after the sandbox came back to ``--out``, before the task counts as done.
+
+What is shipped, and how often:
+
+- a task's ``workdir``: packed once per distinct folder (a tar with normalised
+  owners and times), put in the object store once, named by the hash of its
+  content; each node unpacks a content once and copies it per attempt;
+- the sandbox, on the way back (move-on-write, direct-write): a tar of at most
+  ``MAX_ARTIFACTS_BYTES``; a larger one stays behind (removed) and a warning says so.
+
+Nothing outlives the batch on any node: a worker process watches itself with the
+same watchdog as a local batch (its attempts carry ``<batch token>-<pid>-`` marks,
+killed when the worker dies); the batch ends with a sweep on every live node that
+kills whatever carries the batch's mark and removes the batch's folders. A lost
+worker or node ends its attempt as ``task.interrupted("worker lost: ...")``, and the
+batch goes on. No retries: a retried task whose node is gone can wait forever.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import logging
+import os
+import queue
+import socket
+import tarfile
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from evalledger.errors import Unavailable
+from evalledger.ledger import (
+    AnyEvent,
+    EventRow,
+    EventType,
+    TaskCompleted,
+    TaskInterrupted,
+    TaskUsage,
+)
+from evalledger.ledger._events import encode_payload
+from evalledger.options import PreservationMode
+from evalledger.pricing import RateCard
+from evalledger.tasks import ResolvedTask
+
+from ._marks import batch_mark, kill_marked
+from ._runner import RunContext, run_task
+from ._sandbox import remove_tree
+from ._watchdog import Watchdog
+
+log = logging.getLogger("evalledger.executor")
+
+INSTALL_HINT = "--executor ray needs Ray: pip install 'evalledger[ray]'"
+# A sandbox brought back to --out travels whole through the object store.
+MAX_ARTIFACTS_BYTES = 512 * 1024 * 1024
+# Rows handed back per yield at most, and unconsumed yields a worker may run ahead by.
+MAX_BATCH_ROWS = 5000
+BACKPRESSURE_YIELDS = 64
+# Seconds between looks at a stop flag while waiting on Ray (never a blocking wait:
+# a blocking next() makes Ctrl-C wait for the next item).
+POLL = 0.2
+# Every ray.get has a deadline: a result that is ready arrives in milliseconds.
+GET_TIMEOUT = 120.0
+SWEEP_TIMEOUT = 60.0
+CONNECT_TIMEOUT = 5.0
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise Unavailable(INSTALL_HINT) from None
+    return ray
+
+
+# -------------------------------------------------------------------------- worker side
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What every attempt of one batch needs on a worker."""
+
+    run_id: str
+    batch_token: str
+    preservation_mode: PreservationMode
+    kill_grace: float
+    rates: RateCard
+
+
+@dataclass
+class _Session:
+    """One worker process's part of one batch: its folders and its watchdog."""
+
+    base: Path  # the batch's folder on this node (unpacked workdirs, worker folders)
+    root: Path  # this worker's sandboxes and artifacts
+    token: str  # ``<batch token>-<pid>``: the start of this worker's attempt marks
+    watchdog: Watchdog
+
+    def unpack(self, digest: str, ref: Any) -> Path:
+        """The node's copy of a workdir content, unpacked on first use by any worker."""
+        target = self.base / "workdirs" / digest
+        if not target.is_dir():
+            ray = import_ray()
+            blob: bytes = ray.get(ref, timeout=GET_TIMEOUT)
+            staging = Path(tempfile.mkdtemp(prefix=f".{digest[:12]}-", dir=target.parent))
+            with tarfile.open(fileobj=io.BytesIO(blob)) as archive:
+                archive.extractall(staging, filter="tar")
+            try:
+                staging.rename(target)
+            except OSError:  # another worker of this node was first: same content
+                remove_tree(staging, ignore_errors=True)
+        return target
+
+
+_sessions: dict[str, _Session] = {}
+_sessions_lock = threading.Lock()
+
+
+def _session(spec: WorkerSpec) -> _Session:
+    with _sessions_lock:
+        session = _sessions.get(spec.batch_token)
+        if session is None:
+            base = Path(tempfile.gettempdir()) / f"evalledger-ray-{spec.batch_token}"
+            (base / "workdirs").mkdir(parents=True, exist_ok=True, mode=0o700)
+            token = f"{spec.batch_token}-{os.getpid()}"
+            root = base / f"worker-{os.getpid()}"
+            # The watchdog first, then the folder (as for a local batch).
+            watchdog = Watchdog(token, root)
+            root.mkdir(mode=0o700, exist_ok=True)
+            session = _sessions[spec.batch_token] = _Session(base, root, token, watchdog)
+        return session
+
+
+class _Forward:
+    """The runner's event sink on a worker: rows queued for the generator to yield."""
+
+    def __init__(self, out: queue.SimpleQueue[Any], node: dict[str, str]) -> None:
+        self._out = out
+        self._node = node
+
+    async def append(self, *events: AnyEvent | EventRow) -> None:
+        self._out.put([_row(e) for e in events])
+
+    async def append_durable(self, event: AnyEvent) -> int:
+        # The driver commits it; what ran it is said where the run's summary looks.
+        if isinstance(event, TaskCompleted):
+            event = event.model_copy(
+                update={"environment_info": {**event.environment_info, **self._node}}
+            )
+        self._out.put([_row(event)])
+        return 0
+
+
+def _row(event: AnyEvent | EventRow) -> tuple[Any, ...]:
+    if isinstance(event, EventRow):
+        return tuple(event[:6])
+    return (event.event_id, event.run_id, event.task_key, str(event.type), event.ts,
+            encode_payload(event))
+
+
+_DONE = object()
+
+
+@dataclass
+class _WorkerAttempt:
+    task: ResolvedTask
+    spec: WorkerSpec
+    attempt: int
+    session: _Session
+    out: queue.SimpleQueue[Any] = field(default_factory=queue.SimpleQueue)
+    error: BaseException | None = None
+    _scope: trio.CancelScope | None = None
+    _token: trio.lowlevel.TrioToken | None = None
+
+    def run(self) -> None:
+        try:
+            trio.run(self._main)
+        except BaseException as e:  # reported to the driver by the generator
+            self.error = e
+        finally:
+            self.out.put(_DONE)
+
+    async def _main(self) -> None:
+        import ray
+
+        self._token = trio.lowlevel.current_trio_token()
+        context = ray.get_runtime_context()
+        node = {"ray_node_id": context.get_node_id(), "hostname": socket.gethostname()}
+        ctx = RunContext(
+            run_id=self.spec.run_id,
+            writer=_Forward(self.out, node),
+            artifacts_root=self.session.root / "artifacts",
+            sandbox_root=self.session.root,
+            preservation_mode=self.spec.preservation_mode,
+            kill_grace=self.spec.kill_grace,
+            rates=self.spec.rates,
+            batch_token=self.session.token,
+        )
+        with trio.CancelScope() as self._scope:
+            await run_task(self.task, ctx, self.attempt)
+
+    def cancel(self) -> None:
+        """Stop the attempt as Ctrl-C stops a local one (its process group ended)."""
+        scope, token = self._scope, self._token
+        if scope is not None and token is not None:
+            with contextlib.suppress(trio.RunFinishedError):
+                trio.from_thread.run_sync(scope.cancel, trio_token=token)
+
+
+def attempt_on_worker(
+    task: ResolvedTask, spec: WorkerSpec, attempt: int, workdir: tuple[str, Any] | None,
+) -> Iterator[tuple[str, Any]]:
+    """The Ray task: run one attempt here, yield ``("events", rows)`` batches as they
+    come, then ``("artifacts", tar bytes)`` when the sandbox is kept."""
+    session = _session(spec)
+    local_workdir = None
+    if workdir is not None:
+        local_workdir = str(session.unpack(*workdir))
+        task = task.model_copy(update={"workdir": local_workdir})
+    work = _WorkerAttempt(task, spec, attempt, session)
+    thread = threading.Thread(target=work.run, name="evalledger-attempt", daemon=True)
+    thread.start()
+    try:
+        done = False
+        while not done:
+            try:
+                first = work.out.get(timeout=POLL)
+            except queue.Empty:
+                continue
+            if first is _DONE:
+                break
+            rows = list(first)
+            while len(rows) < MAX_BATCH_ROWS:
+                try:
+                    more = work.out.get_nowait()
+                except queue.Empty:
+                    break
+                if more is _DONE:
+                    done = True
+                    break
+                rows += more
+            yield ("events", rows)
+        thread.join()
+        if work.error is not None:
+            raise work.error
+        artifacts = session.root / "artifacts" / task.task_key
+        if spec.preservation_mode != "none" and artifacts.exists():
+            yield ("artifacts", _pack_artifacts(artifacts))
+    finally:
+        # Cancelled by the driver (or abandoned): end the attempt's processes here.
+        if thread.is_alive():
+            work.cancel()
+            thread.join(spec.kill_grace + 10)
+
+
+def _pack_artifacts(folder: Path) -> bytes | int:
+    """The kept sandbox as a tar, or its size in bytes when over the limit; removed here."""
+    try:
+        blob = _pack(folder, MAX_ARTIFACTS_BYTES)
+        return blob if blob is not None else _size(folder)
+    finally:
+        remove_tree(folder, ignore_errors=True)
+
+
+def sweep_node(batch_token: str) -> tuple[str, int]:
+    """End of a batch, on one node: kill what carries its mark, remove its folders."""
+    killed = kill_marked(batch_mark(batch_token), prefix=True)
+    remove_tree(Path(tempfile.gettempdir()) / f"evalledger-ray-{batch_token}",
+                ignore_errors=True)
+    return socket.gethostname(), len(killed)
+
+
+# ---------------------------------------------------------------------------- packing
+
+
+def _normalised(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    # The same content gives the same bytes, hence the same name in the object store.
+    info.mtime = 0
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def _pack(folder: Path, limit: int | None = None) -> bytes | None:
+    """A tar of the folder's contents (symlinks kept), or None past ``limit`` bytes."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for top, folders, files in os.walk(folder):
+            folders.sort()
+            for name in [*folders, *sorted(files)]:
+                path = Path(top, name)
+                if not (path.is_symlink() or path.is_dir() or path.is_file()):
+                    continue  # sockets, fifos: nothing a copy can hold
+                archive.add(path, arcname=str(path.relative_to(folder)), recursive=False,
+                            filter=_normalised)
+                if limit is not None and buffer.tell() > limit:
+                    return None
+    return buffer.getvalue()
+
+
+def _size(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and
+               not f.is_symlink())
+
+
+def _unpack_artifacts(blob: bytes, target: Path) -> None:
+    if target.exists():
+        remove_tree(target)
+    target.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(blob)) as archive:
+        archive.extractall(target, filter="tar")
+
+
+# -------------------------------------------------------------------------- driver side
+
+
+_END = object()
+
+
+def _next_batch(generator: Any, stop: threading.Event) -> Any:
+    """The generator's next item, or ``_END``; gives up when ``stop`` is set."""
+    ray = import_ray()
+    while not stop.is_set():
+        ready, _ = ray.wait([generator], timeout=POLL)
+        if ready:
+            try:
+                ref = next(generator)
+            except StopIteration:
+                return _END
+            return ray.get(ref, timeout=GET_TIMEOUT)
+    return _END
+
+
+class RayExecutor:
+    """Runs a batch's attempts on a Ray cluster; ``close`` leaves nothing on any node."""
+
+    def __init__(self, spec: WorkerSpec, max_parallel: int, address: str | None) -> None:
+        self.spec = spec
+        self._ray = import_ray()
+        self._address = address
+        self._max_parallel = max_parallel
+        self._remote: Any = None
+        self._workdirs: dict[str, tuple[str, Any] | None] = {}
+        self._packing: dict[str, trio.Lock] = {}
+        self._threads = trio.CapacityLimiter(max_parallel + 2)
+        self._cancelled: list[Any] = []
+
+    def start(self) -> None:
+        """Start or join Ray (blocking: seconds). Raises ``Unavailable`` in one line."""
+        ray = self._ray
+        settings: dict[str, Any] = {
+            "include_dashboard": False, "log_to_driver": False, "configure_logging": False,
+        }
+        if self._address is None:
+            # A local Ray offers as many CPUs as -j: -j means the same as without Ray.
+            settings.update(address="local",
+                            num_cpus=max(os.cpu_count() or 1, self._max_parallel))
+        else:
+            _reachable(self._address)
+            settings["address"] = self._address
+        # Ray's own chatter (it started, it runs off the main thread) is not the user's
+        # business; its logs stay in its session folder.
+        logging.getLogger("ray").setLevel(logging.ERROR)
+        try:
+            ray.init(**settings)
+        except Exception as e:  # ConnectionError, RuntimeError, ValueError: said in one line
+            where = self._address or "a local Ray"
+            raise Unavailable(f"cannot start Ray ({where}): {_first_line(e)}") from e
+        self._remote = ray.remote(
+            max_retries=0, _generator_backpressure_num_objects=BACKPRESSURE_YIELDS,
+        )(attempt_on_worker)
+
+    def close(self, *, hurry: bool = False) -> None:
+        """Let cancelled attempts end their processes (unless ``hurry``), sweep every
+        live node, leave Ray (blocking)."""
+        ray = self._ray
+        if not ray.is_initialized():
+            return
+        try:
+            if self._cancelled and not hurry:
+                with contextlib.suppress(Exception):
+                    ray.wait(self._cancelled, num_returns=len(self._cancelled),
+                             timeout=self.spec.kill_grace + 5)
+            self._sweep()
+        finally:
+            ray.shutdown()
+
+    def _sweep(self) -> None:
+        ray = self._ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        sweep = ray.remote(max_retries=0, num_cpus=0)(sweep_node)
+        refs = [
+            sweep.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+                node["NodeID"], soft=False)).remote(self.spec.batch_token)
+            for node in ray.nodes() if node.get("Alive")
+        ]
+        try:
+            ray.get(refs, timeout=SWEEP_TIMEOUT)
+        except Exception as e:  # a node going away meanwhile: its workers' watchdogs clean
+            log.warning("the end-of-batch sweep did not reach every node: %s", _first_line(e))
+
+    async def _workdir(self, workdir: str | None) -> tuple[str, Any] | None:
+        """The content hash and object of a workdir, packed and put once per folder."""
+        if workdir is None:
+            return None
+        lock = self._packing.setdefault(workdir, trio.Lock())
+        async with lock:
+            if workdir not in self._workdirs:
+                self._workdirs[workdir] = await trio.to_thread.run_sync(self._put, workdir)
+        return self._workdirs[workdir]
+
+    def _put(self, workdir: str) -> tuple[str, Any] | None:
+        if not Path(workdir).is_dir():
+            return None  # the worker's sandbox says BUILD_FAILED, as locally
+        blob = _pack(Path(workdir))
+        assert blob is not None
+        return hashlib.sha256(blob).hexdigest(), self._ray.put(blob)
+
+    def _options(self, task: ResolvedTask) -> dict[str, Any]:
+        wants = task.ray
+        options: dict[str, Any] = {"num_cpus": wants.num_cpus, "num_gpus": wants.num_gpus}
+        if wants.memory is not None:
+            options["memory"] = wants.memory
+        if wants.resources:
+            options["resources"] = dict(wants.resources)
+        return options
+
+    async def run(
+        self, task: ResolvedTask, ctx: RunContext, attempt: int,
+        release: Callable[[], None] | None = None,
+    ) -> TaskCompleted | None:
+        """Run one attempt remotely; return its committed ``task.completed``, or None
+        when the worker was lost (``task.interrupted`` recorded; the batch goes on).
+
+        Raises:
+            BaseException: the batch's cancellation, after ``task.interrupted``.
+        """
+        ray = self._ray
+        stop = threading.Event()
+        started = False
+        completed: TaskCompleted | None = None
+        generator: Any = None
+        try:
+            try:
+                workdir = await self._workdir(task.workdir)
+                generator = self._remote.options(**self._options(task)).remote(
+                    task, self.spec, attempt, workdir,
+                )
+                while True:
+                    item = await trio.to_thread.run_sync(
+                        _next_batch, generator, stop, abandon_on_cancel=True,
+                        limiter=self._threads,
+                    )
+                    if item is _END:
+                        break
+                    kind, value = item
+                    if kind == "events":
+                        started = True
+                        completed = await self._events(ctx, value) or completed
+                    else:
+                        await self._artifacts(task, ctx, value)
+            except ray.exceptions.RayError as e:
+                if isinstance(e, ray.exceptions.TaskCancelledError):
+                    raise
+                stop.set()
+                if started and completed is None:
+                    reason = f"worker lost: {_first_line(e)}"
+                    await ctx.writer.append_durable(
+                        TaskInterrupted(run_id=ctx.run_id, task_key=task.task_key,
+                                        reason=reason))
+                    log.warning("%s: %s", task.task_key, reason)
+                    return None
+                if completed is None:
+                    log.warning("%s: not started (%s); resume runs it", task.task_key,
+                                _first_line(e))
+                    return None
+        except BaseException:
+            stop.set()
+            with trio.CancelScope(shield=True):
+                if generator is not None:
+                    self._cancelled.append(generator)
+                    await trio.to_thread.run_sync(ray.cancel, generator)
+                if started and completed is None:
+                    await ctx.writer.append_durable(
+                        TaskInterrupted(run_id=ctx.run_id, task_key=task.task_key,
+                                        reason="cancelled"))
+            raise
+        finally:
+            if release is not None:
+                release()
+        if completed is None:
+            # The stream ended without one: count it as a lost worker, not a result.
+            await ctx.writer.append_durable(TaskInterrupted(
+                run_id=ctx.run_id, task_key=task.task_key,
+                reason="worker lost: the attempt ended without a result"))
+            return None
+        with trio.CancelScope(shield=True):
+            await ctx.writer.append_durable(completed)
+        return completed
+
+    async def _events(self, ctx: RunContext, rows: list[tuple[Any, ...]]) -> TaskCompleted | None:
+        """Append a batch; hold back a ``task.completed`` (committed last) and return it.
+
+        Output lines stay rows, as the local runner hands them over; every other
+        event is typed again, for the batch's callbacks and live projections.
+        """
+        events: list[AnyEvent | EventRow] = []
+        for row in rows:
+            stored = EventRow(*row)
+            events.append(stored if stored.type == EventType.TASK_OUTPUT else stored.decode())
+        completed = events.pop() if isinstance(events[-1], TaskCompleted) else None
+        assert completed is None or isinstance(completed, TaskCompleted)
+        assert not any(isinstance(e, TaskCompleted) for e in events), "one per attempt, last"
+        if events:
+            await ctx.writer.append(*events)
+        for sent in events:
+            if isinstance(sent, TaskUsage):
+                ctx.spent_usd += sent.cost_usd or 0.0
+            elif ctx.on_output is not None and sent.type != EventType.TASK_STARTED:
+                ctx.notify_output(sent.decode() if isinstance(sent, EventRow) else sent)
+        return completed
+
+    async def _artifacts(self, task: ResolvedTask, ctx: RunContext, blob: bytes | int) -> None:
+        if isinstance(blob, int):
+            log.warning("the sandbox of %s (%d bytes) is over the %d bytes brought back; "
+                        "not kept", task.task_key, blob, MAX_ARTIFACTS_BYTES)
+            return
+        target = ctx.artifacts_root / task.task_key
+        with trio.CancelScope(shield=True):
+            try:
+                await trio.to_thread.run_sync(_unpack_artifacts, blob, target)
+            except (OSError, tarfile.TarError) as e:
+                log.warning("could not keep the sandbox of %s: %s", task.task_key, e)
+
+
+def _reachable(address: str) -> None:
+    """Fail in seconds on a ``host:port`` nobody answers on: Ray itself keeps trying
+    for minutes."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "/" in address:
+        return  # `auto`, or a form Ray resolves itself
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT).close()
+    except OSError as e:
+        raise Unavailable(f"cannot start Ray ({address}): nothing answers there "
+                          f"({e.strerror or e}); is the head node up?") from None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return f"{type(error).__name__}: {text.splitlines()[0][:300]}"
+
+
+__all__ = ["INSTALL_HINT", "RayExecutor", "WorkerSpec", "import_ray"]

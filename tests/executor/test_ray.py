@@ -1,0 +1,404 @@
+"""``--executor ray`` against real Ray: a local Ray the run starts, and a two-node cluster
+(``ray.cluster_utils.Cluster``) on this machine that the tests start once and share.
+
+The driver is always a real ``evalledger`` process (Ray keeps per-process state, and
+Ctrl-C and SIGKILL need a process boundary). Where Ray is not installed the tests
+skip with the reason; CI sets ``EVALLEDGER_REQUIRE_RAY=1`` and then they fail instead.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from evalledger.ledger import Ledger, TaskCompleted, TaskInterrupted
+
+from ..cli.helpers import (
+    PATIENCE,
+    assert_one_line_error,
+    evalledger,
+    events,
+    of_type,
+    wait_until,
+)
+from ..processes import alive
+from ..viewer.conftest import write_suite
+
+SMOKE = Path(__file__).resolve().parents[2] / "examples" / "smoke"
+MB = 1024 * 1024
+
+
+def _ray_or_skip() -> Any:
+    try:
+        import ray
+    except ImportError:
+        if os.environ.get("EVALLEDGER_REQUIRE_RAY") == "1":
+            pytest.fail("Ray is required here (EVALLEDGER_REQUIRE_RAY=1) but not installed")
+        pytest.skip("Ray is not installed (pip install 'evalledger[ray]')")
+    return ray
+
+
+@dataclass
+class RayPlace:
+    """Where Ray keeps its files for this module, and the environment drivers need."""
+
+    temp: Path
+
+    def env(self, tmpdir: Path) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k != "EVALLEDGER_LEDGER"}
+        env.update(RAY_TMPDIR=str(self.temp), RAY_AUTH_MODE="disabled", TMPDIR=str(tmpdir),
+                   RAY_USAGE_STATS_ENABLED="0")
+        return env
+
+
+@pytest.fixture(scope="module")
+def ray_place() -> Iterator[RayPlace]:
+    _ray_or_skip()
+    # Short: Ray's socket paths live under it (a Unix socket path holds 107 bytes).
+    temp = Path(tempfile.mkdtemp(prefix="evl-ray-", dir="/tmp"))
+    try:
+        yield RayPlace(temp)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@dataclass
+class TwoNodes:
+    cluster: Any
+    address: str
+    place: RayPlace
+
+    def node_ids(self) -> set[str]:
+        return {node.node_id for node in self.cluster.list_all_nodes()}
+
+
+@pytest.fixture(scope="module")
+def two_nodes(ray_place: RayPlace) -> Iterator[TwoNodes]:
+    """A head and one more node, one CPU each, on this machine."""
+    from ray.cluster_utils import Cluster
+
+    saved = {k: os.environ.get(k) for k in ("RAY_TMPDIR", "RAY_AUTH_MODE", "TMPDIR",
+                                             "RAY_USAGE_STATS_ENABLED")}
+    workers_temp = ray_place.temp / "workers"
+    workers_temp.mkdir()
+    os.environ.update(RAY_TMPDIR=str(ray_place.temp), RAY_AUTH_MODE="disabled",
+                      TMPDIR=str(workers_temp), RAY_USAGE_STATS_ENABLED="0")
+    try:
+        cluster = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 1, "object_store_memory": 80 * MB, "include_dashboard": False})
+        cluster.add_node(num_cpus=1, object_store_memory=80 * MB)
+        cluster.wait_for_nodes()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    try:
+        yield TwoNodes(cluster, cluster.address, ray_place)
+    finally:
+        cluster.shutdown()
+
+
+def _driver(place: RayPlace, cwd: Path, db: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "evalledger.cli", "--ledger", str(db), *args], cwd=cwd,
+        env=place.env(cwd / "tmp"), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+
+
+def _finish(process: subprocess.Popen[str]) -> tuple[int, str]:
+    """Wait for a driver; its exit code and stderr."""
+    _, err = process.communicate(timeout=120)
+    return process.returncode, err
+
+
+def _task(path: Path, command: str | list[str], **fields: Any) -> None:
+    data: dict[str, Any] = {"command": command, "timeout": 60, **fields}
+    data.setdefault("success_criteria", [{"type": "exit_code", "equals": 0}])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+
+
+# Prints "waiting", then holds until the file named by $GATE exists.
+GATED = ["python3", "-c", "import os, time\nprint('waiting', flush=True)\n"
+         "while not os.path.exists(os.environ['GATE']): time.sleep(0.05)\nprint('released')"]
+
+
+def _marked(token: str) -> list[int]:
+    """Processes on this machine (every node of the test cluster) carrying the batch's
+    mark in their environment."""
+    needle = f"\0EVALLEDGER_ATTEMPT={token}-".encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = b"\0" + Path(entry.path, "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ and alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def _token(db: Path, run_id: str) -> str:
+    with Ledger(db, read_only=True) as ledger:
+        opening = next(iter(ledger.events(run_id, types={"run.started"})))
+    token = getattr(opening, "batch_token", None)
+    assert token
+    return token
+
+
+def _output_of(db: Path, run_id: str, key: str) -> list[str]:
+    try:
+        with Ledger(db, read_only=True) as ledger:
+            return [e.line for e in ledger.events(run_id, types={"task.output"})
+                    if e.task_key == key]
+    except Exception:
+        return []
+
+
+def _verified(cwd: Path, db: Path) -> None:
+    result = evalledger(cwd, db, "verify")
+    assert result.returncode == 0, result
+
+
+def _ready(tmp_path: Path) -> Path:
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    return tmp_path
+
+
+# ---------------------------------------------------------------------------- parity
+
+
+def _fold(db: Path, cwd: Path, run_id: str) -> dict[str, Any]:
+    evs = events(db, run_id)
+    report = json.loads((cwd / "runs" / run_id / "run.json").read_text(encoding="utf-8"))
+    summary = {k: report[k] for k in (
+        "status", "tasks_planned", "tasks_run", "tasks_succeeded", "tasks_failed",
+        "tasks_error", "tasks_ungraded", "total_cost_usd", "cost_complete")}
+    return {
+        "statuses": {e.task_key: e.final_status for e in of_type(evs, "task.completed")},
+        "types": collections.Counter(e.type for e in evs),
+        "lines": collections.Counter((e.task_key, e.stream) for e in of_type(evs, "task.output")),
+        "usage": sorted((e.task_key, e.model, e.input_tokens, e.output_tokens, e.cost_usd)
+                        for e in of_type(evs, "task.usage")),
+        "summary": summary,
+    }
+
+
+def test_the_mixed_suite_on_a_local_ray_ends_as_it_does_here(
+    ray_place: RayPlace, tmp_path: Path
+) -> None:
+    cwd = _ready(tmp_path)
+    suite = tmp_path / "suite"
+    shutil.copytree(SMOKE, suite / "smoke")
+    write_suite(suite / "mixed", regress=False)
+    db = tmp_path / "l.db"
+    paths = [str(suite / "smoke" / "experiment.yaml")]
+    here = evalledger(cwd, db, "run", "-e", *paths, "--run-id", "here", "-j", "4")
+    assert here.returncode == 1, here  # the smoke suite fails on purpose
+    mixed_here = evalledger(cwd, db, "run", str(suite / "mixed"), "--run-id", "mixed-here")
+    assert mixed_here.returncode == 1, mixed_here
+    # Default: a local Ray started for the run.
+    code, err = _finish(_driver(ray_place, cwd, db, "run", "-e", *paths, "--run-id",
+                                     "there", "-j", "4", "--executor", "ray"))
+    assert code == 1, err
+    assert "Traceback" not in err, err
+    code, err = _finish(_driver(ray_place, cwd, db, "run", str(suite / "mixed"),
+                                     "--run-id", "mixed-there", "--executor", "ray"))
+    assert code == 1, err
+    for local, remote in (("here", "there"), ("mixed-here", "mixed-there")):
+        a, b = _fold(db, cwd, local), _fold(db, cwd, remote)
+        assert a == b
+        assert a["statuses"] and a["types"]["task.output"]
+    # The sandboxes came back: what the agent wrote is in the artifacts.
+    assert (cwd / "runs" / "there" / "artifacts" / "baseline" / "add-numbers" / "00"
+            / "add.py").is_file()
+    with Ledger(db, read_only=True) as ledger:
+        infos = [e.environment_info for e in ledger.events("there", types={"task.completed"})]
+    assert all(info.get("ray_node_id") for info in infos)
+    _verified(cwd, db)
+
+
+# ------------------------------------------------------------------------- two nodes
+
+
+def test_tasks_run_on_both_nodes(two_nodes: TwoNodes, tmp_path: Path) -> None:
+    cwd = _ready(tmp_path)
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    # Two tasks that each wait for the other: they run at once, and with one CPU per
+    # node and one CPU each, on different nodes.
+    meet = ["python3", "-c", "import os, sys, time\nb = os.environ['BARRIER']\n"
+            "open(os.path.join(b, str(os.getpid())), 'w').close()\n"
+            "while len(os.listdir(b)) < 2: time.sleep(0.05)\nprint('met')"]
+    for name in ("left", "right"):
+        _task(tmp_path / "tasks" / f"{name}.yaml", meet, env={"BARRIER": str(barrier)},
+              ray={"num_cpus": 1})
+    db = tmp_path / "l.db"
+    code, err = _finish(_driver(two_nodes.place, cwd, db, "run", str(tmp_path / "tasks"),
+                                     "--run-id", "both", "-j", "2", "--executor", "ray",
+                                     "--ray-address", two_nodes.address))
+    assert code == 0, err
+    completed = of_type(events(db, "both"), "task.completed")
+    assert all(isinstance(e, TaskCompleted) and e.final_status == "SUCCESS" for e in completed)
+    nodes = {e.environment_info["ray_node_id"] for e in completed if isinstance(e, TaskCompleted)}
+    assert nodes == two_nodes.node_ids()
+    _verified(cwd, db)
+
+
+def test_a_lost_node_interrupts_its_task_and_resume_finishes_the_run(
+    two_nodes: TwoNodes, tmp_path: Path
+) -> None:
+    cwd = _ready(tmp_path)
+    gate = tmp_path / "gate"
+    victim = two_nodes.cluster.add_node(num_cpus=1, resources={"victim": 1},
+                                        object_store_memory=80 * MB)
+    two_nodes.cluster.wait_for_nodes()
+    _task(tmp_path / "tasks" / "doomed.yaml", GATED, env={"GATE": str(gate)},
+          ray={"num_cpus": 0, "resources": {"victim": 1}})
+    _task(tmp_path / "tasks" / "fine.yaml", "echo fine", ray={"num_cpus": 0})
+    db = tmp_path / "l.db"
+    driver = _driver(two_nodes.place, cwd, db, "run", str(tmp_path / "tasks"), "--run-id",
+                     "lost", "-j", "2", "--executor", "ray", "--ray-address",
+                     two_nodes.address)
+    try:
+        wait_until(lambda: "waiting" in _output_of(db, "lost", "default/doomed/00")
+                   or driver.poll() is not None, "the doomed task's first line")
+        token = _token(db, "lost")
+        assert _marked(token), "the doomed task runs"
+        two_nodes.cluster.remove_node(victim)
+        code, err = _finish(driver)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    assert code == 1, err  # the batch went on and ended; one task did not finish
+    evs = events(db, "lost")
+    interrupted = of_type(evs, "task.interrupted")
+    assert [(e.task_key, e.reason.split(":")[0]) for e in interrupted
+            if isinstance(e, TaskInterrupted)] == [("default/doomed/00", "worker lost")]
+    assert [e.task_key for e in of_type(evs, "task.completed")] == ["default/fine/00"]
+    assert of_type(evs, "run.finished")[0].status == "completed"
+    # The lost worker's watchdog ended the task's process on the node that went away.
+    wait_until(lambda: not _marked(token), "no process of the batch left", timeout=PATIENCE)
+    _verified(cwd, db)
+    # A node with the resource comes back; resume runs only the lost task, to its end.
+    two_nodes.cluster.add_node(num_cpus=1, resources={"victim": 1}, object_store_memory=80 * MB)
+    two_nodes.cluster.wait_for_nodes()
+    gate.write_text("go")
+    code, err = _finish(_driver(two_nodes.place, cwd, db, "resume", "lost", "--executor",
+                                     "ray", "--ray-address", two_nodes.address))
+    assert code == 0, err
+    statuses = {e.task_key: e.final_status for e in of_type(events(db, "lost"), "task.completed")}
+    assert statuses == {"default/doomed/00": "SUCCESS", "default/fine/00": "SUCCESS"}
+    _verified(cwd, db)
+
+
+@contextlib.contextmanager
+def _gated_batch(two_nodes: TwoNodes, tmp_path: Path, run_id: str
+                 ) -> Iterator[tuple[Path, subprocess.Popen[str], str]]:
+    """A driver whose two tasks (one per node) print "waiting" and hold until the gate
+    opens; yields the ledger, the driver and the batch's token once both wait. On the
+    way out the gate is opened and a driver still running is killed."""
+    gate = tmp_path / "gate"
+    for name in ("one", "two"):
+        _task(tmp_path / "tasks" / f"{name}.yaml", GATED, env={"GATE": str(gate)},
+              ray={"num_cpus": 1})
+    db = tmp_path / "l.db"
+    driver = _driver(two_nodes.place, _ready(tmp_path), db, "run", str(tmp_path / "tasks"),
+                     "--run-id", run_id, "-j", "2", "--executor", "ray", "--ray-address",
+                     two_nodes.address)
+    try:
+        for key in ("default/one/00", "default/two/00"):
+            wait_until(lambda key=key: "waiting" in _output_of(db, run_id, key)  # type: ignore[misc]
+                       or driver.poll() is not None, f"{key} waiting")
+        assert driver.poll() is None, driver.communicate()
+        token = _token(db, run_id)
+        assert len(_marked(token)) >= 2
+        yield db, driver, token
+    finally:
+        gate.write_text("go")
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+
+
+def test_ctrl_c_interrupts_the_remote_attempts_and_leaves_no_process(
+    two_nodes: TwoNodes, tmp_path: Path
+) -> None:
+    with _gated_batch(two_nodes, tmp_path, "stopped") as (db, driver, token):
+        driver.send_signal(signal.SIGINT)
+        code, err = _finish(driver)
+        assert code == 130, err
+        assert "Traceback" not in err, err
+        # Before exit 130, on every node: nothing the batch started is left.
+        assert not _marked(token)
+    evs = events(db, "stopped")
+    assert sorted(e.task_key for e in of_type(evs, "task.interrupted")) == [
+        "default/one/00", "default/two/00"]
+    assert of_type(evs, "run.finished")[-1].status == "interrupted"
+    _verified(tmp_path, db)
+
+
+def test_a_killed_driver_leaves_nothing_running_on_the_cluster(
+    two_nodes: TwoNodes, tmp_path: Path
+) -> None:
+    with _gated_batch(two_nodes, tmp_path, "killed") as (db, driver, token):
+        driver.kill()
+        driver.wait()
+        # Ray sees the driver gone and ends its workers; their watchdogs end the attempts.
+        wait_until(lambda: not _marked(token), "no process of the batch left")
+    _verified(tmp_path, db)
+    # The cluster took the next batch as usual: the killed run resumes and finishes.
+    code, err = _finish(_driver(two_nodes.place, tmp_path, db, "resume", "killed",
+                                "--executor", "ray", "--ray-address", two_nodes.address))
+    assert code == 0, err
+
+
+# ---------------------------------------------------------------------------- errors
+
+
+def test_an_unreachable_cluster_is_one_line_and_records_nothing(
+    ray_place: RayPlace, tmp_path: Path
+) -> None:
+    cwd = _ready(tmp_path)
+    _task(tmp_path / "tasks" / "t.yaml", "echo hi")
+    db = tmp_path / "l.db"
+    code, err = _finish(_driver(ray_place, cwd, db, "run", str(tmp_path / "tasks"),
+                                     "--executor", "ray", "--ray-address", "127.0.0.1:1"))
+    assert code == 2, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("Error: cannot start Ray (127.0.0.1:1)")
+    assert not (cwd / "runs").exists() or not any((cwd / "runs").iterdir())
+
+
+def test_without_ray_installed_the_option_says_how_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "ray" else real(name, *a))
+    _task(tmp_path / "tasks" / "t.yaml", "echo hi")
+    result = evalledger(tmp_path, tmp_path / "l.db", "run", str(tmp_path / "tasks"),
+                        "--executor", "ray")
+    assert "pip install 'evalledger[ray]'" in assert_one_line_error(result)
+    assert not (tmp_path / "l.db").exists()
