@@ -143,6 +143,31 @@ class RayResources(_Strict):
     resources: dict[str, Number] | None = None
     """Custom Ray resources by name, such as ``{docker: 1}``."""
 
+    @field_validator("resources")
+    @classmethod
+    def _custom_resources(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        for name, amount in (value or {}).items():
+            if name in _RAY_BUILTIN_RESOURCES:
+                raise ValueError(f"resources: {name} is set with its own key "
+                                 f"({_RAY_BUILTIN_RESOURCES[name]})")
+            if amount < 0:
+                raise ValueError(f"resources: {name} must be 0 or more")
+            # Ray refuses finer fractions (it counts in ten-thousandths).
+            if amount != round(amount, 4):
+                raise ValueError(f"resources: {name} is finer than 0.0001")
+        return value
+
+    @field_validator("num_cpus", "num_gpus")
+    @classmethod
+    def _whole_ten_thousandths(cls, value: float) -> float:
+        if value != round(value, 4):
+            raise ValueError("finer than 0.0001 (Ray counts in ten-thousandths)")
+        return value
+
+
+_RAY_BUILTIN_RESOURCES = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": "memory",
+                          "object_store_memory": "not per task"}
+
 
 StreamFormat = Literal["native", "claude-code"]
 

@@ -716,3 +716,32 @@ def test_a_file_that_fails_in_one_variant_is_skipped_whole(tmp_path: Path) -> No
     assert loaded.tasks == []
     assert [s.path for s in loaded.skipped] == [str(tmp_path / "tasks" / "t.yaml")]
     assert "command" in loaded.skipped[0].reason
+
+
+# -- ray resources -------------------------------------------------------------------------
+
+
+def test_ray_resources_resolve_and_stay_out_of_the_definition(tmp_path: Path) -> None:
+    plain = write(tmp_path / "a" / "t.yaml", MINIMAL)
+    asking = write(tmp_path / "b" / "t.yaml",
+                   MINIMAL + "ray: {num_cpus: 0.5, memory: 1000, resources: {docker: 1}}\n")
+    [before], [after] = load_tasks([plain]).tasks, load_tasks([asking]).tasks
+    assert (after.ray.num_cpus, after.ray.memory, after.ray.resources) == (0.5, 1000,
+                                                                           {"docker": 1})
+    assert before.ray.num_cpus == 1  # the default: one CPU per attempt
+    # Where an attempt may run is not what the task is: asking for more is no drift.
+    assert "ray" not in after.definition()
+    assert before.definition_hash == after.definition_hash
+
+
+@pytest.mark.parametrize(("ask", "said"), [
+    ("resources: {CPU: 1}", "CPU is set with its own key (num_cpus)"),
+    ("resources: {docker: 0.00001}", "docker is finer than 0.0001"),
+    ("num_cpus: 0.123456", "finer than 0.0001"),
+    ("num_gpus: -1", "greater than or equal to 0"),
+    ("cpus: 1", "unknown key 'ray.cpus'"),
+])
+def test_a_ray_ask_ray_would_refuse_is_a_skipped_file(tmp_path: Path, ask: str,
+                                                       said: str) -> None:
+    bad = write(tmp_path / "bad.yaml", MINIMAL + f"ray: {{{ask}}}\n")
+    assert said in only_skip(load_tasks([bad])).reason

@@ -194,7 +194,7 @@ async def run_batch(
     cluster = None
     try:
         attempts: Attempts = run_task
-        if config.options.executor == "ray":
+        if config.options.executor == "ray" and to_run:  # nothing to run: no cluster
             cluster = await trio.to_thread.run_sync(_join_cluster, config, token)
             attempts = cluster.run
         return await _run(ledger, tasks, to_run, config, callbacks, skipped, resume, kill_now,

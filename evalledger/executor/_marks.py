@@ -45,6 +45,20 @@ def kill_marked(*entries: str, prefix: bool = False) -> list[int]:
     return killed
 
 
+def marked(entry_start: str) -> list[int]:
+    """The pids whose environment holds an entry starting with ``entry_start``."""
+    needle = b"\0" + os.fsencode(entry_start)
+    found = []
+    for pid in _pids():
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if needle in b"\0" + f.read():
+                    found.append(pid)
+        except OSError:  # gone, or not ours to read
+            continue
+    return found
+
+
 def _pids() -> list[int]:
     me = os.getpid()
     return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit() and int(e.name) != me]

@@ -28,15 +28,19 @@ batch goes on. No retries: a retried task whose node is gone can wait forever.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
+import itertools
 import logging
 import os
 import queue
+import re
 import socket
 import tarfile
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,9 +62,9 @@ from evalledger.options import PreservationMode
 from evalledger.pricing import RateCard
 from evalledger.tasks import ResolvedTask
 
-from ._marks import batch_mark, kill_marked
+from ._marks import batch_mark, kill_marked, marked
 from ._runner import RunContext, run_task
-from ._sandbox import remove_tree
+from ._sandbox import BuildFailed, remove_tree
 from ._watchdog import Watchdog
 
 log = logging.getLogger("evalledger.executor")
@@ -102,6 +106,11 @@ class WorkerSpec:
     rates: RateCard
 
 
+# What the driver ships for a task's workdir: its content's hash and object, or why it
+# could not (the worker's sandbox then fails BUILD_FAILED, as it would locally).
+Shipped = tuple[str, Any] | tuple[None, str]
+
+
 @dataclass
 class _Session:
     """One worker process's part of one batch: its folders and its watchdog."""
@@ -110,9 +119,17 @@ class _Session:
     root: Path  # this worker's sandboxes and artifacts
     token: str  # ``<batch token>-<pid>``: the start of this worker's attempt marks
     watchdog: Watchdog
+    # One count for all the attempts this worker runs: every attempt's mark is its own.
+    attempts: Iterator[int] = field(default_factory=itertools.count)
 
-    def unpack(self, digest: str, ref: Any) -> Path:
-        """The node's copy of a workdir content, unpacked on first use by any worker."""
+    def locate(self, shipped: Shipped | None, workdir: str) -> str:
+        """Where to copy ``workdir`` from on this node (blocking): the node's copy of
+        what the driver shipped, unpacked on first use by any worker of the node."""
+        if shipped is None:
+            return workdir
+        digest, ref = shipped
+        if digest is None:
+            raise BuildFailed(ref)
         target = self.base / "workdirs" / digest
         if not target.is_dir():
             ray = import_ray()
@@ -124,11 +141,12 @@ class _Session:
                 staging.rename(target)
             except OSError:  # another worker of this node was first: same content
                 remove_tree(staging, ignore_errors=True)
-        return target
+        return str(target)
 
 
 _sessions: dict[str, _Session] = {}
 _sessions_lock = threading.Lock()
+WORKER_FOLDER = "worker-"
 
 
 def _session(spec: WorkerSpec) -> _Session:
@@ -138,23 +156,31 @@ def _session(spec: WorkerSpec) -> _Session:
             base = Path(tempfile.gettempdir()) / f"evalledger-ray-{spec.batch_token}"
             (base / "workdirs").mkdir(parents=True, exist_ok=True, mode=0o700)
             token = f"{spec.batch_token}-{os.getpid()}"
-            root = base / f"worker-{os.getpid()}"
-            # The watchdog first, then the folder (as for a local batch).
-            watchdog = Watchdog(token, root)
+            root = base / f"{WORKER_FOLDER}{os.getpid()}"
+            # The watchdog first, then the folder (as for a local batch). Should this
+            # worker die, it removes the batch's folder too once no worker is left in it.
+            watchdog = Watchdog(token, root, shared=(base, WORKER_FOLDER))
             root.mkdir(mode=0o700, exist_ok=True)
             session = _sessions[spec.batch_token] = _Session(base, root, token, watchdog)
         return session
 
 
 class _Forward:
-    """The runner's event sink on a worker: rows queued for the generator to yield."""
+    """The runner's event sink on a worker: rows queued for the generator to yield.
 
-    def __init__(self, out: queue.SimpleQueue[Any], node: dict[str, str]) -> None:
+    The queue is bounded: when the driver falls behind (Ray holds the generator at
+    ``yield``), the attempt waits here, its pipes fill and the command slows down,
+    as a local attempt waits on the writer's channel. Nothing piles up in memory.
+    """
+
+    def __init__(self, out: queue.Queue[Any], node: dict[str, str],
+                 abandoned: threading.Event) -> None:
         self._out = out
         self._node = node
+        self._abandoned = abandoned
 
     async def append(self, *events: AnyEvent | EventRow) -> None:
-        self._out.put([_row(e) for e in events])
+        await self._put([_row(e) for e in events])
 
     async def append_durable(self, event: AnyEvent) -> int:
         # The driver commits it; what ran it is said where the run's summary looks.
@@ -162,8 +188,25 @@ class _Forward:
             event = event.model_copy(
                 update={"environment_info": {**event.environment_info, **self._node}}
             )
-        self._out.put([_row(event)])
+        await self._put([_row(event)])
         return 0
+
+    async def _put(self, rows: list[tuple[Any, ...]]) -> None:
+        try:
+            self._out.put_nowait(rows)
+        except queue.Full:
+            await trio.to_thread.run_sync(put_unless, self._out, rows, self._abandoned,
+                                          abandon_on_cancel=True)
+
+
+def put_unless(out: queue.Queue[Any], item: object, abandoned: threading.Event) -> None:
+    """``out.put(item)``, unless nobody will ever take it (blocking)."""
+    while not abandoned.is_set():
+        try:
+            out.put(item, timeout=POLL)
+            return
+        except queue.Full:
+            continue
 
 
 def _row(event: AnyEvent | EventRow) -> tuple[Any, ...]:
@@ -174,6 +217,7 @@ def _row(event: AnyEvent | EventRow) -> tuple[Any, ...]:
 
 
 _DONE = object()
+QUEUED_BATCHES = 256
 
 
 @dataclass
@@ -182,7 +226,10 @@ class _WorkerAttempt:
     spec: WorkerSpec
     attempt: int
     session: _Session
-    out: queue.SimpleQueue[Any] = field(default_factory=queue.SimpleQueue)
+    shipped: Shipped | None
+    out: queue.Queue[Any] = field(default_factory=lambda: queue.Queue(QUEUED_BATCHES))
+    # Set when the generator stops taking: puts give up instead of blocking for good.
+    abandoned: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
     _scope: trio.CancelScope | None = None
     _token: trio.lowlevel.TrioToken | None = None
@@ -193,7 +240,7 @@ class _WorkerAttempt:
         except BaseException as e:  # reported to the driver by the generator
             self.error = e
         finally:
-            self.out.put(_DONE)
+            put_unless(self.out, _DONE, self.abandoned)
 
     async def _main(self) -> None:
         import ray
@@ -203,13 +250,15 @@ class _WorkerAttempt:
         node = {"ray_node_id": context.get_node_id(), "hostname": socket.gethostname()}
         ctx = RunContext(
             run_id=self.spec.run_id,
-            writer=_Forward(self.out, node),
+            writer=_Forward(self.out, node, self.abandoned),
             artifacts_root=self.session.root / "artifacts",
             sandbox_root=self.session.root,
             preservation_mode=self.spec.preservation_mode,
             kill_grace=self.spec.kill_grace,
             rates=self.spec.rates,
             batch_token=self.session.token,
+            locate_workdir=functools.partial(self.session.locate, self.shipped),
+            _attempts=self.session.attempts,
         )
         with trio.CancelScope() as self._scope:
             await run_task(self.task, ctx, self.attempt)
@@ -223,16 +272,12 @@ class _WorkerAttempt:
 
 
 def attempt_on_worker(
-    task: ResolvedTask, spec: WorkerSpec, attempt: int, workdir: tuple[str, Any] | None,
+    task: ResolvedTask, spec: WorkerSpec, attempt: int, shipped: Shipped | None,
 ) -> Iterator[tuple[str, Any]]:
     """The Ray task: run one attempt here, yield ``("events", rows)`` batches as they
     come, then ``("artifacts", tar bytes)`` when the sandbox is kept."""
     session = _session(spec)
-    local_workdir = None
-    if workdir is not None:
-        local_workdir = str(session.unpack(*workdir))
-        task = task.model_copy(update={"workdir": local_workdir})
-    work = _WorkerAttempt(task, spec, attempt, session)
+    work = _WorkerAttempt(task, spec, attempt, session, shipped)
     thread = threading.Thread(target=work.run, name="evalledger-attempt", daemon=True)
     thread.start()
     try:
@@ -262,7 +307,9 @@ def attempt_on_worker(
         if spec.preservation_mode != "none" and artifacts.exists():
             yield ("artifacts", _pack_artifacts(artifacts))
     finally:
-        # Cancelled by the driver (or abandoned): end the attempt's processes here.
+        work.abandoned.set()
+        # Cancelled by the driver (or abandoned): end the attempt's processes here,
+        # with their grace period, as a local Ctrl-C does.
         if thread.is_alive():
             work.cancel()
             thread.join(spec.kill_grace + 10)
@@ -277,8 +324,13 @@ def _pack_artifacts(folder: Path) -> bytes | int:
         remove_tree(folder, ignore_errors=True)
 
 
-def sweep_node(batch_token: str) -> tuple[str, int]:
-    """End of a batch, on one node: kill what carries its mark, remove its folders."""
+def sweep_node(batch_token: str, patience: float) -> tuple[str, int]:
+    """End of a batch, on one node: give what carries its mark ``patience`` seconds to
+    end (attempts being stopped end their own process groups, grace period included),
+    kill the rest, remove the batch's folders."""
+    deadline = time.monotonic() + patience
+    while time.monotonic() < deadline and marked(batch_mark(batch_token)):
+        time.sleep(0.05)
     killed = kill_marked(batch_mark(batch_token), prefix=True)
     remove_tree(Path(tempfile.gettempdir()) / f"evalledger-ray-{batch_token}",
                 ignore_errors=True)
@@ -355,7 +407,7 @@ class RayExecutor:
         self._address = address
         self._max_parallel = max_parallel
         self._remote: Any = None
-        self._workdirs: dict[str, tuple[str, Any] | None] = {}
+        self._workdirs: dict[str, Shipped] = {}
         self._packing: dict[str, trio.Lock] = {}
         self._threads = trio.CapacityLimiter(max_parallel + 2)
         self._cancelled: list[Any] = []
@@ -390,37 +442,37 @@ class RayExecutor:
         self._spec_ref = ray.put(self.spec)
 
     def close(self, *, hurry: bool = False) -> None:
-        """Let cancelled attempts end their processes (unless ``hurry``), sweep every
-        live node, leave Ray (blocking)."""
+        """Sweep every live node (giving stopped attempts their grace period unless
+        ``hurry``) and leave Ray (blocking). Never raises: it runs on the way out of a
+        batch, and what it could not do is a warning."""
         ray = self._ray
-        if not ray.is_initialized():
-            return
         try:
-            if self._cancelled and not hurry:
-                with contextlib.suppress(Exception):
-                    ray.wait(self._cancelled, num_returns=len(self._cancelled),
-                             timeout=self.spec.kill_grace + 5)
-            self._sweep()
+            if ray.is_initialized():
+                patience = 0.0 if hurry or not self._cancelled else self.spec.kill_grace + 5
+                self._sweep(patience)
+        except Exception as e:
+            log.warning("the end-of-batch sweep failed: %s", _first_line(e))
         finally:
-            ray.shutdown()
+            with contextlib.suppress(Exception):
+                ray.shutdown()
 
-    def _sweep(self) -> None:
+    def _sweep(self, patience: float) -> None:
         ray = self._ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         sweep = ray.remote(max_retries=0, num_cpus=0)(sweep_node)
         refs = [
             sweep.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-                node["NodeID"], soft=False)).remote(self.spec.batch_token)
+                node["NodeID"], soft=False)).remote(self.spec.batch_token, patience)
             for node in ray.nodes() if node.get("Alive")
         ]
         try:
-            ray.get(refs, timeout=SWEEP_TIMEOUT)
+            ray.get(refs, timeout=SWEEP_TIMEOUT + patience)
         except Exception as e:  # a node going away meanwhile: its workers' watchdogs clean
             log.warning("the end-of-batch sweep did not reach every node: %s", _first_line(e))
 
-    async def _workdir(self, workdir: str | None) -> tuple[str, Any] | None:
-        """The content hash and object of a workdir, packed and put once per folder."""
+    async def _workdir(self, workdir: str | None) -> Shipped | None:
+        """What to ship for a workdir: packed and put once per folder."""
         if workdir is None:
             return None
         lock = self._packing.setdefault(workdir, trio.Lock())
@@ -429,10 +481,14 @@ class RayExecutor:
                 self._workdirs[workdir] = await trio.to_thread.run_sync(self._put, workdir)
         return self._workdirs[workdir]
 
-    def _put(self, workdir: str) -> tuple[str, Any] | None:
+    def _put(self, workdir: str) -> Shipped:
+        # The messages are the local sandbox's: the attempt fails BUILD_FAILED the same way.
         if not Path(workdir).is_dir():
-            return None  # the worker's sandbox says BUILD_FAILED, as locally
-        blob = _pack(Path(workdir))
+            return None, f"workdir {workdir} is not a folder"
+        try:
+            blob = _pack(Path(workdir))
+        except (OSError, RecursionError) as e:
+            return None, f"cannot prepare the sandbox from {workdir}: {e}"
         assert blob is not None
         return hashlib.sha256(blob).hexdigest(), self._ray.put(blob)
 
@@ -447,7 +503,21 @@ class RayExecutor:
             if wants.resources:
                 options["resources"] = dict(wants.resources)
             submit = self._submitters[key] = self._remote.options(**options)
+            if not self._fits_a_node(options):
+                log.warning("no node of the cluster has %s now: tasks asking for it (%s "
+                            "first) wait until one joins; Ctrl-C stops", _ask(options),
+                            task.task_key)
         return submit
+
+    def _fits_a_node(self, options: dict[str, Any]) -> bool:
+        ask = {"CPU": options["num_cpus"], "GPU": options["num_gpus"],
+               "memory": options.get("memory", 0), **options.get("resources", {})}
+        try:
+            nodes = [n["Resources"] for n in self._ray.nodes() if n.get("Alive")]
+        except Exception:  # only a warning hangs on it
+            return True
+        return any(all(has.get(name, 0) >= need for name, need in ask.items() if need)
+                   for has in nodes)
 
     async def run(
         self, task: ResolvedTask, ctx: RunContext, attempt: int,
@@ -457,7 +527,8 @@ class RayExecutor:
         when the worker was lost (``task.interrupted`` recorded; the batch goes on).
 
         Raises:
-            BaseException: the batch's cancellation, after ``task.interrupted``.
+            BaseException: the batch's cancellation, after ``task.interrupted`` (or the
+                ``task.completed`` that had already arrived).
         """
         ray = self._ray
         stop = threading.Event()
@@ -466,9 +537,9 @@ class RayExecutor:
         generator: Any = None
         try:
             try:
-                workdir = await self._workdir(task.workdir)
+                shipped = await self._workdir(task.workdir)
                 generator = self._submitter(task).remote(
-                    task, self._spec_ref, attempt, workdir,
+                    task, self._spec_ref, attempt, shipped,
                 )
                 while True:
                     item = await trio.to_thread.run_sync(
@@ -483,28 +554,26 @@ class RayExecutor:
                         completed = await self._events(ctx, value) or completed
                     else:
                         await self._artifacts(task, ctx, value)
-            except ray.exceptions.RayError as e:
+            except (ray.exceptions.RayError, ValueError, TypeError) as e:
                 if isinstance(e, ray.exceptions.TaskCancelledError):
                     raise
                 stop.set()
-                if started and completed is None:
-                    reason = f"worker lost: {_first_line(e)}"
-                    await ctx.writer.append_durable(
-                        TaskInterrupted(run_id=ctx.run_id, task_key=task.task_key,
-                                        reason=reason))
-                    log.warning("%s: %s", task.task_key, reason)
-                    return None
                 if completed is None:
-                    log.warning("%s: not started (%s); resume runs it", task.task_key,
-                                _first_line(e))
+                    await self._lost(task, ctx, started, e)
                     return None
+                # Lost on the way back with the sandbox: the result stands.
+                log.warning("%s: the sandbox did not come back (%s)", task.task_key,
+                            _first_line(e))
         except BaseException:
             stop.set()
             with trio.CancelScope(shield=True):
                 if generator is not None:
                     self._cancelled.append(generator)
                     await trio.to_thread.run_sync(ray.cancel, generator)
-                if started and completed is None:
+                if completed is not None:
+                    # It ended before the cancel: what it recorded stands, as locally.
+                    await ctx.writer.append_durable(completed)
+                elif started:
                     await ctx.writer.append_durable(
                         TaskInterrupted(run_id=ctx.run_id, task_key=task.task_key,
                                         reason="cancelled"))
@@ -514,13 +583,26 @@ class RayExecutor:
                 release()
         if completed is None:
             # The stream ended without one: count it as a lost worker, not a result.
-            await ctx.writer.append_durable(TaskInterrupted(
-                run_id=ctx.run_id, task_key=task.task_key,
-                reason="worker lost: the attempt ended without a result"))
+            await self._lost(task, ctx, started,
+                             RuntimeError("the attempt ended without a result"))
             return None
         with trio.CancelScope(shield=True):
             await ctx.writer.append_durable(completed)
         return completed
+
+    async def _lost(self, task: ResolvedTask, ctx: RunContext, started: bool,
+                    error: BaseException) -> None:
+        """The attempt cannot finish: ``task.interrupted`` if it had started (``resume``
+        runs it again), else nothing was recorded and ``resume`` runs it as new."""
+        reason = f"worker lost: {_first_line(error)}"
+        if started:
+            # Shielded: a cancel now must not add a second task.interrupted.
+            with trio.CancelScope(shield=True):
+                await ctx.writer.append_durable(
+                    TaskInterrupted(run_id=ctx.run_id, task_key=task.task_key, reason=reason))
+            log.warning("%s: %s", task.task_key, reason)
+        else:
+            log.warning("%s: not started (%s); resume runs it", task.task_key, reason)
 
     async def _events(self, ctx: RunContext, rows: list[tuple[Any, ...]]) -> TaskCompleted | None:
         """Append a batch; hold back a ``task.completed`` (committed last) and return it.
@@ -570,9 +652,22 @@ def _reachable(address: str) -> None:
                           f"({e.strerror or e}); is the head node up?") from None
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def _first_line(error: BaseException) -> str:
-    text = str(error).strip() or type(error).__name__
-    return f"{type(error).__name__}: {text.splitlines()[0][:300]}"
+    """One line naming what went wrong: for an error raised on a worker, its cause."""
+    cause = getattr(error, "cause", None)
+    if isinstance(cause, BaseException) and type(error).__name__ == "RayTaskError":
+        error = cause
+    lines = _ANSI.sub("", str(error)).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0][:300] if lines else ''}".rstrip(": ")
+
+
+def _ask(options: dict[str, Any]) -> str:
+    parts = [f"{k}={v:g}" for k, v in options.items() if k != "resources" and v]
+    parts += [f"{k}={v:g}" for k, v in options.get("resources", {}).items()]
+    return ", ".join(parts) or "nothing"
 
 
 __all__ = ["INSTALL_HINT", "RayExecutor", "WorkerSpec", "import_ray"]

@@ -93,6 +93,9 @@ class RunContext:
     sandboxes: _sandbox.SandboxPool | None = None
     # Random per batch: the MARKER_VAR of every attempt starts with it (see _process).
     batch_token: str = field(default_factory=lambda: secrets.token_hex(8))
+    # Where a task's workdir is copied from, when not where the task file says (a Ray
+    # worker's copy of what the driver shipped); raises BuildFailed when there is none.
+    locate_workdir: Callable[[str], str] | None = None
     _attempts: Iterator[int] = field(default_factory=itertools.count)
 
     def attempt_marker(self) -> str:
@@ -308,6 +311,14 @@ async def run_task(
     return completed
 
 
+def _prepare(task: ResolvedTask, ctx: RunContext, artifacts: Path) -> Path:
+    """Make the attempt's sandbox (blocking: run it off the loop)."""
+    workdir = task.workdir
+    if workdir is not None and ctx.locate_workdir is not None:
+        workdir = ctx.locate_workdir(workdir)
+    return _sandbox.prepare(workdir, ctx.preservation_mode, artifacts, ctx.sandbox_root)
+
+
 def _is_cancellation(error: BaseException) -> bool:
     if isinstance(error, BaseExceptionGroup):
         return all(_is_cancellation(e) for e in error.exceptions)
@@ -329,12 +340,11 @@ async def _attempt(
     # criteria.
     deadline = trio.current_time() + task.timeout
     try:
-        prepare = (task.workdir, ctx.preservation_mode, artifacts, ctx.sandbox_root)
         if ctx.sandboxes is not None and _sandbox.is_trivial(task.workdir,
                                                              ctx.preservation_mode):
             sandbox = ctx.sandboxes.take()
         if sandbox is None:
-            sandbox = await trio.to_thread.run_sync(_sandbox.prepare, *prepare)
+            sandbox = await trio.to_thread.run_sync(_prepare, task, ctx, artifacts)
         prompt = task.prompt or ""
         marker = ctx.attempt_marker()
         env = {

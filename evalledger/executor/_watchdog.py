@@ -45,8 +45,14 @@ def _remove(root: str) -> None:
     subprocess.run(["rm", "-rf", "--", root], capture_output=True, check=False)
 
 
-def watch(token: str, root: str) -> None:
-    """The watchdog: wait for the runner to end; if it died, clean up after it."""
+def watch(token: str, root: str, shared: str = "", last: str = "") -> None:
+    """The watchdog: wait for the runner to end; if it died, clean up after it.
+
+    ``shared``: a folder the runner shared with its siblings (a Ray worker's batch
+    folder on its node), removed too once every sibling's folder in it (named ``last``
+    and its pid) belongs to a process that is gone: siblings dying together each see
+    the others' folders still there, so absence alone would leave it behind.
+    """
     if sys.stdin.buffer.read() == DONE:
         return
     mark = batch_mark(token)
@@ -56,16 +62,40 @@ def watch(token: str, root: str) -> None:
         time.sleep(0.1)
     if root:
         _remove(root)
+    if shared:
+        try:
+            siblings = [n[len(last):] for n in os.listdir(shared) if n.startswith(last)]
+        except OSError:
+            return  # gone already
+        if not any(_alive(pid) for pid in siblings):
+            _remove(shared)
+
+
+def _alive(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except ValueError:
+        return True  # not a pid: not ours to judge
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class Watchdog:
     """The runner's side: start the watchdog, and tell it when the batch ended well."""
 
-    def __init__(self, token: str, sandbox_root: Path) -> None:
+    def __init__(self, token: str, sandbox_root: Path, shared: tuple[Path, str] | None = None
+                 ) -> None:
         read, self._write = os.pipe()  # both ends not inherited by later children
+        # With ``shared`` (a Ray worker): detached, not our child. Ray kills a dead
+        # worker's children, and the watchdog has work to do after the worker died.
+        also = ["detach", str(shared[0]), shared[1]] if shared else []
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-S", os.path.abspath(__file__), token, str(sandbox_root)],
+                [sys.executable, "-S", os.path.abspath(__file__), token, str(sandbox_root),
+                 *also],
                 stdin=read, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 start_new_session=True, close_fds=True,
             )
@@ -152,4 +182,8 @@ def sweep_dead_batches(ledger: Any) -> Sweep:
 
 
 if __name__ == "__main__":
-    watch(sys.argv[1], sys.argv[2])
+    if sys.argv[3:4] == ["detach"]:
+        del sys.argv[3]
+        if os.fork():  # the parent leaves; the child, no one's child now, watches
+            os._exit(0)
+    watch(*sys.argv[1:5])

@@ -85,6 +85,10 @@ class TwoNodes:
     def node_ids(self) -> set[str]:
         return {node.node_id for node in self.cluster.list_all_nodes()}
 
+    def batch_folder(self, token: str) -> Path:
+        """Where a batch keeps its files on every node (the workers' TMPDIR)."""
+        return self.place.temp / "workers" / f"evalledger-ray-{token}"
+
 
 @pytest.fixture(scope="module")
 def two_nodes(ray_place: RayPlace) -> Iterator[TwoNodes]:
@@ -99,7 +103,8 @@ def two_nodes(ray_place: RayPlace) -> Iterator[TwoNodes]:
                       TMPDIR=str(workers_temp), RAY_USAGE_STATS_ENABLED="0")
     try:
         cluster = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": 1, "object_store_memory": 80 * MB, "include_dashboard": False})
+            "num_cpus": 1, "object_store_memory": 80 * MB, "include_dashboard": False,
+            "resources": {"head": 100}})
         cluster.add_node(num_cpus=1, object_store_memory=80 * MB)
         cluster.wait_for_nodes()
     finally:
@@ -134,8 +139,14 @@ def _task(path: Path, command: str | list[str], **fields: Any) -> None:
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
 
 
-# Prints "waiting", then holds until the file named by $GATE exists.
-GATED = ["python3", "-c", "import os, time\nprint('waiting', flush=True)\n"
+# Prints "waiting", then holds until the file named by $GATE exists. SIGTERM (a graceful
+# stop) leaves a file $GATE.<pid>.term behind, so a test can tell it from a SIGKILL.
+GATED = ["python3", "-c", "import os, signal, sys, time\n"
+         "def term(*_):\n"
+         "    open(f\"{os.environ['GATE']}.{os.getpid()}.term\", 'w').close()\n"
+         "    sys.exit(0)\n"
+         "signal.signal(signal.SIGTERM, term)\n"
+         "print('waiting', flush=True)\n"
          "while not os.path.exists(os.environ['GATE']): time.sleep(0.05)\nprint('released')"]
 
 
@@ -259,7 +270,7 @@ def test_tasks_run_on_both_nodes(two_nodes: TwoNodes, tmp_path: Path) -> None:
     completed = of_type(events(db, "both"), "task.completed")
     assert all(isinstance(e, TaskCompleted) and e.final_status == "SUCCESS" for e in completed)
     nodes = {e.environment_info["ray_node_id"] for e in completed if isinstance(e, TaskCompleted)}
-    assert nodes == two_nodes.node_ids()
+    assert len(nodes) == 2 and nodes <= two_nodes.node_ids()
     _verified(cwd, db)
 
 
@@ -273,7 +284,9 @@ def test_a_lost_node_interrupts_its_task_and_resume_finishes_the_run(
     two_nodes.cluster.wait_for_nodes()
     _task(tmp_path / "tasks" / "doomed.yaml", GATED, env={"GATE": str(gate)},
           ray={"num_cpus": 0, "resources": {"victim": 1}})
-    _task(tmp_path / "tasks" / "fine.yaml", "echo fine", ray={"num_cpus": 0})
+    # Pinned to the head: it must not land on the node that goes away.
+    _task(tmp_path / "tasks" / "fine.yaml", "echo fine",
+          ray={"num_cpus": 0, "resources": {"head": 1}})
     db = tmp_path / "l.db"
     driver = _driver(two_nodes.place, cwd, db, "run", str(tmp_path / "tasks"), "--run-id",
                      "lost", "-j", "2", "--executor", "ray", "--ray-address",
@@ -300,11 +313,15 @@ def test_a_lost_node_interrupts_its_task_and_resume_finishes_the_run(
     wait_until(lambda: not _marked(token), "no process of the batch left", timeout=PATIENCE)
     _verified(cwd, db)
     # A node with the resource comes back; resume runs only the lost task, to its end.
-    two_nodes.cluster.add_node(num_cpus=1, resources={"victim": 1}, object_store_memory=80 * MB)
-    two_nodes.cluster.wait_for_nodes()
-    gate.write_text("go")
-    code, err = _finish(_driver(two_nodes.place, cwd, db, "resume", "lost", "--executor",
-                                     "ray", "--ray-address", two_nodes.address))
+    again = two_nodes.cluster.add_node(num_cpus=1, resources={"victim": 1},
+                                       object_store_memory=80 * MB)
+    try:
+        two_nodes.cluster.wait_for_nodes()
+        gate.write_text("go")
+        code, err = _finish(_driver(two_nodes.place, cwd, db, "resume", "lost", "--executor",
+                                    "ray", "--ray-address", two_nodes.address))
+    finally:
+        two_nodes.cluster.remove_node(again)  # the other tests see two nodes
     assert code == 0, err
     statuses = {e.task_key: e.final_status for e in of_type(events(db, "lost"), "task.completed")}
     assert statuses == {"default/doomed/00": "SUCCESS", "default/fine/00": "SUCCESS"}
@@ -348,8 +365,12 @@ def test_ctrl_c_interrupts_the_remote_attempts_and_leaves_no_process(
         code, err = _finish(driver)
         assert code == 130, err
         assert "Traceback" not in err, err
-        # Before exit 130, on every node: nothing the batch started is left.
+        # Before exit 130, on every node: nothing the batch started is left, and no
+        # folder of the batch.
         assert not _marked(token)
+        assert not two_nodes.batch_folder(token).exists()
+        # Each was stopped with its grace period (SIGTERM first), not killed outright.
+        assert len(list(tmp_path.glob("gate.*.term"))) == 2
     evs = events(db, "stopped")
     assert sorted(e.task_key for e in of_type(evs, "task.interrupted")) == [
         "default/one/00", "default/two/00"]
@@ -363,13 +384,52 @@ def test_a_killed_driver_leaves_nothing_running_on_the_cluster(
     with _gated_batch(two_nodes, tmp_path, "killed") as (db, driver, token):
         driver.kill()
         driver.wait()
-        # Ray sees the driver gone and ends its workers; their watchdogs end the attempts.
+        # Ray sees the driver gone and ends its workers; their watchdogs end the attempts
+        # and remove the batch's folders.
         wait_until(lambda: not _marked(token), "no process of the batch left")
+        wait_until(lambda: not two_nodes.batch_folder(token).exists(),
+                   "no folder of the batch left")
     _verified(tmp_path, db)
     # The cluster took the next batch as usual: the killed run resumes and finishes.
     code, err = _finish(_driver(two_nodes.place, tmp_path, db, "resume", "killed",
                                 "--executor", "ray", "--ray-address", two_nodes.address))
     assert code == 0, err
+
+
+def test_a_missing_workdir_fails_as_here_and_an_ask_no_node_has_waits_said(
+    two_nodes: TwoNodes, tmp_path: Path
+) -> None:
+    cwd = _ready(tmp_path)
+    _task(tmp_path / "here" / "nowhere.yaml", "true", workdir="no-such-folder")
+    here = evalledger(cwd, tmp_path / "l.db", "run", str(tmp_path / "here"), "--run-id", "here")
+    assert here.returncode == 1, here
+    suite = tmp_path / "there"
+    _task(suite / "nowhere.yaml", "true", workdir="no-such-folder")
+    _task(suite / "gpu.yaml", "true", ray={"num_gpus": 1})
+    db = tmp_path / "l.db"
+    driver = _driver(two_nodes.place, cwd, db, "run", str(suite), "--run-id", "there", "-j",
+                     "2", "--executor", "ray", "--ray-address", two_nodes.address)
+    try:
+        wait_until(lambda: [e.task_key for e in of_type(events(db, "there"), "task.completed")]
+                   == ["default/nowhere/00"] or driver.poll() is not None, "nowhere ended")
+        assert driver.poll() is None  # the GPU task waits for a node with a GPU
+        driver.send_signal(signal.SIGINT)
+        code, err = _finish(driver)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    assert code == 130, err
+    assert "no node of the cluster has num_cpus=1, num_gpus=1 now" in err, err
+    [local] = of_type(events(db, "here"), "task.completed")
+    [remote] = of_type(events(db, "there"), "task.completed")
+    assert isinstance(local, TaskCompleted) and isinstance(remote, TaskCompleted)
+    assert (remote.final_status, remote.error_message) == (
+        local.final_status, local.error_message.replace("/here/", "/there/"))
+    assert remote.final_status == "BUILD_FAILED"
+    # Never started: nothing recorded for it, and resume would run it.
+    assert "default/gpu/00" not in {e.task_key for e in events(db, "there")}
+    _verified(cwd, db)
 
 
 # ---------------------------------------------------------------------------- errors
@@ -402,3 +462,21 @@ def test_without_ray_installed_the_option_says_how_to_install(
                         "--executor", "ray")
     assert "pip install 'evalledger[ray]'" in assert_one_line_error(result)
     assert not (tmp_path / "l.db").exists()
+
+
+# ---------------------------------------------------------------------------- packing
+
+
+def test_a_workdir_packs_to_the_same_bytes_whatever_its_times(tmp_path: Path) -> None:
+    from evalledger.executor._ray import _pack
+
+    for name in ("a", "b"):
+        folder = tmp_path / name
+        (folder / "sub").mkdir(parents=True)
+        (folder / "sub" / "f.txt").write_text("same", encoding="utf-8")
+        (folder / "link").symlink_to("sub/f.txt")
+        os.utime(folder / "sub" / "f.txt", (1, 1 if name == "a" else 999_999))
+    assert _pack(tmp_path / "a") == _pack(tmp_path / "b")
+    (tmp_path / "b" / "sub" / "f.txt").write_text("other", encoding="utf-8")
+    assert _pack(tmp_path / "a") != _pack(tmp_path / "b")
+    assert _pack(tmp_path / "a", limit=10) is None  # past the limit: not brought back
