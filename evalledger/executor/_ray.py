@@ -62,7 +62,7 @@ from evalledger.options import PreservationMode
 from evalledger.pricing import RateCard
 from evalledger.tasks import ResolvedTask
 
-from ._marks import batch_mark, kill_marked, marked
+from ._marks import MARKER_VAR, batch_mark, kill_marked, marked
 from ._runner import RunContext, run_task
 from ._sandbox import BuildFailed, remove_tree
 from ._watchdog import Watchdog
@@ -431,7 +431,8 @@ class RayExecutor:
         # business; its logs stay in its session folder.
         logging.getLogger("ray").setLevel(logging.ERROR)
         try:
-            ray.init(**settings)
+            with self._marked_if_local():
+                ray.init(**settings)
         except Exception as e:  # ConnectionError, RuntimeError, ValueError: said in one line
             where = self._address or "a local Ray"
             raise Unavailable(f"cannot start Ray ({where}): {_first_line(e)}") from e
@@ -440,6 +441,23 @@ class RayExecutor:
         )(attempt_on_worker)
         # Put once: serialising arguments was a fifth of the driver's time per task.
         self._spec_ref = ray.put(self.spec)
+
+    @contextlib.contextmanager
+    def _marked_if_local(self) -> Iterator[None]:
+        """A local Ray's processes carry the batch's mark: should this process be killed,
+        the batch's watchdog ends them with the attempts (Ray leaves its agents behind)."""
+        if self._address is not None:
+            yield
+            return
+        before = os.environ.get(MARKER_VAR)
+        os.environ[MARKER_VAR] = f"{self.spec.batch_token}-ray"
+        try:
+            yield
+        finally:
+            if before is None:
+                del os.environ[MARKER_VAR]
+            else:
+                os.environ[MARKER_VAR] = before
 
     def close(self, *, hurry: bool = False) -> None:
         """Sweep every live node (giving stopped attempts their grace period unless

@@ -432,6 +432,31 @@ def test_a_missing_workdir_fails_as_here_and_an_ask_no_node_has_waits_said(
     _verified(cwd, db)
 
 
+def test_a_killed_driver_takes_its_local_ray_with_it(ray_place: RayPlace, tmp_path: Path) -> None:
+    cwd = _ready(tmp_path)
+    gate = tmp_path / "gate"
+    _task(tmp_path / "tasks" / "held.yaml", GATED, env={"GATE": str(gate)})
+    db = tmp_path / "l.db"
+    driver = _driver(ray_place, cwd, db, "run", str(tmp_path / "tasks"), "--run-id", "gone",
+                     "--executor", "ray")
+    try:
+        wait_until(lambda: "waiting" in _output_of(db, "gone", "default/held/00")
+                   or driver.poll() is not None, "the task's first line")
+        token = _token(db, "gone")
+        # The attempt and the local Ray's own processes (GCS, raylet, agents, workers).
+        assert len(_marked(token)) > 3
+        driver.kill()
+        driver.wait()
+        # The batch's watchdog ends them all: Ray itself leaves its agents running.
+        wait_until(lambda: not _marked(token), "no process of the batch or its Ray left")
+    finally:
+        gate.write_text("go")
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    _verified(cwd, db)
+
+
 # ---------------------------------------------------------------------------- errors
 
 
