@@ -250,6 +250,40 @@ def test_the_mixed_suite_on_a_local_ray_ends_as_it_does_here(
 # ------------------------------------------------------------------------- two nodes
 
 
+def _usage_lines(count: int, tokens: int, cost: float) -> list[str]:
+    """A command printing ``count`` usage lines, 50 ms apart."""
+    line = json.dumps({"type": "usage", "model": "m", "input_tokens": tokens,
+                       "output_tokens": 0, "cost_usd": cost})
+    return ["python3", "-c", f"import time\nfor _ in range({count}):\n"
+            f"    print({line!r}, flush=True)\n    time.sleep(0.05)"]
+
+
+def test_task_and_run_budgets_hold_on_ray_as_here(two_nodes: TwoNodes, tmp_path: Path) -> None:
+    cwd = _ready(tmp_path)
+    suite = tmp_path / "budgets"
+    # One at a time: a live token budget stops the first, then two priced tasks spend
+    # past the run's --max-cost and the fourth is never dispatched.
+    _task(suite / "a-tokens.yaml", _usage_lines(40, 1000, 0.0), budget={"max_tokens": 2500},
+          ray={"num_cpus": 0})
+    for name in ("b1", "b2", "b3"):
+        _task(suite / f"{name}.yaml", _usage_lines(1, 10, 0.01), ray={"num_cpus": 0})
+    db = tmp_path / "l.db"
+    args = ["run", str(suite), "-j", "1", "--max-cost", "0.015"]
+    here = evalledger(cwd, db, *args, "--run-id", "b-here")
+    assert here.returncode == 1, here
+    code, err = _finish(_driver(two_nodes.place, cwd, db, *args, "--run-id", "b-there",
+                                "--executor", "ray", "--ray-address", two_nodes.address))
+    assert code == 1, err
+    a, b = _fold(db, cwd, "b-here"), _fold(db, cwd, "b-there")
+    # How many usage lines one read holds before the stop varies with the load, here and
+    # there alike: the outcome is what must be the same.
+    assert (a["statuses"], a["summary"]) == (b["statuses"], b["summary"])
+    assert a["statuses"] == {"default/a-tokens/00": "TOKEN_BUDGET_EXCEEDED",
+                             "default/b1/00": "SUCCESS", "default/b2/00": "SUCCESS"}
+    assert a["summary"]["status"] == "budget_stopped"
+    _verified(cwd, db)
+
+
 def test_tasks_run_on_both_nodes(two_nodes: TwoNodes, tmp_path: Path) -> None:
     cwd = _ready(tmp_path)
     barrier = tmp_path / "barrier"
