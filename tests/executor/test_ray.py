@@ -1,5 +1,7 @@
 """``--executor ray`` against real Ray: a local Ray the run starts, and a two-node cluster
-(``ray.cluster_utils.Cluster``) on this machine that the tests start once and share.
+(``ray.cluster_utils.Cluster``) on this machine that the tests start once per module and
+share, held by a helper process (``ray_cluster.py``) so that no Ray state lives in the
+test process.
 
 The driver is always a real ``evalledger`` process (Ray keeps per-process state, and
 Ctrl-C and SIGKILL need a process boundary). Where Ray is not installed the tests
@@ -39,7 +41,6 @@ from ..processes import alive
 from ..viewer.conftest import write_suite
 
 SMOKE = Path(__file__).resolve().parents[2] / "examples" / "smoke"
-MB = 1024 * 1024
 
 
 def _ray_or_skip() -> Any:
@@ -78,12 +79,28 @@ def ray_place() -> Iterator[RayPlace]:
 
 @dataclass
 class TwoNodes:
-    cluster: Any
+    """A head and one more node, one CPU each, held by a helper process (ray_cluster.py)."""
+
+    host: subprocess.Popen[str]
     address: str
     place: RayPlace
 
+    def _ask(self, command: dict[str, Any]) -> Any:
+        assert self.host.stdin is not None and self.host.stdout is not None
+        self.host.stdin.write(json.dumps(command) + "\n")
+        self.host.stdin.flush()
+        line = self.host.stdout.readline()
+        assert line, "the cluster's process ended"
+        return json.loads(line)
+
+    def add_node(self, **settings: Any) -> str:
+        return str(self._ask({"add": settings}))
+
+    def remove_node(self, node_id: str) -> None:
+        self._ask({"remove": node_id})
+
     def node_ids(self) -> set[str]:
-        return {node.node_id for node in self.cluster.list_all_nodes()}
+        return set(self._ask({"nodes": True}))
 
     def batch_folder(self, token: str) -> Path:
         """Where a batch keeps its files on every node (the workers' TMPDIR)."""
@@ -92,31 +109,26 @@ class TwoNodes:
 
 @pytest.fixture(scope="module")
 def two_nodes(ray_place: RayPlace) -> Iterator[TwoNodes]:
-    """A head and one more node, one CPU each, on this machine."""
-    from ray.cluster_utils import Cluster
-
-    saved = {k: os.environ.get(k) for k in ("RAY_TMPDIR", "RAY_AUTH_MODE", "TMPDIR",
-                                             "RAY_USAGE_STATS_ENABLED")}
     workers_temp = ray_place.temp / "workers"
-    workers_temp.mkdir()
-    os.environ.update(RAY_TMPDIR=str(ray_place.temp), RAY_AUTH_MODE="disabled",
-                      TMPDIR=str(workers_temp), RAY_USAGE_STATS_ENABLED="0")
+    workers_temp.mkdir(exist_ok=True)
+    host = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("ray_cluster.py"))],
+        env=ray_place.env(workers_temp), text=True, stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )
     try:
-        cluster = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": 1, "object_store_memory": 80 * MB, "include_dashboard": False,
-            "resources": {"head": 100}})
-        cluster.add_node(num_cpus=1, object_store_memory=80 * MB)
-        cluster.wait_for_nodes()
+        assert host.stdout is not None
+        started = json.loads(host.stdout.readline() or "null")
+        assert started, "the cluster did not start"
+        yield TwoNodes(host, started["address"], ray_place)
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-    try:
-        yield TwoNodes(cluster, cluster.address, ray_place)
-    finally:
-        cluster.shutdown()
+        assert host.stdin is not None
+        host.stdin.close()  # the cluster shuts down at end of input
+        try:
+            host.wait(60)
+        except subprocess.TimeoutExpired:
+            host.kill()
+            host.wait()
 
 
 def _driver(place: RayPlace, cwd: Path, db: Path, *args: str) -> subprocess.Popen[str]:
@@ -313,9 +325,7 @@ def test_a_lost_node_interrupts_its_task_and_resume_finishes_the_run(
 ) -> None:
     cwd = _ready(tmp_path)
     gate = tmp_path / "gate"
-    victim = two_nodes.cluster.add_node(num_cpus=1, resources={"victim": 1},
-                                        object_store_memory=80 * MB)
-    two_nodes.cluster.wait_for_nodes()
+    victim = two_nodes.add_node(num_cpus=1, resources={"victim": 1})
     _task(tmp_path / "tasks" / "doomed.yaml", GATED, env={"GATE": str(gate)},
           ray={"num_cpus": 0, "resources": {"victim": 1}})
     # Pinned to the head: it must not land on the node that goes away.
@@ -330,7 +340,7 @@ def test_a_lost_node_interrupts_its_task_and_resume_finishes_the_run(
                    or driver.poll() is not None, "the doomed task's first line")
         token = _token(db, "lost")
         assert _marked(token), "the doomed task runs"
-        two_nodes.cluster.remove_node(victim)
+        two_nodes.remove_node(victim)
         code, err = _finish(driver)
     finally:
         if driver.poll() is None:
@@ -347,15 +357,13 @@ def test_a_lost_node_interrupts_its_task_and_resume_finishes_the_run(
     wait_until(lambda: not _marked(token), "no process of the batch left", timeout=PATIENCE)
     _verified(cwd, db)
     # A node with the resource comes back; resume runs only the lost task, to its end.
-    again = two_nodes.cluster.add_node(num_cpus=1, resources={"victim": 1},
-                                       object_store_memory=80 * MB)
+    again = two_nodes.add_node(num_cpus=1, resources={"victim": 1})
     try:
-        two_nodes.cluster.wait_for_nodes()
         gate.write_text("go")
         code, err = _finish(_driver(two_nodes.place, cwd, db, "resume", "lost", "--executor",
                                     "ray", "--ray-address", two_nodes.address))
     finally:
-        two_nodes.cluster.remove_node(again)  # the other tests see two nodes
+        two_nodes.remove_node(again)  # the other tests see two nodes
     assert code == 0, err
     statuses = {e.task_key: e.final_status for e in of_type(events(db, "lost"), "task.completed")}
     assert statuses == {"default/doomed/00": "SUCCESS", "default/fine/00": "SUCCESS"}
