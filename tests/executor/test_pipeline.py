@@ -3,6 +3,7 @@ sandbox pool, and the writer's group commit (real processes, folders and ledgers
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -76,6 +77,8 @@ def test_a_killed_child_reports_the_signal(tmp_path: Path) -> None:
 
 
 def test_a_missing_command_raises_and_leaves_no_descriptor_open(tmp_path: Path) -> None:
+    # Earlier tests' garbage (a Popen's pipes) must not be collected mid-count.
+    gc.collect()
     before = len(os.listdir("/proc/self/fd"))
 
     async def main() -> None:

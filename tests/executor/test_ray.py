@@ -129,6 +129,8 @@ def two_nodes(ray_place: RayPlace) -> Iterator[TwoNodes]:
         except subprocess.TimeoutExpired:
             host.kill()
             host.wait()
+        if host.stdout is not None:
+            host.stdout.close()
 
 
 def _driver(place: RayPlace, cwd: Path, db: Path, *args: str) -> subprocess.Popen[str]:
@@ -136,6 +138,15 @@ def _driver(place: RayPlace, cwd: Path, db: Path, *args: str) -> subprocess.Pope
         [sys.executable, "-m", "evalledger.cli", "--ledger", str(db), *args], cwd=cwd,
         env=place.env(cwd / "tmp"), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    """Kill a driver if it still runs, and close its pipes (not left to the collector)."""
+    if process.poll() is None:
+        process.kill()
+    if process.stdout is not None and not process.stdout.closed:
+        process.communicate(timeout=60)
+    process.wait(60)
 
 
 def _finish(process: subprocess.Popen[str]) -> tuple[int, str]:
@@ -343,9 +354,7 @@ def test_a_lost_node_interrupts_its_task_and_resume_finishes_the_run(
         two_nodes.remove_node(victim)
         code, err = _finish(driver)
     finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.wait()
+        _stop(driver)
     assert code == 1, err  # the batch went on and ended; one task did not finish
     evs = events(db, "lost")
     interrupted = of_type(evs, "task.interrupted")
@@ -394,9 +403,7 @@ def _gated_batch(two_nodes: TwoNodes, tmp_path: Path, run_id: str
         yield db, driver, token
     finally:
         gate.write_text("go")
-        if driver.poll() is None:
-            driver.kill()
-            driver.wait()
+        _stop(driver)
 
 
 def test_ctrl_c_interrupts_the_remote_attempts_and_leaves_no_process(
@@ -424,8 +431,7 @@ def test_a_killed_driver_leaves_nothing_running_on_the_cluster(
     two_nodes: TwoNodes, tmp_path: Path
 ) -> None:
     with _gated_batch(two_nodes, tmp_path, "killed") as (db, driver, token):
-        driver.kill()
-        driver.wait()
+        _stop(driver)
         # Ray sees the driver gone and ends its workers; their watchdogs end the attempts
         # and remove the batch's folders.
         wait_until(lambda: not _marked(token), "no process of the batch left")
@@ -458,9 +464,7 @@ def test_a_missing_workdir_fails_as_here_and_an_ask_no_node_has_waits_said(
         driver.send_signal(signal.SIGINT)
         code, err = _finish(driver)
     finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.wait()
+        _stop(driver)
     assert code == 130, err
     assert "no node of the cluster has num_cpus=1, num_gpus=1 now" in err, err
     [local] = of_type(events(db, "here"), "task.completed")
@@ -487,15 +491,12 @@ def test_a_killed_driver_takes_its_local_ray_with_it(ray_place: RayPlace, tmp_pa
         token = _token(db, "gone")
         # The attempt and the local Ray's own processes (GCS, raylet, agents, workers).
         assert len(_marked(token)) > 3
-        driver.kill()
-        driver.wait()
+        _stop(driver)
         # The batch's watchdog ends them all: Ray itself leaves its agents running.
         wait_until(lambda: not _marked(token), "no process of the batch or its Ray left")
     finally:
         gate.write_text("go")
-        if driver.poll() is None:
-            driver.kill()
-            driver.wait()
+        _stop(driver)
     _verified(cwd, db)
 
 
