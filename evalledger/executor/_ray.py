@@ -449,15 +449,19 @@ class RayExecutor:
         if self._address is not None:
             yield
             return
-        before = os.environ.get(MARKER_VAR)
-        os.environ[MARKER_VAR] = f"{self.spec.batch_token}-ray"
+        # And it does not report usage to Ray's makers: the user did not start it.
+        settings = {MARKER_VAR: f"{self.spec.batch_token}-ray",
+                    "RAY_USAGE_STATS_ENABLED": os.environ.get("RAY_USAGE_STATS_ENABLED", "0")}
+        before = {name: os.environ.get(name) for name in settings}
+        os.environ.update(settings)
         try:
             yield
         finally:
-            if before is None:
-                del os.environ[MARKER_VAR]
-            else:
-                os.environ[MARKER_VAR] = before
+            for name, value in before.items():
+                if value is None:
+                    del os.environ[name]
+                else:
+                    os.environ[name] = value
 
     def close(self, *, hurry: bool = False) -> None:
         """Sweep every live node (giving stopped attempts their grace period unless
