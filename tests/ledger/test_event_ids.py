@@ -3,12 +3,15 @@ read's worth at once (what the runner takes for a chunk of output lines)."""
 
 from __future__ import annotations
 
+import re
+import time
 import uuid
+from datetime import UTC, datetime
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from evalledger.ledger import new_event_id, new_event_ids
+from evalledger.ledger import new_event_id, new_event_ids, utc_now
 
 
 def _check(ids: list[str]) -> None:
@@ -35,3 +38,17 @@ def test_a_batch_larger_than_a_millisecond_counter_carries_into_the_next() -> No
     batch = new_event_ids(10_000)
     _check(batch)
     assert len({text[:13] for text in batch}) >= 3
+
+
+def test_utc_now_is_the_iso_time_between_two_clock_reads() -> None:
+    # The formatted second is cached: each value must still be the wall clock's, in
+    # order, across second boundaries too.
+    previous = ""
+    deadline = time.monotonic() + 1.2
+    while time.monotonic() < deadline:
+        before = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        now = utc_now()
+        after = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        assert before <= now <= after and previous <= now
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", now)
+        previous = now
