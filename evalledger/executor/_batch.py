@@ -201,9 +201,8 @@ async def run_batch(
                           sandboxes, token, attempts)
     finally:
         if cluster is not None:
-            hurry = kill_now is not None and kill_now.is_set()
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(functools.partial(cluster.close, hurry=hurry))
+                await _leave_cluster(cluster, kill_now)
         # Nothing a task started outlives the batch, daemons that left their process
         # group included: they still carry the batch's token in their environment.
         kill_marked(batch_mark(token), prefix=True)
@@ -224,6 +223,21 @@ def _join_cluster(config: BatchConfig, token: str) -> RayExecutor:
     cluster = RayExecutor(spec, config.max_parallel, config.options.ray_address)
     cluster.start()
     return cluster
+
+
+async def _leave_cluster(cluster: RayExecutor, kill_now: trio.Event | None) -> None:
+    """Close the cluster's side of the batch; a second Ctrl-C meanwhile cuts the grace
+    period short there too."""
+    hurry = kill_now if kill_now is not None else trio.Event()
+    async with trio.open_nursery() as nursery:
+
+        async def on_hurry() -> None:
+            await hurry.wait()
+            await trio.to_thread.run_sync(cluster.hurry)
+
+        nursery.start_soon(on_hurry)
+        await trio.to_thread.run_sync(functools.partial(cluster.close, hurry=hurry.is_set()))
+        nursery.cancel_scope.cancel()
 
 
 def _snapshot(ledger: Ledger, run_id: str) -> None:

@@ -24,6 +24,13 @@ def batch_mark(token: str) -> str:
     return f"{MARKER_VAR}={token}-"
 
 
+def ray_mark(token: str) -> str:
+    """The ``MARKER_VAR`` entry of a local Ray started for the batch ``token``. Not an
+    attempt's mark: sweeps of a batch's attempts leave it alone (Ray is shut down by its
+    own means), but the batch's watchdog ends it with the attempts."""
+    return f"{MARKER_VAR}={token}.ray"
+
+
 def kill_marked(*entries: str, prefix: bool = False) -> list[int]:
     """SIGKILL every process whose environment holds one of ``entries`` (each a whole
     ``NAME=value``, or with ``prefix`` the start of one); return their pids.

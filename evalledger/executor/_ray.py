@@ -62,7 +62,7 @@ from evalledger.options import PreservationMode
 from evalledger.pricing import RateCard
 from evalledger.tasks import ResolvedTask
 
-from ._marks import MARKER_VAR, batch_mark, kill_marked, marked
+from ._marks import MARKER_VAR, batch_mark, kill_marked, marked, ray_mark
 from ._runner import RunContext, run_task
 from ._sandbox import BuildFailed, remove_tree
 from ._watchdog import Watchdog
@@ -132,16 +132,23 @@ class _Session:
             raise BuildFailed(ref)
         target = self.base / "workdirs" / digest
         if not target.is_dir():
-            ray = import_ray()
-            blob: bytes = ray.get(ref, timeout=GET_TIMEOUT)
-            staging = Path(tempfile.mkdtemp(prefix=f".{digest[:12]}-", dir=target.parent))
-            with tarfile.open(fileobj=io.BytesIO(blob)) as archive:
-                archive.extractall(staging, filter="tar")
             try:
-                staging.rename(target)
-            except OSError:  # another worker of this node was first: same content
-                remove_tree(staging, ignore_errors=True)
+                self._unpack(ref, target)
+            except Exception as e:  # a full disk, a lost object: the sandbox's failure
+                raise BuildFailed(f"cannot prepare the sandbox from {workdir}: "
+                                  f"{_first_line(e)}") from e
         return str(target)
+
+    @staticmethod
+    def _unpack(ref: Any, target: Path) -> None:
+        blob: bytes = import_ray().get(ref, timeout=GET_TIMEOUT)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name[:12]}-", dir=target.parent))
+        with tarfile.open(fileobj=io.BytesIO(blob)) as archive:
+            archive.extractall(staging, filter="tar")
+        try:
+            staging.rename(target)
+        except OSError:  # another worker of this node was first: same content
+            remove_tree(staging, ignore_errors=True)
 
 
 _sessions: dict[str, _Session] = {}
@@ -195,13 +202,19 @@ class _Forward:
         try:
             self._out.put_nowait(rows)
         except queue.Full:
+            # Not abandoned on cancel: a put given up on could land later, after events
+            # queued since. The thread looks for the cancellation itself instead.
             await trio.to_thread.run_sync(put_unless, self._out, rows, self._abandoned,
-                                          abandon_on_cancel=True)
+                                          trio.from_thread.check_cancelled)
 
 
-def put_unless(out: queue.Queue[Any], item: object, abandoned: threading.Event) -> None:
-    """``out.put(item)``, unless nobody will ever take it (blocking)."""
+def put_unless(out: queue.Queue[Any], item: object, abandoned: threading.Event,
+               check: Callable[[], None] | None = None) -> None:
+    """``out.put(item)``, unless nobody will ever take it (blocking). ``check`` raises
+    to give up (a cancelled trio caller), before the item is put, never after."""
     while not abandoned.is_set():
+        if check is not None:
+            check()
         try:
             out.put(item, timeout=POLL)
             return
@@ -261,6 +274,9 @@ class _WorkerAttempt:
             _attempts=self.session.attempts,
         )
         with trio.CancelScope() as self._scope:
+            # Stopped before the scope existed: ``cancel`` found nothing to cancel.
+            if self.abandoned.is_set():
+                self._scope.cancel()
             await run_task(self.task, ctx, self.attempt)
 
     def cancel(self) -> None:
@@ -413,6 +429,9 @@ class RayExecutor:
         self._cancelled: list[Any] = []
         self._submitters: dict[str, Any] = {}
         self._spec_ref: Any = None
+        # Leaving Ray waits for a hurried sweep in flight; no sweep starts after it.
+        self._leaving = threading.Lock()
+        self._left = False
 
     def start(self) -> None:
         """Start or join Ray (blocking: seconds). Raises ``Unavailable`` in one line."""
@@ -450,7 +469,7 @@ class RayExecutor:
             yield
             return
         # And it does not report usage to Ray's makers: the user did not start it.
-        settings = {MARKER_VAR: f"{self.spec.batch_token}-ray",
+        settings = {MARKER_VAR: ray_mark(self.spec.batch_token).partition("=")[2],
                     "RAY_USAGE_STATS_ENABLED": os.environ.get("RAY_USAGE_STATS_ENABLED", "0")}
         before = {name: os.environ.get(name) for name in settings}
         os.environ.update(settings)
@@ -463,10 +482,24 @@ class RayExecutor:
                 else:
                     os.environ[name] = value
 
+    def hurry(self) -> None:
+        """A second Ctrl-C: SIGKILL what the batch runs on every node now, not after the
+        grace period (a sweep without patience; a sweep still waiting then sees nothing
+        left). Blocking; never raises; does nothing once ``close`` has left Ray."""
+        with self._leaving:
+            if self._left:
+                return
+            try:
+                self._sweep(0.0)
+            # SystemExit: what Ray raises in a waiting thread when it is shut down.
+            except (Exception, SystemExit) as e:
+                log.warning("could not end the batch's processes at once: %s", _first_line(e))
+
     def close(self, *, hurry: bool = False) -> None:
         """Sweep every live node (giving stopped attempts their grace period unless
         ``hurry``) and leave Ray (blocking). Never raises: it runs on the way out of a
-        batch, and what it could not do is a warning."""
+        batch, and what it could not do is a warning. A ``hurry`` call may run meanwhile,
+        from another thread; Ray is left only once it is done."""
         ray = self._ray
         try:
             if ray.is_initialized():
@@ -475,8 +508,10 @@ class RayExecutor:
         except Exception as e:
             log.warning("the end-of-batch sweep failed: %s", _first_line(e))
         finally:
-            with contextlib.suppress(Exception):
-                ray.shutdown()
+            with self._leaving:
+                self._left = True
+                with contextlib.suppress(Exception):
+                    ray.shutdown()
 
     def _sweep(self, patience: float) -> None:
         ray = self._ray
@@ -580,6 +615,10 @@ class RayExecutor:
                 if isinstance(e, ray.exceptions.TaskCancelledError):
                     raise
                 stop.set()
+                if generator is not None:  # the worker may live on: stop what it runs
+                    self._cancelled.append(generator)
+                    with trio.CancelScope(shield=True):
+                        await trio.to_thread.run_sync(_cancel_quietly, ray, generator)
                 if completed is None:
                     await self._lost(task, ctx, started, e)
                     return None
@@ -591,7 +630,7 @@ class RayExecutor:
             with trio.CancelScope(shield=True):
                 if generator is not None:
                     self._cancelled.append(generator)
-                    await trio.to_thread.run_sync(ray.cancel, generator)
+                    await trio.to_thread.run_sync(_cancel_quietly, ray, generator)
                 if completed is not None:
                     # It ended before the cancel: what it recorded stands, as locally.
                     await ctx.writer.append_durable(completed)
@@ -659,6 +698,11 @@ class RayExecutor:
                 await trio.to_thread.run_sync(_unpack_artifacts, blob, target)
             except (OSError, tarfile.TarError) as e:
                 log.warning("could not keep the sandbox of %s: %s", task.task_key, e)
+
+
+def _cancel_quietly(ray: Any, generator: Any) -> None:
+    with contextlib.suppress(Exception):
+        ray.cancel(generator)
 
 
 def _reachable(address: str) -> None:

@@ -30,9 +30,9 @@ from typing import Any
 
 if __name__ == "__main__":  # the watchdog itself: a bare interpreter
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from _marks import batch_mark, kill_marked  # type: ignore[import-not-found]
+    from _marks import MARKER_VAR, batch_mark, kill_marked, ray_mark  # type: ignore[import-not-found]
 else:
-    from ._marks import batch_mark, kill_marked
+    from ._marks import MARKER_VAR, batch_mark, kill_marked, ray_mark
 
 DONE = b"done"
 # After the runner died: keep killing marked processes this long, so that one the
@@ -55,10 +55,11 @@ def watch(token: str, root: str, shared: str = "", last: str = "") -> None:
     """
     if sys.stdin.buffer.read() == DONE:
         return
-    mark = batch_mark(token)
+    # The attempts, and a local Ray started for the batch (its processes carry the mark).
+    marks = (batch_mark(token), ray_mark(token))
     quiet_until = time.monotonic() + SWEEP_SECONDS
     while time.monotonic() < quiet_until:
-        kill_marked(mark, prefix=True)
+        kill_marked(*marks, prefix=True)
         time.sleep(0.1)
     if root:
         _remove(root)
@@ -98,6 +99,9 @@ class Watchdog:
                  *also],
                 stdin=read, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 start_new_session=True, close_fds=True,
+                # Never marked itself: a sweep of whatever the runner carries (a local Ray
+                # started for a batch, an outer batch) must not take its cleaner too.
+                env={k: v for k, v in os.environ.items() if k != MARKER_VAR},
             )
         finally:
             os.close(read)
@@ -173,7 +177,8 @@ def sweep_dead_batches(ledger: Any) -> Sweep:
     sweep = Sweep(batches=len(dead))
     if not dead:
         return sweep
-    sweep.killed = kill_marked(*(batch_mark(token) for token, _ in dead), prefix=True)
+    sweep.killed = kill_marked(*(mark(token) for token, _ in dead
+                                 for mark in (batch_mark, ray_mark)), prefix=True)
     for _, root in dead:
         if root and os.path.isdir(root):
             _remove(root)

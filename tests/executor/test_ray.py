@@ -14,6 +14,7 @@ import collections
 import contextlib
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -149,10 +150,27 @@ def _stop(process: subprocess.Popen[str]) -> None:
     process.wait(60)
 
 
-def _finish(process: subprocess.Popen[str]) -> tuple[int, str]:
-    """Wait for a driver; its exit code and stderr."""
-    _, err = process.communicate(timeout=120)
-    return process.returncode, err
+def _finish(process: subprocess.Popen[str], timeout: float = 120) -> tuple[int, str]:
+    """Wait for a driver; its exit code and stderr (what was read of it already too)."""
+    _, err = process.communicate(timeout=timeout)
+    return process.returncode, _read_so_far.pop(process.pid, "") + err
+
+
+_read_so_far: dict[int, str] = {}
+
+
+def _stderr_so_far(process: subprocess.Popen[str]) -> str:
+    """What the driver wrote on stderr until now, without blocking."""
+    assert process.stderr is not None
+    os.set_blocking(process.stderr.fileno(), False)
+    chunk = os.read(process.stderr.fileno(), 65536) if _readable(process) else b""
+    _read_so_far[process.pid] = _read_so_far.get(process.pid, "") + chunk.decode()
+    return _read_so_far[process.pid]
+
+
+def _readable(process: subprocess.Popen[str]) -> bool:
+    assert process.stderr is not None
+    return bool(select.select([process.stderr], [], [], 0)[0])
 
 
 def _task(path: Path, command: str | list[str], **fields: Any) -> None:
@@ -176,7 +194,7 @@ GATED = ["python3", "-c", "import os, signal, sys, time\n"
 def _marked(token: str) -> list[int]:
     """Processes on this machine (every node of the test cluster) carrying the batch's
     mark in their environment."""
-    needle = f"\0EVALLEDGER_ATTEMPT={token}-".encode()
+    needle = f"\0EVALLEDGER_ATTEMPT={token}".encode()  # attempts, and a local Ray
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -261,6 +279,11 @@ def test_the_mixed_suite_on_a_local_ray_ends_as_it_does_here(
         a, b = _fold(db, cwd, local), _fold(db, cwd, remote)
         assert a == b
         assert a["statuses"] and a["types"]["task.output"]
+    # The local Ray each run started is gone with its run: nothing carries the mark.
+    for run_id in ("there", "mixed-there"):
+        token = _token(db, run_id)
+        wait_until(lambda token=token: not _marked(token),  # type: ignore[misc]
+                   f"nothing left of {run_id}'s Ray")
     # The sandboxes came back: what the agent wrote is in the artifacts.
     assert (cwd / "runs" / "there" / "artifacts" / "baseline" / "add-numbers" / "00"
             / "add.py").is_file()
@@ -380,19 +403,25 @@ def test_a_lost_node_interrupts_its_task_and_resume_finishes_the_run(
 
 
 @contextlib.contextmanager
-def _gated_batch(two_nodes: TwoNodes, tmp_path: Path, run_id: str
-                 ) -> Iterator[tuple[Path, subprocess.Popen[str], str]]:
+def _gated_batch(two_nodes: TwoNodes, tmp_path: Path, run_id: str, *options: str,
+                 stubborn: bool = False) -> Iterator[tuple[Path, subprocess.Popen[str], str]]:
     """A driver whose two tasks (one per node) print "waiting" and hold until the gate
     opens; yields the ledger, the driver and the batch's token once both wait. On the
-    way out the gate is opened and a driver still running is killed."""
+    way out the gate is opened and a driver still running is killed. ``stubborn``: the
+    tasks ignore SIGTERM."""
     gate = tmp_path / "gate"
+    command = GATED
+    if stubborn:
+        command = [*GATED[:2], GATED[2].replace("signal.signal(signal.SIGTERM, term)",
+                                                "signal.signal(signal.SIGTERM, signal.SIG_IGN)")]
+        assert command != GATED
     for name in ("one", "two"):
-        _task(tmp_path / "tasks" / f"{name}.yaml", GATED, env={"GATE": str(gate)},
+        _task(tmp_path / "tasks" / f"{name}.yaml", command, env={"GATE": str(gate)},
               ray={"num_cpus": 1})
     db = tmp_path / "l.db"
     driver = _driver(two_nodes.place, _ready(tmp_path), db, "run", str(tmp_path / "tasks"),
                      "--run-id", run_id, "-j", "2", "--executor", "ray", "--ray-address",
-                     two_nodes.address)
+                     two_nodes.address, *options)
     try:
         for key in ("default/one/00", "default/two/00"):
             wait_until(lambda key=key: "waiting" in _output_of(db, run_id, key)  # type: ignore[misc]
@@ -414,16 +443,34 @@ def test_ctrl_c_interrupts_the_remote_attempts_and_leaves_no_process(
         code, err = _finish(driver)
         assert code == 130, err
         assert "Traceback" not in err, err
-        # Before exit 130, on every node: nothing the batch started is left, and no
-        # folder of the batch.
+        # Before exit 130, on every node: nothing the batch started is left. Its folders
+        # go too (a worker still closing its attempt may write one last time: waited for).
         assert not _marked(token)
-        assert not two_nodes.batch_folder(token).exists()
+        wait_until(lambda: not two_nodes.batch_folder(token).exists(),
+                   "no folder of the batch left")
         # Each was stopped with its grace period (SIGTERM first), not killed outright.
         assert len(list(tmp_path.glob("gate.*.term"))) == 2
     evs = events(db, "stopped")
     assert sorted(e.task_key for e in of_type(evs, "task.interrupted")) == [
         "default/one/00", "default/two/00"]
     assert of_type(evs, "run.finished")[-1].status == "interrupted"
+    _verified(tmp_path, db)
+
+
+def test_ctrl_c_twice_ends_remote_attempts_without_their_grace_period(
+    two_nodes: TwoNodes, tmp_path: Path
+) -> None:
+    # The agents ignore SIGTERM and have a minute of grace: only the second Ctrl-C ends
+    # them before that minute is out.
+    with _gated_batch(two_nodes, tmp_path, "hurried", "--kill-grace", "60",
+                      stubborn=True) as (db, driver, token):
+        driver.send_signal(signal.SIGINT)
+        wait_until(lambda: "stopping tasks" in _stderr_so_far(driver), "the first Ctrl-C said")
+        driver.send_signal(signal.SIGINT)
+        code, err = _finish(driver, timeout=PATIENCE)
+        assert code == 130, err
+        assert not _marked(token)
+    assert of_type(events(db, "hurried"), "run.finished")[-1].status == "interrupted"
     _verified(tmp_path, db)
 
 
@@ -492,8 +539,11 @@ def test_a_killed_driver_takes_its_local_ray_with_it(ray_place: RayPlace, tmp_pa
         # The attempt and the local Ray's own processes (GCS, raylet, agents, workers).
         assert len(_marked(token)) > 3
         _stop(driver)
-        # The batch's watchdog ends them all: Ray itself leaves its agents running.
+        # The batch's watchdog ends them all: Ray itself leaves its agents running. The
+        # workers' own watchdogs (never marked) remove what the attempts left on disk.
         wait_until(lambda: not _marked(token), "no process of the batch or its Ray left")
+        wait_until(lambda: not list((tmp_path / "tmp").glob("evalledger-*")),
+                   "no folder of the batch left")
     finally:
         gate.write_text("go")
         _stop(driver)
@@ -548,3 +598,35 @@ def test_a_workdir_packs_to_the_same_bytes_whatever_its_times(tmp_path: Path) ->
     (tmp_path / "b" / "sub" / "f.txt").write_text("other", encoding="utf-8")
     assert _pack(tmp_path / "a") != _pack(tmp_path / "b")
     assert _pack(tmp_path / "a", limit=10) is None  # past the limit: not brought back
+
+
+def test_a_hand_over_cancelled_on_a_worker_never_lands_late() -> None:
+    """A budget stop cancels a reader waiting to hand rows over to a full queue: those
+    rows must not arrive after what the attempt records next (its task.completed)."""
+    import queue
+    import threading
+
+    import trio
+
+    from evalledger.executor._ray import _Forward
+    from evalledger.ledger import EventRow
+
+    def row(text: str) -> EventRow:
+        return EventRow(text, "r", "default/t/00", "task.output", "ts", "{}")
+
+    out: queue.Queue[object] = queue.Queue(1)
+    forward = _Forward(out, {}, threading.Event())
+
+    async def main() -> list[object]:
+        await forward.append(row("first"))  # the queue is full now
+        with trio.move_on_after(0.3) as waited:
+            await forward.append(row("late"))
+        assert waited.cancelled_caught
+        got = [out.get_nowait()]
+        await forward.append(row("next"))
+        got.append(out.get_nowait())
+        return got
+
+    got = trio.run(main)
+    assert [batch[0][0] for batch in got] == ["first", "next"]  # type: ignore[index]
+    assert out.empty()
