@@ -148,7 +148,9 @@ def check_executor(
             raise UserError("--ray-address goes with --executor ray")
         executor = "ray"
     if executor == "ray" and importlib.util.find_spec("ray") is None:
-        raise UserError("--executor ray needs Ray: pip install 'evalledger[ray]'")
+        from evalledger.executor._ray import INSTALL_HINT
+
+        raise UserError(INSTALL_HINT)
     return executor, ray_address
 
 

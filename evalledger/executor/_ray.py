@@ -20,9 +20,12 @@ What is shipped, and how often:
 Nothing outlives the batch on any node: a worker process watches itself with the
 same watchdog as a local batch (its attempts carry ``<batch token>-<pid>-`` marks,
 killed when the worker dies); the batch ends with a sweep on every live node that
-kills whatever carries the batch's mark and removes the batch's folders. A lost
-worker or node ends its attempt as ``task.interrupted("worker lost: ...")``, and the
-batch goes on. No retries: a retried task whose node is gone can wait forever.
+kills whatever carries the batch's mark and removes the batch's folders. A local Ray
+started for the run carries a mark of its own (``ray_mark``): no sweep of attempts
+touches it, ``ray.shutdown`` ends it, and should this process be killed the batch's
+watchdog does. A lost worker or node ends its attempt as ``task.interrupted("worker
+lost: ...")``, and the batch goes on. No retries: a retried task whose node is gone can
+wait forever.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import functools
 import hashlib
 import io
 import itertools
+import json
 import logging
 import os
 import queue
@@ -192,9 +196,10 @@ class _Forward:
     async def append_durable(self, event: AnyEvent) -> int:
         # The driver commits it; what ran it is said where the run's summary looks.
         if isinstance(event, TaskCompleted):
-            event = event.model_copy(
-                update={"environment_info": {**event.environment_info, **self._node}}
-            )
+            # Sorted again: payloads are canonical JSON, keys in order at every level.
+            info = json.loads(json.dumps({**event.environment_info, **self._node},
+                                         sort_keys=True))
+            event = event.model_copy(update={"environment_info": info})
         await self._put([_row(event)])
         return 0
 

@@ -289,7 +289,12 @@ def test_the_mixed_suite_on_a_local_ray_ends_as_it_does_here(
             / "add.py").is_file()
     with Ledger(db, read_only=True) as ledger:
         infos = [e.environment_info for e in ledger.events("there", types={"task.completed"})]
+        payloads = [row.payload for run in ("there", "mixed-there")
+                    for row in ledger.rows(run)]
     assert all(info.get("ray_node_id") for info in infos)
+    # What workers encoded is stored as canonical JSON, as what this process encodes.
+    assert all(json.dumps(json.loads(p), sort_keys=True, separators=(",", ":"),
+                          ensure_ascii=False) == p for p in payloads)
     _verified(cwd, db)
 
 
