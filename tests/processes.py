@@ -6,6 +6,7 @@ of a killed task waits only for init to collect it.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,3 +32,20 @@ def still_alive(pids: Sequence[int], timeout: float = 3.0) -> list[int]:
 
 def wait_gone(pid: int, timeout: float = 3.0) -> bool:
     return not still_alive([pid], timeout)
+
+
+def marked(entry: str, *, prefix: bool = False) -> list[int]:
+    """Live processes whose environment holds ``entry`` (``NAME=value``, or with
+    ``prefix`` the start of one), read here rather than through the code under test."""
+    needle = b"\0" + entry.encode() + (b"" if prefix else b"\0")
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            environ = b"\0" + Path(f"/proc/{name}/environ").read_bytes() + b"\0"
+        except OSError:
+            continue
+        if needle in environ and alive(int(name)):
+            found.append(int(name))
+    return found

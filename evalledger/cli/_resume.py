@@ -121,11 +121,9 @@ def resume(
                        + ", ".join(plan.added[:10]) + (" ..." if len(plan.added) > 10 else ""),
                        err=True)
         click.echo(run_id)
-        if not plan.to_run and state.finished:
+        if not plan.has_work:
             click.echo(f"run {run_id}: nothing to resume ({len(plan.partition.kept)} tasks kept)")
             raise SystemExit(exit_code(live.summary(), allow_skipped=allow_skipped))
-        # With nothing to run, a run cut off after its last task (no run.finished) still
-        # gets a batch: an empty one, which records how the run ended.
         click.echo(f"resuming {len(plan.to_run)} task(s), keeping {len(plan.partition.kept)}",
                    err=True)
         options = plan.options

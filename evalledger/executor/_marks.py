@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterable
 
 MARKER_VAR = "EVALLEDGER_ATTEMPT"
 
@@ -38,7 +39,7 @@ def kill_marked(*entries: str, prefix: bool = False) -> list[int]:
     Each process is pinned with a pidfd before its environment is read, so a pid
     reused meanwhile is never signalled.
     """
-    needles = [b"\0" + os.fsencode(e) + (b"" if prefix else b"\0") for e in entries]
+    needles = _needles(entries, prefix)
     killed: list[int] = []
     if not needles or not os.path.isdir("/proc"):
         return killed
@@ -54,16 +55,22 @@ def kill_marked(*entries: str, prefix: bool = False) -> list[int]:
 
 def marked(entry_start: str) -> list[int]:
     """The pids whose environment holds an entry starting with ``entry_start``."""
-    needle = b"\0" + os.fsencode(entry_start)
-    found = []
-    for pid in _pids():
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if needle in b"\0" + f.read():
-                    found.append(pid)
-        except OSError:  # gone, or not ours to read
-            continue
-    return found
+    needles = _needles([entry_start], prefix=True)
+    return [pid for pid in _pids() if _holds(pid, needles)]
+
+
+def _needles(entries: Iterable[str], prefix: bool) -> list[bytes]:
+    return [b"\0" + os.fsencode(e) + (b"" if prefix else b"\0") for e in entries]
+
+
+def _holds(pid: int, needles: list[bytes]) -> bool:
+    """Whether ``pid``'s environment holds a needle (False once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            environ = b"\0" + f.read() + b"\0"
+    except OSError:  # gone, or not ours to read
+        return False
+    return any(needle in environ for needle in needles)
 
 
 def _pids() -> list[int]:
@@ -81,16 +88,14 @@ def _signal_if(pid: int, needles: list[bytes]) -> bool:
     except OSError:  # no pidfds here (an old kernel, a seccomp profile): plain kill
         pidfd = None
     try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            environ = b"\0" + f.read() + b"\0"
-        if not any(needle in environ for needle in needles):
+        if not _holds(pid, needles):
             return False
         if pidfd is None:
             os.kill(pid, signal.SIGKILL)
         else:
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         return True
-    except OSError:  # gone, or not ours to read or signal
+    except OSError:  # gone, or not ours to signal
         return False
     finally:
         if pidfd is not None:

@@ -35,7 +35,6 @@ import functools
 import hashlib
 import io
 import itertools
-import json
 import logging
 import os
 import queue
@@ -61,7 +60,6 @@ from evalledger.ledger import (
     TaskInterrupted,
     TaskUsage,
 )
-from evalledger.ledger._events import encode_payload
 from evalledger.options import PreservationMode
 from evalledger.pricing import RateCard
 from evalledger.tasks import ResolvedTask
@@ -196,10 +194,10 @@ class _Forward:
     async def append_durable(self, event: AnyEvent) -> int:
         # The driver commits it; what ran it is said where the run's summary looks.
         if isinstance(event, TaskCompleted):
-            # Sorted again: payloads are canonical JSON, keys in order at every level.
-            info = json.loads(json.dumps({**event.environment_info, **self._node},
-                                         sort_keys=True))
-            event = event.model_copy(update={"environment_info": info})
+            # Validated again, not copied: the model sorts the merged object's keys, as
+            # canonical payloads need.
+            event = TaskCompleted.model_validate(
+                {**dict(event), "environment_info": {**event.environment_info, **self._node}})
         await self._put([_row(event)])
         return 0
 
@@ -228,10 +226,8 @@ def put_unless(out: queue.Queue[Any], item: object, abandoned: threading.Event,
 
 
 def _row(event: AnyEvent | EventRow) -> tuple[Any, ...]:
-    if isinstance(event, EventRow):
-        return tuple(event[:6])
-    return (event.event_id, event.run_id, event.task_key, str(event.type), event.ts,
-            encode_payload(event))
+    # The stored form without seq and hash (the driver's ledger assigns them).
+    return tuple(EventRow.of(event)[:6])
 
 
 _DONE = object()

@@ -55,6 +55,16 @@ class EventRow(NamedTuple):
 
         return decode_row(self)
 
+    @classmethod
+    def of(cls, event: AnyEvent | EventRow) -> EventRow:
+        """An event in stored form, not yet numbered or hashed (a row stays as it is)."""
+        if type(event) is EventRow:
+            return event
+        from ._events import encode_payload
+
+        return cls(event.event_id, event.run_id, event.task_key, event.type, event.ts,
+                   encode_payload(event))
+
 
 
 STREAM_TYPES = (EventType.TASK_OUTPUT, EventType.TASK_EVENT)

@@ -353,14 +353,9 @@ class Ledger:
         """
         if self.read_only:
             raise LedgerReadOnly(f"{self.path} was opened read-only; cannot append")
-        from ._events import encode_payload
-
-        # Serialise before taking the lock: the lock is held only for the insert.
-        rows: list[EventRow] = [
-            e if type(e) is EventRow
-            else EventRow(e.event_id, e.run_id, e.task_key, e.type, e.ts, encode_payload(e))
-            for e in events
-        ]
+        # Serialise before taking the lock: the lock is held only for the insert. Rows
+        # (nearly every event of a run) skip the call.
+        rows: list[EventRow] = [e if type(e) is EventRow else EventRow.of(e) for e in events]
         if not rows:
             return []
         with self._translate(), self._immediate():

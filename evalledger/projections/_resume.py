@@ -263,6 +263,14 @@ class ResumePlan:
     spent_usd: float
     """What the run spent before this resume; a run-level budget covers the whole run."""
     boundary_seq: int
+    finished: bool
+    """Whether the run's latest batch recorded ``run.finished``."""
+
+    @property
+    def has_work(self) -> bool:
+        """Whether this resume runs a batch: keys to run, or a run cut off after its last
+        task, which an empty batch ends (``run.resumed``, then ``run.finished``)."""
+        return bool(self.to_run) or not self.finished
 
     @property
     def skip(self) -> frozenset[str]:
@@ -372,6 +380,7 @@ def plan_resume(
         undefined=[k for k in partition.to_run if k not in defined],
         spent_usd=spent_usd,
         boundary_seq=state.boundary_seq,
+        finished=state.finished,
     )
 
 

@@ -23,29 +23,12 @@ import yaml
 from evalledger.ledger import Ledger, LedgerError, RunStarted, verify
 from evalledger.projections import SummaryFold, fold
 
+from ..processes import marked
+
 PATIENCE = 30.0
 # What the issue allows between a runner's death and the last of its processes.
 GONE_WITHIN = 5.0
 RUN = "orphans"
-
-
-def marked(entry: str) -> list[int]:
-    """Pids of the processes whose environment holds ``entry``."""
-    needle = b"\0" + entry.encode() + b"\0"
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                environ = b"\0" + f.read() + b"\0"
-            with open(f"/proc/{name}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if needle in environ and state not in (b"Z", b"X"):
-            found.append(int(name))
-    return found
 
 
 def wait_for_none(entry: str, within: float) -> list[int]:

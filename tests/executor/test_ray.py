@@ -38,7 +38,7 @@ from ..cli.helpers import (
     of_type,
     wait_until,
 )
-from ..processes import alive
+from ..processes import marked
 from ..viewer.conftest import write_suite
 
 SMOKE = Path(__file__).resolve().parents[2] / "examples" / "smoke"
@@ -193,19 +193,8 @@ GATED = ["python3", "-c", "import os, signal, sys, time\n"
 
 def _marked(token: str) -> list[int]:
     """Processes on this machine (every node of the test cluster) carrying the batch's
-    mark in their environment."""
-    needle = f"\0EVALLEDGER_ATTEMPT={token}".encode()  # attempts, and a local Ray
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = b"\0" + Path(entry.path, "environ").read_bytes()
-        except OSError:
-            continue
-        if needle in environ and alive(int(entry.name)):
-            found.append(int(entry.name))
-    return found
+    mark: its attempts', and a local Ray's."""
+    return marked(f"EVALLEDGER_ATTEMPT={token}", prefix=True)
 
 
 def _token(db: Path, run_id: str) -> str:

@@ -363,6 +363,17 @@ def test_a_plan_runs_what_is_unfinished_and_keeps_the_rest() -> None:
     assert again.to_run == [key(1), key(2), key(3)]
 
 
+def test_a_run_cut_off_after_its_last_task_has_work_for_an_empty_batch() -> None:
+    tasks = [_task(0)]
+    cut_off = _run_of(tasks, started(key(0)), completed(key(0)))
+    plan = plan_resume(cut_off, load=Loader(tasks), spent_usd=0.0)
+    assert (plan.to_run, plan.finished, plan.has_work) == ([], False, True)
+    ended = _run_of(tasks, started(key(0)), completed(key(0)),
+                    RunFinished(run_id=RUN, status=RunStatus.COMPLETED))
+    plan = plan_resume(ended, load=Loader(tasks), spent_usd=0.0)
+    assert (plan.to_run, plan.finished, plan.has_work) == ([], True, False)
+
+
 def test_a_plan_takes_new_parallelism_and_budget_without_drift() -> None:
     tasks = [_task(0)]
     state = _run_of(tasks)
