@@ -46,7 +46,7 @@ from ._marks import batch_mark, kill_marked
 from ._process import DEFAULT_KILL_GRACE
 from ._runner import RunContext, run_task
 from ._sandbox import SandboxPool, remove_tree
-from ._watchdog import Watchdog, sweep_dead_batches
+from ._watchdog import Watchdog, make_folder, sweep_dead_batches
 from ._writer import WriterStats, open_writer
 
 if TYPE_CHECKING:
@@ -183,10 +183,12 @@ async def run_batch(
     sandbox_root = Path(tempfile.gettempdir()) / f"evalledger-{config.run_id}-{token}"
     # From here, should this process die, the watchdog kills what the batch started and
     # removes the folder. The watchdog first, then the folder: a runner killed between
-    # the two leaves nothing behind (the other way round it left an empty folder).
+    # the two leaves nothing behind (the other way round it left an empty folder). The
+    # folder holds its proof (a marker naming the token) before anything else: nothing
+    # removes a folder without it.
     watchdog = Watchdog(token, sandbox_root)
     try:
-        sandbox_root.mkdir(mode=0o700)
+        make_folder(sandbox_root, token)
     except BaseException:
         watchdog.done()
         raise

@@ -67,7 +67,7 @@ from evalledger.tasks import ResolvedTask
 from ._marks import MARKER_VAR, batch_mark, kill_marked, marked, ray_mark
 from ._runner import RunContext, run_task
 from ._sandbox import BuildFailed, remove_tree
-from ._watchdog import Watchdog
+from ._watchdog import Watchdog, make_folder
 
 log = logging.getLogger("evalledger.executor")
 
@@ -163,13 +163,16 @@ def _session(spec: WorkerSpec) -> _Session:
         session = _sessions.get(spec.batch_token)
         if session is None:
             base = Path(tempfile.gettempdir()) / f"evalledger-ray-{spec.batch_token}"
-            (base / "workdirs").mkdir(parents=True, exist_ok=True, mode=0o700)
+            # Each folder holds its proof (a marker naming its token) before anything
+            # else: the node's batch folder, shared by its workers, names the batch's.
+            make_folder(base, spec.batch_token, shared=True)
+            (base / "workdirs").mkdir(exist_ok=True, mode=0o700)
             token = f"{spec.batch_token}-{os.getpid()}"
             root = base / f"{WORKER_FOLDER}{os.getpid()}"
             # The watchdog first, then the folder (as for a local batch). Should this
             # worker die, it removes the batch's folder too once no worker is left in it.
             watchdog = Watchdog(token, root, shared=(base, WORKER_FOLDER))
-            root.mkdir(mode=0o700, exist_ok=True)
+            make_folder(root, token, shared=True)
             session = _sessions[spec.batch_token] = _Session(base, root, token, watchdog)
         return session
 

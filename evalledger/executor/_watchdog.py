@@ -14,15 +14,29 @@ A second line of defence: ``sweep_dead_batches`` runs when a batch starts and
 does the same for every batch the ledger recorded on this host whose process is
 gone and that never recorded ``run.finished``.
 
+Nothing is deleted on the ledger's word: a ledger's rows can come from anywhere
+(``merge``, ``import-events``, anyone who can write the file). A batch's folder
+carries its own proof, made before anything else in it: a marker file naming the
+batch's token and the pid that made it. A folder is removed only when it is a real
+directory (not a symlink) owned by this user, directly inside the temp folder it
+was made in, never ``/``, the home folder, the current folder or the ledger's,
+and its marker is a regular file owned by this user naming exactly the token
+(and, for the sweep, the pid) the batch recorded. Short of that proof nothing is
+removed and nothing killed. Runs that arrived by ``merge`` or ``import-events``
+(a ``run.merged`` after their start) are never batches of this host.
+
 This file is also the watchdog's program: ``python _watchdog.py TOKEN ROOT``. Run
 that way it imports nothing of the package, only ``_marks`` beside it.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +49,10 @@ else:
     from ._marks import MARKER_VAR, batch_mark, kill_marked, ray_mark
 
 DONE = b"done"
+# The proof inside a batch's folder that this program made it (see ``make_folder``).
+MARKER = ".evalledger-batch"
+# A marker is a few dozen bytes; more is not one of ours.
+MARKER_MAX = 4096
 # After the runner died: keep killing marked processes this long, so that one the
 # runner was spawning at that very moment is caught too.
 SWEEP_SECONDS = 2.0
@@ -43,6 +61,91 @@ SWEEP_SECONDS = 2.0
 def _remove(root: str) -> None:
     # rm walks a tree of any depth without following symlinks out of it.
     subprocess.run(["rm", "-rf", "--", root], capture_output=True, check=False)
+
+
+def make_folder(folder: Path, token: str, *, shared: bool = False) -> None:
+    """Make a batch's folder (mode 0700) and, before anything else in it, its marker:
+    a file (mode 0600) made with ``O_EXCL`` naming ``token`` and this process's pid,
+    the proof ``proven`` asks for before anything removes the folder.
+
+    ``shared``: a folder several processes of one batch make (a Ray node's batch
+    folder): one already there is used, and its marker, if another made it first.
+
+    Raises:
+        OSError: the folder exists (unless ``shared``) or cannot be made; a folder this
+            call made is removed again.
+    """
+    try:
+        folder.mkdir(mode=0o700)
+    except FileExistsError:
+        if not shared:
+            raise
+        made = False
+    else:
+        made = True
+    body = json.dumps({"token": token, "pid": os.getpid()}).encode() + b"\n"
+    try:
+        fd = os.open(folder / MARKER,
+                     os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        if not shared:
+            raise
+        return  # another process of the batch was first
+    except BaseException:
+        if made:
+            folder.rmdir()
+        raise
+    try:
+        os.write(fd, body)  # one write: a marker is whole or empty, never another token
+    except BaseException:
+        if made:
+            _remove(str(folder))
+        raise
+    finally:
+        os.close(fd)
+
+
+def proven(folder: str, token: str, parent: str, *, pid: int | None = None,
+           protected: tuple[str, ...] = ()) -> bool:
+    """Whether ``folder`` is provably a batch's folder this program made for ``token``:
+    a directory, not a symlink, owned by this user, directly inside ``parent`` (as
+    resolved), none of ``/``, the home folder, the current folder or ``protected`` (nor
+    a folder holding one), with a marker that is a regular file owned by this user
+    naming ``token`` (and ``pid``, when given). Anything else, or any error: False.
+    """
+    try:
+        real = os.path.realpath(folder)
+        if os.path.dirname(real) != os.path.realpath(parent):
+            return False
+        keep = ["/", os.path.expanduser("~"), os.getcwd(), *protected]
+        for kept in (os.path.realpath(k) for k in keep if k):
+            if kept == real or kept.startswith(real.rstrip("/") + "/"):
+                return False
+        # The folder by descriptor, not followed: what is checked is what holds the marker.
+        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return False
+    try:
+        if os.fstat(dir_fd).st_uid != os.getuid():
+            return False
+        fd = os.open(MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=dir_fd)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+                return False
+            body = os.read(fd, MARKER_MAX + 1)
+        finally:
+            os.close(fd)
+        if len(body) > MARKER_MAX:
+            return False
+        mark = json.loads(body)
+    except (OSError, ValueError):
+        return False
+    finally:
+        os.close(dir_fd)
+    return (isinstance(mark, dict) and mark.get("token") == token
+            and (pid is None or mark.get("pid") == pid))
 
 
 def watch(token: str, root: str, shared: str = "", last: str = "") -> None:
@@ -61,9 +164,13 @@ def watch(token: str, root: str, shared: str = "", last: str = "") -> None:
     while time.monotonic() < quiet_until:
         kill_marked(*marks, prefix=True)
         time.sleep(0.1)
-    if root:
+    # The runner named these folders itself; still, removed only with their proof (a
+    # bug, or a folder swapped meanwhile, never makes this an ``rm -rf`` of anything).
+    temp = tempfile.gettempdir()
+    if root and proven(root, token, shared or temp):
         _remove(root)
-    if shared:
+    # A Ray node's batch folder names the batch's token; a worker's, ``<token>-<pid>``.
+    if shared and proven(shared, token.rsplit("-", 1)[0], temp):
         try:
             siblings = [n[len(last):] for n in os.listdir(shared) if n.startswith(last)]
         except OSError:
@@ -100,8 +207,10 @@ class Watchdog:
                 stdin=read, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 start_new_session=True, close_fds=True,
                 # Never marked itself: a sweep of whatever the runner carries (a local Ray
-                # started for a batch, an outer batch) must not take its cleaner too.
-                env={k: v for k, v in os.environ.items() if k != MARKER_VAR},
+                # started for a batch, an outer batch) must not take its cleaner too. Its
+                # temp folder is the runner's, where the batch's folder must lie.
+                env={**{k: v for k, v in os.environ.items() if k != MARKER_VAR},
+                     "TMPDIR": tempfile.gettempdir()},
             )
         finally:
             os.close(read)
@@ -123,47 +232,68 @@ class Sweep:
     batches: int = 0
     killed: list[int] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    # Recorded folders still there without the proof: left alone, nothing killed.
+    refused: list[str] = field(default_factory=list)
 
 
-# Every run boundary and run.finished, with the few payload fields that say which
-# batch it was and where it ran: json_extract in SQLite, not a decode of each
-# (a run.started's payload lists every planned key).
+@dataclass(frozen=True)
+class DeadBatch:
+    """A batch the ledger says ran here and died: what it claims, not yet believed."""
+
+    run_id: str
+    token: str
+    pid: int
+    sandbox_root: str | None
+
+
+# Every run boundary, run.finished and run.merged, with the few payload fields that
+# say which batch it was and where it ran: json_extract in SQLite, not a decode of
+# each (a run.started's payload lists every planned key).
 _BOUNDARIES = """
 SELECT run_id, type,
        json_extract(payload, '$.host.hostname'), json_extract(payload, '$.host.pid'),
        json_extract(payload, '$.batch_token'), json_extract(payload, '$.sandbox_root')
 FROM events WHERE task_key IS NULL
-  AND type IN ('run.started', 'run.resumed', 'run.finished')
+  AND type IN ('run.started', 'run.resumed', 'run.finished', 'run.merged')
 ORDER BY seq
 """
 
 
 def dead_batches(rows: list[tuple[Any, ...]], hostname: str,
-                 alive: Any) -> list[tuple[str, str | None]]:
-    """(token, sandbox root) of every batch recorded on ``hostname`` that never recorded
-    ``run.finished`` and whose process ``alive(pid)`` says is gone.
+                 alive: Any) -> list[DeadBatch]:
+    """Every batch recorded on ``hostname`` that never recorded ``run.finished`` and
+    whose process ``alive(pid)`` says is gone.
 
     A run.finished ends its run's latest batch; a batch followed by another start of
-    its run without one was cut off (a resume refuses to start while it lives).
+    its run without one was cut off (a resume refuses to start while it lives). A
+    run.merged comes after the events a ``merge`` or ``import-events`` added: every
+    batch of its run recorded before it came from elsewhere, and is nobody's here.
     """
     batches: list[list[Any]] = []  # [run_id, host, pid, token, root, finished]
     latest: dict[str, list[Any]] = {}
     for run_id, type_, host, pid, token, root in rows:
-        if type_ == "run.finished":
+        if type_ == "run.merged":
+            batches = [b for b in batches if b[0] != run_id]
+            latest.pop(run_id, None)
+        elif type_ == "run.finished":
             if run_id in latest:
                 latest[run_id][5] = True
         else:
             latest[run_id] = [run_id, host, pid, token, root, False]
             batches.append(latest[run_id])
     return [
-        (token, root) for _, host, pid, token, root, finished in batches
-        if not finished and token and host == hostname and isinstance(pid, int)
-        and not alive(pid)
+        DeadBatch(run_id, token, pid, root if isinstance(root, str) else None)
+        for run_id, host, pid, token, root, finished in batches
+        if not finished and isinstance(token, str) and token and host == hostname
+        and isinstance(pid, int) and not alive(pid)
     ]
 
 
 def sweep_dead_batches(ledger: Any) -> Sweep:
-    """Kill what dead batches of this host left running, and remove their sandboxes."""
+    """Kill what dead batches of this host left running, and remove their sandboxes:
+    only those whose folder proves it (``proven``) was made by the very batch the
+    ledger names, same token, same pid. A folder gone already leaves nothing to do: the
+    watchdog kills before it removes."""
     import socket
 
     from evalledger.hosts import running_pid
@@ -175,14 +305,23 @@ def sweep_dead_batches(ledger: Any) -> Sweep:
     _, rows = ledger.query(_BOUNDARIES)
     dead = dead_batches(rows, hostname, alive)
     sweep = Sweep(batches=len(dead))
-    if not dead:
-        return sweep
-    sweep.killed = kill_marked(*(mark(token) for token, _ in dead
-                                 for mark in (batch_mark, ray_mark)), prefix=True)
-    for _, root in dead:
-        if root and os.path.isdir(root):
-            _remove(root)
-            sweep.removed.append(root)
+    temp = tempfile.gettempdir()
+    ledger_folder = os.path.dirname(os.path.abspath(ledger.path))
+    mine: list[tuple[str, str]] = []  # (token, folder) of the batches proven ours
+    for batch in dead:
+        root = batch.sandbox_root
+        if not root or not os.path.lexists(root):
+            continue
+        if proven(root, batch.token, temp, pid=batch.pid, protected=(ledger_folder,)):
+            mine.append((batch.token, root))
+        else:
+            sweep.refused.append(root)
+    if mine:
+        sweep.killed = kill_marked(*(mark(token) for token, _ in mine
+                                     for mark in (batch_mark, ray_mark)), prefix=True)
+    for _, root in mine:
+        _remove(root)
+        sweep.removed.append(root)
     return sweep
 
 

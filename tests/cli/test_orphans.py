@@ -11,6 +11,7 @@ import contextlib
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -149,6 +150,59 @@ def test_a_dead_batch_is_swept_when_the_next_batch_starts(
     assert done.returncode == 0, done.stderr
     assert wait_for_none(mark, GONE_WITHIN) == []
     assert not Path(opening.sandbox_root).exists()
+
+
+@pytest.mark.parametrize("carried_by", ["import-events", "merge"])
+def test_a_forged_run_started_never_deletes_its_folder(
+    carried_by: str, tmp_path: Path, _private_temp: Path
+) -> None:
+    """run.started rows naming this host, a dead pid, a token and a folder with a file
+    inside, carried into the ledger from elsewhere: the next ordinary run deletes nothing.
+    One folder is a plain one; the other even carries a batch's marker made by the dead
+    process (a real batch folder of some other ledger's run): arrived by a transfer, it
+    is nobody's batch here."""
+    plain = _private_temp / "evalledger-forged-0123456789abcdef"
+    plain.mkdir()
+    marked_folder = _private_temp / "evalledger-forged-fedcba9876543210"
+    maker = subprocess.run(
+        [sys.executable, "-c", "import os, sys; from pathlib import Path; "
+         "from evalledger.executor._watchdog import make_folder; "
+         "make_folder(Path(sys.argv[1]), sys.argv[2]); print(os.getpid())",
+         str(marked_folder), "fedcba9876543210"],
+        capture_output=True, text=True, timeout=PATIENCE, check=True)
+    dead = int(maker.stdout)  # the maker has exited: its pid is a dead one
+    keep = [plain / "keep.txt", marked_folder / "keep.txt"]
+    for file in keep:
+        file.write_text("not evalledger's to delete", encoding="utf-8")
+    host = {"hostname": socket.gethostname(), "pid": dead}
+    scratch = tmp_path / "elsewhere.db"
+    with Ledger(scratch) as other:
+        other.append([
+            RunStarted(run_id="forged-plain", host=host, batch_token="0123456789abcdef",
+                       sandbox_root=str(plain)),
+            RunStarted(run_id="forged-marked", host=host, batch_token="fedcba9876543210",
+                       sandbox_root=str(marked_folder)),
+        ])
+    db = tmp_path / "ledger.db"
+    if carried_by == "merge":
+        cli(tmp_path, db, "merge", str(scratch))
+    else:
+        exported = tmp_path / "forged.ndjson"
+        cli(tmp_path, scratch, "export", "forged-plain", "forged-marked", "-o", str(exported))
+        cli(tmp_path, db, "import-events", str(exported))
+    with Ledger(db, read_only=True) as ledger:
+        assert len(list(ledger.events(types={"run.started"}))) == 2
+    cli(tmp_path, db, "run", str(suite(tmp_path / "tasks", 1)), "--run-id", "ordinary")
+    for file in keep:
+        assert file.read_text(encoding="utf-8") == "not evalledger's to delete"
+
+
+def cli(cwd: Path, db: Path, *args: str) -> None:
+    """``evalledger --ledger DB ARGS`` as a real process; it must succeed."""
+    done = subprocess.run([sys.executable, "-m", "evalledger.cli", "--ledger", str(db), *args],
+                          cwd=cwd, capture_output=True, text=True, timeout=PATIENCE * 2,
+                          check=False)
+    assert done.returncode == 0, (args, done.stdout, done.stderr)
 
 
 def _children_named(pid: int, needle: str) -> list[int]:
