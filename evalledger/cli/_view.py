@@ -12,6 +12,18 @@ from ._errors import UserError
 from ._main import Settings, pass_settings
 
 
+def _allowed_hosts(ctx: click.Context, param: click.Parameter,
+                   values: tuple[str, ...]) -> tuple[str, ...]:
+    from evalledger.viewer._hosts import allowed_name
+
+    for value in values:
+        try:
+            allowed_name(value)
+        except ValueError as e:
+            raise click.BadParameter(str(e)) from None
+    return values
+
+
 @click.command()
 @click.option("--ledger", "ledger_path", type=click.Path(path_type=Path),
               help="The ledger to show (default: the one `evalledger --ledger` names).")
@@ -20,10 +32,15 @@ from ._main import Settings, pass_settings
                    "printed in the URL.")
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=8765, show_default=True,
               help="The port (0: any free one).")
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME[:PORT]",
+              callback=_allowed_hosts,
+              help="Another name this machine is reached by (repeatable). The viewer answers "
+                   "only requests whose Host is loopback, --host, the address they came to, "
+                   "or such a name.")
 @click.option("--open", "open_browser", is_flag=True, help="Open the viewer in a browser.")
 @pass_settings
 def view(settings: Settings, ledger_path: Path | None, host: str, port: int,
-         open_browser: bool) -> None:
+         allow_hosts: tuple[str, ...], open_browser: bool) -> None:
     """Serve a live web viewer of the ledger: runs, tasks, transcripts, diffs.
 
     Read-only: it never writes the ledger. Pages update as runs are written;
@@ -48,7 +65,7 @@ def view(settings: Settings, ledger_path: Path | None, host: str, port: int,
         sys.stdout.flush()
 
     try:
-        serve(path, host=host, port=port, token=token, open_browser=open_browser,
-              announce=announce)
+        serve(path, host=host, port=port, token=token, allow_hosts=allow_hosts,
+              open_browser=open_browser, announce=announce)
     except OSError as e:  # the port is taken, the host is not ours
         raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}") from e

@@ -6,8 +6,11 @@ reads: the ledger is opened read-only, and there is no route that writes.
 
 Security: everything a task printed is untrusted. Templates escape it, and every
 response carries a Content-Security-Policy that allows scripts and styles from
-the app itself only, so nothing in the data can run. Bound to another host than
-loopback, the app requires a random token (in the URL once, then a cookie).
+the app itself only, so nothing in the data can run. The app answers only requests
+whose ``Host`` names it (``_hosts``: no other site's page reads the ledger through DNS
+rebinding); bound to another host than loopback, it also requires a random token (in
+the URL once, then a cookie). A query parameter out of its range is a 400 with the
+reason (``_params``), never a 500.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
@@ -48,9 +51,11 @@ from evalledger.projections import (
     render_markdown,
     tag_stats,
 )
-from evalledger.statuses import FinalStatus
+from evalledger.statuses import FinalStatus, RunStatus
 
 from . import _charts, _queries
+from ._hosts import HostGate, HostRule
+from ._params import BadParameter, choice, whole
 from ._render import (
     STATIC,
     TableQuery,
@@ -65,6 +70,9 @@ from ._state import LedgerState, RunState, pages
 RUNS_PER_PAGE = 50
 TASKS_PER_PAGE = 100
 LINES_PER_PAGE = 500
+MAX_LINES_PER_PAGE = 5000
+# A run's status as the runs page shows it (and filters by it).
+RUN_STATUSES = ("running", *(s.value for s in RunStatus), "cut off")
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 # A downloaded report.html is one file with its stylesheet inline and no script.
@@ -74,12 +82,16 @@ _TIME_TRAVEL_CACHE = 32
 
 
 def create_app(ledger_path: str | Path, *, token: str | None = None,
+               host: str = "127.0.0.1", allow_hosts: Iterable[str] = (),
                interval: float = 0.25, keepalive: float = 15.0) -> Starlette:
     """The viewer over one ledger file.
 
     Args:
         ledger_path: the ledger; opened read-only, never written.
         token: when given, every request must carry it (``?token=`` once, then a cookie).
+        host, allow_hosts: where the server listens, and other names it is reached by:
+            a request whose ``Host`` names neither (nor loopback, on loopback) is
+            refused (see ``_hosts``).
         interval: seconds between two reads of what was appended.
         keepalive: seconds of quiet after which an event stream sends a comment (so a
             client, or a proxy, sees it is alive).
@@ -117,10 +129,13 @@ def create_app(ledger_path: str | Path, *, token: str | None = None,
         Route("/api/stream", views.stream),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
+    rule = HostRule.listening_on(host, allow_hosts)  # before anything runs: a bad name raises
     app = Starlette(routes=routes, lifespan=lifespan,
-                    exception_handlers={HTTPException: views.error, LedgerError: views.error})
+                    exception_handlers={HTTPException: views.error, LedgerError: views.error,
+                                        BadParameter: views.error})
     app.state.ledger = state
-    return _Headers(_TokenGate(app, token)) if token else _Headers(app)  # type: ignore[return-value]
+    gated: ASGIApp = _TokenGate(app, token) if token else app
+    return _Headers(HostGate(gated, rule))  # type: ignore[return-value]
 
 
 class _Views:
@@ -142,13 +157,8 @@ class _Views:
         return run
 
     def _at(self, request: Request) -> int | None:
-        raw = request.query_params.get("at")
-        if raw is None or raw == "":
-            return None
-        try:
-            return int(raw)
-        except ValueError:
-            raise HTTPException(400, f"at={raw!r} is not an event number") from None
+        """``?at=``: an event number (one past the last means now)."""
+        return whole(request.query_params, "at", None)
 
     async def _summary(self, run: RunState, at: int | None, *,
                        anchored: bool = False) -> RunSummary:
@@ -183,8 +193,10 @@ class _Views:
                                    **context))
 
     def _listing(self, request: Request) -> tuple[list[dict[str, Any]], int, int, str, str]:
-        q = request.query_params.get("q", "").strip().lower()
-        status = request.query_params.get("status", "")
+        params = request.query_params
+        q = params.get("q", "").strip().lower()
+        status = choice(params, "status", RUN_STATUSES)
+        page = whole(params, "page", 1, low=1)
         rows = []
         for run in self.state.newest_first():
             head = run.headline()
@@ -195,7 +207,6 @@ class _Views:
                              (head.run_id, head.experiment_id, *head.models)):
                 continue
             rows.append({**dict(head), "status": shown})
-        page = _int(request.query_params.get("page"), 1)
         total = len(rows)
         start = (page - 1) * RUNS_PER_PAGE
         return rows[start:start + RUNS_PER_PAGE], total, page, q, status
@@ -203,21 +214,21 @@ class _Views:
     # -- pages ---------------------------------------------------------------------------
 
     async def runs_page(self, request: Request) -> Response:
+        fragment = choice(request.query_params, "fragment", ("live",))
         runs, total, page, q, status = self._listing(request)
         context = dict(runs=runs, total=total, page=page, pages=pages(total, RUNS_PER_PAGE),
                        q=q, status=status)
-        if request.query_params.get("fragment") == "live":
+        if fragment == "live":
             return self._page("_runs_table.html", **context)
         live = _local(str(request.url.include_query_params(fragment="live")))
-        return self._page("runs.html", live_url=live,
-                          statuses=["running", "completed", "interrupted", "budget_stopped",
-                                    "cut off"], **context)
+        return self._page("runs.html", live_url=live, statuses=RUN_STATUSES, **context)
 
     async def run_page(self, request: Request) -> Response:
-        run = self._run(request)
+        fragment = choice(request.query_params, "fragment", ("live",))
         at = self._at(request)
+        table = TableQuery.parse(request.query_params)
+        run = self._run(request)
         summary = await self._summary(run, at)
-        table = TableQuery.parse(dict(request.query_params))
         rows = table.select(summary.tasks)
         count = len(rows)
         start = (table.page - 1) * TASKS_PER_PAGE
@@ -228,14 +239,15 @@ class _Views:
             at=at, first_seq=run.first_seq, last_seq=run.last_seq,
             statuses=[s.value for s in FinalStatus],
         )
-        if request.query_params.get("fragment") == "live":
+        if fragment == "live":
             return self._page("_run_live.html", **context)
         live = _local(str(request.url.include_query_params(fragment="live")))
         return self._page("run.html", live_url=live, **context)
 
     async def download(self, request: Request) -> Response:
+        at = self._at(request)
         run = self._run(request)
-        summary = await self._summary(run, self._at(request), anchored=True)
+        summary = await self._summary(run, at, anchored=True)
         name = request.url.path.rsplit("/", 1)[-1]
         headers = {"Content-Disposition": f'inline; filename="{run.run_id}-{name}"'}
         if name == "run.json":
@@ -264,19 +276,18 @@ class _Views:
         return run, key, tries, row
 
     async def task_page(self, request: Request) -> Response:
+        params = request.query_params
+        fragment = choice(params, "fragment", ("attempts", "tail"))
+        search = params.get("q", "")
+        after, before = _lines_after(request), _lines_before(request)
+        view = choice(params, "view", ("raw", "conversation"), "raw")
         run, key, tries, row = await self._task(request)
-        fragment = request.query_params.get("fragment")
         here = f"/runs/{segment(run.run_id)}/tasks/{segment(key)}"
         if fragment == "attempts":
             return self._page("_attempts.html", **_attempt_context(row, tries))
-        params = request.query_params
-        search = params.get("q", "")
-        after = _int(params.get("after"), 0)
-        before = params.get("before")
         page: _queries.TranscriptPage = await self._read(
             _queries.transcript, run.run_id, key, tries, search=search or None,
-            after=after, before=_int(before, -1) if before is not None else None,
-            limit=LINES_PER_PAGE,
+            after=after, before=before, limit=LINES_PER_PAGE,
         )
         if fragment == "tail":
             response = self._page("_lines.html", page=page)
@@ -284,8 +295,8 @@ class _Views:
             response.headers["X-More"] = "1" if page.more_after else "0"
             return response
         conversation_possible = any(t.stream_format == "claude-code" for t in tries)
-        view = "conversation" if conversation_possible and params.get(
-            "view") == "conversation" else "raw"
+        if not conversation_possible:
+            view = "raw"
         follow = not search and view == "raw" and not page.more_after
         return self._page(
             "task.html", run_id=run.run_id, task_key=key, page=page, search=search, view=view,
@@ -312,8 +323,10 @@ class _Views:
         return diff_runs(*runs)
 
     async def error(self, request: Request, exc: Exception) -> Response:
-        status = exc.status_code if isinstance(exc, HTTPException) else 503
-        message = exc.detail if isinstance(exc, HTTPException) else str(exc)
+        if isinstance(exc, HTTPException):
+            status, message = exc.status_code, exc.detail
+        else:  # a parameter out of range is the request's fault; a ledger error is ours
+            status, message = (400 if isinstance(exc, BadParameter) else 503), str(exc)
         if request.url.path.startswith("/api/"):
             return JSONResponse({"error": message}, status_code=status)
         return HTMLResponse(render("error.html", mode="app", ledger_name=self.state.path.name,
@@ -327,8 +340,8 @@ class _Views:
                              "runs": [_jsonable(r) for r in runs]})
 
     async def api_run(self, request: Request) -> Response:
-        run = self._run(request)
         at = self._at(request)
+        run = self._run(request)
         summary = await self._summary(run, at, anchored=True)
         return JSONResponse({
             "run_id": run.run_id, "status_shown": run.shown_status if at is None else
@@ -338,14 +351,16 @@ class _Views:
         })
 
     async def api_summary(self, request: Request) -> Response:
+        at = self._at(request)
         run = self._run(request)
-        summary = await self._summary(run, self._at(request), anchored=True)
+        summary = await self._summary(run, at, anchored=True)
         return Response(render_json(summary), media_type="application/json")
 
     async def api_tasks(self, request: Request) -> Response:
+        at = self._at(request)
+        table = TableQuery.parse(request.query_params)
         run = self._run(request)
-        summary = await self._summary(run, self._at(request))
-        table = TableQuery.parse(dict(request.query_params))
+        summary = await self._summary(run, at)
         rows = table.select(summary.tasks)
         start = (table.page - 1) * TASKS_PER_PAGE
         return JSONResponse({
@@ -368,16 +383,15 @@ class _Views:
         })
 
     async def api_transcript(self, request: Request) -> Response:
+        params = request.query_params
+        after, before = _lines_after(request), _lines_before(request)
+        limit = whole(params, "limit", LINES_PER_PAGE, low=1, high=MAX_LINES_PER_PAGE)
         run = self._run(request)
         key = request.path_params["task_key"]
-        params = request.query_params
         tries = await self._read(_queries.attempts, run.run_id, key)
-        before = params.get("before")
         page: _queries.TranscriptPage = await self._read(
             _queries.transcript, run.run_id, key, tries, search=params.get("q") or None,
-            after=_int(params.get("after"), 0),
-            before=_int(before, -1) if before is not None else None,
-            limit=min(_int(params.get("limit"), LINES_PER_PAGE), 5000),
+            after=after, before=before, limit=limit,
         )
         return JSONResponse({
             "more_before": page.more_before, "more_after": page.more_after,
@@ -443,11 +457,14 @@ def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
     return {k: v.model_dump() if hasattr(v, "model_dump") else v for k, v in row.items()}
 
 
-def _int(raw: str | None, default: int) -> int:
-    try:
-        return int(raw) if raw is not None else default
-    except ValueError:
-        return default
+def _lines_after(request: Request) -> int:
+    """``?after=SEQ``: the transcript page after that event (0: the first page)."""
+    return whole(request.query_params, "after", 0)
+
+
+def _lines_before(request: Request) -> int | None:
+    """``?before=SEQ``: the page before that event; -1 (or 0): the last page."""
+    return whole(request.query_params, "before", None, low=-1)
 
 
 def _local(url: str) -> str:

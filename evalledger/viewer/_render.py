@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
@@ -29,14 +29,18 @@ from markupsafe import Markup
 from evalledger import __version__
 from evalledger._text import money, visible
 from evalledger.projections import RunSummary, TaskRow, tag_stats
+from evalledger.statuses import FinalStatus
 
 from . import _charts
+from ._params import choice, whole
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
 DASH = "\u2013"  # an en dash: no value
 OUTCOMES = ("succeeded", "failed", "error", "ungraded", "unfinished")
 SORTS = ("key", "status", "score", "duration", "tokens", "cost", "attempts")
+# The task table's status filter: a bucket, or a final status (as its menu lists them).
+TABLE_OUTCOMES = (*OUTCOMES, *(s.value for s in FinalStatus))
 
 
 def spend(value: float | None, complete: bool, tokens: int) -> str:
@@ -136,17 +140,19 @@ class TableQuery:
     page: int = 1
 
     @classmethod
-    def parse(cls, query: dict[str, str]) -> TableQuery:
-        sort = query.get("sort", "key")
-        try:
-            page = max(1, int(query.get("page", "1")))
-        except ValueError:
-            page = 1
+    def parse(cls, query: Mapping[str, str]) -> TableQuery:
+        """The table a URL asks for.
+
+        Raises:
+            BadParameter: a status, sort key, direction or page out of range (tags,
+                variants and text are free: an unknown one matches nothing).
+        """
         return cls(
-            outcome=query.get("outcome", ""), tag=query.get("tag", ""),
+            outcome=choice(query, "outcome", TABLE_OUTCOMES), tag=query.get("tag", ""),
             variant=query.get("variant", ""), text=query.get("q", ""),
-            sort=sort if sort in SORTS else "key", descending=query.get("dir") == "desc",
-            page=page,
+            sort=choice(query, "sort", SORTS, "key"),
+            descending=choice(query, "dir", ("asc", "desc")) == "desc",
+            page=whole(query, "page", 1, low=1),
         )
 
     def params(self, **changes: Any) -> dict[str, Any]:

@@ -6,11 +6,10 @@ so the server does not wait out a grace period for browser tabs.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import signal
 import webbrowser
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -20,17 +19,9 @@ from hypercorn.config import Config
 from hypercorn.trio import serve as hypercorn_serve
 
 from ._app import create_app
+from ._hosts import is_loopback as is_loopback
 
 LOOPBACK = "127.0.0.1"
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def serve(
@@ -39,6 +30,7 @@ def serve(
     host: str = LOOPBACK,
     port: int = 8765,
     token: str | None = None,
+    allow_hosts: Iterable[str] = (),
     open_browser: bool = False,
     announce: Callable[[str], None] = print,
 ) -> None:
@@ -47,9 +39,11 @@ def serve(
     Args:
         host, port: where to listen (port 0: any free port; the URL says which).
         token: required on every request when given (see ``create_app``).
+        allow_hosts: names the viewer is reached by besides ``host`` (and loopback);
+            a request naming any other host is refused (see ``create_app``).
         announce: told the URL to open, once the server listens.
     """
-    app = create_app(ledger_path, token=token)
+    app = create_app(ledger_path, token=token, host=host, allow_hosts=allow_hosts)
     config = Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.graceful_timeout = 1.0

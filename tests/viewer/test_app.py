@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -15,6 +16,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from starlette.applications import Starlette
+from starlette.routing import Mount, Route
 from starlette.testclient import TestClient
 
 from evalledger.ledger import Ledger
@@ -291,3 +294,107 @@ def test_a_writer_in_another_process_shows_up_through_the_event_stream(
                           params={"fragment": "tail", "after": 0})
         assert "from another process" in tail.text
         assert int(tail.headers["x-last-seq"]) > 0
+
+
+# -- every query parameter out of range is a 400 with a one-line reason ----------------------
+
+NOT_NUMBERS = ["x", "1.5", " 1", "1_0", "1e3", "0x10", "\u0663", str(2**63), "9" * 5000]
+AT, AFTER = [*NOT_NUMBERS, "-1"], [*NOT_NUMBERS, "-1"]
+BEFORE, PAGE = [*NOT_NUMBERS, "-2"], [*NOT_NUMBERS, "0", "-1"]
+TABLE = {"at": AT, "page": PAGE, "sort": ["nope", "KEY"], "dir": ["up"],
+         "outcome": ["nope", "success"]}
+TRANSCRIPT = {"after": AFTER, "before": BEFORE}
+# Per route of the app (all of them: a route added later fails the check below until it
+# has a row), the parameters it reads and values out of their range.
+PARAMETERS: dict[str, dict[str, list[str]]] = {
+    "/": {"page": PAGE, "status": ["nope", "Running"], "fragment": ["nope"]},
+    "/runs/{run_id}": {**TABLE, "fragment": ["nope", "tail"]},
+    "/runs/{run_id}/run.json": {"at": AT},
+    "/runs/{run_id}/run.md": {"at": AT},
+    "/runs/{run_id}/report.html": {"at": AT},
+    "/runs/{run_id}/junit.xml": {"at": AT},
+    "/runs/{run_id}/tasks/{task_key:path}": {**TRANSCRIPT, "view": ["nope"],
+                                             "fragment": ["nope", "live"]},
+    "/diff/{run_a}/{run_b}": {},
+    "/api/runs": {"page": PAGE, "status": ["nope"]},
+    "/api/runs/{run_id}": {"at": AT},
+    "/api/runs/{run_id}/summary": {"at": AT},
+    "/api/runs/{run_id}/tasks": TABLE,
+    "/api/runs/{run_id}/tasks/{task_key:path}": {},
+    "/api/runs/{run_id}/transcript/{task_key:path}": {
+        **TRANSCRIPT, "limit": [*NOT_NUMBERS, "0", "-1", "-2", "5001"]},
+    "/api/diff/{run_a}/{run_b}": {},
+    "/api/stream": {},
+    "/static": {},
+}
+REASON = re.compile(r"^(\w+)=('.*'|\".*\") is not (a whole number from -?\d+ to \d+"
+                    r"|one of: [\w ,]+)$")
+
+
+def _routes(client: TestClient, suite: Suite) -> dict[str, str]:
+    """Each route of the app as written, and a URL of it that exists."""
+    app = client.app
+    while not isinstance(app, Starlette):
+        app = app.app  # type: ignore[attr-defined]
+    values = {"run_id": suite.first, "run_a": suite.first, "run_b": suite.second,
+              "task_key": "default/long/00"}
+    found = {}
+    for route in app.routes:
+        if isinstance(route, Mount):
+            found[route.path] = f"{route.path}/viewer.css"
+            continue
+        assert isinstance(route, Route), route
+        url = route.path
+        for name in route.param_convertors:
+            url = re.sub(r"\{" + name + r"(:\w+)?\}", values[name], url)
+        found[route.path] = url
+    assert set(found) == set(PARAMETERS), "a route without a row in PARAMETERS"
+    return found
+
+
+@pytest.mark.parametrize("route", sorted(r for r, p in PARAMETERS.items() if p))
+def test_a_parameter_out_of_range_is_a_400_with_one_line(
+    client: TestClient, suite: Suite, route: str
+) -> None:
+    url = _routes(client, suite)[route]
+    assert client.get(url).status_code == 200
+    for name, values in PARAMETERS[route].items():
+        for value in values:
+            response = client.get(url, params={name: value})
+            assert response.status_code == 400, (url, name, value, response.text[:200])
+            if route.startswith("/api/"):
+                reason = response.json()["error"]
+            else:  # the error page shows the reason as its one paragraph
+                found = re.search(r"<p>(.*?)</p>", response.text)
+                assert found, response.text
+                reason = html.unescape(found[1])
+            match = REASON.match(reason)
+            assert match and match[1] == name and "\n" not in reason, (name, value, reason)
+
+
+def test_the_edges_of_each_range_are_served_and_one_past_them_refused(
+    client: TestClient, suite: Suite
+) -> None:
+    top, past = str(2**63 - 1), str(2**63)  # SQLite's largest integer, and one more
+    summary = client.get(f"/api/runs/{suite.first}/summary").text
+    for path in (f"/api/runs/{suite.first}/summary", f"/runs/{suite.first}/run.json"):
+        assert client.get(path, params={"at": top}).text == summary
+        assert client.get(path, params={"at": past}).status_code == 400
+    api = f"/api/runs/{suite.first}/transcript/default/long/00"
+    assert client.get(api, params={"after": top}).json()["lines"] == []
+    assert len(client.get(api, params={"before": top}).json()["lines"]) == 500
+    for name in ("after", "before"):
+        assert client.get(api, params={name: past}).status_code == 400
+    assert client.get(api, params={"before": 0}).json() == client.get(
+        api, params={"before": -1}).json()
+    assert len(client.get(api, params={"limit": 5000}).json()["lines"]) == 1200
+    assert len(client.get(api, params={"limit": 1}).json()["lines"]) == 1
+    assert client.get(api, params={"limit": -2}).status_code == 400  # SQLite: no limit
+    assert client.get("/api/runs", params={"page": top}).json()["runs"] == []
+    tasks = client.get(f"/api/runs/{suite.first}/tasks", params={"page": top}).json()
+    assert tasks["tasks"] == [] and tasks["page"] == 2**63 - 1
+    # Empty means the default (a form's unset field); what a route does not read is ignored.
+    assert client.get("/api/runs", params={"page": "", "status": "", "unknown": "x"}).json()[
+        "runs"] == client.get("/api/runs").json()["runs"]
+    assert client.get(f"/runs/{suite.first}", params={"at": "", "sort": "", "dir": ""}
+                      ).status_code == 200
