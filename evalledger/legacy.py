@@ -16,6 +16,16 @@ the run folder, its content hash), not of the ledger it goes into: importing twi
 adds nothing, into any ledger, and a file that changed since it was imported is told
 apart from one that did not. Reading is pure: ``read_run`` returns events; the
 caller appends them.
+
+A folder to import is input from anywhere, so nothing in it is trusted: files are
+read only through ``evalledger._files`` (regular files, no links followed, nothing
+blocking, at most ``max_file_bytes`` each), and every event comes back already in
+stored form, so what the ledger cannot store (a name with a newline or an escape
+code, a lone surrogate, JSON nested deeper than it serialises) is found here, per
+file or per run, and said with its reason, never raised from the append.
+
+Invariant: ``read_run`` raises nothing but ``NotImportable`` for anything a folder
+holds; every event it returns can be appended.
 """
 
 from __future__ import annotations
@@ -24,16 +34,22 @@ import hashlib
 import json
 import math
 import os
+import re
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from evalledger._files import NotRead, TooBig, read_regular, walk
 from evalledger.ledger import (
     AnyEvent,
     CriterionResult,
+    EventRow,
     RunFinished,
     RunStarted,
     TaskCompleted,
@@ -50,6 +66,25 @@ FORMAT = "coder_eval"
 NAMESPACE = uuid.UUID("0d6b1f5e-2c44-5a3e-9f61-7a1d3c9e8b20")
 # The old harness's default pass threshold of a criterion score.
 PASS_THRESHOLD = 0.9
+# The most a file may hold to be read (``--max-file-bytes``): a task.json with its
+# whole transcript runs to tens of MB, a run.json of tens of thousands of rows too.
+MAX_FILE_BYTES = 64 << 20
+# What a run id or a task folder's name may be: one folder's name (reports are written
+# to ``<out>/<run_id>/``), at most what a file name can hold.
+MAX_NAME_BYTES = 255
+# Characters no name may hold: C0 and C1 controls and DEL (a newline breaks the
+# ledger's one-line envelope, ESC starts a terminal escape), the Unicode line and
+# paragraph separators, the bidirectional overrides and isolates (they make a name
+# display as another), and lone surrogates (a name that is not UTF-8, which text
+# columns cannot hold).
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+                     "\ud800-\udfff]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+FOLDER_LINK = "a symbolic link to a folder (not entered)"
+
+
+class NotImportable(Exception):
+    """A run folder left out whole; ``str(error)`` says why, on one line."""
 
 
 @dataclass(frozen=True)
@@ -60,17 +95,36 @@ class Problem:
     reason: str
 
 
+@dataclass(frozen=True)
+class RunFolder:
+    """A run folder whose names the ledger can store, with its run.json read."""
+
+    folder: Path
+    run_id: str
+    summary: dict[str, Any]
+    """run.json's object; empty when there is none to read."""
+    problem: Problem | None
+    """Why run.json was not read (``skipped``) or is not a JSON object (``unfinished``)."""
+    read: bool
+    """False when run.json was not read at all (a link, a FIFO, too big...)."""
+
+
 @dataclass
 class LegacyRun:
     """One run folder read: the events to append, and what was left out."""
 
     run_id: str
     folder: Path
-    events: list[AnyEvent] = field(default_factory=list)
+    events: list[EventRow] = field(default_factory=list)
+    """In stored form: each was encoded here, so each can be appended."""
     attempts: int = 0
     """Attempts imported with a final status."""
     unfinished: list[Problem] = field(default_factory=list)
-    """Files that do not parse or have no final status: their keys count as unfinished."""
+    """Files that do not parse, have no final status, or say what the ledger cannot store:
+    their keys count as unfinished."""
+    skipped: list[Problem] = field(default_factory=list)
+    """What was not read: links, FIFOs, devices, sockets, files over the size limit, names
+    the ledger cannot store, folders that could not be listed."""
     unchanged: int = 0
     """Files imported before, as they are now: nothing to add."""
     changed: list[str] = field(default_factory=list)
@@ -88,27 +142,33 @@ class _Attempt:
     data: dict[str, Any]
 
 
-def find_run_folders(paths: Iterable[Path]) -> list[Path]:
+def find_run_folders(paths: Iterable[Path],
+                     unlisted: list[Problem] | None = None) -> list[Path]:
     """Every folder holding a ``run.json`` under ``paths`` (themselves included), nested
-    ones too; symbolic links are not followed (``runs/latest`` points into a run)."""
+    ones too; symbolic links to folders are not entered (``runs/latest`` points into a
+    run). ``unlisted`` gets the folders that could not be listed."""
     found: set[Path] = set()
+    problems = unlisted if unlisted is not None else []
     for path in paths:
-        for folder, _, files in os.walk(path):  # never into a link to a folder
-            if "run.json" in files:
-                found.add(Path(folder))
+        for listing in walk(path, lambda folder, why: problems.append(Problem(str(folder),
+                                                                              why))):
+            if "run.json" in listing.files:  # whatever it is: reading it decides
+                found.add(listing.path)
     return sorted(found)
 
 
-def _task_files(folder: Path) -> Iterator[Path]:
-    """The run's ``task.json`` files: not those below a nested run's ``run.json``."""
-    top = str(folder)
-    for parent, names, files in os.walk(top):  # never into a link to a folder
-        if parent != top and "run.json" in files:
-            names[:] = []  # a nested run: its files are its own
+def _task_files(run: LegacyRun) -> Iterator[Path]:
+    """The run's ``task.json`` entries, relative to it, in name order: not those below a
+    nested run's ``run.json``. Links to folders are not entered: named in ``run``."""
+    top = run.folder
+    for listing in walk(top, lambda folder, why: run.skipped.append(Problem(str(folder),
+                                                                            why))):
+        if listing.path != top and "run.json" in listing.files:
+            listing.folders.clear()  # a nested run: its files are its own
             continue
-        names.sort()
-        if "task.json" in files and parent != top:
-            yield Path(parent, "task.json")
+        run.skipped += [Problem(str(listing.path / name), FOLDER_LINK) for name in listing.links]
+        if "task.json" in listing.files and listing.path != top:
+            yield listing.path.relative_to(top) / "task.json"
 
 
 def key_of(relative: Path) -> tuple[str, str, int]:
@@ -123,28 +183,106 @@ def key_of(relative: Path) -> tuple[str, str, int]:
     return variant, "/".join(rest) or "task", 0
 
 
-def run_id_of(folder: Path) -> str:
-    """The run id of a run folder: its run.json's ``run_id``, else the folder's name."""
-    summary, _ = _load_json(folder / "run.json")
-    run_id = summary.get("run_id") if isinstance(summary, dict) else None
-    return run_id if isinstance(run_id, str) and run_id else folder.name
+def shown(text: str) -> str:
+    """``text`` safe to print as part of one line: each character a name may not hold
+    (a newline, an escape code, a lone surrogate...) written as its escape."""
+    return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
-def read_run(folder: Path, *, tz: tzinfo | None = None,
-             known: Mapping[str, str] | None = None) -> LegacyRun:
+def quoted(name: str, most: int = 60) -> str:
+    """A name for a message: escaped as ``shown`` does, quoted, cut after ``most``."""
+    text = shown(name)
+    return f"'{text[:most]}...'" if len(text) > most else f"'{text}'"
+
+
+def name_problem(name: str) -> str | None:
+    """Why the ledger cannot take ``name`` as a run id or one folder of a task key, or
+    None: empty, ``.`` or ``..``, a ``/``, a character of ``_UNSAFE``, or longer than a
+    file name may be."""
+    if not name:
+        return "it is empty"
+    if name in (".", ".."):
+        return f"it is '{name}'"
+    if "/" in name:
+        return "it holds '/'"
+    if unsafe := _UNSAFE.search(name):
+        code = ord(unsafe.group())
+        return (f"it holds the control character U+{code:04X}" if code < 0xD800 else
+                f"it holds a lone surrogate U+{code:04X}: not UTF-8 text")
+    if len(name.encode("utf-8")) > MAX_NAME_BYTES:
+        return f"it is longer than {MAX_NAME_BYTES} bytes"
+    return None
+
+
+def _run_id_problem(run_id: str) -> str | None:
+    # `latest` names the newest run in every command: a run of that id could not be named.
+    return "it is reserved ('latest' names the newest run)" if run_id == "latest" else (
+        name_problem(run_id))
+
+
+def load_run(folder: Path, *, max_file_bytes: int = MAX_FILE_BYTES) -> RunFolder:
+    """The run folder ``folder`` with its run.json read, its run id that of run.json
+    (``run_id``), else the folder's name.
+
+    Raises:
+        NotImportable: the folder's name or the run id cannot be stored, or the folder's
+            path is not UTF-8 text.
+    """
+    resolved = folder.resolve()  # "." names the folder it is in
+    if problem := _run_id_problem(resolved.name):
+        raise NotImportable(f"the folder's name {quoted(resolved.name)} cannot be a run id: "
+                            f"{problem}")
+    if _SURROGATE.search(str(resolved)):
+        raise NotImportable("its path is not UTF-8 text: the ledger cannot record where it "
+                            "came from")
+    path = folder / "run.json"
+    summary: dict[str, Any] = {}
+    problem_of: Problem | None = None
+    read = True
+    try:
+        data, error = _parse(read_regular(path, max_file_bytes))
+    except NotRead as e:
+        data, error, read = None, _not_read(e), False
+    if isinstance(data, dict):
+        summary = data
+    elif error is None:
+        error = "not a JSON object"
+    if error is not None:
+        problem_of = Problem(str(path), error)
+    run_id = summary.get("run_id")
+    if not (isinstance(run_id, str) and run_id):
+        return RunFolder(folder, resolved.name, summary, problem_of, read)
+    if problem := _run_id_problem(run_id):
+        raise NotImportable(f"run.json's run_id {quoted(run_id)} cannot be stored: {problem}")
+    return RunFolder(folder, run_id, summary, problem_of, read)
+
+
+def _not_read(error: NotRead) -> str:
+    return f"{error} (--max-file-bytes)" if isinstance(error, TooBig) else str(error)
+
+
+def read_run(folder: Path | RunFolder, *, tz: tzinfo | None = None,
+             known: Mapping[str, str] | None = None,
+             max_file_bytes: int = MAX_FILE_BYTES) -> LegacyRun:
     """The events of the run folder ``folder``. ``tz``: what naive timestamps are in (the
     old harness wrote local time without an offset; default: this machine's zone).
     ``known``: file -> content hash of what an earlier import appended; those files add
-    nothing now (and say so if they changed)."""
+    nothing now (and say so if they changed). ``max_file_bytes``: a file larger than
+    this is not read (named in ``skipped``).
+
+    Raises:
+        NotImportable: the run's names cannot be stored (see ``load_run``), or what
+            run.json says of the whole run cannot.
+    """
+    source = folder if isinstance(folder, RunFolder) else load_run(
+        folder, max_file_bytes=max_file_bytes)
     known = known or {}
-    summary, summary_error = _load_json(folder / "run.json")
-    if not isinstance(summary, dict):
-        summary = {}
-    run = LegacyRun(run_id=run_id_of(folder), folder=folder)
-    if summary_error:
-        run.unfinished.append(Problem(str(folder / "run.json"), summary_error))
+    summary = source.summary
+    run = LegacyRun(run_id=source.run_id, folder=source.folder)
+    if source.problem is not None:
+        (run.unfinished if source.read else run.skipped).append(source.problem)
     keys: set[str] = set()
-    attempts = _file_attempts(run, folder, known, keys)
+    attempts = _file_attempts(run, known, keys, max_file_bytes)
     rows = _rows(summary.get("task_results"))
     attempts += _row_attempts(run, rows, known, keys)
     tags = {k: r.get("tags") for k, r in rows.items() if isinstance(r.get("tags"), list)}
@@ -153,39 +291,89 @@ def read_run(folder: Path, *, tz: tzinfo | None = None,
     started = _time(summary.get("start_time"), tz)
     attempts.sort(key=lambda a: (_time(a.data.get("started_at"), tz) or started or "", a.key))
     first = started or next((t for a in attempts if (t := _time(a.data.get("started_at"), tz))),
-                            None) or _file_time(folder / "run.json")
-    run.events.append(RunStarted(
-        event_id=_id(run.run_id, "run.json", "run.started"), run_id=run.run_id, ts=first,
-        planned=sorted(keys), max_parallel=_int(summary.get("max_parallel"), 1),
-        imported=_clean({"format": FORMAT, "source": str(folder.resolve()),
-                         "framework_version": summary.get("framework_version")}),
-    ))
-    run.events += _skipped(run.run_id, summary.get("skipped_tasks"), first)
+                            None) or _file_time(run.folder / "run.json")
+    framework = summary.get("framework_version")
+    try:
+        run.events = _stored(lambda: [RunStarted(
+            event_id=_id(run.run_id, "run.json", "run.started"), run_id=run.run_id, ts=first,
+            planned=sorted(keys), max_parallel=_int(summary.get("max_parallel"), 1),
+            imported=_clean({"format": FORMAT, "source": str(run.folder.resolve()),
+                             "framework_version": framework if isinstance(framework, str)
+                             else None}),
+        ), *_skipped(run.run_id, summary.get("skipped_tasks"), first)])
+    except NotImportable as e:
+        raise NotImportable(f"run.json: {e}") from e
     last = first
     for attempt in attempts:
-        made = _attempt_events(run.run_id, attempt, tags.get(attempt.key), tz, first)
+        try:
+            made = _stored(partial(_attempt_events, run.run_id, attempt, tags.get(attempt.key),
+                                   tz, first))
+        except NotImportable as e:
+            run.unfinished.append(Problem(_where(run.folder, attempt.source), str(e)))
+            continue
         run.events += made
         last = max(last, made[-1].ts)
         run.attempts += 1
     ended = _time(summary.get("end_time"), tz)
-    run.events.append(RunFinished(event_id=_id(run.run_id, "run.json", "run.finished"),
-                                  run_id=run.run_id, ts=max(ended or last, last),
-                                  status=RunStatus.COMPLETED))
+    run.events += _stored(lambda: [RunFinished(
+        event_id=_id(run.run_id, "run.json", "run.finished"), run_id=run.run_id,
+        ts=max(ended or last, last), status=RunStatus.COMPLETED)])
     return run
 
 
-def _file_attempts(run: LegacyRun, folder: Path, known: Mapping[str, str],
-                   keys: set[str]) -> list[_Attempt]:
+def _where(folder: Path, source: str) -> str:
+    """A file of the run as a user finds it: ``run.json#KEY`` stays as it is written."""
+    name, hash_, key = source.partition("#")
+    return str(folder / name) + hash_ + key
+
+
+def _stored(make: Callable[[], list[AnyEvent]]) -> list[EventRow]:
+    """The events ``make`` builds, in stored form, or why the ledger cannot store them.
+
+    Raises:
+        NotImportable: one would not build or encode (JSON nested deeper than the
+            models and the serialiser go, a lone surrogate, a field its model refuses).
+    """
+    try:
+        return [EventRow.of(event) for event in make()]
+    except (ValueError, RecursionError) as e:  # pydantic's errors are ValueErrors
+        raise NotImportable(f"the ledger cannot store it: {_why_unstorable(e)}") from e
+
+
+def _why_unstorable(error: Exception) -> str:
+    text = str(error)
+    if "surrogates not allowed" in text:
+        return "it holds a lone surrogate (\\ud800-\\udfff), which is not Unicode text"
+    if isinstance(error, RecursionError) or "depth exceeded" in text:
+        return "it is nested too deeply"
+    if isinstance(error, ValidationError):
+        first = error.errors()[0]
+        return shown(f"{'.'.join(map(str, first['loc']))}: {first['msg']}")
+    return shown(text.splitlines()[0] if text else type(error).__name__)
+
+
+def _file_attempts(run: LegacyRun, known: Mapping[str, str], keys: set[str],
+                   max_file_bytes: int) -> list[_Attempt]:
     """The run's task.json files that are results and new; the rest said in ``run``.
-    Every key seen goes into ``keys`` (a file that is not a result still counts as
-    planned and unfinished)."""
+    Every key seen goes into ``keys`` (a file that is not a result, or was not read,
+    still counts as planned and unfinished)."""
     attempts = []
-    for path in _task_files(folder):
-        relative = path.relative_to(folder)
+    for relative in _task_files(run):
+        path = run.folder / relative
+        bad = next(((part, p) for part in relative.parent.parts if (p := name_problem(part))),
+                   None)
+        if bad is not None:
+            run.skipped.append(Problem(str(path), f"the folder name {quoted(bad[0])} cannot "
+                                                  f"be part of a task key: {bad[1]}"))
+            continue
         variant, task_id, replicate = key_of(relative)
         key = f"{variant}/{task_id}/{replicate:02d}"
         keys.add(key)
-        raw = path.read_bytes()
+        try:
+            raw = read_regular(path, max_file_bytes)
+        except NotRead as e:
+            run.skipped.append(Problem(str(path), _not_read(e)))
+            continue
         digest = hashlib.sha256(raw).hexdigest()
         source = relative.as_posix()
         if source in known:
@@ -220,13 +408,20 @@ def _row_attempts(run: LegacyRun, rows: dict[str, dict[str, Any]], known: Mappin
     for key, row in sorted(rows.items()):
         if key in keys or not _status(row.get("status")):
             continue
-        keys.add(key)
         source = f"run.json#{key}"
+        variant, _, rest = key.partition("/")
+        task_id, _, nn = rest.rpartition("/")
+        bad = next(((part, p) for part in [variant, *task_id.split("/")]
+                    if (p := name_problem(part))), None)
+        if bad is not None:
+            run.skipped.append(Problem(_where(run.folder, shown(source)),
+                                       f"{quoted(bad[0])} cannot be part of a task key: "
+                                       f"{bad[1]}"))
+            continue
+        keys.add(key)
         if source in known:
             run.unchanged += 1
             continue
-        variant, _, rest = key.partition("/")
-        task_id, _, nn = rest.rpartition("/")
         attempts.append(_Attempt(key, variant, task_id, int(nn), source, "", _row_as_file(row)))
     return attempts
 
@@ -393,16 +588,16 @@ def _time(value: object, tz: tzinfo) -> str | None:
         return None
     try:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=tz)
+        return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    except (ValueError, OverflowError):  # year 1 east of UTC, year 9999 west of it
         return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=tz)
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _file_time(path: Path) -> str:
     try:
-        stamp = path.stat().st_mtime
+        stamp = os.lstat(path).st_mtime  # a link's own time: never where it points
     except OSError:
         stamp = 0.0
     return datetime.fromtimestamp(stamp, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -445,10 +640,3 @@ def _parse(raw: bytes) -> tuple[Any, str | None]:
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         return None, f"not JSON: {e}"
 
-
-def _load_json(path: Path) -> tuple[Any, str | None]:
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        return None, f"cannot read: {e.strerror or e}"
-    return _parse(raw)

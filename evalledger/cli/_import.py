@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from datetime import tzinfo
 from pathlib import Path
@@ -14,6 +15,26 @@ from ._main import Settings, pass_settings
 
 if TYPE_CHECKING:
     from evalledger.ledger import Ledger
+    from evalledger.legacy import Problem
+
+# The module-level constant would import legacy (and pydantic) for every command's start.
+_DEFAULT_MAX_FILE = "64MiB"  # evalledger.legacy.MAX_FILE_BYTES (a test holds them equal)
+
+
+class _Size(click.ParamType[int, object]):
+    """A size in bytes: ``1048576``, ``64MiB``, ``64M``, ``2G`` (powers of 1024)."""
+
+    name = "size"
+    _form = re.compile(r"(\d+)\s*([KMG]?)(?:i?B)?", re.IGNORECASE)
+
+    def convert(self, value: object, param: click.Parameter | None,
+                ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        match = self._form.fullmatch(str(value).strip())
+        if match is None or int(match[1]) == 0:
+            self.fail(f"{value!r} is not a size (try 64MiB, 200M or 1G)", param, ctx)
+        return int(match[1]) << (10 * " KMG".index(match[2].upper() or " "))
 
 
 def _zone(name: str | None) -> tzinfo | None:
@@ -34,9 +55,13 @@ def _zone(name: str | None) -> tzinfo | None:
               help="The time zone of the old files' times, which have no offset (default: "
                    "this machine's).")
 @click.option("--dry-run", is_flag=True, help="Say what would be imported; append nothing.")
+@click.option("--max-file-bytes", "max_file_bytes", type=_Size(), default=_DEFAULT_MAX_FILE,
+              show_default=True, metavar="SIZE",
+              help="A run.json or task.json larger than this is not read (named as "
+                   "skipped).")
 @pass_settings
 def import_runs(settings: Settings, folders: tuple[Path, ...], zone: str | None,
-                dry_run: bool) -> None:
+                dry_run: bool, max_file_bytes: int) -> None:
     """Import run folders of the old harness (run.json, task.json files) as runs.
 
     Every folder holding a run.json under FOLDER is a run (nested ones too). Each
@@ -44,42 +69,57 @@ def import_runs(settings: Settings, folders: tuple[Path, ...], zone: str | None,
     itself is kept whole as a task.event. Importing again adds nothing; a file that
     changed since it was imported is named and left as it was imported. A file that
     does not parse or has no final_status is named and its task counts as
-    unfinished. Exits 1 when a file was named.
+    unfinished. Only regular files are read: links, FIFOs, devices, sockets and files
+    over --max-file-bytes are named as skipped; a run whose folder name or run id the
+    ledger cannot store (a newline, a control character, '/') is named and left out.
+    Exits 1 when a file or run was named.
 
     Example:
 
         evalledger import ~/old-harness/runs --tz Europe/Paris
     """
-    from evalledger.legacy import find_run_folders
+    from evalledger.legacy import find_run_folders, shown
 
     tz = _zone(zone)
-    runs = find_run_folders(folders)
+    unlisted: list[Problem] = []
+    runs = find_run_folders(folders, unlisted)
+    for problem in unlisted:
+        click.echo(f"{shown(problem.path)}: not searched: {shown(problem.reason)}", err=True)
     if not runs:
-        raise UserError(f"no run.json under {', '.join(map(str, folders))}: nothing to import")
+        raise UserError(f"no run.json under {', '.join(shown(str(f)) for f in folders)}: "
+                        "nothing to import")
     if dry_run and not settings.ledger_path.exists():
-        ok = all(_import_one(None, folder, tz, dry_run=True) for folder in runs)
+        ok = all([_import_one(None, folder, tz, max_file_bytes, dry_run=True)
+                  for folder in runs])
     else:
         with settings.open_ledger(read_only=dry_run) as ledger:
-            ok = all([_import_one(ledger, folder, tz, dry_run=dry_run) for folder in runs])
-    sys.exit(EXIT_OK if ok else EXIT_TASKS_FAILED)
+            ok = all([_import_one(ledger, folder, tz, max_file_bytes, dry_run=dry_run)
+                      for folder in runs])
+    sys.exit(EXIT_OK if ok and not unlisted else EXIT_TASKS_FAILED)
 
 
-def _import_one(ledger: Ledger | None, folder: Path, tz: tzinfo | None, *,
-                dry_run: bool) -> bool:
+def _import_one(ledger: Ledger | None, folder: Path, tz: tzinfo | None, max_file_bytes: int,
+                *, dry_run: bool) -> bool:
     """Import one run folder; say what happened. False when something was left out."""
-    from evalledger.legacy import read_run, run_id_of
+    from evalledger.legacy import NotImportable, load_run, read_run, shown
     from evalledger.projections import write_snapshot
 
-    run_id = run_id_of(folder)
-    known: dict[str, str] = {}
-    if ledger is not None:
-        source, known = _imported(ledger, run_id)
-        if source is not None and source != str(folder.resolve()):
-            click.echo(f"{run_id}: not imported from {folder}: the ledger holds a run of that "
-                       f"id {'imported from ' + source if source else '(not imported)'}",
-                       err=True)
-            return False
-    run = read_run(folder, tz=tz, known=known)
+    try:
+        found = load_run(folder, max_file_bytes=max_file_bytes)
+        run_id = found.run_id
+        known: dict[str, str] = {}
+        if ledger is not None:
+            source, known = _imported(ledger, run_id)
+            if source is not None and source != str(folder.resolve()):
+                click.echo(f"{run_id}: not imported from {shown(str(folder))}: the ledger holds "
+                           f"a run of that id "
+                           f"{'imported from ' + shown(source) if source else '(not imported)'}",
+                           err=True)
+                return False
+        run = read_run(found, tz=tz, known=known, max_file_bytes=max_file_bytes)
+    except NotImportable as e:
+        click.echo(f"{shown(str(folder))}: not imported: {e}", err=True)
+        return False
     added = 0
     if ledger is not None and not dry_run:
         before = ledger.last_seq()
@@ -88,15 +128,18 @@ def _import_one(ledger: Ledger | None, folder: Path, tz: tzinfo | None, *,
         if added:
             write_snapshot(ledger, run.run_id)
     verb = "would import" if dry_run else "imported"
+    skipped = f", {len(run.skipped)} skipped" if run.skipped else ""
     unchanged = f", {run.unchanged} already imported" if run.unchanged else ""
     events = "" if dry_run else f" ({added} events)"
     click.echo(f"{run.run_id}: {verb} {run.attempts} attempt(s), {len(run.unfinished)} "
-               f"unfinished{unchanged} from {folder}{events}")
-    for problem in run.unfinished:
-        click.echo(f"  unfinished: {problem.path}: {problem.reason}", err=True)
+               f"unfinished{skipped}{unchanged} from {shown(str(folder))}{events}")
+    for kind, problems in (("unfinished", run.unfinished), ("skipped", run.skipped)):
+        for problem in problems:
+            click.echo(f"  {kind}: {shown(problem.path)}: {shown(problem.reason)}", err=True)
     for path in run.changed:
-        click.echo(f"  changed since it was imported (kept as imported): {path}", err=True)
-    return not run.unfinished and not run.changed
+        click.echo(f"  changed since it was imported (kept as imported): {shown(path)}",
+                   err=True)
+    return not run.unfinished and not run.skipped and not run.changed
 
 
 def _imported(ledger: Ledger, run_id: str) -> tuple[str | None, dict[str, str]]:

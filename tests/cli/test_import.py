@@ -1,11 +1,16 @@
 """evalledger import: old-harness run folders, built from the field list of
 docs/import.md (both token shapes, a nested sub-run, a malformed file, a file without
 final_status, an unpriced model, a version that differs on one task), into a real
-ledger; the summary is checked against what the files imply."""
+ledger; the summary is checked against what the files imply. Then hostile folders, as
+real files and real processes: links, a FIFO, /dev/zero, a sparse 1 GiB file, names
+with a newline, ``../`` or an escape code, and content the ledger cannot store."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +19,7 @@ import pytest
 from evalledger.ledger import Ledger, TaskCompleted, TaskEmitted, TaskStarted
 from evalledger.legacy import key_of, read_run
 
-from .helpers import evalledger
+from .helpers import COMMAND, PATIENCE, Result, _env, evalledger, wait_until
 
 RUN = "2026-03-01_10-00-00"
 
@@ -238,3 +243,227 @@ def test_imported_runs_show_in_the_viewer(old_runs: Path) -> None:
         assert api["tasks_run"] == 8 and api["tasks_unfinished"] == 2
         page = client.get(f"/runs/{RUN}/tasks/default/suite/row-1/00")
         assert page.status_code == 200 and "agent crashed" in page.text
+
+
+# -- hostile folders: only regular files are read, names the ledger cannot store ----------
+
+# The old reader took 23.5 GB for a task.json linked to /dev/zero before the kernel
+# killed it. The CLI runs here with its address space capped at 1 GiB, so a reader
+# that reads without a bound fails with a MemoryError instead of taking the machine.
+_CAPPED = ("import resource, runpy, sys; "
+           "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)); "
+           "sys.argv = ['evalledger', *sys.argv[1:]]; "
+           "runpy.run_module('evalledger.cli', run_name='__main__')")
+
+
+def import_process(cwd: Path, db: Path, *args: str) -> tuple[Result, int]:
+    """``evalledger import ARGS`` as a real process (memory capped), and its peak resident
+    memory in bytes (its own, from wait4: no other child's). A process still running
+    after PATIENCE seconds (a FIFO opened for reading blocks forever) is killed and the
+    test fails."""
+    with open(cwd / "out.txt", "wb") as out, open(cwd / "err.txt", "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-c", _CAPPED, "--ledger", str(db), "import",
+                                 *args], cwd=cwd, env=_env(), stdout=out, stderr=err)
+    reaped: list[tuple[int, int, Any]] = []
+
+    def ended() -> bool:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            reaped.append((pid, status, usage))
+        return bool(pid)
+
+    try:
+        wait_until(ended, "evalledger import to end")
+    finally:
+        if not reaped:
+            proc.kill()
+            os.wait4(proc.pid, 0)
+        proc.returncode = -1  # reaped here: Popen must not wait for it again
+    _, status, usage = reaped[0]
+    result = Result(os.waitstatus_to_exitcode(status), (cwd / "out.txt").read_text(),
+                    (cwd / "err.txt").read_text())
+    return result, usage.ru_maxrss * 1024  # KiB on Linux
+
+
+def good_and_hostile(tmp_path: Path) -> tuple[Path, Path]:
+    """``runs/r1`` with one good attempt (``default/good/00``) and a folder for a hostile
+    one (``default/bad/00/``), and a file outside the runs with a secret in it."""
+    root = tmp_path / "runs"
+    run = root / "r1"
+    write(run, "run.json", {"run_id": "r1", "start_time": "2026-03-01T10:00:00"})
+    write(run, "default/good/00/task.json", task_json("good", "SUCCESS"))
+    (run / "default/bad/00").mkdir(parents=True)
+    write(tmp_path, "outside.json", task_json("bad", "SUCCESS", secret="s3cret"))
+    return root, run / "default/bad/00/task.json"
+
+
+def assert_skipped_beside_a_good_one(result: Result, db: Path, bad: Path, reason: str) -> None:
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 1, result  # something was left out: said, exit 1
+    assert "r1: imported 1 attempt(s), 0 unfinished, 1 skipped from" in result.stdout, result
+    assert f"  skipped: {bad}: {reason}" in result.err_lines, result.stderr
+    s = summary(db, "r1")
+    assert (s["tasks_planned"], s["tasks_run"], s["tasks_unfinished"]) == (2, 1, 1)
+    with Ledger(db, read_only=True) as ledger:
+        assert not any("s3cret" in row.payload for row in ledger.rows("r1"))
+
+
+def test_a_task_json_linked_to_a_file_outside_is_not_read(tmp_path: Path) -> None:
+    root, bad = good_and_hostile(tmp_path)
+    bad.symlink_to(tmp_path / "outside.json")
+    result, _ = import_process(tmp_path, tmp_path / "l.db", str(root))
+    assert_skipped_beside_a_good_one(result, tmp_path / "l.db", bad,
+                                     "a symbolic link (not followed)")
+
+
+def test_a_task_json_linked_to_dev_zero_is_skipped_at_once(tmp_path: Path) -> None:
+    root, bad = good_and_hostile(tmp_path)
+    bad.symlink_to("/dev/zero")
+    result, peak = import_process(tmp_path, tmp_path / "l.db", str(root))
+    assert_skipped_beside_a_good_one(result, tmp_path / "l.db", bad,
+                                     "a symbolic link (not followed)")
+    assert peak < 200 << 20, f"peak memory {peak >> 20} MiB"
+
+
+def test_a_fifo_in_place_of_a_task_json_is_never_opened(tmp_path: Path) -> None:
+    root, bad = good_and_hostile(tmp_path)
+    os.mkfifo(bad)  # opened for reading, it would block until a writer came: never
+    result, _ = import_process(tmp_path, tmp_path / "l.db", str(root))
+    assert_skipped_beside_a_good_one(result, tmp_path / "l.db", bad, "a FIFO (not opened)")
+
+
+def test_a_fifo_in_place_of_run_json_is_never_opened(tmp_path: Path) -> None:
+    root, _ = good_and_hostile(tmp_path)
+    (root / "r1/run.json").unlink()
+    os.mkfifo(root / "r1/run.json")
+    result, _ = import_process(tmp_path, tmp_path / "l.db", str(root))
+    assert "Traceback" not in result.stderr and result.returncode == 1, result
+    assert "r1: imported 1 attempt(s), 0 unfinished, 1 skipped from" in result.stdout
+    assert f"  skipped: {root / 'r1/run.json'}: a FIFO (not opened)" in result.err_lines
+
+
+def test_a_sparse_1_gib_task_json_is_skipped_in_flat_memory(tmp_path: Path) -> None:
+    root, bad = good_and_hostile(tmp_path)
+    with open(bad, "wb") as f:
+        f.truncate(1 << 30)  # a gigabyte of zeros on no disk space
+    result, peak = import_process(tmp_path, tmp_path / "l.db", str(root))
+    assert_skipped_beside_a_good_one(
+        result, tmp_path / "l.db", bad,
+        "1 GiB (1,073,741,824 bytes): over the 64 MiB limit (--max-file-bytes)")
+    assert peak < 200 << 20, f"peak memory {peak >> 20} MiB"
+
+
+def test_the_size_limit_is_an_option(tmp_path: Path) -> None:
+    root, bad = good_and_hostile(tmp_path)
+    write(bad.parent, "task.json", task_json("bad", "SUCCESS", padding="x" * 5000))
+    db = tmp_path / "l.db"
+    small = evalledger(tmp_path, db, "import", str(root), "--max-file-bytes", "4KiB")
+    assert f"  skipped: {bad}: " in small.stderr and "over the 4 KiB limit" in small.stderr
+    assert small.returncode == 1
+    db.unlink()
+    assert evalledger(tmp_path, db, "import", str(root), "--max-file-bytes", "1M").returncode == 0
+    assert summary(db, "r1")["tasks_run"] == 2
+    bad_size = evalledger(tmp_path, db, "import", str(root), "--max-file-bytes", "lots")
+    assert bad_size.returncode == 2 and "is not a size" in bad_size.stderr
+
+
+def test_the_documented_default_size_limit_is_the_readers() -> None:
+    from evalledger.cli._import import _DEFAULT_MAX_FILE, _Size
+    from evalledger.legacy import MAX_FILE_BYTES
+
+    assert _Size().convert(_DEFAULT_MAX_FILE, None, None) == MAX_FILE_BYTES
+    assert "**64 MiB**" in (Path(__file__).parents[2] / "docs/import.md").read_text()
+
+
+def test_a_link_to_a_folder_is_named_and_not_entered(tmp_path: Path) -> None:
+    root, bad = good_and_hostile(tmp_path)
+    bad.parent.rmdir()
+    write(tmp_path / "elsewhere", "00/task.json", task_json("bad", "SUCCESS", secret="s3cret"))
+    bad.parent.parent.rmdir()
+    (root / "r1/default/bad").symlink_to(tmp_path / "elsewhere")
+    (root / "latest").symlink_to(root / "r1")  # the old harness's: outside any run, silent
+    db = tmp_path / "l.db"
+    result = evalledger(tmp_path, db, "import", str(root))
+    assert result.returncode == 1, result
+    assert "r1: imported 1 attempt(s), 0 unfinished, 1 skipped from" in result.stdout
+    assert result.err_lines == [
+        f"  skipped: {root / 'r1/default/bad'}: a symbolic link to a folder (not entered)"]
+    with Ledger(db, read_only=True) as ledger:
+        assert not any("s3cret" in row.payload for row in ledger.rows("r1"))
+
+
+def bad_name_runs(tmp_path: Path, folder: str, run_id: str | None) -> Path:
+    """``runs/`` holding a good run and one whose folder name or run id is ``bad``."""
+    root = tmp_path / "runs"
+    write(root / "good", "run.json", {"run_id": "good"})
+    write(root / "good", "default/t1/00/task.json", task_json("t1", "SUCCESS"))
+    write(root / folder, "run.json", {} if run_id is None else {"run_id": run_id})
+    write(root / folder, "default/t1/00/task.json", task_json("t1", "SUCCESS"))
+    return root
+
+
+@pytest.mark.parametrize(("folder", "run_id", "reason"), [
+    ("bad\nname", None,
+     "the folder's name 'bad\\nname' cannot be a run id: it holds the control character "
+     "U+000A"),
+    ("dots", "../x", "run.json's run_id '../x' cannot be stored: it holds '/'"),
+    ("red", "\x1b[31mred", "run.json's run_id '\\x1b[31mred' cannot be stored: it holds the "
+                           "control character U+001B"),
+], ids=["newline-folder", "dots-run-id", "ansi-run-id"])
+def test_a_run_whose_name_cannot_be_stored_is_skipped_and_the_others_import(
+        tmp_path: Path, folder: str, run_id: str | None, reason: str) -> None:
+    root = bad_name_runs(tmp_path, folder, run_id)
+    db = tmp_path / "l.db"
+    result = subprocess.run([*COMMAND, "--ledger", str(db), "import", str(root)], cwd=tmp_path,
+                            env=_env(), capture_output=True, text=True, timeout=PATIENCE)
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 1, result
+    shown = str(root / folder).replace("\n", "\\n")
+    assert result.stderr.splitlines() == [f"{shown}: not imported: {reason}"]
+    assert result.stdout.startswith("good: imported 1 attempt(s), 0 unfinished from")
+    with Ledger(db, read_only=True) as ledger:
+        assert [r for (r,) in ledger.query("SELECT DISTINCT run_id FROM events")[1]] == ["good"]
+    assert "\x1b" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(("relative", "content", "reason"), [
+    ("default/t/00/task.json", b'{"final_status": "SUCCESS", "note": "\\ud800"}',
+     "the ledger cannot store it: it holds a lone surrogate"),
+    ("default/t/00/task.json",
+     b'{"final_status": "SUCCESS", "x": ' + b"[" * 500 + b"]" * 500 + b"}",
+     "the ledger cannot store it: it is nested too deeply"),
+    ("default/t\x1b[2J/00/task.json", json.dumps(task_json("t", "SUCCESS")).encode(),
+     "the folder name 't\\x1b[2J' cannot be part of a task key: it holds the control "
+     "character U+001B"),
+    ("run.json", json.dumps({"task_results": [{"task_id": "a\nb", "status": "ERROR"}]}).encode(),
+     "'a\\nb' cannot be part of a task key: it holds the control character U+000A"),
+], ids=["surrogate", "deep", "ansi-task-folder", "newline-row"])
+def test_what_the_ledger_cannot_store_is_named_and_the_rest_imports(
+        tmp_path: Path, relative: str, content: bytes, reason: str) -> None:
+    root = tmp_path / "runs"
+    write(root / "r1", "run.json", {})
+    write(root / "r1", "default/good/00/task.json", task_json("good", "SUCCESS"))
+    (root / "r1" / relative).parent.mkdir(parents=True, exist_ok=True)
+    (root / "r1" / relative).write_bytes(content)
+    db = tmp_path / "l.db"
+    result = evalledger(tmp_path, db, "import", str(root))
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 1, result
+    assert "r1: imported 1 attempt(s)" in result.stdout
+    [named] = [line for line in result.err_lines if line.startswith("  ")]
+    assert named.endswith(reason) or reason in named, named
+    assert summary(db, "r1")["tasks_succeeded"] == 1
+    assert evalledger(tmp_path, db, "verify", "--deep").returncode == 0
+
+
+def test_times_out_of_range_in_the_zone_given_are_no_times(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    write(root / "r1", "run.json", {"start_time": "0001-01-01T00:00:00"})
+    write(root / "r1", "default/t/00/task.json",
+          task_json("t", "SUCCESS", started_at="0001-01-01T00:00:00",
+                    completed_at="9999-12-31T23:59:59"))
+    db = tmp_path / "l.db"
+    # Year 1 east of UTC and year 9999 west of it fall outside what a datetime holds.
+    for zone in ("Asia/Tokyo", "America/New_York"):
+        result = evalledger(tmp_path, db, "import", str(root), "--tz", zone, "--dry-run")
+        assert result.returncode == 0 and "Traceback" not in result.stderr, result
