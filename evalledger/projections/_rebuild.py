@@ -320,8 +320,10 @@ class SnapshotCheck:
             except ValueError:
                 return None
             return _as_json(event.value) if isinstance(event, RunSnapshot) else None
+        from pydantic_core import from_json
+
         try:
-            data = json.loads(payload)
+            data = from_json(payload)
         except ValueError:
             return None
         return data.get("value") if isinstance(data, dict) else None
@@ -354,7 +356,9 @@ def _head(row: Any) -> tuple[int, int, str, int, str] | None:
 
 def _as_json(value: Any) -> Any:
     """``value`` as JSON data reads back (tuples as lists): what a stored one compares with."""
-    return json.loads(json.dumps(value))
+    from pydantic_core import from_json, to_json  # not for readers: `runs` starts without it
+
+    return from_json(to_json(value))
 
 
 def check_snapshots(ledger: Ledger, *, deep: bool = False) -> SnapshotCheck:
