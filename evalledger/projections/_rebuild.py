@@ -287,12 +287,12 @@ class SnapshotCheck:
                 if kind not in kinds or kinds[kind][0] != version:
                     self.ignored += 1
                     continue
-                self.checked += 1
                 where = (f"run {run_id}: the {kind} snapshot at seq {seq} "
                          f"(through seq {through_seq})")
                 if through_seq >= seq:  # past the ledger's end too: seq <= last
                     beyond = f": the ledger ends at seq {last}" if through_seq > last else ""
                     self.problems.append(f"{where} claims events that come after it{beyond}")
+                    self.checked += 1
                     continue
                 while pending is not None and (pending.seq or 0) <= through_seq:
                     summary.apply(pending)
@@ -301,8 +301,10 @@ class SnapshotCheck:
                 stored = self._value(payload, run_id)
                 if stored is None or _as_json(kinds[kind][1]()) != stored:
                     self.problems.append(f"{where} differs from a full replay of the run")
+                self.checked += 1
         except LedgerError as e:  # an event that does not decode (verify lists it)
-            self.problems.append(f"run {run_id}: its snapshots were not checked: {e}")
+            why = str(e).removeprefix(f"{ledger.path}: ").removesuffix("; run `evalledger verify`")
+            self.problems.append(f"run {run_id}: its snapshots were not checked: {why}")
         finally:
             close = getattr(replay, "close", None)
             if close is not None:
