@@ -53,7 +53,12 @@ def write_text(path: Path, text: str) -> None:
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     try:
         try:
-            partial.write_text(text, encoding="utf-8")
+            with open(partial, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                # On disk before the rename names it: after a crash, the file under the
+                # name is the old one or the new one, never an empty one.
+                os.fsync(f.fileno())
             os.replace(partial, path)
         finally:
             partial.unlink(missing_ok=True)

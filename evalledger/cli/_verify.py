@@ -1,5 +1,5 @@
-"""``evalledger verify``: recompute the hash chain, check the schema and any anchors;
-``evalledger checkpoint``: write an anchor to keep outside the ledger."""
+"""``evalledger verify``: recompute the hash chain, check the schema, the snapshots and
+any anchors; ``evalledger checkpoint``: write an anchor to keep outside the ledger."""
 
 from __future__ import annotations
 
@@ -20,46 +20,47 @@ from ._main import Settings, pass_settings
               help="A checkpoint file or a run.json: fail unless the ledger still holds that "
                    "exact history up to its seq. Repeatable.")
 @click.option("--deep", is_flag=True,
-              help="Also replay every run in full and check each snapshot against it.")
+              help="Replay runs through the full event models (every field validated) to "
+                   "check the snapshots, instead of the partial decoding rebuilds use.")
 @pass_settings
 def verify(settings: Settings, anchors: tuple[str, ...], deep: bool) -> None:
-    """Check that the ledger is intact: storage, hash chain, seq gaps, payloads, schema.
+    """Check that the ledger is intact: storage, hash chain, seq gaps, payloads, schema,
+    snapshots.
 
     The schema is compared, as full SQL text, with what this evalledger creates:
-    tables, indexes, triggers, views and meta. A chain cut short or rewritten from
-    some row on is a valid chain on its own: only an anchor kept elsewhere (see
-    `evalledger checkpoint`, or any run.json) shows it. With --deep, every run that
-    has snapshots is replayed in full, every event validated, and each snapshot
-    compared with the replay at its seq. Prints one verdict line, then one line per
-    problem. Exits 0 when intact, 1 when something was found, 2 when the ledger
+    tables, indexes, triggers, views and meta. Every payload must validate and be
+    canonical JSON. Every snapshot is compared with a replay of its run up to its
+    seq. A chain cut short or rewritten from some row on is a valid chain on its
+    own: only an anchor kept elsewhere (see `evalledger checkpoint`, or any
+    run.json) shows it. Everything is read in one read transaction: runs and merges
+    writing meanwhile are not seen half-way. Prints one verdict line, then one line
+    per problem. Exits 0 when intact, 1 when something was found, 2 when the ledger
     cannot be read at all.
 
     Example:
 
         evalledger verify --anchor checkpoints/2026-11-30.json --anchor runs/R/run.json
     """
+    from evalledger.projections import SnapshotCheck
+
     try:
         pinned = [Anchor.load(path) for path in anchors]
     except ValueError as e:
         raise UserError(str(e)) from e
+    # The snapshot check is the projections' (the ledger layer cannot import them); it
+    # runs inside verify's read transaction, so it reads the state the chain was read in.
+    snapshots = SnapshotCheck(deep=deep)
     with settings.open_ledger(read_only=True) as ledger:
-        report = verify_ledger(ledger, pinned)
-        lines = report.lines()
-        ok = report.ok
-        if deep:
-            from evalledger.projections import check_snapshots
-
-            checked = check_snapshots(ledger)
-            ok = ok and not checked.problems
-            lines[0] = lines[0].replace("OK: ", "FAILED: ", 1) if not ok else lines[0]
-            ignored = (f", {checked.ignored} of another fold version ignored"
-                       if checked.ignored else "")
-            lines.append(f"deep: {checked.checked} snapshot(s) of {checked.runs} run(s) "
-                         f"checked against a full replay{ignored}")
-            lines += [f"snapshot: {p}" for p in checked.problems]
+        report = verify_ledger(ledger, pinned, checks=[snapshots])
+    lines = report.lines()
+    if deep:
+        ignored = (f", {snapshots.ignored} of another fold version ignored"
+                   if snapshots.ignored else "")
+        lines.append(f"deep: {snapshots.checked} snapshot(s) of {snapshots.runs} run(s) "
+                     f"checked against a full replay{ignored}")
     for line in lines:
         click.echo(line)
-    sys.exit(EXIT_OK if ok else EXIT_TASKS_FAILED)
+    sys.exit(EXIT_OK if report.ok else EXIT_TASKS_FAILED)
 
 
 @click.command()
@@ -77,6 +78,10 @@ def checkpoint(settings: Settings, output: Path | None) -> None:
 
         evalledger checkpoint -o checkpoints/$(date +%F).json
     """
+    from ._report import _same_file, write_text  # the reports' writer: whole or not at all
+
+    if output is not None and _same_file(output, settings.ledger_path):
+        raise UserError(f"-o {output} is the ledger itself; choose another file")
     with settings.open_ledger(read_only=True) as ledger:
         anchor = ledger.anchor()
         if anchor is None:
@@ -85,5 +90,6 @@ def checkpoint(settings: Settings, output: Path | None) -> None:
     if output is None:
         click.echo(text, nl=False)
     else:
-        output.write_text(text, encoding="utf-8")
+        # Whole or not at all: a full disk leaves the previous checkpoint, never an empty one.
+        write_text(output, text)
         click.echo(str(output), err=True)

@@ -329,6 +329,30 @@ class Ledger:
                 self._conn.execute("ROLLBACK")
             raise
 
+    @contextmanager
+    def read_transaction(self) -> Iterator[None]:
+        """Every query inside the block reads one state of the ledger.
+
+        Outside a transaction each statement reads the ledger as it is when that
+        statement starts, so a check made of several queries can see a commit land
+        between two of them (a merge's ``run.started`` in one, not its ``run.merged``
+        in the other). A read transaction begun before the first query keeps the
+        state that query saw (one WAL snapshot) until the block ends; writers go on
+        meanwhile. Inside another transaction of this connection, the block joins it.
+        """
+        if self._conn.in_transaction:
+            yield
+            return
+        with self._translate():
+            self._conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            if self._conn.in_transaction:
+                with self._translate():
+                    # Nothing was written: ending it releases the snapshot, nothing more.
+                    self._conn.execute("ROLLBACK")
+
     # -- append ----------------------------------------------------------------------------
 
     def append(

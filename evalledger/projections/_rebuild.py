@@ -25,6 +25,7 @@ payload and are matched as a prefix, without parsing any snapshot that is not us
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -81,7 +82,13 @@ def latest_snapshot(ledger: Ledger, run_id: str, kind: str, version: int,
         through_seq = int(payload[len(prefix):comma])
     except ValueError:
         return None
-    return Snapshot(row.seq or 0, through_seq, payload[comma + len(',"value":'):-1])
+    seq = row.seq or 0
+    if through_seq >= seq:
+        # A snapshot is appended after the events it folds: one that claims later events
+        # (through_seq 10**9, past the ledger's end) is forged or damaged. Not believed:
+        # the run is replayed (verify names it).
+        return None
+    return Snapshot(seq, through_seq, payload[comma + len(',"value":'):-1])
 
 
 def load_folds(ledger: Ledger, run_id: str, *classes: type[Fold], snapshots: bool = True,
@@ -229,49 +236,135 @@ def write_snapshot(ledger: Ledger, run_id: str) -> int | None:
 
 @dataclass
 class SnapshotCheck:
-    """What ``verify --deep`` found: snapshots checked against a full replay."""
+    """Every snapshot a rebuild of this version would read, compared with a replay of its
+    run's events up to its ``through_seq``: a check of derived data for
+    ``evalledger.ledger.verify(checks=[...])``, which calls it inside its read transaction.
 
+    The replay reads what rebuilds read (the lifecycle rows, through the covering index,
+    partially decoded) and folds each run once, in seq order, stopping at each snapshot's
+    ``through_seq``. ``deep`` replays through the full event models instead (every field
+    validated), as the Python API's typed events are: slower, and independent of the
+    partial decoding that rebuilds use.
+    """
+
+    deep: bool = False
     runs: int = 0
     checked: int = 0
     ignored: int = 0
     """Snapshots of another fold version (or an unknown kind): no rebuild uses them."""
     problems: list[str] = field(default_factory=list)
 
+    def __call__(self, ledger: Ledger) -> list[str]:
+        """Check every run that has snapshots; one line per problem found."""
+        last = ledger.last_seq()
+        _, runs = ledger.query(
+            "SELECT DISTINCT run_id FROM events WHERE type = ? AND task_key IS NULL",
+            [EventType.RUN_SNAPSHOT])
+        for (run_id,) in runs:
+            if isinstance(run_id, str):  # else stored as a BLOB: verify names the row
+                self._check_run(ledger, run_id, last)
+        return [f"snapshot: {p}" for p in self.problems]
 
-def check_snapshots(ledger: Ledger) -> SnapshotCheck:
-    """Replay every run that has snapshots in full, with every event fully validated, and
-    compare each snapshot this code would use with the replay at its ``through_seq``."""
-    from evalledger.ledger import RunSnapshot
+    def _check_run(self, ledger: Ledger, run_id: str, last: int) -> None:
+        from evalledger.ledger import LedgerError
 
-    from ._resume import ResumeFold
-    from ._summary import SummaryFold
+        from ._resume import ResumeFold
+        from ._summary import SummaryFold
 
-    result = SnapshotCheck()
-    for run_id in ledger.run_ids():
-        snaps = [e for e in ledger.events(run_id, types=[EventType.RUN_SNAPSHOT])
-                 if isinstance(e, RunSnapshot)]
-        if not snaps:
-            continue
-        result.runs += 1
+        heads = sorted(head for row in ledger.rows(run_id, types=[EventType.RUN_SNAPSHOT])
+                       if row.task_key is None and (head := _head(row)) is not None)
+        if not heads:
+            return
+        self.runs += 1
         summary, resume = SummaryFold(run_id), ResumeFold(run_id)
         kinds = _kinds(summary, resume)
-        replay = ledger.events(run_id, types=SummaryFold.TYPES | ResumeFold.TYPES)
-        pending = next(replay, None)
-        for snap in sorted(snaps, key=lambda s: (s.through_seq, s.seq or 0)):
-            if snap.kind not in kinds or kinds[snap.kind][0] != snap.fold_version:
-                result.ignored += 1
-                continue
-            result.checked += 1
-            where = (f"run {run_id}: the {snap.kind} snapshot at seq {snap.seq} "
-                     f"(through seq {snap.through_seq})")
-            if snap.through_seq >= (snap.seq or 0):
-                result.problems.append(f"{where} claims events that come after it")
-                continue
-            while pending is not None and (pending.seq or 0) <= snap.through_seq:
-                summary.apply(pending)
-                resume.apply(pending)
-                pending = next(replay, None)
-            replayed = kinds[snap.kind][1]()
-            if json.loads(json.dumps(replayed)) != snap.value:
-                result.problems.append(f"{where} differs from a full replay of the run")
-    return result
+        read = ledger.events if self.deep else ledger.replay
+        replay = read(run_id, types=SummaryFold.TYPES | ResumeFold.TYPES)
+        pending: Any = None
+        try:
+            pending = next(replay, None)
+            for through_seq, seq, kind, version, payload in heads:
+                if kind not in kinds or kinds[kind][0] != version:
+                    self.ignored += 1
+                    continue
+                where = (f"run {run_id}: the {kind} snapshot at seq {seq} "
+                         f"(through seq {through_seq})")
+                if through_seq >= seq:  # past the ledger's end too: seq <= last
+                    beyond = f": the ledger ends at seq {last}" if through_seq > last else ""
+                    self.problems.append(f"{where} claims events that come after it{beyond}")
+                    self.checked += 1
+                    continue
+                while pending is not None and (pending.seq or 0) <= through_seq:
+                    summary.apply(pending)
+                    resume.apply(pending)
+                    pending = next(replay, None)
+                stored = self._value(payload, run_id)
+                if stored is None or _as_json(kinds[kind][1]()) != stored:
+                    self.problems.append(f"{where} differs from a full replay of the run")
+                self.checked += 1
+        except LedgerError as e:  # an event that does not decode (verify lists it)
+            why = str(e).removeprefix(f"{ledger.path}: ").removesuffix("; run `evalledger verify`")
+            self.problems.append(f"run {run_id}: its snapshots were not checked: {why}")
+        finally:
+            close = getattr(replay, "close", None)
+            if close is not None:
+                close()
+
+    def _value(self, payload: str, run_id: str) -> Any:
+        """The snapshot's ``value`` as JSON data; None when the payload is not a snapshot
+        (verify names the row)."""
+        if self.deep:
+            from evalledger.ledger import EventRow, RunSnapshot
+
+            try:
+                event = EventRow("-", run_id, None, EventType.RUN_SNAPSHOT, "-",
+                                 payload).decode()
+            except ValueError:
+                return None
+            return _as_json(event.value) if isinstance(event, RunSnapshot) else None
+        from pydantic_core import from_json
+
+        try:
+            data = from_json(payload)
+        except ValueError:
+            return None
+        return data.get("value") if isinstance(data, dict) else None
+
+
+# The first fields of a snapshot's canonical payload: what orders the snapshots of a run
+# without parsing their values (a summary's is megabytes).
+_HEAD = re.compile(r'\{"fold_version":(-?\d+),"kind":("(?:[^"\\]|\\.)*"),"through_seq":(-?\d+),')
+
+
+def _head(row: Any) -> tuple[int, int, str, int, str] | None:
+    """``(through_seq, seq, kind, fold_version, payload)`` of a stored snapshot; None when
+    the payload is not one (not JSON, fields missing: verify names the row)."""
+    payload = row.payload
+    if not isinstance(payload, str):
+        return None
+    match = _HEAD.match(payload)
+    try:
+        if match is not None:
+            version, kind, through = int(match[1]), json.loads(match[2]), int(match[3])
+        else:  # not canonical (verify names it): read it whole
+            data = json.loads(payload)
+            version, kind, through = data["fold_version"], data["kind"], data["through_seq"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not (type(version) is int and type(through) is int and isinstance(kind, str)):
+        return None
+    return through, row.seq or 0, kind, version, payload
+
+
+def _as_json(value: Any) -> Any:
+    """``value`` as JSON data reads back (tuples as lists): what a stored one compares with."""
+    from pydantic_core import from_json, to_json  # not for readers: `runs` starts without it
+
+    return from_json(to_json(value))
+
+
+def check_snapshots(ledger: Ledger, *, deep: bool = False) -> SnapshotCheck:
+    """Check every snapshot against a replay of its run (see ``SnapshotCheck``)."""
+    check = SnapshotCheck(deep=deep)
+    check(ledger)
+    return check

@@ -14,12 +14,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
+import signal
 import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import closing
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from importlib.metadata import version
 from pathlib import Path
 
@@ -37,6 +40,8 @@ from evalledger.ledger import (
     TaskOutput,
     TaskStarted,
 )
+from evalledger.ledger._chain import chain_rows
+from evalledger.ledger._rows import EventRow
 from evalledger.statuses import Category, FinalStatus, RunStatus
 
 from .helpers import EntryPoint
@@ -436,3 +441,271 @@ def test_console_script(ledger_file: Path, tmp_path: Path) -> None:
     assert done.returncode == 2, done
     assert done.stderr.startswith("Error: no ledger at ")
     assert "Traceback" not in done.stderr
+
+
+# -- rows stored as evalledger never stores them ----------------------------------------------
+
+
+def _edit_behind_triggers(path: Path, *statements: str, params: list | tuple = ()) -> None:
+    """Run ``statements`` with the append-only triggers dropped, then put them back exactly
+    as they were: only the edit itself is left for verify to find."""
+    with closing(_raw(path)) as conn:
+        triggers = conn.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'trigger' ORDER BY name").fetchall()
+        for name in ("events_no_update", "events_no_delete"):
+            conn.execute(f"DROP TRIGGER {name}")
+        for statement in statements:
+            conn.execute(statement, params)
+        for (sql,) in triggers:
+            conn.execute(sql)
+
+
+def _rechain(path: Path, seq: int, payload: str) -> None:
+    """Store ``payload`` at ``seq`` and recompute every hash from there on: a chain that
+    is valid on its own, around a payload evalledger never wrote."""
+    with closing(_raw(path)) as conn:
+        rows = conn.execute(
+            "SELECT event_id, run_id, task_key, type, ts, payload FROM events WHERE seq >= ? "
+            "ORDER BY seq", [seq]).fetchall()
+        prev = conn.execute("SELECT hash FROM events WHERE seq = ?", [seq - 1]).fetchone()[0]
+    edited = [EventRow(*rows[0][:5], payload), *(EventRow(*row) for row in rows[1:])]
+    statements = [f"UPDATE events SET payload = {_quote(p)}, hash = '{h}' WHERE seq = {s}"
+                  for s, *_, p, h in chain_rows(prev, seq, edited)]
+    _edit_behind_triggers(path, *statements)
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _problems(out: Outcome) -> list[str]:
+    """The lines after the verdict."""
+    return out.stdout.splitlines()[1:]
+
+
+@pytest.mark.parametrize("column", ["run_id", "event_id", "task_key", "type", "ts", "hash"])
+def test_an_envelope_column_stored_as_a_blob_is_one_line_not_a_traceback(
+    invoke: Invoke, ledger_file: Path, column: str,
+) -> None:
+    _edit_behind_triggers(
+        ledger_file, f"UPDATE events SET {column} = CAST({column} AS BLOB) WHERE seq = ?",
+        params=[OUTPUT_SEQ])
+
+    out = _verify(invoke, ledger_file)
+
+    _assert_no_traceback(out)
+    assert out.exit_code == 1, out
+    assert out.stdout.startswith("FAILED: ")
+    # The bytes are the text that was hashed: the chain holds, the storage class is all.
+    assert _problems(out) == [
+        f"seq {OUTPUT_SEQ}: {column} is stored as BLOB, not TEXT: evalledger stores text"]
+
+
+def test_analyze_is_not_tampering(invoke: Invoke, ledger_file: Path) -> None:
+    with closing(_raw(ledger_file)) as conn:
+        conn.execute("ANALYZE")
+        conn.execute("PRAGMA optimize")
+        assert conn.execute(
+            "SELECT count(*) FROM sqlite_master WHERE name = 'sqlite_stat1'").fetchone()[0]
+
+    out = _verify(invoke, ledger_file)
+
+    assert out.exit_code == 0, out
+    assert len(out.stdout.splitlines()) == 1, out.stdout
+
+
+@pytest.mark.parametrize(
+    "rewrite",
+    [lambda obj: json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False),
+     lambda obj: json.dumps(dict(reversed(obj.items())), separators=(",", ":"),
+                            ensure_ascii=False),
+     lambda obj: _canonical(obj)[:-1] + "," + _canonical(dict([max(obj.items())]))[1:]],
+    ids=["indented", "keys-unsorted", "duplicate-key"],
+)
+@pytest.mark.parametrize("seq", [OUTPUT_SEQ, 5], ids=["task.output", "task.completed"])
+@pytest.mark.parametrize("deep", [False, True], ids=["plain", "deep"])
+def test_a_rechained_non_canonical_payload_is_caught(
+    invoke: Invoke, ledger_file: Path, rewrite: Callable[[dict], str], seq: int, deep: bool,
+) -> None:
+    payload = rewrite(_payload(ledger_file, seq))
+    _rechain(ledger_file, seq, payload)
+    with Ledger(ledger_file, read_only=True) as ledger:  # still a valid event
+        assert [e.seq for e in ledger.events()] == list(LAYOUT)
+
+    out = invoke("--ledger", str(ledger_file), "verify", *(["--deep"] if deep else []))
+
+    _assert_no_traceback(out)
+    assert out.exit_code == 1, out
+    assert [p for p in _problems(out) if not p.startswith("deep: ")] == [
+        f"seq {seq}: payload is not canonical JSON (keys sorted, no spaces): evalledger did "
+        "not write it so"]
+
+
+def test_a_task_output_spelling_out_its_defaults_is_canonical(
+    invoke: Invoke, ledger_file: Path,
+) -> None:
+    """Older ledgers wrote ``"stream":"stdout"`` on every output line: still canonical."""
+    _rechain(ledger_file, OUTPUT_SEQ, '{"line":"hello","n":1,"stream":"stdout",'
+                                      '"truncated":false}')
+    out = _verify(invoke, ledger_file)
+    assert out.exit_code == 0, out
+
+
+def _ledger_with_snapshots(path: Path) -> dict[str, int]:
+    """A finished run recorded in this ledger (its run.started names it), with its
+    snapshots; seq -> type of its facts."""
+    from evalledger.projections import write_snapshot
+
+    with Ledger(path) as ledger:
+        ledger.append([RunStarted(run_id="run-1", planned=["t1"], ledger_id=ledger.ledger_id)])
+        ledger.append([
+            TaskStarted(run_id="run-1", task_key="t1", task_id="t1"),
+            TaskOutput(run_id="run-1", task_key="t1", line="hello", n=1),
+            TaskCompleted(run_id="run-1", task_key="t1", category=Category.SUCCEEDED,
+                          final_status=FinalStatus.SUCCESS, exit_code=0),
+            RunFinished(run_id="run-1", status=RunStatus.COMPLETED),
+        ])
+        assert write_snapshot(ledger, "run-1")
+        return {r.seq or 0: r.type for r in ledger.rows() if r.type != "run.snapshot"}
+
+
+@pytest.mark.parametrize("deep", [False, True], ids=["plain", "deep"])
+def test_an_invalid_payload_under_snapshots_exits_1(
+    invoke: Invoke, db_path: Path, deep: bool,
+) -> None:
+    layout = _ledger_with_snapshots(db_path)
+    [completed] = [s for s, t in layout.items() if t == "task.completed"]
+    _rechain(db_path, completed, '{"category":"succeeded","final_status":"NO SUCH STATUS"}')
+
+    out = invoke("--ledger", str(db_path), "verify", *(["--deep"] if deep else []))
+
+    _assert_no_traceback(out)
+    assert out.exit_code == 1, out
+    assert out.stderr == ""
+    assert re.search(rf"^seq {completed}: payload does not validate: ", out.stdout, re.MULTILINE)
+    assert "snapshot: run run-1: its snapshots were not checked: " in out.stdout
+
+
+# -- meta.created_at --------------------------------------------------------------------------
+
+
+def _set_created_at(path: Path, value: str) -> None:
+    with closing(_raw(path)) as conn:
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'created_at'", [value])
+
+
+def _first_started_ts(path: Path) -> datetime:
+    with closing(_raw(path)) as conn:
+        ts = conn.execute("SELECT ts FROM events WHERE type = 'run.started' ORDER BY seq"
+                          ).fetchone()[0]
+    return datetime.fromisoformat(ts)
+
+
+def _utc_text(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@pytest.mark.parametrize("value", ["not a time", "2026-13-45T00:00:00.000000Z",
+                                   "2026-11-29T21:35:12", "2026-11-29T21:35:12+02:00", ""])
+def test_a_garbage_created_at_is_reported(invoke: Invoke, ledger_file: Path, value: str) -> None:
+    _set_created_at(ledger_file, value)
+    out = _verify(invoke, ledger_file)
+    assert out.exit_code == 1, out
+    assert _problems(out) == [f"schema: meta.created_at {value!r} is not an ISO-8601 UTC time"]
+
+
+def test_a_created_at_after_the_first_run_recorded_here_is_reported(
+    invoke: Invoke, db_path: Path,
+) -> None:
+    _ledger_with_snapshots(db_path)
+    began = _first_started_ts(db_path)
+    # Later than the run it holds, yet within a minute of the ledger's first migration.
+    later = _utc_text(began + timedelta(seconds=30))
+    _set_created_at(db_path, later)
+
+    out = _verify(invoke, db_path)
+
+    assert out.exit_code == 1, out
+    [line] = _problems(out)
+    assert line.startswith(f"schema: meta.created_at is {later}, after the first run recorded "
+                           "here began (seq 1, "), line
+
+
+def test_a_back_dated_created_at_is_reported(invoke: Invoke, db_path: Path) -> None:
+    _ledger_with_snapshots(db_path)
+    _set_created_at(db_path, "2001-01-01T00:00:00.000000Z")
+
+    out = _verify(invoke, db_path)
+
+    assert out.exit_code == 1, out
+    [line] = _problems(out)
+    assert line.startswith("schema: meta.created_at is 2001-01-01T00:00:00.000000Z, but the "
+                           "ledger's first migration was recorded at "), line
+
+
+def test_runs_merged_from_an_older_ledger_are_older_than_it_and_fine(
+    invoke: Invoke, tmp_path: Path,
+) -> None:
+    older, newer = tmp_path / "older.db", tmp_path / "newer.db"
+    _ledger_with_snapshots(older)
+    with Ledger(newer) as ledger:  # made after every event of `older`
+        assert datetime.fromisoformat(ledger.db["meta"].get("created_at")["value"]) > (
+            _first_started_ts(older))
+        ledger.append([RunStarted(run_id="here", ledger_id=ledger.ledger_id)])
+
+    merged = invoke("--ledger", str(newer), "merge", str(older))
+    assert merged.exit_code == 0, merged
+
+    out = _verify(invoke, newer)
+    assert out.exit_code == 0, out
+
+
+# -- checkpoint -o ----------------------------------------------------------------------------
+
+
+def _checkpoint_on_a_full_disk(ledger_file: Path, output: Path) -> subprocess.CompletedProcess:
+    """``evalledger checkpoint -o OUTPUT`` in a process that cannot write more than 64 bytes
+    into any file (RLIMIT_FSIZE: a write past it fails with EFBIG, as on a full disk)."""
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # else the kernel kills the process
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))
+
+    # The ledger held open here, so its -shm is there already: the limit bites only on
+    # the checkpoint.
+    with Ledger(ledger_file, read_only=True):
+        return subprocess.run(
+            [sys.executable, "-m", "evalledger.cli", "--ledger", str(ledger_file),
+             "checkpoint", "-o", str(output)],
+            cwd=output.parent, env={**_clean_env(), "PYTHONDONTWRITEBYTECODE": "1"},
+            preexec_fn=limit, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new-file", "over-a-checkpoint"])
+def test_checkpoint_writes_whole_or_not_at_all(
+    ledger_file: Path, tmp_path: Path, existing: bool,
+) -> None:
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    output = folder / "today.json"
+    before = '{"ledger_id": "an older checkpoint, kept whole"}\n'
+    if existing:
+        output.write_text(before)
+
+    done = _checkpoint_on_a_full_disk(ledger_file, output)
+
+    assert done.returncode == 2, done
+    assert "Traceback" not in done.stderr, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"Error: {output}: "), line
+    assert [p.name for p in folder.iterdir()] == (["today.json"] if existing else [])
+    if existing:
+        assert output.read_text() == before
+
+
+def test_checkpoint_refuses_to_write_over_the_ledger(invoke: Invoke, ledger_file: Path) -> None:
+    content = ledger_file.read_bytes()
+    out = invoke("--ledger", str(ledger_file), "checkpoint", "-o", str(ledger_file))
+    assert out.exit_code == 2, out
+    assert "is the ledger itself" in out.stderr
+    assert ledger_file.read_bytes() == content

@@ -196,3 +196,26 @@ def test_a_damaged_snapshot_is_replayed_past_not_trusted(ledger: Ledger, kind: s
     assert render_json(load_summary(ledger, RUN)) == render_json(expected.summary())
     assert load_headline(ledger, RUN) == expected.headline().model_dump(mode="json")
     assert load_fold(ledger, ResumeFold, RUN).partition().to_run == [key(2)]
+
+
+@pytest.mark.parametrize("past", [0, 1, 10**9], ids=["its-own-seq", "the-next-seq", "10**9"])
+def test_a_snapshot_claiming_events_after_itself_is_never_read(ledger: Ledger, past: int
+                                                               ) -> None:
+    """A snapshot is appended after what it folds: one through its own seq or later (past
+    the ledger's end) is forged, whatever it holds. Every reader (runs, show, report,
+    resume, the viewer's fold as of a seq) replays the run instead."""
+    events = _finished_run(ledger)
+    write_snapshot(ledger, RUN)
+    liar = fold(SummaryFold(RUN), [*events[:-1], completed(key(2), FinalStatus.ERROR),
+                                   events[-1]])
+    resume = fold(ResumeFold(RUN), [])
+    last = ledger.last_seq() + 4  # the last of the four forged snapshots
+    ledger.append(snapshot_events(RUN, last + past, liar, resume))
+    assert latest_snapshot(ledger, RUN, "summary", SummaryFold.VERSION) is None
+
+    truth = fold(SummaryFold(RUN), events)
+    assert render_json(load_summary(ledger, RUN)) == render_json(truth.summary())
+    assert load_headline(ledger, RUN) == truth.headline().model_dump(mode="json")
+    assert load_fold(ledger, ResumeFold, RUN).partition().to_run == [key(2)]
+    as_of_now = load_fold(ledger, SummaryFold, RUN, until_seq=ledger.last_seq())
+    assert render_json(as_of_now.summary()) == render_json(truth.summary())

@@ -1,0 +1,128 @@
+"""Snapshots nobody should believe, through real ``evalledger`` processes and real files.
+
+A ``run.snapshot`` is derived data appended to the log, and an appended row keeps the
+hash chain valid: only a replay can tell that it lies. Plain ``verify`` replays what
+every snapshot claims. The readers (``runs``, ``show``, ``diff``) replay nothing: they
+ignore a snapshot that claims events after its own seq (so past the ledger's end),
+and believe one through a plausible seq (docs/results.md, "Snapshots").
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from evalledger.ledger import AnyEvent, Ledger, TaskCompleted
+from evalledger.projections import ResumeFold, SummaryFold, fold, write_snapshot
+from evalledger.projections._rebuild import snapshot_events
+from evalledger.statuses import FinalStatus
+
+from .helpers import EntryPoint, Result, _env
+from .test_query import KEYS, record_run
+
+
+@pytest.fixture(scope="module")
+def entry_point(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EntryPoint]:
+    server = EntryPoint(tmp_path_factory.mktemp("entry-point"))
+    yield server
+    server.close()
+
+
+def call(entry_point: EntryPoint, db: Path, *args: str) -> Result:
+    """``evalledger --ledger DB ARGS...`` in a process of its own."""
+    return entry_point("--ledger", str(db), *args, cwd=db.parent, env=_env())
+
+
+def forge(db: Path, run_id: str, statuses: dict[str, FinalStatus],
+          through_seq: int | None = None) -> list[int]:
+    """Append a snapshot of the run as if its keys had ended with ``statuses``: all four
+    kinds, made by the real folds from the altered events, so they agree with each
+    other. Through the run's last lifecycle event (what the real one is through)
+    unless ``through_seq`` says otherwise. Returns the four seqs."""
+    with Ledger(db) as ledger:
+        lied: list[AnyEvent] = []
+        for event in ledger.events(run_id):
+            if isinstance(event, TaskCompleted) and event.task_key in statuses:
+                status = statuses[event.task_key]
+                event = event.model_copy(update={
+                    "final_status": status, "category": status.category,
+                    "weighted_score": 1.0 if status == FinalStatus.SUCCESS else 0.0})
+            lied.append(event)
+        summary, resume = fold(SummaryFold(run_id), lied), fold(ResumeFold(run_id), lied)
+        through = through_seq if through_seq is not None else ledger.last_lifecycle_seq(run_id)
+        return ledger.append(snapshot_events(run_id, through, summary, resume))
+
+
+def listed(entry_point: EntryPoint, db: Path) -> dict[str, dict]:
+    out = call(entry_point, db, "runs", "--json")
+    assert out.returncode == 0, out
+    return {row["run_id"]: row for row in map(json.loads, out.stdout.splitlines())}
+
+
+def snapshot_lines(out: Result) -> dict[int, str]:
+    """The problem lines naming a snapshot, by the snapshot's seq."""
+    found = {}
+    for line in out.out_lines:
+        if match := re.match(r"snapshot: run \S+: the \w+ snapshot at seq (\d+) ", line):
+            found[int(match[1])] = line
+    return found
+
+
+def test_a_forged_snapshot_through_the_real_seq_is_caught_by_plain_verify(
+    entry_point: EntryPoint, db_path: Path,
+) -> None:
+    with Ledger(db_path) as ledger:
+        record_run(ledger, "run-1", {KEYS[0]: FinalStatus.SUCCESS,
+                                     KEYS[1]: FinalStatus.FAILURE})
+        assert write_snapshot(ledger, "run-1")
+    assert call(entry_point, db_path, "verify").returncode == 0
+
+    forged = forge(db_path, "run-1", {KEYS[1]: FinalStatus.SUCCESS})
+
+    # Through the same seq as the real one and newer: a reader cannot tell without a
+    # replay, and believes it (docs/results.md says so).
+    assert listed(entry_point, db_path)["run-1"]["tasks_failed"] == 0
+    for args in (("verify",), ("verify", "--deep")):
+        out = call(entry_point, db_path, *args)
+        assert out.returncode == 1, out
+        assert out.out_lines[0].startswith("FAILED: "), out.stdout
+        named = snapshot_lines(out)
+        assert sorted(named) == forged, out.stdout  # each forged one, no real one
+        assert all("differs from a full replay of the run" in line for line in named.values())
+        assert "Traceback" not in out.stderr
+
+
+def test_snapshots_claiming_events_past_their_own_seq_are_ignored_by_runs_show_and_diff(
+    entry_point: EntryPoint, db_path: Path,
+) -> None:
+    both = {KEYS[0]: FinalStatus.SUCCESS, KEYS[1]: FinalStatus.SUCCESS}
+    with Ledger(db_path) as ledger:
+        record_run(ledger, "run-1", both)
+        record_run(ledger, "run-2", both)
+        assert write_snapshot(ledger, "run-1") and write_snapshot(ledger, "run-2")
+
+    # run-2 "regressed" on a task it passed, in all four kinds, through seq 10**9.
+    forged = forge(db_path, "run-2", {KEYS[0]: FinalStatus.FAILURE}, through_seq=10**9)
+
+    row = listed(entry_point, db_path)["run-2"]
+    assert (row["tasks_succeeded"], row["tasks_failed"]) == (2, 0), row
+    shown = call(entry_point, db_path, "show", "run-2", "--json")
+    assert shown.returncode == 0, shown
+    summary = json.loads(shown.stdout)
+    assert {t["task_key"]: t["final_status"] for t in summary["tasks"]
+            if t["final_status"]} == {KEYS[0]: "SUCCESS", KEYS[1]: "SUCCESS"}
+    diff = call(entry_point, db_path, "diff", "run-1", "run-2", "--json")
+    assert diff.returncode == 0, diff  # no regression
+    assert not [t for t in json.loads(diff.stdout)["tasks"] if t["change"] == "regression"]
+
+    out = call(entry_point, db_path, "verify")
+    assert out.returncode == 1, out
+    named = snapshot_lines(out)
+    assert sorted(named) == forged, out.stdout
+    last = forged[-1]
+    assert all(line.endswith(f"claims events that come after it: the ledger ends at seq {last}")
+               for line in named.values()), out.stdout
