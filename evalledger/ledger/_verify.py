@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
+from itertools import chain
 from typing import Any
 
 from pydantic import ValidationError
@@ -126,14 +127,10 @@ def verify(ledger: Ledger, anchors: Iterable[Anchor] = ()) -> VerifyReport:
     report.anchors_checked = len(wanted)
     found: dict[int, str] = {}
     ledger_id = ledger.ledger_id
-    # A run merged in from another ledger names that ledger in its run.started; its
-    # run.merged says so (a file's events: source_ledger null, any origin).
-    _, merged_rows = ledger.query(
-        "SELECT run_id, json_extract(payload, '$.source_ledger') FROM events "
-        "WHERE type = 'run.merged' AND task_key IS NULL")
-    origins: dict[str, set[str | None]] = {}
-    for run_id, source in merged_rows:
-        origins.setdefault(run_id, set()).add(source)
+    # A run.started recorded in another ledger came by merge or import-events, which
+    # commit it with a run.merged of its run (the source may itself have merged it from
+    # a third ledger): run id -> such run.started still waiting for one, (seq, ledger id).
+    foreign: dict[str, list[tuple[int, str]]] = {}
     prev_seq, prev_hash = 0, GENESIS
     for row in ledger.rows():
         seq = row.seq or 0
@@ -150,16 +147,18 @@ def verify(ledger: Ledger, anchors: Iterable[Anchor] = ()) -> VerifyReport:
             problem(report.invalid_payloads, (seq, str(e)))
         else:
             recorded = getattr(event, "ledger_id", None)
-            came = origins.get(row.run_id, set())
-            if (recorded is not None and recorded != ledger_id and recorded not in came
-                    and None not in came and len(report.schema) < MAX_LISTED):
-                report.schema.append(
-                    f"meta.ledger_id is {ledger_id!r}, but run.started at seq {seq} recorded "
-                    f"{recorded!r}: the ledger's identity was changed")
+            if recorded is not None and recorded != ledger_id:
+                foreign.setdefault(row.run_id, []).append((seq, recorded))
+            elif event.type == "run.merged" and row.task_key is None:
+                foreign.pop(row.run_id, None)
         if seq in wanted:
             found[seq] = row.hash or ""
         prev_seq, prev_hash = seq, row.hash or ""
     report.last_hash = prev_hash
+    for seq, recorded in sorted(chain.from_iterable(foreign.values()))[:MAX_LISTED]:
+        report.schema.append(
+            f"meta.ledger_id is {ledger_id!r}, but run.started at seq {seq} recorded "
+            f"{recorded!r}: the ledger's identity was changed")
     for seq, anchor in sorted(wanted.items()):
         _check_anchor(anchor, ledger_id, found.get(seq), prev_seq, report)
     return report
