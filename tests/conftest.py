@@ -14,8 +14,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from evalledger.ledger import Ledger
+
+# No Hypothesis deadline anywhere: the suite runs on a loaded two-core machine, beside a
+# second copy of itself, where one example can take 300 ms that takes 3 ms alone. What a
+# property claims is never "fast"; speed is measured in bench/.
+settings.register_profile(
+    "evalledger", deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.load_profile("evalledger")
 
 
 @pytest.fixture(autouse=True)

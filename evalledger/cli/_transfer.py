@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import gzip
+import os
+import secrets
 import sys
+import zlib
+from collections.abc import Iterable
+from contextlib import closing, suppress
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 import click
+
+from evalledger.ledger._transfer import MAX_LINE_BYTES
 
 from ._common import resolve_run
 from ._errors import UserError
@@ -15,16 +22,7 @@ from ._main import Settings, pass_settings
 
 if TYPE_CHECKING:
     from evalledger.ledger import Ledger
-    from evalledger.ledger._transfer import Transfer
-
-
-def _open(path: Path, *, write: bool = False) -> IO[str]:
-    """A text file, gzip-compressed when its name ends in ``.gz``."""
-    if path.suffix == ".gz":
-        if write:
-            return gzip.open(path, "wt", encoding="utf-8")
-        return gzip.open(path, "rt", encoding="utf-8")
-    return path.open("w" if write else "r", encoding="utf-8")
+    from evalledger.ledger._transfer import Readable, Transfer
 
 
 @click.command()
@@ -36,54 +34,150 @@ def export(settings: Settings, runs: tuple[str, ...], output: Path | None) -> No
     """Write runs' events as NDJSON, one event a line, to carry them to another ledger.
 
     Each line holds the event's id, envelope, payload and the seq it has here. Snapshots
-    are left out (they count this ledger's rows); `import-events` reads the file back.
+    are left out (they count this ledger's rows). The last line is a trailer (how many
+    events, their SHA-256): `import-events` takes a file only whole. With -o the file
+    appears whole or not at all.
 
     Example:
 
         evalledger export latest -o run.ndjson.gz
     """
-    from evalledger.ledger._transfer import ndjson
+    from evalledger.ledger._transfer import export_lines
 
     with settings.open_ledger(read_only=True) as ledger:
         run_ids = list(dict.fromkeys(resolve_run(ledger, spec) for spec in runs))
-        out = _open(output, write=True) if output is not None else sys.stdout
-        try:
-            for run_id in run_ids:
-                for row in ledger.rows(run_id):
-                    if row.type != "run.snapshot":
-                        out.write(ndjson(row) + "\n")
-        finally:
+        # Closed before the ledger: a reader left open would try to close its cursor on
+        # a closed database when collected, after the error was shown.
+        with closing(export_lines(ledger, run_ids)) as lines:
             if output is not None:
-                out.close()
-    if output is not None:
-        click.echo(str(output), err=True)
+                _write_whole(output, lines)
+                click.echo(str(output), err=True)
+                return
+            try:
+                for line in lines:
+                    sys.stdout.buffer.write(line)
+                sys.stdout.buffer.flush()
+            except BrokenPipeError:
+                raise
+            except OSError as e:  # a full disk under `> file`
+                raise UserError(f"cannot write the export to stdout: {e.strerror or e}") from e
+
+
+def _write_whole(path: Path, lines: Iterable[bytes]) -> None:
+    """Write ``lines`` to ``path`` (gzip when it ends in .gz) so that it appears whole or
+    not at all: into a new file beside it, synced, then renamed over it. On any error
+    the new file is removed and ``path`` is left as it was. A link is followed (the file
+    it names is replaced, the link stays); a device or a pipe (``/dev/stdout``) has no
+    "whole" and is written as the lines come."""
+    if path.exists() and not path.is_file():
+        try:
+            with path.open("wb") as raw:
+                _write(raw, lines, gz=path.suffix == ".gz", name=path.name)
+        except OSError as e:
+            raise UserError(f"cannot write {path}: {e.strerror or e}") from e
+        return
+    target = path.resolve()
+    temp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.part")
+    try:
+        # O_EXCL: never through a link or over a file someone else made there.
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror or e}; nothing was written") from e
+    try:
+        with open(fd, "wb") as raw:
+            _write(raw, lines, gz=path.suffix == ".gz", name=path.name)
+            os.fsync(raw.fileno())
+        os.replace(temp, target)
+    except BaseException as e:
+        with suppress(OSError):
+            temp.unlink()
+        if isinstance(e, OSError):
+            raise UserError(f"cannot write {path}: {e.strerror or e}; nothing was "
+                            "written") from e
+        raise
+    _sync_folder(target.parent)
+
+
+def _write(raw: BinaryIO, lines: Iterable[bytes], *, gz: bool, name: str) -> None:
+    if gz:
+        with gzip.GzipFile(filename=name, mode="wb", fileobj=raw) as packed:
+            packed.writelines(lines)
+    else:
+        raw.writelines(lines)
+    raw.flush()
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (best effort: not every file system can)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        with suppress(OSError):
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _open_binary(path: Path) -> Readable:
+    """The file's bytes, decompressed when its name ends in ``.gz``."""
+    if path.suffix == ".gz":
+        return gzip.GzipFile(path, "rb")
+    return path.open("rb")
 
 
 @click.command(name="import-events")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--max-line-bytes", type=click.IntRange(min=1024), default=MAX_LINE_BYTES,
+              show_default=True, metavar="N",
+              help="Refuse a file with a line longer than this many bytes.")
 @pass_settings
-def import_events(settings: Settings, file: Path) -> None:
-    """Append the events of an NDJSON file (from `export`) that the ledger lacks.
+def import_events(settings: Settings, file: Path, max_line_bytes: int) -> None:
+    """Append the events of an export (from `export`) that the ledger lacks.
 
-    Events keep their ids: importing a file twice adds nothing. Each run that gained
-    events records where they came from (a run.merged event). A line that is not an
-    event stops the import before anything is appended, naming the line.
+    Events keep their ids: importing a file twice adds nothing. A file is taken only
+    whole: one with a line that is not an event, an event id this ledger holds with
+    other content, events for a run this ledger recorded itself, or no trailer (cut
+    short) is refused, naming the line, before anything is appended. Each batch
+    appended records where its events came from (run.merged).
 
     Example:
 
         evalledger --ledger all.db import-events run.ndjson.gz
     """
-    from evalledger.ledger._transfer import BadLine, append_all, parse_line
+    from evalledger.ledger import Ledger, LedgerNotFound, NotALedger
+    from evalledger.ledger._transfer import BadLine, Conflict, ExportFile, append_all
 
+    if not file.is_file():
+        raise UserError(f"{file} is not a regular file: an export is read twice")
+    export = ExportFile(lambda: _open_binary(file), max_line_bytes=max_line_bytes)
     try:
-        with _open(file) as lines:
-            rows = [parse_line(line, n) for n, line in enumerate(lines, 1) if line.strip()]
+        # Checked against the ledger as it is, read-only: a ledger is made only for a
+        # file that is imported.
+        reference: Ledger | None = Ledger(settings.ledger_path, read_only=True)
+    except (LedgerNotFound, NotALedger):
+        reference = None  # nothing there to compare with (the import's own open says why)
+    try:
+        try:
+            trailer = export.check(reference)
+        finally:
+            if reference is not None:
+                reference.close()
     except BadLine as e:
         raise UserError(f"{file}: {e}; nothing was imported") from e
-    except (OSError, EOFError, UnicodeDecodeError) as e:  # a truncated .gz, not UTF-8
+    except (OSError, EOFError, zlib.error) as e:  # a truncated or damaged .gz
         raise UserError(f"{file}: cannot be read: {e}; nothing was imported") from e
     with settings.open_ledger() as ledger:
-        done = append_all(ledger, rows, source=str(file.resolve()), source_ledger=None)
+        try:
+            done = append_all(ledger, export.rows(), source=str(file.resolve()),
+                              source_ledger=trailer.ledger_id, refuse_local=True)
+        except (BadLine, Conflict) as e:
+            # Only a race (the file or the ledger changed since the check) gets here.
+            raise UserError(f"{file}: {e}; the events before it were imported, each "
+                            "batch with its run.merged") from e
+        except (OSError, EOFError, zlib.error) as e:
+            raise UserError(f"{file}: cannot be read: {e}") from e
         _finish(ledger, done, str(file))
 
 
@@ -95,25 +189,32 @@ def merge(settings: Settings, others: tuple[Path, ...]) -> None:
     """Append every event of other ledgers that this one lacks, in their order.
 
     Events keep their ids (merging twice adds nothing) and are chained anew here;
-    each run that gained events records the other ledger's id and the seqs they had
-    there (a run.merged event). Shards of one run (`run --shard K/N --run-id ID` on
-    several machines) merge into that one run. A ledger written by a newer evalledger
-    is refused.
+    each batch appended records, per run that gained events, the other ledger's id and
+    the seqs they had there (run.merged). Interrupted, it leaves whole batches: run it
+    again to add the rest. Shards of one run (`run --shard K/N --run-id ID` on several
+    machines) merge into that one run. A ledger written by a newer evalledger is
+    refused, and so is an event whose id this ledger holds with other content.
 
     Example:
 
         evalledger --ledger all.db merge machine-a.db machine-b.db
     """
     from evalledger.ledger import Ledger
-    from evalledger.ledger._transfer import append_all, rows_of
+    from evalledger.ledger._transfer import Conflict, append_all, rows_of
 
     with settings.open_ledger() as ledger:
         for other in others:
             if other.resolve() == ledger.path.resolve():
                 raise UserError(f"{other} is the ledger itself: nothing to merge")
-            with Ledger(other, read_only=True) as source:
-                done = append_all(ledger, rows_of(source), source=str(other.resolve()),
-                                  source_ledger=source.ledger_id)
+            # The rows are closed before the source: a reader left open would try to
+            # close its cursor on a closed database when collected, after the error.
+            with Ledger(other, read_only=True) as source, closing(rows_of(source)) as rows:
+                try:
+                    done = append_all(ledger, rows, source=str(other.resolve()),
+                                      source_ledger=source.ledger_id)
+                except Conflict as e:
+                    raise UserError(f"{other}: {e}; the events before it were merged, each "
+                                    "batch with its run.merged") from e
             _finish(ledger, done, str(other))
 
 

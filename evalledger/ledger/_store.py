@@ -387,6 +387,32 @@ class Ledger:
                 self._check_run_at(*if_run_at)
             return self._append_rows(rows)
 
+    def append_then(
+        self, events: Iterable[AnyEvent | EventRow],
+        then: Callable[[list[int], int], Iterable[AnyEvent | EventRow]],
+    ) -> list[int]:
+        """Append a batch as ``append`` does, then, in the same transaction, what ``then``
+        makes of it; return the batch's seqs.
+
+        ``then(seqs, before)`` gets the batch's seqs and the last seq before the batch (a
+        seq above it is new here) and returns the events to append after it, or raises to
+        roll the whole batch back. What a transfer needs: the events it carries and the
+        ``run.merged`` that accounts for them commit together or not at all.
+
+        Raises:
+            as ``append``, and whatever ``then`` raises.
+        """
+        if self.read_only:
+            raise LedgerReadOnly(f"{self.path} was opened read-only; cannot append")
+        rows: list[EventRow] = [e if type(e) is EventRow else EventRow.of(e) for e in events]
+        with self._translate(), self._immediate():
+            (before,) = self._conn.execute(
+                "SELECT coalesce(max(seq), 0) FROM events").fetchone()
+            seqs = self._append_rows(rows) if rows else []
+            if more := [EventRow.of(e) for e in then(seqs, before)]:
+                self._append_rows(more)
+        return seqs
+
     def _check_run_at(self, run_id: str, expected: int) -> None:
         (latest,) = self._conn.execute(
             "SELECT coalesce(max(seq), 0) FROM events WHERE task_key IS NULL "

@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cache
+from itertools import chain
 from typing import Any
 
 from pydantic import ValidationError
@@ -179,14 +180,10 @@ def _verify(ledger: Ledger, anchors: list[Anchor], checks: list[Check]) -> Verif
     report.anchors_checked = len(wanted)
     found: dict[int, str] = {}
     ledger_id = ledger.ledger_id
-    # A run merged in from another ledger names that ledger in its run.started; its
-    # run.merged says so (a file's events: source_ledger null, any origin).
-    _, merged_rows = ledger.query(
-        "SELECT CAST(run_id AS TEXT), json_extract(payload, '$.source_ledger') FROM events "
-        "WHERE type = 'run.merged' AND task_key IS NULL")
-    origins: dict[str, set[str | None]] = {}
-    for run_id, source in merged_rows:
-        origins.setdefault(run_id, set()).add(source)
+    # A run.started recorded in another ledger came by merge or import-events, which
+    # commit it with a run.merged of its run (the source may itself have merged it from
+    # a third ledger): run id -> such run.started still waiting for one, (seq, ledger id).
+    foreign: dict[str, list[tuple[int, str]]] = {}
     first_native: EventRow | None = None  # the first run.started recorded in this ledger
     prev_seq, prev_hash = 0, GENESIS
     for row in ledger.rows():
@@ -210,19 +207,21 @@ def _verify(ledger: Ledger, anchors: list[Anchor], checks: list[Check]) -> Verif
                 problem(report.noncanonical, seq)
             if row.type == EventType.RUN_STARTED:
                 recorded = getattr(event, "ledger_id", None)
-                came = origins.get(row.run_id, set())
                 if recorded == ledger_id:
                     first_native = first_native or row
-                elif (recorded is not None and recorded not in came and None not in came
-                      and len(report.schema) < MAX_LISTED):
-                    report.schema.append(
-                        f"meta.ledger_id is {ledger_id!r}, but run.started at seq {seq} "
-                        f"recorded {recorded!r}: the ledger's identity was changed")
+                elif recorded is not None:
+                    foreign.setdefault(row.run_id, []).append((seq, recorded))
+            elif row.type == EventType.RUN_MERGED and row.task_key is None:
+                foreign.pop(row.run_id, None)
         if seq in wanted:
             found[seq] = row.hash or ""
         prev_seq, prev_hash = seq, row.hash or ""
     report.last_hash = prev_hash
     _check_created_at(meta.get("created_at"), first_migration, first_native, report)
+    for seq, recorded in sorted(chain.from_iterable(foreign.values()))[:MAX_LISTED]:
+        report.schema.append(
+            f"meta.ledger_id is {ledger_id!r}, but run.started at seq {seq} recorded "
+            f"{recorded!r}: the ledger's identity was changed")
     for check in checks:
         for line in check(ledger):
             problem(report.derived, line)

@@ -85,8 +85,13 @@ def test_export_and_import_events_carry_a_run_byte_for_byte(suite: Path) -> None
     result = evalledger(suite, source, "export", RUN, "-o", str(exported))
     assert result.returncode == 0, result
     with gzip.open(exported, "rt", encoding="utf-8") as f:
-        lines = f.read().splitlines()
+        *lines, last = f.read().splitlines()
     assert all(json.loads(line)["type"] != "run.snapshot" for line in lines)
+    # The export ends with its trailer: how many events, their digest, where from.
+    trailer = json.loads(last)["trailer"]
+    assert trailer["events"] == len(lines)
+    with Ledger(source, read_only=True) as ledger:
+        assert trailer["ledger_id"] == ledger.ledger_id
 
     assert evalledger(suite, target, "import-events", str(exported)).returncode == 0
     assert facts(target, RUN) == facts(source, RUN)

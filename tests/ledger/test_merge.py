@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import tempfile
 import uuid
+from itertools import pairwise
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -81,3 +82,16 @@ def test_merge_holds_exactly_the_union_in_either_order(pool: list[AnyEvent],
                 assert append_all(dest, rows_of(src), source="again",
                                   source_ledger=None).added == 0
                 assert dest.count() == count
+
+
+def test_a_run_merged_on_from_a_ledger_that_merged_it_verifies(tmp_path: Path) -> None:
+    """C's run merged into B, then B into A: its run.started names C, A's run.merged
+    names B. verify reported A's identity as changed."""
+    paths = [tmp_path / f"{name}.db" for name in "cba"]
+    with Ledger(paths[0]) as c:
+        c.append([RunStarted(run_id="r", ledger_id=c.ledger_id, planned=["v/k/00"]),
+                  TaskStarted(run_id="r", task_key="v/k/00", task_id="k")])
+    for source, target in pairwise(paths):
+        with Ledger(source, read_only=True) as src, Ledger(target) as dest:
+            append_all(dest, rows_of(src), source=str(source), source_ledger=src.ledger_id)
+            assert verify(dest).ok, verify(dest).lines()
