@@ -91,7 +91,9 @@ class VerifyReport:
         out += [f"hash chain broken at seq {s}" for s in self.broken_links[1:]]
         out += [f"gap in seq: {a} is followed by {b}" for a, b in self.gaps]
         out += [f"seq {s}: payload does not validate: {why}" for s, why in self.invalid_payloads]
-        out += [f"trigger {t} is missing: events can be edited" for t in self.missing_triggers]
+        out += [f"trigger {t} is missing: events can be "
+                + ("deleted" if t.endswith("_delete") else "changed")
+                for t in self.missing_triggers]
         out += [f"schema: {s}" for s in self.schema]
         out += [f"anchor: {s}" for s in self.anchors]
         out += [f"SQLite integrity check: {s}" for s in self.storage]
