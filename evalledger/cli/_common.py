@@ -1,4 +1,5 @@
-"""Helpers shared by commands: naming a run, rebuilding its summary from the ledger."""
+"""Helpers shared by commands: naming a run, rebuilding its summary from the ledger,
+the word for its status."""
 
 from __future__ import annotations
 
@@ -61,3 +62,10 @@ def run_is_over(ledger: Ledger, run_id: str) -> bool:
     boundaries = (EventType.RUN_STARTED, EventType.RUN_RESUMED, EventType.RUN_FINISHED)
     state = fold(ResumeFold(run_id), ledger.events(run_id, types=boundaries))
     return run_ended(state.host, state.finished)
+
+
+def is_cut_off(ledger: Ledger, run_id: str, status: str) -> bool:
+    """Whether a run the ledger calls ``running`` was cut off: the process running it
+    is gone without recording ``run.finished`` (``resume`` finishes it). What turns
+    its status into ``cut off`` (``status_word``) in ``runs``, ``show`` and ``report``."""
+    return status == "running" and run_is_over(ledger, run_id)

@@ -69,6 +69,29 @@ def _user_error(error: BaseException) -> UserError | None:
     return None
 
 
+# Commands that never open a ledger: no --ledger after them.
+NO_LEDGER = frozenset({"schema"})
+
+
+def _ledger_after(ctx: click.Context, param: click.Parameter, value: Path | None) -> None:
+    settings = ctx.find_object(Settings)
+    if value is not None and settings is not None:
+        settings.ledger_path = value
+
+
+def _with_ledger_option(command: click.Command) -> click.Command:
+    """``command`` taking ``--ledger`` after its name too (``evalledger show --ledger x.db
+    latest``), as it is taken before: one convention for every command. Given in both
+    places, the one after the command wins. A command with a --ledger of its own
+    (``view``) keeps it."""
+    if not any(isinstance(p, click.Option) and "--ledger" in p.opts for p in command.params):
+        command.params.append(click.Option(
+            ["--ledger"], type=click.Path(path_type=Path), expose_value=False,
+            callback=_ledger_after, metavar="PATH",
+            help="The ledger file, as `evalledger --ledger PATH` takes it."))
+    return command
+
+
 class _Group(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -80,7 +103,7 @@ class _Group(click.Group):
         module, _, name = where.partition(":")  # the function's name, when not the command's
         command = getattr(importlib.import_module(f"{__package__}.{module}"), name or cmd_name)
         assert isinstance(command, click.Command)
-        return command
+        return command if cmd_name in NO_LEDGER else _with_ledger_option(command)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

@@ -27,20 +27,23 @@ from rich.progress import (
 
 from evalledger._text import visible
 from evalledger.ledger import AnyEvent, EventRow, EventType, TaskCompleted, TaskEmitted
-from evalledger.projections import SummaryFold
+from evalledger.projections import SummaryFold, error_digest
 from evalledger.statuses import Category
 
 _WATCHED = frozenset({EventType.TASK_STARTED, EventType.TASK_COMPLETED,
                       EventType.TASK_INTERRUPTED, EventType.TASK_USAGE})
 
 
-def task_line(result: TaskCompleted) -> str:
+def task_line(result: TaskCompleted, *, whole: bool = True) -> str:
     """One line per finished task, whatever its error message holds: control characters
-    and line breaks a command printed are spelled out, never sent to the terminal."""
+    and line breaks a command printed are spelled out, never sent to the terminal. The
+    error is whole (a pipe: nothing is cut), or its digest (a terminal: its first line
+    and the last that says what went wrong)."""
     cost = "" if result.cost_usd is None else f"  ${result.cost_usd:.4f}"
     if not result.cost_complete:
         cost = "  cost unknown"
-    detail = f"  {visible(result.error_message[:200])}" if result.error_message else ""
+    error = result.error_message
+    detail = f"  {visible(error if whole else error_digest(error))}" if error else ""
     return (
         f"{result.final_status.value:<21} {visible(result.task_key)}  "
         f"{result.duration_seconds:.1f}s{cost}{detail}"
@@ -105,7 +108,7 @@ class Display:
             self._refresh()
 
     def on_complete(self, result: TaskCompleted) -> None:
-        self.echo(task_line(result))
+        self.echo(task_line(result, whole=self.progress is None))
 
     def on_output(self, event: AnyEvent) -> None:
         if isinstance(event, TaskEmitted):  # JSON the task printed, as JSON

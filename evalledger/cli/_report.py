@@ -11,7 +11,7 @@ import click
 from evalledger.ledger import Ledger
 from evalledger.projections import RunSummary, render_json, render_junit, render_markdown
 
-from ._common import rebuild_summary, resolve_run
+from ._common import is_cut_off, rebuild_summary, resolve_run
 from ._errors import UserError
 from ._main import Settings, pass_settings
 
@@ -20,13 +20,18 @@ FORMATS = ("md", "json", "html", "junit")
 WRITTEN = {"json": "run.json", "md": "run.md", "html": "report.html"}
 
 
-def render_report(ledger: Ledger, summary: RunSummary, format_: str) -> str:
-    """The summary in one of ``FORMATS``; the HTML one also reads transcript tails."""
+def render_report(ledger: Ledger, summary: RunSummary, format_: str, *,
+                  cut_off: bool = False) -> str:
+    """The summary in one of ``FORMATS``; the HTML one also reads transcript tails.
+    ``cut_off``: the run's process is gone (run.md says so; run.json keeps the ledger's
+    word, byte for byte)."""
     if format_ == "html":
         from evalledger.viewer import report_html  # Jinja2: only when asked for
 
         return report_html(ledger, summary)
-    renderer = {"md": render_markdown, "json": render_json, "junit": render_junit}[format_]
+    if format_ == "md":
+        return render_markdown(summary, cut_off=cut_off)
+    renderer = {"json": render_json, "junit": render_junit}[format_]
     return renderer(summary)
 
 
@@ -91,7 +96,8 @@ def report(settings: Settings, run: str, format_: str, output: Path | None) -> N
         raise UserError(f"-o {output} is the ledger itself; choose another file")
     with settings.open_ledger(read_only=True) as ledger:
         summary = rebuild_summary(ledger, resolve_run(ledger, run))
-        text = render_report(ledger, summary, format_)
+        text = render_report(ledger, summary, format_,
+                             cut_off=is_cut_off(ledger, summary.run_id, summary.status))
     if output is None:
         click.echo(text, nl=False)
     else:

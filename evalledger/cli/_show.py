@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
-from evalledger._text import money
-from evalledger.projections import unpriced_line, variant_table
+from evalledger._text import money, visible
+from evalledger.projections import error_digest, status_word, unpriced_line, variant_table
 
-from ._common import rebuild_summary, resolve_run, run_is_over
+from ._common import is_cut_off, rebuild_summary, resolve_run
 from ._main import Settings, pass_settings
 from ._tables import table
 
@@ -15,11 +17,15 @@ from ._tables import table
 @click.command()
 @click.argument("run")
 @click.option("--json", "as_json", is_flag=True, help="The run.json summary.")
+@click.option("--full-errors", is_flag=True,
+              help="Also print every error message whole, line breaks kept, below the table "
+                   "(a terminal's table shows each error's first and last line; a pipe gets "
+                   "them whole).")
 @pass_settings
-def show(settings: Settings, run: str, as_json: bool) -> None:
+def show(settings: Settings, run: str, as_json: bool, full_errors: bool) -> None:
     """Show a run's summary, rebuilt from the ledger.
 
-    RUN is a run id, a unique prefix of one, or `latest`.
+    RUN is a run id, a unique prefix of one, or `latest` (the newest by start time).
 
     Example:
 
@@ -27,8 +33,8 @@ def show(settings: Settings, run: str, as_json: bool) -> None:
     """
     with settings.open_ledger(read_only=True) as ledger:
         s = rebuild_summary(ledger, resolve_run(ledger, run))
-        cut_off = s.status == "running" and run_is_over(ledger, s.run_id)
-    if cut_off:  # "running" is what the ledger says; nobody is running it any more
+        gone = is_cut_off(ledger, s.run_id, s.status)
+    if gone:
         click.echo(f"warning: the process running {s.run_id} is gone (it crashed or was "
                    f"killed); finish it with `evalledger resume {s.run_id}`", err=True)
     if as_json:
@@ -36,15 +42,23 @@ def show(settings: Settings, run: str, as_json: bool) -> None:
         return
     cost = money(s.total_cost_usd, s.cost_complete)
     ungraded = f"{s.tasks_ungraded} ungraded, " if s.tasks_ungraded else ""
+    skipped = f"; {len(s.broken_files)} task file(s) skipped" if s.broken_files else ""
     click.echo(
-        f"run {s.run_id} {s.status}: {s.tasks_run}/{s.tasks_planned} run, "
+        f"run {s.run_id} {status_word(s.status, gone)}: {s.tasks_run}/{s.tasks_planned} run, "
         f"{s.tasks_succeeded} succeeded, {s.tasks_failed} failed, {s.tasks_error} error, "
-        f"{ungraded}{s.tasks_unfinished} unfinished; pass rate {s.pass_rate:.1%}; cost {cost}"
+        f"{ungraded}{s.tasks_unfinished} unfinished{skipped}; pass rate {s.pass_rate:.1%}; "
+        f"cost {cost}"
     )
+    # As `run` says them: on stderr, so a pipe's stdout stays the counts and the table.
+    for k in s.skipped_tasks:
+        click.echo(f"skipped {visible(k.path)}: {visible(k.reason)}", err=True)
     if not s.cost_complete:
         click.echo(f"cost is a floor: {unpriced_line(s)} (see --pricing)")
     if len(s.variants) > 1 or any(len(v.pass_at_k) > 1 for v in s.variants):
         table(*variant_table(s))
+    # A terminal gets each error's digest (the line that says what went wrong); a pipe,
+    # where nothing is cut, the whole message.
+    shorten = error_digest if sys.stdout.isatty() else str
     table(
         ["task", "status", "score", "duration", "tokens", "cost", "error"],
         [
@@ -52,7 +66,12 @@ def show(settings: Settings, run: str, as_json: bool) -> None:
              f"{r.weighted_score:.2f}" if r.weighted_score is not None else None,
              f"{r.duration_seconds:.1f}s" if r.duration_seconds is not None else None,
              r.tokens.total, money(r.cost_usd, r.cost_complete) if r.final_status else None,
-             (r.error_message or "")[:80])
+             shorten(r.error_message) if r.error_message else None)
             for r in s.tasks
         ],
     )
+    if full_errors:
+        for r in s.tasks:
+            if r.error_message:
+                click.echo(f"\n{visible(r.task_key)}:\n"
+                           + visible(r.error_message.replace("\r\n", "\n"), newlines=True))

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import csv
+import inspect
 import json
+import re
 import signal
+import sqlite3
 import sys
+import textwrap
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -37,29 +41,107 @@ def _blob(value: object) -> str:
     raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
-@click.command()
+# What each table and view of the audit interface holds, for `sql --help`; the columns
+# come from the schema itself (``_schema_columns``), so the help cannot fall behind it.
+_ABOUT = {
+    "runs": "one row per run",
+    "task_attempts": "one row per task.started, with that attempt's completion",
+    "task_results": "per run and task key, the latest attempt with a final status",
+    "usage": "one row per task.usage, with the attempt it was reported in",
+    "events": "the table: every event, in seq order",
+}
+_VIEWS_MARK = "(the views)"
+# An option never has whitespace right after its dashes; SQL that starts with a
+# comment (`-- cost per model...`, as the README's audits do) does.
+_SQL_COMMENT = re.compile(r"--\s")
+
+
+def _schema_columns() -> dict[str, list[str]]:
+    """Every view and the events table of a ledger of this version, with its columns, in
+    the schema's order: an empty ledger made in memory by the migrations themselves."""
+    from sqlite_utils import Database
+
+    from evalledger.ledger._schema import MIGRATIONS
+
+    conn = sqlite3.connect(":memory:")
+    try:
+        MIGRATIONS.apply(Database(conn))
+        names = [r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'view' OR name = 'events'")]
+        known = list(_ABOUT)
+        names.sort(key=lambda n: known.index(n) if n in known else len(known))
+        return {name: [r[1] for r in conn.execute(f"PRAGMA table_info({name})")]
+                for name in names}
+    finally:
+        conn.close()
+
+
+def _views_help() -> str:
+    """The views and the table, one ``name(columns)`` block each, wrapped for a terminal."""
+    blocks = []
+    for name, columns in _schema_columns().items():
+        about = f"{name}: {_ABOUT[name]}" if name in _ABOUT else name
+        lines = textwrap.wrap(", ".join(columns), width=74, initial_indent="  ",
+                              subsequent_indent="  ", break_on_hyphens=False)
+        blocks.append("\b\n" + "\n".join([about, *lines]))
+    return "\n\n".join(blocks)
+
+
+class _SqlCommand(click.Command):
+    """``sql``'s parsing and help: SQL that starts with a comment is the query, not an
+    option; the help lists the views as this version makes them."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # Arguments after `--` are arguments, whatever they start with.
+        cut = args.index("--") if "--" in args else len(args)
+        head, tail = args[:cut], args[cut + 1:]
+        queries = [a for a in head if _SQL_COMMENT.match(a)]
+        if queries:
+            args = [*(a for a in head if not _SQL_COMMENT.match(a)), "--", *queries, *tail]
+        return super().parse_args(ctx, args)
+
+    def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        written = self.help
+        self.help = inspect.cleandoc(written or "").replace(_VIEWS_MARK, _views_help())
+        try:
+            super().format_help_text(ctx, formatter)
+        finally:
+            self.help = written
+
+
+def _params(ctx: click.Context, param: click.Parameter,
+            values: tuple[str, ...]) -> dict[str, str]:
+    named: dict[str, str] = {}
+    for value in values:
+        name, equals, text = value.partition("=")
+        name = name.lstrip(":@$")  # `--param :run=R` names the same parameter
+        if not equals or not name.isidentifier():
+            raise click.BadParameter(f"{value!r} is not NAME=VALUE (e.g. run=20261201-1234)")
+        named[name] = text
+    return named
+
+
+@click.command(cls=_SqlCommand)
 @click.argument("query")
+@click.option("-p", "--param", "params", multiple=True, metavar="NAME=VALUE", callback=_params,
+              help="A value for :NAME in the query, as text. Repeatable.")
 @click.option("--format", "format_", type=click.Choice(["table", "json", "csv"]),
               default="table", show_default=True)
 @pass_settings
-def sql(settings: Settings, query: str, format_: str) -> None:
+def sql(settings: Settings, query: str, params: dict[str, str], format_: str) -> None:
     """Run a read-only SQL query against the ledger.
 
-    The ledger is opened read-only: a write is refused. Views for auditing:
+    The ledger is opened read-only: a write is refused. The query may start with a
+    `-- comment` line and name parameters (`:run`), given with --param. The views
+    for auditing (docs/ledger.md says what each column means):
 
-    \b
-    runs(run_id, experiment_id, started_at, finished_at, status, tasks_planned,
-         tasks_succeeded, tasks_failed, tasks_error, cost_usd)
-    task_attempts(run_id, task_key, task_id, variant_id, replicate_index, attempt,
-         started_at, completed_at, final_status, category, duration_seconds,
-         input_tokens, output_tokens, cost_usd, error_message)
-    task_results(same columns: per run and task key, the latest attempt that
-         reached a final status)
-    events(seq, event_id, run_id, task_key, type, ts, payload, hash)
+    (the views)
 
     Example:
 
-        evalledger sql "SELECT final_status, count(*) FROM task_results GROUP BY 1"
+    \b
+        evalledger sql --param run=20261201-123456-3f9a \\
+          "SELECT task_key, final_status FROM task_results WHERE run_id = :run"
     """
     if not query.strip():
         raise UserError("the query is empty")
@@ -70,7 +152,7 @@ def sql(settings: Settings, query: str, format_: str) -> None:
     try:
         with settings.open_ledger(read_only=True) as ledger:
             try:
-                columns, rows = ledger.stream(query, stop=stop.is_set)
+                columns, rows = ledger.stream(query, params, stop=stop.is_set)
                 _write_rows(format_, columns, rows)
             except LedgerReadOnly as e:
                 raise UserError("sql opens the ledger read-only: writes are refused") from e
@@ -80,6 +162,8 @@ def sql(settings: Settings, query: str, format_: str) -> None:
                         f"{e} (this ledger has schema version {ledger.schema_version}; the "
                         f"views of version {SCHEMA_VERSION} come with the next `evalledger "
                         "run` or `resume` on it)") from e
+                if (unbound := _unbound(e)) is not None:
+                    raise unbound from e
                 raise
             except QueryInterrupted:
                 click.echo("interrupted", err=True)
@@ -89,6 +173,17 @@ def sql(settings: Settings, query: str, format_: str) -> None:
                                 "(add a LIMIT, or aggregate in SQL)") from None
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def _unbound(error: LedgerIOError) -> UserError | None:
+    """A parameter the query names and --param does not give, said as what to type."""
+    if missing := re.search(r"binding parameter :(\w+)", str(error)):
+        name = missing[1]
+        return UserError(f"the query names :{name}: give its value with --param {name}=VALUE")
+    if "has no name" in str(error):
+        return UserError("the query has a ? placeholder: name it (:run) and give its value "
+                         "with --param run=VALUE")
+    return None
 
 
 def _write_rows(format_: str, columns: list[str], rows: Iterator[tuple[Any, ...]]) -> None:

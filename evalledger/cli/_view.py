@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import secrets
 import sys
 from pathlib import Path
@@ -59,7 +60,11 @@ def view(settings: Settings, ledger_path: Path | None, host: str, port: int,
         pass
     token = None if is_loopback(host) else secrets.token_urlsafe(24)
 
+    listening = False
+
     def announce(url: str) -> None:
+        nonlocal listening
+        listening = True
         click.echo(f"evalledger view: {path} at {url}", err=False)
         click.echo("Ctrl-C to stop", err=True)
         sys.stdout.flush()
@@ -67,5 +72,19 @@ def view(settings: Settings, ledger_path: Path | None, host: str, port: int,
     try:
         serve(path, host=host, port=port, token=token, allow_hosts=allow_hosts,
               open_browser=open_browser, announce=announce)
-    except OSError as e:  # the port is taken, the host is not ours
-        raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}") from e
+    except (OSError, ExceptionGroup) as e:  # trio's nursery delivers the bind error wrapped
+        refused = _os_error(e)
+        if refused is None or listening:  # not a failure to listen
+            raise
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        hint = ("; another program has that port: give another with --port N, or --port 0 "
+                "for any free one" if refused.errno == errno.EADDRINUSE else "")
+        raise UserError(f"cannot listen on {where}: {refused.strerror or refused}{hint}") from e
+
+
+def _os_error(error: BaseException) -> OSError | None:
+    """The OSError that stopped the server (binding its port), bare or wrapped."""
+    if isinstance(error, BaseExceptionGroup):
+        leaves = [_os_error(e) for e in error.exceptions]
+        return leaves[0] if leaves and all(leaves) else None
+    return error if isinstance(error, OSError) else None

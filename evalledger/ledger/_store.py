@@ -20,7 +20,7 @@ import os
 import sqlite3
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from itertools import chain
 from operator import attrgetter
@@ -621,7 +621,8 @@ class Ledger:
             return [d[0] for d in cursor.description or []], cursor.fetchall()
 
     def stream(
-        self, sql: str, params: Sequence[Any] = (), *, stop: Callable[[], bool] | None = None,
+        self, sql: str, params: Sequence[Any] | Mapping[str, Any] = (), *,
+        stop: Callable[[], bool] | None = None,
     ) -> tuple[list[str], Iterator[tuple[Any, ...]]]:
         """Run one statement; return its column names and its rows as they are produced.
 
@@ -668,14 +669,27 @@ class Ledger:
             return int(self._conn.execute("SELECT count(*) FROM events").fetchone()[0])
 
     def run_ids(self) -> list[str]:
-        """Every run id, in the order the runs started (through the run-level index); a
-        run merged from shards (several run.started) once."""
+        """Every run id, oldest start first: the one order of runs (``runs`` lists it
+        backwards, ``latest`` is its last, the viewer lists it too).
+
+        A run's start time is the ``ts`` of its first ``run.started`` (in seq order: a
+        run merged from shards, which has one per shard, counts once and starts when
+        its first one does), what the ``runs`` view calls ``started_at``. An imported
+        run keeps its original start there, so an old run imported today sorts where
+        it started. Ties (the same microsecond) go by that ``run.started``'s seq.
+
+        One index range over the run-level index and a row per run: cheap however
+        many task events the ledger holds.
+        """
+        # A bare column beside min() comes from the row that holds the minimum
+        # (SQLite's documented rule): ts is that of the run's first run.started.
         with self._translate():
             return [
                 r[0]
                 for r in self._conn.execute(
-                    "SELECT run_id FROM events WHERE task_key IS NULL AND type = ? "
-                    "GROUP BY run_id ORDER BY min(seq)",
+                    "SELECT run_id FROM (SELECT run_id, ts, min(seq) AS first FROM events "
+                    "WHERE task_key IS NULL AND type = ? GROUP BY run_id) "
+                    "ORDER BY ts, first",
                     [EventType.RUN_STARTED],
                 )
             ]
@@ -716,7 +730,8 @@ class Ledger:
         return row
 
     def resolve_run(self, spec: str) -> str:
-        """The run id named by ``spec``: an id, a unique prefix of one, or ``latest``.
+        """The run id named by ``spec``: an id, a unique prefix of one, or ``latest``
+        (the newest by start time, see ``run_ids``).
 
         Raises:
             RunNotFound: no run matches, or the prefix matches several (they are listed).
@@ -728,7 +743,8 @@ class Ledger:
 
 
 def pick_run(spec: str, run_ids: Sequence[str], where: str) -> str:
-    """The run id named by ``spec`` among ``run_ids`` (in start order); see ``resolve_run``."""
+    """The run id named by ``spec`` among ``run_ids``, oldest start first as
+    ``Ledger.run_ids`` gives them (``latest`` is the last); see ``resolve_run``."""
     if not spec:
         raise RunNotFound("an empty run name matches nothing: give a run id, a prefix or "
                           "`latest`")

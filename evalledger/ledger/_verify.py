@@ -135,7 +135,9 @@ class VerifyReport:
         out += [f"seq {s}: payload does not validate: {why}" for s, why in self.invalid_payloads]
         out += [f"seq {s}: payload is not canonical JSON (keys sorted, no spaces): evalledger "
                 "did not write it so" for s in self.noncanonical]
-        out += [f"trigger {t} is missing: events can be edited" for t in self.missing_triggers]
+        out += [f"trigger {t} is missing: events can be "
+                + ("deleted" if t.endswith("_delete") else "changed")
+                for t in self.missing_triggers]
         out += [f"schema: {s}" for s in self.schema]
         out += self.derived
         out += [f"anchor: {s}" for s in self.anchors]

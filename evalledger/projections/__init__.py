@@ -31,8 +31,10 @@ if TYPE_CHECKING:
     from ._rebuild import load_headline as load_headline
     from ._rebuild import load_summary as load_summary
     from ._rebuild import write_snapshot as write_snapshot
+    from ._reports import error_digest as error_digest
     from ._reports import render_json as render_json
     from ._reports import render_markdown as render_markdown
+    from ._reports import status_word as status_word
     from ._reports import unpriced_line as unpriced_line
     from ._reports import variant_table as variant_table
     from ._results import ModelUsage as ModelUsage
@@ -73,8 +75,10 @@ _WHERE = {
     "load_headline": "_rebuild",
     "load_summary": "_rebuild",
     "write_snapshot": "_rebuild",
+    "error_digest": "_reports",
     "render_json": "_reports",
     "render_markdown": "_reports",
+    "status_word": "_reports",
     "unpriced_line": "_reports",
     "variant_table": "_reports",
     "Drift": "_resume",
@@ -123,6 +127,7 @@ __all__ = [
     "check_snapshots",
     "compute_drift",
     "diff_runs",
+    "error_digest",
     "fingerprint",
     "fold",
     "load_fold",
@@ -135,6 +140,7 @@ __all__ = [
     "render_json",
     "render_junit",
     "render_markdown",
+    "status_word",
     "tag_stats",
     "types_of",
     "unpriced_line",

@@ -40,13 +40,15 @@ def _code(value: object) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
-def render_markdown(summary: RunSummary) -> str:
+def render_markdown(summary: RunSummary, *, cut_off: bool = False) -> str:
+    """``run.md``. ``cut_off``: the run is marked running but its process is gone (the
+    caller knows; this function reads no process table), shown as ``runs`` shows it."""
     s = summary
     lines = [
         f"# Run {s.run_id}",
         "",
-        f"- Status: **{s.status}**" + (f" (experiment `{s.experiment_id}`)" if s.experiment_id
-                                         else ""),
+        f"- Status: **{status_word(s.status, cut_off)}**"
+        + (f" (experiment `{s.experiment_id}`)" if s.experiment_id else ""),
         f"- Started: {s.started_at or '-'}",
         f"- Finished: {s.finished_at or '-'}",
         f"- Duration: {f'{s.duration_seconds:.1f}s' if s.duration_seconds is not None else '-'}",
@@ -81,7 +83,7 @@ def render_markdown(summary: RunSummary) -> str:
         lines.append(
             f"| {_cell(row.task_key)} | {status} | {score} | {duration} | {row.tokens.total} "
             f"| {money(row.cost_usd, row.cost_complete)} "
-            f"| {_cell((row.error_message or '')[:120])} |"
+            f"| {_cell(error_digest(row.error_message or ''))} |"
         )
     t = s.tokens
     lines += [
@@ -100,6 +102,14 @@ def render_markdown(summary: RunSummary) -> str:
         for drift in s.fingerprint_drift:
             lines.append(f"- at {_text(drift.get('at'))}: "
                          + "; ".join(map(_text, drift.get("lines", []))))
+    whole = [(row.task_key, row.error_message) for row in s.tasks
+             if row.error_message
+             and error_digest(row.error_message) != row.error_message.strip()]
+    if whole:  # the table has each error's digest; here is what it was made from
+        lines += ["", "## Errors in full", ""]
+        for key, message in whole:
+            lines += [f"- {_code(key)}:", "", *_fenced(message), ""]
+        lines.pop()
     if s.skipped_tasks:
         lines += ["", "## Skipped task files", ""]
         lines += [f"- {_code(k.path)}: {_cell(k.reason)}" for k in s.skipped_tasks]
@@ -112,8 +122,58 @@ def render_markdown(summary: RunSummary) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _fenced(text: str) -> list[str]:
+    """A fenced code block holding ``text`` as written, line breaks included, indented
+    under a list item: longer fences than any run of backticks inside, so nothing in it
+    can close the block; control characters spelled out; nothing interpreted."""
+    body = visible(text.replace("\r\n", "\n"), newlines=True).split("\n")
+    fence = "`" * max([3, *(len(run) + 1 for run in re.findall(r"`+", text))])
+    return [f"  {line}" if line else "" for line in (fence, *body, fence)]
+
+
 def _shown(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def status_word(status: str, cut_off: bool) -> str:
+    """A run's status in one word for people, the same in ``runs``, ``show``, ``report``
+    and ``run.md``: what the ledger says, except that a run it still calls ``running``
+    whose process is gone is ``cut off`` (``resume`` finishes it)."""
+    return "cut off" if cut_off and status == "running" else status
+
+
+# A line that only separates (``=====``, ``-----``, ``^^^^`` under a traceback's code).
+_RULE = re.compile(r"[\s=\-_*~#^.]*")
+# A test runner's closing banner: ``===== 1 failed, 2 passed in 0.12s =====``.
+_BANNER = re.compile(r"[=\-_*]{3,}\s.*\s[=\-_*]{3,}")
+# How much of a long first line a digest keeps: enough to say which check failed and
+# how (``run_command: exit code 1: ...``); the last line is what is kept whole.
+_LEAD = 100
+
+
+def error_digest(message: str) -> str:
+    """The part of an error message a person reads first, on one line: its first line
+    (which check failed, with what exit code) and its last meaningful line, where a
+    traceback or a test runner says what went wrong (``AssertionError: add(2, 3) ==
+    6``), joined by `` … ``. Separator lines and a test runner's closing banner are
+    passed over for the line before them. A message of one line is itself, whole; a
+    first line longer than 100 characters is cut at a word (the last line never is).
+
+    What ``show`` and ``run`` print in a terminal and what run.md's task table holds;
+    the message itself is in the ledger, in ``show``'s and ``run``'s output through a
+    pipe, and in run.md's "Errors in full".
+    """
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return lines[0] if lines else message.strip()
+    first, rest = lines[0], lines[1:]
+    meaningful = [line for line in rest if not _RULE.fullmatch(line)]
+    plain = [line for line in meaningful if not _BANNER.fullmatch(line)]
+    last = (plain or meaningful or rest)[-1]
+    if len(first) > _LEAD:
+        cut = first.rfind(" ", 0, _LEAD)
+        first = first[:cut if cut > _LEAD // 2 else _LEAD].rstrip()
+    return f"{first} … {last}"
 
 
 def unpriced_line(summary: RunSummary) -> str:

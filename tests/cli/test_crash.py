@@ -117,11 +117,12 @@ def test_show_says_when_a_running_run_was_cut_off(tmp_path: Path) -> None:
         live = evalledger(tmp_path, db, "show", "cut")
         assert live.returncode == 0, live
         assert "is gone" not in live.stderr, live.stderr
+        assert "run cut running: " in live.stdout  # its process is alive: it is running
     finally:
         run.send_signal(signal.SIGKILL)
         run.wait(timeout=PATIENCE)
         kill_marked(f"CRASH_TEST={tmp_path}")  # the orphaned `sleep 600`
     shown = evalledger(tmp_path, db, "show", "cut")
     assert shown.returncode == 0, shown
-    assert "run cut running" in shown.stdout
+    assert "run cut cut off: " in shown.stdout  # the word `runs` uses too
     assert "evalledger resume cut" in shown.stderr

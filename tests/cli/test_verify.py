@@ -237,7 +237,7 @@ def test_edited_payload_breaks_its_link(invoke: Invoke, ledger_file: Path) -> No
     assert any(line.startswith(f"hash chain broken at seq {OUTPUT_SEQ}:") for line in lines), (
         out.stdout
     )
-    assert "trigger events_no_update is missing: events can be edited" in lines
+    assert "trigger events_no_update is missing: events can be changed" in lines
     assert not any("events_no_delete" in line for line in lines)
     assert "does not validate" not in out.stdout
     assert "gap in seq" not in out.stdout
@@ -272,7 +272,7 @@ def test_deleted_row_leaves_a_gap(invoke: Invoke, ledger_file: Path, seq: int) -
     assert f"gap in seq: {seq - 1} is followed by {seq + 1}" in lines
     # The next row was chained to the deleted one, so its link breaks too.
     assert BROKEN.findall(out.stdout) == [str(seq + 1)]
-    assert "trigger events_no_delete is missing: events can be edited" in lines
+    assert "trigger events_no_delete is missing: events can be deleted" in lines
     assert not any("events_no_update" in line for line in lines)
 
 
@@ -293,8 +293,8 @@ def test_missing_triggers_alone_fail_verify(invoke: Invoke, ledger_file: Path) -
     assert out.exit_code == 1, out
     assert out.stdout.startswith("FAILED: ")
     assert BROKEN.findall(out.stdout) == []
-    assert "trigger events_no_update is missing: events can be edited" in out.stdout
-    assert "trigger events_no_delete is missing: events can be edited" in out.stdout
+    assert "trigger events_no_update is missing: events can be changed" in out.stdout
+    assert "trigger events_no_delete is missing: events can be deleted" in out.stdout
 
 
 def test_payload_that_does_not_validate(invoke: Invoke, ledger_file: Path) -> None:

@@ -303,8 +303,10 @@ def test_markdown_report_says_what_a_reader_needs() -> None:
     assert "- Max parallel: 3" in md
     assert "| 3 | 3 | 1 | 1 | 0 | 0 | 1 | 0 | 0 | 33.3% |" in md
     assert f"| {key(0)} | SUCCESS | 1.00 | 3.2s | 0 | unknown |" in md
-    # A line break in free text is spelled out: one row stays one row.
-    assert f"| {key(1)} | ERROR | 0.00 | 0.0s | 0 | unknown | sandbox\\nvanished |" in md
+    # An error of several lines: its digest in the row (one row stays one row, no
+    # literal \n), the message whole below, line breaks kept.
+    assert f"| {key(1)} | ERROR | 0.00 | 0.0s | 0 | unknown | sandbox … vanished |" in md
+    assert f"## Errors in full\n\n- `{key(1)}`:\n\n  ```\n  sandbox\n  vanished\n  ```\n" in md
     assert "Cost is a floor: 1 task(s)" in md
     assert "## Skipped task files" in md
     assert "- `tasks/broken.yaml`: missing command \\| bad" in md

@@ -1,0 +1,143 @@
+"""What ``run``, ``show`` and run.md say about a run a person reads: the line of an error
+that matters (never cut at a fixed width, never a literal ``\\n``), the task files that
+were skipped, `--ledger` after the command, and one word for a run whose process is gone.
+
+A real `evalledger run` of real task files (one fails with a long traceback, one file
+is broken), then real `show`, `runs` and `report` processes, in a pipe and in a terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from evalledger.hosts import host_info
+from evalledger.ledger import Ledger, RunStarted, TaskStarted
+
+from .helpers import COMMAND, PATIENCE, _env, write_task
+from .terminal import in_terminal
+
+# A check whose traceback runs far past 200 characters before the line that matters.
+CHECK = """
+def add(a, b):
+    return a + b
+
+def check(depth):
+    if depth:
+        return check(depth - 1)
+    assert add(2, 3) == 6, "add(2, 3) == 6"
+
+check(12)
+"""
+LAST_LINE = "AssertionError: add(2, 3) == 6"
+FAILING = "default/adds/00"
+
+
+@dataclass
+class Made:
+    cwd: Path
+    db: Path
+    run: subprocess.CompletedProcess[str]
+
+
+def cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*COMMAND, *args], cwd=cwd, env=_env(), capture_output=True,
+                          text=True, timeout=3 * PATIENCE, check=False)
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> Made:
+    cwd = tmp_path_factory.mktemp("show")
+    write_task(cwd / "tasks" / "adds.yaml", "true", criteria=[
+        {"type": "run_command", "command": [sys.executable, "-c", CHECK]}])
+    write_task(cwd / "tasks" / "fine.yaml", "true")
+    (cwd / "tasks" / "broken.yaml").write_text("command: [unclosed\n", encoding="utf-8")
+    db = cwd / "l.db"
+    run = cli(cwd, "--ledger", str(db), "run", "tasks", "--run-id", "r1")
+    assert run.returncode == 1, run.stderr
+    return Made(cwd, db, run)
+
+
+def test_run_through_a_pipe_prints_the_whole_error(made: Made) -> None:
+    with Ledger(made.db, read_only=True) as ledger:
+        _, [(message,)] = ledger.query(
+            "SELECT error_message FROM task_results WHERE task_key = ?", [FAILING])
+    assert len(message) > 200 and message.rstrip().endswith(LAST_LINE)  # cut, it was lost
+    [line] = [line for line in made.run.stdout.splitlines() if FAILING in line]
+    assert line.rstrip().endswith(LAST_LINE), line
+
+
+def test_show_through_a_pipe_prints_the_whole_error(made: Made) -> None:
+    shown = cli(made.cwd, "--ledger", str(made.db), "show", "r1")
+    assert shown.returncode == 0, shown.stderr
+    [row] = [line.split("\t") for line in shown.stdout.splitlines() if line.startswith(FAILING)]
+    assert row[-1].startswith("run_command: exit code 1: Traceback") and row[-1].endswith(
+        LAST_LINE), row
+
+
+def test_show_in_a_terminal_prints_the_line_that_matters(made: Made) -> None:
+    code, lines = in_terminal(made.cwd, "--ledger", str(made.db), "show", "r1", columns=200)
+    assert code == 0, lines
+    text = "\n".join(lines)
+    assert LAST_LINE in text and "\\n" not in text, text
+    assert "run_command: exit code 1: Traceback (most recent call last): … " + LAST_LINE in text
+    full = "\n".join(in_terminal(made.cwd, "--ledger", str(made.db), "show", "r1",
+                                 "--full-errors", columns=200)[1])
+    # Below the table, the message whole, its lines as they were.
+    assert f'\n  File "<string>", line 8, in check\n{LAST_LINE}\n' in full, full
+
+
+def test_run_md_has_the_last_line_and_no_literal_newline(made: Made) -> None:
+    md = (made.cwd / "runs" / "r1" / "run.md").read_text(encoding="utf-8")
+    [row] = [line for line in md.splitlines() if line.startswith(f"| {FAILING} ")]
+    assert row.endswith(f"… {LAST_LINE} |"), row
+    assert "\\n" not in md
+    # The whole traceback, as it was, below the table.
+    assert '  File "<string>", line 8, in check' in md.split("## Errors in full", 1)[1]
+
+
+def test_show_names_the_skipped_task_files(made: Made) -> None:
+    broken = f"skipped {made.cwd / 'tasks' / 'broken.yaml'}: invalid YAML"
+    assert broken in made.run.stderr  # as `run` says it
+    shown = cli(made.cwd, "--ledger", str(made.db), "show", "r1")
+    assert "; 1 task file(s) skipped;" in shown.stdout.splitlines()[0], shown.stdout
+    [said] = [line for line in shown.stderr.splitlines() if line.startswith("skipped ")]
+    assert said.startswith(broken), shown.stderr
+
+
+def test_ledger_after_the_command_is_the_ledger_before_it(made: Made) -> None:
+    before = cli(made.cwd, "--ledger", str(made.db), "show", "r1", "--json")
+    after = cli(made.cwd, "show", "--ledger", str(made.db), "r1", "--json")
+    assert after.returncode == 0, after.stderr
+    assert after.stdout == before.stdout
+    # And for every command that reads a ledger: the option is the same one.
+    for args in (["runs"], ["events", "r1"], ["verify"], ["report", "r1"]):
+        moved = cli(made.cwd, *args, "--ledger", str(made.db))
+        assert moved.returncode == 0, (args, moved.stderr)
+        assert moved.stdout == cli(made.cwd, "--ledger", str(made.db), *args).stdout, args
+
+
+def test_a_run_whose_process_is_gone_is_cut_off_in_show_runs_and_report(tmp_path: Path) -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    db = tmp_path / "l.db"
+    with Ledger(db) as ledger:
+        ledger.append([
+            RunStarted(run_id="killed", planned=["default/t/00"],
+                       host={**host_info(), "pid": gone.pid}),
+            TaskStarted(run_id="killed", task_key="default/t/00", task_id="t"),
+        ])
+    show = cli(tmp_path, "--ledger", str(db), "show", "killed")
+    assert show.stdout.startswith("run killed cut off: "), show.stdout
+    runs = cli(tmp_path, "--ledger", str(db), "runs")
+    assert runs.stdout.splitlines()[1].split("\t")[4] == "cut off", runs.stdout
+    report = cli(tmp_path, "--ledger", str(db), "report", "killed")
+    assert "- Status: **cut off**" in report.stdout, report.stdout
+    # run.json keeps the ledger's word, byte for byte as `run` would write it.
+    as_json = cli(tmp_path, "--ledger", str(db), "report", "killed", "--format", "json")
+    assert json.loads(as_json.stdout)["status"] == "running"
