@@ -67,7 +67,7 @@ from evalledger.tasks import ResolvedTask
 from ._marks import MARKER_VAR, batch_mark, kill_marked, marked, ray_mark
 from ._runner import RunContext, run_task
 from ._sandbox import BuildFailed, remove_tree
-from ._watchdog import Watchdog, make_folder
+from ._watchdog import Watchdog, make_folder, proven
 
 log = logging.getLogger("evalledger.executor")
 
@@ -352,8 +352,10 @@ def sweep_node(batch_token: str, patience: float) -> tuple[str, int]:
     while time.monotonic() < deadline and marked(batch_mark(batch_token)):
         time.sleep(0.05)
     killed = kill_marked(batch_mark(batch_token), prefix=True)
-    remove_tree(Path(tempfile.gettempdir()) / f"evalledger-ray-{batch_token}",
-                ignore_errors=True)
+    folder = Path(tempfile.gettempdir()) / f"evalledger-ray-{batch_token}"
+    # The token is the live driver's, not a ledger's; still, removed only with its proof.
+    if proven(str(folder), batch_token, tempfile.gettempdir()):
+        remove_tree(folder, ignore_errors=True)
     return socket.gethostname(), len(killed)
 
 
