@@ -164,6 +164,14 @@ def write_old_run(folder: Path) -> Path:
     return folder
 
 
+def copy_ledger(source: Path, target: Path) -> None:
+    """A consistent copy of a ledger another process wrote, its WAL included (SQLite's
+    online backup, read-only on the source)."""
+    with sqlite3.connect(f"file:{source}?mode=ro", uri=True) as src, \
+            sqlite3.connect(target) as dst:
+        src.backup(dst)
+
+
 def _cli(args: list[str], env: Mapping[str, str], **kwargs: object) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "evalledger.cli", *args], text=True,
                             env=dict(env), **kwargs)  # type: ignore[call-overload]
