@@ -32,7 +32,7 @@ _FLAGS_OFF = {22: ("b", "d"), 23: ("i",), 24: ("u",)}
 def ansi_html(text: str, *, newlines: bool = False) -> Markup:
     """``text`` as HTML: coloured spans for its SGR sequences, everything escaped."""
     if "\x1b[" not in text:  # nearly every line: as the plain filter would show it
-        return Markup(escape(visible(text, newlines=newlines)))
+        return escape(visible(text, newlines=newlines))
     out: list[str] = []
     state = _State()
     start = 0

@@ -60,6 +60,7 @@ from ._hosts import HostGate, HostRule
 from ._params import BadParameter, choice, whole
 from ._render import (
     STATIC,
+    AttemptMark,
     TableQuery,
     conversation,
     render,
@@ -333,7 +334,9 @@ class _Views:
 
     async def _attempt_context(self, run: RunState, key: str, row: TaskRow | None,
                                tries: list[_queries.Attempt]) -> dict[str, Any]:
-        curves = await self._read(_queries.usage_curves, run.run_id, key, tries)
+        curves = {}
+        if any(parser_for(t.stream_format) for t in tries):  # else nothing to read
+            curves = await self._read(_queries.usage_curves, run.run_id, key, tries)
         return dict(
             row=row, tries=tries, running=run.running, run_status=run.shown_status,
             usage_charts={t.number: _usage_chart(t, curves.get(t.number)) for t in tries
@@ -380,6 +383,7 @@ class _Views:
         return self._page(
             "task.html", run_id=run.run_id, task_key=key, page=page, search=search, view=view,
             shown_view=shown, here=here, readable=readable, rows=rows,
+            marks=[r.number for r in rows if isinstance(r, AttemptMark)],
             items=conversation(rows, tries) if view == "conversation" else [],
             follow=follow, after_seq=after,
             tail_url=url_with(f"{here}?fragment=tail", view=view),

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_right
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, NamedTuple
 
-from evalledger.agents import RunningUsage, lines_of, parser_for
+from evalledger.agents import Parser, RunningUsage, lines_of, parser_for
 from evalledger.ledger import (
     AnyEvent,
     EventRow,
@@ -114,6 +115,8 @@ def attempt_at(tries: list[Attempt], seq: int) -> int | None:
 class Line:
     """One transcript row as a page shows it."""
 
+    kind: ClassVar[str] = "line"  # beside an AttemptMark's "mark" in a page's rows
+
     seq: int
     ts: str
     attempt: int
@@ -205,8 +208,7 @@ def _line(row: EventRow, starts: list[int], numbers: list[int]) -> Line:
                 str(payload.get("line", "")), truncated=bool(payload.get("truncated")))
 
 
-@dataclass(frozen=True)
-class TailLine:
+class TailLine(NamedTuple):
     """A line of the report's transcript tail: what it is (stdout, stderr, json, or a
     conversation line's kind: assistant, tool, result, ...) and its text."""
 
@@ -239,36 +241,37 @@ def tails(ledger: Ledger, summary: RunSummary, *, lines: int = 20, chars: int = 
             f"AND type IN ('{_OUTPUT[0]}', '{_OUTPUT[1]}') ORDER BY seq DESC LIMIT ?",
             [summary.run_id, row.task_key, started.seq or 0, lines],
         )
-        stream_format = str(started.definition.get("stream_format") or "native")
-        shown: list[TailLine] = []
-        for stored in reversed(rows):
+        parser = parser_for(str(started.definition.get("stream_format") or "native"))
+        kept: list[TailLine] = []  # newest first
+        room = chars
+        for stored in rows:  # newest first: read no more than fits
             line = _line(EventRow(*stored), [started.seq or 0], [started.attempt])
-            shown += _tail_lines(line, stream_format, chars)
-        found[row.task_key] = _fit(shown, chars)
+            room = _fit(reversed(_tail_lines(line, parser, chars)), room, kept)
+            if room < 0:
+                break
+        found[row.task_key] = kept[::-1]
     return found
 
 
-def _tail_lines(line: Line, stream_format: str, width: int) -> list[TailLine]:
-    parser = parser_for(stream_format)
+def _tail_lines(line: Line, parser: Parser | None, width: int) -> list[TailLine]:
     if line.data is None or parser is None:
         return [TailLine(line.stream, line.text)]
     return [TailLine(ln.kind, ln.text) for ln in lines_of(parser(line.data), width=width)]
 
 
-def _fit(shown: list[TailLine], chars: int) -> list[TailLine]:
-    """The newest lines that fit in ``chars`` characters, whole."""
-    kept: list[TailLine] = []
-    room = chars
-    for tail in reversed(shown):
+def _fit(newest_first: Iterable[TailLine], room: int, kept: list[TailLine]) -> int:
+    """Add to ``kept`` (newest first) the lines that fit in ``room`` characters, whole;
+    return the room left, -1 once a line did not fit (nothing older may follow it)."""
+    for tail in newest_first:
         if len(tail.text) > room:
             if not kept:  # the newest line alone is too long: its end, marked as cut
                 left = len(tail.text) - room
                 kept.append(TailLine(tail.kind, f"[{left:,} characters before] \u2026"
                                                 f"{tail.text[-room:]}"))
-            break
+            return -1
         room -= len(tail.text)
         kept.append(tail)
-    return kept[::-1]
+    return room
 
 
 def usage_curves(ledger: Ledger, run_id: str, task_key: str, tries: list[Attempt],
