@@ -4,6 +4,10 @@ In a terminal: a rich progress bar (done/total, running, succeeded / failed /
 error, spend so far, ETA) above which finished tasks scroll by. In a pipe: one
 plain line per finished task. Both read the live ``SummaryFold``, the same fold
 that writes ``run.json``, so the screen and the report cannot disagree.
+
+With ``--stream``, output lines go by as they arrive; an agent's JSON lines (a
+``stream_format`` with a parser in ``agents``: Claude Code's stream-json) are shown as
+its conversation, a line per step, not as JSON.
 """
 
 from __future__ import annotations
@@ -26,10 +30,14 @@ from rich.progress import (
 )
 
 from evalledger._text import visible
+from evalledger.agents import lines_of, parser_for
 from evalledger.ledger import AnyEvent, EventRow, EventType, TaskCompleted, TaskEmitted
 from evalledger.projections import SummaryFold, error_digest
 from evalledger.statuses import Category
+from evalledger.tasks import ResolvedTask
 
+# A step of an agent's conversation in the --stream feed: cut here (the ledger has it all).
+STREAM_WIDTH = 300
 _WATCHED = frozenset({EventType.TASK_STARTED, EventType.TASK_COMPLETED,
                       EventType.TASK_INTERRUPTED, EventType.TASK_USAGE})
 
@@ -64,6 +72,8 @@ class Display:
         self.stream = stream
         self.progress: Progress | None = None
         self._started = False
+        # Per task key, its stream format (told by on_task_start): how its JSON reads.
+        self._formats: dict[str, str] = {}
         if terminal:
             self.progress = Progress(
                 TextColumn("[bold]{task.description}"),
@@ -110,13 +120,22 @@ class Display:
     def on_complete(self, result: TaskCompleted) -> None:
         self.echo(task_line(result, whole=self.progress is None))
 
+    def on_task_start(self, task: ResolvedTask) -> None:
+        """A task is about to start: note its stream format."""
+        self._formats[task.task_key] = task.stream_format
+
     def on_output(self, event: AnyEvent) -> None:
-        if isinstance(event, TaskEmitted):  # JSON the task printed, as JSON
-            line = json.dumps(event.data, ensure_ascii=False)
+        prefix = f"[{visible(event.task_key or '')}]"
+        if isinstance(event, TaskEmitted):
+            parser = parser_for(self._formats.get(event.task_key))
+            if parser is not None:  # an agent's JSON, read as its conversation
+                for line in lines_of(parser(event.data), width=STREAM_WIDTH):
+                    self.echo(f"{prefix} {visible(line.text)}")
+                return
+            shown = json.dumps(event.data, ensure_ascii=False)  # JSON the task printed, as JSON
         else:
-            line = visible(getattr(event, "line", ""))
-        self.echo(f"[{visible(event.task_key or '')}] {line}",
-                  err=getattr(event, "stream", "") == "stderr")
+            shown = visible(getattr(event, "line", ""))
+        self.echo(f"{prefix} {shown}", err=getattr(event, "stream", "") == "stderr")
 
     def _refresh(self) -> None:
         if self.progress is None or not self._started:

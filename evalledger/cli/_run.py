@@ -345,6 +345,7 @@ def execute(
             on_batch_start=batch_started,
             on_task_complete=display.on_complete,
             on_output=display.on_output if stream else None,
+            on_task_start=display.on_task_start if stream else None,
             on_event=display.on_event,
         )
         result = trio.run(_run_with_signals, ledger, tasks, skipped, config, callbacks, resume)

@@ -34,6 +34,7 @@ from starlette.responses import (
     HTMLResponse,
     JSONResponse,
     PlainTextResponse,
+    RedirectResponse,
     Response,
     StreamingResponse,
 )
@@ -41,6 +42,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from evalledger.agents import parser_for
 from evalledger.ledger import LedgerError
 from evalledger.projections import (
     RunSummary,
@@ -58,11 +60,13 @@ from ._hosts import HostGate, HostRule
 from ._params import BadParameter, choice, whole
 from ._render import (
     STATIC,
+    AttemptMark,
     TableQuery,
     conversation,
     render,
     run_charts,
     segment,
+    with_marks,
 )
 from ._report import report_html
 from ._state import LedgerState, RunState, pages
@@ -79,6 +83,8 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' 
 REPORT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'none'"
 TOKEN_COOKIE = "evalledger_token"
 _TIME_TRAVEL_CACHE = 32
+# Runs the run page offers to compare with (newest first); any other by URL.
+COMPARE_CHOICES = 100
 
 
 def create_app(ledger_path: str | Path, *, token: str | None = None,
@@ -119,6 +125,7 @@ def create_app(ledger_path: str | Path, *, token: str | None = None,
         Route("/runs/{run_id}/junit.xml", views.download),
         Route("/runs/{run_id}/tasks/{task_key:path}", views.task_page),
         Route("/diff/{run_a}/{run_b}", views.diff_page),
+        Route("/compare", views.compare),
         Route("/api/runs", views.api_runs),
         Route("/api/runs/{run_id}", views.api_run),
         Route("/api/runs/{run_id}/summary", views.api_summary),
@@ -145,7 +152,8 @@ class _Views:
     def __init__(self, state: LedgerState, keepalive: float) -> None:
         self.state = state
         self.keepalive = keepalive
-        self._past: OrderedDict[tuple[str, int], RunSummary] = OrderedDict()
+        self._past: OrderedDict[tuple[str, int], _queries.Past] = OrderedDict()
+        self._bound: OrderedDict[tuple[str, int], frozenset[str]] = OrderedDict()
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -156,23 +164,30 @@ class _Views:
             raise HTTPException(404, f"no run {spec!r} in {self.state.path.name}")
         return run
 
-    def _at(self, request: Request) -> int | None:
-        """``?at=``: an event number (one past the last means now)."""
-        return whole(request.query_params, "at", None)
+    def _at(self, request: Request, run: RunState) -> int | None:
+        """``?at=``: an event number (one past the last means now).
+
+        Raises:
+            HTTPException: 404, the run did not exist yet at that event.
+        """
+        at = whole(request.query_params, "at", None)
+        if at is not None and at < run.first_seq:
+            raise _NotYet(run.run_id, at, run.first_seq)
+        return at
 
     async def _summary(self, run: RunState, at: int | None, *,
                        anchored: bool = False) -> RunSummary:
         """The run's summary now, or as of event ``at`` (the same fold, stopped there);
         ``anchored``: as ``run.json`` holds it, with the anchor read from the ledger."""
-        summary = await self._folded(run, at)
+        summary = (await self._folded(run, at)).summary
         if not anchored:
             return summary
         anchor = await self._read(lambda ledger: ledger.anchor(run.run_id, until_seq=at))
         return summary.anchored(anchor)
 
-    async def _folded(self, run: RunState, at: int | None) -> RunSummary:
+    async def _folded(self, run: RunState, at: int | None) -> _queries.Past:
         if at is None or at >= self.state.seq:
-            return run.summary()
+            return _queries.Past(run.summary(), run.running)
         key = (run.run_id, at)
         if key not in self._past:
             self._past[key] = await self._read(_queries.summary_at, run.run_id, at)
@@ -180,6 +195,18 @@ class _Views:
                 self._past.popitem(last=False)
         self._past.move_to_end(key)
         return self._past[key]
+
+    async def _variant_bound(self, run: RunState, summary: RunSummary,
+                             at: int | None) -> frozenset[str]:
+        """The drifted environment fields that the run's variants define (not drift)."""
+        if not summary.version_drift or len(summary.variants) < 2:
+            return frozenset()
+        key = (run.run_id, at if at is not None else run.last_seq)
+        if key not in self._bound:
+            self._bound[key] = await self._read(_queries.variant_bound, summary, at)
+            while len(self._bound) > _TIME_TRAVEL_CACHE:
+                self._bound.popitem(last=False)
+        return self._bound[key]
 
     async def _read(self, query: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         def call() -> Any:
@@ -206,7 +233,7 @@ class _Views:
             if q and not any(q in (text or "").lower() for text in
                              (head.run_id, head.experiment_id, *head.models)):
                 continue
-            rows.append({**dict(head), "status": shown})
+            rows.append({**dict(head), "status": shown, "imported": run.imported is not None})
         total = len(rows)
         start = (page - 1) * RUNS_PER_PAGE
         return rows[start:start + RUNS_PER_PAGE], total, page, q, status
@@ -225,28 +252,57 @@ class _Views:
 
     async def run_page(self, request: Request) -> Response:
         fragment = choice(request.query_params, "fragment", ("live",))
-        at = self._at(request)
         table = TableQuery.parse(request.query_params)
         run = self._run(request)
-        summary = await self._summary(run, at)
+        at = self._at(request, run)
+        past = await self._folded(run, at)
+        summary = past.summary
         rows = table.select(summary.tasks)
         count = len(rows)
         start = (table.page - 1) * TASKS_PER_PAGE
+        previous = self.state.previous(run)
         context = dict(
             summary=summary, status=run.shown_status if at is None else summary.status,
             charts=run_charts(summary), rows=rows[start:start + TASKS_PER_PAGE], table=table,
             total_rows=count, pages=pages(count, TASKS_PER_PAGE), tags=tag_stats(summary),
             at=at, first_seq=run.first_seq, last_seq=run.last_seq,
-            statuses=[s.value for s in FinalStatus],
+            statuses=[s.value for s in FinalStatus], running=past.running,
+            not_started=sum(1 for r in summary.tasks if r.attempts == 0),
+            variant_bound=await self._variant_bound(run, summary, at),
+            imported=run.imported, previous=previous.run_id if previous else None,
+            others=[r.run_id for r in self.state.newest_first()
+                    if r is not run][:COMPARE_CHOICES],
         )
         if fragment == "live":
             return self._page("_run_live.html", **context)
         live = _local(str(request.url.include_query_params(fragment="live")))
         return self._page("run.html", live_url=live, **context)
 
+    async def compare(self, request: Request) -> Response:
+        """``/compare?run=A&run=B``: the diff of two runs, the older first (as the runs
+        page's boxes and the run page's menu ask for it); with any other number of runs,
+        a page to pick two."""
+        picked = []
+        for spec in request.query_params.getlist("run"):
+            if not spec:
+                continue
+            run = self.state.run(spec)
+            if run is None:
+                raise HTTPException(404, f"no run {spec!r} in {self.state.path.name}")
+            if run not in picked:
+                picked.append(run)
+        if len(picked) == 2:
+            order = self.state.order
+            older, newer = sorted(picked, key=lambda r: order.index(r.run_id)
+                                  if r.run_id in order else len(order))
+            return RedirectResponse(
+                f"/diff/{segment(older.run_id)}/{segment(newer.run_id)}", status_code=303)
+        runs = [r.headline() for r in self.state.newest_first()]
+        return self._page("compare.html", runs=runs, picked=[r.run_id for r in picked])
+
     async def download(self, request: Request) -> Response:
-        at = self._at(request)
         run = self._run(request)
+        at = self._at(request, run)
         summary = await self._summary(run, at, anchored=True)
         name = request.url.path.rsplit("/", 1)[-1]
         headers = {"Content-Disposition": f'inline; filename="{run.run_id}-{name}"'}
@@ -266,44 +322,73 @@ class _Views:
     async def _task(
         self, request: Request,
     ) -> tuple[RunState, str, list[_queries.Attempt], TaskRow | None]:
-        """The run, task key, attempts and summary row a task URL names; 404 if neither exists."""
+        """The run, task key, attempts and summary row a task URL names: a key the run
+        plans has a page before it starts; 404 for a key the run does not know."""
         run = self._run(request)
         key = request.path_params["task_key"]
         tries: list[_queries.Attempt] = await self._read(_queries.attempts, run.run_id, key)
         row = run.summary_fold.row(key)
-        if not tries and row is None:
+        if not tries and row is None and key not in run.summary_fold.planned:
             raise HTTPException(404, f"run {run.run_id} has no task {key!r}")
         return run, key, tries, row
+
+    async def _attempt_context(self, run: RunState, key: str, row: TaskRow | None,
+                               tries: list[_queries.Attempt]) -> dict[str, Any]:
+        curves = {}
+        if any(parser_for(t.stream_format) for t in tries):  # else nothing to read
+            curves = await self._read(_queries.usage_curves, run.run_id, key, tries)
+        return dict(
+            row=row, tries=tries, running=run.running, run_status=run.shown_status,
+            usage_charts={t.number: _usage_chart(t, curves.get(t.number)) for t in tries
+                          if t.usage or curves.get(t.number)},
+            definitions={t.number: json.dumps(t.started.definition, indent=2,
+                                              ensure_ascii=False, sort_keys=True)
+                         for t in tries},
+        )
 
     async def task_page(self, request: Request) -> Response:
         params = request.query_params
         fragment = choice(params, "fragment", ("attempts", "tail"))
         search = params.get("q", "")
         after, before = _lines_after(request), _lines_before(request)
-        view = choice(params, "view", ("raw", "conversation"), "raw")
+        asked = choice(params, "view", ("raw", "conversation"))
         run, key, tries, row = await self._task(request)
         here = f"/runs/{segment(run.run_id)}/tasks/{segment(key)}"
+        attempts = await self._attempt_context(run, key, row, tries)
         if fragment == "attempts":
-            return self._page("_attempts.html", **_attempt_context(row, tries))
+            return self._page("_attempts.html", **attempts)
         page: _queries.TranscriptPage = await self._read(
             _queries.transcript, run.run_id, key, tries, search=search or None,
             after=after, before=before, limit=LINES_PER_PAGE,
         )
-        if fragment == "tail":
-            response = self._page("_lines.html", page=page)
+        # A conversation by default wherever an attempt's agent has a parser (agents).
+        readable = any(parser_for(t.stream_format) for t in tries)
+        default = "conversation" if readable else "raw"
+        view = asked if readable and asked else default
+        if fragment == "tail":  # what a live page appends: after the last row it shows
+            rows = with_marks(page.lines, tries, _queries.attempt_at(tries, after)
+                              if after else None)
+            response = self._page("_lines.html" if view == "raw" else "_conversation.html",
+                                  rows=rows, items=conversation(rows, tries))
             response.headers["X-Last-Seq"] = str(page.last_seq or after)
             response.headers["X-More"] = "1" if page.more_after else "0"
             return response
-        conversation_possible = any(t.stream_format == "claude-code" for t in tries)
-        if not conversation_possible:
-            view = "raw"
-        follow = not search and view == "raw" and not page.more_after
+        # The attempt of the row before this page: a page inside an attempt repeats no mark.
+        before_page = (await self._read(_queries.row_before, run.run_id, key, page.first_seq)
+                       if page.more_before else None)
+        rows = with_marks(page.lines, tries, None if before_page is None
+                          else _queries.attempt_at(tries, before_page))
+        follow = not search and not page.more_after
+        shown = "" if view == default else view  # the view in links, when not the default
         return self._page(
             "task.html", run_id=run.run_id, task_key=key, page=page, search=search, view=view,
-            here=here, conversation_possible=conversation_possible,
-            items=conversation(page.lines) if view == "conversation" else [],
-            follow=follow, after_seq=after, tail_url=f"{here}?fragment=tail",
-            attempts_url=f"{here}?fragment=attempts", **_attempt_context(row, tries),
+            shown_view=shown, here=here, readable=readable, rows=rows,
+            marks=[r.number for r in rows if isinstance(r, AttemptMark)],
+            items=conversation(rows, tries) if view == "conversation" else [],
+            follow=follow, after_seq=after,
+            tail_url=url_with(f"{here}?fragment=tail", view=view),
+            attempts_url=f"{here}?fragment=attempts",
+            planned=key in run.summary_fold.planned, **attempts,
         )
 
     async def diff_page(self, request: Request) -> Response:
@@ -329,8 +414,10 @@ class _Views:
             status, message = (400 if isinstance(exc, BadParameter) else 503), str(exc)
         if request.url.path.startswith("/api/"):
             return JSONResponse({"error": message}, status_code=status)
+        links = exc.links if isinstance(exc, _NotYet) else []
         return HTMLResponse(render("error.html", mode="app", ledger_name=self.state.path.name,
-                                   status_code=status, message=message), status_code=status)
+                                   status_code=status, message=message, links=links),
+                            status_code=status)
 
     # -- JSON ------------------------------------------------------------------------------
 
@@ -340,26 +427,27 @@ class _Views:
                              "runs": [_jsonable(r) for r in runs]})
 
     async def api_run(self, request: Request) -> Response:
-        at = self._at(request)
         run = self._run(request)
+        at = self._at(request, run)
         summary = await self._summary(run, at, anchored=True)
         return JSONResponse({
             "run_id": run.run_id, "status_shown": run.shown_status if at is None else
             summary.status, "first_seq": run.first_seq, "last_seq": run.last_seq,
+            "imported": run.imported,
             "summary": json.loads(render_json(summary)),
             "tags": [t.model_dump() for t in tag_stats(summary)],
         })
 
     async def api_summary(self, request: Request) -> Response:
-        at = self._at(request)
         run = self._run(request)
+        at = self._at(request, run)
         summary = await self._summary(run, at, anchored=True)
         return Response(render_json(summary), media_type="application/json")
 
     async def api_tasks(self, request: Request) -> Response:
-        at = self._at(request)
         table = TableQuery.parse(request.query_params)
         run = self._run(request)
+        at = self._at(request, run)
         summary = await self._summary(run, at)
         rows = table.select(summary.tasks)
         start = (table.page - 1) * TASKS_PER_PAGE
@@ -426,24 +514,34 @@ class _Views:
                                           "X-Accel-Buffering": "no"})
 
 
-def _attempt_context(row: Any, tries: list[_queries.Attempt]) -> dict[str, Any]:
-    return dict(
-        row=row, tries=tries,
-        usage_charts={t.number: _usage_chart(t) for t in tries},
-        definitions={t.number: json.dumps(t.started.definition, indent=2, ensure_ascii=False,
-                                          sort_keys=True) for t in tries},
-    )
+class _NotYet(HTTPException):
+    """``?at=`` names an event from before the run existed: nothing to show but that."""
+
+    def __init__(self, run_id: str, at: int, first_seq: int) -> None:
+        super().__init__(404, f"run {run_id} did not exist yet at event {at}: its first "
+                              f"event is {first_seq}")
+        base = f"/runs/{segment(run_id)}"
+        self.links = [(f"{base}?at={first_seq}", f"the run as it began (event {first_seq})"),
+                      (base, "the run now")]
 
 
-def _usage_chart(attempt: _queries.Attempt) -> Markup:
-    """Tokens used so far against seconds since the attempt started."""
+def _usage_chart(attempt: _queries.Attempt, curve: list[tuple[str, int]] | None) -> Markup:
+    """Tokens used so far against seconds since the attempt started: the running count
+    of its agent's messages where its transcript is a conversation (such an agent records
+    its usage once, at the end), else its usage reports as they were recorded."""
     start = _seconds(attempt.started.ts)
-    total = 0
     points = []
-    for usage in attempt.usage:
-        total += usage.tokens.total
-        points.append((max(0.0, _seconds(usage.ts) - start), float(total)))
-    return _charts.steps(points, "tokens used over the attempt", unit=" tokens")
+    if curve:
+        points = [(max(0.0, _seconds(ts) - start), float(total)) for ts, total in curve]
+    else:
+        total = 0
+        for usage in attempt.usage:
+            total += usage.tokens.total
+            points.append((max(0.0, _seconds(usage.ts) - start), float(total)))
+    ended = attempt.completed or attempt.interrupted
+    return _charts.steps(points, "tokens used over the attempt", y_title="tokens",
+                         x_title="time since the attempt started",
+                         until=max(0.0, _seconds(ended.ts) - start) if ended else None)
 
 
 def _seconds(ts: str) -> float:
@@ -455,6 +553,12 @@ def _seconds(ts: str) -> float:
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
     return {k: v.model_dump() if hasattr(v, "model_dump") else v for k, v in row.items()}
+
+
+def url_with(url: str, **query: str) -> str:
+    """``url`` with the query parameters that have a value added."""
+    extra = "&".join(f"{k}={v}" for k, v in query.items() if v)
+    return f"{url}&{extra}" if extra else url
 
 
 def _lines_after(request: Request) -> int:

@@ -69,7 +69,8 @@ def bars(items: Sequence[tuple[str, float, str]], title: str, *, maximum: float 
     if not items:
         return _svg(width, 24, [f'<text x="0" y="14" {_FONT}>no data</text>'], title)
     label_w, bar_h, gap = 160, 16, 6
-    plot_w = width - label_w - 110
+    # Room after the bars for the longest text (about 7 px a character at 12 px).
+    plot_w = max(120, width - label_w - 12 - 7 * max(len(text) for _, _, text in items))
     top = maximum if maximum is not None else max((v for _, v, _ in items), default=0.0)
     height = max(1, len(items)) * (bar_h + gap)
     body: list[str] = []
@@ -85,9 +86,10 @@ def bars(items: Sequence[tuple[str, float, str]], title: str, *, maximum: float 
     return _svg(width, height, body, title)
 
 
-def histogram(values: Sequence[float], title: str, *, bins: int = 20,
-              width: int = 640, height: int = 160) -> Markup:
-    """Counts of ``values`` in equal-width bins from their minimum to their maximum."""
+def histogram(values: Sequence[float], title: str, *, bins: int = 20, width: int = 640,
+              height: int = 180, x_title: str = "", y_title: str = "") -> Markup:
+    """Counts of ``values`` in equal-width bins from their minimum to their maximum, with
+    both axes drawn and labelled (seconds along, counts up)."""
     if not values:
         return _svg(width, 24, [f'<text x="0" y="14" {_FONT}>no data</text>'], title)
     low, high = min(values), max(values)
@@ -95,47 +97,88 @@ def histogram(values: Sequence[float], title: str, *, bins: int = 20,
     counts = [0] * bins
     for v in values:
         counts[min(bins - 1, int((v - low) / span * bins))] += 1
-    plot_h, bottom = height - 30, height - 18
+    left, right, top_m = 48, width - 12, 8
+    bottom = height - 38
+    plot_w, plot_h = right - left, bottom - top_m
     top = max(counts)
-    bar_w = (width - 40) / bins
+    bar_w = plot_w / bins
     body: list[str] = []
     for i, count in enumerate(counts):
         h = plot_h * count / top if top else 0
         start = low + span * i / bins
         end = low + span * (i + 1) / bins
         body.append(
-            f'<rect x="{40 + i * bar_w:.1f}" y="{bottom - h:.1f}" width="{bar_w - 1:.1f}" '
-            f'height="{h:.1f}" fill="{_BAR}"><title>{_seconds(start)}-{_seconds(end)}: '
-            f"{count}</title></rect>"
+            f'<rect x="{left + i * bar_w + 0.5:.1f}" y="{bottom - h:.1f}" '
+            f'width="{max(bar_w - 1, 0.5):.1f}" height="{h:.1f}" fill="{_BAR}"><title>'
+            f"{_seconds(start)}-{_seconds(end)}: {count}</title></rect>"
         )
-    body.append(f'<text x="0" y="{bottom - plot_h + 10}" {_FONT}>{top}</text>'
-                f'<text x="40" y="{height - 4}" {_FONT}>{_seconds(low)}</text>'
-                f'<text x="{width - 60}" y="{height - 4}" {_FONT}>{_seconds(high)}</text>')
+    body += _axes(left, right, top_m, bottom,
+                  x_ticks=[(left + plot_w * f, _seconds(low + (high - low) * f))
+                           for f in ((0.0, 0.5, 1.0) if high > low else (0.0,))],
+                  y_ticks=[(bottom - plot_h * n / top, str(n))
+                           for n in sorted({0, top // 2, top}) if top],
+                  x_title=x_title, y_title=y_title, height=height)
     return _svg(width, height, body, title)
 
 
-def steps(points: Sequence[tuple[float, float]], title: str, *, unit: str = "",
-          width: int = 640, height: int = 140) -> Markup:
-    """A cumulative step line through (seconds, value) points."""
+def steps(points: Sequence[tuple[float, float]], title: str, *, width: int = 640,
+          height: int = 160, x_title: str = "", y_title: str = "",
+          until: float | None = None) -> Markup:
+    """A cumulative step line through (seconds, value) points, on labelled axes, drawn
+    on to ``until`` seconds (the end of what it measures) when that is later."""
     if not points:
         return _svg(width, 24, [f'<text x="0" y="14" {_FONT}>no usage reported</text>'], title)
-    x_max = max(p[0] for p in points) or 1.0
+    if len({p[0] for p in points}) == 1 and (until or 0.0) <= points[0][0]:
+        # All of it at one moment, the last: no line to draw; say what it was.
+        x, y = points[-1]
+        return _svg(width, 24, [f'<text x="0" y="14" {_FONT}>{escape(_number(y))} '
+                                f"{escape(y_title)}, reported at once, {_seconds(x)} after "
+                                "the start</text>"], title)
+    x_max = max(max(p[0] for p in points), until or 0.0) or 1.0
     y_max = max(p[1] for p in points) or 1.0
-    plot_w, plot_h, bottom = width - 70, height - 30, height - 18
-    path = [f"M 60 {bottom}"]
+    left, right, top_m = 76, width - 12, 8
+    bottom = height - 38
+    plot_w, plot_h = right - left, bottom - top_m
+    path = [f"M {left} {bottom}"]
     previous_y = float(bottom)
     for x, y in points:
-        px = 60 + plot_w * x / x_max
+        px = left + plot_w * x / x_max
         py = bottom - plot_h * y / y_max
         path.append(f"L {px:.1f} {previous_y:.1f} L {px:.1f} {py:.1f}")
         previous_y = py
-    body = [
-        f'<path d="{" ".join(path)}" fill="none" stroke="{_BAR}" stroke-width="2"/>',
-        f'<text x="0" y="{bottom - plot_h + 10}" {_FONT}>{escape(_number(y_max))}{unit}</text>',
-        f'<text x="60" y="{height - 4}" {_FONT}>0s</text>',
-        f'<text x="{width - 60}" y="{height - 4}" {_FONT}>{_seconds(x_max)}</text>',
-    ]
+    path.append(f"L {right} {previous_y:.1f}")
+    body = [f'<path d="{" ".join(path)}" fill="none" stroke="{_BAR}" stroke-width="2"/>']
+    body += _axes(left, right, top_m, bottom,
+                  x_ticks=[(left + plot_w * f, _seconds(x_max * f)) for f in (0.0, 0.5, 1.0)],
+                  y_ticks=[(bottom - plot_h * f, _number(y_max * f)) for f in (0.0, 0.5, 1.0)],
+                  x_title=x_title, y_title=y_title, height=height)
     return _svg(width, height, body, title)
+
+
+def _axes(left: float, right: float, top: float, bottom: float, *,
+          x_ticks: Sequence[tuple[float, str]], y_ticks: Sequence[tuple[float, str]],
+          x_title: str, y_title: str, height: int) -> list[str]:
+    """Two axis lines, their ticks with labels, and a title under each (escaped)."""
+    axis = 'stroke="#5f6670" stroke-width="1"'
+    body = [f'<line x1="{left}" y1="{bottom}" x2="{right}" y2="{bottom}" {axis}/>',
+            f'<line x1="{left}" y1="{top}" x2="{left}" y2="{bottom}" {axis}/>']
+    for x, label in x_ticks:
+        anchor = "end" if x >= right - 1 else "middle" if x > left + 1 else "start"
+        body.append(f'<line x1="{x:.1f}" y1="{bottom}" x2="{x:.1f}" y2="{bottom + 4}" {axis}/>'
+                    f'<text x="{x:.1f}" y="{bottom + 16}" text-anchor="{anchor}" {_FONT}>'
+                    f"{escape(label)}</text>")
+    for y, label in y_ticks:
+        body.append(f'<line x1="{left - 4}" y1="{y:.1f}" x2="{left}" y2="{y:.1f}" {axis}/>'
+                    f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" {_FONT}>'
+                    f"{escape(label)}</text>")
+    if x_title:
+        body.append(f'<text x="{(left + right) / 2:.1f}" y="{height - 4}" '
+                    f'text-anchor="middle" {_FONT}>{escape(x_title)}</text>')
+    if y_title:
+        middle = (top + bottom) / 2
+        body.append(f'<text x="12" y="{middle:.1f}" text-anchor="middle" '
+                    f'transform="rotate(-90 12 {middle:.1f})" {_FONT}>{escape(y_title)}</text>')
+    return body
 
 
 def _seconds(value: float) -> str:

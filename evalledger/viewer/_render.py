@@ -8,14 +8,15 @@ stylesheet inline, no script, every task on one page). Both read a
 
 Everything a task produced is untrusted: Jinja escapes every value (autoescape),
 and ``visible`` spells out control characters, so a task printing ``<script>``
-or an ANSI escape shows those characters.
+or a terminal escape shows those characters; ANSI colour in a transcript is shown as
+colour (``_ansi``: escaped text in spans of fixed classes).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
@@ -28,11 +29,14 @@ from markupsafe import Markup
 
 from evalledger import __version__
 from evalledger._text import money, visible
+from evalledger.agents import Entry, final_facts, parser_for
 from evalledger.projections import RunSummary, TaskRow, tag_stats
-from evalledger.statuses import FinalStatus
+from evalledger.statuses import GRADED, Category, FinalStatus
 
 from . import _charts
+from ._ansi import ansi_html
 from ._params import choice, whole
+from ._queries import Attempt, Line
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
@@ -85,8 +89,43 @@ def outcome(row: TaskRow) -> str:
     return row.category.value if row.category is not None else "unfinished"
 
 
-def status_of(row: TaskRow) -> str:
-    return row.final_status.value if row.final_status is not None else "UNFINISHED"
+def status_of(row: TaskRow, running: Collection[str] = ()) -> str:
+    """A task's status as a person reads it: its final status, else RUNNING (an attempt
+    is running now), NOT STARTED (no attempt yet) or UNFINISHED (its attempt ended
+    without one: interrupted, or its run's process is gone)."""
+    if row.final_status is not None:
+        return row.final_status.value
+    if row.task_key in running:
+        return "RUNNING"
+    return "NOT STARTED" if row.attempts == 0 else "UNFINISHED"
+
+
+def status_class(row: TaskRow, running: Collection[str] = ()) -> str:
+    """The pill's class of ``status_of``."""
+    if row.final_status is None and row.task_key in running:
+        return "st-running"
+    if row.final_status is None and row.attempts == 0:
+        return "o-not-started"
+    return f"o-{outcome(row)}"
+
+
+def graded(succeeded: int, graded: int, ungraded: int) -> str:
+    """A pass rate said with what it is of: ``4 of 18 graded (22.2%), 2 ungraded``."""
+    rest = f", {ungraded} ungraded" if ungraded else ""
+    if not graded:
+        return f"no graded tasks{rest}"
+    return f"{succeeded} of {graded} graded ({succeeded / graded:.1%}){rest}"
+
+
+def tag_counts(summary: RunSummary) -> dict[str, tuple[int, int]]:
+    """Per tag, its graded and ungraded keys (the split ``tag_stats`` rates by)."""
+    counts: dict[str, tuple[int, int]] = {}
+    for row in summary.tasks:
+        for tag in dict.fromkeys(row.tags):
+            done, ungraded = counts.get(tag, (0, 0))
+            counts[tag] = (done + (row.category in GRADED),
+                           ungraded + (row.category == Category.UNGRADED))
+    return counts
 
 
 def _url(path: str, **query: Any) -> str:
@@ -110,8 +149,11 @@ def environment() -> Environment:
     )
     env.filters.update(money=money, spend=spend, duration=duration, percent=percent, number=number,
                        when=when, visible=visible, outcome=outcome, status=status_of,
-                       segment=segment)
-    env.globals.update(url=_url, version=__version__, OUTCOMES=OUTCOMES)
+                       status_class=status_class, segment=segment, ansi=ansi_html,
+                       tool_input=tool_input, result_text=result_text,
+                       final_facts=final_facts, record=imported_record)
+    env.globals.update(url=_url, version=__version__, OUTCOMES=OUTCOMES, graded=graded,
+                       tag_counts=tag_counts)
     return env
 
 
@@ -203,17 +245,21 @@ def run_charts(summary: RunSummary) -> dict[str, Markup]:
         counts[outcome(row)] += 1
     variants = summary.variants
     tags = tag_stats(summary)
+    by_tag = tag_counts(summary)
     return {
         "outcomes": _charts.stacked_bars(sorted(outcomes.items()), "statuses per variant"),
         "variant_pass": _charts.bars(
-            [(v.variant_id, v.pass_rate, f"{v.pass_rate:.1%} of {v.tasks_run}") for v in variants],
+            [(v.variant_id, v.pass_rate, graded(v.tasks_succeeded, v.tasks_succeeded
+                                                + v.tasks_failed + v.tasks_error,
+                                                v.tasks_ungraded)) for v in variants],
             "pass rate per variant", maximum=1.0),
         "tag_pass": _charts.bars(
-            [(t.tag, t.pass_rate, f"{t.pass_rate:.1%} of {t.tasks_run}") for t in tags],
+            [(t.tag, t.pass_rate, graded(t.tasks_succeeded, *by_tag.get(t.tag, (0, 0))))
+             for t in tags],
             "pass rate per tag", maximum=1.0),
         "durations": _charts.histogram(
             [r.duration_seconds for r in summary.tasks if r.duration_seconds is not None],
-            "task durations"),
+            "task durations", x_title="duration", y_title="tasks"),
         "model_cost": _charts.bars(
             [(m.model or "(no model)", m.cost_usd, money(m.cost_usd, m.cost_complete))
              for m in summary.usage_by_model], "cost per model"),
@@ -223,91 +269,107 @@ def run_charts(summary: RunSummary) -> dict[str, Markup]:
     }
 
 
-# -- a Claude Code transcript as a conversation ------------------------------------------------
+# -- a transcript: attempts apart, a conversation read by its agent's parser ----------------
 
 # A tool result longer than this shows its start; the ledger holds all of it.
 MAX_SHOWN_RESULT = 4000
 
 
-@dataclass
-class Part:
-    kind: str  # text | tool | result | meta
-    text: str
-    name: str = ""
-    error: bool = False
-    cut: int = 0
+@dataclass(frozen=True)
+class AttemptMark:
+    """Where an attempt's lines begin, in a transcript of several attempts."""
+
+    number: int
+    attempt: Attempt | None
+    kind: str = "mark"
 
 
-@dataclass
-class Message:
-    seq: int
-    kind: str  # init | assistant | tool_result | result | other | raw
-    who: str
-    parts: list[Part]
+@dataclass(frozen=True)
+class Said:
+    """One transcript line of the conversation view: an agent's entry, or (``entry``
+    None) a line that is no JSON of its agent (stdout, stderr) shown as it is."""
+
+    line: Line
+    entry: Entry | None
+    kind: str = "said"
+
+    @property
+    def seq(self) -> int:
+        return self.line.seq
 
 
-def _as_text(value: Any) -> str:
+def with_marks(lines: Sequence[Line], tries: Sequence[Attempt],
+               previous: int | None) -> list[Line | AttemptMark]:
+    """``lines`` with a mark before the first line of each attempt, when the task has
+    more than one; ``previous`` is the attempt of the row just before the first line
+    (None: there is none), so a page or a live tail that starts inside an attempt does
+    not mark it again."""
+    if len(tries) < 2:
+        return list(lines)
+    by_number = {t.number: t for t in tries}
+    rows: list[Line | AttemptMark] = []
+    for line in lines:
+        if line.attempt != previous:
+            rows.append(AttemptMark(line.attempt, by_number.get(line.attempt)))
+            previous = line.attempt
+        rows.append(line)
+    return rows
+
+
+def conversation(rows: Sequence[Line | AttemptMark],
+                 tries: Sequence[Attempt]) -> list[Said | AttemptMark]:
+    """Transcript rows as a conversation: each JSON line read by the parser of its
+    attempt's stream format (``agents``); other lines as they are."""
+    parsers = {t.number: parser_for(t.stream_format) for t in tries}
+    items: list[Said | AttemptMark] = []
+    for row in rows:
+        if isinstance(row, AttemptMark):
+            items.append(row)
+            continue
+        parser = parsers.get(row.attempt)
+        entry = parser(row.data) if parser is not None and row.data is not None else None
+        items.append(Said(row, entry))
+    return items
+
+
+def result_text(text: str) -> tuple[str, int]:
+    """A tool's result as shown: its start, and how many characters were left out."""
+    return text[:MAX_SHOWN_RESULT], max(0, len(text) - MAX_SHOWN_RESULT)
+
+
+def tool_input(value: Any) -> str:
+    """A tool call's input: a lone text field as itself, else indented JSON."""
+    if isinstance(value, Mapping) and len(value) == 1:
+        (only,) = value.values()
+        if isinstance(only, str):
+            return only
     if isinstance(value, str):
         return value
-    if isinstance(value, list):  # content blocks
-        return "\n".join(_as_text(v.get("text", v) if isinstance(v, dict) else v) for v in value)
     return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True)
 
 
-def _result_part(block: dict[str, Any]) -> Part:
-    text = _as_text(block.get("content", ""))
-    cut = max(0, len(text) - MAX_SHOWN_RESULT)
-    return Part("result", text[:MAX_SHOWN_RESULT], error=bool(block.get("is_error")), cut=cut)
+# -- an imported attempt's record (the old harness's task.json) ------------------------------
 
 
-def conversation(lines: Sequence[Any]) -> list[Message]:
-    """Transcript lines of a ``stream-json`` run as messages: the session's start, what the
-    assistant said and which tools it called with what input, the tools' results, and the
-    final result with its cost and turns. Lines that are not such JSON show as they are."""
-    messages: list[Message] = []
-    for line in lines:
-        data = line.data
-        kind = data.get("type") if isinstance(data, dict) else None
-        message = data.get("message") if isinstance(data, dict) else None
-        content = message.get("content") if isinstance(message, dict) else None
-        if kind == "system":
-            tools = data.get("tools") if isinstance(data.get("tools"), list) else []
-            text = f"{data.get('subtype', 'system')}: model {data.get('model', '?')}"
-            text += f", {len(tools)} tools" if tools else ""
-            messages.append(Message(line.seq, "init", "session", [Part("meta", text)]))
-        elif kind == "assistant" and isinstance(content, list):
-            parts = []
-            for block in content:
-                if not isinstance(block, dict):
-                    continue
-                if block.get("type") == "text":
-                    parts.append(Part("text", str(block.get("text", ""))))
-                elif block.get("type") == "tool_use":
-                    parts.append(Part("tool", _as_text(block.get("input", {})),
-                                      name=str(block.get("name", "tool"))))
-                elif block.get("type") == "thinking":
-                    parts.append(Part("meta", str(block.get("thinking", ""))))
-            messages.append(Message(line.seq, "assistant", "assistant", parts))
-        elif kind == "user" and isinstance(content, list):
-            parts = [_result_part(b) if b.get("type") == "tool_result"
-                     else Part("text", _as_text(b.get("text", b)))
-                     for b in content if isinstance(b, dict)]
-            messages.append(Message(line.seq, "tool_result", "tool result", parts))
-        elif kind == "result":
-            facts = [f"{data.get('subtype', 'result')}"]
-            if data.get("total_cost_usd") is not None:
-                facts.append(f"cost ${data['total_cost_usd']}")
-            if data.get("num_turns") is not None:
-                facts.append(f"{data['num_turns']} turns")
-            if data.get("duration_ms") is not None:
-                facts.append(f"{data['duration_ms'] / 1000:.1f}s")
-            parts = [Part("meta", ", ".join(facts))]
-            if data.get("result"):
-                parts.append(Part("text", str(data["result"])))
-            messages.append(Message(line.seq, "result", "result", parts))
-        elif data is not None:
-            messages.append(Message(line.seq, "other", str(kind or "event"),
-                                    [Part("meta", line.text)]))
+@dataclass(frozen=True)
+class RecordField:
+    name: str
+    text: str
+    nested: bool  # a list or an object: shown folded, as indented JSON
+    size: int = 0
+
+
+def imported_record(data: Mapping[str, Any] | None) -> list[RecordField] | None:
+    """The fields of an imported ``task.json`` (the ``task.event`` an import records),
+    one per row: text as text, a nested value folded; None for any other line."""
+    if not data or "imported_from" not in data or not isinstance(data.get("record"), dict):
+        return None
+    fields = []
+    for name, value in sorted(data["record"].items()):
+        if isinstance(value, dict | list):
+            fields.append(RecordField(name, json.dumps(value, ensure_ascii=False, indent=2,
+                                                       sort_keys=True), True, len(value)))
         else:
-            messages.append(Message(line.seq, "raw", line.stream, [Part("meta", line.text)]))
-    return messages
+            fields.append(RecordField(name, value if isinstance(value, str)
+                                      else json.dumps(value), False))
+    return fields

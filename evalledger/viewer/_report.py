@@ -2,9 +2,10 @@
 
 The run page of the viewer, rendered in ``file`` mode (``_render``): the
 stylesheet inline, charts as inline SVG, no script and nothing fetched from a
-network. Each task carries the tail of its latest attempt's transcript, cut to
-``TAIL_LINES`` lines and ``TAIL_CHARS`` characters (docs/cli.md, "report"): the
-ledger holds the rest.
+network. Each task carries the tail of its latest attempt's transcript: its last
+``TAIL_LINES`` lines, whole lines as many as fit in ``TAIL_CHARS`` characters, an agent's
+JSON lines read as its conversation (docs/cli.md, "report"); the ledger holds the rest.
+Every task's section is open, so a link from the task table lands on what it names.
 """
 
 from __future__ import annotations
@@ -26,5 +27,8 @@ def report_html(ledger: Ledger, summary: RunSummary) -> str:
         "run.html", mode="file", summary=summary, status=summary.status,
         charts=run_charts(summary), rows=summary.tasks, table=TableQuery(), tails=tails,
         tags=tag_stats(summary), css=stylesheet(), at=None, total_rows=len(summary.tasks),
-        pages=1, tail_lines=TAIL_LINES, tail_chars=TAIL_CHARS,
+        pages=1, tail_lines=TAIL_LINES, tail_chars=TAIL_CHARS, running=frozenset(),
+        not_started=sum(1 for r in summary.tasks if r.attempts == 0),
+        variant_bound=_queries.variant_bound(ledger, summary),
+        imported=_queries.imported(ledger, summary.run_id),
     )

@@ -9,12 +9,17 @@ every subscriber (the server-sent event streams of open browser tabs) which runs
 and tasks changed. Tabs never poll the database; they ask the server for the
 part of the page that changed, which it renders from memory.
 
+Runs are listed in one order, the ledger's own (``Ledger.run_ids``, what ``runs`` and
+every ``latest`` of the CLI read): the list is read again whenever a run is added, and
+``latest`` is ``pick_run``'s, so the viewer and the CLI never name different runs.
+
 Invariant: the folds are only touched on the event loop thread, so a request
 handler running there always sees a consistent state.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -26,7 +31,15 @@ import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
 from evalledger.hosts import run_ended
-from evalledger.ledger import AnyEvent, Ledger, LedgerError
+from evalledger.ledger import (
+    AnyEvent,
+    EventType,
+    Ledger,
+    LedgerError,
+    RunNotFound,
+    RunStarted,
+    pick_run,
+)
 from evalledger.projections import (
     ResumeFold,
     RunHeadline,
@@ -44,8 +57,8 @@ MAX_LISTED_TASKS = 500
 class RunState:
     """One run's folds, the seqs it spans, and its summary cached by seq."""
 
-    __slots__ = ("_summary", "_summary_seq", "first_seq", "last_seq", "resume", "run_id",
-                 "summary_fold")
+    __slots__ = ("_summary", "_summary_seq", "first_seq", "imported", "last_seq", "resume",
+                 "run_id", "summary_fold")
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
@@ -53,12 +66,16 @@ class RunState:
         self.resume = ResumeFold(run_id)
         self.first_seq = 0
         self.last_seq = 0
+        # Where the run came from when it was imported (its run.started's ``imported``).
+        self.imported: dict[str, object] | None = None
         self._summary: RunSummary | None = None
         self._summary_seq = -1
 
     def apply(self, event: AnyEvent) -> None:
         self.summary_fold.apply(event)
         self.resume.apply(event)
+        if isinstance(event, RunStarted) and event.imported is not None:
+            self.imported = dict(event.imported)
 
     def saw(self, seq: int) -> None:
         self.first_seq = self.first_seq or seq
@@ -82,6 +99,13 @@ class RunState:
             return "cut off"
         return status
 
+    @property
+    def running(self) -> frozenset[str]:
+        """The task keys running now: none once the run's process is gone."""
+        if self.shown_status != "running":
+            return frozenset()
+        return frozenset(self.summary_fold.running)
+
 
 @dataclass(frozen=True)
 class Change:
@@ -102,6 +126,7 @@ class _Read:
     seq: int
     lifecycle: list[AnyEvent] = field(default_factory=list)
     touched: list[tuple[str, str | None]] = field(default_factory=list)
+    order: list[str] | None = None  # the runs in the ledger's order, when one was added
 
 
 class Readers:
@@ -134,6 +159,9 @@ class LedgerState:
         self.interval = interval
         self.seq = 0
         self.runs: dict[str, RunState] = {}
+        # Every run id in the ledger's order (Ledger.run_ids): the runs page lists them
+        # newest first, and ``latest`` is the last.
+        self.order: list[str] = []
         self.ledger_id = ""
         self._subscribers: set[MemoryObjectSendStream[Change]] = set()
 
@@ -149,7 +177,8 @@ class LedgerState:
         with self.readers.ledger() as ledger:
             self.ledger_id = ledger.ledger_id
             seq = ledger.last_seq()
-            for run_id in ledger.run_ids():
+            self.order = ledger.run_ids()
+            for run_id in self.order:
                 state = self.runs.setdefault(run_id, RunState(run_id))
                 (summary, resume), _ = load_folds(ledger, run_id, SummaryFold, ResumeFold,
                                                   until_seq=seq)
@@ -159,6 +188,13 @@ class LedgerState:
                     "SELECT min(seq), max(seq) FROM events WHERE run_id = ? AND seq <= ?",
                     [run_id, seq])[1][0]
                 state.first_seq, state.last_seq = last[0] or 0, last[1] or 0
+            for run_id, imported in ledger.query(
+                    "SELECT run_id, json_extract(payload, '$.imported') FROM events "
+                    "WHERE task_key IS NULL AND type = ? AND seq <= ? "
+                    "AND json_extract(payload, '$.imported') IS NOT NULL",
+                    [EventType.RUN_STARTED, seq])[1]:
+                if run_id in self.runs:
+                    self.runs[run_id].imported = json.loads(imported)
         self.seq = seq
 
     def _read_since(self, after: int) -> _Read:
@@ -173,6 +209,8 @@ class LedgerState:
                 [after, last])
             read.touched = [(r, k) for r, k in touched]
             read.lifecycle = list(ledger.events(types=LIFECYCLE, after_seq=after, until_seq=last))
+            if any(isinstance(e, RunStarted) for e in read.lifecycle):
+                read.order = ledger.run_ids()
             return read
 
     def _apply(self, read: _Read) -> Change | None:
@@ -189,6 +227,8 @@ class LedgerState:
             if state is not None:
                 state.saw(read.seq)
         tasks = sorted({(r, k) for r, k in read.touched if k is not None})
+        if read.order is not None:
+            self.order = [r for r in read.order if r in self.runs]
         self.seq = read.seq
         return Change(seq=read.seq, runs=runs, tasks=tasks[:MAX_LISTED_TASKS],
                       many_tasks=len(tasks) > MAX_LISTED_TASKS)
@@ -234,16 +274,34 @@ class LedgerState:
     # -- reading -----------------------------------------------------------------------------
 
     def run(self, spec: str) -> RunState | None:
-        """The run named by an id, a unique prefix of one, or ``latest``."""
+        """The run named by an id, a unique prefix of one, or ``latest``: as the CLI
+        names it (``pick_run`` over the ledger's order)."""
         if spec in self.runs:
             return self.runs[spec]
-        if spec == "latest":
-            return next(reversed(self.runs.values()), None)
-        matches = [r for r in self.runs if r.startswith(spec)] if spec else []
-        return self.runs[matches[0]] if len(matches) == 1 else None
+        try:
+            return self.runs[pick_run(spec, self.order, self.path.name)]
+        except RunNotFound:
+            return None
 
     def newest_first(self) -> list[RunState]:
-        return list(reversed(self.runs.values()))
+        """Every run, newest first: the ledger's order (``Ledger.run_ids``), reversed."""
+        return [self.runs[r] for r in reversed(self.order)]
+
+    def previous(self, run: RunState) -> RunState | None:
+        """The run before ``run`` in the ledger's order that ran the same thing: the same
+        experiment, or (without one) a run of no experiment sharing a task key with it."""
+        if run.run_id not in self.order:
+            return None
+        experiment = run.summary_fold.experiment_id
+        keys = run.summary_fold.planned.keys()
+        for run_id in reversed(self.order[:self.order.index(run.run_id)]):
+            other = self.runs[run_id].summary_fold
+            if experiment is not None:
+                if other.experiment_id == experiment:
+                    return self.runs[run_id]
+            elif other.experiment_id is None and not keys.isdisjoint(other.planned.keys()):
+                return self.runs[run_id]
+        return None
 
 
 def pages(total: int, per_page: int) -> int:

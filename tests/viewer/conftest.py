@@ -20,6 +20,8 @@ from click.testing import CliRunner
 
 from evalledger.cli import cli
 
+from . import scenes as scenes_module
+
 HOSTILE = (
     "<script>alert('x')</script> </textarea> & \x1b[31mred\x1b[0m \x1b]0;title\x07 "
     "\u202eevil"
@@ -110,3 +112,10 @@ def suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Suite]:
 
 def run_json(suite: Suite, run_id: str) -> dict[str, object]:
     return json.loads((suite.out / run_id / "run.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="session")
+def scenes(tmp_path_factory: pytest.TempPathFactory) -> scenes_module.Scenes:
+    """A new user's first hour (``scenes``): an interrupted and resumed agent, ANSI colour,
+    an experiment of two models run twice, an old run imported last."""
+    return scenes_module.build(tmp_path_factory.mktemp("scenes"))

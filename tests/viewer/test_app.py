@@ -154,9 +154,10 @@ def test_hostile_output_is_shown_as_text(client: TestClient, suite: Suite) -> No
     assert "<script>alert" not in html and "</textarea> &" not in html
     assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in html
     assert "&lt;/textarea&gt; &amp;" in html
-    # Escape sequences and direction overrides are spelled out, never sent raw.
+    # Escape sequences and direction overrides never reach the page raw: colour is shown
+    # as colour (a span of a fixed class), anything else is spelled out.
     assert "\x1b" not in html and "\u202e" not in html and "\x07" not in html
-    assert "\\x1b[31mred\\x1b[0m" in html and "\\x1b]0;title\\x07" in html
+    assert '<span class="a-fg1">red</span>' in html and "\\x1b]0;title\\x07" in html
     assert "\\u202eevil" in html
     assert "[truncated]" in html
     policy = page.headers["content-security-policy"]
@@ -190,13 +191,16 @@ def test_a_claude_code_transcript_reads_as_a_conversation(
     client: TestClient, suite: Suite
 ) -> None:
     base = f"/runs/{suite.first}/tasks/default/claude/00"
-    assert "conversation" in client.get(base).text
-    html = client.get(base, params={"view": "conversation"}).text
+    html = client.get(base).text  # a conversation by default
+    assert "<b>conversation</b>" in html and "view=raw" in html
+    assert html == client.get(base, params={"view": "conversation"}).text
     assert "I will list the files." in html
     assert "<b>Bash</b>" in html and "ls -la" in html
     assert "&lt;b&gt;not bold&lt;/b&gt;" in html
-    assert "cost $0.0123" in html and "2 turns" in html and "All done." in html
-    assert "model claude-sonnet-4-5, 1 tools" in html
+    assert "success, $0.0123, 2 turns, 1.5s" in html and "All done." in html
+    assert "model claude-sonnet-4-5, 1 tool (Bash)" in html
+    raw = client.get(base, params={"view": "raw"}).text
+    assert "<b>raw lines</b>" in raw and '<tr class="ln-json"' in raw
 
 
 def test_the_diff_puts_regressions_first(client: TestClient, suite: Suite) -> None:
@@ -316,6 +320,7 @@ PARAMETERS: dict[str, dict[str, list[str]]] = {
     "/runs/{run_id}/tasks/{task_key:path}": {**TRANSCRIPT, "view": ["nope"],
                                              "fragment": ["nope", "live"]},
     "/diff/{run_a}/{run_b}": {},
+    "/compare": {},
     "/api/runs": {"page": PAGE, "status": ["nope"]},
     "/api/runs/{run_id}": {"at": AT},
     "/api/runs/{run_id}/summary": {"at": AT},

@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from .conftest import Suite, run_json
+from .scenes import AGENT_KEY, FIRST, IMPORTED, SECOND, Scenes, copy_ledger
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 PATIENCE = 30.0
@@ -147,7 +148,8 @@ def test_browse_from_the_runs_to_a_run_and_a_task(
     _shot(page, tmp_path, "task")
     page.goto(url + f"/runs/{suite.first}/tasks/default/hostile/00")
     text = page.text_content("#lines")
-    assert "<script>alert('x')</script>" in text and "\\x1b[31mred" in text
+    assert "<script>alert('x')</script>" in text and "\\x1b]0;title" in text
+    assert page.text_content("#lines span.a-fg1") == "red"  # ANSI colour, as colour
     page.goto(url + f"/runs/{suite.first}/tasks/default/claude/00?view=conversation")
     assert "I will list the files." in page.text_content(".conversation")
     _shot(page, tmp_path, "conversation")
@@ -224,3 +226,181 @@ def test_a_task_page_tails_the_transcript_live(
         page.wait_for_selector("#attempts .pill.o-succeeded")
         _shot(page, tmp_path, "task-live")
         assert runner.wait(PATIENCE) == 0
+
+
+# -- issue 21: compare, live from before the start, attempts apart, 400 px, colour ------------
+
+
+@pytest.fixture
+def scenes_server(scenes: Scenes, tmp_path: Path) -> Iterator[str]:
+    """A viewer process over a copy of the first-hour ledger (``scenes``); yields its URL."""
+    db = tmp_path / "scenes.db"
+    copy_ledger(scenes.db, db)
+    process = _evalledger("--ledger", str(db), "view", "--port", "0",
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert process.stdout is not None
+        ready, _, _ = select.select([process.stdout], [], [], PATIENCE)
+        assert ready, "the viewer printed no URL"
+        url = re.search(r"http://\S+", process.stdout.readline())
+        assert url
+        yield url.group(0).rstrip("/")
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            assert process.wait(PATIENCE) == 0
+        finally:
+            process.kill()
+
+
+def _both_widths(page: Any, tmp_path: Path, name: str) -> None:
+    """Screenshots at a desktop's width and a phone's, the page left at the desktop's."""
+    for width in (1400, 400):
+        page.set_viewport_size({"width": width, "height": 900})
+        _shot(page, tmp_path, f"{name}-{width}")
+    page.set_viewport_size({"width": 1300, "height": 900})
+
+
+def test_two_runs_ticked_on_the_runs_page_compare_and_the_rows_lead_to_both_tasks(
+    scenes_server: str, page: Any, tmp_path: Path
+) -> None:
+    page.goto(scenes_server + "/")
+    page.check(f"tr[data-run='{SECOND}'] input[type=checkbox]")
+    page.check(f"tr[data-run='{FIRST}'] input[type=checkbox]")
+    page.click("form#compare button")
+    page.wait_for_url(f"**/diff/{FIRST}/{SECOND}")
+    expect(page.locator("tr.c-regression")).to_have_count(2)
+    _both_widths(page, tmp_path, "diff")
+    page.click("tr[data-task='alpha/flip/00'] a.after")
+    page.wait_for_url(f"**/runs/{SECOND}/tasks/alpha/flip/00")
+    expect(page.locator("#attempts .lead .pill")).to_have_text("FAILURE")
+    page.go_back()
+    page.click("tr[data-task='alpha/flip/00'] a.before")
+    page.wait_for_url(f"**/runs/{FIRST}/tasks/alpha/flip/00")
+    expect(page.locator("#attempts .lead .pill")).to_have_text("SUCCESS")
+    # The run page leads to the same diff: "compare with the previous run".
+    page.goto(scenes_server + f"/runs/{SECOND}")
+    page.click("a.previous")
+    page.wait_for_url(f"**/diff/{FIRST}/{SECOND}")
+
+
+TWO_GATED = """
+command: ["python3", "-c", "import os, sys, time\\nprint('waiting', flush=True)\\n\
+while not os.path.exists(sys.argv[1]): time.sleep(0.05)\\nprint('released')", "{gate}"]
+timeout: 120
+success_criteria: [{{type: exit_code}}]
+"""
+
+
+def test_a_task_not_started_yet_goes_live_on_its_own_page(
+    server: tuple[str, Path], page: Any, tmp_path: Path
+) -> None:
+    url, db = server
+    suite = tmp_path / "two"
+    suite.mkdir()
+    gates = {name: tmp_path / f"{name}.gate" for name in ("first", "second")}
+    for name, gate in gates.items():
+        (suite / f"{name}.yaml").write_text(TWO_GATED.format(gate=gate), encoding="utf-8")
+    runner = _evalledger("--ledger", str(db), "run", str(suite), "--run-id", "two", "-j", "1",
+                         "--out", str(tmp_path / "runs"), cwd=tmp_path,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for_lines(url + "/api/runs/two/transcript/default/first/00")
+        page.goto(url + "/runs/two")
+        expect(page.locator("tr[data-task='default/first/00'] .pill")).to_have_text("RUNNING")
+        expect(page.locator("tr[data-task='default/second/00'] .pill")).to_have_text(
+            "NOT STARTED")
+        _both_widths(page, tmp_path, "run-live")
+        page.click("tr[data-task='default/second/00'] a")
+        page.wait_for_url("**/runs/two/tasks/default/second/00")
+        page.wait_for_selector("body[data-streaming='1']")
+        loaded = page.evaluate("window.evalledgerLoadedAt")
+        expect(page.locator("#attempts .lead .pill")).to_have_text("NOT STARTED")
+        _both_widths(page, tmp_path, "task-not-started")
+        gates["first"].write_text("go")
+        # The key starts: its attempt shows RUNNING and its lines arrive, no reload.
+        expect(page.locator("#attempts .lead .pill")).to_have_text("RUNNING")
+        expect(page.locator("#attempt-1 h2 .pill")).to_have_text("RUNNING")
+        expect(page.locator("#lines")).to_contain_text("waiting")
+        expect(page.locator("#no-lines")).to_have_count(0)
+        _shot(page, tmp_path, "task-started-live")
+        gates["second"].write_text("go")
+        expect(page.locator("#lines")).to_contain_text("released")
+        expect(page.locator("#attempts .lead .pill")).to_have_text("SUCCESS")
+        assert page.evaluate("window.evalledgerLoadedAt") == loaded
+        assert runner.wait(PATIENCE) == 0
+    finally:
+        for gate in gates.values():
+            gate.write_text("go")
+        if runner.poll() is None:
+            runner.send_signal(signal.SIGINT)
+            runner.wait(PATIENCE)
+
+
+def test_the_conversation_shows_each_attempt_apart(
+    scenes_server: str, page: Any, tmp_path: Path
+) -> None:
+    page.goto(scenes_server + f"/runs/{FIRST}/tasks/{AGENT_KEY}")
+    marks = page.locator(".conversation h3.attempt-mark")
+    expect(marks).to_have_count(2)
+    assert marks.nth(0).text_content().startswith("Attempt 1")
+    assert marks.nth(1).text_content().startswith("Attempt 2")
+    # Everything the first attempt said comes before the second's mark, nothing after it.
+    order = page.evaluate("""() => Array.from(document.querySelectorAll(
+        '.conversation > .attempt-mark, .conversation > .msg'), e => e.className.split(' ')[0]
+        + ':' + e.textContent.trim().slice(0, 40))""")
+    assert order[0].startswith("attempt-mark:Attempt 1")
+    second = next(i for i, item in enumerate(order) if item.startswith("attempt-mark:Attempt 2"))
+    assert any("waiting for the gate" in item for item in order[:second])
+    assert not any("waiting for the gate" in item for item in order[second:])
+    expect(page.locator(".msg.m-result")).to_have_count(1)  # one final result: attempt 2's
+    _both_widths(page, tmp_path, "conversation")
+
+
+NARROW = ["/", f"/runs/{SECOND}", f"/runs/{FIRST}/tasks/{AGENT_KEY}",
+          f"/runs/{FIRST}/tasks/alpha/colours/00?view=raw", f"/diff/{FIRST}/{SECOND}",
+          f"/runs/{IMPORTED}", f"/runs/{IMPORTED}/tasks/default/parse/00", "/compare"]
+
+
+@pytest.mark.parametrize("width", [400, 1000])
+def test_no_page_scrolls_sideways_on_a_narrow_screen(
+    scenes_server: str, page: Any, tmp_path: Path, width: int
+) -> None:
+    page.set_viewport_size({"width": width, "height": 800})
+    for path in NARROW:
+        page.goto(scenes_server + path)
+        sizes = page.evaluate("[document.documentElement.scrollWidth, "
+                              "document.documentElement.clientWidth]")
+        assert sizes[0] <= sizes[1], (path, sizes)
+        if width == 400:
+            _shot(page, tmp_path, "narrow-" + (re.sub(r"\W+", "-", path).strip("-") or "runs"))
+    # A run id never breaks across lines (its table scrolls in its own box instead).
+    page.goto(scenes_server + "/")
+    for run_id in (FIRST, SECOND, IMPORTED):
+        lines = page.evaluate(
+            f"document.querySelector(\"tr[data-run='{run_id}'] td.id a\").getClientRects()"
+            ".length")
+        assert lines == 1, run_id
+
+
+def test_ansi_colour_is_shown_as_colour_and_markup_as_text(
+    scenes_server: str, page: Any, tmp_path: Path
+) -> None:
+    page.goto(scenes_server + f"/runs/{FIRST}/tasks/alpha/colours/00")
+    fail = page.locator("#lines span.a-fg1", has_text="FAIL")
+    expect(fail).to_have_count(1)
+    assert fail.evaluate("e => getComputedStyle(e).color") == "rgb(198, 40, 40)"
+    assert page.locator("#lines span.a-b.a-fg2").text_content() == "PASS"
+    text = page.text_content("#lines")
+    assert "<b>not bold</b> & <script>x()</script>" in text  # shown, not made
+    assert "\x1b" not in text and "[31m" not in text
+    assert "\\x1b]0;title\\x07" in text  # an escape that is no colour: spelled out
+    assert page.locator("#lines b, #lines script").count() == 0
+    assert page.evaluate("document.querySelectorAll('script').length") == 1  # viewer.js
+    _both_widths(page, tmp_path, "colours")
+    page.goto(scenes_server + f"/runs/{FIRST}/report.html")
+    expect(page.locator("#t-2[open] pre.tail span.a-fg1")).to_have_text("FAIL")
+    page.click("table.tasks a[href='#t-1']")  # the report's task link lands on it, open
+    expect(page.locator("details#t-1[open] pre.tail")).to_contain_text(
+        "assistant: I will run the tests first.")
+    _both_widths(page, tmp_path, "report")

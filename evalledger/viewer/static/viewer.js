@@ -29,7 +29,16 @@
     try {
       if (body.dataset.live) {
         const response = await fetch(body.dataset.live, { credentials: "same-origin" });
-        if (response.ok) { document.getElementById("live").innerHTML = await response.text(); }
+        if (response.ok) {
+          const live = document.getElementById("live");
+          // The runs ticked for comparison stay ticked when the table is redrawn.
+          const ticked = new Set(Array.from(live.querySelectorAll("input[type=checkbox]:checked"),
+                                            function (box) { return box.value; }));
+          live.innerHTML = await response.text();
+          live.querySelectorAll("input[type=checkbox]").forEach(function (box) {
+            if (ticked.has(box.value)) { box.checked = true; }
+          });
+        }
       }
       if (body.dataset.attempts) {
         const response = await fetch(body.dataset.attempts, { credentials: "same-origin" });
@@ -41,7 +50,11 @@
         if (response.ok) {
           const last = response.headers.get("X-Last-Seq");
           const rows = await response.text();
-          if (rows.trim()) { document.getElementById("lines").insertAdjacentHTML("beforeend", rows); }
+          if (rows.trim()) {
+            document.getElementById("lines").insertAdjacentHTML("beforeend", rows);
+            const empty = document.getElementById("no-lines");
+            if (empty) { empty.remove(); }
+          }
           if (last) { body.dataset.after = last; }
           if (response.headers.get("X-More") === "1") { again = true; }
         }

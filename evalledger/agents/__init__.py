@@ -1,0 +1,72 @@
+"""Agents' transcripts read as conversations: one model, one parser per stream format.
+
+A task's ``stream_format`` says what its JSON lines are (docs/tasks.md). ``parser_for``
+gives the parser of a format, or None for one that is no conversation (``native``:
+usage lines only); a parser turns one JSON line into an ``Entry`` of typed steps
+(``_conversation``). The viewer's conversation view, the HTML report's transcript tail
+and ``run --stream`` all read transcripts through here. A format is added by writing its
+parser module and registering it in ``PARSERS``.
+
+Pure: no I/O, no trio, no SQLite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from . import _claude_code
+from ._conversation import Entry as Entry
+from ._conversation import FinalResult as FinalResult
+from ._conversation import Line as Line
+from ._conversation import Note as Note
+from ._conversation import Parser as Parser
+from ._conversation import RunningUsage as RunningUsage
+from ._conversation import SessionStart as SessionStart
+from ._conversation import Step as Step
+from ._conversation import Text as Text
+from ._conversation import Thinking as Thinking
+from ._conversation import Tokens as Tokens
+from ._conversation import ToolCall as ToolCall
+from ._conversation import ToolResult as ToolResult
+from ._conversation import brief as brief
+from ._conversation import final_facts as final_facts
+from ._conversation import lines_of as lines_of
+
+PARSERS: Mapping[str, Parser] = MappingProxyType({"claude-code": _claude_code.parse})
+"""stream_format -> the parser of its JSON lines."""
+
+
+def parser_for(stream_format: str | None) -> Parser | None:
+    """The parser of ``stream_format``'s lines; None when its lines are no conversation."""
+    return PARSERS.get(stream_format or "native")
+
+
+def read_line(stream_format: str | None, data: Mapping[str, Any]) -> Entry | None:
+    """One JSON line of a transcript in ``stream_format`` as an entry (None: no parser)."""
+    parser = parser_for(stream_format)
+    return None if parser is None else parser(data)
+
+
+__all__ = [
+    "PARSERS",
+    "Entry",
+    "FinalResult",
+    "Line",
+    "Note",
+    "Parser",
+    "RunningUsage",
+    "SessionStart",
+    "Step",
+    "Text",
+    "Thinking",
+    "Tokens",
+    "ToolCall",
+    "ToolResult",
+    "brief",
+    "final_facts",
+    "lines_of",
+    "parser_for",
+    "read_line",
+]

@@ -1,0 +1,163 @@
+"""Claude Code's ``stream-json`` (``claude -p --output-format stream-json``), read as entries.
+
+One JSON object a line: ``system`` (``init``: the model, the tools, the CLI's version),
+``assistant`` (a message's content blocks: ``text``, ``thinking``, ``tool_use``; its
+``usage``, repeated on every line of one message id), ``user`` (``tool_result`` blocks,
+``is_error`` when the tool failed), and a last ``result`` (``subtype``, ``is_error``,
+``total_cost_usd``, ``num_turns``, ``duration_ms``, ``result``, ``usage``). docs/tasks.md
+("What a task emits") describes what evalledger records of it.
+
+A line of any other shape, or a field of a wrong type, is not an error: what cannot be
+read as a step is kept as a ``Note`` with its JSON (a newer CLI, an older reader).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from ._conversation import (
+    Entry,
+    FinalResult,
+    Note,
+    SessionStart,
+    Step,
+    Text,
+    Thinking,
+    Tokens,
+    ToolCall,
+    ToolResult,
+)
+
+# Beyond any real usage: a count this large is garbage, not a count (as the executor has it).
+_MAX_TOKENS = 2**53
+
+
+def parse(data: Mapping[str, Any]) -> Entry:
+    """One line of a Claude Code transcript as an ``Entry``."""
+    kind = data.get("type")
+    message = data.get("message")
+    if kind == "system" and data.get("subtype", "init") == "init":
+        tools = data.get("tools")
+        names = tuple(_tool_name(t) for t in tools) if isinstance(tools, list) else ()
+        version = data.get("claude_code_version")
+        return Entry("session", (SessionStart(model=_text_or_none(data.get("model")),
+                                              tools=names,
+                                              version=_text_or_none(version)),))
+    if kind == "assistant" and isinstance(message, Mapping):
+        usage = message.get("usage")
+        return Entry(
+            "assistant", _blocks(message.get("content")),
+            message_id=_text_or_none(message.get("id")),
+            model=_text_or_none(message.get("model")),
+            usage=tokens(usage) if isinstance(usage, Mapping) else None,
+        )
+    if kind == "user" and isinstance(message, Mapping):
+        return Entry("user", _blocks(message.get("content")))
+    if kind == "result":
+        usage = data.get("usage")
+        return Entry("result", (FinalResult(
+            subtype=_text(data.get("subtype")) or "result",
+            is_error=data.get("is_error") is True,
+            text=_text(data.get("result")),
+            cost_usd=_number(data.get("total_cost_usd")),
+            turns=_count(data.get("num_turns")),
+            duration_seconds=(None if (ms := _number(data.get("duration_ms"))) is None
+                              else ms / 1000),
+            tokens=tokens(usage) if isinstance(usage, Mapping) else None,
+        ),))
+    label = f"{kind}: {data.get('subtype')}" if kind == "system" else _text(kind) or "event"
+    return Entry("other", (Note(label, _json(data)),))
+
+
+def tokens(raw: Mapping[str, Any]) -> Tokens:
+    """An Anthropic ``usage`` object as token counts (cache creation is a cache write)."""
+    return Tokens(input=_count(raw.get("input_tokens")) or 0,
+                  output=_count(raw.get("output_tokens")) or 0,
+                  cache_read=_count(raw.get("cache_read_input_tokens")) or 0,
+                  cache_write=_count(raw.get("cache_creation_input_tokens")) or 0)
+
+
+def _blocks(content: Any) -> tuple[Step, ...]:
+    if isinstance(content, str):
+        return (Text(content),)
+    if not isinstance(content, list):
+        return ()
+    steps: list[Step] = []
+    for block in content:
+        if not isinstance(block, Mapping):
+            steps.append(Text(_text(block)))
+            continue
+        kind = block.get("type")
+        if kind == "text":
+            steps.append(Text(_text(block.get("text"))))
+        elif kind == "thinking":
+            steps.append(Thinking(_text(block.get("thinking"))))
+        elif kind == "redacted_thinking":
+            steps.append(Thinking("[redacted thinking]"))
+        elif kind == "tool_use":
+            steps.append(ToolCall(name=_text(block.get("name")) or "tool",
+                                  input=block.get("input", {}),
+                                  call_id=_text_or_none(block.get("id"))))
+        elif kind == "tool_result":
+            steps.append(ToolResult(text=_content_text(block.get("content")),
+                                    is_error=block.get("is_error") is True,
+                                    call_id=_text_or_none(block.get("tool_use_id"))))
+        else:
+            steps.append(Note(_text(kind) or "block", _json(block)))
+    return tuple(steps)
+
+
+def _content_text(content: Any) -> str:
+    """A tool result's content: text, or a list of blocks (text, images, ...)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for block in content:
+            if isinstance(block, Mapping) and block.get("type") == "text":
+                parts.append(_text(block.get("text")))
+            elif isinstance(block, Mapping) and isinstance(block.get("type"), str):
+                parts.append(f"[{block['type']}]")
+            else:
+                parts.append(_text(block))
+        return "\n".join(parts)
+    return "" if content is None else _text(content)
+
+
+def _tool_name(tool: Any) -> str:
+    if isinstance(tool, Mapping):
+        return _text(tool.get("name")) or "tool"
+    return _text(tool)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    return _json(value)
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and value >= 0 else None
+
+
+def _count(value: Any) -> int | None:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_TOKENS:
+        return value
+    return None
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
