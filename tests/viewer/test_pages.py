@@ -49,8 +49,6 @@ def test_the_runs_page_and_latest_follow_the_ledgers_own_order(
     assert client.get("/api/runs/latest").json()["run_id"] == latest
 
 
-@pytest.mark.xfail(strict=True, reason="until Ledger.run_ids sorts runs by start time "
-                                       "(the ledger/CLI side of point 7, another branch)")
 def test_an_old_run_imported_last_is_not_the_latest(client: TestClient) -> None:
     listed = [r["run_id"] for r in client.get("/api/runs").json()["runs"]]
     assert listed == [SECOND, FIRST, IMPORTED]
