@@ -34,16 +34,18 @@ _WATCHED = frozenset({EventType.TASK_STARTED, EventType.TASK_COMPLETED,
                       EventType.TASK_INTERRUPTED, EventType.TASK_USAGE})
 
 
-def task_line(result: TaskCompleted) -> str:
+def task_line(result: TaskCompleted, *, note: str = "") -> str:
     """One line per finished task, whatever its error message holds: control characters
-    and line breaks a command printed are spelled out, never sent to the terminal."""
+    and line breaks a command printed are spelled out, never sent to the terminal.
+    ``note``: how the status meets the task's ``expect`` (``as expected``)."""
     cost = "" if result.cost_usd is None else f"  ${result.cost_usd:.4f}"
     if not result.cost_complete:
         cost = "  cost unknown"
+    note = f"  {note}" if note else ""
     detail = f"  {visible(result.error_message[:200])}" if result.error_message else ""
     return (
         f"{result.final_status.value:<21} {visible(result.task_key)}  "
-        f"{result.duration_seconds:.1f}s{cost}{detail}"
+        f"{result.duration_seconds:.1f}s{cost}{note}{detail}"
     )
 
 
@@ -104,8 +106,8 @@ class Display:
         if event.type in _WATCHED:
             self._refresh()
 
-    def on_complete(self, result: TaskCompleted) -> None:
-        self.echo(task_line(result))
+    def on_complete(self, result: TaskCompleted, *, note: str = "") -> None:
+        self.echo(task_line(result, note=note))
 
     def on_output(self, event: AnyEvent) -> None:
         if isinstance(event, TaskEmitted):  # JSON the task printed, as JSON
