@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -48,7 +49,11 @@ def load_yaml(path: Path) -> Any:
             cannot build (``2024-13-45``), or nested too deeply.
     """
     try:
-        return yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
+        # A stream with the file's name: YAML's messages then say where (`in "x.yaml",
+        # line 3`), not `in "<unicode string>"`.
+        stream = io.StringIO(path.read_text(encoding="utf-8"))
+        stream.name = str(path)
+        return yaml.load(stream, Loader=_Loader)
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"cannot read: {e}") from e
     except yaml.YAMLError as e:

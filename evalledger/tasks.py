@@ -6,21 +6,29 @@ not fatal: it becomes a ``Skipped`` entry (path and reason) that the executor
 records as ``task.skipped``, and the rest of the batch runs.
 
 Every resolved task has a task key ``<variant_id>/<task_id>/<NN>`` and a hash of
-its resolved definition, which is what drift detection compares later.
+its resolved definition, which is what drift detection compares later. The hash
+leaves out what only names, labels or judges a task's outcome (``ANNOTATIONS``:
+description, tags, expect): editing those changes nothing a run evaluates.
+
+A file that fails says why in words about the file: the key it got wrong (and the
+known key it was probably meant to be), or that its name is not a task id.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import math
 import os
 import random
-from collections.abc import Iterable, Iterator, Sequence
+import re
+import types
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import (
     AfterValidator,
@@ -32,6 +40,7 @@ from pydantic import (
 )
 
 from evalledger._values import Count, Number, load_yaml
+from evalledger.statuses import FinalStatus
 
 TASK_ID_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
 TASK_SUFFIXES = (".yaml", ".yml")
@@ -171,6 +180,24 @@ _RAY_BUILTIN_RESOURCES = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": "memor
 
 StreamFormat = Literal["native", "claude-code"]
 
+# How a task may be expected to end instead of succeeding: a category (``failed``,
+# ``error``) or one final status of those categories, lowercase.
+Expectation = Literal["failed", "failure", "timeout", "token_budget_exceeded",
+                      "cost_budget_exceeded", "error", "build_failed"]
+
+
+def meets(expect: str | None, status: FinalStatus) -> bool:
+    """Whether an attempt that ended ``status`` ended as its ``expect`` says: with none,
+    success (or running ungraded) is what is expected."""
+    if expect is None:
+        return status.category.value in ("succeeded", "ungraded")
+    return expect in (status.value.lower(), status.category.value)
+
+
+# Fields that name, label or judge a task without changing what runs or how it is
+# graded: left out of the definition hash, so editing them is no drift (docs/results.md).
+ANNOTATIONS = frozenset({"description", "tags", "expect"})
+
 
 # -- files ---------------------------------------------------------------------------------
 
@@ -204,6 +231,15 @@ class TaskSettings(_Strict):
     """Checks of what the command left; all are evaluated. None: it ends NOT_GRADED."""
     skip: bool | None = None
     """true: the task does not run and is listed as skipped."""
+    expect: Expectation | None = None
+    """How the task is meant to end instead of succeeding: a category or a status. It
+    counts as it ends; ending so does not make the exit code 1, succeeding does."""
+
+    @field_validator("expect", mode="before")
+    @classmethod
+    def _expect_any_case(cls, value: Any) -> Any:
+        # Statuses are printed in capitals (TIMEOUT): either spelling is meant the same.
+        return value.lower() if isinstance(value, str) else value
 
     @field_validator("env", mode="before")
     @classmethod
@@ -305,20 +341,44 @@ class ResolvedTask(_Strict):
     ray: RayResources = RayResources()
     # None at all: the task runs and ends NOT_GRADED (docs/results.md).
     success_criteria: list[Criterion] = []
+    expect: Expectation | None = None
 
     def definition(self) -> dict[str, Any]:
-        """What the task *is*, for drift: everything but where it sits in the run."""
-        return self.model_dump(mode="json", exclude={"task_key", "replicate_index", "ray"})
+        """What the task *is*, as ``task.started`` records it: everything but where it
+        sits in the run (``expect`` only when set: a task without one is recorded, and
+        hashed, as before the key existed)."""
+        left_out = {"task_key", "replicate_index", "ray"}
+        if self.expect is None:
+            left_out.add("expect")
+        return self.model_dump(mode="json", exclude=left_out)
 
     @cached_property
     def definition_hash(self) -> str:
-        """Hash of the definition, independent of where the suite sits on disk:
-        moving a folder of tasks is not drift; editing one is."""
-        definition = self.definition()
-        home = Path(definition.pop("source")).parent
-        if self.workdir is not None:
-            definition["workdir"] = os.path.relpath(self.workdir, home)
-        return content_hash(definition)
+        """Hash of what the task evaluates, independent of where the suite sits on disk
+        and of its ``ANNOTATIONS``: moving a folder of tasks or editing a description is
+        not drift; editing a prompt, a command or a criterion is."""
+        return content_hash(evaluated(self.definition()))
+
+    @cached_property
+    def legacy_hash(self) -> str:
+        """The hash as versions that hashed the annotations too computed it: what the
+        fingerprints of runs they recorded hold (drift accepts either)."""
+        return content_hash(comparable(self.definition()))
+
+
+def comparable(definition: Mapping[str, Any]) -> dict[str, Any]:
+    """A definition (resolved now, or as ``task.started`` recorded it) as drift compares
+    it: without ``source``, its ``workdir`` relative to the task file's folder."""
+    compared = dict(definition)
+    home = Path(compared.pop("source", "") or ".").parent
+    if compared.get("workdir") is not None:
+        compared["workdir"] = os.path.relpath(compared["workdir"], home)
+    return compared
+
+
+def evaluated(definition: Mapping[str, Any]) -> dict[str, Any]:
+    """``comparable(definition)`` without its ``ANNOTATIONS``: what the hash covers."""
+    return {k: v for k, v in comparable(definition).items() if k not in ANNOTATIONS}
 
 
 def content_hash(value: Any) -> str:
@@ -364,15 +424,81 @@ def _read_yaml(path: Path, what: str = "task fields") -> dict[str, Any]:
     return data
 
 
-def _describe(error: ValidationError) -> str:
+_ID_RULE = "lowercase letters, digits, '.', '_' or '-', starting with a letter or digit"
+
+
+def _describe(error: ValidationError, model: type[BaseModel]) -> str:
+    """A file's validation errors in words about the file, one clause each."""
     parts = []
     for item in error.errors():
-        where = ".".join(str(p) for p in item["loc"])
+        loc = item["loc"]
+        where = ".".join(str(p) for p in loc)
         if item["type"] == "extra_forbidden":
-            parts.append(f"unknown key {where!r}")
+            known = _keys_at(model, loc[:-1])
+            parts.append(f"unknown key {where!r}{_did_you_mean(str(loc[-1]), known)}")
+        elif item["type"] == "union_tag_invalid":
+            tag = str(item.get("ctx", {}).get("tag", item["input"]))
+            tags = _tags_at(model, loc)
+            hint = _did_you_mean(tag, tags) or f" (one of {', '.join(sorted(tags))})"
+            parts.append(f"{where}: unknown type {tag!r}{hint}")
+        elif (item["type"] == "string_pattern_mismatch"
+              and item.get("ctx", {}).get("pattern") == TASK_ID_PATTERN):
+            parts.append(f"{where}: {item['input']!r} is not a valid id ({_ID_RULE})")
         else:
             parts.append(f"{where}: {item['msg']}" if where else item["msg"])
     return "; ".join(parts)
+
+
+def _did_you_mean(word: str, known: Collection[str]) -> str:
+    close = difflib.get_close_matches(word, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _members(annotation: Any) -> list[Any]:
+    """The types a field's annotation allows, ``Annotated`` and ``None`` left out."""
+    while get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    if get_origin(annotation) in (Union, types.UnionType):
+        return [m for a in get_args(annotation) if a is not type(None) for m in _members(a)]
+    return [annotation]
+
+
+def _step(annotations: list[Any], part: str | int) -> list[Any]:
+    """Where one step of an error's location leads, from the types allowed here."""
+    found: list[Any] = []
+    for annotation in annotations:
+        origin, args = get_origin(annotation), get_args(annotation)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            if part in annotation.model_fields:
+                found += _members(annotation.model_fields[str(part)].annotation)
+            elif "type" in annotation.model_fields and part in get_args(
+                    annotation.model_fields["type"].annotation):
+                found.append(annotation)  # a discriminated union's member, by its tag
+        elif origin is list and isinstance(part, int):
+            found += _members(args[0])
+        elif origin is dict:
+            found += _members(args[1])
+    return found
+
+
+def _walk(model: type[BaseModel], loc: Sequence[str | int]) -> list[Any]:
+    here: list[Any] = [model]
+    for part in loc:
+        here = _step(here, part)
+    return here
+
+
+def _keys_at(model: type[BaseModel], loc: Sequence[str | int]) -> set[str]:
+    """The keys known where an error's location points, in a file read as ``model``."""
+    return {name for m in _walk(model, loc)
+            if isinstance(m, type) and issubclass(m, BaseModel) for name in m.model_fields}
+
+
+def _tags_at(model: type[BaseModel], loc: Sequence[str | int]) -> set[str]:
+    """The ``type`` tags a discriminated union accepts where ``loc`` points."""
+    return {str(tag) for m in _walk(model, loc)
+            if isinstance(m, type) and issubclass(m, BaseModel) and "type" in m.model_fields
+            for tag in get_args(m.model_fields["type"].annotation)}
 
 
 def task_files(paths: Iterable[str | Path], missing: list[str] | None = None) -> list[Path]:
@@ -520,7 +646,7 @@ class _Reading:
             _hash_all(per_variant)
         except (ValueError, ValidationError) as e:
             # All variants or none: a file that fails in one variant is skipped whole.
-            result.skipped.append(Skipped(str(path), _reason(e)))
+            result.skipped.append(Skipped(str(path), _reason(e, TaskFile)))
             return
         marked = [v.variant_id for v, r in zip(self.variants, per_variant, strict=True)
                   if r is None]
@@ -538,8 +664,8 @@ class _Reading:
             result.tasks.extend(resolved)
 
 
-def _reason(error: ValueError | ValidationError) -> str:
-    return _describe(error) if isinstance(error, ValidationError) else str(error)
+def _reason(error: ValueError | ValidationError, model: type[BaseModel] = BaseModel) -> str:
+    return _describe(error, model) if isinstance(error, ValidationError) else str(error)
 
 
 def _read_experiment(path: Path) -> ExperimentFile:
@@ -549,7 +675,7 @@ def _read_experiment(path: Path) -> ExperimentFile:
     try:
         return ExperimentFile.model_validate(_read_yaml(path, "experiment fields"))
     except (ValueError, ValidationError) as e:
-        raise TaskLoadError(f"experiment file {path}: {_reason(e)}") from e
+        raise TaskLoadError(f"experiment file {path}: {_reason(e, ExperimentFile)}") from e
 
 
 def _read_task_file(path: Path) -> tuple[TaskFile, str]:
@@ -560,8 +686,9 @@ def _read_task_file(path: Path) -> tuple[TaskFile, str]:
     """
     task_file = TaskFile.model_validate(_read_yaml(path))
     task_id = task_file.task_id or path.stem
-    if task_file.task_id is None:
-        TaskFile(task_id=task_id)  # the stem must be a valid id too
+    if task_file.task_id is None and not re.fullmatch(TASK_ID_PATTERN, task_id):
+        raise ValueError(f"the file name is not a valid task id: {task_id!r} ({_ID_RULE}); "
+                         "rename the file or set task_id")
     return task_file, task_id
 
 

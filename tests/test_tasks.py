@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from evalledger.statuses import FinalStatus
 from evalledger.tasks import (
     DEFAULT_TIMEOUT,
     Budget,
@@ -24,6 +25,7 @@ from evalledger.tasks import (
     TaskSet,
     content_hash,
     load_tasks,
+    meets,
     task_files,
 )
 
@@ -687,6 +689,65 @@ def test_definition_hash_changes_with_the_definition(tmp_path: Path, change: str
     hash_after = load_tasks([before]).tasks[0].definition_hash
 
     assert hash_before != hash_after
+
+
+@pytest.mark.parametrize("change", [
+    "description: something else entirely\n",
+    "tags: [other, labels]\n",
+    "expect: failure\n",
+])
+def test_annotations_leave_the_definition_hash_alone(tmp_path: Path, change: str) -> None:
+    # They name, label or judge a task; none changes what runs or how it is graded.
+    path = write(tmp_path / "t.yaml", MINIMAL)
+    before = load_tasks([path]).tasks[0]
+    write(path, MINIMAL + change)
+    after = load_tasks([path]).tasks[0]
+
+    assert before.definition() != after.definition()  # recorded as they are
+    assert before.definition_hash == after.definition_hash
+    assert before.legacy_hash != after.legacy_hash  # what older versions hashed
+
+
+def test_the_legacy_hash_is_the_hash_older_versions_computed(tmp_path: Path) -> None:
+    # Runs recorded before annotations left the hash hold this one in their fingerprints.
+    write(tmp_path / "fixtures" / "w" / "f.txt", "x")
+    path = write(tmp_path / "t.yaml", MINIMAL + "workdir: fixtures/w\ntags: [a]\n")
+    task = load_tasks([path]).tasks[0]
+    old = task.model_dump(mode="json", exclude={"task_key", "replicate_index", "ray", "expect",
+                                                "source"})
+    old["workdir"] = "fixtures/w"
+
+    assert "expect" not in task.definition()  # a task without one is recorded as before
+    assert task.legacy_hash == content_hash(old)
+
+
+@pytest.mark.parametrize(("written", "meant"), [
+    ("failure", "failure"), ("TIMEOUT", "timeout"), ("failed", "failed"), ("Error", "error"),
+])
+def test_expect_takes_a_category_or_a_status_in_either_case(
+        tmp_path: Path, written: str, meant: str) -> None:
+    path = write(tmp_path / "t.yaml", MINIMAL + f"expect: {written}\n")
+    assert load_tasks([path]).tasks[0].expect == meant
+
+
+@pytest.mark.parametrize("written", ["success", "not_graded", "interrupted", "[failure]"])
+def test_expect_refuses_what_is_not_a_way_to_not_succeed(tmp_path: Path, written: str) -> None:
+    path = write(tmp_path / "t.yaml", MINIMAL + f"expect: {written}\n")
+    loaded = load_tasks([path])
+    assert loaded.tasks == [] and loaded.skipped[0].reason.startswith("expect: ")
+
+
+@pytest.mark.parametrize(("expect", "status", "met"), [
+    (None, FinalStatus.SUCCESS, True), (None, FinalStatus.NOT_GRADED, True),
+    (None, FinalStatus.FAILURE, False), ("failure", FinalStatus.FAILURE, True),
+    ("failure", FinalStatus.TIMEOUT, False), ("failed", FinalStatus.TIMEOUT, True),
+    ("failed", FinalStatus.COST_BUDGET_EXCEEDED, True), ("timeout", FinalStatus.TIMEOUT, True),
+    ("error", FinalStatus.BUILD_FAILED, True), ("build_failed", FinalStatus.ERROR, False),
+    ("failed", FinalStatus.SUCCESS, False), ("failed", FinalStatus.ERROR, False),
+])
+def test_an_expectation_is_met_by_its_status_or_its_category(
+        expect: str | None, status: FinalStatus, met: bool) -> None:
+    assert meets(expect, status) is met
 
 
 def test_variants_of_one_task_have_different_hashes(tmp_path: Path) -> None:

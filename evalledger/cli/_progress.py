@@ -42,19 +42,21 @@ _WATCHED = frozenset({EventType.TASK_STARTED, EventType.TASK_COMPLETED,
                       EventType.TASK_INTERRUPTED, EventType.TASK_USAGE})
 
 
-def task_line(result: TaskCompleted, *, whole: bool = True) -> str:
+def task_line(result: TaskCompleted, *, whole: bool = True, note: str = "") -> str:
     """One line per finished task, whatever its error message holds: control characters
     and line breaks a command printed are spelled out, never sent to the terminal. The
     error is whole (a pipe: nothing is cut), or its digest (a terminal: its first line
-    and the last that says what went wrong)."""
+    and the last that says what went wrong). ``note``: how the status meets the task's
+    ``expect`` (``as expected``)."""
     cost = "" if result.cost_usd is None else f"  ${result.cost_usd:.4f}"
     if not result.cost_complete:
         cost = "  cost unknown"
+    note = f"  {note}" if note else ""
     error = result.error_message
     detail = f"  {visible(error if whole else error_digest(error))}" if error else ""
     return (
         f"{result.final_status.value:<21} {visible(result.task_key)}  "
-        f"{result.duration_seconds:.1f}s{cost}{detail}"
+        f"{result.duration_seconds:.1f}s{cost}{note}{detail}"
     )
 
 
@@ -117,8 +119,8 @@ class Display:
         if event.type in _WATCHED:
             self._refresh()
 
-    def on_complete(self, result: TaskCompleted) -> None:
-        self.echo(task_line(result, whole=self.progress is None))
+    def on_complete(self, result: TaskCompleted, *, note: str = "") -> None:
+        self.echo(task_line(result, whole=self.progress is None, note=note))
 
     def on_task_start(self, task: ResolvedTask) -> None:
         """A task is about to start: note its stream format."""

@@ -7,12 +7,16 @@ run's process still lives), prints what the plan says and runs it.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Collection
 from pathlib import Path
+from typing import Any
 
 import click
 
 from evalledger.executor import BatchConfig, Resume
 from evalledger.hosts import running_pid
+from evalledger.ledger import EventType, Ledger
 from evalledger.options import ExecutorKind, RunOptions
 from evalledger.projections import (
     ResumeFold,
@@ -27,19 +31,23 @@ from ._common import PositiveNumber, resolve_run
 from ._errors import UserError
 from ._main import Settings, pass_settings
 from ._run import (
+    Verdict,
     check_executor,
     execute,
     executor_options,
     exit_code,
     load_rates,
     load_task_set,
+    recorded_expectations,
     warn_unpriced,
 )
 
 
 @click.command()
 @click.argument("run")
-@click.option("--strict", is_flag=True, help="Refuse to resume when the configuration drifted.")
+@click.option("--strict", is_flag=True,
+              help="Refuse to resume when anything drifted since the run last started or "
+                   "resumed.")
 @click.option("--retry-errors", is_flag=True,
               help="Also re-run tasks that ended in the error category (ERROR, BUILD_FAILED).")
 @click.option("--rerun-failed", is_flag=True,
@@ -78,8 +86,9 @@ def resume(
     RUN is a run id, a unique prefix, or `latest`. Tasks with a final status are
     kept; interrupted and never-started ones run, as a new attempt, and so do
     those --retry-errors, --rerun-failed and --rerun name. Tasks defined since the
-    run began join it. Drift since the run began (an edited task, a changed
-    option, a new task) is printed and, with --strict, refused.
+    run began join it. Drift since the run last started or resumed (an edited task
+    field, before → after; a changed option; a new task) is printed and, with
+    --strict, refused. An imported run cannot be resumed.
 
     Example:
 
@@ -107,6 +116,7 @@ def resume(
                 retry_errors=retry_errors, strict=strict, max_parallel=max_parallel,
                 max_cost_usd=max_cost, relocate=moved, kill_grace=kill_grace,
                 rerun_failed=rerun_failed, rerun=rerun, model=model,
+                recorded=lambda hashes: recorded_definitions(ledger, run_id, hashes),
             )
         except ResumeRefused as e:
             for line in e.drift.lines():
@@ -123,7 +133,9 @@ def resume(
         click.echo(run_id)
         if not plan.has_work:
             click.echo(f"run {run_id}: nothing to resume ({len(plan.partition.kept)} tasks kept)")
-            raise SystemExit(exit_code(live.summary(), allow_skipped=allow_skipped))
+            summary = live.summary()
+            verdict = Verdict.of(summary, recorded_expectations(ledger, run_id))
+            raise SystemExit(exit_code(summary, verdict, allow_skipped=allow_skipped))
         click.echo(f"resuming {len(plan.to_run)} task(s), keeping {len(plan.partition.kept)}",
                    err=True)
         options = plan.options
@@ -152,6 +164,22 @@ def resume(
                 retry_errors=retry_errors,
             ),
         )
+
+
+def recorded_definitions(ledger: Ledger, run_id: str,
+                         hashes: Collection[str]) -> dict[str, dict[str, Any]]:
+    """The definitions the run's ``task.started`` events recorded with these hashes (the
+    first found of each): what drift compares today's definitions with, field by field."""
+    wanted, found = set(hashes), {}
+    for row in ledger.rows(run_id, types=[EventType.TASK_STARTED]):
+        payload = json.loads(row.payload)
+        digest = payload.get("definition_hash")
+        if digest in wanted and digest not in found and isinstance(
+                payload.get("definition"), dict):
+            found[digest] = payload["definition"]
+            if len(found) == len(wanted):
+                break
+    return found
 
 
 def _relocation(spec: str | None) -> tuple[str, str] | None:

@@ -1,20 +1,28 @@
 """``evalledger run``: load tasks, run the batch, record everything, report.
 
 Ctrl-C once: stop dispatching, end the running tasks, record the interruption,
-exit 130 (the run is resumable). Ctrl-C again: SIGKILL the remaining process
-groups at once; the ledger is still consistent.
+exit 130 (the run is resumable) after printing the command that resumes it. Ctrl-C
+again: SIGKILL the remaining process groups at once; the ledger is still consistent.
+
+The exit code forgives what was expected: a task whose file says ``expect: failure``
+(or another way not to succeed) and ends so still counts as failed, but does not
+make the exit code 1; one that succeeds instead does (docs/cli.md, "Exit codes").
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import re
 import secrets
+import shlex
 import signal
 import sys
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import NoReturn, get_args
@@ -24,10 +32,11 @@ import trio
 
 from evalledger._text import money, visible
 from evalledger.executor import BatchConfig, BatchResult, Callbacks, Resume, run_batch
-from evalledger.ledger import Ledger, RunConflict
+from evalledger.ledger import EventType, Ledger, RunConflict, TaskCompleted
 from evalledger.options import ExecutorKind, PreservationMode, RunOptions
 from evalledger.pricing import DEFAULT_RATES, RateCard
 from evalledger.projections import RunSummary, SummaryFold, render_junit, unpriced_line
+from evalledger.statuses import Category, FinalStatus
 from evalledger.tasks import (
     MAX_REPEATS,
     Overrides,
@@ -36,11 +45,12 @@ from evalledger.tasks import (
     TaskLoadError,
     TaskSet,
     load_tasks,
+    meets,
 )
 
 from ._common import PositiveNumber
 from ._errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TASKS_FAILED, UserError
-from ._main import Settings, pass_settings
+from ._main import DEFAULT_LEDGER, Settings, pass_settings
 from ._progress import Display, quiet
 from ._report import write_reports, write_text
 
@@ -334,6 +344,7 @@ def execute(
     """
     live = live or SummaryFold(config.run_id)
     total = len(set(live.planned) | {t.task_key for t in tasks})
+    expected = {t.task_key: t.expect for t in tasks if t.expect is not None}
     with Display(live, total, terminal=sys.stdout.isatty(), stream=stream) as display:
 
         def batch_started(_: int) -> None:
@@ -341,49 +352,130 @@ def execute(
                 display.echo(config.run_id)
             display.start()
 
+        def task_completed(result: TaskCompleted) -> None:
+            display.on_complete(result, note=_expectation_note(
+                expected.get(result.task_key), result.final_status))
+
         callbacks = Callbacks(
             on_batch_start=batch_started,
-            on_task_complete=display.on_complete,
+            on_task_complete=task_completed,
             on_output=display.on_output if stream else None,
             on_task_start=display.on_task_start if stream else None,
             on_event=display.on_event,
         )
         result = trio.run(_run_with_signals, ledger, tasks, skipped, config, callbacks, resume)
     summary = live.summary().anchored(ledger.anchor(config.run_id))
+    # What the ledger recorded, not what the files say now: a resume's kept keys were
+    # judged by the expectation of their own attempt.
+    verdict = Verdict.of(summary, recorded_expectations(ledger, config.run_id)
+                         if expected or resume is not None else {})
     paths = write_reports(ledger, summary, config.out_dir / config.run_id)
     if junit is not None:
         write_text(junit, render_junit(summary))
     try:
-        click.echo(_summary_line(summary))
+        click.echo(_summary_line(summary, verdict))
         click.echo(f"reports: {paths['md']} {paths['json']} {paths['html']}"
                    + (f" {junit}" if junit is not None else ""))
     except BrokenPipeError:  # `run ... | head`: the run is recorded; the reader left
         quiet(sys.stdout)
     if result is None:
-        click.echo(
-            f"run {config.run_id} interrupted; resume with: evalledger resume {config.run_id}",
-            err=True,
-        )
+        click.echo(f"run {config.run_id} interrupted; resume with: "
+                   f"{resume_command(ledger, config.run_id)}", err=True)
         sys.exit(EXIT_INTERRUPTED)
-    sys.exit(exit_code(summary, allow_skipped=allow_skipped))
+    sys.exit(exit_code(summary, verdict, allow_skipped=allow_skipped))
 
 
-def exit_code(summary: RunSummary, *, allow_skipped: bool = False) -> int:
-    """0 when every planned task succeeded (or ran ungraded) and no task file was
-    skipped as unusable (unless allowed), else 1 (docs/cli.md)."""
-    done = summary.tasks_succeeded + summary.tasks_ungraded
+def resume_command(ledger: Ledger, run_id: str) -> str:
+    """The command that resumes the run, as pasted into a shell: with ``--ledger`` when
+    the ledger is not the default one (given by ``--ledger`` or $EVALLEDGER_LEDGER),
+    every word quoted where the shell needs it."""
+    words = ["evalledger"]
+    if ledger.path != Path(DEFAULT_LEDGER):
+        words += ["--ledger", str(ledger.path)]
+    return shlex.join([*words, "resume", run_id])
+
+
+def recorded_expectations(ledger: Ledger, run_id: str) -> dict[str, str]:
+    """Per task key, the ``expect`` its latest attempt recorded in ``task.started``
+    (keys whose latest attempt has none are left out)."""
+    latest: dict[str, tuple[int, str | None]] = {}
+    for row in ledger.rows(run_id, types=[EventType.TASK_STARTED]):
+        key = row.task_key or ""
+        # Canonical JSON: a definition with an expectation holds this text; a payload
+        # without it is parsed only when it may clear an earlier attempt's.
+        if '"expect":"' not in row.payload and key not in latest:
+            continue
+        payload = json.loads(row.payload)
+        attempt = payload.get("attempt", 1)
+        if attempt >= latest.get(key, (0, None))[0]:
+            expect = (payload.get("definition") or {}).get("expect")
+            latest[key] = (attempt, expect if isinstance(expect, str) else None)
+    return {key: expect for key, (_, expect) in latest.items() if expect is not None}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How a run's counted results meet what their tasks expected (``expect``)."""
+
+    as_expected: Counter[Category] = field(default_factory=Counter)
+    """Keys that did not succeed, as expected, by category."""
+    unexpected: Counter[Category] = field(default_factory=Counter)
+    """Keys that ended otherwise than expected, by category: a failure of a task
+    expected to succeed, or a success of one expected not to."""
+
+    @classmethod
+    def of(cls, summary: RunSummary, expectations: Mapping[str, str]) -> Verdict:
+        """Each counted key judged by the expectation of its key."""
+        verdict = cls()
+        for row in summary.tasks:
+            if row.final_status is None or row.category is None:
+                continue
+            expect = expectations.get(row.task_key)
+            if not meets(expect, row.final_status):
+                verdict.unexpected[row.category] += 1
+            elif expect is not None:
+                verdict.as_expected[row.category] += 1
+        return verdict
+
+
+def _expectation_note(expect: str | None, status: FinalStatus) -> str:
+    """What a task line adds when its task expected not to succeed."""
+    if expect is None:
+        return ""
+    return "as expected" if meets(expect, status) else f"unexpected (expect: {expect})"
+
+
+def exit_code(summary: RunSummary, verdict: Verdict | None = None, *,
+              allow_skipped: bool = False) -> int:
+    """0 when every planned task ended as expected (succeeded or ran ungraded, unless
+    its ``expect`` says otherwise) and no task file was skipped as unusable (unless
+    allowed), else 1 (docs/cli.md)."""
+    verdict = verdict if verdict is not None else Verdict.of(summary, {})
     broken = bool(summary.broken_files) and not allow_skipped
-    return EXIT_OK if done == summary.tasks_planned and not broken else EXIT_TASKS_FAILED
+    if summary.tasks_run < summary.tasks_planned or verdict.unexpected.total() or broken:
+        return EXIT_TASKS_FAILED
+    return EXIT_OK
 
 
-def _summary_line(s: RunSummary) -> str:
+def _summary_line(s: RunSummary, verdict: Verdict) -> str:
     cost = money(s.total_cost_usd, s.cost_complete)
     if not s.cost_complete:
         cost += f" ({unpriced_line(s)})"
-    ungraded = f", {s.tasks_ungraded} ungraded" if s.tasks_ungraded else ""
+
+    def bucket(count: int, word: str, category: Category) -> str:
+        expected, unexpected = verdict.as_expected[category], verdict.unexpected[category]
+        if category in (Category.SUCCEEDED, Category.UNGRADED):
+            return f"{count} {word}" + (f" ({unexpected} unexpectedly)" if unexpected else "")
+        if expected and expected == count:
+            return f"{count} {word} as expected"
+        return f"{count} {word}" + (f" ({expected} as expected)" if expected else "")
+
+    ungraded = (f", {bucket(s.tasks_ungraded, 'ungraded', Category.UNGRADED)}"
+                if s.tasks_ungraded else "")
     skipped = f"; {len(s.broken_files)} task file(s) skipped" if s.broken_files else ""
     return (
         f"run {s.run_id} {s.status}: {s.tasks_run} of {s.tasks_planned} tasks run, "
-        f"{s.tasks_succeeded} succeeded, {s.tasks_failed} failed, {s.tasks_error} error"
-        f"{ungraded}{skipped}; cost {cost}"
+        f"{bucket(s.tasks_succeeded, 'succeeded', Category.SUCCEEDED)}, "
+        f"{bucket(s.tasks_failed, 'failed', Category.FAILED)}, "
+        f"{bucket(s.tasks_error, 'error', Category.ERROR)}{ungraded}{skipped}; cost {cost}"
     )

@@ -8,9 +8,14 @@ again too. Every planned key lands on exactly one side.
 
 Drift compares the fingerprint stored with the run (the latest ``run.started``
 or ``run.resumed``) with the one computed now from the same options: the options
-that are not ``Operational``, and per task key the hash of its resolved
-definition (so an edited prompt, command or criterion shows up as that key
-changing).
+that are not ``Operational``, and per task key the hash of what its resolved
+definition evaluates (its annotations, description, tags and expect, left out).
+A key whose hash changed is then compared field by field with the definition
+recorded with that hash (any ``task.started`` holding it, handed in by the
+caller), so each changed field is named with its value before and now; a key
+whose earlier definition was never recorded (no attempt with it started) can only
+say "definition changed". A run recorded before annotations left the hash stored
+hashes of the whole definition: a key matching either hash has not drifted.
 
 ``plan_resume`` puts those rules together with the budget and liveness checks.
 It is pure: the tasks resolved now and whether the run's process still lives
@@ -19,13 +24,16 @@ are handed in by the caller.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
+from pydantic_core import to_jsonable_python
 
+from evalledger._text import visible
 from evalledger.ledger import (
     Fingerprint,
     RunFinished,
@@ -37,7 +45,7 @@ from evalledger.ledger import (
 )
 from evalledger.options import RunOptions
 from evalledger.statuses import Category
-from evalledger.tasks import ResolvedTask, TaskSet
+from evalledger.tasks import ResolvedTask, TaskSet, evaluated
 
 from ._fold import Fold, on
 from ._versions import RESUME_VERSION
@@ -70,6 +78,11 @@ class ResumeFold(Fold):
         # The seq of the latest run.started / run.resumed: a resume appends only if
         # it is still the latest (Ledger.append(if_run_at=...)).
         self.boundary_seq = 0
+        # When the latest run.resumed was recorded (None: the fingerprint is the
+        # start's): what drift is measured since.
+        self.resumed_at: str | None = None
+        # run.started.imported: the run came from the old harness (docs/import.md).
+        self.imported: dict[str, Any] | None = None
         # Invariant: _planned keeps first-planned order; a dict used as an ordered set.
         self._planned: dict[str, None] = {}
         self._attempts: dict[str, int] = {}
@@ -88,9 +101,11 @@ class ResumeFold(Fold):
             "fingerprint": self.fingerprint.model_dump(mode="json"),
             "found": self.found,
             "host": self.host,
+            "imported": self.imported,
             "latest": [(c.value if c else "") if k in latest else None
                        for k in self._planned for c in (latest.get(k),)],
             "planned": list(self._planned),
+            "resumed_at": self.resumed_at,
         }
 
     @classmethod
@@ -102,6 +117,8 @@ class ResumeFold(Fold):
         fold.fingerprint = Fingerprint.model_validate(state["fingerprint"])
         fold.found = state["found"]
         fold.host = state["host"]
+        fold.imported = state["imported"]
+        fold.resumed_at = state["resumed_at"]
         fold._planned = dict.fromkeys(state["planned"])
         fold._attempts = {k: n for k, n in zip(state["planned"], state["attempts"], strict=True)
                           if n}
@@ -114,12 +131,15 @@ class ResumeFold(Fold):
     def _run_started(self, event: RunStarted) -> None:
         self.found = True
         self.config = event.config
+        self.imported = event.imported
         self._boundary(event.fingerprint, event.host, event.seq)
+        self.resumed_at = None
         self._planned.update(dict.fromkeys(event.planned))
 
     @on(RunResumed)
     def _run_resumed(self, event: RunResumed) -> None:
         self._boundary(event.fingerprint, event.host, event.seq)
+        self.resumed_at = event.ts
         self._planned.update(dict.fromkeys(event.to_run))
 
     def _boundary(self, fingerprint: Fingerprint, host: dict[str, Any], seq: int | None) -> None:
@@ -190,6 +210,10 @@ class Drift(BaseModel):
 
     options: dict[str, tuple[Any, Any]] = {}
     changed: list[str] = []
+    fields: dict[str, list[tuple[str, Any, Any]]] = {}
+    """Per changed key whose earlier definition was recorded: each changed field (a
+    dotted path such as ``env.MODE``), its value then and now. A changed key without
+    an entry could not be compared field by field."""
     added: list[str] = []
     removed: list[str] = []
 
@@ -199,11 +223,31 @@ class Drift(BaseModel):
 
     def lines(self) -> list[str]:
         """Drift as a person reads it, one line per difference."""
-        out = [f"option {k}: {before!r} -> {now!r}" for k, (before, now) in self.options.items()]
-        out += [f"task {k}: definition changed" for k in self.changed]
+        out = [f"option {k}: {shown(before)} → {shown(now)}"
+               for k, (before, now) in self.options.items()]
+        for k in self.changed:
+            changes = self.fields.get(k)
+            if not changes:
+                out.append(f"task {k}: definition changed")
+            out += [f"task {k}: {name}: {shown(before)} → {shown(now)}"
+                    for name, before, now in changes or ()]
         out += [f"task {k}: new" for k in self.added]
         out += [f"task {k}: no longer defined" for k in self.removed]
         return out
+
+
+# Longer values (a prompt, a list of criteria) are cut in a drift line: it names the
+# field; the ledger holds both whole (task.started.definition).
+_SHOWN = 60
+
+
+def shown(value: Any) -> str:
+    """A value in a drift line: as JSON (a whole number without ``.0``), one line, cut
+    at ``_SHOWN`` characters, control characters spelled out."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    text = visible(json.dumps(value, ensure_ascii=False, sort_keys=True), tabs=False)
+    return text if len(text) <= _SHOWN else text[:_SHOWN - 1] + "…"
 
 
 def fingerprint(options: RunOptions, tasks: Sequence[ResolvedTask]) -> Fingerprint:
@@ -214,22 +258,77 @@ def fingerprint(options: RunOptions, tasks: Sequence[ResolvedTask]) -> Fingerpri
     )
 
 
-def compute_drift(stored: Fingerprint, now: Fingerprint) -> Drift:
-    """Differences from ``stored`` to ``now``, ignoring ``Operational`` options."""
+# A field the recorded definition lacks (recorded before the field existed) had its
+# default: only a value other than the default is a change.
+_DEFAULTS: dict[str, Any] = {
+    name: to_jsonable_python(field.get_default(call_default_factory=True))
+    for name, field in ResolvedTask.model_fields.items()
+    if not field.is_required() and name != "ray"  # ray: not in the definition
+}
+
+Recorded = Callable[[Collection[str]], Mapping[str, Mapping[str, Any]]]
+"""Given definition hashes, the definitions ``task.started`` recorded with them (each
+hash found; any attempt's, of any key): the caller's read of the ledger."""
+
+
+def compute_drift(stored: Fingerprint, now: Fingerprint, *, tasks: Sequence[ResolvedTask] = (),
+                  recorded: Recorded | None = None) -> Drift:
+    """Differences from ``stored`` to ``now``, ignoring ``Operational`` options.
+
+    Args:
+        tasks: the tasks ``now`` fingerprints: their definitions, compared field by
+            field with the recorded ones, and the hashes older versions computed.
+        recorded: reads the definitions recorded with the stored hashes of the keys
+            whose hash changed (none given: changed keys are not compared by field).
+    """
     keys = (set(stored.options) | set(now.options)) - RunOptions.operational()
     options = {
         k: (stored.options.get(k), now.options.get(k))
         for k in sorted(keys)
         if stored.options.get(k) != now.options.get(k)
     }
+    by_key = {t.task_key: t for t in tasks}
+    candidates = sorted(
+        k for k in stored.tasks.keys() & now.tasks.keys()
+        if stored.tasks[k] != now.tasks[k]
+        and not (k in by_key and stored.tasks[k] == by_key[k].legacy_hash)
+    )
+    before = dict(recorded({str(stored.tasks[k]) for k in candidates})
+                  if recorded is not None and candidates else {})
+    changed: list[str] = []
+    fields: dict[str, list[tuple[str, Any, Any]]] = {}
+    for k in candidates:
+        then = before.get(str(stored.tasks[k]))
+        if then is None or k not in by_key:
+            changed.append(k)  # nothing recorded to compare with: the hash says it
+            continue
+        differences = _differences(evaluated({**_DEFAULTS, **then}),
+                                   evaluated({**_DEFAULTS, **by_key[k].definition()}))
+        if differences:  # none: only annotations (or how they were recorded) differ
+            changed.append(k)
+            fields[k] = differences
     return Drift(
         options=options,
-        changed=sorted(
-            k for k in stored.tasks.keys() & now.tasks.keys() if stored.tasks[k] != now.tasks[k]
-        ),
+        changed=changed,
+        fields=fields,
         added=sorted(now.tasks.keys() - stored.tasks.keys()),
         removed=sorted(stored.tasks.keys() - now.tasks.keys()),
     )
+
+
+def _differences(then: Any, now: Any, path: str = "") -> list[tuple[str, Any, Any]]:
+    """Where two definitions differ, as (dotted path, then, now): into mappings key by
+    key and into lists of one length item by item, whole values otherwise."""
+    if then == now:
+        return []
+    if isinstance(then, dict) and isinstance(now, dict):
+        return [d for name in sorted(then.keys() | now.keys())
+                for d in _differences(then.get(name), now.get(name),
+                                      f"{path}.{name}" if path else str(name))]
+    if isinstance(then, list) and isinstance(now, list) and len(then) == len(now) and path:
+        return [d for i, (a, b) in enumerate(zip(then, now, strict=True))
+                for d in _differences(a, b, f"{path}[{i}]")]
+    return [(path, then, now)]
 
 
 class ResumeRefused(Exception):
@@ -293,6 +392,7 @@ def plan_resume(
     rerun_failed: bool = False,
     rerun: Sequence[str] = (),
     model: str | None = None,
+    recorded: Recorded | None = None,
 ) -> ResumePlan:
     """Decide what resuming a run does, by the rules of docs/results.md.
 
@@ -300,6 +400,8 @@ def plan_resume(
         state: the run's lifecycle events, folded.
         load: resolves the run's tasks now from its recorded options (reads the
             task files: the caller's I/O). Called only once the run may resume.
+        recorded: reads the definitions ``task.started`` recorded with given hashes
+            (the ledger: the caller's I/O), so drift names the fields that changed.
         spent_usd: what the run spent so far (every usage of every attempt).
         running_pid: the process still running the run, if any
             (``evalledger.hosts.running_pid``).
@@ -315,13 +417,19 @@ def plan_resume(
             under ``new`` (not drift; later resumes keep the new place).
 
     Raises:
-        ResumeRefused: no such run, still running, a relocation that moves nothing,
+        ResumeRefused: no such run, an imported run, still running, a relocation that
+            moves nothing,
             a ``rerun`` pattern that matches no key, drifted under ``strict`` (new
             tasks included), or its budget is spent while there is work left.
     """
     run_id = state.run_id
     if not state.found:
         raise ResumeRefused(f"run {run_id} has no run.started event; it cannot be resumed")
+    if state.imported is not None:
+        source = visible(str(state.imported.get("source") or "an old harness's folder"))
+        raise ResumeRefused(
+            f"run {run_id} was imported (from {source}): its tasks were defined by the "
+            "old harness, so it cannot be resumed; run them with `evalledger run`")
     if running_pid is not None:
         raise ResumeRefused(
             f"run {run_id} is still running (pid {running_pid} on this host); wait for it, or "
@@ -346,11 +454,16 @@ def plan_resume(
         "max_cost_usd": max_cost_usd if max_cost_usd is not None else latest.max_cost_usd,
         "kill_grace": kill_grace or latest.kill_grace,
     })
-    drift = compute_drift(stored, fingerprint(options, task_set.tasks))
+    drift = compute_drift(stored, fingerprint(options, task_set.tasks), tasks=task_set.tasks,
+                          recorded=recorded)
     if drift.any and strict:
+        # Measured from the latest start or resume: drift an earlier resume went on
+        # with is in its run.resumed, and is not refused again.
+        since = ("it started" if state.resumed_at is None
+                 else f"its last resume, at {state.resumed_at}")
         raise ResumeRefused(
-            f"run {run_id} drifted since it started ({len(drift.lines())} difference(s)); "
-            "resume without --strict to go on anyway",
+            f"run {run_id} drifted since {since}: {len(drift.lines())} difference(s), "
+            "printed above; resume without --strict to go on anyway",
             drift,
         )
     planned = state.planned

@@ -7,4 +7,4 @@ a snapshot (``runs``, ``show``) does not import the folds and the event models.
 """
 
 SUMMARY_VERSION = 1
-RESUME_VERSION = 1
+RESUME_VERSION = 2

@@ -42,9 +42,12 @@ PATIENCE = 30.0
 # A task key as the CLI prints it (no experiment: variant "default").
 TASK_KEY = re.compile(r"default/[a-z0-9][a-z0-9._-]*/\d{2}\b")
 RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{4}$")
+# A count may say how it met the tasks' `expect` ("2 failed as expected").
+_AS_EXPECTED = r"(?: as expected| \(\d+ as expected\))?"
 SUMMARY = re.compile(
     r"^run (?P<run_id>\S+) (?P<status>\w+): (?P<run>\d+) of (?P<planned>\d+) tasks run, "
-    r"(?P<succeeded>\d+) succeeded, (?P<failed>\d+) failed, (?P<error>\d+) error; cost "
+    r"(?P<succeeded>\d+) succeeded(?: \(\d+ unexpectedly\))?, "
+    rf"(?P<failed>\d+) failed{_AS_EXPECTED}, (?P<error>\d+) error{_AS_EXPECTED}; cost "
 )
 
 

@@ -255,7 +255,8 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> SmokeRun:
 
 def test_run_prints_run_id_task_lines_and_summary(smoke_run: SmokeRun) -> None:
     result = smoke_run.result
-    assert result.returncode == 1, result  # fizzbuzz fails, hard-problem times out
+    # fizzbuzz fails, hard-problem times out: both as their `expect` says.
+    assert result.returncode == 0, result
     assert "Traceback" not in result.stderr
     lines = result.out_lines
     assert RUN_ID.match(lines[0]), lines
@@ -497,7 +498,7 @@ def test_ctrl_c_interrupts_and_resume_finishes(sleep_suite: SleepSuite) -> None:
     assert stopped.returncode == 130, stopped
     # Long before the sleeper's 600 s were up: the interruption ended it.
     assert stopped.seconds_to_exit < PATIENCE, stopped
-    assert "evalledger resume" in stopped.stderr
+    assert "; resume with: evalledger --ledger " in stopped.stderr
     assert "Traceback" not in stopped.stderr
     run_id = stopped.stdout_lines[0]
     assert RUN_ID.match(run_id)
@@ -554,7 +555,7 @@ def test_ctrl_c_interrupts_and_resume_finishes(sleep_suite: SleepSuite) -> None:
 
 def _assert_recorded_interruption(suite: SleepSuite, stopped: Interrupted) -> None:
     assert stopped.returncode == 130, stopped
-    assert "evalledger resume" in stopped.stderr
+    assert "; resume with: evalledger --ledger " in stopped.stderr
     assert "Traceback" not in stopped.stderr
     _assert_dead(stopped.pids)
     assert evalledger(suite.root, suite.db, "verify").returncode == 0

@@ -253,13 +253,13 @@ def test_the_mixed_suite_on_a_local_ray_ends_as_it_does_here(
     db = tmp_path / "l.db"
     paths = [str(suite / "smoke" / "experiment.yaml")]
     here = evalledger(cwd, db, "run", "-e", *paths, "--run-id", "here", "-j", "4")
-    assert here.returncode == 1, here  # the smoke suite fails on purpose
+    assert here.returncode == 0, here  # the smoke suite fails on purpose, as it expects
     mixed_here = evalledger(cwd, db, "run", str(suite / "mixed"), "--run-id", "mixed-here")
     assert mixed_here.returncode == 1, mixed_here
     # Default: a local Ray started for the run.
     code, err = _finish(_driver(ray_place, cwd, db, "run", "-e", *paths, "--run-id",
                                      "there", "-j", "4", "--executor", "ray"))
-    assert code == 1, err
+    assert code == 0, err
     assert "Traceback" not in err, err
     code, err = _finish(_driver(ray_place, cwd, db, "run", str(suite / "mixed"),
                                      "--run-id", "mixed-there", "--executor", "ray"))

@@ -65,7 +65,7 @@ def test_option_change_is_reported_with_its_before_and_now_values() -> None:
     assert drift.any
     # An option that appeared (or disappeared) compares against None.
     assert drift.options == {"model": (None, "m2"), "timeout": (60, 120)}
-    assert drift.lines() == ["option model: None -> 'm2'", "option timeout: 60 -> 120"]
+    assert drift.lines() == ['option model: null → "m2"', "option timeout: 60 → 120"]
     assert compute_drift(now, stored).options == {"model": ("m2", None), "timeout": (120, 60)}
 
 
@@ -108,7 +108,7 @@ def test_task_keys_changed_added_and_removed_sorted_and_worded() -> None:
     assert drift.added == [key(4), key(9)]
     assert drift.removed == [key(2), key(5)]
     assert drift.lines() == [
-        "option timeout: 60 -> 90",
+        "option timeout: 60 → 90",
         f"task {key(1)}: definition changed",
         f"task {key(3)}: definition changed",
         f"task {key(4)}: new",
@@ -140,8 +140,87 @@ def test_drift_is_measured_from_the_latest_resume_fingerprint(ledger: Ledger) ->
     assert state.fingerprint == second
     assert not compute_drift(state.fingerprint, second).any
     assert compute_drift(state.fingerprint, first).lines() == [
-        "option timeout: 90 -> 60", f"task {key(0)}: definition changed"
+        "option timeout: 90 → 60", f"task {key(0)}: definition changed"
     ]
+
+
+def _edited(task: ResolvedTask, **fields: Any) -> ResolvedTask:
+    # A fresh model: model_copy would carry the cached hashes of the original along.
+    return ResolvedTask.model_validate({**task.model_dump(), **fields})
+
+
+class Recorded:
+    """Hands compute_drift the definitions "task.started recorded", by hash."""
+
+    def __init__(self, *tasks: ResolvedTask) -> None:
+        self.by_hash = {t.definition_hash: t.definition() for t in tasks}
+        self.asked: list[set[str]] = []
+
+    def __call__(self, hashes: Any) -> dict[str, dict[str, Any]]:
+        self.asked.append(set(hashes))
+        return {h: self.by_hash[h] for h in hashes if h in self.by_hash}
+
+
+def test_a_changed_field_is_named_with_its_value_then_and_now() -> None:
+    then = _edited(_task(0), timeout=20.0, env={"MODE": "a"}, prompt="p" * 100)
+    now = _edited(then, timeout=30.0, env={"MODE": "b", "NEW": "1"}, prompt="q" * 100,
+                  success_criteria=[{"type": "exit_code", "equals": 2}])
+    stored = fingerprint(RECORDED, [then])
+    drift = compute_drift(stored, fingerprint(RECORDED, [now]), tasks=[now],
+                          recorded=Recorded(then))
+    assert drift.changed == [key(0)]
+    assert drift.lines() == [
+        f'task {key(0)}: env.MODE: "a" → "b"',
+        f'task {key(0)}: env.NEW: null → "1"',
+        f'task {key(0)}: prompt: "{"p" * 58}… → "{"q" * 58}…',  # cut at 60
+        f"task {key(0)}: success_criteria[0].equals: 0 → 2",
+        f"task {key(0)}: timeout: 20 → 30",
+    ]
+
+
+def test_annotations_alone_are_no_drift_even_against_an_old_fingerprint() -> None:
+    then = _task(0)
+    now = _edited(then, description="new words", tags=["x"], expect="failure")
+    assert not compute_drift(fingerprint(RECORDED, [then]), fingerprint(RECORDED, [now]),
+                             tasks=[now], recorded=Recorded(then)).any
+    # A run recorded before annotations left the hash stored the whole definition's hash:
+    # unchanged, it matches the legacy hash; edited, the recorded definition tells.
+    old = Fingerprint(options=RECORDED.model_dump(mode="json"),
+                      tasks={key(0): then.legacy_hash})
+    assert not compute_drift(old, fingerprint(RECORDED, [then]), tasks=[then]).any
+    recorded = Recorded()
+    recorded.by_hash = {then.legacy_hash: then.definition()}
+    assert not compute_drift(old, fingerprint(RECORDED, [now]), tasks=[now],
+                             recorded=recorded).any
+    edited = _edited(now, timeout=5.0)
+    assert compute_drift(old, fingerprint(RECORDED, [edited]), tasks=[edited],
+                         recorded=recorded).lines() == [f"task {key(0)}: timeout: 600 → 5"]
+
+
+def test_a_key_whose_earlier_definition_was_not_recorded_says_definition_changed() -> None:
+    then, now = _task(0), _edited(_task(0), command="false")
+    recorded = Recorded()  # no attempt with that definition ever started
+    drift = compute_drift(fingerprint(RECORDED, [then]), fingerprint(RECORDED, [now]),
+                          tasks=[now], recorded=recorded)
+    assert drift.lines() == [f"task {key(0)}: definition changed"]
+    assert recorded.asked == [{then.definition_hash}]
+    # Nothing is read when no hash changed.
+    quiet = Recorded()
+    compute_drift(fingerprint(RECORDED, [then]), fingerprint(RECORDED, [then]), tasks=[then],
+                  recorded=quiet)
+    assert quiet.asked == []
+
+
+def test_a_field_a_recorded_definition_lacks_had_its_default() -> None:
+    # Recorded by a version that had no such field: at its default now, it did not change.
+    then = _task(0)
+    older = {k: v for k, v in then.definition().items() if k != "stream_format"}
+    now = _edited(then, timeout=9.0)
+    recorded = Recorded()
+    recorded.by_hash = {then.definition_hash: older}
+    drift = compute_drift(fingerprint(RECORDED, [then]), fingerprint(RECORDED, [now]),
+                          tasks=[now], recorded=recorded)
+    assert drift.lines() == [f"task {key(0)}: timeout: 600 → 9"]
 
 
 # -- the partition ---------------------------------------------------------------------------
@@ -419,6 +498,36 @@ def test_drift_is_reported_and_refused_under_strict() -> None:
     with pytest.raises(ResumeRefused, match="drifted since it started") as refused:
         plan_resume(state, load=Loader(now), spent_usd=0.0, strict=True)
     assert refused.value.drift == plan.drift
+
+
+def test_strict_after_a_resume_measures_and_says_since_that_resume() -> None:
+    then = [_task(0)]
+    middle = [_edited(then[0], timeout=30.0)]
+    state = _run_of(then, RunResumed(run_id=RUN, to_run=[key(0)], ts="2026-12-01T10:00:00Z",
+                                     fingerprint=fingerprint(RECORDED, middle)))
+    now = [_edited(then[0], timeout=40.0)]
+    with pytest.raises(ResumeRefused) as refused:
+        plan_resume(state, load=Loader(now), spent_usd=0.0, strict=True,
+                    recorded=Recorded(middle[0]))
+    assert str(refused.value).startswith(
+        f"run {RUN} drifted since its last resume, at 2026-12-01T10:00:00Z: 1 difference(s)")
+    assert refused.value.drift.lines() == [f"task {key(0)}: timeout: 30 → 40"]
+
+
+def test_an_imported_run_cannot_be_resumed() -> None:
+    state = fold(ResumeFold(RUN), [
+        RunStarted(run_id=RUN, planned=[key(0)], imported={"format": "coder_eval",
+                                                           "source": "/old/runs/r1"}),
+        started(key(0)), completed(key(0), FinalStatus.FAILURE),
+        RunFinished(run_id=RUN, status=RunStatus.COMPLETED),
+    ])
+    load = Loader([])
+    with pytest.raises(ResumeRefused, match=r"^run run-1 was imported \(from /old/runs/r1\): "
+                                            r"its tasks were defined by the old harness"):
+        plan_resume(state, load=load, spent_usd=0.0)
+    assert load.asked == []
+    # The fold's snapshot keeps it.
+    assert ResumeFold.restore(RUN, state.state()).imported == state.imported
 
 
 def test_a_run_still_running_is_refused_before_its_tasks_are_read() -> None:
