@@ -712,23 +712,30 @@ def _insert(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
         conn.executemany(_INSERT, rows[whole:])
 
 
-_SQLITE_HEADER = b"SQLite format 3\x00"
+# The smallest page SQLite writes: a database file is empty or at least one page long.
+_SMALLEST_PAGE = 512
 
 
 def _refuse_non_sqlite(path: Path) -> None:
-    """Refuse a non-empty file that is not a SQLite database before SQLite opens it.
+    """Refuse a file too short to be a SQLite database before SQLite opens it.
 
     SQLite itself takes any file shorter than its header for an empty database and
-    would write a ledger over it (a one-line note made by ``echo > notes``).
+    would write a ledger over it (a one-line note made by ``echo > notes``). A longer
+    file that is not a database SQLite refuses itself (SQLITE_NOTADB) at its first read.
+
+    Only ``stat``: no descriptor of the ledger is opened but SQLite's. Closing any
+    descriptor of a file drops every POSIX lock the process holds on it, those of this
+    process's open connections too (sqlite.org/howtocorrupt.html, 2.2).
     """
     try:
-        with open(path, "rb") as f:
-            head = f.read(len(_SQLITE_HEADER))
+        size = os.stat(path).st_size
     except FileNotFoundError:
         return
     except OSError as e:
         raise LedgerIOError(f"cannot open {path}: {e.strerror or e}") from e
-    if head and head != _SQLITE_HEADER:
+    if not os.access(path, os.R_OK):  # said as plainly as open() said it
+        raise LedgerIOError(f"cannot open {path}: Permission denied")
+    if 0 < size < _SMALLEST_PAGE:
         raise NotALedger(f"{path} is not an evalledger ledger (not a SQLite database)")
 
 
