@@ -348,6 +348,8 @@ def execute(
             on_event=display.on_event,
         )
         result = trio.run(_run_with_signals, ledger, tasks, skipped, config, callbacks, resume)
+    # Nothing claims an anchor in a ledger deleted after the batch's last commit.
+    ledger.check_file()
     summary = live.summary().anchored(ledger.anchor(config.run_id))
     paths = write_reports(ledger, summary, config.out_dir / config.run_id)
     if junit is not None:
