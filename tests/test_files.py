@@ -108,3 +108,20 @@ def test_report_o_on_a_full_disk_is_one_line_and_leaves_the_previous_report(
     assert str(target) in assert_one_line_error(result)
     assert target.read_text() == "the previous report\n"
     assert _listing(small_disk) == ["filler", "report.html"]
+
+
+@pytest.mark.parametrize("command", [
+    ("export", "latest", "-o", "{db}"), ("checkpoint", "-o", "{db}-wal"),
+    ("report", "latest", "-o", "{db}"), ("run", "tasks", "--junit-xml", "{db}"),
+], ids=["export -o", "checkpoint -o", "report -o", "run --junit-xml"])
+def test_an_output_file_is_never_the_ledger(tmp_path: Path, command: tuple[str, ...]) -> None:
+    """export -o truncated the ledger through a descriptor of its own while a connection
+    to it was open; checkpoint -o and --junit-xml wrote over it."""
+    write_task(tmp_path / "tasks" / "t.yaml", "echo hi")
+    db = tmp_path / "l.db"
+    assert evalledger(tmp_path, db, "run", "tasks").returncode == 0
+    before = db.read_bytes()
+    result = evalledger(tmp_path, db, *(part.format(db=db) for part in command))
+    assert "is the ledger itself" in assert_one_line_error(result)
+    assert db.read_bytes() == before
+    assert evalledger(tmp_path, db, "verify").returncode == 0

@@ -22,6 +22,7 @@ from typing import NoReturn, get_args
 import click
 import trio
 
+from evalledger._files import same_file
 from evalledger._text import money, visible
 from evalledger.executor import BatchConfig, BatchResult, Callbacks, Resume, run_batch
 from evalledger.ledger import Ledger, RunConflict
@@ -232,6 +233,8 @@ def run(
         shard = f"{int(k)}/{int(n)}"
     if junit_xml is not None and not junit_xml.resolve().parent.is_dir():
         raise UserError(f"--junit-xml {junit_xml}: no folder {junit_xml.resolve().parent}")
+    if junit_xml is not None and same_file(junit_xml, settings.ledger_path):
+        raise UserError(f"--junit-xml {junit_xml} is the ledger itself; choose another file")
     executor, ray_address = check_executor(executor, ray_address)
     rates = load_rates(pricing)
     # Paths are recorded absolute: a resume works from any folder.

@@ -42,8 +42,11 @@ def export(settings: Settings, runs: tuple[str, ...], output: Path | None) -> No
 
         evalledger export latest -o run.ndjson.gz
     """
+    from evalledger._files import same_file
     from evalledger.ledger._transfer import ndjson
 
+    if output is not None and same_file(output, settings.ledger_path):
+        raise UserError(f"-o {output} is the ledger itself; choose another file")
     with settings.open_ledger(read_only=True) as ledger:
         run_ids = list(dict.fromkeys(resolve_run(ledger, spec) for spec in runs))
         out = _open(output, write=True) if output is not None else sys.stdout

@@ -77,6 +77,10 @@ def checkpoint(settings: Settings, output: Path | None) -> None:
 
         evalledger checkpoint -o checkpoints/$(date +%F).json
     """
+    from evalledger._files import same_file
+
+    if output is not None and same_file(output, settings.ledger_path):
+        raise UserError(f"-o {output} is the ledger itself; choose another file")
     with settings.open_ledger(read_only=True) as ledger:
         anchor = ledger.anchor()
         if anchor is None:

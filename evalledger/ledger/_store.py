@@ -173,7 +173,7 @@ class Ledger:
                 raise
             self._open(durable, immutable=True)
         # Invariant: the files this connection writes, as (st_dev, st_ino). Every commit
-        # checks that the path still names them (``_check_file``).
+        # checks that the path still names them (``check_file``).
         self._file_id: tuple[int, int] | None = None
         self._wal_id: tuple[int, int] | None = None
         # As str, made once (every commit stats both), absolute as SQLite holds them: a
