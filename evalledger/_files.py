@@ -1,30 +1,40 @@
-"""Reading folders someone else made (``evalledger import``): regular files only, never
-through a link, never more than a limit, never blocking.
+"""Files that are not the ledger: reading folders someone else made, and writing files
+whole or not at all.
 
-An old run folder is input like any other. A ``task.json`` in it can be a link to a
-file outside the folder, or to ``/dev/zero``; a FIFO, which blocks whoever opens it
-until a writer comes; a 1 GiB sparse file, which ``read_bytes`` turns into 1 GiB of
-memory. So ``read_regular`` decides from ``lstat`` before it opens anything; opens
-with ``O_NOFOLLOW | O_NONBLOCK``, so that a link or a FIFO put in the file's place
-after the ``lstat`` can be neither followed nor block; checks with ``fstat`` that the
-descriptor holds the very file the ``lstat`` saw; and reads at most ``limit + 1``
-bytes whatever the size said, so a file that grows meanwhile cannot take more.
-
-``walk`` lists a tree without entering a link to a folder, and says which links it
-did not enter and which folders it could not list.
+**Reading** (``evalledger import``): regular files only, never through a link, never
+more than a limit, never blocking. An old run folder is input like any other. A
+``task.json`` in it can be a link to a file outside the folder, or to ``/dev/zero``; a
+FIFO, which blocks whoever opens it until a writer comes; a 1 GiB sparse file, which
+``read_bytes`` turns into 1 GiB of memory. So ``read_regular`` decides from ``lstat``
+before it opens anything; opens with ``O_NOFOLLOW | O_NONBLOCK``, so that a link or a
+FIFO put in the file's place after the ``lstat`` can be neither followed nor block;
+checks with ``fstat`` that the descriptor holds the very file the ``lstat`` saw; and
+reads at most ``limit + 1`` bytes whatever the size said, so a file that grows
+meanwhile cannot take more. ``walk`` lists a tree without entering a link to a folder,
+and says which links it did not enter and which folders it could not list.
 
 Invariant: nothing here opens a path that ``lstat`` did not show as a regular file,
 and no read is larger than the limit plus one byte.
+
+**Writing** (reports, exports, checkpoints): a file a command writes for someone to
+read later is written under a new temporary name in its own folder, flushed to the
+disk, then renamed over its place: a full disk, a crash or a kill leaves the previous
+file (or none), never a part of one. What is not a regular file (``/dev/stdout``, a
+FIFO) cannot be renamed over and is written as it is. Never for the ledger: only SQLite
+opens it (closing any other descriptor of it drops the process's locks on it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import secrets
 import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 # Linux and the BSDs have both; the getattr keeps the module importable where they do
 # not exist (the flag is then simply not asked for).
@@ -169,3 +179,81 @@ def _links_to_folder(entry: os.DirEntry[str]) -> bool:
         return entry.is_dir()  # follows the link: a stat, never an open
     except OSError:
         return False  # a broken link
+
+
+# -- writing whole or not at all ------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def atomic_file(path: Path) -> Iterator[BinaryIO]:
+    """A binary file to write ``path``'s new content into; it takes ``path``'s place when
+    the block ends without an error, and is removed when it raises.
+
+    The content reaches the disk (``fsync``) before the rename, and the rename before
+    the block returns. A link is followed: the file it names is replaced, the link
+    stays. A failure names ``path``, which the OS error of a failed write does not (it
+    names the temporary file, or nothing).
+
+    Raises:
+        OSError: the file could not be written, with ``path`` as its filename.
+    """
+    if path.exists() and not path.is_file():  # /dev/stdout, a FIFO: write it as it is
+        try:
+            with open(path, "wb") as direct:
+                yield direct
+        except OSError as e:
+            raise OSError(e.errno, e.strerror, str(path)) from e
+        return
+    target = Path(os.path.realpath(path))
+    # Beside its place (a rename does not cross file systems), hidden, new: O_EXCL never
+    # writes through a link or into a file someone else made under that name.
+    partial = target.with_name(f".{target.name}.{secrets.token_hex(4)}.partial")
+    try:
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, str(path)) from e
+    try:
+        try:
+            with open(fd, "wb") as out:
+                yield out
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(partial, target)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        _sync_folder(target.parent)
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, str(path)) from e
+
+
+def write_atomic(path: Path, data: str | bytes, *, encoding: str = "utf-8") -> None:
+    """Write ``data`` (text is encoded) to ``path`` whole or not at all (``atomic_file``).
+
+    Raises:
+        OSError: the file could not be written, with ``path`` as its filename.
+    """
+    raw = data.encode(encoding) if isinstance(data, str) else data
+    with atomic_file(path) as out:
+        out.write(raw)
+
+
+def same_file(path: Path, ledger: Path) -> bool:
+    """Whether writing ``path`` would overwrite the ledger or its ``-wal``/``-shm``: an
+    output file must never be one of them."""
+    target = os.path.realpath(path)
+    return any(target == os.path.realpath(f"{ledger}{suffix}") for suffix in ("", "-wal", "-shm"))
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make the rename itself durable; where a folder cannot be synced, the rename still
+    happened."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -3,11 +3,11 @@ reports ``run`` and ``resume`` write when a batch ends."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
 
+from evalledger._files import same_file, write_atomic
 from evalledger.ledger import Ledger
 from evalledger.projections import RunSummary, render_json, render_junit, render_markdown
 
@@ -46,29 +46,9 @@ def write_reports(ledger: Ledger, summary: RunSummary, folder: Path) -> dict[str
 
 
 def write_text(path: Path, text: str) -> None:
-    """Write a report whole or not at all: into a temporary file beside it, renamed
-    over it once written (a full disk leaves the previous report, never half of one).
-    A failure names the file, which the OS error of a failed write does not."""
-    if path.exists() and not path.is_file():  # /dev/stdout, a FIFO: write it as it is
-        try:
-            path.write_text(text, encoding="utf-8")
-        except OSError as e:
-            raise OSError(e.errno, e.strerror, str(path)) from e
-        return
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    try:
-        try:
-            with open(partial, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                # On disk before the rename names it: after a crash, the file under the
-                # name is the old one or the new one, never an empty one.
-                os.fsync(f.fileno())
-            os.replace(partial, path)
-        finally:
-            partial.unlink(missing_ok=True)
-    except OSError as e:
-        raise OSError(e.errno, e.strerror, str(path)) from e
+    """Write a report whole or not at all (``write_atomic``): a full disk leaves the
+    previous report, never half of one. A failure names the file."""
+    write_atomic(path, text)
 
 
 @click.command()
@@ -92,7 +72,7 @@ def report(settings: Settings, run: str, format_: str, output: Path | None) -> N
 
         evalledger report latest --format json -o run.json
     """
-    if output is not None and _same_file(output, settings.ledger_path):
+    if output is not None and same_file(output, settings.ledger_path):
         raise UserError(f"-o {output} is the ledger itself; choose another file")
     with settings.open_ledger(read_only=True) as ledger:
         summary = rebuild_summary(ledger, resolve_run(ledger, run))
@@ -103,9 +83,3 @@ def report(settings: Settings, run: str, format_: str, output: Path | None) -> N
     else:
         write_text(output, text)
         click.echo(str(output), err=True)
-
-
-def _same_file(output: Path, ledger: Path) -> bool:
-    """Whether writing ``output`` would overwrite the ledger or its WAL companions."""
-    target = os.path.realpath(output)
-    return any(target == os.path.realpath(f"{ledger}{suffix}") for suffix in ("", "-wal", "-shm"))

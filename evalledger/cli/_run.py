@@ -30,6 +30,7 @@ from typing import NoReturn, get_args
 import click
 import trio
 
+from evalledger._files import same_file
 from evalledger._text import money, visible
 from evalledger.executor import BatchConfig, BatchResult, Callbacks, Resume, run_batch
 from evalledger.ledger import EventType, Ledger, RunConflict, TaskCompleted
@@ -242,6 +243,8 @@ def run(
         shard = f"{int(k)}/{int(n)}"
     if junit_xml is not None and not junit_xml.resolve().parent.is_dir():
         raise UserError(f"--junit-xml {junit_xml}: no folder {junit_xml.resolve().parent}")
+    if junit_xml is not None and same_file(junit_xml, settings.ledger_path):
+        raise UserError(f"--junit-xml {junit_xml} is the ledger itself; choose another file")
     executor, ray_address = check_executor(executor, ray_address)
     rates = load_rates(pricing)
     # Paths are recorded absolute: a resume works from any folder.
@@ -364,6 +367,8 @@ def execute(
             on_event=display.on_event,
         )
         result = trio.run(_run_with_signals, ledger, tasks, skipped, config, callbacks, resume)
+    # Nothing claims an anchor in a ledger deleted after the batch's last commit.
+    ledger.check_file()
     summary = live.summary().anchored(ledger.anchor(config.run_id))
     # What the ledger recorded, not what the files say now: a resume's kept keys were
     # judged by the expectation of their own attempt.

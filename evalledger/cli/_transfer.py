@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import gzip
-import os
-import secrets
 import sys
 import zlib
 from collections.abc import Iterable
-from contextlib import closing, suppress
+from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -42,8 +40,11 @@ def export(settings: Settings, runs: tuple[str, ...], output: Path | None) -> No
 
         evalledger export latest -o run.ndjson.gz
     """
+    from evalledger._files import same_file
     from evalledger.ledger._transfer import export_lines
 
+    if output is not None and same_file(output, settings.ledger_path):
+        raise UserError(f"-o {output} is the ledger itself; choose another file")
     with settings.open_ledger(read_only=True) as ledger:
         run_ids = list(dict.fromkeys(resolve_run(ledger, spec) for spec in runs))
         # Closed before the ledger: a reader left open would try to close its cursor on
@@ -64,38 +65,15 @@ def export(settings: Settings, runs: tuple[str, ...], output: Path | None) -> No
 
 
 def _write_whole(path: Path, lines: Iterable[bytes]) -> None:
-    """Write ``lines`` to ``path`` (gzip when it ends in .gz) so that it appears whole or
-    not at all: into a new file beside it, synced, then renamed over it. On any error
-    the new file is removed and ``path`` is left as it was. A link is followed (the file
-    it names is replaced, the link stays); a device or a pipe (``/dev/stdout``) has no
-    "whole" and is written as the lines come."""
-    if path.exists() and not path.is_file():
-        try:
-            with path.open("wb") as raw:
-                _write(raw, lines, gz=path.suffix == ".gz", name=path.name)
-        except OSError as e:
-            raise UserError(f"cannot write {path}: {e.strerror or e}") from e
-        return
-    target = path.resolve()
-    temp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.part")
+    """Write ``lines`` to ``path`` (gzip when it ends in .gz) whole or not at all
+    (``atomic_file``): on any error ``path`` is left as it was."""
+    from evalledger._files import atomic_file
+
     try:
-        # O_EXCL: never through a link or over a file someone else made there.
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with atomic_file(path) as raw:
+            _write(raw, lines, gz=path.suffix == ".gz", name=path.name)
     except OSError as e:
         raise UserError(f"cannot write {path}: {e.strerror or e}; nothing was written") from e
-    try:
-        with open(fd, "wb") as raw:
-            _write(raw, lines, gz=path.suffix == ".gz", name=path.name)
-            os.fsync(raw.fileno())
-        os.replace(temp, target)
-    except BaseException as e:
-        with suppress(OSError):
-            temp.unlink()
-        if isinstance(e, OSError):
-            raise UserError(f"cannot write {path}: {e.strerror or e}; nothing was "
-                            "written") from e
-        raise
-    _sync_folder(target.parent)
 
 
 def _write(raw: BinaryIO, lines: Iterable[bytes], *, gz: bool, name: str) -> None:
@@ -105,19 +83,6 @@ def _write(raw: BinaryIO, lines: Iterable[bytes], *, gz: bool, name: str) -> Non
     else:
         raw.writelines(lines)
     raw.flush()
-
-
-def _sync_folder(folder: Path) -> None:
-    """Make a rename in ``folder`` durable (best effort: not every file system can)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        with suppress(OSError):
-            os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _open_binary(path: Path) -> Readable:

@@ -78,9 +78,11 @@ def checkpoint(settings: Settings, output: Path | None) -> None:
 
         evalledger checkpoint -o checkpoints/$(date +%F).json
     """
-    from ._report import _same_file, write_text  # the reports' writer: whole or not at all
+    from evalledger._files import same_file
 
-    if output is not None and _same_file(output, settings.ledger_path):
+    from ._report import write_text  # the reports' writer: whole or not at all
+
+    if output is not None and same_file(output, settings.ledger_path):
         raise UserError(f"-o {output} is the ledger itself; choose another file")
     with settings.open_ledger(read_only=True) as ledger:
         anchor = ledger.anchor()

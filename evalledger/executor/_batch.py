@@ -30,6 +30,7 @@ from evalledger.ledger import (
     EventRow,
     Ledger,
     LedgerError,
+    LedgerGone,
     RunFinished,
     RunResumed,
     RunStarted,
@@ -247,7 +248,11 @@ def _snapshot(ledger: Ledger, run_id: str) -> None:
     and the next resume fold only what comes after. An optimisation, so a failure is a
     warning: every read still works by replaying."""
     try:
+        ledger.check_file()  # not even the replay for a ledger that is gone
         write_snapshot(ledger, run_id)
+    except LedgerGone:
+        # What ended the batch (or ends the command next): said once, in one line.
+        return
     except (LedgerError, OSError) as e:
         log.warning("run %s: no snapshot written (%s); reads replay its events instead",
                     run_id, e)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ._errors import AppendOnlyViolation as AppendOnlyViolation
     from ._errors import InvalidEvent as InvalidEvent
     from ._errors import LedgerError as LedgerError
+    from ._errors import LedgerGone as LedgerGone
     from ._errors import LedgerIOError as LedgerIOError
     from ._errors import LedgerLocked as LedgerLocked
     from ._errors import LedgerNotFound as LedgerNotFound
@@ -69,6 +70,7 @@ _WHERE = {
     "AppendOnlyViolation": "_errors",
     "InvalidEvent": "_errors",
     "LedgerError": "_errors",
+    "LedgerGone": "_errors",
     "LedgerIOError": "_errors",
     "LedgerLocked": "_errors",
     "LedgerNotFound": "_errors",
@@ -134,6 +136,7 @@ __all__ = [
     "InvalidEvent",
     "Ledger",
     "LedgerError",
+    "LedgerGone",
     "LedgerIOError",
     "LedgerLocked",
     "LedgerNotFound",

@@ -24,6 +24,11 @@ class LedgerTooNew(LedgerError):
     """The ledger was written by a newer evalledger with a schema this one cannot read."""
 
 
+class LedgerGone(LedgerError):
+    """The ledger's file, or its ``-wal``, was deleted, moved or replaced while this
+    process had it open: what it writes now reaches no ledger at that path."""
+
+
 class LedgerLocked(LedgerError):
     """Another process held the write lock for longer than the busy timeout."""
 

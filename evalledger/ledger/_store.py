@@ -32,6 +32,7 @@ from ._errors import (
     AppendOnlyViolation,
     InvalidEvent,
     LedgerError,
+    LedgerGone,
     LedgerIOError,
     LedgerLocked,
     LedgerNotFound,
@@ -61,6 +62,7 @@ _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY, _SQLITE_INTERRUPT, _SQLITE_AUTH 
 _SQLITE_CORRUPT, _SQLITE_FULL, _SQLITE_CANTOPEN, _SQLITE_CONSTRAINT, _SQLITE_NOTADB = (
     11, 13, 14, 19, 26)
 _SQLITE_CONSTRAINT_TRIGGER = 1811
+_SQLITE_READONLY_ROLLBACK = 776  # a hot rollback journal met by a read-only connection
 
 # In EventRow's order: a fetched row is an EventRow as it comes.
 _COLUMNS = "event_id, run_id, task_key, type, ts, payload, seq, hash"
@@ -102,6 +104,10 @@ def translate_errors(path: Path, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> 
             raise LedgerReadOnly(
                 f"{path} is opened read-only: {detail} (ATTACH and VACUUM INTO are refused)"
             ) from e
+        if code == _SQLITE_READONLY_ROLLBACK:
+            raise LedgerIOError(
+                f"{path} was left mid-write by a process that was killed, and a read-only "
+                "command cannot roll that back: any command that writes it does") from e
         if primary == _SQLITE_READONLY:
             raise LedgerReadOnly(f"{path} is read-only here: {detail}") from e
         if primary in (_SQLITE_NOTADB, _SQLITE_CORRUPT):
@@ -166,6 +172,16 @@ class Ledger:
                     and not Path(f"{self.path}-wal").exists()):
                 raise
             self._open(durable, immutable=True)
+        # Invariant: the files this connection writes, as (st_dev, st_ino). Every commit
+        # checks that the path still names them (``check_file``).
+        self._file_id: tuple[int, int] | None = None
+        self._wal_id: tuple[int, int] | None = None
+        # As str, made once (every commit stats both), absolute as SQLite holds them: a
+        # later chdir changes nothing, and the -wal is beside the file a link points to.
+        self._names = (os.path.abspath(self.path), f"{os.path.realpath(self.path)}-wal")
+        if not read_only:
+            self._file_id = _file_id(self._names[0])
+            self._wal_id = _file_id(self._names[1])
 
     @property
     def db(self) -> Database:
@@ -205,9 +221,16 @@ class Ledger:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if self._is_ledger(tables):
             self._check_version()
-        elif self.read_only or (tables - {"_sqlite_migrations"}):
+        elif tables - {"_sqlite_migrations"}:
             # Someone else's database: refuse before touching it (not even WAL mode).
             raise NotALedger(f"{self.path} is a SQLite database but not an evalledger ledger")
+        elif self.read_only:
+            # No table yet: an empty file, or a ledger whose creation was cut off before
+            # its first migration committed (which makes every table at once). A writer
+            # finishes it below; to a reader it is no ledger yet.
+            raise LedgerNotFound(f"no ledger at {self.path} (it holds no table yet: its "
+                                 "creation was cut off, or it is empty; `evalledger run` "
+                                 "makes one there)")
         if self.read_only:
             conn.execute("PRAGMA query_only = 1")
             conn.set_authorizer(_read_only_authorizer)
@@ -218,6 +241,12 @@ class Ledger:
             # index entry no longer spilling onto overflow pages (bench/rebuild.py).
             conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
         if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            if not tables:
+                # Switching to WAL writes the first page through a rollback journal: a
+                # process killed then left a hot journal that no read-only command can
+                # roll back. With nothing to lose yet, keep that journal in memory: the
+                # page is written in one write, and the file is empty or one blank page.
+                conn.execute("PRAGMA journal_mode = MEMORY")
             self._switch_to_wal()
         conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
         if self._migrations_pending():
@@ -240,6 +269,37 @@ class Ledger:
                     MIGRATIONS.apply(db)
             finally:
                 conn.execute("PRAGMA temp_store = DEFAULT")
+
+    def check_file(self) -> None:
+        """Check that the path still names the file this ledger opened, and its ``-wal``.
+
+        A file deleted, moved or replaced under an open connection takes every write
+        after that with it: SQLite goes on writing the unlinked file. Every append
+        checks this before it commits; call it before telling anyone that what was
+        written is in the ledger at this path (``run.json``).
+
+        Raises:
+            LedgerGone: the file or its ``-wal`` is no longer there, or is another file.
+        """
+        if self._file_id is None:  # read-only: nothing this process writes can be lost
+            return
+        now = _file_id(self._names[0])
+        if now is None:
+            raise LedgerGone(f"{self.path} was deleted or moved away while in use here; "
+                             "stopped: what is written now would reach no ledger at that path")
+        if now != self._file_id:
+            raise LedgerGone(f"{self.path} was replaced by another file while in use here; "
+                             "stopped: what is written now would not reach that file")
+        # The -wal cannot change while this connection holds the database (SQLite
+        # deletes it only at the last connection's close): one that went missing or
+        # changed was deleted by hand, and the events it held are lost to every reader.
+        wal = _file_id(self._names[1])
+        if self._wal_id is None:
+            self._wal_id = wal
+        elif wal != self._wal_id:
+            raise LedgerGone(f"{self.path}-wal was deleted or replaced while {self.path} was "
+                             "in use here; stopped: the events it held are lost to every "
+                             "other reader")
 
     def _switch_to_wal(self) -> None:
         # Changing the journal mode needs an exclusive lock, and SQLite answers
@@ -385,7 +445,11 @@ class Ledger:
         with self._translate(), self._immediate():
             if if_run_at is not None:
                 self._check_run_at(*if_run_at)
-            return self._append_rows(rows)
+            seqs = self._append_rows(rows)
+            # Last before the commit, under the write lock: a batch is never reported
+            # committed into a file that is no longer the ledger at this path.
+            self.check_file()
+            return seqs
 
     def append_then(
         self, events: Iterable[AnyEvent | EventRow],
@@ -778,24 +842,43 @@ def _insert(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
         conn.executemany(_INSERT, rows[whole:])
 
 
-_SQLITE_HEADER = b"SQLite format 3\x00"
+# The smallest page SQLite writes: a database file is empty or at least one page long.
+_SMALLEST_PAGE = 512
 
 
 def _refuse_non_sqlite(path: Path) -> None:
-    """Refuse a non-empty file that is not a SQLite database before SQLite opens it.
+    """Refuse a file too short to be a SQLite database before SQLite opens it.
 
     SQLite itself takes any file shorter than its header for an empty database and
-    would write a ledger over it (a one-line note made by ``echo > notes``).
+    would write a ledger over it (a one-line note made by ``echo > notes``). A longer
+    file that is not a database SQLite refuses itself (SQLITE_NOTADB) at its first read.
+
+    Only ``stat``: no descriptor of the ledger is opened but SQLite's. Closing any
+    descriptor of a file drops every POSIX lock the process holds on it, those of this
+    process's open connections too (sqlite.org/howtocorrupt.html, 2.2).
     """
     try:
-        with open(path, "rb") as f:
-            head = f.read(len(_SQLITE_HEADER))
+        size = os.stat(path).st_size
     except FileNotFoundError:
         return
     except OSError as e:
         raise LedgerIOError(f"cannot open {path}: {e.strerror or e}") from e
-    if head and head != _SQLITE_HEADER:
+    if not os.access(path, os.R_OK):  # said as plainly as open() said it
+        raise LedgerIOError(f"cannot open {path}: Permission denied")
+    if 0 < size < _SMALLEST_PAGE:
         raise NotALedger(f"{path} is not an evalledger ledger (not a SQLite database)")
+
+
+def _file_id(path: str) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of the file at ``path``; None when there is none."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:  # a folder made unreadable: it cannot be checked, nor reached
+        raise LedgerGone(f"{path} can no longer be reached while in use here "
+                         f"({e.strerror or e}); stopped") from e
+    return st.st_dev, st.st_ino
 
 
 def _nobody_writes(path: Path) -> bool:

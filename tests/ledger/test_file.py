@@ -1,0 +1,241 @@
+"""The file under a ``Ledger``: only SQLite opens it, and it stays the file that was opened.
+
+- Closing any descriptor of a file drops every POSIX lock the process holds on it. A
+  ``Ledger`` that read the file's header with ``open()`` while another connection of
+  the process was open dropped that connection's lock: the next process to close
+  the database deleted ``-wal``/``-shm`` under it, and it never saw another event.
+- A file deleted, moved or replaced under an open ledger took every later append with
+  it, reported committed: each commit now checks that the path still names the file.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evalledger.ledger import (
+    Ledger,
+    LedgerGone,
+    LedgerIOError,
+    LedgerNotFound,
+    NotALedger,
+    RunFinished,
+    RunStarted,
+    TaskOutput,
+    verify,
+)
+from evalledger.statuses import RunStatus
+
+
+def _events(run_id: str) -> list:
+    return [RunStarted(run_id=run_id, planned=["t1"]),
+            TaskOutput(run_id=run_id, task_key="t1", line="hello", n=1),
+            RunFinished(run_id=run_id, status=RunStatus.COMPLETED)]
+
+
+def _append_elsewhere(db: Path, run_id: str) -> None:
+    """Append a run from another process, which then closes the ledger."""
+    code = ("import sys; from tests.ledger.test_file import _events; "
+            "from evalledger.ledger import Ledger; "
+            "l = Ledger(sys.argv[1]); l.append(_events(sys.argv[2])); l.close()")
+    subprocess.run([sys.executable, "-c", code, str(db), run_id], check=True, timeout=60,
+                   cwd=Path(__file__).parents[2])
+
+
+def test_opening_a_ledger_keeps_the_locks_of_the_others_open_in_the_process(
+    db_path: Path,
+) -> None:
+    with Ledger(db_path) as ledger:
+        ledger.append(_events("first"))
+    reader = Ledger(db_path, read_only=True)
+    try:
+        assert reader.run_ids() == ["first"]
+        for _ in range(3):  # other handles come and go (a viewer opens one per thread)
+            Ledger(db_path, read_only=True).close()
+        wal = os.stat(f"{db_path}-wal").st_ino
+        _append_elsewhere(db_path, "second")
+        # The other process closed last but one: the reader's shared lock kept it from
+        # checkpointing and deleting the -wal the reader still maps.
+        assert os.stat(f"{db_path}-wal").st_ino == wal
+        assert reader.run_ids() == ["first", "second"]
+    finally:
+        reader.close()
+
+
+@pytest.mark.parametrize("size", [1, 100, 511])
+def test_a_file_shorter_than_a_page_is_refused_unread(db_path: Path, size: int) -> None:
+    db_path.write_bytes(b"SQLite format 3\x00".ljust(size, b"\x00")[:size])
+    with pytest.raises(NotALedger, match="not a SQLite database"):
+        Ledger(db_path)
+    assert db_path.stat().st_size == size
+
+
+def _delete(db: Path) -> None:
+    db.unlink()
+
+
+def _move(db: Path) -> None:
+    db.rename(db.with_name("moved.db"))
+
+
+def _delete_folder(db: Path) -> None:
+    shutil.rmtree(db.parent)
+
+
+def _replace(db: Path) -> None:
+    shutil.copyfile(db, db.with_name("copy.db"))
+    os.replace(db.with_name("copy.db"), db)
+
+
+def _delete_wal(db: Path) -> None:
+    Path(f"{db}-wal").unlink()
+
+
+CHANGES = {"deleted": _delete, "moved": _move, "folder deleted": _delete_folder,
+           "replaced": _replace, "-wal deleted": _delete_wal}
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_an_append_to_a_ledger_that_is_no_longer_at_its_path_is_refused(
+    tmp_path: Path, change: str
+) -> None:
+    db = tmp_path / "folder" / "l.db"
+    db.parent.mkdir()
+    ledger = Ledger(db)
+    try:
+        ledger.append(_events("before"))
+        CHANGES[change](db)
+        with pytest.raises(LedgerGone) as gone:
+            ledger.append(_events("after"))
+        message = str(gone.value)
+        assert str(db) in message and "\n" not in message, message
+        with pytest.raises(LedgerGone):  # and every append after it
+            ledger.append(_events("later"))
+        assert "after" not in ledger.run_ids()  # rolled back, not committed
+    finally:
+        ledger.close()
+    if change == "replaced":  # the file now at the path got nothing either
+        with Ledger(db, read_only=True) as there:
+            assert there.run_ids() == ["before"]
+
+
+def test_a_ledger_left_in_place_appends_as_before(db_path: Path) -> None:
+    with Ledger(db_path) as ledger:
+        for i in range(3):
+            ledger.append(_events(f"run-{i}"))
+        ledger.check_file()
+        assert ledger.run_ids() == ["run-0", "run-1", "run-2"]
+
+
+CREATOR = """\
+import sys, time
+from pathlib import Path
+from evalledger.ledger import Ledger
+go = Path(sys.argv[2])
+while not go.exists():
+    time.sleep(0.001)
+with Ledger(sys.argv[1]) as ledger:
+    print(ledger.ledger_id)
+"""
+
+
+def test_processes_creating_one_ledger_at_once_all_open_the_same_one(tmp_path: Path) -> None:
+    db, go = tmp_path / "l.db", tmp_path / "go"
+    creators = [subprocess.Popen([sys.executable, "-c", CREATOR, str(db), str(go)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for _ in range(4)]
+    try:
+        go.touch()
+        results = [p.communicate(timeout=60) for p in creators]
+    finally:
+        for p in creators:
+            p.kill()
+    assert [p.returncode for p in creators] == [0] * 4, results
+    with Ledger(db, read_only=True) as ledger:
+        assert {out.strip() for out, _ in results} == {ledger.ledger_id}
+        assert verify(ledger).ok
+
+
+# -- a ledger whose creation was cut off --------------------------------------------------------
+
+
+def _empty(db: Path) -> None:
+    db.write_bytes(b"")
+
+
+def _wal_no_table(db: Path) -> None:
+    """Killed after the switch to WAL, before the first migration committed."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA page_size = 8192")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.close()
+
+
+def _migrations_table_only(db: Path) -> None:
+    """sqlite-utils' bookkeeping made, no migration applied yet."""
+    from sqlite_utils import Database
+    from sqlite_utils.migrations import Migrations
+
+    conn = sqlite3.connect(db, isolation_level=None)
+    Migrations("evalledger").ensure_migrations_table(Database(conn))
+    conn.close()
+
+
+HALF_MADE = {"empty": _empty, "WAL, no table": _wal_no_table,
+             "migrations table only": _migrations_table_only}
+
+
+@pytest.mark.parametrize("make", list(HALF_MADE))
+def test_a_file_with_no_table_yet_is_no_ledger_to_a_reader_and_a_writer_finishes_it(
+    db_path: Path, make: str
+) -> None:
+    HALF_MADE[make](db_path)
+    with pytest.raises(LedgerNotFound) as none:
+        Ledger(db_path, read_only=True)
+    assert str(none.value).startswith(f"no ledger at {db_path} ("), none.value
+    assert "\n" not in str(none.value)
+    with Ledger(db_path) as ledger:
+        ledger.append(_events("r"))
+    with Ledger(db_path, read_only=True) as ledger:
+        assert ledger.run_ids() == ["r"]
+        assert verify(ledger).ok
+
+
+HOT_JOURNAL = """\
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("CREATE TABLE t (x BLOB)")
+conn.execute("INSERT INTO t VALUES (randomblob(100000))")
+conn.execute("PRAGMA cache_size = 1")
+conn.execute("BEGIN")
+conn.execute("UPDATE t SET x = randomblob(100000)")  # spills to the file: the journal is hot
+print("ready", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_file_left_mid_write_by_a_killed_process_is_one_line_to_a_reader(
+    db_path: Path,
+) -> None:
+    """A hot rollback journal (only ever made by a creation before this version, or by
+    another program): a read-only open cannot roll it back, and says so."""
+    writer = subprocess.Popen([sys.executable, "-c", HOT_JOURNAL, str(db_path)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout is not None and writer.stdout.readline() == "ready\n"
+        writer.kill()
+        writer.wait(60)
+    finally:
+        writer.kill()
+        writer.communicate()
+    assert Path(f"{db_path}-journal").exists()
+    with pytest.raises(LedgerIOError) as failed:
+        Ledger(db_path, read_only=True)
+    message = str(failed.value)
+    assert str(db_path) in message and "killed" in message and "\n" not in message, message
