@@ -42,7 +42,7 @@ from evalledger.ledger import (
     new_event_ids,
     utc_now,
 )
-from evalledger.options import PreservationMode
+from evalledger.options import DEFAULT_PRESERVATION_MODE, PreservationMode
 from evalledger.pricing import DEFAULT_RATES, RateCard
 from evalledger.statuses import FinalStatus
 from evalledger.tasks import ResolvedTask
@@ -80,7 +80,7 @@ class RunContext:
     writer: EventSink
     artifacts_root: Path
     sandbox_root: Path
-    preservation_mode: PreservationMode = "move-on-write"
+    preservation_mode: PreservationMode = DEFAULT_PRESERVATION_MODE
     kill_grace: float = DEFAULT_KILL_GRACE
     on_output: Callable[[AnyEvent], None] | None = None
     rates: RateCard = DEFAULT_RATES

@@ -89,8 +89,8 @@ def run(
     max_parallel: int = 4,
 ) -> BatchResult:
     options = RunOptions(out=str(tmp_path / "out"), max_parallel=max_parallel,
-                         preservation_mode=mode)  # type: ignore[arg-type]
-    config = BatchConfig(run_id=RUN_ID, options=options, kill_grace=0.5)
+                         preservation_mode=mode, kill_grace=0.5)  # type: ignore[arg-type]
+    config = BatchConfig(run_id=RUN_ID, options=options)
     result = trio.run(run_batch, ledger, list(tasks), config)
     assert verify(ledger).ok
     return result
@@ -1241,8 +1241,8 @@ def test_direct_write_sandbox_variable_with_relative_out_dir(
     print(os.path.isdir(os.environ["EVALLEDGER_SANDBOX"]))
     """
     task = make_task("reldir", script(tmp_path, "reldir", body), timeout=NEVER)
-    config = BatchConfig(run_id=RUN_ID, kill_grace=0.5,
-                         options=RunOptions(out="out", preservation_mode="direct-write"))
+    config = BatchConfig(run_id=RUN_ID, options=RunOptions(
+        out="out", preservation_mode="direct-write", kill_grace=0.5))
     result = trio.run(run_batch, ledger, [task], config)
     assert completed(result, ledger, task).final_status == FinalStatus.SUCCESS
     assert lines(ledger, task) == ["True"]
