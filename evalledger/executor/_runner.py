@@ -176,6 +176,12 @@ class _Streams:
                 # Also without a usage to record: a claude-code transcript's running
                 # estimate grows with each assistant message.
                 self.check_budget()
+                if self.exceeded is not None:
+                    # Reading stops at the line that passed the budget, wherever it sits
+                    # in this read: what follows it is not recorded (as when it comes in
+                    # a later read), and the tokens recorded are those the error states.
+                    pairs = pairs[:n - self.n]
+                    break
             else:
                 events.append(encoded(run_id, key, ts, stream, text, n, truncated, event_id))
         self.n = n
