@@ -33,6 +33,12 @@ class Operational:
 _OPERATIONAL = Operational()
 
 
+# Typed for the code that needs a default outside a run (the executor's helpers): the
+# fields below use these, so each knob still has exactly one default.
+DEFAULT_KILL_GRACE = 2.0
+DEFAULT_PRESERVATION_MODE: PreservationMode = "move-on-write"
+
+
 class RunOptions(BaseModel):
     """The options of one run, as recorded in ``run.started`` (paths made absolute)."""
 
@@ -48,7 +54,7 @@ class RunOptions(BaseModel):
     """Where attempts run: this machine, or a Ray cluster (the ledger stays here)."""
     experiment: str | None = None
     """The experiment file (absolute), if the run has one."""
-    kill_grace: Annotated[float, _OPERATIONAL] = Field(default=2.0, gt=0)
+    kill_grace: Annotated[float, _OPERATIONAL] = Field(default=DEFAULT_KILL_GRACE, gt=0)
     """Seconds a task's processes get between SIGTERM and SIGKILL when it is ended."""
     max_cost_usd: Annotated[float | None, _OPERATIONAL] = Field(default=None, gt=0)
     """Stop dispatching once the run has spent this many USD (a resume may raise it)."""
@@ -60,7 +66,7 @@ class RunOptions(BaseModel):
     """Reports and artifacts go to ``<out>/<run_id>/``."""
     paths: list[str] = []
     """Task files or folders of them (absolute)."""
-    preservation_mode: Annotated[PreservationMode, _OPERATIONAL] = "move-on-write"
+    preservation_mode: Annotated[PreservationMode, _OPERATIONAL] = DEFAULT_PRESERVATION_MODE
     """What happens to each task's sandbox: deleted, moved to the artifacts, or run there."""
     pricing: str | None = None
     """A YAML rate card (absolute path) adding model prices."""
@@ -96,4 +102,11 @@ class RunOptions(BaseModel):
         return cls.model_fields[name].default
 
 
-__all__ = ["ExecutorKind", "Operational", "PreservationMode", "RunOptions"]
+__all__ = [
+    "DEFAULT_KILL_GRACE",
+    "DEFAULT_PRESERVATION_MODE",
+    "ExecutorKind",
+    "Operational",
+    "PreservationMode",
+    "RunOptions",
+]

@@ -89,9 +89,9 @@ def normalize_model(name: str) -> str:
 class RateCard:
     """Prices by model, immutable: adding rates gives a new card.
 
-    One card is handed to a batch (``BatchConfig.rates``) and everything that
-    prices usage in it reads that card: nothing global to patch or to leak
-    between runs in one process.
+    One card is handed to a batch (``BatchConfig.rates``, by default the built-in card
+    plus the file ``RunOptions.pricing`` names) and everything that prices usage in
+    it reads that card: nothing global to patch or to leak between runs in one process.
     """
 
     __slots__ = ("_rates",)

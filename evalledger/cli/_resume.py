@@ -146,7 +146,6 @@ def resume(
         config = BatchConfig(
             run_id=run_id, options=options, experiment_id=plan.tasks.experiment_id,
             rates=rates, unpriced_models=warn_unpriced(plan.tasks.tasks, rates),
-            kill_grace=options.kill_grace,
         )
         # All tasks go in, so run.resumed fingerprints the whole run; skip filters.
         execute(

@@ -264,7 +264,7 @@ def run(
     run_id = run_id or new_run_id()
     config = BatchConfig(
         run_id=run_id, options=options, experiment_id=task_set.experiment_id, rates=rates,
-        unpriced_models=warn_unpriced(task_set.tasks, rates), kill_grace=options.kill_grace,
+        unpriced_models=warn_unpriced(task_set.tasks, rates),
     )
     with settings.open_ledger(durable=durable) as ledger:
         # Made now, not after every task ran: the reports and artifacts need a home.

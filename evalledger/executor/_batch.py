@@ -44,7 +44,6 @@ from evalledger.statuses import RunStatus
 from evalledger.tasks import ResolvedTask, Skipped
 
 from ._marks import batch_mark, kill_marked
-from ._process import DEFAULT_KILL_GRACE
 from ._runner import RunContext, run_task
 from ._sandbox import SandboxPool, remove_tree
 from ._watchdog import Watchdog, make_folder, sweep_dead_batches
@@ -58,15 +57,44 @@ log = logging.getLogger("evalledger.executor")
 
 @dataclass(frozen=True)
 class BatchConfig:
-    """How to run a batch. ``options`` is recorded in ``run.started`` and fingerprinted."""
+    """How to run a batch.
+
+    ``options`` is recorded in ``run.started`` and fingerprinted, and it is the one
+    source of every knob it has (``kill_grace``, ``max_parallel``, ``out``,
+    ``preservation_mode``, ``max_cost_usd``, ``pricing``): the properties below read
+    it, so what a run records is what it does. The other fields are what options
+    cannot hold.
+
+    Raises:
+        ValueError: ``options.pricing`` names a rate card that cannot be read (only
+            when ``rates`` is not given).
+    """
 
     run_id: str
     options: RunOptions = field(default_factory=RunOptions)
     experiment_id: str | None = None
     unpriced_models: Sequence[str] = ()
-    # What prices usage lines that carry no cost of their own.
-    rates: RateCard = DEFAULT_RATES
-    kill_grace: float = DEFAULT_KILL_GRACE
+    # What prices usage that carries no cost of its own. None: the built-in card plus
+    # the rates of ``options.pricing``, read once here (the CLI reads that file itself,
+    # to say what is wrong with it, and hands the card in).
+    rates: RateCard | None = None
+    _card: RateCard = field(init=False, repr=False, compare=False, default=DEFAULT_RATES)
+
+    def __post_init__(self) -> None:
+        card = self.rates
+        if card is None:
+            pricing = self.options.pricing
+            card = DEFAULT_RATES.with_file(pricing) if pricing else DEFAULT_RATES
+        object.__setattr__(self, "_card", card)  # frozen: set once, here
+
+    @property
+    def rate_card(self) -> RateCard:
+        """The card the batch prices with: ``rates``, or the one ``options.pricing`` gives."""
+        return self._card
+
+    @property
+    def kill_grace(self) -> float:
+        return self.options.kill_grace
 
     @property
     def max_parallel(self) -> int:
@@ -222,7 +250,7 @@ def _join_cluster(config: BatchConfig, token: str) -> RayExecutor:
 
     spec = WorkerSpec(run_id=config.run_id, batch_token=token,
                       preservation_mode=config.preservation_mode,
-                      kill_grace=config.kill_grace, rates=config.rates)
+                      kill_grace=config.kill_grace, rates=config.rate_card)
     cluster = RayExecutor(spec, config.max_parallel, config.options.ray_address)
     cluster.start()
     return cluster
@@ -293,7 +321,7 @@ async def _run(
             preservation_mode=config.preservation_mode,
             kill_grace=config.kill_grace,
             on_output=callbacks.on_output,
-            rates=config.rates,
+            rates=config.rate_card,
             spent_usd=resume.spent_usd if resume else 0.0,
         )
         status = RunStatus.COMPLETED

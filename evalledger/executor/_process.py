@@ -18,9 +18,10 @@ from pathlib import Path
 
 import trio
 
-from ._marks import kill_marked
+# RunOptions' own default, re-exported: the executor's helpers fall back to it.
+from evalledger.options import DEFAULT_KILL_GRACE as DEFAULT_KILL_GRACE
 
-DEFAULT_KILL_GRACE = 2.0
+from ._marks import kill_marked
 
 
 class Child:

@@ -5,6 +5,12 @@ The runner appends as it goes: ``task.started``, then every line (``task.output`
 ``task.completed`` (committed before ``run_task`` returns) or, when the batch is
 cancelled, ``task.interrupted`` before the cancellation goes on.
 
+Invariant: spend is never dropped. However an attempt ends (its result, a timeout, a
+budget stop, an error, cancellation), the usage meter's running estimate (what a
+claude-code transcript's messages used since its last result line) is recorded as
+``task.usage`` before the attempt's last event: before ``task.completed``, or, shielded
+and committed with it, before ``task.interrupted``.
+
 Any exception inside the runner becomes final status ERROR with its message; it
 never takes down the batch. Cancellation is not an exception in that sense: it
 is recorded and re-raised.
@@ -42,7 +48,7 @@ from evalledger.ledger import (
     new_event_ids,
     utc_now,
 )
-from evalledger.options import PreservationMode
+from evalledger.options import DEFAULT_PRESERVATION_MODE, PreservationMode
 from evalledger.pricing import DEFAULT_RATES, RateCard
 from evalledger.statuses import FinalStatus
 from evalledger.tasks import ResolvedTask
@@ -70,6 +76,9 @@ MAX_ENV_PROMPT = 128 * 1024 - 64
 # printed last; an early line beyond this is not seen). The ledger has all of it.
 MAX_KEPT_OUTPUT = 16 * 1024 * 1024
 _LINE_COST = 64
+# How long a cancelled attempt may wait to hand over what it already read: the writer
+# drains its channel shielded, so only a stalled disk makes this bound matter.
+_LAST_WRITE = 5.0
 
 
 @dataclass
@@ -80,7 +89,7 @@ class RunContext:
     writer: EventSink
     artifacts_root: Path
     sandbox_root: Path
-    preservation_mode: PreservationMode = "move-on-write"
+    preservation_mode: PreservationMode = DEFAULT_PRESERVATION_MODE
     kill_grace: float = DEFAULT_KILL_GRACE
     on_output: Callable[[AnyEvent], None] | None = None
     rates: RateCard = DEFAULT_RATES
@@ -162,11 +171,17 @@ class _Streams:
             ):
                 events.append(TaskEmitted(event_id=event_id, run_id=run_id, task_key=key, ts=ts,
                                           data=data, n=n))
-                if (usage := self.meter.observe(data)) is not None:
+                for usage in self.meter.observe(data):
                     events.append(self._usage_event(usage, ts))
                 # Also without a usage to record: a claude-code transcript's running
                 # estimate grows with each assistant message.
                 self.check_budget()
+                if self.exceeded is not None:
+                    # Reading stops at the line that passed the budget, wherever it sits
+                    # in this read: what follows it is not recorded (as when it comes in
+                    # a later read), and the tokens recorded are those the error states.
+                    pairs = pairs[:n - self.n]
+                    break
             else:
                 events.append(encoded(run_id, key, ts, stream, text, n, truncated, event_id))
         self.n = n
@@ -176,7 +191,14 @@ class _Streams:
         self.kept_chars[stream] += sum(len(text) for text, _ in pairs) + _LINE_COST * len(pairs)
         while self.kept_chars[stream] > MAX_KEPT_OUTPUT and len(kept) > 1:
             self.kept_chars[stream] -= len(kept.popleft())
-        await self.ctx.writer.append(*events)
+        try:
+            await self.ctx.writer.append(*events)
+        except trio.Cancelled:
+            # Read from the pipe and counted by the meter already: recorded all the same,
+            # or the spend they report would be lost (a cancelled send sent nothing).
+            with trio.CancelScope(shield=True), trio.move_on_after(_LAST_WRITE):
+                await self.ctx.writer.append(*events)
+            raise
         if self.ctx.on_output is not None:
             for event in events:
                 if event.type != EventType.TASK_USAGE:
@@ -187,11 +209,19 @@ class _Streams:
         self.ctx.spent_usd += usage.cost_usd or 0.0
         return TaskUsage(
             run_id=self.ctx.run_id, task_key=self.task.task_key, ts=ts, model=usage.model,
-            cost_usd=usage.cost_usd, **dict(usage.tokens),
+            cost_usd=usage.cost_usd, estimate=usage.estimate, **dict(usage.tokens),
         )
 
-    async def usage(self, usage: Usage) -> None:
-        await self.ctx.writer.append(self._usage_event(usage, utc_now()))
+    async def book_estimate(self) -> None:
+        """Record the meter's running estimate (one usage per model), if it has one.
+
+        Shielded: once taken from the meter it is counted nowhere else, so a
+        cancellation must not drop it between the two.
+        """
+        if usages := self.meter.finish():
+            ts = utc_now()
+            with trio.CancelScope(shield=True):
+                await self.ctx.writer.append(*(self._usage_event(u, ts) for u in usages))
 
     def check_budget(self) -> None:
         budget = self.task.budget
@@ -288,9 +318,10 @@ async def run_task(
         )
     )
     started = time.monotonic()
+    state = _Streams(task, ctx, UsageMeter(task.stream_format, task.model, ctx.rates))
     try:
         try:
-            completed = await _attempt(task, ctx, attempt, started)
+            completed = await _attempt(task, ctx, attempt, started, state)
         finally:
             if release is not None:
                 release()
@@ -300,6 +331,9 @@ async def run_task(
         # (an `except trio.Cancelled` would miss those), or a KeyboardInterrupt.
         reason = "cancelled" if _is_cancellation(e) else f"{type(e).__name__}: {e}"
         with trio.CancelScope(shield=True), contextlib.suppress(WriterFailed):
+            # What the attempt used and no result line reported: booked before the
+            # interruption, and committed with it (the channel keeps their order).
+            await state.book_estimate()
             await ctx.writer.append_durable(
                 TaskInterrupted(run_id=ctx.run_id, task_key=task.task_key, reason=reason)
             )
@@ -326,10 +360,9 @@ def _is_cancellation(error: BaseException) -> bool:
 
 
 async def _attempt(
-    task: ResolvedTask, ctx: RunContext, attempt: int, started: float
+    task: ResolvedTask, ctx: RunContext, attempt: int, started: float, state: _Streams
 ) -> TaskCompleted:
-    meter = UsageMeter(task.stream_format, task.model, ctx.rates)
-    state = _Streams(task, ctx, meter)
+    meter = state.meter
     exit_code: int | None = None
     criteria: list[CriterionResult] = []
     error: str | None = None
@@ -359,9 +392,7 @@ async def _attempt(
             "EVALLEDGER_TASK_DIR": str(Path(task.source).parent),
         }
         timed_out, exit_code = await _execute(task, ctx, state, env, marker, deadline)
-        if (leftover := meter.finish()) is not None:
-            await state.usage(leftover)
-            state.check_budget()
+        await state.book_estimate()
         outcome = Outcome(sandbox, exit_code, state.text("stdout"), state.text("stderr"))
         criteria = await evaluate(task.success_criteria, outcome, env, ctx.hurry, deadline,
                                   ctx.kill_grace)
@@ -384,6 +415,8 @@ async def _attempt(
     except Exception as e:
         log.debug("task %s raised", task.task_key, exc_info=True)
         status, error = FinalStatus.ERROR, f"{type(e).__name__}: {e}"
+        with contextlib.suppress(WriterFailed):  # cut short before it was booked
+            await state.book_estimate()
     finally:
         if sandbox is not None and ctx.preservation_mode == "none" and ctx.sandboxes:
             ctx.sandboxes.discard(sandbox)  # removed off the loop, off this task's path

@@ -7,11 +7,17 @@ A missing ``cost_usd`` is priced from the rate card; an unpriced model gives
 ``None``, never 0.
 
 ``claude-code``: the Claude Code CLI's ``stream-json``. Assistant messages carry
-per-message usage (the same message id may repeat across content blocks, so the
-last report per id counts); that running estimate enforces budgets live. The
-final ``{"type": "result", "total_cost_usd": X, "usage": {...}}`` line gives the
-totals and is what is recorded. A transcript that ends without a result line
-(timeout, budget stop) records the estimate instead, priced from the rate card.
+per-message usage and name their model (the same message id may repeat across
+content blocks, so the last report per id counts); summed per model and priced
+from the rate card, that is the running estimate that enforces budgets live. The
+final ``{"type": "result", ...}`` line gives the totals and is what is recorded:
+one usage per model of its ``modelUsage`` (Claude Code 2.x: the main model and a
+small one), or, from an older CLI without it, its ``usage`` and ``total_cost_usd``
+booked to the model in use. An attempt that ends without a result line (timeout,
+budget stop, cancellation) records the estimate instead, per model, marked as one.
+
+Invariant: every usage ``observe`` returns or ``finish`` hands over is accounted in
+``totals`` / ``cost_usd`` exactly once; the estimate never is until it is handed over.
 """
 
 from __future__ import annotations
@@ -29,11 +35,22 @@ class Usage:
     model: str | None
     tokens: TokenCounts = NO_TOKENS
     cost_usd: float | None = None
+    # Summed from a claude-code transcript's messages and priced from the rate card,
+    # because no result line came: not what the CLI itself reported.
+    estimate: bool = False
 
 
 # Beyond any real usage, and beyond what a float (so SQLite, so a cost) can hold
 # exactly: a count this large is garbage, recorded as the line it came in, not counted.
 MAX_TOKENS = 2**53
+
+# How far the per-model costs of a result line may fall from its total_cost_usd and
+# still be read as the same money summed in another order: a ten-thousandth of a cent.
+# Within it, the model that cost most takes the difference, so the usage recorded adds
+# up to total_cost_usd; beyond it, each model keeps the cost reported for it.
+ROUNDING_USD = 1e-6
+
+_NONE: tuple[Usage, ...] = ()
 
 
 def _int(value: Any) -> int:
@@ -45,12 +62,28 @@ def _int(value: Any) -> int:
     return 0
 
 
+def _cost(value: Any) -> float | None:
+    """A reported cost: a finite number >= 0 (1e400 reads as inf: not a cost), else None."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < math.inf:
+        return float(value)
+    return None
+
+
 def _tokens(raw: dict[str, Any], input_: str, output: str, cache_read: str,
             cache_write: str) -> TokenCounts:
     # model_construct: _int has already made every count a valid one.
     return TokenCounts.model_construct(
         cache_read_tokens=_int(raw.get(cache_read)), cache_write_tokens=_int(raw.get(cache_write)),
         input_tokens=_int(raw.get(input_)), output_tokens=_int(raw.get(output)),
+    )
+
+
+def _minus(a: TokenCounts, b: TokenCounts) -> TokenCounts:
+    return TokenCounts.model_construct(
+        cache_read_tokens=a.cache_read_tokens - b.cache_read_tokens,
+        cache_write_tokens=a.cache_write_tokens - b.cache_write_tokens,
+        input_tokens=a.input_tokens - b.input_tokens,
+        output_tokens=a.output_tokens - b.output_tokens,
     )
 
 
@@ -71,8 +104,13 @@ class UsageMeter:
         self.totals = NO_TOKENS
         self.cost_usd = 0.0  # the priced part; a floor when cost_complete is False
         self.cost_complete = True
-        self._messages: dict[str, TokenCounts] = {}
-        self._estimate: Usage | None = None  # claude-code, until the result line arrives
+        # claude-code, until a result line arrives: each message's last report (by id)
+        # with its model, and their sums per model (kept as they change, not re-added:
+        # a long transcript has thousands of messages).
+        self._messages: dict[str, tuple[str | None, TokenCounts]] = {}
+        self._by_model: dict[str | None, TokenCounts] = {}
+        self._estimate_tokens = 0
+        self._estimate_costs: dict[str | None, float | None] = {}
         # Versions the command stated ({"type": "version", ...}; Claude Code's init line).
         self.versions: dict[str, str] = {}
         # Models a usage report or a message named: what was actually used.
@@ -81,21 +119,21 @@ class UsageMeter:
     @property
     def live_tokens(self) -> int:
         """Tokens so far, counting a claude-code transcript's running estimate."""
-        return self.totals.total + (self._estimate.tokens.total if self._estimate else 0)
+        return self.totals.total + self._estimate_tokens
 
     @property
     def live_cost_usd(self) -> float:
-        return self.cost_usd + ((self._estimate.cost_usd or 0.0) if self._estimate else 0.0)
+        return self.cost_usd + sum(c for c in self._estimate_costs.values() if c)
 
-    def observe(self, data: dict[str, Any]) -> Usage | None:
-        """A JSON line arrived; return the usage to record now, if any."""
+    def observe(self, data: dict[str, Any]) -> tuple[Usage, ...]:
+        """A JSON line arrived; return the usage to record now (often none)."""
         if data.get("type") == "version":
             self.versions.update(_texts(data))
-            return None
+            return _NONE
         if self.stream_format == "claude-code":
             return self._claude_code(data)
         if data.get("type") != "usage":
-            return None
+            return _NONE
         model = data.get("model") if isinstance(data.get("model"), str) else self.model
         if model:
             self.models_used.add(model)
@@ -103,25 +141,27 @@ class UsageMeter:
                          "cache_write_tokens")
         usage = self._priced(model, data.get("cost_usd"), tokens)
         self._account(usage)
-        return usage
+        return (usage,)
 
-    def finish(self) -> Usage | None:
-        """The command ended: usage still to record (a claude-code estimate), if any."""
-        if self._estimate is None:
-            return None
-        usage, self._estimate = self._estimate, None
-        self._account(usage)
-        return usage
+    def finish(self) -> tuple[Usage, ...]:
+        """The attempt is over, however it ended: the running estimate still to record,
+        one usage per model, each marked as an estimate (none for ``native``)."""
+        estimate = tuple(
+            Usage(model, tokens, self._estimate_costs[model], estimate=True)
+            for model, tokens in self._by_model.items() if tokens.total
+        )
+        self._clear_estimate()
+        for usage in estimate:
+            self._account(usage)
+        return estimate
 
     def _priced(self, model: str | None, cost: Any, tokens: TokenCounts) -> Usage:
-        # A cost that is not a finite number (1e400 reads as inf) is not a cost: price it.
-        if isinstance(cost, int | float) and not isinstance(cost, bool) and 0 <= cost < math.inf:
-            cost_usd: float | None = float(cost)
-        else:
+        cost_usd = _cost(cost)
+        if cost_usd is None:
             cost_usd = self.rates.price(model, tokens)
         return Usage(model=model, tokens=tokens, cost_usd=cost_usd)
 
-    def _claude_code(self, data: dict[str, Any]) -> Usage | None:
+    def _claude_code(self, data: dict[str, Any]) -> tuple[Usage, ...]:
         kind = data.get("type")
         if kind == "system" and data.get("subtype", "init") == "init":
             if isinstance(data.get("model"), str):
@@ -135,20 +175,71 @@ class UsageMeter:
                 self.models_used.add(message["model"])
             raw = message.get("usage")
             if isinstance(raw, dict):
-                self._messages[str(message.get("id", len(self._messages)))] = _anthropic(raw)
-                total = sum(self._messages.values(), NO_TOKENS)
-                self._estimate = self._priced(self.model, None, total)
+                self._message(str(message.get("id", len(self._messages))), self.model,
+                              _anthropic(raw))
         elif kind == "result":
-            raw = data.get("usage")
-            totals = _anthropic(raw if isinstance(raw, dict) else {})
-            usage = self._priced(self.model, data.get("total_cost_usd"), totals)
+            usages = self._per_model(data) or (self._session_total(data),)
             # A command may run the CLI again (plan, then implement): later messages
             # start a new estimate rather than re-counting this session's.
-            self._estimate = None
-            self._messages.clear()
-            self._account(usage)
-            return usage
-        return None
+            self._clear_estimate()
+            for usage in usages:
+                self._account(usage)
+            return usages
+        return _NONE
+
+    def _message(self, key: str, model: str | None, tokens: TokenCounts) -> None:
+        """A message's (latest) usage: the estimate of its model, and only that, moves."""
+        if (previous := self._messages.get(key)) is not None:
+            self._move_estimate(previous[0], previous[1], remove=True)
+        self._messages[key] = (model, tokens)
+        self._move_estimate(model, tokens)
+
+    def _move_estimate(self, model: str | None, tokens: TokenCounts, *,
+                       remove: bool = False) -> None:
+        before = self._by_model.get(model, NO_TOKENS)
+        after = _minus(before, tokens) if remove else before + tokens
+        self._by_model[model] = after
+        self._estimate_tokens += after.total - before.total
+        self._estimate_costs[model] = self.rates.price(model, after)
+
+    def _clear_estimate(self) -> None:
+        self._messages.clear()
+        self._by_model.clear()
+        self._estimate_costs.clear()
+        self._estimate_tokens = 0
+
+    def _per_model(self, data: dict[str, Any]) -> tuple[Usage, ...]:
+        """A result line's ``modelUsage``, one usage per model (none when it has none)."""
+        raw = data.get("modelUsage")
+        if not isinstance(raw, dict):
+            return _NONE
+        usages = []
+        reported = True  # every model's cost is the CLI's own, none priced here
+        for model, entry in raw.items():
+            if not (isinstance(model, str) and model and isinstance(entry, dict)):
+                continue
+            self.models_used.add(model)
+            tokens = _tokens(entry, "inputTokens", "outputTokens", "cacheReadInputTokens",
+                             "cacheCreationInputTokens")
+            reported = reported and _cost(entry.get("costUSD")) is not None
+            usages.append(self._priced(model, entry.get("costUSD"), tokens))
+        if not usages:
+            return _NONE
+        total = _cost(data.get("total_cost_usd"))
+        if total is not None and reported:
+            gap = total - sum(u.cost_usd or 0.0 for u in usages)
+            if gap and abs(gap) <= ROUNDING_USD:
+                # max() keeps the first of equal costs: the order the CLI listed them.
+                main = max(range(len(usages)), key=lambda i: usages[i].cost_usd or 0.0)
+                cost = max(0.0, (usages[main].cost_usd or 0.0) + gap)
+                usages[main] = Usage(usages[main].model, usages[main].tokens, cost)
+        return tuple(usages)
+
+    def _session_total(self, data: dict[str, Any]) -> Usage:
+        """An older CLI's result line: its totals, booked to the model in use."""
+        raw = data.get("usage")
+        totals = _anthropic(raw if isinstance(raw, dict) else {})
+        return self._priced(self.model, data.get("total_cost_usd"), totals)
 
     def _account(self, usage: Usage) -> None:
         self.totals = self.totals + usage.tokens

@@ -152,6 +152,10 @@ def _absent(value: object) -> bool:
     return value is None
 
 
+def _false(value: object) -> bool:
+    return value is False
+
+
 # Where an event came from when it was not recorded by a run but imported (from the
 # old harness's run folders): left out of the payload when None, as every native event
 # has it.
@@ -306,6 +310,10 @@ class TaskUsage(_TaskEvent):
     cache_write_tokens: int = 0
     # None means "not priced": the model had no rate. Never booked as zero.
     cost_usd: float | None = None
+    # True: the agent reported no total for this spend (a claude-code attempt ended
+    # before its result line), so it is summed from its messages and priced from the
+    # rate card. Left out of the payload when false, as every usage before it was.
+    estimate: Annotated[bool, Field(exclude_if=_false)] = False
     input_tokens: int = 0
     model: str | None = None
     output_tokens: int = 0

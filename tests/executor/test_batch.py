@@ -37,6 +37,7 @@ from evalledger.ledger import (
     verify,
 )
 from evalledger.options import RunOptions
+from evalledger.pricing import DEFAULT_RATES
 from evalledger.statuses import Category, FinalStatus, RunStatus
 from evalledger.tasks import ResolvedTask, Skipped
 from tests.processes import still_alive
@@ -68,7 +69,7 @@ def py(path: Path, *args: object) -> list[str]:
     return [sys.executable, str(path), *map(str, args)]
 
 
-_BATCH_FIELDS = {"experiment_id", "kill_grace", "rates", "unpriced_models"}
+_BATCH_FIELDS = {"experiment_id", "rates", "unpriced_models"}
 
 
 def config(tmp_path: Path, run_id: str = RUN, **fields: Any) -> BatchConfig:
@@ -653,6 +654,66 @@ def test_a_child_ignoring_sigterm_is_killed_after_the_grace_period(
     # SIGKILL came once the grace (0.3 s) was over, not after their minute of sleep.
     assert time.monotonic() - marks["cancel"] >= 0.3
     assert elapsed < PATIENCE
+
+
+# Notes when SIGTERM came and, until SIGKILL ends it, the time every 20 ms: the last
+# note is when it died, give or take one beat.
+TERM_DEAF = """
+import os, signal, sys, time
+from pathlib import Path
+folder = Path(sys.argv[1])
+signal.signal(signal.SIGTERM, lambda *_: (folder / "term").write_text(repr(time.monotonic())))
+(folder / "ready").write_text(str(os.getpid()))
+while True:
+    (folder / "beat.tmp").write_text(repr(time.monotonic()))
+    os.replace(folder / "beat.tmp", folder / "beat")
+    time.sleep(0.02)
+"""
+
+
+def test_the_kill_grace_of_the_options_is_the_one_waited(
+    tmp_path: Path, ledger: Ledger
+) -> None:
+    """Regression: BatchConfig had a kill_grace of its own (default 2.0) beside the
+    options': a library caller setting RunOptions(kill_grace=5.0) had 5.0 recorded in
+    run.started and SIGKILL sent after 2 s. The options are now the only source."""
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    task = make_task("deaf", py(script(tmp_path, "deaf", TERM_DEAF), folder), timeout=600)
+    cfg = BatchConfig(run_id=RUN, options=RunOptions(out=str(tmp_path / "out"),
+                                                     kill_grace=5.0))
+    assert cfg.kill_grace == 5.0
+    run_and_cancel(ledger, [task], cfg, lambda: (folder / "ready").exists())
+
+    [started] = of_type(events(ledger), RunStarted)
+    assert started.config.kill_grace == 5.0
+    pid = int((folder / "ready").read_text())
+    assert still_alive([pid], PATIENCE) == []
+    termed = float((folder / "term").read_text())
+    last_beat = float((folder / "beat").read_text())
+    # Alive through the grace period after SIGTERM: far past the old 2 s (the margin is
+    # for a loaded machine, where the handler and the beats run late), never beyond it.
+    assert 3.5 < last_beat - termed < 5.5
+
+
+def test_the_pricing_file_of_the_options_prices_the_batch(
+    tmp_path: Path, ledger: Ledger
+) -> None:
+    """Regression, as for kill_grace: RunOptions(pricing=FILE) was recorded, but only the
+    CLI read the file; a library caller's batch priced with the built-in card alone."""
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("house-model: {input: 2, output: 8}\n", encoding="utf-8")
+    line = json.dumps({"type": "usage", "model": "house-model", "input_tokens": 500_000,
+                       "output_tokens": 125_000})
+    task = make_task("priced", [sys.executable, "-c", f"print({line!r})"])
+    cfg = config(tmp_path, pricing=str(prices))
+    result = run(ledger, [task], cfg)
+    [done] = result.completed
+    assert done.cost_usd == pytest.approx(2.0) and done.cost_complete
+    # An explicit card still wins; a file that cannot be read fails at once.
+    assert config(tmp_path, pricing=str(prices), rates=DEFAULT_RATES).rate_card is DEFAULT_RATES
+    with pytest.raises(ValueError, match="pricing file"):
+        config(tmp_path, pricing=str(tmp_path / "missing.yaml"))
 
 
 def test_kill_now_after_cancel_skips_the_grace_period(

@@ -450,8 +450,8 @@ def test_the_same_task_key_twice_in_one_batch(ledger: Ledger, tmp_path: Path) ->
     already holding one of this CapacityLimiter's tokens" mid-batch, the run recorded
     as interrupted. Duplicates are refused up front: ValueError, nothing recorded."""
     task = make_task("dup", ["true"])
-    config = BatchConfig(run_id=RUN_ID, options=RunOptions(out=str(tmp_path / "out")),
-                         kill_grace=0.5)
+    config = BatchConfig(run_id=RUN_ID,
+                         options=RunOptions(out=str(tmp_path / "out"), kill_grace=0.5))
     with pytest.raises(ValueError, match="unique") as info:
         trio.run(run_batch, ledger, [task, task, task], config)
     assert task.task_key in str(info.value)
@@ -706,8 +706,8 @@ def test_output_held_up_by_a_locked_ledger_is_not_dropped(
         (signals / "release").touch()
 
     task = make_task("held", script(tmp_path, "held", HELD, str(signals)), timeout=timeout)
-    config = BatchConfig(run_id=RUN_ID, options=RunOptions(out=str(tmp_path / "out")),
-                         kill_grace=0.5)
+    config = BatchConfig(run_id=RUN_ID,
+                         options=RunOptions(out=str(tmp_path / "out"), kill_grace=0.5))
 
     async def main() -> BatchResult:
         async with trio.open_nursery() as nursery:

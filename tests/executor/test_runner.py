@@ -41,6 +41,7 @@ from evalledger.ledger import (
 )
 from evalledger.options import RunOptions
 from evalledger.pricing import DEFAULT_RATES
+from evalledger.projections import SummaryFold, fold
 from evalledger.statuses import Category, FinalStatus, RunStatus
 from evalledger.tasks import ResolvedTask
 from tests.processes import wait_gone
@@ -89,8 +90,8 @@ def run(
     max_parallel: int = 4,
 ) -> BatchResult:
     options = RunOptions(out=str(tmp_path / "out"), max_parallel=max_parallel,
-                         preservation_mode=mode)  # type: ignore[arg-type]
-    config = BatchConfig(run_id=RUN_ID, options=options, kill_grace=0.5)
+                         preservation_mode=mode, kill_grace=0.5)  # type: ignore[arg-type]
+    config = BatchConfig(run_id=RUN_ID, options=options)
     result = trio.run(run_batch, ledger, list(tasks), config)
     assert verify(ledger).ok
     return result
@@ -677,7 +678,7 @@ def test_token_budget_exceeded_stops_the_command(ledger: Ledger, tmp_path: Path)
     assert done.tokens.total > 2000
     assert done.error_message == f"used {done.tokens.total} tokens, budget 2000"
     usages = check_usage_matches(ledger, task, done)
-    assert 5 <= len(usages) <= 8  # the 5th line passes 2000; more may be in the same read
+    assert len(usages) == 5  # the 5th line passes 2000; nothing after it is recorded
     assert all(u.model == "claude-sonnet-4-5" for u in usages)
     per_line = price("claude-sonnet-4-5", input_tokens=400, output_tokens=100)
     assert all(u.cost_usd == pytest.approx(per_line) for u in usages)
@@ -688,6 +689,33 @@ def test_token_budget_exceeded_stops_the_command(ledger: Ledger, tmp_path: Path)
     assert emitted and all(d == line for d in emitted)
     assert_bracketed(ledger, task)
     assert wait_gone(int(pid_file.read_text()), NEVER)
+
+
+def test_a_budget_passed_mid_read_records_nothing_after_its_line(
+    ledger: Ledger, tmp_path: Path
+) -> None:
+    """Regression (the test above failed 1 run in 3 on a loaded machine): lines that
+    came in the same read as the one passing the budget were recorded too, so the
+    tokens recorded (4,000) were not the ones the error stated (2,500). Here all eight
+    lines come in one write, so in one read, every time."""
+    body = """
+    import json, sys, time
+    line = json.dumps({"type": "usage", "model": "claude-sonnet-4-5", "input_tokens": 400,
+                       "output_tokens": 100})
+    sys.stdout.write((line + "\\n") * 8 + "after\\n")  # one write: well under PIPE_BUF
+    sys.stdout.flush()
+    time.sleep(60)
+    """
+    task = make_task("batched", script(tmp_path, "batched", body), timeout=NEVER,
+                     budget={"max_tokens": 2000})
+    result = run(ledger, tmp_path, task)
+    done = completed(result, ledger, task)
+    assert done.final_status == FinalStatus.TOKEN_BUDGET_EXCEEDED
+    assert done.tokens.total == 2500
+    assert done.error_message == "used 2500 tokens, budget 2000"
+    assert len(check_usage_matches(ledger, task, done)) == 5
+    assert len(task_events(ledger, task, "task.event")) == 5
+    assert lines(ledger, task) == []  # "after" came after the budget was passed
 
 
 def test_tokens_exactly_at_budget_are_not_exceeded(ledger: Ledger, tmp_path: Path) -> None:
@@ -786,15 +814,16 @@ MODEL = "claude-sonnet-4-5-20250929"
 SESSION = "7f1c2d3e-0000-4000-8000-000000000001"
 
 
-def _assistant(msg_id: str, content: list[dict[str, Any]], usage: dict[str, Any]) -> dict:
+def _assistant(msg_id: str, content: list[dict[str, Any]], usage: dict[str, Any], *,
+               model: str = MODEL, parent: str | None = None) -> dict:
     return {
         "type": "assistant",
         "message": {
-            "id": msg_id, "type": "message", "role": "assistant", "model": MODEL,
+            "id": msg_id, "type": "message", "role": "assistant", "model": model,
             "content": content, "stop_reason": None, "stop_sequence": None,
             "usage": {**usage, "service_tier": "standard"},
         },
-        "parent_tool_use_id": None,
+        "parent_tool_use_id": parent,
         "session_id": SESSION,
     }
 
@@ -931,6 +960,124 @@ def test_claude_code_result_over_budget(ledger: Ledger, tmp_path: Path) -> None:
     assert done.final_status == FinalStatus.COST_BUDGET_EXCEEDED
     assert done.cost_usd == 0.0623
     assert done.error_message == "spent $0.0623, budget $0.0500"
+
+
+# Claude Code 2.x also uses a small model (here a subagent's messages, under the main
+# model's tool call); its result line reports each model in `modelUsage`.
+HAIKU = "claude-haiku-4-5-20251001"
+TWO_MODELS: list[dict[str, Any]] = [
+    *TRANSCRIPT[:4],
+    _assistant("msg_h1", [{"type": "text", "text": "Looking at the files."}],
+               {"input_tokens": 1500, "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0, "output_tokens": 10}, model=HAIKU,
+               parent="toolu_01"),
+    _assistant("msg_h1", [{"type": "tool_use", "id": "toolu_h1", "name": "Read",
+                           "input": {"file_path": "add.py"}}],
+               {"input_tokens": 1500, "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0, "output_tokens": 75}, model=HAIKU,
+               parent="toolu_01"),
+    TRANSCRIPT[4],
+]
+# Costs as a real CLI printed them: the float sum of the two is 0.013645000000000001,
+# one rounding step off total_cost_usd.
+MODEL_USAGE = {
+    MODEL: {"inputTokens": 10, "outputTokens": 160, "cacheReadInputTokens": 29000,
+            "cacheCreationInputTokens": 5300, "webSearchRequests": 0, "costUSD": 0.01161,
+            "contextWindow": 200000},
+    HAIKU: {"inputTokens": 1500, "outputTokens": 75, "cacheReadInputTokens": 0,
+            "cacheCreationInputTokens": 0, "webSearchRequests": 0,
+            "costUSD": 0.0020350000000000004, "contextWindow": 200000},
+}
+RESULT_2X = {**RESULT, "total_cost_usd": 0.013645, "modelUsage": MODEL_USAGE}
+
+
+def _estimates() -> dict[str, dict[str, int]]:
+    """TWO_MODELS' messages summed per model, the last report per message id."""
+    return {MODEL: _estimate(),
+            HAIKU: {"input_tokens": 1500, "output_tokens": 75, "cache_read_tokens": 0,
+                    "cache_write_tokens": 0}}
+
+
+def _by_model(ledger: Ledger, task: ResolvedTask) -> dict[str | None, TaskUsage]:
+    usages = [u for u in task_events(ledger, task, "task.usage") if isinstance(u, TaskUsage)]
+    by_model = {u.model: u for u in usages}
+    assert len(by_model) == len(usages), "one usage per model"
+    return by_model
+
+
+def _check_estimates(ledger: Ledger, task: ResolvedTask, done: TaskCompleted) -> None:
+    by_model = _by_model(ledger, task)
+    expected = _estimates()
+    assert set(by_model) == set(expected)
+    for model, tokens in expected.items():
+        usage = by_model[model]
+        assert usage.estimate
+        assert {k: getattr(usage, k) for k in tokens} == tokens
+        assert usage.cost_usd == pytest.approx(price(model, **tokens))
+    check_usage_matches(ledger, task, done)
+    assert done.cost_usd == pytest.approx(sum(price(m, **t) or 0.0 for m, t in expected.items()))
+    assert done.cost_complete
+
+
+def test_claude_code_timeout_records_the_estimate_of_each_model(
+    ledger: Ledger, tmp_path: Path
+) -> None:
+    """Regression: the estimate was one usage, all tokens priced as the last message's
+    model (the small one's tokens at the main model's price)."""
+    task = claude_task(tmp_path, "cut2", TWO_MODELS, "hang", timeout=1)
+    done = completed(run(ledger, tmp_path, task), ledger, task)
+    assert done.final_status == FinalStatus.TIMEOUT
+    _check_estimates(ledger, task, done)
+
+
+def test_claude_code_budget_stop_records_the_estimate_of_each_model(
+    ledger: Ledger, tmp_path: Path
+) -> None:
+    # the estimate passes 35,000 tokens with msg_02, the last message
+    task = claude_task(tmp_path, "budget2", TWO_MODELS, "hang", timeout=NEVER,
+                       budget={"max_tokens": 35_000})
+    done = completed(run(ledger, tmp_path, task), ledger, task)
+    assert done.final_status == FinalStatus.TOKEN_BUDGET_EXCEEDED, done.error_message
+    assert done.duration_seconds < QUICK
+    _check_estimates(ledger, task, done)
+    assert done.error_message == f"used {done.tokens.total} tokens, budget 35000"
+
+
+def test_claude_code_model_usage_books_each_model_at_its_own_cost(
+    ledger: Ledger, tmp_path: Path
+) -> None:
+    """Regression: the result line's totals and whole total_cost_usd were booked to the
+    main model; the small model never appeared in models or usage_by_model."""
+    task = claude_task(tmp_path, "twomodels", [*TWO_MODELS, RESULT_2X], "exit",
+                       timeout=NEVER)
+    done = completed(run(ledger, tmp_path, task), ledger, task)
+    assert done.final_status == FinalStatus.SUCCESS
+    by_model = _by_model(ledger, task)
+    assert set(by_model) == {MODEL, HAIKU}
+    for model, reported in MODEL_USAGE.items():
+        usage = by_model[model]
+        assert not usage.estimate
+        assert (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens,
+                usage.cache_write_tokens) == (
+            reported["inputTokens"], reported["outputTokens"],
+            reported["cacheReadInputTokens"], reported["cacheCreationInputTokens"])
+        assert usage.cost_usd == pytest.approx(reported["costUSD"], abs=1e-9)
+    total = RESULT_2X["total_cost_usd"]
+    assert sum(u.cost_usd or 0.0 for u in by_model.values()) == pytest.approx(total, abs=1e-12)
+    assert done.cost_usd == pytest.approx(total, abs=1e-12) and done.cost_complete
+    check_usage_matches(ledger, task, done)
+    assert done.environment_info["model"] == f"{HAIKU}, {MODEL}"
+    # What the reports and the SQL view say, from the same events.
+    summary = fold(SummaryFold(RUN_ID), ledger.events(RUN_ID)).summary()
+    assert summary.models == [HAIKU, MODEL]
+    assert {m.model: (m.tokens.total, pytest.approx(m.cost_usd, abs=1e-12))
+            for m in summary.usage_by_model} == {
+        model: (u.tokens.total, u.cost_usd) for model, u in by_model.items()}
+    assert summary.total_cost_usd == pytest.approx(total, abs=1e-12)
+    rows = ledger.query("SELECT model, sum(cost_usd), sum(output_tokens) FROM usage "
+                        "WHERE run_id = :run GROUP BY model ORDER BY model", {"run": RUN_ID})[1]
+    assert [(m, t) for m, _, t in rows] == [(HAIKU, 75), (MODEL, 160)]
+    assert sum(c for _, c, _ in rows) == pytest.approx(total, abs=1e-12)
 
 
 # -- lines ---------------------------------------------------------------------------------
@@ -1241,8 +1388,8 @@ def test_direct_write_sandbox_variable_with_relative_out_dir(
     print(os.path.isdir(os.environ["EVALLEDGER_SANDBOX"]))
     """
     task = make_task("reldir", script(tmp_path, "reldir", body), timeout=NEVER)
-    config = BatchConfig(run_id=RUN_ID, kill_grace=0.5,
-                         options=RunOptions(out="out", preservation_mode="direct-write"))
+    config = BatchConfig(run_id=RUN_ID, options=RunOptions(
+        out="out", preservation_mode="direct-write", kill_grace=0.5))
     result = trio.run(run_batch, ledger, [task], config)
     assert completed(result, ledger, task).final_status == FinalStatus.SUCCESS
     assert lines(ledger, task) == ["True"]

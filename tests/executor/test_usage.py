@@ -30,8 +30,9 @@ def price(model: str | None, card: RateCard = DEFAULT_RATES, **tokens: int) -> f
     return card.price(model, TokenCounts(**tokens))
 
 
-def used(model: str | None, cost_usd: float | None = None, **tokens: int) -> Usage:
-    return Usage(model=model, tokens=TokenCounts(**tokens), cost_usd=cost_usd)
+def used(model: str | None, cost_usd: float | None = None, *, estimate: bool = False,
+         **tokens: int) -> Usage:
+    return Usage(model=model, tokens=TokenCounts(**tokens), cost_usd=cost_usd, estimate=estimate)
 
 
 def totals(meter: UsageMeter) -> dict[str, int]:
@@ -47,9 +48,9 @@ def usage(**fields: Any) -> dict[str, Any]:
 
 def test_native_lines_are_deltas() -> None:
     meter = UsageMeter("native", None)
-    first = meter.observe(usage(model=SONNET, input_tokens=1000, output_tokens=200,
-                                cache_read_tokens=3000, cache_write_tokens=400, cost_usd=0.05))
-    second = meter.observe(usage(model=SONNET, input_tokens=10, output_tokens=1, cost_usd=0.01))
+    (first,) = meter.observe(usage(model=SONNET, input_tokens=1000, output_tokens=200,
+                                   cache_read_tokens=3000, cache_write_tokens=400, cost_usd=0.05))
+    (second,) = meter.observe(usage(model=SONNET, input_tokens=10, output_tokens=1, cost_usd=0.01))
     assert first == used(SONNET, input_tokens=1000, output_tokens=200,
                           cache_read_tokens=3000, cache_write_tokens=400, cost_usd=0.05)
     assert second == used(SONNET, input_tokens=10, output_tokens=1, cost_usd=0.01)
@@ -59,21 +60,20 @@ def test_native_lines_are_deltas() -> None:
     assert meter.cost_usd == pytest.approx(0.06)
     assert meter.live_cost_usd == pytest.approx(0.06)
     assert meter.cost_complete
-    assert meter.finish() is None
+    assert meter.finish() == ()
 
 
 def test_native_ignores_other_lines() -> None:
     meter = UsageMeter("native", SONNET)
     for data in ({"type": "step", "input_tokens": 5}, {"input_tokens": 5}, {"type": "result",
                  "total_cost_usd": 1.0, "usage": {"input_tokens": 5}}):
-        assert meter.observe(data) is None
+        assert meter.observe(data) == ()
     assert meter.totals.total == 0 and meter.cost_usd == 0.0 and meter.cost_complete
 
 
 def test_native_missing_fields_count_zero() -> None:
     meter = UsageMeter("native", None)
-    got = meter.observe(usage(model=SONNET, output_tokens=7))
-    assert got is not None
+    (got,) = meter.observe(usage(model=SONNET, output_tokens=7))
     assert got.tokens == TokenCounts(output_tokens=7)
     assert got.cost_usd == pytest.approx(7 * 15 / 1e6)
 
@@ -81,15 +81,14 @@ def test_native_missing_fields_count_zero() -> None:
 @pytest.mark.parametrize("bad", [-5, True, "100", None, [1], {"n": 1}])
 def test_native_garbage_token_counts_are_zero(bad: Any) -> None:
     meter = UsageMeter("native", SONNET)
-    got = meter.observe(usage(input_tokens=bad, output_tokens=2))
-    assert got is not None and got.tokens == TokenCounts(output_tokens=2)
+    (got,) = meter.observe(usage(input_tokens=bad, output_tokens=2))
+    assert got.tokens == TokenCounts(output_tokens=2)
 
 
 def test_native_missing_cost_is_priced_from_the_rate_card() -> None:
     meter = UsageMeter("native", None)
-    got = meter.observe(usage(model=SONNET, input_tokens=1_000_000, output_tokens=1_000_000,
-                              cache_read_tokens=1_000_000, cache_write_tokens=1_000_000))
-    assert got is not None
+    (got,) = meter.observe(usage(model=SONNET, input_tokens=1_000_000, output_tokens=1_000_000,
+                                 cache_read_tokens=1_000_000, cache_write_tokens=1_000_000))
     # claude-sonnet-4-5: $3 in, $15 out, $0.30 cache read, $3.75 cache write per million
     assert got.cost_usd == pytest.approx(3 + 15 + 0.30 + 3.75)
     assert meter.cost_usd == pytest.approx(22.05) and meter.cost_complete
@@ -97,40 +96,39 @@ def test_native_missing_cost_is_priced_from_the_rate_card() -> None:
 
 def test_native_line_without_model_uses_the_task_model() -> None:
     meter = UsageMeter("native", "openai/gpt-4o-2024-08-06")
-    got = meter.observe(usage(input_tokens=1_000_000))
-    assert got is not None
+    (got,) = meter.observe(usage(input_tokens=1_000_000))
     assert got.model == "openai/gpt-4o-2024-08-06"
     assert got.cost_usd == pytest.approx(2.50)
     # a model that is not text is ignored in favour of the task's
-    got = meter.observe(usage(model=42, output_tokens=1_000_000))
-    assert got is not None and got.model == "openai/gpt-4o-2024-08-06"
+    (got,) = meter.observe(usage(model=42, output_tokens=1_000_000))
+    assert got.model == "openai/gpt-4o-2024-08-06"
     assert got.cost_usd == pytest.approx(10.0)
 
 
 @pytest.mark.parametrize("cost", [-0.5, True, "0.3", None])
 def test_native_unusable_cost_is_priced_instead(cost: Any) -> None:
     meter = UsageMeter("native", SONNET)
-    got = meter.observe(usage(input_tokens=1_000_000, cost_usd=cost))
-    assert got is not None and got.cost_usd == pytest.approx(3.0)
+    (got,) = meter.observe(usage(input_tokens=1_000_000, cost_usd=cost))
+    assert got.cost_usd == pytest.approx(3.0)
 
 
 def test_native_reported_cost_wins_over_the_rate_card() -> None:
     meter = UsageMeter("native", SONNET)
-    got = meter.observe(usage(input_tokens=1_000_000, cost_usd=0))
-    assert got is not None and got.cost_usd == 0.0
-    got = meter.observe(usage(model="unknown-model", input_tokens=10, cost_usd=1))
-    assert got is not None and got.cost_usd == 1.0 and isinstance(got.cost_usd, float)
+    (got,) = meter.observe(usage(input_tokens=1_000_000, cost_usd=0))
+    assert got.cost_usd == 0.0
+    (got,) = meter.observe(usage(model="unknown-model", input_tokens=10, cost_usd=1))
+    assert got.cost_usd == 1.0 and isinstance(got.cost_usd, float)
     assert meter.cost_complete
 
 
 def test_native_unknown_model_is_unpriced_never_zero() -> None:
     meter = UsageMeter("native", None)
-    priced = meter.observe(usage(model=SONNET, input_tokens=1_000_000))
-    unpriced = meter.observe(usage(model="mystery-9", input_tokens=500, output_tokens=5))
-    no_model = meter.observe(usage(input_tokens=1))
-    assert priced is not None and priced.cost_usd == pytest.approx(3.0)
-    assert unpriced is not None and unpriced.cost_usd is None
-    assert no_model is not None and no_model.cost_usd is None and no_model.model is None
+    (priced,) = meter.observe(usage(model=SONNET, input_tokens=1_000_000))
+    (unpriced,) = meter.observe(usage(model="mystery-9", input_tokens=500, output_tokens=5))
+    (no_model,) = meter.observe(usage(input_tokens=1))
+    assert priced.cost_usd == pytest.approx(3.0)
+    assert unpriced.cost_usd is None
+    assert no_model.cost_usd is None and no_model.model is None
     assert meter.cost_complete is False
     assert meter.cost_usd == pytest.approx(3.0)  # the priced part: a floor
     assert meter.totals.input_tokens == 1_000_501
@@ -138,17 +136,17 @@ def test_native_unknown_model_is_unpriced_never_zero() -> None:
 
 def test_native_no_tokens_of_an_unknown_model_costs_nothing() -> None:
     meter = UsageMeter("native", "mystery-9")
-    got = meter.observe(usage())
-    assert got is not None and got.cost_usd == 0.0
+    (got,) = meter.observe(usage())
+    assert got.cost_usd == 0.0
     assert meter.cost_complete
 
 
 def test_native_model_added_to_the_card_is_priced() -> None:
     card = DEFAULT_RATES.with_rate("acme/house-model-v2", Rate(input=1, output=2))
     meter = UsageMeter("native", None, card)
-    got = meter.observe(usage(model="acme/house-model-v2", input_tokens=1_000_000,
-                              output_tokens=500_000))
-    assert got is not None and got.cost_usd == pytest.approx(2.0)
+    (got,) = meter.observe(usage(model="acme/house-model-v2", input_tokens=1_000_000,
+                                 output_tokens=500_000))
+    assert got.cost_usd == pytest.approx(2.0)
 
 
 # -- claude-code ---------------------------------------------------------------------------
@@ -180,11 +178,11 @@ def result(cost: Any = 0.0123, **raw: int) -> dict[str, Any]:
 
 def test_claude_code_assistant_messages_are_an_estimate_not_recorded() -> None:
     meter = UsageMeter("claude-code", None)
-    assert meter.observe(init()) is None
+    assert meter.observe(init()) == ()
     assert meter.model == MODEL
     assert meter.observe(assistant("m1", input_tokens=10, output_tokens=5,
                                    cache_read_input_tokens=100,
-                                   cache_creation_input_tokens=20)) is None
+                                   cache_creation_input_tokens=20)) == ()
     assert meter.totals.total == 0 and meter.totals.input_tokens == 0  # nothing accounted yet
     assert meter.live_tokens == 135
     assert meter.live_cost_usd == pytest.approx(
@@ -200,13 +198,13 @@ def test_claude_code_repeated_message_id_counts_its_last_report() -> None:
     meter.observe(assistant("m1", input_tokens=10, output_tokens=50))  # same message, grown
     meter.observe(assistant("m2", input_tokens=3, output_tokens=7))
     assert meter.live_tokens == 10 + 50 + 3 + 7
-    estimate = meter.finish()
-    assert estimate == used(MODEL, input_tokens=13, output_tokens=57,
-                             cost_usd=price(MODEL, input_tokens=13, output_tokens=57))
+    (estimate,) = meter.finish()
+    assert estimate == used(MODEL, input_tokens=13, output_tokens=57, estimate=True,
+                            cost_usd=price(MODEL, input_tokens=13, output_tokens=57))
     assert totals(meter) == {"input_tokens": 13, "output_tokens": 57, "cache_read_tokens": 0,
                             "cache_write_tokens": 0}
     assert meter.cost_complete
-    assert meter.finish() is None  # recorded once
+    assert meter.finish() == ()  # recorded once
 
 
 def test_claude_code_messages_without_id_each_count() -> None:
@@ -220,22 +218,22 @@ def test_claude_code_result_gives_the_totals() -> None:
     meter = UsageMeter("claude-code", None)
     meter.observe(init())
     meter.observe(assistant("m1", input_tokens=999, output_tokens=999))
-    got = meter.observe(result(0.0123, input_tokens=10, output_tokens=160,
-                               cache_read_input_tokens=29000, cache_creation_input_tokens=5300))
+    (got,) = meter.observe(result(0.0123, input_tokens=10, output_tokens=160,
+                                  cache_read_input_tokens=29000, cache_creation_input_tokens=5300))
     assert got == used(MODEL, input_tokens=10, output_tokens=160,
                         cache_read_tokens=29000, cache_write_tokens=5300, cost_usd=0.0123)
     assert totals(meter) == {"input_tokens": 10, "output_tokens": 160,
                             "cache_read_tokens": 29000, "cache_write_tokens": 5300}
     assert meter.cost_usd == 0.0123 and meter.cost_complete
     assert meter.live_tokens == meter.totals.total == 34_470  # the estimate is gone
-    assert meter.finish() is None
+    assert meter.finish() == ()
 
 
 def test_claude_code_second_session_is_not_double_counted() -> None:
     meter = UsageMeter("claude-code", None)
     meter.observe(init())
     meter.observe(assistant("s1-m1", input_tokens=100))
-    assert meter.observe(result(None, input_tokens=100)) is not None
+    assert len(meter.observe(result(None, input_tokens=100))) == 1
     meter.observe(init())
     meter.observe(assistant("s2-m1", input_tokens=1000))  # then cut off: no result line
     meter.finish()
@@ -245,15 +243,15 @@ def test_claude_code_second_session_is_not_double_counted() -> None:
 def test_claude_code_result_without_cost_is_priced() -> None:
     meter = UsageMeter("claude-code", None)
     meter.observe(init())
-    got = meter.observe(result(None, input_tokens=1_000_000, output_tokens=1_000_000))
-    assert got is not None and got.cost_usd == pytest.approx(18.0)
+    (got,) = meter.observe(result(None, input_tokens=1_000_000, output_tokens=1_000_000))
+    assert got.cost_usd == pytest.approx(18.0)
 
 
 def test_claude_code_unknown_model_is_unpriced() -> None:
     meter = UsageMeter("claude-code", None)
     meter.observe(init("some-future-model"))
-    got = meter.observe(result(None, input_tokens=100))
-    assert got is not None and got.cost_usd is None
+    (got,) = meter.observe(result(None, input_tokens=100))
+    assert got.cost_usd is None
     assert meter.cost_complete is False
 
 
@@ -261,8 +259,8 @@ def test_claude_code_estimate_for_an_unknown_model_is_unpriced() -> None:
     meter = UsageMeter("claude-code", None)
     meter.observe(assistant("m1", model=None, input_tokens=100))
     assert meter.live_cost_usd == 0.0
-    estimate = meter.finish()
-    assert estimate is not None and estimate.model is None and estimate.cost_usd is None
+    (estimate,) = meter.finish()
+    assert estimate.model is None and estimate.cost_usd is None
     assert meter.cost_complete is False
     assert meter.totals.input_tokens == 100
 
@@ -271,25 +269,116 @@ def test_claude_code_message_model_overrides_the_init_model() -> None:
     meter = UsageMeter("claude-code", "task-model")
     meter.observe(init("claude-haiku-4-5"))
     meter.observe(assistant("m1", model="claude-opus-4-5", output_tokens=1_000_000))
-    estimate = meter.finish()
-    assert estimate is not None and estimate.model == "claude-opus-4-5"
+    (estimate,) = meter.finish()
+    assert estimate.model == "claude-opus-4-5"
     assert estimate.cost_usd == pytest.approx(25.0)
 
 
 def test_claude_code_ignores_native_lines_and_malformed_messages() -> None:
     meter = UsageMeter("claude-code", MODEL)
-    assert meter.observe(usage(input_tokens=5)) is None
-    assert meter.observe({"type": "assistant", "message": "text"}) is None
-    assert meter.observe({"type": "assistant", "message": {"id": "m", "usage": [1]}}) is None
-    assert meter.observe({"type": "user", "message": {"usage": {"input_tokens": 9}}}) is None
+    assert meter.observe(usage(input_tokens=5)) == ()
+    assert meter.observe({"type": "assistant", "message": "text"}) == ()
+    assert meter.observe({"type": "assistant", "message": {"id": "m", "usage": [1]}}) == ()
+    assert meter.observe({"type": "user", "message": {"usage": {"input_tokens": 9}}}) == ()
     assert meter.live_tokens == 0
-    assert meter.finish() is None
+    assert meter.finish() == ()
 
 
 def test_claude_code_result_with_garbage_usage() -> None:
     meter = UsageMeter("claude-code", MODEL)
-    got = meter.observe({"type": "result", "total_cost_usd": 0.2, "usage": "n/a"})
+    (got,) = meter.observe({"type": "result", "total_cost_usd": 0.2, "usage": "n/a"})
     assert got == used(MODEL, cost_usd=0.2)
+
+
+# -- claude-code: several models ---------------------------------------------------------
+
+HAIKU = "claude-haiku-4-5-20251001"
+
+
+def model_usage(cost: Any, **models: dict[str, Any]) -> dict[str, Any]:
+    """A Claude Code 2.x result line: ``modelUsage`` keyed by model name."""
+    data = result(cost, input_tokens=1, output_tokens=1)
+    data["modelUsage"] = models
+    return data
+
+
+def entry(cost: Any = None, **tokens: int) -> dict[str, Any]:
+    """One model's entry, camelCase as the CLI writes it."""
+    data: dict[str, Any] = {"inputTokens": 0, "outputTokens": 0, "cacheReadInputTokens": 0,
+                            "cacheCreationInputTokens": 0, "webSearchRequests": 0,
+                            "contextWindow": 200000, **tokens}
+    if cost is not None:
+        data["costUSD"] = cost
+    return data
+
+
+def test_claude_code_estimate_is_kept_per_model() -> None:
+    meter = UsageMeter("claude-code", None)
+    meter.observe(init())
+    meter.observe(assistant("m1", input_tokens=10, output_tokens=5))
+    meter.observe(assistant("h1", model=HAIKU, input_tokens=1000, output_tokens=1))
+    meter.observe(assistant("h1", model=HAIKU, input_tokens=1000, output_tokens=50))  # grown
+    meter.observe(assistant("m2", output_tokens=7))
+    assert meter.live_tokens == 10 + 5 + 1000 + 50 + 7
+    main = price(MODEL, input_tokens=10, output_tokens=12)
+    small = price(HAIKU, input_tokens=1000, output_tokens=50)
+    assert main is not None and small is not None
+    assert meter.live_cost_usd == pytest.approx(main + small)
+    assert meter.finish() == (
+        used(MODEL, main, estimate=True, input_tokens=10, output_tokens=12),
+        used(HAIKU, small, estimate=True, input_tokens=1000, output_tokens=50),
+    )
+    assert meter.live_tokens == meter.totals.total == 1072
+    assert meter.cost_usd == pytest.approx(main + small)
+
+
+def test_claude_code_model_usage_gives_one_usage_per_model() -> None:
+    meter = UsageMeter("claude-code", None)
+    meter.observe(init())
+    meter.observe(assistant("m1", input_tokens=999))  # an estimate the result replaces
+    got = meter.observe(model_usage(
+        0.013645,
+        **{MODEL: entry(0.01161, inputTokens=9, outputTokens=774, cacheReadInputTokens=36391,
+                        cacheCreationInputTokens=12871),
+           HAIKU: entry(0.0020350000000000004, outputTokens=407)}))
+    assert [(u.model, u.tokens.total, u.estimate) for u in got] == [
+        (MODEL, 9 + 774 + 36391 + 12871, False), (HAIKU, 407, False)]
+    assert got[0].tokens.cache_write_tokens == 12871
+    # The float sum of the two costs is one rounding step off the total: the model
+    # that cost most takes the difference, so what is booked adds up to the total.
+    assert 0.01161 + 0.0020350000000000004 != 0.013645
+    assert got[0].cost_usd == pytest.approx(0.01161, abs=1e-15)
+    assert got[1].cost_usd == 0.0020350000000000004
+    assert meter.cost_usd == 0.013645 and meter.cost_complete
+    assert meter.models_used == {MODEL, HAIKU}
+    assert meter.finish() == ()
+
+
+def test_claude_code_per_model_costs_that_disagree_with_the_total_are_kept() -> None:
+    meter = UsageMeter("claude-code", None)
+    got = meter.observe(model_usage(0.5, **{MODEL: entry(0.25, outputTokens=1),
+                                            HAIKU: entry(0.125, outputTokens=1)}))
+    assert [u.cost_usd for u in got] == [0.25, 0.125]
+
+
+def test_claude_code_model_usage_without_a_cost_is_priced_per_model() -> None:
+    meter = UsageMeter("claude-code", None)
+    got = meter.observe(model_usage(0.9, **{MODEL: entry(None, inputTokens=1_000_000),
+                                            "mystery-model": entry(None, inputTokens=5),
+                                            HAIKU: entry(float("inf"), outputTokens=1_000_000)}))
+    assert [u.model for u in got] == [MODEL, "mystery-model", HAIKU]
+    assert got[0].cost_usd == pytest.approx(3.0)
+    assert got[1].cost_usd is None
+    assert got[2].cost_usd == pytest.approx(price(HAIKU, output_tokens=1_000_000))
+    assert meter.cost_complete is False
+
+
+@pytest.mark.parametrize("raw", [{}, [], "n/a", {"": {"inputTokens": 5}, MODEL: 3}])
+def test_claude_code_without_usable_model_usage_books_the_totals_as_before(raw: Any) -> None:
+    meter = UsageMeter("claude-code", None)
+    meter.observe(init())
+    data = {**result(0.2, input_tokens=10), "modelUsage": raw}
+    assert meter.observe(data) == (used(MODEL, 0.2, input_tokens=10),)
 
 
 # -- pricing -------------------------------------------------------------------------------
@@ -441,12 +530,12 @@ def test_with_file_missing_or_empty(tmp_path: Path) -> None:
 def test_claude_code_each_result_line_counts() -> None:
     # A command that runs the CLI twice (plan, then implement) reports two results.
     meter = UsageMeter("claude-code", None)
-    first = meter.observe({"type": "result", "total_cost_usd": 0.5, "usage": {"input_tokens": 10}})
-    second = meter.observe({"type": "result", "total_cost_usd": 0.7,
-                            "usage": {"input_tokens": 20}})
-    assert first is not None and second is not None
+    (first,) = meter.observe({"type": "result", "total_cost_usd": 0.5,
+                              "usage": {"input_tokens": 10}})
+    (second,) = meter.observe({"type": "result", "total_cost_usd": 0.7,
+                               "usage": {"input_tokens": 20}})
     assert (first.cost_usd, second.cost_usd) == (0.5, 0.7)
-    assert meter.finish() is None
+    assert meter.finish() == ()
     assert meter.cost_usd == pytest.approx(1.2) and meter.cost_complete
     assert meter.totals.input_tokens == 30
 
@@ -469,7 +558,7 @@ def test_version_numbers_in_names_are_kept(name: str, key: str) -> None:
 def test_version_lines_and_the_models_used_are_noted() -> None:
     meter = UsageMeter("native", "task-model")
     assert meter.observe({"type": "version", "my-agent": "1.4.2", "sdk": "0.9",
-                          "type_extra": 3, "evalledger": "spoofed", "model": "m"}) is None
+                          "type_extra": 3, "evalledger": "spoofed", "model": "m"}) == ()
     meter.observe(usage(model=SONNET, input_tokens=1))
     meter.observe(usage(input_tokens=1))  # no model: the task's
     assert meter.versions == {"my-agent": "1.4.2", "sdk": "0.9"}  # text only, not ours

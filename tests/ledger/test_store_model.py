@@ -479,6 +479,7 @@ REPRESENTATIVE: dict[str, Any] = {
         cache_read_tokens=1,
         cache_write_tokens=2,
         cost_usd=0.125,
+        estimate=True,  # left out of the payload when false
         input_tokens=3,
         model="m",
         output_tokens=4,

@@ -262,8 +262,7 @@ def test_an_infinite_cost_on_a_usage_line_is_not_booked() -> None:
     # json.loads reads 1e400 (and Infinity) as inf; `cost >= 0` accepted it. A cost that
     # is not a number is ignored: the line is priced from the rate card instead.
     meter = UsageMeter("native", "claude-sonnet-4-5")
-    got = meter.observe({"type": "usage", "input_tokens": 10, "cost_usd": math.inf})
-    assert got is not None
+    (got,) = meter.observe({"type": "usage", "input_tokens": 10, "cost_usd": math.inf})
     priced = DEFAULT_RATES.price("claude-sonnet-4-5", TokenCounts(input_tokens=10))
     assert priced is not None and math.isfinite(priced)
     assert got.cost_usd == pytest.approx(priced)
