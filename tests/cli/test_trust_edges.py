@@ -14,6 +14,7 @@ import select
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -240,14 +241,23 @@ def test_a_report_that_cannot_be_written_leaves_the_previous_one_whole(tmp_path:
     report is written beside its place and renamed over it, or not at all."""
     report = tmp_path / "run.json"
     write_text(report, '{"old": true}\n')
-    # The temporary file's place taken (by a folder): the write fails, as on a full disk.
-    (tmp_path / f".run.json.{os.getpid()}.partial").mkdir()
-    with pytest.raises(OSError) as failed:
-        write_text(report, '{"new": true}\n')
-    assert failed.value.filename == str(report)
+    # A process that may not grow a file past 64 bytes: the write fails with EFBIG, as a
+    # full disk fails with ENOSPC, after the temporary file was made.
+    child = subprocess.run([sys.executable, "-c", (
+        "import resource, signal, sys\n"
+        "from pathlib import Path\n"
+        "from evalledger.cli._report import write_text\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))\n"
+        "try:\n"
+        "    write_text(Path(sys.argv[1]), 'x' * 100_000)\n"
+        "except OSError as e:\n"
+        "    print(e.filename)\n"
+        "    sys.exit(3)\n"), str(report)], capture_output=True, text=True, timeout=60)
+    assert child.returncode == 3, child.stderr
+    assert child.stdout.strip() == str(report)
     assert report.read_text() == '{"old": true}\n'
-    assert sorted(p.name for p in tmp_path.iterdir()) == [f".run.json.{os.getpid()}.partial",
-                                                         "run.json"]
+    assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
 
 
 def test_junit_xml_on_a_full_disk_is_one_line_naming_it(tmp_path: Path) -> None:
