@@ -206,6 +206,9 @@ class SummaryFold(Fold):
         # A task.completed of the run said cost_complete false (of any key: the `runs`
         # view reads every completion).
         self.cost_gap = False
+        # One said so though every usage of its key had a price: spend never reported,
+        # the agent's (grading comes after the attempt, from what it left).
+        self.unreported = False
         self.running: set[str] = set()
 
     def state(self) -> dict[str, Any]:
@@ -226,6 +229,7 @@ class SummaryFold(Fold):
             "spend": self.spend.state(),
             "started_at": self.started_at,
             "status": self.status,
+            "unreported": self.unreported,
         }
 
     @classmethod
@@ -234,6 +238,7 @@ class SummaryFold(Fold):
         fold.by_model = {name: _Spend.restore(spend) for name, spend in state["by_model"]}
         fold.by_role = {name: _Spend.restore(spend) for name, spend in state["by_role"]}
         fold.cost_gap = state["cost_gap"]
+        fold.unreported = state["unreported"]
         fold.drift = state["drift"]
         fold.experiment_id = state["experiment_id"]
         fold.finished_at = state["finished_at"]
@@ -284,6 +289,7 @@ class SummaryFold(Fold):
         if not event.cost_complete:
             self.cost_gap = True
             if key is not None:
+                self.unreported = self.unreported or key.spend.complete
                 key.cost_gap = True
         self.running.discard(event.task_key)
 
@@ -357,14 +363,13 @@ class SummaryFold(Fold):
         )
 
     def _roles(self) -> list[RoleUsage]:
-        """Per role, the agent's first. Spend an attempt never reported (``cost_gap``) was
-        its agent's: grading comes after the attempt, from what it left."""
+        """Per role, the agent's first; spend never reported makes the agent's a floor."""
         roles = dict(self.by_role)
-        if self.cost_gap and "agent" not in roles:
+        if self.unreported and "agent" not in roles:
             roles["agent"] = _Spend()
         return [
             RoleUsage(role=name, tokens=spend.tokens, cost_usd=round(spend.cost, 10),
-                      cost_complete=spend.complete and not (name == "agent" and self.cost_gap))
+                      cost_complete=spend.complete and not (name == "agent" and self.unreported))
             for name, spend in sorted(roles.items(), key=lambda i: (i[0] != "agent", i[0]))
         ]
 
