@@ -14,12 +14,12 @@ from ._errors import EXIT_OK, EXIT_TASKS_FAILED, UserError
 from ._main import Settings, pass_settings
 
 if TYPE_CHECKING:
+    from evalledger.importers.legacy import LegacyRun, Problem
     from evalledger.ledger import Ledger
-    from evalledger.legacy import LegacyRun, Problem
     from evalledger.projections import RunSummary
 
 # The module-level constant would import legacy (and pydantic) for every command's start.
-_DEFAULT_MAX_FILE = "64MiB"  # evalledger.legacy.MAX_FILE_BYTES (a test holds them equal)
+_DEFAULT_MAX_FILE = "64MiB"  # evalledger.importers.legacy.MAX_FILE_BYTES (a test holds them equal)
 
 
 class _Size(click.ParamType[int, object]):
@@ -79,7 +79,7 @@ def import_runs(settings: Settings, folders: tuple[Path, ...], zone: str | None,
 
         evalledger import ~/old-harness/runs --tz Europe/Paris
     """
-    from evalledger.legacy import find_run_folders, shown
+    from evalledger.importers.legacy import find_run_folders, shown
 
     tz = _zone(zone)
     unlisted: list[Problem] = []
@@ -102,7 +102,7 @@ def import_runs(settings: Settings, folders: tuple[Path, ...], zone: str | None,
 def _import_one(ledger: Ledger | None, folder: Path, tz: tzinfo | None, max_file_bytes: int,
                 *, dry_run: bool) -> bool:
     """Import one run folder; say what happened. False when something was left out."""
-    from evalledger.legacy import (
+    from evalledger.importers.legacy import (
         NotImportable,
         differences,
         load_run,

@@ -69,7 +69,7 @@ def imported_differences(imported: Mapping[str, Any] | None, summary: RunSummary
     totals = (imported or {}).get("totals")
     if not isinstance(totals, dict):
         return ""
-    from evalledger.legacy import differences
+    from evalledger.importers.legacy import differences
 
     return ", ".join(differences(totals, summary))
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from evalledger.importers.legacy import key_of, read_run
 from evalledger.ledger import Ledger, TaskCompleted, TaskEmitted, TaskStarted
-from evalledger.legacy import key_of, read_run
 
 from .helpers import COMMAND, PATIENCE, Result, _env, evalledger, wait_until
 
@@ -369,7 +369,7 @@ def test_the_size_limit_is_an_option(tmp_path: Path) -> None:
 
 def test_the_documented_default_size_limit_is_the_readers() -> None:
     from evalledger.cli._import import _DEFAULT_MAX_FILE, _Size
-    from evalledger.legacy import MAX_FILE_BYTES
+    from evalledger.importers.legacy import MAX_FILE_BYTES
 
     assert _Size().convert(_DEFAULT_MAX_FILE, None, None) == MAX_FILE_BYTES
     assert "**64 MiB**" in (Path(__file__).parents[2] / "docs/import.md").read_text()
