@@ -10,6 +10,7 @@ import enum
 import hashlib
 import json
 import types
+from pathlib import Path
 from typing import Any, Union, get_args, get_origin
 
 import msgspec
@@ -24,16 +25,20 @@ from evalledger.ledger import (
     RunStarted,
     TaskSkipped,
     TaskUsage,
+    verify,
 )
 from evalledger.projections import (
     ResumeFold,
     SummaryFold,
     fold,
     load_fold,
+    load_headline,
+    load_summary,
     render_json,
     write_snapshot,
 )
 from evalledger.projections._fold import Fold
+from evalledger.projections._rebuild import _restore
 from evalledger.statuses import FinalStatus, RunStatus
 
 from .builders import RUN, completed, interrupted, key, started, usage
@@ -195,3 +200,34 @@ def test_a_fold_snapshot_with_wrong_types_is_replayed_past(
     resumed = load_fold(ledger, ResumeFold, RUN)
     assert (resumed.partition(), resumed.boundary_seq) == (truth_resume.partition(),
                                                            truth_resume.boundary_seq)
+
+
+DATA = Path(__file__).parent / "data" / "snapshots_e6c0e56.json"
+
+
+def test_snapshots_the_code_before_the_structs_wrote_restore_in_a_real_ledger(
+        ledger: Ledger) -> None:
+    """data/snapshots_e6c0e56.json: the run.snapshot payloads the base code (e6c0e56,
+    hand-ordered lists) wrote for _events() + run.finished in a real ledger. Appended to
+    a ledger of the same events, each fold restores from its snapshot (no refold), to the
+    state the current code folds, and verify finds every snapshot equal to a replay."""
+    events = [*_events(), RunFinished(run_id=RUN, status=RunStatus.COMPLETED, ts=TS % 7)]
+    ledger.append(events)
+    stored = json.loads(DATA.read_text(encoding="utf-8"))["snapshots"]
+    ledger.append([RunSnapshot(run_id=RUN, **json.loads(s["payload"])) for s in stored])
+    values = {s["kind"]: json.loads(s["payload"])["value"] for s in stored}
+    assert values.keys() == {"summary_fold", "resume_fold", "summary", "headline"}
+    report = verify(ledger)
+    assert report.ok, report.lines()
+    truth_summary, truth_resume = fold(SummaryFold(RUN), events), fold(ResumeFold(RUN), events)
+    for cls, truth in ((SummaryFold, truth_summary), (ResumeFold, truth_resume)):
+        kind = "summary_fold" if cls is SummaryFold else "resume_fold"
+        restored = _restore(cls, RUN, json.dumps(values[kind]))
+        assert restored is not None, f"the base code's {kind} snapshot was not used"
+        as_json = json.loads(json.dumps(restored.state()))
+        assert as_json == values[kind] == json.loads(json.dumps(truth.state()))
+    assert render_json(load_fold(ledger, SummaryFold, RUN).summary()) == render_json(
+        truth_summary.summary())
+    assert render_json(load_summary(ledger, RUN)) == render_json(truth_summary.summary())
+    assert load_headline(ledger, RUN) == truth_summary.headline().model_dump(mode="json")
+    assert load_fold(ledger, ResumeFold, RUN).partition() == truth_resume.partition()
