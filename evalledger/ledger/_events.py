@@ -40,6 +40,7 @@ from evalledger.statuses import Category, FinalStatus, RunStatus
 
 from ._rows import EventRow, EventType
 from ._tokens import TokenCounts, counts_of
+from ._upcast import UPCASTERS, upcast
 
 ENVELOPE_FIELDS = frozenset({"seq", "event_id", "run_id", "task_key", "type", "ts"})
 
@@ -192,15 +193,19 @@ class _TaskEvent(_Event):
     task_key: _Line  # narrowed: task events always have one
 
 
-
-
 class CriterionResult(BaseModel):
+    """One success criterion's result (items of ``task.completed.criteria``)."""
+
     model_config = ConfigDict(frozen=True, allow_inf_nan=False)
 
     detail: str = ""
+    """What was found (``exit code 1, expected 0``, ``add.py does not exist``)."""
     passed: bool
+    """Whether the criterion passed."""
     type: str
+    """The criterion's ``type``."""
     weight: float = 1.0
+    """The criterion's weight."""
 
 
 class Fingerprint(BaseModel):
@@ -209,63 +214,129 @@ class Fingerprint(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     options: JsonObject = {}
+    """The run's options (``RunOptions``, as in ``config``)."""
     tasks: JsonObject = {}
+    """Task key → ``definition_hash``, for every task defined."""
 
 
 class RunStarted(_Event):
+    """``evalledger run`` begins, before any task. Appended only if the run id is not
+    taken (no ``run.started`` or ``run.resumed`` of that id)."""
+
     type: Literal[EventType.RUN_STARTED] = EventType.RUN_STARTED
-    # The batch's random token (every attempt's EVALLEDGER_ATTEMPT starts with it) and
-    # its sandbox folder: what a later run cleans up if this batch's process died.
     batch_token: str | None = None
+    """The batch's random token: every attempt's ``EVALLEDGER_ATTEMPT`` starts with it.
+    What a later batch kills if this batch's process died (see
+    [ledger.md](ledger.md#dead-batches))."""
     config: RunOptions = RunOptions()
+    """The run's options, ``RunOptions`` (see
+    [cli.md](cli.md#run-options-recorded-in-runstarted)): ``cwd``, ``exclude_tags``,
+    ``experiment``, ``max_cost_usd``, ``max_parallel``, ``out``, ``paths``,
+    ``preservation_mode``, ``pricing``, ``repeats``, ``tags``, ``timeout``. Paths are
+    absolute."""
     experiment_id: str | None = None
+    """The experiment file's ``experiment_id``, if any."""
     fingerprint: Fingerprint = Fingerprint()
+    """What drift is measured against: ``{options, tasks}`` (see
+    [Fingerprint](#nested-objects))."""
     host: JsonObject = {}
+    """The recording process: ``hostname``, ``user``, ``platform``, ``python``,
+    ``evalledger`` (version), ``cwd``, ``pid``."""
     imported: Imported = None
-    # The ledger's own id (meta.ledger_id) when the run started: verify compares them.
+    """Only on an imported run: ``{format: "coder_eval", source: <the run folder>,
+    framework_version}`` (see [import.md](import.md))."""
     ledger_id: str | None = None
+    """The ledger's ``meta.ledger_id`` when the run started: ``verify`` fails if they
+    differ later, unless the run came from another ledger (a ``run.merged`` of the run
+    follows it)."""
     max_parallel: int = 1
+    """Tasks at once."""
     planned: list[str] = []
+    """Every task key of the run, in dispatch order."""
     sandbox_root: str | None = None
+    """The batch's sandbox folder (in the temp folder): removed by a later batch if this
+    one's process died, and only when the folder proves it is that batch's (its marker
+    file names the batch's token and pid: docs/ledger.md, "Dead batches")."""
     unpriced_models: list[str] = []
+    """Models named by tasks that have no price on the rate card."""
 
 
 class RunResumed(_Event):
+    """``evalledger resume`` begins. Appended only if nobody started or resumed the run
+    since the resume read it."""
+
     type: Literal[EventType.RUN_RESUMED] = EventType.RUN_RESUMED
-    # Keys defined since the run began: they join it with this resume.
     added: list[str] = []
+    """Task keys defined since the run began: they join the run with this resume (also
+    in ``to_run``)."""
     batch_token: str | None = None
+    """This resume's batch token, as in ``run.started``."""
     drift: JsonObject = {}
+    """``{}`` when nothing drifted; else ``{"lines": [...]}``, one human-readable line per
+    difference (``option timeout: 20 → 30``, ``task K: timeout: 20 → 30``,
+    ``task K: env.MODE: "a" → "b"``, ``task K: definition changed`` when the earlier
+    definition was never recorded, ``task K: new``, ``task K: no longer defined``; older
+    resumes wrote ``->``)."""
     fingerprint: Fingerprint = Fingerprint()
+    """The fingerprint now: the run's options as this resume runs them, and the hash of
+    every task defined now. Later drift is measured against it."""
     host: JsonObject = {}
+    """The recording process, as in ``run.started``."""
     max_parallel: int = 1
-    # Which finished keys were asked to run again: --rerun patterns, --rerun-failed
-    # (the failed category), --retry-errors (the error category).
+    """Tasks at once for this resume."""
     rerun: list[str] = []
+    """The ``--rerun`` patterns (task keys or globs) asked to run again."""
     rerun_failed: bool = False
+    """``--rerun-failed``: keys in the failed category ran again."""
     retry_errors: bool = False
+    """``--retry-errors``: keys in the error category ran again."""
     sandbox_root: str | None = None
+    """This resume's sandbox folder, as in ``run.started``."""
     to_run: list[str] = []
+    """The task keys this resume runs."""
 
 
 class TaskSkipped(_Event):
+    """A task file that could not be used (or says ``skip: true``), once per file after
+    ``run.started``; not written by a resume. Run-level: ``task_key`` is null."""
+
     type: Literal[EventType.TASK_SKIPPED] = EventType.TASK_SKIPPED
-    # True when the file says `skip: true`: left out on purpose, not broken.
     deliberate: bool = False
+    """True when the file says ``skip: true`` (left out on purpose, reason
+    ``skip: true``); false when it could not be used."""
     path: str
+    """The task file."""
     reason: str
+    """Why it could not be used, one line (``unknown key 'tiemout'``)."""
 
 
 class TaskStarted(_TaskEvent):
+    """An attempt is dispatched."""
+
     type: Literal[EventType.TASK_STARTED] = EventType.TASK_STARTED
     attempt: int = 1
+    """1 for the first attempt of this key in the run; each resume that runs the key
+    again adds 1."""
     definition: JsonObject = {}
+    """The resolved task: ``task_id``, ``variant_id``, ``source``, ``description``,
+    ``tags``, ``prompt``, ``command``, ``workdir``, ``env``, ``timeout``, ``model``,
+    ``stream_format``, ``budget``, ``success_criteria``, and ``expect`` when the task
+    sets one (see [tasks.md](tasks.md#the-resolved-definition))."""
     definition_hash: str = ""
+    """sha256 (hex) of what the definition evaluates: independent of where the suite
+    sits on disk and of ``description``, ``tags`` and ``expect`` (earlier versions
+    hashed those too)."""
     imported: Imported = None
+    """Only on an imported attempt: ``{source: <its file, relative to the run folder>,
+    sha256: <the file's content hash>}``."""
     replicate_index: int = 0
+    """The ``NN`` of the task key, from 0."""
     tags: list[str] = []
+    """The task's tags."""
     task_id: str
+    """The task id."""
     variant_id: str = "default"
+    """The variant (``default`` without an experiment)."""
 
 
 _new_tuple = tuple.__new__
@@ -275,15 +346,20 @@ _json_string = json.encoder.encode_basestring
 
 
 class TaskOutput(_TaskEvent):
-    """One line a command printed. The one type whose payload leaves out fields equal to
-    their default (``stream`` stdout, ``truncated`` false): it is nearly every row of a
-    ledger, and those two were half of its payload."""
+    """One line a command printed that is not a JSON object (any stderr line, most
+    stdout lines). The one type whose payload leaves out fields equal to their default
+    (``stream`` stdout, ``truncated`` false): it is nearly every row of a ledger, and
+    those two were half of its payload."""
 
     type: Literal[EventType.TASK_OUTPUT] = EventType.TASK_OUTPUT
     line: str
+    """The line, without its newline."""
     n: int
+    """Line number within the attempt, from 1, stdout and stderr together."""
     stream: Literal["stdout", "stderr"] = "stdout"
+    """``stderr``; left out for ``stdout`` (older ledgers may spell it out)."""
     truncated: bool = False
+    """``true``: the line was over 64 KiB and was cut there; left out when ``false``."""
 
     @staticmethod
     def encoded(
@@ -301,32 +377,44 @@ class TaskOutput(_TaskEvent):
 
 
 class TaskEmitted(_TaskEvent):
-    """A JSON object line the command printed, kept whole (``type: task.event``)."""
+    """A JSON object line the command printed on stdout, kept whole (``type: task.event``)."""
 
     type: Literal[EventType.TASK_EVENT] = EventType.TASK_EVENT
     data: JsonObject
+    """The JSON object the command printed, whole (keys sorted)."""
     n: int
+    """Line number within the attempt, as for ``task.output``."""
 
 
 class TaskUsage(_TaskEvent):
+    """Usage was reported (see [tasks.md](tasks.md#usage-and-cost))."""
+
     type: Literal[EventType.TASK_USAGE] = EventType.TASK_USAGE
     cache_read_tokens: int = 0
+    """Tokens read from a prompt cache."""
     cache_write_tokens: int = 0
-    # None means "not priced": the model had no rate. Never booked as zero.
+    """Tokens written to a prompt cache."""
     cost_usd: float | None = None
-    # True: the agent reported no total for this spend (a claude-code attempt ended
-    # before its result line), so it is summed from its messages and priced from the
-    # rate card. Left out of the payload when false, as every usage before it was.
+    """The cost of this usage in USD. **null means unpriced**: the model has no rate.
+    Never booked as 0."""
     estimate: Annotated[bool, Field(exclude_if=_false)] = False
+    """``true``: a running estimate, not a total the agent reported: a ``claude-code``
+    attempt ended (timed out, stopped by a budget, interrupted, ...) before a result line
+    covered its messages, so their usage is summed and priced from the rate card (see
+    [tasks.md](tasks.md#usage-and-cost)). Left out when ``false``, as in every usage
+    recorded before this field. It counts in every total like any other usage."""
     input_tokens: int = 0
+    """Input tokens."""
     model: str | None = None
+    """The model, as the command or the task named it."""
     output_tokens: int = 0
-    # Whose spend it is: "agent" (the task's own command), "grader" (what grading it
-    # cost: a judge, an evaluator; the old harness's judge and simulator spend on
-    # import). Text, not a closed set: a role a newer writer adds is summed under its
-    # name, never refused. Left out of the payload when "agent", as every usage before
-    # it was.
+    """Output tokens."""
     role: Annotated[_Line, Field(exclude_if=_agent)] = "agent"
+    """Whose spend it is: ``agent``, the task's own command (left out of the payload when
+    ``agent``, as in every usage recorded before this field); ``grader``, what grading it
+    cost (a judge, an evaluator; an import books the old harness's judge and
+    simulated-user spend so, see [import.md](import.md#what-is-recorded)). A role this
+    version does not know is kept and summed under its name."""
 
     @property
     def tokens(self) -> TokenCounts:
@@ -334,20 +422,42 @@ class TaskUsage(_TaskEvent):
 
 
 class TaskCompleted(_TaskEvent):
+    """An attempt reached a final status."""
+
     type: Literal[EventType.TASK_COMPLETED] = EventType.TASK_COMPLETED
     attempt: int = 1
+    """The attempt this completes (as in its ``task.started``)."""
     category: Category
+    """``succeeded``, ``failed`` or ``error``; always the category of ``final_status``."""
     cost_complete: bool = True
+    """False when some usage of this attempt had no price, or (an imported attempt) when
+    the old harness knew its spend was not all recorded (a TIMEOUT: the turn it killed).
+    Either way the run's cost is a floor."""
     cost_usd: float | None = None
+    """The attempt's cost in USD, every role's usage together; null when some usage had
+    no price (a floor when only spend was missing)."""
     criteria: list[CriterionResult] = []
+    """One [criterion result](#nested-objects) per success criterion, in order. Empty
+    when the command never ran."""
     duration_seconds: float = 0.0
+    """Wall time of the attempt, sandbox to criteria."""
     environment_info: JsonObject = {}
+    """``evalledger`` (version), ``python``, ``platform``, and ``exit_code``; what the
+    command stated (a version line, Claude Code's init) and ``model`` when it used any;
+    with ``--executor ray``, ``ray_node_id`` and ``hostname``: where the attempt ran."""
     error_message: str | None = None
+    """Why it did not succeed: failed criteria's details, ``timed out after 20s``, a
+    budget message, the sandbox or runner error."""
     exit_code: int | None = None
+    """The command's exit code (-N when killed by signal N); null when it never ran."""
     final_status: FinalStatus
+    """One of the [final statuses](results.md#final-statuses-and-categories)."""
     imported: Imported = None
+    """Only on an imported attempt: ``{error_category}`` when the old file had one."""
     tokens: TokenCounts = TokenCounts()
+    """The attempt's token totals ([TokenCounts](#nested-objects))."""
     weighted_score: float = 0.0
+    """Passed weight / total weight of the criteria, 0 to 1."""
 
     @model_validator(mode="after")
     def _category_matches_status(self) -> TaskCompleted:
@@ -359,13 +469,23 @@ class TaskCompleted(_TaskEvent):
 
 
 class TaskInterrupted(_TaskEvent):
+    """An attempt was cancelled (Ctrl-C, SIGTERM, SIGHUP, an error elsewhere in the batch)
+    before a final status."""
+
     type: Literal[EventType.TASK_INTERRUPTED] = EventType.TASK_INTERRUPTED
     reason: str = "interrupted"
+    """``cancelled`` (Ctrl-C, a signal, the batch stopping), or the exception that
+    stopped the attempt (``KeyboardInterrupt: ...``)."""
 
 
 class RunFinished(_Event):
+    """The batch ended: all dispatched tasks are done, the run budget stopped
+    dispatching, or it was interrupted."""
+
     type: Literal[EventType.RUN_FINISHED] = EventType.RUN_FINISHED
     status: RunStatus
+    """``completed``, ``interrupted`` or ``budget_stopped`` (see
+    [results.md](results.md#run-statuses))."""
 
 
 class RunSnapshot(_Event):
@@ -377,9 +497,19 @@ class RunSnapshot(_Event):
 
     type: Literal[EventType.RUN_SNAPSHOT] = EventType.RUN_SNAPSHOT
     fold_version: int
+    """The version of the code that made it. A rebuild uses only its own version's
+    snapshots; any other is ignored and the run replayed from its first event."""
     kind: _Line
+    """``summary_fold`` (the summary fold's state), ``resume_fold`` (the resume fold's
+    state: planned keys, their attempts and how each ended, the options and
+    fingerprint), ``summary`` (the ``run.json`` summary without ``anchor``),
+    ``headline`` (its counts alone: what ``evalledger runs`` lists)."""
     through_seq: int
+    """The seq of the last event folded into it (the run's ``run.finished``): always
+    before the snapshot's own seq."""
     value: JsonObject
+    """The state or summary. The fold states' layout is internal to their
+    ``fold_version``."""
 
 
 class RunMerged(_Event):
@@ -388,9 +518,15 @@ class RunMerged(_Event):
 
     type: Literal[EventType.RUN_MERGED] = EventType.RUN_MERGED
     events: int
+    """How many of the batch's events of the run were new here (the others were held
+    already)."""
     source: str
+    """The other ledger's path, or the export file's."""
     source_ledger: str | None = None
+    """The other ledger's ``meta.ledger_id``; for an export, the ``ledger_id`` its
+    trailer names."""
     source_seqs: list[int] = []
+    """The first and last seq the batch's events of the run had there."""
 
 
 class OpaqueEvent(_Event):
@@ -445,11 +581,11 @@ _str = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def decode_row(row: EventRow) -> AnyEvent:
-    """Turn a stored row back into a typed event.
+    """Turn a stored row back into a typed event, every field validated.
 
-    The envelope columns are spliced in front of the payload object so pydantic
-    validates one JSON document in one pass (``validate_json`` is faster than
-    ``json.loads`` followed by a model).
+    A payload of an older shape is upcast first (``_upcast``). The envelope columns
+    are spliced in front of the payload object so pydantic validates one JSON document
+    in one pass (``validate_json`` is faster than ``json.loads`` followed by a model).
 
     Raises:
         pydantic.ValidationError: the payload does not fit its type's model.
@@ -465,6 +601,8 @@ def decode_row(row: EventRow) -> AnyEvent:
             seq=seq, event_id=event_id, run_id=run_id, task_key=task_key, type=type_, ts=ts,
             payload=json.loads(payload),
         )
+    if type_ in UPCASTERS:  # an old shape is read as the current one (_upcast)
+        payload = upcast(type_, payload)
     head = (
         f'{{"seq":{seq},"event_id":{_str(event_id)},"run_id":{_str(run_id)},'
         f'"task_key":{_str(task_key)},"type":{_str(type_)},"ts":{_str(ts)}'

@@ -12,6 +12,11 @@ What is skipped: a ``task.started``'s ``definition`` and ``definition_hash``, a
 ``task.completed``'s ``criteria``, and the check that ``category`` matches
 ``final_status``. Full validation stays where it matters: ``Ledger.events`` (the
 API's typed events) and ``verify``. Run-level events are few and decode in full.
+
+The fields are declared once, in the models (``_events``): each field a struct here
+keeps has its model's name, type and default, and a test fails when they differ
+(tests/ledger/test_lite.py). A payload of an older shape is upcast first, as for the
+full models (``_upcast``).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import msgspec
 from evalledger.statuses import Category, FinalStatus
 
 from ._rows import EventRow, EventType
+from ._upcast import UPCASTERS, upcast
 
 if TYPE_CHECKING:
     from ._events import AnyEvent
@@ -110,6 +116,8 @@ def decode_lite(event_id: str, run_id: str, seq: int, task_key: str | None, type
         return EventRow(event_id, run_id, task_key, type_, ts, payload, seq).decode()  # type: ignore[arg-type]
     if not isinstance(payload, str):
         raise ValueError(f"payload is stored as {type(payload).__name__}, not JSON text")
+    if type_ in UPCASTERS:  # an old shape is read as the current one (_upcast)
+        payload = upcast(type_, payload)
     event = decoder.decode(payload)
     event.run_id, event.task_key, event.type, event.ts, event.seq = (
         run_id, task_key, type_, ts, seq)

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, TypeVar
 from evalledger.ledger import AnyEvent, EventRow
 
 if TYPE_CHECKING:
+    import msgspec
+
     from evalledger.ledger._lite import LiteEvent
 
 _Handler = Callable[[Any, Any], None]
@@ -57,6 +59,9 @@ class Fold:
     VERSION: ClassVar[int] = 0
     """The version of this fold's meaning and of its ``state()``: bump it with any change
     to either, and snapshots made by older code are ignored (the fold replays)."""
+    STATE: ClassVar[type[msgspec.Struct] | None] = None
+    """The struct ``state()`` is written and ``restore()`` read through: its fields are the
+    snapshot's layout (a test pins each layout to its ``VERSION``)."""
     _handlers: ClassVar[dict[str, _Handler]] = {}
 
     def __init__(self, run_id: str) -> None:

@@ -6,7 +6,7 @@ can be read back (``show``, ``report``) without building the event models.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
@@ -104,32 +104,51 @@ class VariantStats(BaseModel):
 
 
 
+class Listed:
+    """Marks a ``RunHeadline`` field that ``evalledger runs`` lists (a column of the
+    ``runs`` SQL view, or what one is made from): a headline snapshot without one is
+    not used, the run is folded instead (``_rebuild.HEADLINE_KEYS``, kept as text there
+    so that listing runs imports no model; a test checks it against these marks)."""
+
+
+LISTED = Listed()
+
+
 class RunHeadline(BaseModel):
     """A run in one line: the counts of ``RunSummary``, without its per-task rows."""
 
     model_config = ConfigDict(frozen=True)
 
-    run_id: str
-    experiment_id: str | None
-    status: str
-    started_at: str | None
-    finished_at: str | None
+    run_id: Annotated[str, LISTED]
+    experiment_id: Annotated[str | None, LISTED]
+    status: Annotated[str, LISTED]
+    started_at: Annotated[str | None, LISTED]
+    finished_at: Annotated[str | None, LISTED]
     duration_seconds: float | None
     max_parallel: int
-    tasks_planned: int
-    tasks_run: int
-    tasks_succeeded: int
-    tasks_failed: int
-    tasks_error: int
-    tasks_ungraded: int
+    tasks_planned: Annotated[int, LISTED]
+    tasks_run: Annotated[int, LISTED]
+    tasks_succeeded: Annotated[int, LISTED]
+    tasks_failed: Annotated[int, LISTED]
+    tasks_error: Annotated[int, LISTED]
+    tasks_ungraded: Annotated[int, LISTED]
     tasks_unfinished: int
     pass_rate: float
     tokens: TokenCounts
-    total_cost_usd: float
-    cost_complete: bool
+    total_cost_usd: Annotated[float, LISTED]
+    """The run's cost (``cost_usd`` in the ``runs`` view)."""
+    cost_complete: Annotated[bool, LISTED]
     models: list[str]
     usage_by_role: list[RoleUsage]
-    """Per role, ``agent`` first: what the agent spent, and what grading it cost."""
+    """Per role, ``agent`` first: what the agent spent, and what grading it cost
+    (``grader_cost_usd`` in the ``runs`` view; a headline snapshot from before roles
+    lacks it and is used all the same)."""
+
+    @classmethod
+    def listed(cls) -> frozenset[str]:
+        """The fields marked ``LISTED``: what a headline snapshot must hold to be used."""
+        return frozenset(name for name, field in cls.model_fields.items()
+                         if LISTED in field.metadata)
 
     @property
     def cost_by_role(self) -> dict[str, float]:
@@ -138,35 +157,16 @@ class RunHeadline(BaseModel):
 
 
 
-class RunSummary(BaseModel):
-    """Everything ``run.json`` says about a run. Rebuildable from the ledger alone."""
+class RunSummary(RunHeadline):
+    """Everything ``run.json`` says about a run. Rebuildable from the ledger alone.
 
-    model_config = ConfigDict(frozen=True)
+    The headline's fields come first, declared once in ``RunHeadline``; then what only
+    the whole summary holds."""
 
-    run_id: str
-    experiment_id: str | None
-    status: str
-    started_at: str | None
-    finished_at: str | None
-    duration_seconds: float | None
-    max_parallel: int
-    tasks_planned: int
-    tasks_run: int
-    tasks_succeeded: int
-    tasks_failed: int
-    tasks_error: int
-    tasks_ungraded: int
     tasks_token_budget_exceeded: int
     tasks_cost_budget_exceeded: int
-    tasks_unfinished: int
     skipped_tasks: list[SkippedFile]
-    pass_rate: float
-    tokens: TokenCounts
-    total_cost_usd: float
-    cost_complete: bool
     tasks_cost_incomplete: int
-    models: list[str]
-    usage_by_role: list[RoleUsage]
     usage_by_model: list[ModelUsage]
     variants: list[VariantStats]
     version_consensus: dict[str, Any]
@@ -185,11 +185,6 @@ class RunSummary(BaseModel):
     def broken_files(self) -> list[SkippedFile]:
         """Task files that could not be used (not those that say ``skip: true``)."""
         return [k for k in self.skipped_tasks if not k.deliberate]
-
-    @property
-    def cost_by_role(self) -> dict[str, float]:
-        """Role -> its priced cost (``agent``, ``grader``): they add up to the total."""
-        return {r.role: r.cost_usd for r in self.usage_by_role}
 
     @property
     def unpriced(self) -> list[ModelUsage]:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
+import msgspec
 from pydantic import BaseModel, ConfigDict
 from pydantic_core import to_jsonable_python
 
@@ -60,10 +61,31 @@ class Partition(BaseModel):
     attempts: dict[str, int]
 
 
+class _ResumeState(msgspec.Struct, gc=False):
+    """``ResumeFold.state()``: what a ``resume_fold`` snapshot stores, a field per
+    attribute of the fold (in sorted order: a payload is canonical JSON)."""
+
+    attempts: list[int]
+    """Per planned key, in planned order: its latest attempt (0: never started)."""
+    boundary_seq: int
+    config: dict[str, Any]
+    finished: bool
+    fingerprint: dict[str, Any]
+    found: bool
+    host: dict[str, Any]
+    imported: dict[str, Any] | None
+    latest: list[str | None]
+    """Per planned key, in planned order: how its latest attempt ended (a category;
+    "" unfinished; null never started)."""
+    planned: list[str]
+    resumed_at: str | None
+
+
 class ResumeFold(Fold):
     """Folds one run's lifecycle events into the resume partition."""
 
     VERSION = RESUME_VERSION
+    STATE = _ResumeState
 
     def __init__(self, run_id: str) -> None:
         super().__init__(run_id)
@@ -90,41 +112,29 @@ class ResumeFold(Fold):
         self._latest: dict[str, Category | None] = {}
 
     def state(self) -> dict[str, Any]:
-        # Per planned key, in planned order: its latest attempt number (0: never
-        # started) and how that attempt ended ("" unfinished, null never started).
         latest = self._latest
-        return {
-            "attempts": [self._attempts.get(k, 0) for k in self._planned],
-            "boundary_seq": self.boundary_seq,
-            "config": self.config.model_dump(mode="json"),
-            "finished": self.finished,
-            "fingerprint": self.fingerprint.model_dump(mode="json"),
-            "found": self.found,
-            "host": self.host,
-            "imported": self.imported,
-            "latest": [(c.value if c else "") if k in latest else None
-                       for k in self._planned for c in (latest.get(k),)],
-            "planned": list(self._planned),
-            "resumed_at": self.resumed_at,
-        }
+        state = _ResumeState(
+            attempts=[self._attempts.get(k, 0) for k in self._planned],
+            boundary_seq=self.boundary_seq, config=self.config.model_dump(mode="json"),
+            finished=self.finished, fingerprint=self.fingerprint.model_dump(mode="json"),
+            found=self.found, host=self.host, imported=self.imported,
+            latest=[(c.value if c else "") if k in latest else None
+                    for k in self._planned for c in (latest.get(k),)],
+            planned=list(self._planned), resumed_at=self.resumed_at)
+        return msgspec.to_builtins(state)  # type: ignore[no-any-return]
 
     @classmethod
     def restore(cls, run_id: str, state: dict[str, Any]) -> ResumeFold:
+        s = msgspec.convert(state, _ResumeState)  # checked: a damaged snapshot raises
         fold = cls(run_id)
-        fold.boundary_seq = state["boundary_seq"]
-        fold.config = RunOptions.model_validate(state["config"])
-        fold.finished = state["finished"]
-        fold.fingerprint = Fingerprint.model_validate(state["fingerprint"])
-        fold.found = state["found"]
-        fold.host = state["host"]
-        fold.imported = state["imported"]
-        fold.resumed_at = state["resumed_at"]
-        fold._planned = dict.fromkeys(state["planned"])
-        fold._attempts = {k: n for k, n in zip(state["planned"], state["attempts"], strict=True)
-                          if n}
+        fold.boundary_seq, fold.finished, fold.found = s.boundary_seq, s.finished, s.found
+        fold.config = RunOptions.model_validate(s.config)
+        fold.fingerprint = Fingerprint.model_validate(s.fingerprint)
+        fold.host, fold.imported, fold.resumed_at = s.host, s.imported, s.resumed_at
+        fold._planned = dict.fromkeys(s.planned)
+        fold._attempts = {k: n for k, n in zip(s.planned, s.attempts, strict=True) if n}
         fold._latest = {k: Category(c) if c else None
-                        for k, c in zip(state["planned"], state["latest"], strict=True)
-                        if c is not None}
+                        for k, c in zip(s.planned, s.latest, strict=True) if c is not None}
         return fold
 
     @on(RunStarted)

@@ -24,8 +24,11 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
+
+import msgspec
 
 from evalledger.ledger import (
     NO_TOKENS,
@@ -57,18 +60,18 @@ from ._versions import SUMMARY_VERSION
 _NOT_VERSIONS = frozenset({"exit_code"})
 
 
-class _Spend:
+class _Spend(msgspec.Struct, array_like=True, gc=False):
     """Token and cost accumulator; an unpriced usage turns it into a floor.
 
     Counts are plain ints, not a ``TokenCounts`` per usage: a rebuild adds 10,000s of them.
     """
 
-    __slots__ = ("cache_read", "cache_write", "complete", "cost", "input", "output")
-
-    def __init__(self) -> None:
-        self.input = self.output = self.cache_read = self.cache_write = 0
-        self.cost = 0.0
-        self.complete = True
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    cost: float = 0.0
+    complete: bool = True
 
     def add(self, usage: TaskUsage) -> None:
         self.input += usage.input_tokens
@@ -87,40 +90,35 @@ class _Spend:
             input_tokens=self.input, output_tokens=self.output,
         )
 
-    def state(self) -> list[Any]:
-        return [self.input, self.output, self.cache_read, self.cache_write, self.cost,
-                self.complete]
 
-    @classmethod
-    def restore(cls, state: list[Any]) -> _Spend:
-        spend = cls()
-        (spend.input, spend.output, spend.cache_read, spend.cache_write, spend.cost,
-         spend.complete) = state
-        return spend
-
-
-class _Done:
+class _Done(msgspec.Struct, array_like=True, gc=False):
     """What a key's latest finished attempt ended with: the fields the summary reads."""
 
-    __slots__ = ("attempt", "category", "cost_complete", "cost_usd", "counts",
-                 "duration_seconds", "environment_info", "error_message", "final_status",
-                 "weighted_score")
+    attempt: int
+    final_status: FinalStatus
+    weighted_score: float
+    duration_seconds: float
+    counts: tuple[int, int, int, int]
+    """input, output, cache read, cache write: plain ints (a ``TokenCounts`` per key is
+    built only for the summary's rows)."""
+    cost_usd: float | None
+    cost_complete: bool
+    error_message: str | None
+    environment_info: dict[str, Any]
 
-    def __init__(self, event: TaskCompleted) -> None:
-        self.attempt = event.attempt
-        self.category = event.category
-        self.final_status = event.final_status
-        self.weighted_score = event.weighted_score
-        self.duration_seconds = event.duration_seconds
-        # A TokenCounts or a lite event's struct of the same fields; kept as plain ints
-        # (a model per key is built only for the summary's rows).
+    @classmethod
+    def of(cls, event: TaskCompleted) -> _Done:
+        # event.tokens: a TokenCounts, or a lite event's struct of the same fields.
         t = event.tokens
-        self.counts = (t.input_tokens, t.output_tokens, t.cache_read_tokens,
-                       t.cache_write_tokens)
-        self.cost_usd = event.cost_usd
-        self.cost_complete = event.cost_complete
-        self.error_message = event.error_message
-        self.environment_info = event.environment_info
+        return cls(event.attempt, event.final_status, event.weighted_score,
+                   event.duration_seconds,
+                   (t.input_tokens, t.output_tokens, t.cache_read_tokens, t.cache_write_tokens),
+                   event.cost_usd, event.cost_complete, event.error_message,
+                   event.environment_info)
+
+    @property
+    def category(self) -> Category:
+        return self.final_status.category
 
     @property
     def tokens(self) -> TokenCounts:
@@ -128,65 +126,62 @@ class _Done:
         return TokenCounts.model_construct(input_tokens=i, output_tokens=o,
                                            cache_read_tokens=r, cache_write_tokens=w)
 
-    def state(self) -> list[Any]:
-        return [self.attempt, self.final_status.value, self.weighted_score,
-                self.duration_seconds, list(self.counts), self.cost_usd, self.cost_complete,
-                self.error_message, self.environment_info]
 
-    @classmethod
-    def restore(cls, state: list[Any]) -> _Done:
-        done = cls.__new__(cls)
-        (done.attempt, status, done.weighted_score, done.duration_seconds, counts,
-         done.cost_usd, done.cost_complete, done.error_message, done.environment_info) = state
-        done.final_status = FinalStatus(status)
-        done.category = done.final_status.category
-        done.counts = tuple(counts)
-        return done
-
-
-class _Key:
+class _Key(msgspec.Struct, array_like=True, gc=False):
     """One task key's state: its latest attempt and what it finished with."""
 
-    __slots__ = ("attempts", "completed", "cost_gap", "replicate_index", "spend", "tags",
-                 "task_id", "variant_id")
-
-    def __init__(self, task_id: str, variant_id: str, replicate_index: int,
-                 tags: list[str]) -> None:
-        self.task_id = task_id
-        self.variant_id = variant_id
-        self.replicate_index = replicate_index
-        self.tags = tags
-        self.attempts = 0
-        self.completed: _Done | None = None
-        self.spend = _Spend()  # every attempt's, for tasks_cost_incomplete
-        # Some attempt's task.completed said cost_complete false: spend its usage does
-        # not cover (every attempt's, as spend).
-        self.cost_gap = False
+    task_key: str
+    task_id: str
+    variant_id: str
+    replicate_index: int
+    tags: list[str]
+    attempts: int = 0
+    spend: _Spend = msgspec.field(default_factory=_Spend)
+    """Every attempt's, for ``tasks_cost_incomplete``."""
+    completed: _Done | None = None
+    cost_gap: bool = False
+    """Some attempt's ``task.completed`` said ``cost_complete`` false: spend its usage
+    does not cover (every attempt's, as ``spend``)."""
 
     @property
     def cost_complete(self) -> bool:
         return self.spend.complete and not self.cost_gap
 
-    def state(self) -> list[Any]:
-        return [self.task_id, self.variant_id, self.replicate_index, self.tags, self.attempts,
-                self.spend.state(), self.completed.state() if self.completed else None,
-                self.cost_gap]
 
-    @classmethod
-    def restore(cls, state: list[Any]) -> _Key:
-        task_id, variant_id, replicate_index, tags, attempts, spend, done, gap = state
-        key = cls(task_id, variant_id, replicate_index, tags)
-        key.attempts = attempts
-        key.spend = _Spend.restore(spend)
-        key.completed = _Done.restore(done) if done is not None else None
-        key.cost_gap = gap
-        return key
+class _Skipped(msgspec.Struct, array_like=True, gc=False):
+    path: str
+    reason: str
+    deliberate: bool
+
+
+class _State(msgspec.Struct, gc=False):
+    """``SummaryFold.state()``: what a ``summary_fold`` snapshot stores, a field per
+    attribute of the fold (in sorted order: a payload is canonical JSON). Each key,
+    spend and completion is a list of its struct's fields, in their declared order."""
+
+    by_model: list[tuple[str | None, _Spend]]
+    by_role: list[tuple[str, _Spend]]
+    cost_gap: bool
+    drift: list[dict[str, Any]]
+    experiment_id: str | None
+    finished_at: str | None
+    keys: list[_Key]
+    max_parallel: int
+    models: list[str]
+    planned: list[str]
+    running: list[str]
+    skipped: list[_Skipped]
+    spend: _Spend
+    started_at: str | None
+    status: str
+    unreported: bool
 
 
 class SummaryFold(Fold):
     """Folds one run's events into a ``RunSummary``; feed it live or from the ledger."""
 
     VERSION = SUMMARY_VERSION
+    STATE = _State
 
     def __init__(self, run_id: str) -> None:
         super().__init__(run_id)
@@ -196,7 +191,7 @@ class SummaryFold(Fold):
         self.status = "running"
         self.max_parallel = 1
         self.planned: dict[str, None] = {}
-        self.skipped: list[SkippedFile] = []
+        self.skipped: list[_Skipped] = []
         self.drift: list[dict[str, Any]] = []
         self.keys: dict[str, _Key] = {}
         self.spend = _Spend()
@@ -212,46 +207,27 @@ class SummaryFold(Fold):
         self.running: set[str] = set()
 
     def state(self) -> dict[str, Any]:
-        # Keys sorted: the state goes into a payload, which is canonical JSON.
-        return {
-            "by_model": [[name, spend.state()] for name, spend in self.by_model.items()],
-            "by_role": [[name, spend.state()] for name, spend in self.by_role.items()],
-            "cost_gap": self.cost_gap,
-            "drift": self.drift,
-            "experiment_id": self.experiment_id,
-            "finished_at": self.finished_at,
-            "keys": [[name, *key.state()] for name, key in self.keys.items()],
-            "max_parallel": self.max_parallel,
-            "models": sorted(self.models),
-            "planned": list(self.planned),
-            "running": sorted(self.running),
-            "skipped": [[s.path, s.reason, s.deliberate] for s in self.skipped],
-            "spend": self.spend.state(),
-            "started_at": self.started_at,
-            "status": self.status,
-            "unreported": self.unreported,
-        }
+        state = _State(
+            by_model=list(self.by_model.items()), by_role=list(self.by_role.items()),
+            cost_gap=self.cost_gap, drift=self.drift, experiment_id=self.experiment_id,
+            finished_at=self.finished_at, keys=list(self.keys.values()),
+            max_parallel=self.max_parallel, models=sorted(self.models),
+            planned=list(self.planned), running=sorted(self.running), skipped=self.skipped,
+            spend=self.spend, started_at=self.started_at, status=self.status,
+            unreported=self.unreported)
+        return msgspec.to_builtins(state)  # type: ignore[no-any-return]
 
     @classmethod
     def restore(cls, run_id: str, state: dict[str, Any]) -> SummaryFold:
+        s = msgspec.convert(state, _State)  # checked: a damaged snapshot raises
         fold = cls(run_id)
-        fold.by_model = {name: _Spend.restore(spend) for name, spend in state["by_model"]}
-        fold.by_role = {name: _Spend.restore(spend) for name, spend in state["by_role"]}
-        fold.cost_gap = state["cost_gap"]
-        fold.unreported = state["unreported"]
-        fold.drift = state["drift"]
-        fold.experiment_id = state["experiment_id"]
-        fold.finished_at = state["finished_at"]
-        fold.keys = {entry[0]: _Key.restore(entry[1:]) for entry in state["keys"]}
-        fold.max_parallel = state["max_parallel"]
-        fold.models = set(state["models"])
-        fold.planned = dict.fromkeys(state["planned"])
-        fold.running = set(state["running"])
-        fold.skipped = [SkippedFile(path=p, reason=r, deliberate=d)
-                        for p, r, d in state["skipped"]]
-        fold.spend = _Spend.restore(state["spend"])
-        fold.started_at = state["started_at"]
-        fold.status = state["status"]
+        fold.by_model, fold.by_role = dict(s.by_model), dict(s.by_role)
+        fold.cost_gap, fold.drift, fold.experiment_id = s.cost_gap, s.drift, s.experiment_id
+        fold.finished_at, fold.max_parallel = s.finished_at, s.max_parallel
+        fold.keys = {key.task_key: key for key in s.keys}
+        fold.models, fold.planned = set(s.models), dict.fromkeys(s.planned)
+        fold.running, fold.skipped, fold.spend = set(s.running), s.skipped, s.spend
+        fold.started_at, fold.status, fold.unreported = s.started_at, s.status, s.unreported
         return fold
 
     @on(TaskUsage)
@@ -276,7 +252,8 @@ class SummaryFold(Fold):
         key = self.keys.get(event.task_key)
         if key is None:
             key = self.keys[event.task_key] = _Key(
-                event.task_id, event.variant_id, event.replicate_index, list(event.tags))
+                event.task_key, event.task_id, event.variant_id, event.replicate_index,
+                list(event.tags))
         key.attempts = max(key.attempts, event.attempt)
         self.planned.setdefault(event.task_key, None)
         self.running.add(event.task_key)
@@ -285,7 +262,7 @@ class SummaryFold(Fold):
     def _task_completed(self, event: TaskCompleted) -> None:
         key = self.keys.get(event.task_key)
         if key is not None and (not key.completed or event.attempt >= key.completed.attempt):
-            key.completed = _Done(event)
+            key.completed = _Done.of(event)
         if not event.cost_complete:
             self.cost_gap = True
             if key is not None:
@@ -323,17 +300,12 @@ class SummaryFold(Fold):
 
     @on(TaskSkipped)
     def _task_skipped(self, event: TaskSkipped) -> None:
-        self.skipped.append(SkippedFile(path=event.path, reason=event.reason,
-                                        deliberate=event.deliberate))
+        self.skipped.append(_Skipped(event.path, event.reason, event.deliberate))
 
     # -- the live view reads these directly ----------------------------------------------------
 
     def counts(self) -> dict[Category, int]:
-        counts = dict.fromkeys(Category, 0)
-        for key in self.keys.values():
-            if key.completed is not None:
-                counts[key.completed.category] += 1
-        return counts
+        return _tally(k.completed for k in self.keys.values() if k.completed is not None)
 
     def headline(self) -> RunHeadline:
         """The run in one line, without building a row per task (the runs list)."""
@@ -376,7 +348,7 @@ class SummaryFold(Fold):
     def summary(self) -> RunSummary:
         head = self.headline()
         # Every planned key has a row: one that never started has no attempts.
-        rows = [self._row(k, self.keys[k]) if k in self.keys else _unstarted(k)
+        rows = [self._row(self.keys[k]) if k in self.keys else _unstarted(k)
                 for k in sorted(self.keys.keys() | self.planned.keys())]
         statuses = [r.final_status for r in rows if r.final_status is not None]
         consensus, drift = self._versions()
@@ -384,7 +356,8 @@ class SummaryFold(Fold):
             **dict(head),
             tasks_token_budget_exceeded=statuses.count(FinalStatus.TOKEN_BUDGET_EXCEEDED),
             tasks_cost_budget_exceeded=statuses.count(FinalStatus.COST_BUDGET_EXCEEDED),
-            skipped_tasks=list(self.skipped),
+            skipped_tasks=[SkippedFile(path=s.path, reason=s.reason, deliberate=s.deliberate)
+                           for s in self.skipped],
             tasks_cost_incomplete=sum(1 for k in self.keys.values() if not k.cost_complete),
             usage_by_model=[
                 ModelUsage(model=name, tokens=spend.tokens, cost_usd=round(spend.cost, 10),
@@ -401,12 +374,12 @@ class SummaryFold(Fold):
     def row(self, task_key: str) -> TaskRow | None:
         """One key's row of the summary, without building the others."""
         key = self.keys.get(task_key)
-        return None if key is None else self._row(task_key, key)
+        return None if key is None else self._row(key)
 
-    def _row(self, task_key: str, key: _Key) -> TaskRow:
+    def _row(self, key: _Key) -> TaskRow:
         done = key.completed
         return TaskRow(
-            task_key=task_key,
+            task_key=key.task_key,
             task_id=key.task_id,
             variant_id=key.variant_id,
             replicate_index=key.replicate_index,
@@ -459,13 +432,42 @@ class SummaryFold(Fold):
 
 def _variant_stats(variant_id: str, keys: list[_Key]) -> VariantStats:
     done = [k.completed for k in keys if k.completed is not None]
-    graded = [c for c in done if c.category in GRADED]
+    counts = _tally(done)
+    scores = [c.weighted_score for c in done if c.category in GRADED]
+    return VariantStats(
+        variant_id=variant_id,
+        tasks=len(keys),
+        tasks_run=len(done),
+        tasks_succeeded=counts[Category.SUCCEEDED],
+        tasks_failed=counts[Category.FAILED],
+        tasks_error=counts[Category.ERROR],
+        tasks_ungraded=counts[Category.UNGRADED],
+        pass_rate=_rate(counts),
+        mean_score=_mean(scores),
+        score_stderr=(round(statistics.stdev(scores) / math.sqrt(len(scores)), 6)
+                      if len(scores) >= 2 else None),
+        pass_at_k=_pass_at_k(keys),
+        cost_usd=round(sum(k.spend.cost for k in keys), 10),
+        cost_complete=all(k.cost_complete for k in keys),
+        mean_duration_seconds=_mean([c.duration_seconds for c in done]),
+    )
+
+
+def _tally(done: Iterable[_Done]) -> dict[Category, int]:
+    """Finished keys per category, every category present."""
     counts = dict.fromkeys(Category, 0)
     for completed in done:
         counts[completed.category] += 1
-    scores = [c.weighted_score for c in graded]
-    durations = [c.duration_seconds for c in done]
-    # task id -> (graded replicates, successful ones), for pass@k
+    return counts
+
+
+def _mean(values: list[float]) -> float | None:
+    return round(statistics.fmean(values), 6) if values else None
+
+
+def _pass_at_k(keys: list[_Key]) -> dict[str, float]:
+    """k -> pass@k averaged over the task ids with at least k graded replicates."""
+    # task id -> (graded replicates, successful ones)
     samples: dict[str, list[int]] = {}
     for key in keys:
         if key.completed is not None and key.completed.category in GRADED:
@@ -477,23 +479,7 @@ def _variant_stats(variant_id: str, keys: list[_Key]) -> VariantStats:
     for k in range(1, most + 1):
         eligible = [pass_at(n, c, k) for n, c in samples.values() if n >= k]
         pass_at_k[str(k)] = round(sum(eligible) / len(eligible), 6)
-    return VariantStats(
-        variant_id=variant_id,
-        tasks=len(keys),
-        tasks_run=len(done),
-        tasks_succeeded=counts[Category.SUCCEEDED],
-        tasks_failed=counts[Category.FAILED],
-        tasks_error=counts[Category.ERROR],
-        tasks_ungraded=counts[Category.UNGRADED],
-        pass_rate=_rate(counts),
-        mean_score=round(statistics.fmean(scores), 6) if scores else None,
-        score_stderr=(round(statistics.stdev(scores) / math.sqrt(len(scores)), 6)
-                      if len(scores) >= 2 else None),
-        pass_at_k=pass_at_k,
-        cost_usd=round(sum(k.spend.cost for k in keys), 10),
-        cost_complete=all(k.cost_complete for k in keys),
-        mean_duration_seconds=round(statistics.fmean(durations), 6) if durations else None,
-    )
+    return pass_at_k
 
 
 def _rate(counts: dict[Category, int]) -> float:
