@@ -159,7 +159,7 @@ def check_executor(
             raise UserError("--ray-address goes with --executor ray")
         executor = "ray"
     if executor == "ray" and importlib.util.find_spec("ray") is None:
-        from evalledger.executor._ray import INSTALL_HINT
+        from evalledger.executor.ray import INSTALL_HINT
 
         raise UserError(INSTALL_HINT)
     return executor, ray_address
