@@ -19,6 +19,7 @@ Attempts run on trio here alone: the CLI starts a loop only to call ``run_batch`
 to catch signals), the viewer only to serve.
 """
 
+from ._attempt import AttemptOutcome as AttemptOutcome
 from ._batch import BatchConfig as BatchConfig
 from ._batch import BatchResult as BatchResult
 from ._batch import Callbacks as Callbacks
@@ -35,6 +36,7 @@ from ._writer import open_writer as open_writer
 __all__ = [
     "DEFAULT_KILL_GRACE",
     "MAX_LINE",
+    "AttemptOutcome",
     "BatchConfig",
     "BatchResult",
     "Callbacks",
