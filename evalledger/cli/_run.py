@@ -108,7 +108,7 @@ async def _run_with_signals(
     callbacks: Callbacks, resume: Resume | None,
 ) -> BatchResult | None:
     """Run the batch; return None when it was interrupted by a signal."""
-    hurry = trio.Event()
+    kill_now = trio.Event()
     result: BatchResult | None = None
     # SIGHUP too: a closed terminal must not leave agents running and a run unended.
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
@@ -126,13 +126,13 @@ async def _run_with_signals(
                         )
                         batch.cancel()
                     else:
-                        hurry.set()
+                        kill_now.set()
 
             nursery.start_soon(watch)
             with batch:
                 result = await run_batch(
                     ledger, tasks, config, callbacks, skipped=skipped, resume=resume,
-                    kill_now=hurry,
+                    kill_now=kill_now,
                 )
             nursery.cancel_scope.cancel()
     return result
@@ -159,7 +159,7 @@ def check_executor(
             raise UserError("--ray-address goes with --executor ray")
         executor = "ray"
     if executor == "ray" and importlib.util.find_spec("ray") is None:
-        from evalledger.executor._ray import INSTALL_HINT
+        from evalledger.executor.ray import INSTALL_HINT
 
         raise UserError(INSTALL_HINT)
     return executor, ray_address

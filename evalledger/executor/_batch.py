@@ -43,6 +43,7 @@ from evalledger.projections import fingerprint, write_snapshot
 from evalledger.statuses import RunStatus
 from evalledger.suite import ResolvedTask, Skipped
 
+from ._attempt import AttemptOutcome
 from ._marks import batch_mark, kill_marked
 from ._runner import RunContext, run_task
 from ._sandbox import SandboxPool, remove_tree
@@ -50,7 +51,7 @@ from ._watchdog import Watchdog, make_folder, sweep_dead_batches
 from ._writer import WriterStats, open_writer
 
 if TYPE_CHECKING:
-    from ._ray import RayExecutor
+    from .ray import RayExecutor
 
 log = logging.getLogger("evalledger.executor")
 
@@ -155,11 +156,12 @@ class BatchResult:
     writer: WriterStats
 
 
-# One attempt, run here (``run_task``) or on a cluster (``RayExecutor.run``): its
-# committed task.completed, or None when it could not finish (task.interrupted recorded).
+# One attempt, run here (``run_task``) or on a cluster (``RayExecutor.run``), both by
+# ``run_attempt``'s protocol: how it ended, once recorded (its committed task.completed,
+# or task.interrupted when it could not finish).
 Attempts = Callable[
     [ResolvedTask, RunContext, int, Callable[[], None] | None],
-    Awaitable[TaskCompleted | None],
+    Awaitable[AttemptOutcome],
 ]
 
 
@@ -246,7 +248,7 @@ async def run_batch(
 
 
 def _join_cluster(config: BatchConfig, token: str) -> RayExecutor:
-    from ._ray import RayExecutor, WorkerSpec
+    from .ray import RayExecutor, WorkerSpec
 
     spec = WorkerSpec(run_id=config.run_id, batch_token=token,
                       preservation_mode=config.preservation_mode,
@@ -259,15 +261,16 @@ def _join_cluster(config: BatchConfig, token: str) -> RayExecutor:
 async def _leave_cluster(cluster: RayExecutor, kill_now: trio.Event | None) -> None:
     """Close the cluster's side of the batch; a second Ctrl-C meanwhile cuts the grace
     period short there too."""
-    hurry = kill_now if kill_now is not None else trio.Event()
+    if kill_now is None:
+        kill_now = trio.Event()
     async with trio.open_nursery() as nursery:
 
-        async def on_hurry() -> None:
-            await hurry.wait()
-            await trio.to_thread.run_sync(cluster.hurry)
+        async def on_kill_now() -> None:
+            await kill_now.wait()
+            await trio.to_thread.run_sync(cluster.kill_now)
 
-        nursery.start_soon(on_hurry)
-        await trio.to_thread.run_sync(functools.partial(cluster.close, hurry=hurry.is_set()))
+        nursery.start_soon(on_kill_now)
+        await trio.to_thread.run_sync(functools.partial(cluster.close, kill_now=kill_now.is_set()))
         nursery.cancel_scope.cancel()
 
 
@@ -317,7 +320,7 @@ async def _run(
             sandbox_root=sandboxes.root,
             sandboxes=sandboxes,
             batch_token=token,
-            hurry=kill_now if kill_now is not None else trio.Event(),
+            kill_now=kill_now if kill_now is not None else trio.Event(),
             preservation_mode=config.preservation_mode,
             kill_grace=config.kill_grace,
             on_output=callbacks.on_output,
@@ -329,12 +332,12 @@ async def _run(
 
         async def one(task: ResolvedTask) -> None:
             attempt = (resume.attempts.get(task.task_key, 0) if resume else 0) + 1
-            result = await attempts(
+            outcome = await attempts(
                 task, ctx, attempt, lambda: limiter.release_on_behalf_of(task.task_key)
             )
-            if result is not None:  # None: its worker was lost (task.interrupted recorded)
-                completed.append(result)
-                _call(callbacks.on_task_complete, result)
+            if outcome.completed is not None:  # else its Ray worker was lost
+                completed.append(outcome.completed)
+                _call(callbacks.on_task_complete, outcome.completed)
 
         # Written directly (the writer is idle until now), under the write lock, only
         # if no other process started or resumed this run since it was read.
@@ -388,10 +391,10 @@ def _opening(
     sandbox_root: Path,
     ledger_id: str,
 ) -> AnyEvent:
-    print_ = fingerprint(config.options, tasks)
     if resume is not None:
         return RunResumed(
-            run_id=config.run_id, fingerprint=print_, drift=resume.drift, host=host_info(),
+            run_id=config.run_id, fingerprint=fingerprint(config.options, tasks),
+            drift=resume.drift, host=host_info(),
             to_run=[t.task_key for t in to_run], max_parallel=config.max_parallel,
             batch_token=token, sandbox_root=str(sandbox_root), added=list(resume.added),
             rerun=list(resume.rerun), rerun_failed=resume.rerun_failed,
@@ -401,7 +404,7 @@ def _opening(
         run_id=config.run_id,
         experiment_id=config.experiment_id,
         config=config.options,
-        fingerprint=print_,
+        fingerprint=fingerprint(config.options, tasks),
         planned=[t.task_key for t in tasks],
         host=host_info(),
         max_parallel=config.max_parallel,

@@ -33,7 +33,7 @@ MAX_FILE_BYTES = 64 * 1024 * 1024
 _DETAIL_TAIL = 400
 
 
-class Outcome:
+class Evidence:
     """What the command left behind, as the criteria see it."""
 
     def __init__(self, sandbox: Path, exit_code: int | None, stdout: str, stderr: str) -> None:
@@ -73,15 +73,15 @@ def _contains(
     return True, f"{where} has all of {list(includes)!r}" if includes else f"{where} ok"
 
 
-def _check_file(criterion: FileExists | FileContains, outcome: Outcome) -> tuple[bool, str]:
+def _check_file(criterion: FileExists | FileContains, evidence: Evidence) -> tuple[bool, str]:
     try:
-        return _check_path(criterion, outcome)
+        return _check_path(criterion, evidence)
     except (OSError, ValueError) as e:  # a NUL in the path, a name too long, ...
         return False, f"cannot check {criterion.path!r}: {getattr(e, 'strerror', None) or e}"
 
 
-def _check_path(criterion: FileExists | FileContains, outcome: Outcome) -> tuple[bool, str]:
-    target = _inside(outcome.sandbox, criterion.path)
+def _check_path(criterion: FileExists | FileContains, evidence: Evidence) -> tuple[bool, str]:
+    target = _inside(evidence.sandbox, criterion.path)
     if isinstance(target, str):
         return False, target
     if isinstance(criterion, FileExists):
@@ -103,10 +103,10 @@ NOT_RUN = "not run: the task's timeout had passed"
 
 
 async def _run_command(
-    criterion: RunCommand, outcome: Outcome, env: Mapping[str, str], hurry: trio.Event | None,
+    criterion: RunCommand, evidence: Evidence, env: Mapping[str, str], kill_now: trio.Event | None,
     deadline: float, grace: float,
 ) -> tuple[bool, str]:
-    process = await spawn(criterion.command, cwd=str(outcome.sandbox), env=env, stdin=False)
+    process = await spawn(criterion.command, cwd=str(evidence.sandbox), env=env, stdin=False)
     kept = _Kept()
 
     async def collect(stream: trio.abc.ReceiveStream) -> None:
@@ -133,7 +133,7 @@ async def _run_command(
                 nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
-            await end_group(process, grace, hurry)
+            await end_group(process, grace, kill_now)
     if scope.cancelled_caught:
         if trio.current_time() >= deadline:
             return False, CUT_OFF
@@ -179,8 +179,8 @@ class _Kept:
 
 
 async def evaluate(
-    criteria: Sequence[Criterion], outcome: Outcome, env: Mapping[str, str],
-    hurry: trio.Event | None = None, deadline: float = math.inf,
+    criteria: Sequence[Criterion], evidence: Evidence, env: Mapping[str, str],
+    kill_now: trio.Event | None = None, deadline: float = math.inf,
     grace: float = DEFAULT_KILL_GRACE,
 ) -> list[CriterionResult]:
     """Check every criterion; never raises for a failing one, only records it.
@@ -191,15 +191,15 @@ async def evaluate(
     results: list[CriterionResult] = []
     for criterion in criteria:
         if isinstance(criterion, ExitCode):
-            passed = outcome.exit_code == criterion.equals
-            detail = f"exit code {outcome.exit_code}, expected {criterion.equals}"
+            passed = evidence.exit_code == criterion.equals
+            detail = f"exit code {evidence.exit_code}, expected {criterion.equals}"
         elif isinstance(criterion, FileExists | FileContains):
-            passed, detail = await trio.to_thread.run_sync(_check_file, criterion, outcome)
+            passed, detail = await trio.to_thread.run_sync(_check_file, criterion, evidence)
         elif isinstance(criterion, OutputContains):
             text = {
-                "stdout": outcome.stdout,
-                "stderr": outcome.stderr,
-                "both": outcome.stdout + "\n" + outcome.stderr,
+                "stdout": evidence.stdout,
+                "stderr": evidence.stderr,
+                "both": evidence.stdout + "\n" + evidence.stderr,
             }[criterion.stream]
             passed, detail = _contains("output", text, criterion.includes, criterion.excludes)
         elif isinstance(criterion, RunCommand):
@@ -207,7 +207,7 @@ async def evaluate(
                 passed, detail = False, NOT_RUN
             else:
                 try:
-                    passed, detail = await _run_command(criterion, outcome, env, hurry,
+                    passed, detail = await _run_command(criterion, evidence, env, kill_now,
                                                         deadline, grace)
                 except OSError as e:
                     passed, detail = False, f"cannot run {criterion.command!r}: {e}"

@@ -156,12 +156,12 @@ def group_alive(pgid: int) -> bool:
 
 async def end_group(
     process: Child | trio.Process, grace: float = DEFAULT_KILL_GRACE,
-    hurry: trio.Event | None = None,
+    kill_now: trio.Event | None = None,
 ) -> None:
     """Stop the leader and everything in its group; return once the leader is reaped.
 
     SIGTERM to the whole group, then SIGKILL once ``grace`` seconds pass or
-    ``hurry`` is set (a second Ctrl-C), whichever comes first. The grace period
+    ``kill_now`` is set (a second Ctrl-C), whichever comes first. The grace period
     waits for the *group*, not just the leader: ``/bin/sh -c "python agent.py"``
     dies on SIGTERM at once while the agent it forked is still cleaning up.
     Callers in a cancelled context shield it:
@@ -171,8 +171,8 @@ async def end_group(
         kill_group(process.pid, signal.SIGTERM)
         with trio.move_on_after(grace) as waiting:
             async with trio.open_nursery() as nursery:
-                if hurry is not None:
-                    nursery.start_soon(_cancel_when_set, hurry, waiting)
+                if kill_now is not None:
+                    nursery.start_soon(_cancel_when_set, kill_now, waiting)
                 await process.wait()
                 while group_alive(process.pid):
                     await trio.sleep(0.02)

@@ -1,9 +1,10 @@
-"""Running one task attempt: sandbox, command, streams, budgets, criteria, final status.
+"""Running one task attempt: sandbox, command, streams, budgets, criteria.
 
 The runner appends as it goes: ``task.started``, then every line (``task.output``
-/ ``task.event``) and usage report (``task.usage``) as it arrives, then either
-``task.completed`` (committed before ``run_task`` returns) or, when the batch is
-cancelled, ``task.interrupted`` before the cancellation goes on.
+/ ``task.event``) and usage report (``task.usage``) as it arrives; how the attempt
+ends (``task.completed``, committed before ``run_task`` returns, or ``task.interrupted``
+when the batch is cancelled) is ``run_attempt``'s protocol (``_attempt``), and its
+final status ``final_status``'s rule (``_status``).
 
 Invariant: spend is never dropped. However an attempt ends (its result, a timeout, a
 budget stop, an error, cancellation), the usage meter's running estimate (what a
@@ -36,12 +37,10 @@ import trio
 from evalledger import __version__
 from evalledger.ledger import (
     AnyEvent,
-    CriterionResult,
     EventRow,
     EventType,
     TaskCompleted,
     TaskEmitted,
-    TaskInterrupted,
     TaskOutput,
     TaskStarted,
     TaskUsage,
@@ -54,7 +53,8 @@ from evalledger.statuses import FinalStatus
 from evalledger.suite import ResolvedTask
 
 from . import _sandbox
-from ._criteria import CUT_OFF, NOT_RUN, Outcome, evaluate, weighted_score
+from ._attempt import AttemptOutcome, run_attempt
+from ._criteria import Evidence, evaluate
 from ._lines import LineSplitter, parse_json_object
 from ._marks import MARKER_VAR
 from ._process import (
@@ -64,6 +64,7 @@ from ._process import (
     release_pipes,
     spawn,
 )
+from ._status import AttemptFacts, BudgetStop, final_status
 from ._usage import Usage, UsageMeter
 from ._writer import EventSink, WriterFailed
 
@@ -97,7 +98,7 @@ class RunContext:
     # A snapshot: copying os.environ decodes every variable, once per task otherwise.
     base_env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
     # Set by a second Ctrl-C: stop waiting out grace periods, SIGKILL now.
-    hurry: trio.Event = field(default_factory=trio.Event)
+    kill_now: trio.Event = field(default_factory=trio.Event)
     # Empty sandboxes made ahead and removed off the loop (None: each task makes its own).
     sandboxes: _sandbox.SandboxPool | None = None
     # Random per batch: the MARKER_VAR of every attempt starts with it (see _process).
@@ -105,11 +106,12 @@ class RunContext:
     # Where a task's workdir is copied from, when not where the task file says (a Ray
     # worker's copy of what the driver shipped); raises BuildFailed when there is none.
     locate_workdir: Callable[[str], str] | None = None
-    _attempts: Iterator[int] = field(default_factory=itertools.count)
+    # Numbers the attempts' marks: shared by every attempt the context runs.
+    _marks_made: Iterator[int] = field(default_factory=itertools.count)
 
     def attempt_marker(self) -> str:
         """A fresh ``MARKER_VAR=value`` entry for one attempt's environment."""
-        return f"{MARKER_VAR}={self.batch_token}-{next(self._attempts)}"
+        return f"{MARKER_VAR}={self.batch_token}-{next(self._marks_made)}"
 
     def notify_output(self, event: AnyEvent) -> None:
         if self.on_output is None:
@@ -120,20 +122,15 @@ class RunContext:
             log.exception("stream callback failed for %s; ignored", event.task_key)
 
 
-class _BudgetExceeded(Exception):
-    def __init__(self, status: FinalStatus, detail: str) -> None:
-        super().__init__(detail)
-        self.status = status
-
-
 @dataclass
 class _Streams:
-    """One attempt's reading state."""
+    """One attempt's reading state: what it has recorded of its two pipes."""
 
     task: ResolvedTask
     ctx: RunContext
     meter: UsageMeter
-    n: int = 0
+    # The ``n`` of the last line recorded: both streams' lines are numbered together.
+    last_n: int = 0
     # The tail of each stream, for output_contains: a verdict is printed last.
     kept: dict[str, deque[str]] = field(
         default_factory=lambda: {"stdout": deque(), "stderr": deque()}
@@ -144,24 +141,40 @@ class _Streams:
     waiting: int = 0
     received: int = 0
     _last_received: int = -1
+    # Set at the line that passed a live budget: reading stops there.
+    budget_stop: BudgetStop | None = None
 
     def stuck(self, open_pipes: int) -> bool:
         """Whether every open pipe's reader sits waiting and no byte came since last asked."""
         quiet = self.received == self._last_received
         self._last_received = self.received
         return quiet and self.waiting == open_pipes
-    exceeded: _BudgetExceeded | None = None
 
     def text(self, stream: str) -> str:
         return "\n".join(self.kept[stream])
 
     async def lines(self, pairs: list[tuple[str, bool]], stream: str) -> None:
         """Record one read's worth of lines (and any usage they report) in one send."""
+        events, recorded = self._events(pairs, stream)
+        self._keep(recorded, stream)
+        await self._send(events)
+        if self.ctx.on_output is not None:
+            for event in events:
+                if event.type != EventType.TASK_USAGE:
+                    self.ctx.notify_output(event.decode() if isinstance(event, EventRow)
+                                           else event)
+
+    def _events(
+        self, pairs: list[tuple[str, bool]], stream: str
+    ) -> tuple[list[AnyEvent | EventRow], list[tuple[str, bool]]]:
+        """The events of these lines, and the lines they record: all of them, unless a
+        line passed a budget (reading stops at it; what follows is not recorded, as when
+        it comes in a later read, and the tokens recorded are those the error states)."""
         key, run_id, ts = self.task.task_key, self.ctx.run_id, utc_now()
         events: list[AnyEvent | EventRow] = []
         encoded = TaskOutput.encoded
         json_lines = stream == "stdout"
-        n = self.n
+        n = self.last_n
         for event_id, (text, truncated) in zip(new_event_ids(len(pairs)), pairs, strict=True):
             n += 1
             # Cheap first test inline: nearly every line is plain text (a hot loop).
@@ -171,26 +184,28 @@ class _Streams:
             ):
                 events.append(TaskEmitted(event_id=event_id, run_id=run_id, task_key=key, ts=ts,
                                           data=data, n=n))
-                for usage in self.meter.observe(data):
-                    events.append(self._usage_event(usage, ts))
+                events += [self._usage_event(usage, ts) for usage in self.meter.observe(data)]
                 # Also without a usage to record: a claude-code transcript's running
                 # estimate grows with each assistant message.
                 self.check_budget()
-                if self.exceeded is not None:
-                    # Reading stops at the line that passed the budget, wherever it sits
-                    # in this read: what follows it is not recorded (as when it comes in
-                    # a later read), and the tokens recorded are those the error states.
-                    pairs = pairs[:n - self.n]
+                if self.budget_stop is not None:
+                    pairs = pairs[:n - self.last_n]
                     break
             else:
                 events.append(encoded(run_id, key, ts, stream, text, n, truncated, event_id))
-        self.n = n
+        self.last_n = n
+        return events, pairs
+
+    def _keep(self, pairs: list[tuple[str, bool]], stream: str) -> None:
+        """Keep the stream's tail for output_contains, at most ``MAX_KEPT_OUTPUT``."""
         kept = self.kept[stream]
         kept.extend(text for text, _ in pairs)
         # Charged per line too: a million empty lines still cost a str object each.
         self.kept_chars[stream] += sum(len(text) for text, _ in pairs) + _LINE_COST * len(pairs)
         while self.kept_chars[stream] > MAX_KEPT_OUTPUT and len(kept) > 1:
             self.kept_chars[stream] -= len(kept.popleft())
+
+    async def _send(self, events: list[AnyEvent | EventRow]) -> None:
         try:
             await self.ctx.writer.append(*events)
         except trio.Cancelled:
@@ -199,11 +214,6 @@ class _Streams:
             with trio.CancelScope(shield=True), trio.move_on_after(_LAST_WRITE):
                 await self.ctx.writer.append(*events)
             raise
-        if self.ctx.on_output is not None:
-            for event in events:
-                if event.type != EventType.TASK_USAGE:
-                    self.ctx.notify_output(event.decode() if isinstance(event, EventRow)
-                                           else event)
 
     def _usage_event(self, usage: Usage, ts: str) -> TaskUsage:
         self.ctx.spent_usd += usage.cost_usd or 0.0
@@ -225,22 +235,23 @@ class _Streams:
 
     def check_budget(self) -> None:
         budget = self.task.budget
-        if self.exceeded is not None:
+        if self.budget_stop is not None:
             return
         if budget.max_tokens is not None and self.meter.live_tokens > budget.max_tokens:
-            self.exceeded = _BudgetExceeded(
+            self.budget_stop = BudgetStop(
                 FinalStatus.TOKEN_BUDGET_EXCEEDED,
                 f"used {self.meter.live_tokens} tokens, budget {budget.max_tokens}",
             )
         elif budget.max_cost_usd is not None and self.meter.live_cost_usd > budget.max_cost_usd:
-            self.exceeded = _BudgetExceeded(
+            self.budget_stop = BudgetStop(
                 FinalStatus.COST_BUDGET_EXCEEDED,
                 f"spent ${self.meter.live_cost_usd:.4f}, budget ${budget.max_cost_usd:.4f}",
             )
 
 
-async def _pump(stream: trio.abc.ReceiveStream, name: str, state: _Streams,
-                stop: trio.CancelScope) -> None:
+async def _record_stream(stream: trio.abc.ReceiveStream, name: str, state: _Streams,
+                         stop: trio.CancelScope) -> None:
+    """Read one pipe to its end, recording its lines; a budget stop ends the command."""
     splitter = LineSplitter()
     try:
         while True:
@@ -254,7 +265,7 @@ async def _pump(stream: trio.abc.ReceiveStream, name: str, state: _Streams,
             state.received += len(chunk)
             if pairs := splitter.feed(bytes(chunk)):  # bytes(bytes) is no copy
                 await state.lines(pairs, name)
-                if state.exceeded is not None:
+                if state.budget_stop is not None:
                     stop.cancel()
                     return
     except trio.Cancelled:
@@ -278,7 +289,7 @@ def _static_environment() -> dict[str, object]:
     }
 
 
-def _environment(exit_code: int | None, meter: UsageMeter) -> dict[str, object]:
+def _environment_info(exit_code: int | None, meter: UsageMeter) -> dict[str, object]:
     """What ran the attempt: this evalledger and Python, the versions the command
     stated, and the models it used (several: joined, sorted)."""
     info: dict[str, object] = {**meter.versions, **_static_environment(),
@@ -298,8 +309,9 @@ async def run_task(
     ctx: RunContext,
     attempt: int = 1,
     release: Callable[[], None] | None = None,
-) -> TaskCompleted:
-    """Run one attempt of ``task`` and return its committed ``task.completed``.
+) -> AttemptOutcome:
+    """Run one attempt of ``task``; return how it ended once that is committed (here
+    always its ``task.completed``: every error is a final status).
 
     ``release`` is called as soon as the command and its criteria are done, before
     waiting for the commit: the concurrency slot is about processes, and the next
@@ -317,32 +329,80 @@ async def run_task(
             tags=list(task.tags),
         )
     )
-    started = time.monotonic()
     state = _Streams(task, ctx, UsageMeter(task.stream_format, task.model, ctx.rates))
-    try:
-        try:
-            completed = await _attempt(task, ctx, attempt, started, state)
-        finally:
-            if release is not None:
-                release()
-    except BaseException as e:
-        # _attempt turns every Exception into an ERROR outcome, so what arrives here is
-        # cancellation, often wrapped in an ExceptionGroup by the nurseries it crossed
-        # (an `except trio.Cancelled` would miss those), or a KeyboardInterrupt.
-        reason = "cancelled" if _is_cancellation(e) else f"{type(e).__name__}: {e}"
-        with trio.CancelScope(shield=True), contextlib.suppress(WriterFailed):
-            # What the attempt used and no result line reported: booked before the
-            # interruption, and committed with it (the channel keeps their order).
+
+    async def interrupted(reason: str) -> AttemptOutcome:
+        # What the attempt used and no result line reported: booked before the
+        # interruption, and committed with it (the channel keeps their order).
+        with contextlib.suppress(WriterFailed):
             await state.book_estimate()
-            await ctx.writer.append_durable(
-                TaskInterrupted(run_id=ctx.run_id, task_key=task.task_key, reason=reason)
-            )
+        return AttemptOutcome(interrupted=reason)
+
+    return await run_attempt(ctx.writer, ctx.run_id, task.task_key,
+                             functools.partial(_attempt, task, ctx, attempt, state),
+                             interrupted, release)
+
+
+async def _attempt(
+    task: ResolvedTask, ctx: RunContext, attempt: int, state: _Streams
+) -> AttemptOutcome:
+    """Sandbox, command, criteria; every exception but cancellation is an outcome."""
+    began = time.monotonic()
+    # The timeout is wall clock for the whole task (docs/tasks.md): sandbox, command,
+    # criteria.
+    deadline = trio.current_time() + task.timeout
+    artifacts = ctx.artifacts_root / task.task_key
+    sandbox: Path | None = None
+    exit_code: int | None = None
+    try:
+        sandbox = await _make_sandbox(task, ctx, artifacts)
+        env, marker = _command_env(task, ctx, sandbox)
+        timed_out, exit_code = await _execute(task, ctx, state, env, marker, deadline)
+        await state.book_estimate()
+        evidence = Evidence(sandbox, exit_code, state.text("stdout"), state.text("stderr"))
+        criteria = await evaluate(task.success_criteria, evidence, env, ctx.kill_now, deadline,
+                                  ctx.kill_grace)
+        facts = AttemptFacts(criteria, timed_out, task.timeout, state.budget_stop)
+    except _sandbox.BuildFailed as e:
+        facts = AttemptFacts(build_failed=str(e))
+    except trio.Cancelled:
         raise
-    # Shielded: once the event is queued it will be written, and a cancellation
-    # arriving now must not add a task.interrupted after a task.completed.
-    with trio.CancelScope(shield=True):
-        await ctx.writer.append_durable(completed)
-    return completed
+    except Exception as e:
+        log.debug("task %s raised", task.task_key, exc_info=True)
+        facts = AttemptFacts(error=f"{type(e).__name__}: {e}")
+        with contextlib.suppress(WriterFailed):  # cut short before it was booked
+            await state.book_estimate()
+    finally:
+        if sandbox is not None:
+            await _finish_sandbox(task, ctx, sandbox, artifacts)
+    verdict = final_status(facts)
+    meter = state.meter
+    return AttemptOutcome(TaskCompleted(
+        run_id=ctx.run_id,
+        task_key=task.task_key,
+        attempt=attempt,
+        final_status=verdict.status,
+        category=verdict.status.category,
+        exit_code=exit_code,
+        duration_seconds=round(time.monotonic() - began, 6),
+        criteria=list(facts.criteria),
+        weighted_score=verdict.score,
+        error_message=verdict.error_message,
+        environment_info=_environment_info(exit_code, meter),
+        tokens=meter.totals,
+        cost_usd=meter.cost_usd if meter.cost_complete else None,
+        cost_complete=meter.cost_complete,
+    ))
+
+
+async def _make_sandbox(task: ResolvedTask, ctx: RunContext, artifacts: Path) -> Path:
+    """The attempt's sandbox: an empty one made ahead when that is all it needs."""
+    if (
+        ctx.sandboxes is not None and _sandbox.is_trivial(task.workdir, ctx.preservation_mode)
+        and (ready := ctx.sandboxes.take()) is not None
+    ):
+        return ready
+    return await trio.to_thread.run_sync(_prepare, task, ctx, artifacts)
 
 
 def _prepare(task: ResolvedTask, ctx: RunContext, artifacts: Path) -> Path:
@@ -353,97 +413,37 @@ def _prepare(task: ResolvedTask, ctx: RunContext, artifacts: Path) -> Path:
     return _sandbox.prepare(workdir, ctx.preservation_mode, artifacts, ctx.sandbox_root)
 
 
-def _is_cancellation(error: BaseException) -> bool:
-    if isinstance(error, BaseExceptionGroup):
-        return all(_is_cancellation(e) for e in error.exceptions)
-    return isinstance(error, trio.Cancelled)
+async def _finish_sandbox(task: ResolvedTask, ctx: RunContext, sandbox: Path,
+                          artifacts: Path) -> None:
+    """Keep or remove the sandbox as the preservation mode says (never raises)."""
+    if ctx.preservation_mode == "none" and ctx.sandboxes is not None:
+        ctx.sandboxes.discard(sandbox)  # removed off the loop, off this task's path
+        return
+    with trio.CancelScope(shield=True):
+        try:
+            await trio.to_thread.run_sync(
+                _sandbox.finish, sandbox, ctx.preservation_mode, artifacts
+            )
+        except (OSError, RecursionError) as e:  # a move across devices copies
+            log.warning("could not keep the sandbox of %s: %s", task.task_key, e)
 
 
-async def _attempt(
-    task: ResolvedTask, ctx: RunContext, attempt: int, started: float, state: _Streams
-) -> TaskCompleted:
-    meter = state.meter
-    exit_code: int | None = None
-    criteria: list[CriterionResult] = []
-    error: str | None = None
-    status: FinalStatus
-    artifacts = ctx.artifacts_root / task.task_key
-    sandbox: Path | None = None
-    # The timeout is wall clock for the whole task (docs/tasks.md): sandbox, command,
-    # criteria.
-    deadline = trio.current_time() + task.timeout
-    try:
-        if ctx.sandboxes is not None and _sandbox.is_trivial(task.workdir,
-                                                             ctx.preservation_mode):
-            sandbox = ctx.sandboxes.take()
-        if sandbox is None:
-            sandbox = await trio.to_thread.run_sync(_prepare, task, ctx, artifacts)
-        prompt = task.prompt or ""
-        marker = ctx.attempt_marker()
-        env = {
-            **ctx.base_env,
-            **task.env,
-            "EVALLEDGER_PROMPT": prompt if _fits_environment(prompt) else "",
-            "EVALLEDGER_TASK_KEY": task.task_key,
-            "EVALLEDGER_RUN_ID": ctx.run_id,
-            "EVALLEDGER_SANDBOX": str(sandbox),
-            MARKER_VAR: marker.partition("=")[2],
-            # Where the task file is: commands reach files shipped beside it.
-            "EVALLEDGER_TASK_DIR": str(Path(task.source).parent),
-        }
-        timed_out, exit_code = await _execute(task, ctx, state, env, marker, deadline)
-        await state.book_estimate()
-        outcome = Outcome(sandbox, exit_code, state.text("stdout"), state.text("stderr"))
-        criteria = await evaluate(task.success_criteria, outcome, env, ctx.hurry, deadline,
-                                  ctx.kill_grace)
-        timed_out = timed_out or any(c.detail in (CUT_OFF, NOT_RUN) for c in criteria)
-        if state.exceeded is not None:
-            status, error = state.exceeded.status, str(state.exceeded)
-        elif timed_out:
-            status, error = FinalStatus.TIMEOUT, f"timed out after {task.timeout:g}s"
-        elif not criteria:
-            status = FinalStatus.NOT_GRADED  # it ran to its end; nothing judges it
-        elif all(c.passed for c in criteria):
-            status = FinalStatus.SUCCESS
-        else:
-            status = FinalStatus.FAILURE
-            error = "; ".join(f"{c.type}: {c.detail}" for c in criteria if not c.passed)
-    except _sandbox.BuildFailed as e:
-        status, error = FinalStatus.BUILD_FAILED, str(e)
-    except trio.Cancelled:
-        raise
-    except Exception as e:
-        log.debug("task %s raised", task.task_key, exc_info=True)
-        status, error = FinalStatus.ERROR, f"{type(e).__name__}: {e}"
-        with contextlib.suppress(WriterFailed):  # cut short before it was booked
-            await state.book_estimate()
-    finally:
-        if sandbox is not None and ctx.preservation_mode == "none" and ctx.sandboxes:
-            ctx.sandboxes.discard(sandbox)  # removed off the loop, off this task's path
-        elif sandbox is not None:
-            with trio.CancelScope(shield=True):
-                try:
-                    await trio.to_thread.run_sync(
-                        _sandbox.finish, sandbox, ctx.preservation_mode, artifacts
-                    )
-                except (OSError, RecursionError) as e:  # a move across devices copies
-                    log.warning("could not keep the sandbox of %s: %s", task.task_key, e)
-    return TaskCompleted(
-        run_id=ctx.run_id,
-        task_key=task.task_key,
-        attempt=attempt,
-        final_status=status,
-        category=status.category,
-        exit_code=exit_code,
-        duration_seconds=round(time.monotonic() - started, 6),
-        criteria=criteria,
-        weighted_score=weighted_score(criteria),
-        error_message=error,
-        environment_info=_environment(exit_code, meter),
-        tokens=meter.totals,
-        cost_usd=meter.cost_usd if meter.cost_complete else None,
-        cost_complete=meter.cost_complete,
-    )
+def _command_env(task: ResolvedTask, ctx: RunContext, sandbox: Path) -> tuple[dict[str, str], str]:
+    """The command's environment (docs/tasks.md), and its attempt's ``MARKER_VAR`` entry."""
+    prompt = task.prompt or ""
+    marker = ctx.attempt_marker()
+    env = {
+        **ctx.base_env,
+        **task.env,
+        "EVALLEDGER_PROMPT": prompt if _fits_environment(prompt) else "",
+        "EVALLEDGER_TASK_KEY": task.task_key,
+        "EVALLEDGER_RUN_ID": ctx.run_id,
+        "EVALLEDGER_SANDBOX": str(sandbox),
+        MARKER_VAR: marker.partition("=")[2],
+        # Where the task file is: commands reach files shipped beside it.
+        "EVALLEDGER_TASK_DIR": str(Path(task.source).parent),
+    }
+    return env, marker
 
 
 async def _execute(
@@ -475,7 +475,7 @@ async def _execute(
     async def read(stream: trio.abc.ReceiveStream, name: str, stop: trio.CancelScope) -> None:
         nonlocal open_pipes
         try:
-            await _pump(stream, name, state, stop)
+            await _record_stream(stream, name, state, stop)
         finally:
             open_pipes -= 1
             if not open_pipes:
@@ -492,7 +492,7 @@ async def _execute(
             with trio.move_on_at(deadline) as limit:
                 await process.wait()
             if limit.cancelled_caught:
-                await end_group(process, ctx.kill_grace, ctx.hurry)
+                await end_group(process, ctx.kill_grace, ctx.kill_now)
             # The leader is gone; anything it left behind in its group would keep
             # our pipes open (and outlive the task). End it, then read to EOF.
             kill_group(process.pid)
@@ -501,5 +501,5 @@ async def _execute(
             nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
-            await end_group(process, ctx.kill_grace, ctx.hurry)
+            await end_group(process, ctx.kill_grace, ctx.kill_now)
     return limit.cancelled_caught, process.returncode

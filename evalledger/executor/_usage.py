@@ -227,12 +227,7 @@ class UsageMeter:
             return _NONE
         total = _cost(data.get("total_cost_usd"))
         if total is not None and reported:
-            gap = total - sum(u.cost_usd or 0.0 for u in usages)
-            if gap and abs(gap) <= ROUNDING_USD:
-                # max() keeps the first of equal costs: the order the CLI listed them.
-                main = max(range(len(usages)), key=lambda i: usages[i].cost_usd or 0.0)
-                cost = max(0.0, (usages[main].cost_usd or 0.0) + gap)
-                usages[main] = Usage(usages[main].model, usages[main].tokens, cost)
+            _close_rounding_gap(usages, total)
         return tuple(usages)
 
     def _session_total(self, data: dict[str, Any]) -> Usage:
@@ -249,6 +244,17 @@ class UsageMeter:
             self.cost_usd = total
         else:  # the sum of finite garbage overflowed: the total is not known
             self.cost_complete = False
+
+
+def _close_rounding_gap(usages: list[Usage], total: float) -> None:
+    """Book a result line's rounding (its total against the sum of its models, at most
+    ``ROUNDING_USD`` apart) to its costliest model, so the models add up to the total."""
+    gap = total - sum(u.cost_usd or 0.0 for u in usages)
+    if gap and abs(gap) <= ROUNDING_USD:
+        # max() keeps the first of equal costs: the order the CLI listed them.
+        main = max(range(len(usages)), key=lambda i: usages[i].cost_usd or 0.0)
+        cost = max(0.0, (usages[main].cost_usd or 0.0) + gap)
+        usages[main] = Usage(usages[main].model, usages[main].tokens, cost)
 
 
 # environment_info names a version line may not set: they are the runner's own.

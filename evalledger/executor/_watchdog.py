@@ -114,38 +114,46 @@ def proven(folder: str, token: str, parent: str, *, pid: int | None = None,
     naming ``token`` (and ``pid``, when given). Anything else, or any error: False.
     """
     try:
-        real = os.path.realpath(folder)
-        if os.path.dirname(real) != os.path.realpath(parent):
+        if not _placed_safely(os.path.realpath(folder), parent, protected):
             return False
-        keep = ["/", os.path.expanduser("~"), os.getcwd(), *protected]
-        for kept in (os.path.realpath(k) for k in keep if k):
-            if kept == real or kept.startswith(real.rstrip("/") + "/"):
-                return False
         # The folder by descriptor, not followed: what is checked is what holds the marker.
         dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except (OSError, ValueError):
         return False
     try:
-        if os.fstat(dir_fd).st_uid != os.getuid():
-            return False
-        fd = os.open(MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                     dir_fd=dir_fd)
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
-                return False
-            body = os.read(fd, MARKER_MAX + 1)
-        finally:
-            os.close(fd)
-        if len(body) > MARKER_MAX:
-            return False
-        mark = json.loads(body)
+        mark = _own_marker(dir_fd)
     except (OSError, ValueError):
         return False
     finally:
         os.close(dir_fd)
     return (isinstance(mark, dict) and mark.get("token") == token
             and (pid is None or mark.get("pid") == pid))
+
+
+def _placed_safely(real: str, parent: str, protected: tuple[str, ...]) -> bool:
+    """Directly inside ``parent``, and neither a folder to keep nor one holding it."""
+    if os.path.dirname(real) != os.path.realpath(parent):
+        return False
+    keep = ["/", os.path.expanduser("~"), os.getcwd(), *protected]
+    return not any(kept == real or kept.startswith(real.rstrip("/") + "/")
+                   for kept in (os.path.realpath(k) for k in keep if k))
+
+
+def _own_marker(dir_fd: int) -> Any:
+    """The folder's marker, decoded, if the folder and the marker (a regular file) are
+    this user's; else None. Raises OSError, ValueError."""
+    if os.fstat(dir_fd).st_uid != os.getuid():
+        return None
+    fd = os.open(MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                 dir_fd=dir_fd)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+            return None
+        body = os.read(fd, MARKER_MAX + 1)
+    finally:
+        os.close(fd)
+    return json.loads(body) if len(body) <= MARKER_MAX else None
 
 
 def watch(token: str, root: str, shared: str = "", last: str = "") -> None:

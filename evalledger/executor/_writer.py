@@ -63,7 +63,7 @@ class WriterFailed(LedgerError):
 
 class EventSink(Protocol):
     """Where a runner hands its events: the batch's ``LedgerWriter``, or on a Ray worker
-    the stream back to the driver's writer (``_ray``)."""
+    the stream back to the driver's writer (``ray._worker._ForwardToDriver``)."""
 
     async def append(self, *events: AnyEvent | EventRow) -> None: ...
 

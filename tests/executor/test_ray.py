@@ -588,7 +588,7 @@ def test_without_ray_installed_the_option_says_how_to_install(
 
 
 def test_a_workdir_packs_to_the_same_bytes_whatever_its_times(tmp_path: Path) -> None:
-    from evalledger.executor._ray import _pack
+    from evalledger.executor.ray._packing import pack as _pack
 
     for name in ("a", "b"):
         folder = tmp_path / name
@@ -610,7 +610,7 @@ def test_a_hand_over_cancelled_on_a_worker_never_lands_late() -> None:
 
     import trio
 
-    from evalledger.executor._ray import _Forward
+    from evalledger.executor.ray._worker import _ForwardToDriver as _Forward
     from evalledger.ledger import EventRow
 
     def row(text: str) -> EventRow:

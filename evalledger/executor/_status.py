@@ -1,0 +1,84 @@
+"""The final-status rule: how what happened in one attempt becomes its final status,
+error message and score (docs/tasks.md, "The final status of an attempt").
+
+Pure: the runner gathers the facts (``AttemptFacts``) and this module alone decides.
+The first that holds wins:
+
+1. the sandbox could not be prepared: ``BUILD_FAILED`` (the command never ran);
+2. the runner itself raised: ``ERROR``;
+3. a live budget was passed: its ``*_BUDGET_EXCEEDED`` (the command was stopped for it,
+   so what its criteria saw afterwards is not its doing);
+4. the task's deadline cut something off, the command or a ``run_command`` criterion
+   (cut off, or not started once it had passed): ``TIMEOUT``;
+5. no criteria: ``NOT_GRADED`` (it ran to its end, nothing judges it);
+6. every criterion passed: ``SUCCESS``; else ``FAILURE``, naming what failed.
+
+Invariant: the error message is None exactly for ``SUCCESS`` and ``NOT_GRADED``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from evalledger.ledger import CriterionResult
+from evalledger.statuses import FinalStatus
+
+from ._criteria import CUT_OFF, NOT_RUN, weighted_score
+
+
+class BudgetStop(NamedTuple):
+    """The live budget an attempt passed: the status it ends with and by how much."""
+
+    status: FinalStatus
+    detail: str
+
+
+@dataclass(frozen=True)
+class AttemptFacts:
+    """What happened in one attempt, as the runner saw it."""
+
+    criteria: Sequence[CriterionResult] = ()
+    # The command ran until the task's deadline and was stopped there.
+    command_timed_out: bool = False
+    # The task's timeout in seconds, for the message a TIMEOUT carries.
+    timeout: float = 0.0
+    budget_stop: BudgetStop | None = None
+    # Why the sandbox could not be prepared.
+    build_failed: str | None = None
+    # What the runner raised, as ``Type: message``.
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """An attempt's final status, the ``error_message`` that says why it did not
+    succeed (None when it did, or when nothing judged it), and its weighted score."""
+
+    status: FinalStatus
+    error_message: str | None
+    score: float
+
+
+def final_status(facts: AttemptFacts) -> Verdict:
+    """Decide how an attempt ended (the order is in the module's docstring)."""
+    status, message = _status(facts)
+    return Verdict(status, message, weighted_score(facts.criteria))
+
+
+def _status(facts: AttemptFacts) -> tuple[FinalStatus, str | None]:
+    if facts.build_failed is not None:
+        return FinalStatus.BUILD_FAILED, facts.build_failed
+    if facts.error is not None:
+        return FinalStatus.ERROR, facts.error
+    if facts.budget_stop is not None:
+        return facts.budget_stop
+    if facts.command_timed_out or any(c.detail in (CUT_OFF, NOT_RUN) for c in facts.criteria):
+        return FinalStatus.TIMEOUT, f"timed out after {facts.timeout:g}s"
+    if not facts.criteria:
+        return FinalStatus.NOT_GRADED, None
+    failed = [f"{c.type}: {c.detail}" for c in facts.criteria if not c.passed]
+    if not failed:
+        return FinalStatus.SUCCESS, None
+    return FinalStatus.FAILURE, "; ".join(failed)
