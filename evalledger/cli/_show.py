@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterable
 
 import click
 
 from evalledger._text import money, visible
 from evalledger.projections import (
+    RunSummary,
+    TaskRow,
     cost_line,
     error_digest,
     status_word,
@@ -46,15 +49,7 @@ def show(settings: Settings, run: str, as_json: bool, full_errors: bool) -> None
     if as_json:
         click.echo(s.model_dump_json(indent=2))
         return
-    cost = cost_line(s.total_cost_usd, s.cost_complete, s.usage_by_role)
-    ungraded = f"{s.tasks_ungraded} ungraded, " if s.tasks_ungraded else ""
-    skipped = f"; {len(s.broken_files)} task file(s) skipped" if s.broken_files else ""
-    click.echo(
-        f"run {s.run_id} {status_word(s.status, gone)}: {s.tasks_run}/{s.tasks_planned} run, "
-        f"{s.tasks_succeeded} succeeded, {s.tasks_failed} failed, {s.tasks_error} error, "
-        f"{ungraded}{s.tasks_unfinished} unfinished{skipped}; pass rate {s.pass_rate:.1%}; "
-        f"cost {cost}"
-    )
+    click.echo(_headline(s, gone))
     # As `run` says them: on stderr, so a pipe's stdout stays the counts and the table.
     for k in s.skipped_tasks:
         click.echo(f"skipped {visible(k.path)}: {visible(k.reason)}", err=True)
@@ -66,19 +61,38 @@ def show(settings: Settings, run: str, as_json: bool, full_errors: bool) -> None
     # A terminal gets each error's digest (the line that says what went wrong); a pipe,
     # where nothing is cut, the whole message.
     shorten = error_digest if sys.stdout.isatty() else str
-    table(
-        ["task", "status", "score", "duration", "tokens", "cost", "error"],
-        [
-            (r.task_key, r.final_status.value if r.final_status else "UNFINISHED",
-             f"{r.weighted_score:.2f}" if r.weighted_score is not None else None,
-             f"{r.duration_seconds:.1f}s" if r.duration_seconds is not None else None,
-             r.tokens.total, money(r.cost_usd, r.cost_complete) if r.final_status else None,
-             shorten(r.error_message) if r.error_message else None)
-            for r in s.tasks
-        ],
-    )
+    table(["task", "status", "score", "duration", "tokens", "cost", "error"],
+          [_task_cells(r, shorten) for r in s.tasks])
     if full_errors:
-        for r in s.tasks:
-            if r.error_message:
-                click.echo(f"\n{visible(r.task_key)}:\n"
-                           + visible(r.error_message.replace("\r\n", "\n"), newlines=True))
+        _echo_full_errors(s.tasks)
+
+
+def _headline(s: RunSummary, gone: bool) -> str:
+    """The run's status and counts on one line, then its cost."""
+    cost = cost_line(s.total_cost_usd, s.cost_complete, s.usage_by_role)
+    ungraded = f"{s.tasks_ungraded} ungraded, " if s.tasks_ungraded else ""
+    skipped = f"; {len(s.broken_files)} task file(s) skipped" if s.broken_files else ""
+    return (
+        f"run {s.run_id} {status_word(s.status, gone)}: {s.tasks_run}/{s.tasks_planned} run, "
+        f"{s.tasks_succeeded} succeeded, {s.tasks_failed} failed, {s.tasks_error} error, "
+        f"{ungraded}{s.tasks_unfinished} unfinished{skipped}; pass rate {s.pass_rate:.1%}; "
+        f"cost {cost}"
+    )
+
+
+def _task_cells(r: TaskRow, shorten: Callable[[str], str]) -> tuple[object, ...]:
+    """One row of the task table; None where there is nothing to say (the table's dash)."""
+    return (
+        r.task_key, r.final_status.value if r.final_status else "UNFINISHED",
+        f"{r.weighted_score:.2f}" if r.weighted_score is not None else None,
+        f"{r.duration_seconds:.1f}s" if r.duration_seconds is not None else None,
+        r.tokens.total, money(r.cost_usd, r.cost_complete) if r.final_status else None,
+        shorten(r.error_message) if r.error_message else None,
+    )
+
+
+def _echo_full_errors(rows: Iterable[TaskRow]) -> None:
+    for r in rows:
+        if r.error_message:
+            click.echo(f"\n{visible(r.task_key)}:\n"
+                       + visible(r.error_message.replace("\r\n", "\n"), newlines=True))

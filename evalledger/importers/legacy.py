@@ -159,6 +159,12 @@ class _Attempt:
     summed for it (judge and simulator cost, whether its cost was complete)."""
 
 
+_Ident = tuple[str, str, str]
+"""Where an attempt's events come from (run id, file, content hash): their ids' seed."""
+_Usage = tuple[TokenCounts, float | None, str | None]
+"""What one model used: its tokens, their cost (None: unknown) and the model's name."""
+
+
 def find_run_folders(paths: Iterable[Path],
                      unlisted: list[Problem] | None = None) -> list[Path]:
     """Every folder holding a ``run.json`` under ``paths`` (themselves included), nested
@@ -302,24 +308,55 @@ def read_run(folder: Path | RunFolder, *, tz: tzinfo | None = None,
     rows = _rows(summary.get("task_results"))
     attempts = _file_attempts(run, known, keys, max_file_bytes, rows)
     attempts += _row_attempts(run, rows, known, keys)
-    tags = {k: r.get("tags") for k, r in rows.items() if isinstance(r.get("tags"), list)}
 
     tz = tz or _local_zone()
     started = _time(summary.get("start_time"), tz)
     attempts.sort(key=lambda a: (_time(a.data.get("started_at"), tz) or started or "", a.key))
-    first = started or next((t for a in attempts if (t := _time(a.data.get("started_at"), tz))),
-                            None) or _file_time(run.folder / "run.json")
+    first = (started or _first_started(attempts, tz)
+             or _file_time(run.folder / "run.json"))
+    run.events = _run_started(run.run_id, run.folder, summary, sorted(keys), first)
+    last = _add_attempts(run, attempts, _tags(rows), tz, first)
+    ended = _time(summary.get("end_time"), tz)
+    run.events += _stored(lambda: [RunFinished(
+        event_id=_id(run.run_id, "run.json", "run.finished"), run_id=run.run_id,
+        ts=max(ended or last, last), status=RunStatus.COMPLETED)])
+    return run
+
+
+def _first_started(attempts: Iterable[_Attempt], tz: tzinfo) -> str | None:
+    """When the first attempt that says when it started did (``attempts`` in order)."""
+    return next((t for a in attempts if (t := _time(a.data.get("started_at"), tz))), None)
+
+
+def _tags(rows: Mapping[str, Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """Task key -> the tags its run.json row lists (task.json files have none)."""
+    return {k: r["tags"] for k, r in rows.items() if isinstance(r.get("tags"), list)}
+
+
+def _run_started(run_id: str, folder: Path, summary: Mapping[str, Any], planned: list[str],
+                 first: str) -> list[EventRow]:
+    """``run.started`` and the run's skipped files, stored.
+
+    Raises:
+        NotImportable: what run.json says of the whole run cannot be stored.
+    """
     framework = summary.get("framework_version")
     try:
-        run.events = _stored(lambda: [RunStarted(
-            event_id=_id(run.run_id, "run.json", "run.started"), run_id=run.run_id, ts=first,
-            planned=sorted(keys), max_parallel=_int(summary.get("max_parallel"), 1),
-            imported=_clean({"format": FORMAT, "source": str(run.folder.resolve()),
+        return _stored(lambda: [RunStarted(
+            event_id=_id(run_id, "run.json", "run.started"), run_id=run_id, ts=first,
+            planned=planned, max_parallel=_int(summary.get("max_parallel"), 1),
+            imported=_clean({"format": FORMAT, "source": str(folder.resolve()),
                              "framework_version": framework if isinstance(framework, str)
                              else None, "totals": old_totals(summary) or None}),
-        ), *_skipped(run.run_id, summary.get("skipped_tasks"), first)])
+        ), *_skipped(run_id, summary.get("skipped_tasks"), first)])
     except NotImportable as e:
         raise NotImportable(f"run.json: {e}") from e
+
+
+def _add_attempts(run: LegacyRun, attempts: Iterable[_Attempt], tags: Mapping[str, list[Any]],
+                  tz: tzinfo, first: str) -> str:
+    """Add each attempt's events to ``run``; one the ledger cannot store is unfinished,
+    with why. Returns the time of the last event added (``first`` when none was)."""
     last = first
     for attempt in attempts:
         try:
@@ -331,11 +368,7 @@ def read_run(folder: Path | RunFolder, *, tz: tzinfo | None = None,
         run.events += made
         last = max(last, made[-1].ts)
         run.attempts += 1
-    ended = _time(summary.get("end_time"), tz)
-    run.events += _stored(lambda: [RunFinished(
-        event_id=_id(run.run_id, "run.json", "run.finished"), run_id=run.run_id,
-        ts=max(ended or last, last), status=RunStatus.COMPLETED)])
-    return run
+    return last
 
 
 def old_totals(summary: Mapping[str, Any]) -> dict[str, Any]:
@@ -514,86 +547,105 @@ def _skipped(run_id: str, entries: object, ts: str) -> list[AnyEvent]:
 
 def _attempt_events(run_id: str, attempt: _Attempt, tags: list[Any] | None, tz: tzinfo,
                     fallback: str) -> list[AnyEvent]:
+    """What one attempt records: ``task.started``, the file itself as ``task.event``,
+    ``task.usage`` per model (the agent's, then grading's) and ``task.completed``.
+    ``fallback``: when it started, if its file does not say."""
     data = attempt.data
     ident = (run_id, attempt.source, attempt.sha256)
     started = _time(data.get("started_at"), tz) or fallback
-    duration = _float(data.get("duration_seconds", data.get("duration")))
     completed = _time(data.get("completed_at"), tz) or started
-    status = _status(data.get("final_status", data.get("status")))
-    assert status is not None
-    model = data.get("model_used") if isinstance(data.get("model_used"), str) else None
-    definition = _clean({"agent_type": data.get("agent_type"), "model": model,
-                         "task_description": data.get("task_description")})
+    model = _model_used(data)
     usages = _usage(data, model)
     graders = _grader_usage(data, attempt.row)
-    total = TokenCounts()
-    for counts, _, _ in usages + graders:
-        total = total + counts
-    costs = [cost for _, cost, _ in usages + graders]
-    complete = None not in costs and not _spend_lost(attempt.row, status)
-    details: dict[str, Any] = (data["error_details"]
-                               if isinstance(data.get("error_details"), dict) else {})
-    environment = dict(data["environment_info"]) if isinstance(
-        data.get("environment_info"), dict) else {}
-    if model:
-        environment.setdefault("model", model)
-    score = _float(data.get("weighted_score"))
     events: list[AnyEvent] = [
-        TaskStarted(
-            event_id=_id(*ident, "task.started"), run_id=run_id, task_key=attempt.key,
-            ts=started, task_id=attempt.task_id, variant_id=attempt.variant_id,
-            replicate_index=attempt.replicate, attempt=1,
-            tags=[str(t) for t in tags or []], definition=definition,
-            definition_hash=hashlib.sha256(
-                json.dumps(definition, sort_keys=True).encode()).hexdigest(),
-            imported=_clean({"source": attempt.source, "sha256": attempt.sha256 or None}),
-        ),
+        _task_started(attempt, ident, started, tags, model),
         # The file itself, whole: whatever this reader does not map is still here.
         TaskEmitted(event_id=_id(*ident, "task.event"), run_id=run_id, task_key=attempt.key,
                     ts=started, n=1, data={"imported_from": attempt.source, "record": data}),
     ]
-    for i, (counts, cost, used) in enumerate(usages):
-        events.append(TaskUsage(
-            event_id=_id(*ident, f"task.usage.{i}"), run_id=run_id, task_key=attempt.key,
-            ts=completed, model=used, cost_usd=cost, **dict(counts)))
-    for i, (counts, cost, used) in enumerate(graders):
-        events.append(TaskUsage(
-            event_id=_id(*ident, f"task.usage.grader.{i}"), run_id=run_id,
-            task_key=attempt.key, ts=completed, model=used, cost_usd=cost, role="grader",
-            **dict(counts)))
-    events.append(TaskCompleted(
-        event_id=_id(*ident, "task.completed"), run_id=run_id, task_key=attempt.key,
-        ts=max(completed, started), attempt=1, final_status=status, category=status.category,
-        duration_seconds=duration or 0.0, weighted_score=score or 0.0,
-        criteria=_criteria(data.get("success_criteria_results")),
-        error_message=_text(data.get("error_message")),
-        environment_info=environment, tokens=total,
-        # No usage in the file at all: the cost is unknown, not $0. Spend the old harness
-        # lost (below) leaves what was priced as a floor.
-        cost_usd=None if None in costs or not costs else round(sum(c for c in costs if c), 10),
-        cost_complete=complete,
-        imported=_clean({"error_category": details.get("error_category",
-                                                       data.get("error_category"))}) or None,
-    ))
+    events += [TaskUsage(
+        event_id=_id(*ident, f"task.usage.{i}"), run_id=run_id, task_key=attempt.key,
+        ts=completed, model=used, cost_usd=cost, **dict(counts))
+        for i, (counts, cost, used) in enumerate(usages)]
+    events += [TaskUsage(
+        event_id=_id(*ident, f"task.usage.grader.{i}"), run_id=run_id,
+        task_key=attempt.key, ts=completed, model=used, cost_usd=cost, role="grader",
+        **dict(counts))
+        for i, (counts, cost, used) in enumerate(graders)]
+    events.append(_task_completed(attempt, ident, max(completed, started), model,
+                                  usages + graders))
     return events
 
 
-def _usage(data: dict[str, Any], model: str | None,
-           ) -> list[tuple[TokenCounts, float | None, str | None]]:
+def _model_used(data: Mapping[str, Any]) -> str | None:
+    return data.get("model_used") if isinstance(data.get("model_used"), str) else None
+
+
+def _task_started(attempt: _Attempt, ident: _Ident, ts: str, tags: list[Any] | None,
+                  model: str | None) -> TaskStarted:
+    data = attempt.data
+    definition = _clean({"agent_type": data.get("agent_type"), "model": model,
+                         "task_description": data.get("task_description")})
+    return TaskStarted(
+        event_id=_id(*ident, "task.started"), run_id=ident[0], task_key=attempt.key,
+        ts=ts, task_id=attempt.task_id, variant_id=attempt.variant_id,
+        replicate_index=attempt.replicate, attempt=1,
+        tags=[str(t) for t in tags or []], definition=definition,
+        definition_hash=hashlib.sha256(
+            json.dumps(definition, sort_keys=True).encode()).hexdigest(),
+        imported=_clean({"source": attempt.source, "sha256": attempt.sha256 or None}),
+    )
+
+
+def _task_completed(attempt: _Attempt, ident: _Ident, ts: str, model: str | None,
+                    used: list[_Usage]) -> TaskCompleted:
+    """The attempt's outcome, with the tokens and cost of everything it used."""
+    data = attempt.data
+    status = _status(data.get("final_status", data.get("status")))
+    assert status is not None  # only results become attempts (_not_a_result)
+    costs = [cost for _, cost, _ in used]
+    details: dict[str, Any] = (data["error_details"]
+                               if isinstance(data.get("error_details"), dict) else {})
+    return TaskCompleted(
+        event_id=_id(*ident, "task.completed"), run_id=ident[0], task_key=attempt.key,
+        ts=ts, attempt=1, final_status=status, category=status.category,
+        duration_seconds=_float(data.get("duration_seconds", data.get("duration"))) or 0.0,
+        weighted_score=_float(data.get("weighted_score")) or 0.0,
+        criteria=_criteria(data.get("success_criteria_results")),
+        error_message=_text(data.get("error_message")),
+        environment_info=_environment(data, model),
+        tokens=sum((counts for counts, _, _ in used), TokenCounts()),
+        cost_usd=_total_cost(costs),
+        cost_complete=None not in costs and not _spend_lost(attempt.row, status),
+        imported=_clean({"error_category": details.get("error_category",
+                                                       data.get("error_category"))}) or None,
+    )
+
+
+def _total_cost(costs: list[float | None]) -> float | None:
+    """The attempt's cost. No usage in the file at all: the cost is unknown, not $0.
+    Spend the old harness lost (``_spend_lost``) leaves what was priced as a floor."""
+    return None if None in costs or not costs else round(sum(c for c in costs if c), 10)
+
+
+def _environment(data: Mapping[str, Any], model: str | None) -> dict[str, Any]:
+    environment = dict(data["environment_info"]) if isinstance(
+        data.get("environment_info"), dict) else {}
+    if model:
+        environment.setdefault("model", model)
+    return environment
+
+
+def _usage(data: dict[str, Any], model: str | None) -> list[_Usage]:
     """Per model: the tokens and cost of its turns (a turn with tokens and no price
     makes the model's cost unknown, never $0); else the file's totals."""
     turns = data.get("iterations", data.get("turns"))
     by_model: dict[str | None, tuple[TokenCounts, float | None]] = {}
-    if isinstance(turns, list):
-        for turn in turns:
-            if not isinstance(turn, dict) or not isinstance(turn.get("token_usage"), dict):
-                continue
-            used = turn.get("model_used") if isinstance(turn.get("model_used"), str) else model
-            counts, cost = _tokens(turn["token_usage"])
-            before, spent = by_model.get(used, (TokenCounts(), 0.0))
-            unpriced = cost is None and counts.total > 0
-            by_model[used] = (before + counts,
-                              None if spent is None or unpriced else spent + (cost or 0.0))
+    for turn in turns if isinstance(turns, list) else []:
+        if not isinstance(turn, dict) or not isinstance(turn.get("token_usage"), dict):
+            continue
+        used = turn.get("model_used") if isinstance(turn.get("model_used"), str) else model
+        _book(by_model, used, *_tokens(turn["token_usage"]))
     if by_model:
         return [(c, cost, m) for m, (c, cost) in by_model.items()]
     if isinstance(data.get("total_token_usage"), dict):
@@ -603,42 +655,63 @@ def _usage(data: dict[str, Any], model: str | None,
     return []
 
 
-def _grader_usage(data: dict[str, Any], row: Mapping[str, Any],
-                  ) -> list[tuple[TokenCounts, float | None, str | None]]:
+def _book(by_model: dict[str | None, tuple[TokenCounts, float | None]], model: str | None,
+          counts: TokenCounts, cost: float | None) -> None:
+    """Add one turn's or one judge's usage to its model's: tokens without a price make the
+    model's cost unknown (None), never $0."""
+    before, spent = by_model.get(model, (TokenCounts(), 0.0))
+    unpriced = cost is None and counts.total > 0
+    by_model[model] = (before + counts,
+                       None if spent is None or unpriced else spent + (cost or 0.0))
+
+
+def _grader_usage(data: dict[str, Any], row: Mapping[str, Any]) -> list[_Usage]:
     """What grading the attempt cost (the old harness's eval overhead), per model: its
     judges' ``token_usage`` (success and post-failure criteria: both were paid for),
     else its run.json row's ``judge_cost_usd``; and its simulated user (dialog mode):
     the tokens of ``simulation``, priced by the row's ``simulator_cost_usd``. A judge
     with tokens and no price is unpriced, as an agent's turn is."""
-    by_model: dict[str | None, tuple[TokenCounts, float | None]] = {}
-    judged = False
-    for name in ("success_criteria_results", "post_failure_criteria_results"):
-        results = data.get(name)
-        for result in results if isinstance(results, list) else []:
-            if not isinstance(result, dict) or not isinstance(result.get("token_usage"), dict):
-                continue
-            judged = True
-            counts, cost = _tokens(result["token_usage"])
-            if not counts.total and cost is None:
-                continue
-            used = result.get("model") if isinstance(result.get("model"), str) else None
-            before, spent = by_model.get(used, (TokenCounts(), 0.0))
-            unpriced = cost is None and counts.total > 0
-            by_model[used] = (before + counts,
-                              None if spent is None or unpriced else spent + (cost or 0.0))
-    out = [(c, cost, m) for m, (c, cost) in by_model.items()]
-    if not judged and (judge := _float(row.get("judge_cost_usd"))) is not None:
+    judges = _judge_results(data)
+    out = _judge_usage(judges)
+    if not judges and (judge := _float(row.get("judge_cost_usd"))) is not None:
         out.append((TokenCounts(), judge, None))
+    return out + _simulator_usage(data, row)
+
+
+def _judge_results(data: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The criteria results that record what their judge used."""
+    return [result
+            for name in ("success_criteria_results", "post_failure_criteria_results")
+            for result in _list(data.get(name))
+            if isinstance(result, dict) and isinstance(result.get("token_usage"), dict)]
+
+
+def _judge_usage(judges: list[dict[str, Any]]) -> list[_Usage]:
+    by_model: dict[str | None, tuple[TokenCounts, float | None]] = {}
+    for result in judges:
+        counts, cost = _tokens(result["token_usage"])
+        if counts.total or cost is not None:
+            used = result.get("model") if isinstance(result.get("model"), str) else None
+            _book(by_model, used, counts, cost)
+    return [(c, cost, m) for m, (c, cost) in by_model.items()]
+
+
+def _simulator_usage(data: Mapping[str, Any], row: Mapping[str, Any]) -> list[_Usage]:
+    """The simulated user's tokens (task.json) and cost (its run.json row), if either."""
     simulation = data.get("simulation")
     if not isinstance(simulation, dict):
         simulation = {}
     counts = TokenCounts(input_tokens=_int(simulation.get("simulator_input_tokens"), 0),
                          output_tokens=_int(simulation.get("simulator_output_tokens"), 0))
     cost = _float(row.get("simulator_cost_usd"))
-    if counts.total or cost is not None:
-        model = simulation.get("simulator_model")
-        out.append((counts, cost, model if isinstance(model, str) else None))
-    return out
+    if not (counts.total or cost is not None):
+        return []
+    model = simulation.get("simulator_model")
+    return [(counts, cost, model if isinstance(model, str) else None)]
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _spend_lost(row: Mapping[str, Any], status: FinalStatus) -> bool:

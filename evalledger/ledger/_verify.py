@@ -34,7 +34,7 @@ import json
 import re
 import sqlite3
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cache
@@ -115,14 +115,31 @@ class VerifyReport:
 
     def lines(self) -> list[str]:
         """The report as a person reads it: a verdict line, then one line per problem."""
+        out = [self._headline(), *self._row_lines(), *self._schema_lines(), *self.derived,
+               *(f"anchor: {s}" for s in self.anchors),
+               *(f"SQLite integrity check: {s}" for s in self.storage)]
+        unlisted = self.problems_total - self._listed()
+        if unlisted > 0:
+            out.append(f"... and {unlisted} more problems")
+        return out
+
+    def problem(self, target: list[Any], item: Any) -> None:
+        """Count one problem; list it in ``target`` while that list is short."""
+        self.problems_total += 1
+        if len(target) < MAX_LISTED:
+            target.append(item)
+
+    def _headline(self) -> str:
         verdict = "OK" if self.ok else "FAILED"
         anchored = (f", {self.anchors_checked} anchor{'s' if self.anchors_checked != 1 else ''}"
                     " checked" if self.anchors_checked else "")
-        out = [
-            f"{verdict}: {self.path}: {self.events} events, schema version "
-            f"{self.schema_version} (this evalledger: {SCHEMA_VERSION}), last hash "
-            f"{self.last_hash}{anchored}"
-        ]
+        return (f"{verdict}: {self.path}: {self.events} events, schema version "
+                f"{self.schema_version} (this evalledger: {SCHEMA_VERSION}), last hash "
+                f"{self.last_hash}{anchored}")
+
+    def _row_lines(self) -> list[str]:
+        """What is wrong with the rows themselves: their chain, seqs, storage, payloads."""
+        out = []
         if self.first_broken_seq is not None:
             out.append(
                 f"hash chain broken at seq {self.first_broken_seq}: the row was changed after "
@@ -135,19 +152,19 @@ class VerifyReport:
         out += [f"seq {s}: payload does not validate: {why}" for s, why in self.invalid_payloads]
         out += [f"seq {s}: payload is not canonical JSON (keys sorted, no spaces): evalledger "
                 "did not write it so" for s in self.noncanonical]
-        out += [f"trigger {t} is missing: events can be "
-                + ("deleted" if t.endswith("_delete") else "changed")
-                for t in self.missing_triggers]
-        out += [f"schema: {s}" for s in self.schema]
-        out += self.derived
-        out += [f"anchor: {s}" for s in self.anchors]
-        out += [f"SQLite integrity check: {s}" for s in self.storage]
-        listed = (len(self.broken_links) + len(self.gaps) + len(self.storage_classes)
-                  + len(self.invalid_payloads) + len(self.noncanonical) + len(self.derived)
-                  + len(self.storage))
-        if self.problems_total > listed:
-            out.append(f"... and {self.problems_total - listed} more problems")
         return out
+
+    def _schema_lines(self) -> list[str]:
+        out = [f"trigger {t} is missing: events can be "
+               + ("deleted" if t.endswith("_delete") else "changed")
+               for t in self.missing_triggers]
+        return out + [f"schema: {s}" for s in self.schema]
+
+    def _listed(self) -> int:
+        """How many of the counted problems (``problems_total``) have a line of their own."""
+        return (len(self.broken_links) + len(self.gaps) + len(self.storage_classes)
+                + len(self.invalid_payloads) + len(self.noncanonical) + len(self.derived)
+                + len(self.storage))
 
 
 def verify(ledger: Ledger, anchors: Iterable[Anchor] = (), *,
@@ -164,72 +181,117 @@ def verify(ledger: Ledger, anchors: Iterable[Anchor] = (), *,
 def _verify(ledger: Ledger, anchors: list[Anchor], checks: list[Check]) -> VerifyReport:
     report = VerifyReport(path=str(ledger.path), schema_version=ledger.schema_version)
     meta, first_migration = _check_schema(ledger, report)
+    _check_storage(ledger, report)
+    wanted = {a.seq: a for a in anchors}
+    report.anchors_checked = len(wanted)
+    walk = _check_rows(ledger, wanted.keys(), report)
+    _check_created_at(meta.get("created_at"), first_migration, walk.identity.first_native,
+                      report)
+    report.schema += walk.identity.changed()
+    for check in checks:
+        for line in check(ledger):
+            report.problem(report.derived, line)
+    for seq, anchor in sorted(wanted.items()):
+        _check_anchor(anchor, ledger.ledger_id, walk.found.get(seq), walk.last_seq, report)
+    return report
 
-    def problem(target: list[Any], item: Any) -> None:
-        report.problems_total += 1
-        if len(target) < MAX_LISTED:
-            target.append(item)
 
+def _check_storage(ledger: Ledger, report: VerifyReport) -> None:
+    """SQLite's own ``quick_check`` of the file's pages and indexes."""
     try:
         _, checked = ledger.query("PRAGMA quick_check")
         damage = [str(r[0]) for r in checked if r[0] != "ok"]
     except LedgerError as e:
         damage = [str(e)]
     for item in damage:
-        problem(report.storage, item)
+        report.problem(report.storage, item)
 
-    wanted = {a.seq: a for a in anchors}
-    report.anchors_checked = len(wanted)
-    found: dict[int, str] = {}
-    ledger_id = ledger.ledger_id
+
+# -- every row, in seq order --------------------------------------------------------------------
+
+
+@dataclass
+class _Identity:
+    """The ledger ids that ``run.started`` rows recorded, against ``meta.ledger_id``."""
+
+    ledger_id: str
     # A run.started recorded in another ledger came by merge or import-events, which
     # commit it with a run.merged of its run (the source may itself have merged it from
     # a third ledger): run id -> such run.started still waiting for one, (seq, ledger id).
-    foreign: dict[str, list[tuple[int, str]]] = {}
+    foreign: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
     first_native: EventRow | None = None  # the first run.started recorded in this ledger
+
+    def see(self, row: EventRow, event: AnyEvent) -> None:
+        """Note a ``run.started`` or ``run.merged`` row (other rows say nothing of identity)."""
+        if row.type == EventType.RUN_STARTED:
+            recorded = getattr(event, "ledger_id", None)
+            if recorded == self.ledger_id:
+                self.first_native = self.first_native or row
+            elif recorded is not None:
+                self.foreign.setdefault(row.run_id, []).append((row.seq or 0, recorded))
+        elif row.type == EventType.RUN_MERGED and row.task_key is None:
+            self.foreign.pop(row.run_id, None)
+
+    def changed(self) -> list[str]:
+        """One line per foreign ``run.started`` that no ``run.merged`` explains."""
+        return [f"meta.ledger_id is {self.ledger_id!r}, but run.started at seq {seq} recorded "
+                f"{recorded!r}: the ledger's identity was changed"
+                for seq, recorded in sorted(chain.from_iterable(self.foreign.values()))
+                [:MAX_LISTED]]
+
+
+_IDENTITY_TYPES = frozenset({EventType.RUN_STARTED.value, EventType.RUN_MERGED.value})
+
+
+@dataclass
+class _Walk:
+    """What reading every row leaves for the checks made after it."""
+
+    identity: _Identity
+    last_seq: int = 0
+    found: dict[int, str] = field(default_factory=dict)  # anchored seq -> its stored hash
+
+
+def _check_rows(ledger: Ledger, anchored: Collection[int], report: VerifyReport) -> _Walk:
+    """The hash chain, gapless seqs, text envelopes and payloads of every row.
+
+    The hot loop of verify (one pass over every row): what only a few rows need is
+    called for those rows alone."""
+    walk = _Walk(_Identity(ledger.ledger_id))
     prev_seq, prev_hash = 0, GENESIS
     for row in ledger.rows():
         seq = row.seq or 0
         report.events += 1
         if seq != prev_seq + 1:
-            problem(report.gaps, (prev_seq, seq))
+            report.problem(report.gaps, (prev_seq, seq))
         if not _stored_as_text(row):
-            problem(report.storage_classes, (seq, _storage_classes(row)))
+            report.problem(report.storage_classes, (seq, _storage_classes(row)))
             row = _as_text(row)
         if link_hash(prev_hash, row) != row.hash:
-            problem(report.broken_links, seq)
-        try:
-            event = decode_row(row)
-        except ValidationError as e:
-            problem(report.invalid_payloads, (seq, _first_error(e)))
-        except ValueError as e:  # an opaque event whose payload is not JSON at all
-            problem(report.invalid_payloads, (seq, str(e)))
-        else:
-            if not _canonical(row, event):
-                problem(report.noncanonical, seq)
-            if row.type == EventType.RUN_STARTED:
-                recorded = getattr(event, "ledger_id", None)
-                if recorded == ledger_id:
-                    first_native = first_native or row
-                elif recorded is not None:
-                    foreign.setdefault(row.run_id, []).append((seq, recorded))
-            elif row.type == EventType.RUN_MERGED and row.task_key is None:
-                foreign.pop(row.run_id, None)
-        if seq in wanted:
-            found[seq] = row.hash or ""
+            report.problem(report.broken_links, seq)
+        event = _checked_payload(row, seq, report)
+        if event is not None and row.type in _IDENTITY_TYPES:
+            walk.identity.see(row, event)
+        if seq in anchored:
+            walk.found[seq] = row.hash or ""
         prev_seq, prev_hash = seq, row.hash or ""
-    report.last_hash = prev_hash
-    _check_created_at(meta.get("created_at"), first_migration, first_native, report)
-    for seq, recorded in sorted(chain.from_iterable(foreign.values()))[:MAX_LISTED]:
-        report.schema.append(
-            f"meta.ledger_id is {ledger_id!r}, but run.started at seq {seq} recorded "
-            f"{recorded!r}: the ledger's identity was changed")
-    for check in checks:
-        for line in check(ledger):
-            problem(report.derived, line)
-    for seq, anchor in sorted(wanted.items()):
-        _check_anchor(anchor, ledger_id, found.get(seq), prev_seq, report)
-    return report
+    report.last_hash, walk.last_seq = prev_hash, prev_seq
+    return walk
+
+
+def _checked_payload(row: EventRow, seq: int, report: VerifyReport) -> AnyEvent | None:
+    """The row's event, with its payload checked valid and canonical; None when invalid."""
+    try:
+        event = decode_row(row)
+    except ValidationError as e:
+        report.problem(report.invalid_payloads, (seq, _first_error(e)))
+        return None
+    except ValueError as e:  # an opaque event whose payload is not JSON at all
+        report.problem(report.invalid_payloads, (seq, str(e)))
+        return None
+    if not _canonical(row, event):
+        report.problem(report.noncanonical, seq)
+    return event
 
 
 # -- rows as evalledger writes them -------------------------------------------------------------

@@ -12,6 +12,7 @@ Pure: the same summary always gives the same bytes.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from xml.etree import ElementTree as ET
 
 from evalledger._text import visible
@@ -54,24 +55,34 @@ def render_junit(summary: RunSummary) -> str:
         "tests": str(len(summary.tasks)),
         "failures": str(summary.tasks_failed),
         "errors": str(summary.tasks_error),
-        "skipped": str(sum(1 for r in summary.tasks if r.category in _SKIPPED)),
+        "skipped": str(_count(summary.tasks, _SKIPPED)),
         "time": f"{summary.duration_seconds or 0.0:.3f}",
     })
     variants: dict[str, list[TaskRow]] = {}
     for row in summary.tasks:
         variants.setdefault(row.variant_id, []).append(row)
-    for variant, rows in sorted(variants.items()):
-        suite = ET.SubElement(suites, "testsuite", {
-            "name": variant,
-            "tests": str(len(rows)),
-            "failures": str(sum(1 for r in rows if r.category == Category.FAILED)),
-            "errors": str(sum(1 for r in rows if r.category == Category.ERROR)),
-            "skipped": str(sum(1 for r in rows if r.category in _SKIPPED)),
-            "time": f"{sum(r.duration_seconds or 0.0 for r in rows):.3f}",
-        })
-        if summary.started_at:
-            suite.set("timestamp", summary.started_at)
-        suite.extend(_case(row) for row in rows)
+    suites.extend(_suite(variant, rows, summary.started_at)
+                  for variant, rows in sorted(variants.items()))
     ET.indent(suites)
     body = ET.tostring(suites, encoding="unicode")
     return f'<?xml version="1.0" encoding="UTF-8"?>\n{body}\n'
+
+
+def _suite(variant: str, rows: list[TaskRow], started_at: str | None) -> ET.Element:
+    """One variant's ``<testsuite>``: its counts, then one ``<testcase>`` per task key."""
+    suite = ET.Element("testsuite", {
+        "name": variant,
+        "tests": str(len(rows)),
+        "failures": str(_count(rows, {Category.FAILED})),
+        "errors": str(_count(rows, {Category.ERROR})),
+        "skipped": str(_count(rows, _SKIPPED)),
+        "time": f"{sum(r.duration_seconds or 0.0 for r in rows):.3f}",
+    })
+    if started_at:
+        suite.set("timestamp", started_at)
+    suite.extend(_case(row) for row in rows)
+    return suite
+
+
+def _count(rows: list[TaskRow], categories: Collection[Category | None]) -> int:
+    return sum(1 for r in rows if r.category in categories)

@@ -15,7 +15,7 @@ from typing import Any
 
 from evalledger._text import money, visible
 
-from ._results import RoleUsage, RunSummary
+from ._results import RoleUsage, RunSummary, TaskRow
 
 
 def render_json(summary: RunSummary) -> str:
@@ -45,17 +45,36 @@ def _code(value: object) -> str:
 def render_markdown(summary: RunSummary, *, cut_off: bool = False) -> str:
     """``run.md``. ``cut_off``: the run is marked running but its process is gone (the
     caller knows; this function reads no process table), shown as ``runs`` shows it."""
-    s = summary
     lines = [
+        *_heading(summary, cut_off), *_counts(summary), *_variants(summary),
+        *_tasks(summary), *_tokens_and_cost(summary), *_drift(summary),
+        *_errors_in_full(summary), *_skipped_files(summary), *_environment(summary),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# Each section of run.md, as its lines; every section after the heading opens with the
+# blank line that separates it from the one before, and one that has nothing to say
+# (no variants, no drift) has no lines at all.
+
+
+def _heading(s: RunSummary, cut_off: bool) -> list[str]:
+    experiment = f" (experiment `{s.experiment_id}`)" if s.experiment_id else ""
+    duration = f"{s.duration_seconds:.1f}s" if s.duration_seconds is not None else "-"
+    return [
         f"# Run {s.run_id}",
         "",
-        f"- Status: **{status_word(s.status, cut_off)}**"
-        + (f" (experiment `{s.experiment_id}`)" if s.experiment_id else ""),
+        f"- Status: **{status_word(s.status, cut_off)}**{experiment}",
         f"- Started: {s.started_at or '-'}",
         f"- Finished: {s.finished_at or '-'}",
-        f"- Duration: {f'{s.duration_seconds:.1f}s' if s.duration_seconds is not None else '-'}",
+        f"- Duration: {duration}",
         f"- Max parallel: {s.max_parallel}",
         f"- Models: {', '.join(map(_text, s.models)) if s.models else '-'}",
+    ]
+
+
+def _counts(s: RunSummary) -> list[str]:
+    return [
         "",
         "## Summary",
         "",
@@ -66,29 +85,40 @@ def render_markdown(summary: RunSummary, *, cut_off: bool = False) -> str:
         f"| {s.tasks_token_budget_exceeded} | {s.tasks_cost_budget_exceeded} | {s.tasks_error} "
         f"| {s.tasks_ungraded} | {s.tasks_unfinished} | {s.pass_rate:.1%} |",
     ]
-    if s.variants:
-        header, rows = variant_table(s)
-        lines += ["", "## Variants", "", "| " + " | ".join(header) + " |",
-                  "|---|" + "---:|" * (len(header) - 1)]
-        lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
-    lines += [
+
+
+def _variants(s: RunSummary) -> list[str]:
+    if not s.variants:
+        return []
+    header, rows = variant_table(s)
+    return ["", "## Variants", "", "| " + " | ".join(header) + " |",
+            "|---|" + "---:|" * (len(header) - 1),
+            *("| " + " | ".join(_cell(c) for c in row) + " |" for row in rows)]
+
+
+def _tasks(s: RunSummary) -> list[str]:
+    return [
         "",
         "## Tasks",
         "",
         "| task | status | score | duration | tokens | cost | error |",
         "|---|---|---:|---:|---:|---:|---|",
+        *map(_task_row, s.tasks),
     ]
-    for row in s.tasks:
-        status = row.final_status.value if row.final_status else "UNFINISHED"
-        score = f"{row.weighted_score:.2f}" if row.weighted_score is not None else "-"
-        duration = f"{row.duration_seconds:.1f}s" if row.duration_seconds is not None else "-"
-        lines.append(
-            f"| {_cell(row.task_key)} | {status} | {score} | {duration} | {row.tokens.total} "
+
+
+def _task_row(row: TaskRow) -> str:
+    status = row.final_status.value if row.final_status else "UNFINISHED"
+    score = f"{row.weighted_score:.2f}" if row.weighted_score is not None else "-"
+    duration = f"{row.duration_seconds:.1f}s" if row.duration_seconds is not None else "-"
+    return (f"| {_cell(row.task_key)} | {status} | {score} | {duration} | {row.tokens.total} "
             f"| {money(row.cost_usd, row.cost_complete)} "
-            f"| {_cell(error_digest(row.error_message or ''))} |"
-        )
+            f"| {_cell(error_digest(row.error_message or ''))} |")
+
+
+def _tokens_and_cost(s: RunSummary) -> list[str]:
     t = s.tokens
-    lines += [
+    lines = [
         "",
         "## Tokens and cost",
         "",
@@ -100,29 +130,45 @@ def render_markdown(summary: RunSummary, *, cut_off: bool = False) -> str:
         lines.append(f"- Cost is a floor: {s.tasks_cost_incomplete} task(s) "
                      f"{'used ' if s.unpriced else 'with '}{unpriced_line(s)}"
                      f"{' (see `--pricing`)' if s.unpriced else ''}.")
-    if s.fingerprint_drift:
-        lines += ["", "## Drift since the run started", ""]
-        for drift in s.fingerprint_drift:
-            lines.append(f"- at {_text(drift.get('at'))}: "
-                         + "; ".join(map(_text, drift.get("lines", []))))
+    return lines
+
+
+def _drift(s: RunSummary) -> list[str]:
+    if not s.fingerprint_drift:
+        return []
+    return ["", "## Drift since the run started", "",
+            *(f"- at {_text(drift.get('at'))}: " + "; ".join(map(_text, drift.get("lines", [])))
+              for drift in s.fingerprint_drift)]
+
+
+def _errors_in_full(s: RunSummary) -> list[str]:
+    """The messages the task table shows only a digest of, whole."""
     whole = [(row.task_key, row.error_message) for row in s.tasks
              if row.error_message
              and error_digest(row.error_message) != row.error_message.strip()]
-    if whole:  # the table has each error's digest; here is what it was made from
-        lines += ["", "## Errors in full", ""]
-        for key, message in whole:
-            lines += [f"- {_code(key)}:", "", *_fenced(message), ""]
-        lines.pop()
-    if s.skipped_tasks:
-        lines += ["", "## Skipped task files", ""]
-        lines += [f"- {_code(k.path)}: {_cell(k.reason)}" for k in s.skipped_tasks]
-    lines += ["", "## Environment", ""]
+    if not whole:
+        return []
+    lines = ["", "## Errors in full", ""]
+    for key, message in whole:
+        lines += [f"- {_code(key)}:", "", *_fenced(message), ""]
+    return lines[:-1]
+
+
+def _skipped_files(s: RunSummary) -> list[str]:
+    if not s.skipped_tasks:
+        return []
+    return ["", "## Skipped task files", "",
+            *(f"- {_code(k.path)}: {_cell(k.reason)}" for k in s.skipped_tasks)]
+
+
+def _environment(s: RunSummary) -> list[str]:
+    lines = ["", "## Environment", ""]
     lines += [f"- {_text(name)}: {_text(_shown(value))}"
               for name, value in s.version_consensus.items()]
     for name, values in s.version_drift.items():
         spread = ", ".join(f"{_text(v)} ({n})" for v, n in values.items())
         lines.append(f"- **{_text(name)} differs across tasks**: {spread}")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _fenced(text: str) -> list[str]:

@@ -581,28 +581,18 @@ def load_tasks(
     Raises:
         TaskLoadError: a path does not exist, or the experiment file is unusable.
     """
-    overrides = overrides or Overrides()
     result = TaskSet()
-    exp = _read_experiment(Path(experiment)) if experiment is not None else None
-    exp_home = Path(experiment).parent if experiment is not None else None
+    reading = _Reading(overrides=overrides or Overrides(), include=set(include_tags),
+                       exclude=set(exclude_tags))
     search = [Path(p) for p in paths]
-    if exp is not None and exp_home is not None:
-        search += [exp_home / p for p in exp.tasks]
-        result.experiment_id, result.max_parallel = exp.experiment_id, exp.max_parallel
-    reading = _Reading(
-        exp=exp, exp_home=exp_home, overrides=overrides,
-        variants=exp.variants if exp else [Variant(variant_id="default")],
-        include=set(include_tags), exclude=set(exclude_tags),
-    )
-    experiment_file = Path(experiment).resolve() if experiment is not None else None
+    if experiment is not None:
+        search += reading.use_experiment(Path(experiment), result)
     for path in task_files(search, result.missing if missing_ok else None):
-        if path.resolve() != experiment_file:  # an experiment file beside its tasks is not one
-            reading.add(path, result)
+        reading.add(path, result)
     if sample is not None:
         _keep_sample(result, *sample)
     if shard is not None:
-        k, n = shard
-        result.tasks = [t for t in result.tasks if in_shard(t.task_key, k, n)]
+        _keep_shard(result, *shard)
     return result
 
 
@@ -617,51 +607,84 @@ def in_shard(task_key: str, k: int, n: int) -> bool:
 class _Reading:
     """What ``load_tasks`` applies to every task file it reads."""
 
-    exp: ExperimentFile | None
-    exp_home: Path | None
     overrides: Overrides
-    variants: list[Variant]
     include: set[str]
     exclude: set[str]
+    exp: ExperimentFile | None = None
+    exp_home: Path | None = None
+    experiment_file: Path | None = None
+    variants: list[Variant] = field(default_factory=lambda: [Variant(variant_id="default")])
     seen_ids: dict[str, str] = field(default_factory=dict)
+
+    def use_experiment(self, path: Path, result: TaskSet) -> list[Path]:
+        """Apply the experiment file at ``path`` (its defaults, variants, repeats) to every
+        task file read from now on; return the task paths it lists, relative to it.
+
+        Raises:
+            TaskLoadError: the experiment file is unusable.
+        """
+        self.exp = _read_experiment(path)
+        self.exp_home, self.experiment_file = path.parent, path.resolve()
+        self.variants = self.exp.variants
+        result.experiment_id, result.max_parallel = self.exp.experiment_id, self.exp.max_parallel
+        return [path.parent / p for p in self.exp.tasks]
 
     def add(self, path: Path, result: TaskSet) -> None:
         """Resolve one task file into ``result``: its tasks, or why it was skipped."""
+        if path.resolve() == self.experiment_file:
+            return  # an experiment file beside its tasks is not one
         if not _is_text(str(path)):
             # The ledger records paths as text; this one cannot be, faithfully.
             result.skipped.append(Skipped(_printable(str(path)), "the path is not valid "
                                           "UTF-8: rename the file or its folder"))
             return
         try:
-            task_file, task_id = _read_task_file(path)
-            if task_id in self.seen_ids:
-                raise ValueError(f"duplicate task_id {task_id!r} (first in "
-                                 f"{self.seen_ids[task_id]})")
-            self.seen_ids[task_id] = str(path)
-            per_variant = [
-                _resolve(path, task_id, task_file, self.exp, self.exp_home, variant,
-                         self.overrides)
-                for variant in self.variants
-            ]
-            _hash_all(per_variant)
+            per_variant = self._resolve_file(path)
         except (ValueError, ValidationError) as e:
             # All variants or none: a file that fails in one variant is skipped whole.
             result.skipped.append(Skipped(str(path), _reason(e, TaskFile)))
             return
+        if (marked := self._marked_skip(per_variant)) is not None:
+            result.skipped.append(Skipped(str(path), f"skip: true{marked}", deliberate=True))
+        for resolved in filter(None, per_variant):  # the variants that do not skip it
+            if self._wanted(resolved[0].tags):
+                result.tasks.extend(resolved)
+            else:
+                result.filtered_out += 1
+
+    def _resolve_file(self, path: Path) -> list[list[ResolvedTask] | None]:
+        """The file's tasks in each variant (None: the variant skips it).
+
+        Raises:
+            ValueError, ValidationError: the file is unusable, or its task id is taken.
+        """
+        task_file, task_id = _read_task_file(path)
+        if task_id in self.seen_ids:
+            raise ValueError(f"duplicate task_id {task_id!r} (first in "
+                             f"{self.seen_ids[task_id]})")
+        self.seen_ids[task_id] = str(path)
+        per_variant = [
+            _resolve(path, task_id, task_file, self.exp, self.exp_home, variant,
+                     self.overrides)
+            for variant in self.variants
+        ]
+        _hash_all(per_variant)
+        return per_variant
+
+    def _marked_skip(self, per_variant: list[list[ResolvedTask] | None]) -> str | None:
+        """What follows ``skip: true`` in the file's skip reason (which variants, when only
+        some of an experiment's skip it); None when no variant skips it."""
         marked = [v.variant_id for v, r in zip(self.variants, per_variant, strict=True)
                   if r is None]
-        if marked:
-            some = self.exp is not None and len(marked) < len(self.variants)
-            where = f" (variant {', '.join(marked)})" if some else ""
-            result.skipped.append(Skipped(str(path), f"skip: true{where}", deliberate=True))
-        for resolved in per_variant:
-            if not resolved:
-                continue
-            tags = set(resolved[0].tags)
-            if (self.include and not tags & self.include) or tags & self.exclude:
-                result.filtered_out += 1
-                continue
-            result.tasks.extend(resolved)
+        if not marked:
+            return None
+        some = self.exp is not None and len(marked) < len(self.variants)
+        return f" (variant {', '.join(marked)})" if some else ""
+
+    def _wanted(self, tags: Iterable[str]) -> bool:
+        """Whether the tag filters keep a task with these tags."""
+        found = set(tags)
+        return bool((not self.include or found & self.include) and not found & self.exclude)
 
 
 def _reason(error: ValueError | ValidationError, model: type[BaseModel] = BaseModel) -> str:
@@ -707,6 +730,10 @@ def _keep_sample(result: TaskSet, n: int, seed: int) -> None:
     result.tasks = [t for t in result.tasks if t.task_id in chosen]
 
 
+def _keep_shard(result: TaskSet, k: int, n: int) -> None:
+    result.tasks = [t for t in result.tasks if in_shard(t.task_key, k, n)]
+
+
 def _absolute(path: Path) -> str:
     try:
         return str(path.resolve())  # as before: the definition hash depends on it
@@ -735,34 +762,51 @@ def _resolve(
     variant: Variant,
     overrides: Overrides,
 ) -> list[ResolvedTask] | None:
-    settings = _merge(exp.defaults if exp else None, task_file, variant)
+    """The task file's replicates in ``variant``, every layer applied; None when the
+    layers say ``skip: true``.
+
+    Raises:
+        ValueError: no layer gives the task a command.
+    """
+    defaults = exp.defaults if exp else None
+    settings = _merge(defaults, task_file, variant)
     # A relative workdir is relative to the file that set it.
     exp_dir = exp_home if exp_home is not None else path.parent
-    # A symlink loop is the sandbox's BUILD_FAILED, with the copy's error, not a crash.
-    for layer, home in ((exp.defaults if exp else None, exp_dir), (task_file, path.parent),
-                        (variant, exp_dir)):
-        if layer is not None and "workdir" in layer.model_fields_set:
-            settings["workdir"] = layer.workdir and _absolute(home / layer.workdir)
-    if settings.get("skip"):
+    _anchor_workdir(settings, ((defaults, exp_dir), (task_file, path.parent), (variant, exp_dir)))
+    if settings.pop("skip", None):
         return None
-    for name in ("timeout", "model"):
-        if getattr(overrides, name) is not None:
-            settings[name] = getattr(overrides, name)
+    settings.update(_overridden(overrides))
     if settings.get("command") is None:
         raise ValueError("command: a task needs a command")
     workdir = settings.pop("workdir", None)
-    settings.pop("skip", None)
+    given = {k: v for k, v in settings.items() if v is not None}
     repeats = overrides.repeats or variant.repeats or (exp.repeats if exp else 1)
+    source = str(path.resolve())
     return [
         ResolvedTask(
             task_key=f"{variant.variant_id}/{task_id}/{i:02d}",
             task_id=task_id,
             variant_id=variant.variant_id,
             replicate_index=i,
-            source=str(path.resolve()),
+            source=source,
             workdir=workdir,
-            **{k: v for k, v in settings.items() if v is not None},
+            **given,
         )
         for i in range(repeats)
     ]
 
+
+def _anchor_workdir(settings: dict[str, Any],
+                    layers: Iterable[tuple[TaskSettings | None, Path]]) -> None:
+    """Make ``settings``' workdir absolute, from the folder of the last layer that set it
+    (``layers``: each with that folder, in order)."""
+    for layer, home in layers:
+        if layer is not None and "workdir" in layer.model_fields_set:
+            # A symlink loop is the sandbox's BUILD_FAILED, with the copy's error, not a crash.
+            settings["workdir"] = layer.workdir and _absolute(home / layer.workdir)
+
+
+def _overridden(overrides: Overrides) -> dict[str, Any]:
+    """The task fields the command line sets (``--timeout``, ``--model``)."""
+    return {name: value for name in ("timeout", "model")
+            if (value := getattr(overrides, name)) is not None}
