@@ -43,10 +43,7 @@ def verify(settings: Settings, anchors: tuple[str, ...], deep: bool) -> None:
     """
     from evalledger.projections import SnapshotCheck
 
-    try:
-        pinned = [Anchor.load(path) for path in anchors]
-    except ValueError as e:
-        raise UserError(str(e)) from e
+    pinned = [Anchor.load(path) for path in anchors]
     # The snapshot check is the projections' (the ledger layer cannot import them); it
     # runs inside verify's read transaction, so it reads the state the chain was read in.
     snapshots = SnapshotCheck(deep=deep)
