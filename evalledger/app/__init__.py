@@ -36,10 +36,10 @@ if TYPE_CHECKING:
     from ._import import ImportOutcome as ImportOutcome
     from ._import import RunImport as RunImport
     from ._import import import_runs as import_runs
+    from ._prepare import shard_spec as shard_spec
     from ._resume import resume_run as resume_run
     from ._run import start_run as start_run
     from ._settings import RunSettings as RunSettings
-    from ._prepare import shard_spec as shard_spec
     from ._transfer import ExportOutcome as ExportOutcome
     from ._transfer import TransferOutcome as TransferOutcome
     from ._transfer import export as export

@@ -76,8 +76,7 @@ def checkpoint(settings: Settings, output: Path | None) -> None:
         evalledger checkpoint -o checkpoints/$(date +%F).json
     """
     from evalledger._files import same_file
-
-    from ._report import write_text  # the reports' writer: whole or not at all
+    from evalledger.app._reports import write_text  # the reports' writer: whole or not at all
 
     if output is not None and same_file(output, settings.ledger_path):
         raise UserError(f"-o {output} is the ledger itself; choose another file")

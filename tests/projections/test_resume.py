@@ -556,10 +556,10 @@ def test_rerun_failed_and_rerun_patterns_choose_finished_keys_again() -> None:
     )
     load = Loader(tasks)
     assert plan_resume(state, load=load, spent_usd=0.0).to_run == []
-    assert plan_resume(state, ResumeRequest(rerun_failed=True), load=load, spent_usd=0.0).to_run == [
-        key(1), key(2)]
-    assert plan_resume(state, ResumeRequest(rerun=["default/t0/*"]), load=load, spent_usd=0.0).to_run == [
-        key(0)]
+    failed = plan_resume(state, ResumeRequest(rerun_failed=True), load=load, spent_usd=0.0)
+    assert failed.to_run == [key(1), key(2)]
+    named = plan_resume(state, ResumeRequest(rerun=["default/t0/*"]), load=load, spent_usd=0.0)
+    assert named.to_run == [key(0)]
     every = plan_resume(state, ResumeRequest(rerun=["*"], retry_errors=True), load=load,
                         spent_usd=0.0)
     assert every.to_run == [key(i) for i in range(4)]
