@@ -310,17 +310,39 @@ def read_run(folder: Path | RunFolder, *, tz: tzinfo | None = None,
     attempts.sort(key=lambda a: (_time(a.data.get("started_at"), tz) or started or "", a.key))
     first = started or next((t for a in attempts if (t := _time(a.data.get("started_at"), tz))),
                             None) or _file_time(run.folder / "run.json")
+    run.events = _opening(run, summary, sorted(keys), first)
+    last = _add_attempts(run, attempts, tags, tz, first)
+    ended = _time(summary.get("end_time"), tz)
+    run.events += _stored(lambda: [RunFinished(
+        event_id=_id(run.run_id, "run.json", "run.finished"), run_id=run.run_id,
+        ts=max(ended or last, last), status=RunStatus.COMPLETED)])
+    return run
+
+
+def _opening(run: LegacyRun, summary: Mapping[str, Any], planned: list[str],
+             first: str) -> list[EventRow]:
+    """``run.started`` (what run.json says of the whole run) and its skipped tasks.
+
+    Raises:
+        NotImportable: run.json holds what the ledger cannot store.
+    """
     framework = summary.get("framework_version")
     try:
-        run.events = _stored(lambda: [RunStarted(
+        return _stored(lambda: [RunStarted(
             event_id=_id(run.run_id, "run.json", "run.started"), run_id=run.run_id, ts=first,
-            planned=sorted(keys), max_parallel=_int(summary.get("max_parallel"), 1),
+            planned=planned, max_parallel=_int(summary.get("max_parallel"), 1),
             imported=_clean({"format": FORMAT, "source": str(run.folder.resolve()),
                              "framework_version": framework if isinstance(framework, str)
                              else None, "totals": old_totals(summary) or None}),
         ), *_skipped(run.run_id, summary.get("skipped_tasks"), first)])
     except NotImportable as e:
         raise NotImportable(f"run.json: {e}") from e
+
+
+def _add_attempts(run: LegacyRun, attempts: list[_Attempt], tags: Mapping[str, Any],
+                  tz: tzinfo, first: str) -> str:
+    """Append each attempt's events to ``run`` (one the ledger cannot store is named and
+    its key counts as unfinished); return the time of the last event."""
     last = first
     for attempt in attempts:
         try:
@@ -332,11 +354,7 @@ def read_run(folder: Path | RunFolder, *, tz: tzinfo | None = None,
         run.events += made
         last = max(last, made[-1].ts)
         run.attempts += 1
-    ended = _time(summary.get("end_time"), tz)
-    run.events += _stored(lambda: [RunFinished(
-        event_id=_id(run.run_id, "run.json", "run.finished"), run_id=run.run_id,
-        ts=max(ended or last, last), status=RunStatus.COMPLETED)])
-    return run
+    return last
 
 
 def old_totals(summary: Mapping[str, Any]) -> dict[str, Any]:
@@ -518,65 +536,81 @@ def _attempt_events(run_id: str, attempt: _Attempt, tags: list[Any] | None, tz: 
     data = attempt.data
     ident = (run_id, attempt.source, attempt.sha256)
     started = _time(data.get("started_at"), tz) or fallback
-    duration = _float(data.get("duration_seconds", data.get("duration")))
     completed = _time(data.get("completed_at"), tz) or started
-    status = _status(data.get("final_status", data.get("status")))
-    assert status is not None
     model = data.get("model_used") if isinstance(data.get("model_used"), str) else None
-    definition = _clean({"agent_type": data.get("agent_type"), "model": model,
-                         "task_description": data.get("task_description")})
     usages = _usage(data, model)
     graders = _grader_usage(data, attempt.row)
-    total = TokenCounts()
-    for counts, _, _ in usages + graders:
-        total = total + counts
-    costs = [cost for _, cost, _ in usages + graders]
-    complete = None not in costs and not _spend_lost(attempt.row, status)
-    details: dict[str, Any] = (data["error_details"]
-                               if isinstance(data.get("error_details"), dict) else {})
-    environment = dict(data["environment_info"]) if isinstance(
-        data.get("environment_info"), dict) else {}
-    if model:
-        environment.setdefault("model", model)
-    score = _float(data.get("weighted_score"))
     events: list[AnyEvent] = [
-        TaskStarted(
-            event_id=_id(*ident, "task.started"), run_id=run_id, task_key=attempt.key,
-            ts=started, task_id=attempt.task_id, variant_id=attempt.variant_id,
-            replicate_index=attempt.replicate, attempt=1,
-            tags=[str(t) for t in tags or []], definition=definition,
-            definition_hash=hashlib.sha256(
-                json.dumps(definition, sort_keys=True).encode()).hexdigest(),
-            imported=_clean({"source": attempt.source, "sha256": attempt.sha256 or None}),
-        ),
+        _started(run_id, attempt, tags, started, model),
         # The file itself, whole: whatever this reader does not map is still here.
         TaskEmitted(event_id=_id(*ident, "task.event"), run_id=run_id, task_key=attempt.key,
                     ts=started, n=1, data={"imported_from": attempt.source, "record": data}),
     ]
-    for i, (counts, cost, used) in enumerate(usages):
-        events.append(TaskUsage(
-            event_id=_id(*ident, f"task.usage.{i}"), run_id=run_id, task_key=attempt.key,
-            ts=completed, model=used, cost_usd=cost, **dict(counts)))
-    for i, (counts, cost, used) in enumerate(graders):
-        events.append(TaskUsage(
-            event_id=_id(*ident, f"task.usage.grader.{i}"), run_id=run_id,
-            task_key=attempt.key, ts=completed, model=used, cost_usd=cost, role="grader",
-            **dict(counts)))
-    events.append(TaskCompleted(
-        event_id=_id(*ident, "task.completed"), run_id=run_id, task_key=attempt.key,
-        ts=max(completed, started), attempt=1, final_status=status, category=status.category,
-        duration_seconds=duration or 0.0, weighted_score=score or 0.0,
+    for role, spends in (("agent", usages), ("grader", graders)):
+        label = "task.usage" if role == "agent" else "task.usage.grader"
+        events += [TaskUsage(
+            event_id=_id(*ident, f"{label}.{i}"), run_id=run_id, task_key=attempt.key,
+            ts=completed, model=used, cost_usd=cost, role=role, **dict(counts))
+            for i, (counts, cost, used) in enumerate(spends)]
+    events.append(_completed(run_id, attempt, max(completed, started), model,
+                             usages + graders))
+    return events
+
+
+def _started(run_id: str, attempt: _Attempt, tags: list[Any] | None, started: str,
+             model: str | None) -> TaskStarted:
+    """The attempt's start, its definition what the file says of the task."""
+    data = attempt.data
+    definition = _clean({"agent_type": data.get("agent_type"), "model": model,
+                         "task_description": data.get("task_description")})
+    return TaskStarted(
+        event_id=_id(run_id, attempt.source, attempt.sha256, "task.started"), run_id=run_id,
+        task_key=attempt.key, ts=started, task_id=attempt.task_id,
+        variant_id=attempt.variant_id, replicate_index=attempt.replicate, attempt=1,
+        tags=[str(t) for t in tags or []], definition=definition,
+        definition_hash=hashlib.sha256(
+            json.dumps(definition, sort_keys=True).encode()).hexdigest(),
+        imported=_clean({"source": attempt.source, "sha256": attempt.sha256 or None}),
+    )
+
+
+def _completed(run_id: str, attempt: _Attempt, ts: str, model: str | None,
+               spends: list[tuple[TokenCounts, float | None, str | None]]) -> TaskCompleted:
+    """The attempt's end: its status, criteria and what it cost, agent's and grading's
+    (``spends``) together."""
+    data = attempt.data
+    status = _status(data.get("final_status", data.get("status")))
+    assert status is not None
+    total = TokenCounts()
+    for counts, _, _ in spends:
+        total = total + counts
+    costs = [cost for _, cost, _ in spends]
+    details = _mapping(data.get("error_details"))
+    environment = _mapping(data.get("environment_info"))
+    if model:
+        environment.setdefault("model", model)
+    return TaskCompleted(
+        event_id=_id(run_id, attempt.source, attempt.sha256, "task.completed"), run_id=run_id,
+        task_key=attempt.key, ts=ts, attempt=1, final_status=status,
+        category=status.category,
+        duration_seconds=_float(data.get("duration_seconds", data.get("duration"))) or 0.0,
+        weighted_score=_float(data.get("weighted_score")) or 0.0,
         criteria=_criteria(data.get("success_criteria_results")),
         error_message=_text(data.get("error_message")),
         environment_info=environment, tokens=total,
         # No usage in the file at all: the cost is unknown, not $0. Spend the old harness
         # lost (below) leaves what was priced as a floor.
         cost_usd=None if None in costs or not costs else round(sum(c for c in costs if c), 10),
-        cost_complete=complete,
+        cost_complete=None not in costs and not _spend_lost(attempt.row, status),
         imported=_clean({"error_category": details.get("error_category",
                                                        data.get("error_category"))}) or None,
-    ))
-    return events
+    )
+
+
+def _mapping(value: object) -> dict[str, Any]:
+    """A copy of ``value`` if it is a mapping, else an empty one (a field of the wrong
+    shape is left out, not an error)."""
+    return dict(value) if isinstance(value, dict) else {}
 
 
 def _usage(data: dict[str, Any], model: str | None,
@@ -590,11 +624,7 @@ def _usage(data: dict[str, Any], model: str | None,
             if not isinstance(turn, dict) or not isinstance(turn.get("token_usage"), dict):
                 continue
             used = turn.get("model_used") if isinstance(turn.get("model_used"), str) else model
-            counts, cost = _tokens(turn["token_usage"])
-            before, spent = by_model.get(used, (TokenCounts(), 0.0))
-            unpriced = cost is None and counts.total > 0
-            by_model[used] = (before + counts,
-                              None if spent is None or unpriced else spent + (cost or 0.0))
+            _add(by_model, used, *_tokens(turn["token_usage"]))
     if by_model:
         return [(c, cost, m) for m, (c, cost) in by_model.items()]
     if isinstance(data.get("total_token_usage"), dict):
@@ -623,16 +653,19 @@ def _grader_usage(data: dict[str, Any], row: Mapping[str, Any],
             if not counts.total and cost is None:
                 continue
             used = result.get("model") if isinstance(result.get("model"), str) else None
-            before, spent = by_model.get(used, (TokenCounts(), 0.0))
-            unpriced = cost is None and counts.total > 0
-            by_model[used] = (before + counts,
-                              None if spent is None or unpriced else spent + (cost or 0.0))
+            _add(by_model, used, counts, cost)
     out = [(c, cost, m) for m, (c, cost) in by_model.items()]
     if not judged and (judge := _float(row.get("judge_cost_usd"))) is not None:
         out.append((TokenCounts(), judge, None))
-    simulation = data.get("simulation")
-    if not isinstance(simulation, dict):
-        simulation = {}
+    return out + _simulator_usage(data, row)
+
+
+def _simulator_usage(data: dict[str, Any], row: Mapping[str, Any],
+                     ) -> list[tuple[TokenCounts, float | None, str | None]]:
+    """The simulated user's spend (dialog mode): the tokens of ``simulation``, priced by
+    the run.json row's ``simulator_cost_usd``; nothing when it has neither."""
+    out: list[tuple[TokenCounts, float | None, str | None]] = []
+    simulation = _mapping(data.get("simulation"))
     counts = TokenCounts(input_tokens=_int(simulation.get("simulator_input_tokens"), 0),
                          output_tokens=_int(simulation.get("simulator_output_tokens"), 0))
     cost = _float(row.get("simulator_cost_usd"))
@@ -640,6 +673,16 @@ def _grader_usage(data: dict[str, Any], row: Mapping[str, Any],
         model = simulation.get("simulator_model")
         out.append((counts, cost, model if isinstance(model, str) else None))
     return out
+
+
+def _add(by_model: dict[str | None, tuple[TokenCounts, float | None]], model: str | None,
+         counts: TokenCounts, cost: float | None) -> None:
+    """Book one usage on its model: tokens add up; a usage with tokens and no price makes
+    the model's cost unknown (None) from then on, never $0."""
+    before, spent = by_model.get(model, (TokenCounts(), 0.0))
+    unpriced = cost is None and counts.total > 0
+    by_model[model] = (before + counts,
+                       None if spent is None or unpriced else spent + (cost or 0.0))
 
 
 def _spend_lost(row: Mapping[str, Any], status: FinalStatus) -> bool:

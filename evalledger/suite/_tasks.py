@@ -582,20 +582,14 @@ def load_tasks(
     Raises:
         TaskLoadError: a path does not exist, or the experiment file is unusable.
     """
-    overrides = overrides or Overrides()
     result = TaskSet()
-    exp = _read_experiment(Path(experiment)) if experiment is not None else None
-    exp_home = Path(experiment).parent if experiment is not None else None
     search = [Path(p) for p in paths]
-    if exp is not None and exp_home is not None:
-        search += [exp_home / p for p in exp.tasks]
-        result.experiment_id, result.max_parallel = exp.experiment_id, exp.max_parallel
-    reading = _Reading(
-        exp=exp, exp_home=exp_home, overrides=overrides,
-        variants=exp.variants if exp else [Variant(variant_id="default")],
-        include=set(include_tags), exclude=set(exclude_tags),
-    )
-    experiment_file = Path(experiment).resolve() if experiment is not None else None
+    reading = _Reading(overrides=overrides or Overrides(), include=set(include_tags),
+                       exclude=set(exclude_tags))
+    experiment_file = None
+    if experiment is not None:
+        experiment_file = Path(experiment).resolve()
+        search += _with_experiment(reading, result, Path(experiment))
     for path in task_files(search, result.missing if missing_ok else None):
         if path.resolve() != experiment_file:  # an experiment file beside its tasks is not one
             reading.add(path, result)
@@ -605,6 +599,19 @@ def load_tasks(
         k, n = shard
         result.tasks = [t for t in result.tasks if in_shard(t.task_key, k, n)]
     return result
+
+
+def _with_experiment(reading: _Reading, result: TaskSet, experiment: Path) -> list[Path]:
+    """Read the experiment file into ``reading`` (its defaults and variants) and
+    ``result`` (its id and parallelism); return the task paths it names.
+
+    Raises:
+        TaskLoadError: the experiment file is unusable.
+    """
+    exp = _read_experiment(experiment)
+    reading.exp, reading.exp_home, reading.variants = exp, experiment.parent, exp.variants
+    result.experiment_id, result.max_parallel = exp.experiment_id, exp.max_parallel
+    return [experiment.parent / p for p in exp.tasks]
 
 
 def in_shard(task_key: str, k: int, n: int) -> bool:
@@ -618,12 +625,13 @@ def in_shard(task_key: str, k: int, n: int) -> bool:
 class _Reading:
     """What ``load_tasks`` applies to every task file it reads."""
 
-    exp: ExperimentFile | None
-    exp_home: Path | None
     overrides: Overrides
-    variants: list[Variant]
     include: set[str]
     exclude: set[str]
+    exp: ExperimentFile | None = None
+    exp_home: Path | None = None
+    # Without an experiment, every task runs as one variant named "default".
+    variants: list[Variant] = field(default_factory=lambda: [Variant(variant_id="default")])
     seen_ids: dict[str, str] = field(default_factory=dict)
 
     def add(self, path: Path, result: TaskSet) -> None:
@@ -727,6 +735,16 @@ def _printable(path: str) -> str:
     return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
+def _set_workdir(settings: dict[str, Any],
+                 layers: Iterable[tuple[TaskSettings | None, Path]]) -> None:
+    """The workdir of the last layer that sets one (to null too), made absolute from the
+    folder of the file that set it."""
+    # A symlink loop is the sandbox's BUILD_FAILED, with the copy's error, not a crash.
+    for layer, home in layers:
+        if layer is not None and "workdir" in layer.model_fields_set:
+            settings["workdir"] = layer.workdir and _absolute(home / layer.workdir)
+
+
 def _resolve(
     path: Path,
     task_id: str,
@@ -736,14 +754,11 @@ def _resolve(
     variant: Variant,
     overrides: Overrides,
 ) -> list[ResolvedTask] | None:
-    settings = _merge(exp.defaults if exp else None, task_file, variant)
+    defaults = exp.defaults if exp else None
+    settings = _merge(defaults, task_file, variant)
     # A relative workdir is relative to the file that set it.
     exp_dir = exp_home if exp_home is not None else path.parent
-    # A symlink loop is the sandbox's BUILD_FAILED, with the copy's error, not a crash.
-    for layer, home in ((exp.defaults if exp else None, exp_dir), (task_file, path.parent),
-                        (variant, exp_dir)):
-        if layer is not None and "workdir" in layer.model_fields_set:
-            settings["workdir"] = layer.workdir and _absolute(home / layer.workdir)
+    _set_workdir(settings, ((defaults, exp_dir), (task_file, path.parent), (variant, exp_dir)))
     if settings.get("skip"):
         return None
     for name in ("timeout", "model"):
