@@ -666,11 +666,16 @@ class _Reading:
         for resolved in per_variant:
             if not resolved:
                 continue
-            tags = set(resolved[0].tags)
-            if (self.include and not tags & self.include) or tags & self.exclude:
+            if self._kept(resolved[0]):
+                result.tasks.extend(resolved)
+            else:
                 result.filtered_out += 1
-                continue
-            result.tasks.extend(resolved)
+
+    def _kept(self, task: ResolvedTask) -> bool:
+        """Whether the tag filters keep ``task``: ANY of ``include`` (none: all), NONE of
+        ``exclude``."""
+        tags = set(task.tags)
+        return not (self.include and not tags & self.include) and not tags & self.exclude
 
 
 def _reason(error: ValueError | ValidationError, model: type[BaseModel] = BaseModel) -> str:
