@@ -21,6 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evalledger._values import Number, load_yaml
+from evalledger.errors import EvalledgerError
 from evalledger.ledger import TokenCounts
 
 
@@ -71,7 +72,12 @@ _VENDOR = re.compile(r"^(?:anthropic|openai|meta|mistral|amazon|google)\.")
 _SUFFIX = re.compile(r"(?:-v\d+:\d+|@\d{8}|-\d{8}|-\d{4}-\d{2}-\d{2}|-latest)$")
 
 
-class PricingConflict(ValueError):
+class PricingError(EvalledgerError, ValueError):
+    """A rate card file that cannot be used: unreadable, not a mapping of model to
+    rates, or a rate that does not validate."""
+
+
+class PricingConflict(PricingError):
     """A rate for this model is already on the card and differs."""
 
 
@@ -127,22 +133,22 @@ class RateCard:
         new list price).
 
         Raises:
-            ValueError: the file cannot be read or a rate does not validate.
+            PricingError: the file cannot be read or a rate does not validate.
             PricingConflict: the file prices one model twice, differently (two spellings
                 of one name).
         """
         try:
             data = load_yaml(Path(path)) or {}
         except ValueError as e:
-            raise ValueError(f"pricing file {path}: {e}") from e
+            raise PricingError(f"pricing file {path}: {e}") from e
         if not isinstance(data, dict):
-            raise ValueError(f"pricing file {path}: expected a mapping of model to rates")
+            raise PricingError(f"pricing file {path}: expected a mapping of model to rates")
         from_file = RateCard({})
         for model, fields in data.items():
             try:
                 from_file = from_file.with_rate(str(model), Rate.model_validate(fields))
             except ValidationError as e:
-                raise ValueError(f"pricing file {path}: {model}: {e.errors()[0]['msg']}") from e
+                raise PricingError(f"pricing file {path}: {model}: {e.errors()[0]['msg']}") from e
             except PricingConflict as e:
                 raise PricingConflict(f"pricing file {path}: {e}") from e
         card = RateCard({})

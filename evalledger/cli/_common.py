@@ -8,8 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ._errors import UserError
-
 if TYPE_CHECKING:
     from evalledger.ledger import Ledger
     from evalledger.projections import RunSummary
@@ -35,14 +33,9 @@ def resolve_run(ledger: Ledger, spec: str) -> str:
     """A run id from an id, a unique prefix of one, or ``latest``.
 
     Raises:
-        UserError: no such run, or the prefix matches several (they are listed).
+        RunNotFound: no such run, or the prefix matches several (they are listed).
     """
-    from evalledger.ledger import RunNotFound
-
-    try:
-        return ledger.resolve_run(spec)
-    except RunNotFound as e:
-        raise UserError(str(e)) from e
+    return ledger.resolve_run(spec)
 
 
 def rebuild_summary(ledger: Ledger, run_id: str) -> RunSummary:

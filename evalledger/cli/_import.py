@@ -1,4 +1,5 @@
-"""``evalledger import``: the old harness's run folders into the ledger."""
+"""``evalledger import``: the old harness's run folders into the ledger
+(``evalledger.app.import_runs``), each said as it is done."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ from typing import TYPE_CHECKING
 
 import click
 
+from evalledger.app import Callbacks
+
 from ._errors import EXIT_OK, EXIT_TASKS_FAILED, UserError
 from ._main import Settings, pass_settings
 
 if TYPE_CHECKING:
-    from evalledger.importers.legacy import LegacyRun, Problem
-    from evalledger.ledger import Ledger
-    from evalledger.projections import RunSummary
+    from evalledger.app import RunImport
 
 # The module-level constant would import legacy (and pydantic) for every command's start.
 _DEFAULT_MAX_FILE = "64MiB"  # evalledger.importers.legacy.MAX_FILE_BYTES (a test holds them equal)
@@ -79,107 +80,42 @@ def import_runs(settings: Settings, folders: tuple[Path, ...], zone: str | None,
 
         evalledger import ~/old-harness/runs --tz Europe/Paris
     """
-    from evalledger.importers.legacy import find_run_folders, shown
+    from evalledger.app import import_runs as run_import
 
-    tz = _zone(zone)
-    unlisted: list[Problem] = []
-    runs = find_run_folders(folders, unlisted)
-    for problem in unlisted:
-        click.echo(f"{shown(problem.path)}: not searched: {shown(problem.reason)}", err=True)
-    if not runs:
-        raise UserError(f"no run.json under {', '.join(shown(str(f)) for f in folders)}: "
-                        "nothing to import")
-    if dry_run and not settings.ledger_path.exists():
-        ok = all([_import_one(None, folder, tz, max_file_bytes, dry_run=True)
-                  for folder in runs])
-    else:
-        with settings.open_ledger(read_only=dry_run) as ledger:
-            ok = all([_import_one(ledger, folder, tz, max_file_bytes, dry_run=dry_run)
-                      for folder in runs])
-    sys.exit(EXIT_OK if ok and not unlisted else EXIT_TASKS_FAILED)
+    outcome = run_import(folders, ledger=settings.ledger_path, tz=_zone(zone),
+                         dry_run=dry_run, max_file_bytes=max_file_bytes,
+                         callbacks=_Said())
+    sys.exit(EXIT_OK if outcome.complete else EXIT_TASKS_FAILED)
 
 
-def _import_one(ledger: Ledger | None, folder: Path, tz: tzinfo | None, max_file_bytes: int,
-                *, dry_run: bool) -> bool:
-    """Import one run folder; say what happened. False when something was left out."""
-    from evalledger.importers.legacy import (
-        NotImportable,
-        differences,
-        load_run,
-        old_totals,
-        read_run,
-        shown,
-    )
-    from evalledger.projections import write_snapshot
+class _Said(Callbacks):
+    """Each run folder's result, said as it is done."""
 
-    try:
-        found = load_run(folder, max_file_bytes=max_file_bytes)
-        run_id = found.run_id
-        known: dict[str, str] = {}
-        if ledger is not None:
-            source, known = _imported(ledger, run_id)
-            if source is not None and source != str(folder.resolve()):
-                click.echo(f"{run_id}: not imported from {shown(str(folder))}: the ledger holds "
-                           f"a run of that id "
-                           f"{'imported from ' + shown(source) if source else '(not imported)'}",
+    def notice(self, text: str) -> None:
+        click.echo(text, err=True)
+
+    def run_imported(self, result: RunImport) -> None:
+        from evalledger.importers.legacy import shown
+
+        folder = shown(str(result.folder))
+        if result.left_out is not None:
+            head = (f"{result.run_id}: not imported from {folder}" if result.held
+                    else f"{folder}: not imported")
+            click.echo(f"{head}: {result.left_out}", err=True)
+            return
+        verb = "would import" if result.dry_run else "imported"
+        skipped = f", {len(result.skipped)} skipped" if result.skipped else ""
+        unchanged = f", {result.unchanged} already imported" if result.unchanged else ""
+        events = "" if result.dry_run else f" ({result.added} events)"
+        click.echo(f"{result.run_id}: {verb} {result.attempts} attempt(s), "
+                   f"{len(result.unfinished)} unfinished{skipped}{unchanged} from "
+                   f"{folder}{events}")
+        if result.differences:
+            click.echo(f"  differs from its run.json: {shown(', '.join(result.differences))}")
+        for kind, problems in (("unfinished", result.unfinished), ("skipped", result.skipped)):
+            for problem in problems:
+                click.echo(f"  {kind}: {shown(problem.path)}: {shown(problem.reason)}",
                            err=True)
-                return False
-        run = read_run(found, tz=tz, known=known, max_file_bytes=max_file_bytes)
-    except NotImportable as e:
-        click.echo(f"{shown(str(folder))}: not imported: {e}", err=True)
-        return False
-    added = 0
-    if ledger is not None and not dry_run:
-        before = ledger.last_seq()
-        ledger.append(run.events)
-        added = ledger.last_seq() - before
-        if added:
-            write_snapshot(ledger, run.run_id)
-    verb = "would import" if dry_run else "imported"
-    skipped = f", {len(run.skipped)} skipped" if run.skipped else ""
-    unchanged = f", {run.unchanged} already imported" if run.unchanged else ""
-    events = "" if dry_run else f" ({added} events)"
-    click.echo(f"{run.run_id}: {verb} {run.attempts} attempt(s), {len(run.unfinished)} "
-               f"unfinished{skipped}{unchanged} from {shown(str(folder))}{events}")
-    if said := differences(old_totals(found.summary), _summary(ledger, run, dry_run=dry_run)):
-        click.echo(f"  differs from its run.json: {shown(', '.join(said))}")
-    for kind, problems in (("unfinished", run.unfinished), ("skipped", run.skipped)):
-        for problem in problems:
-            click.echo(f"  {kind}: {shown(problem.path)}: {shown(problem.reason)}", err=True)
-    for path in run.changed:
-        click.echo(f"  changed since it was imported (kept as imported): {shown(path)}",
-                   err=True)
-    return not run.unfinished and not run.skipped and not run.changed
-
-
-def _summary(ledger: Ledger | None, run: LegacyRun, *, dry_run: bool) -> RunSummary:
-    """The run as the ledger counts it once imported: rebuilt from the ledger, or on a
-    dry run, its events there (a file imported before) with those just read."""
-    from evalledger.projections import SummaryFold, load_summary
-
-    if ledger is not None and not dry_run:
-        return load_summary(ledger, run.run_id)
-    fold = SummaryFold(run.run_id)
-    seen: set[str] = set()
-    stored = ledger.events(run.run_id) if ledger is not None else []
-    for event in [*stored, *(row.decode() for row in run.events)]:
-        if event.event_id not in seen:
-            seen.add(event.event_id)
-            fold.apply(event)
-    return fold.summary()
-
-
-def _imported(ledger: Ledger, run_id: str) -> tuple[str | None, dict[str, str]]:
-    """Where the run in the ledger was imported from ("" when it was not imported; None
-    when there is no such run), and its imported files with their content hashes."""
-    _, started = ledger.query(
-        "SELECT json_extract(payload, '$.imported.source') FROM events "
-        "WHERE type = 'run.started' AND task_key IS NULL AND run_id = ?", [run_id])
-    if not started:
-        return None, {}
-    _, files = ledger.query(
-        "SELECT json_extract(payload, '$.imported.source'), "
-        "coalesce(json_extract(payload, '$.imported.sha256'), '') FROM events "
-        "WHERE run_id = ? AND type = 'task.started' "
-        "AND json_extract(payload, '$.imported') IS NOT NULL", [run_id])
-    return started[0][0] or "", {source: digest for source, digest in files}
+        for path in result.changed:
+            click.echo(f"  changed since it was imported (kept as imported): {shown(path)}",
+                       err=True)

@@ -1,8 +1,10 @@
 """The ``evalledger`` command group: global options and the error boundary.
 
-Commands are thin: parse, call the library, print. Library errors become one
-line on stderr and exit code 2 here, in one place, so no traceback reaches a
-user.
+Commands are thin: parse, call the app, print. Every error a user can act on is an
+``EvalledgerError`` (or an ``OSError`` naming its file); each becomes one line on
+stderr and exit code 2 here, in one place, so no traceback reaches a user and no
+command converts one error into another. ``UserError`` is for what only a command
+line can get wrong: an option's form, options that do not go together.
 """
 
 from __future__ import annotations
@@ -15,13 +17,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from evalledger import __version__
+from evalledger.app import DEFAULT_LEDGER
 
 from ._errors import UserError
 
 if TYPE_CHECKING:
     from evalledger.ledger import Ledger
-
-DEFAULT_LEDGER = "evalledger.db"
 
 # Command -> the module that defines it (a function of the same name, or the one after
 # a colon: `import` is a keyword). A command's
@@ -53,13 +54,12 @@ def _user_error(error: BaseException) -> UserError | None:
     Trio nurseries deliver failures wrapped in exception groups: a full disk under
     a running batch arrives as ExceptionGroup[LedgerIOError], not bare.
     """
-    from evalledger.errors import Unavailable
-    from evalledger.ledger import LedgerError
+    from evalledger.errors import EvalledgerError
 
     if isinstance(error, BaseExceptionGroup):
         leaves = [_user_error(e) for e in error.exceptions]
         return leaves[0] if leaves and all(leaves) else None
-    if isinstance(error, LedgerError | Unavailable):
+    if isinstance(error, EvalledgerError):
         return UserError(str(error))
     if isinstance(error, BrokenPipeError):
         return None  # `evalledger events | head`: the reader left; main() exits quietly
@@ -121,12 +121,9 @@ class Settings:
         self.ledger_path = ledger_path
 
     def open_ledger(self, *, read_only: bool = False, durable: bool = False) -> Ledger:
-        from evalledger.ledger import DEFAULT_BUSY_TIMEOUT, Ledger
+        from evalledger.app._settings import open_ledger
 
-        return Ledger(
-            self.ledger_path, read_only=read_only, durable=durable,
-            busy_timeout=DEFAULT_BUSY_TIMEOUT,
-        )
+        return open_ledger(self.ledger_path, read_only=read_only, durable=durable)
 
 
 pass_settings = click.make_pass_decorator(Settings)

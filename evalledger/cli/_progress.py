@@ -2,8 +2,8 @@
 
 In a terminal: a rich progress bar (done/total, running, succeeded / failed /
 error, spend so far, ETA) above which finished tasks scroll by. In a pipe: one
-plain line per finished task. Both read the live ``SummaryFold``, the same fold
-that writes ``run.json``, so the screen and the report cannot disagree.
+plain line per finished task. Both read the live ``SummaryFold`` the app feeds, the
+same fold that writes ``run.json``, so the screen and the report cannot disagree.
 
 With ``--stream``, output lines go by as they arrive; an agent's JSON lines (a
 ``stream_format`` with a parser in ``agents``: Claude Code's stream-json) are shown as
@@ -61,7 +61,7 @@ def task_line(result: TaskCompleted, *, whole: bool = True, note: str = "") -> s
 
 
 class Display:
-    """Feeds the live fold and shows it; a context manager around the batch.
+    """Shows the live fold (the app feeds it); a context manager around the batch.
 
     The progress bar starts once the run id is out (``start``), so its first frame is
     never glued to it. A reader that left (``run ... | head``) ends the showing, not
@@ -100,22 +100,25 @@ class Display:
             self.progress.start()
 
     def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Draw the bar a last time and leave it (in a terminal)."""
         if self.progress is not None and self._started:
             self._refresh()
             self.progress.stop()
 
     def echo(self, text: str, *, err: bool = False) -> None:
+        if self.progress is None or not self._started:
+            say(text, err=err)
+            return
         try:
-            if self.progress is not None and self._started:
-                self.progress.console.print(text, markup=False, highlight=False,
-                                            soft_wrap=True)
-            else:
-                click.echo(text, err=err)
+            self.progress.console.print(text, markup=False, highlight=False, soft_wrap=True)
         except BrokenPipeError:
             quiet(sys.stderr if err else sys.stdout)
 
     def on_event(self, event: AnyEvent | EventRow) -> None:
-        self.live.apply(event)
+        """An event the live fold has just taken: redraw when it moves the counts."""
         if event.type in _WATCHED:
             self._refresh()
 
@@ -153,6 +156,14 @@ class Display:
         )
         # A resume starts with the kept tasks already done.
         self.progress.update(self._bar, completed=min(done, self.total), detail=detail)
+
+
+def say(text: str, *, err: bool = False) -> None:
+    """``click.echo``, for a reader that may have left: then what follows goes nowhere."""
+    try:
+        click.echo(text, err=err)
+    except BrokenPipeError:
+        quiet(sys.stderr if err else sys.stdout)
 
 
 def quiet(stream: TextIO) -> None:

@@ -1,5 +1,5 @@
-"""``evalledger report``: rebuild a run's report from the ledger alone; and the
-reports ``run`` and ``resume`` write when a batch ends."""
+"""``evalledger report``: rebuild a run's report from the ledger alone (the renderings
+are the app's, the same ``run`` and ``resume`` write when a batch ends)."""
 
 from __future__ import annotations
 
@@ -7,48 +7,12 @@ from pathlib import Path
 
 import click
 
-from evalledger._files import same_file, write_atomic
-from evalledger.ledger import Ledger
-from evalledger.projections import RunSummary, render_json, render_junit, render_markdown
+from evalledger._files import same_file
+from evalledger.app._reports import FORMATS, render_report, write_text
 
 from ._common import is_cut_off, rebuild_summary, resolve_run
 from ._errors import UserError
 from ._main import Settings, pass_settings
-
-FORMATS = ("md", "json", "html", "junit")
-# What `run` and `resume` write into <out>/<run_id>/ when a batch ends.
-WRITTEN = {"json": "run.json", "md": "run.md", "html": "report.html"}
-
-
-def render_report(ledger: Ledger, summary: RunSummary, format_: str, *,
-                  cut_off: bool = False) -> str:
-    """The summary in one of ``FORMATS``; the HTML one also reads transcript tails.
-    ``cut_off``: the run's process is gone (run.md says so; run.json keeps the ledger's
-    word, byte for byte)."""
-    if format_ == "html":
-        from evalledger.viewer import report_html  # Jinja2: only when asked for
-
-        return report_html(ledger, summary)
-    if format_ == "md":
-        return render_markdown(summary, cut_off=cut_off)
-    renderer = {"json": render_json, "junit": render_junit}[format_]
-    return renderer(summary)
-
-
-def write_reports(ledger: Ledger, summary: RunSummary, folder: Path) -> dict[str, Path]:
-    """Write ``run.json``, ``run.md`` and ``report.html`` into ``folder``; return their
-    paths by format."""
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = {format_: folder / name for format_, name in WRITTEN.items()}
-    for format_, path in paths.items():
-        write_text(path, render_report(ledger, summary, format_))
-    return paths
-
-
-def write_text(path: Path, text: str) -> None:
-    """Write a report whole or not at all (``write_atomic``): a full disk leaves the
-    previous report, never half of one. A failure names the file."""
-    write_atomic(path, text)
 
 
 @click.command()

@@ -43,10 +43,7 @@ def verify(settings: Settings, anchors: tuple[str, ...], deep: bool) -> None:
     """
     from evalledger.projections import SnapshotCheck
 
-    try:
-        pinned = [Anchor.load(path) for path in anchors]
-    except ValueError as e:
-        raise UserError(str(e)) from e
+    pinned = [Anchor.load(path) for path in anchors]
     # The snapshot check is the projections' (the ledger layer cannot import them); it
     # runs inside verify's read transaction, so it reads the state the chain was read in.
     snapshots = SnapshotCheck(deep=deep)
@@ -79,8 +76,7 @@ def checkpoint(settings: Settings, output: Path | None) -> None:
         evalledger checkpoint -o checkpoints/$(date +%F).json
     """
     from evalledger._files import same_file
-
-    from ._report import write_text  # the reports' writer: whole or not at all
+    from evalledger.app._reports import write_text  # the reports' writer: whole or not at all
 
     if output is not None and same_file(output, settings.ledger_path):
         raise UserError(f"-o {output} is the ledger itself; choose another file")

@@ -18,9 +18,10 @@ import logging
 import secrets
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -62,12 +63,13 @@ class BatchConfig:
 
     ``options`` is recorded in ``run.started`` and fingerprinted, and it is the one
     source of every knob it has (``kill_grace``, ``max_parallel``, ``out``,
-    ``preservation_mode``, ``max_cost_usd``, ``pricing``): the properties below read
-    it, so what a run records is what it does. The other fields are what options
-    cannot hold.
+    ``preservation_mode``, ``max_cost_usd``, ``pricing``, ``executor``, ``ray_address``):
+    the properties below read it, so what a run records is what it does. The other
+    fields are what options cannot hold: the run's name, its experiment's id, the
+    models its tasks name that have no price, and a rate card already read.
 
     Raises:
-        ValueError: ``options.pricing`` names a rate card that cannot be read (only
+        PricingError: ``options.pricing`` names a rate card that cannot be read (only
             when ``rates`` is not given).
     """
 
@@ -76,8 +78,8 @@ class BatchConfig:
     experiment_id: str | None = None
     unpriced_models: Sequence[str] = ()
     # What prices usage that carries no cost of its own. None: the built-in card plus
-    # the rates of ``options.pricing``, read once here (the CLI reads that file itself,
-    # to say what is wrong with it, and hands the card in).
+    # the rates of ``options.pricing``, read once here (the app reads that file before
+    # anything runs, to name the models it leaves unpriced, and hands the card in).
     rates: RateCard | None = None
     _card: RateCard = field(init=False, repr=False, compare=False, default=DEFAULT_RATES)
 
@@ -127,25 +129,48 @@ class Callbacks:
     on_event: Callable[[AnyEvent | EventRow], None] | None = None
 
 
-@dataclass
-class Resume:
-    """A resume of an existing run: what to skip and how many attempts each key had."""
+class Resume(Protocol):
+    """A resume of an existing run, as the batch reads it. ``projections.ResumePlan``
+    (what ``plan_resume`` decided) is one: the plan runs as it was made, with no copy
+    of its fields in between."""
 
-    skip: frozenset[str] = frozenset()
-    attempts: Mapping[str, int] = field(default_factory=dict)
-    drift: dict[str, Any] = field(default_factory=dict)
-    # What the run spent before this resume: a run-level max_cost_usd covers the run.
-    spent_usd: float = 0.0
-    # The seq of the run.started / run.resumed the resume was planned from: if
-    # another process resumed the run since, this one is refused (RunConflict).
-    # None: no check.
-    boundary_seq: int | None = None
-    # What was asked, recorded in run.resumed: keys new since the run began, and
-    # which finished keys run again.
-    added: tuple[str, ...] = ()
-    rerun: tuple[str, ...] = ()
-    rerun_failed: bool = False
-    retry_errors: bool = False
+    @property
+    def skip(self) -> AbstractSet[str]:
+        """Keys not to run."""
+
+    @property
+    def attempts(self) -> Mapping[str, int]:
+        """Per key, its latest attempt number so far (the next one is one more)."""
+
+    @property
+    def drift_record(self) -> Mapping[str, Any]:
+        """The drift ``run.resumed`` records."""
+
+    @property
+    def spent_usd(self) -> float:
+        """What the run spent before this resume: a run-level max_cost_usd covers it."""
+
+    @property
+    def boundary_seq(self) -> int | None:
+        """The seq of the run.started / run.resumed the resume was planned from: if
+        another process resumed the run since, this one is refused (RunConflict). None:
+        no check."""
+
+    @property
+    def added(self) -> Sequence[str]:
+        """Keys new since the run began (recorded in run.resumed)."""
+
+    @property
+    def rerun(self) -> Sequence[str]:
+        """Patterns of finished keys asked to run again (recorded)."""
+
+    @property
+    def rerun_failed(self) -> bool:
+        """Whether keys in the failed category were asked to run again (recorded)."""
+
+    @property
+    def retry_errors(self) -> bool:
+        """Whether keys in the error category were asked to run again (recorded)."""
 
 
 @dataclass
@@ -391,10 +416,11 @@ def _opening(
     sandbox_root: Path,
     ledger_id: str,
 ) -> AnyEvent:
+    measured = fingerprint(config.options, tasks)  # what the next resume's drift compares
     if resume is not None:
         return RunResumed(
-            run_id=config.run_id, fingerprint=fingerprint(config.options, tasks),
-            drift=resume.drift, host=host_info(),
+            run_id=config.run_id, fingerprint=measured, drift=dict(resume.drift_record),
+            host=host_info(),
             to_run=[t.task_key for t in to_run], max_parallel=config.max_parallel,
             batch_token=token, sandbox_root=str(sandbox_root), added=list(resume.added),
             rerun=list(resume.rerun), rerun_failed=resume.rerun_failed,
@@ -404,7 +430,7 @@ def _opening(
         run_id=config.run_id,
         experiment_id=config.experiment_id,
         config=config.options,
-        fingerprint=fingerprint(config.options, tasks),
+        fingerprint=measured,
         planned=[t.task_key for t in tasks],
         host=host_info(),
         max_parallel=config.max_parallel,

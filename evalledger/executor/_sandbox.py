@@ -33,12 +33,13 @@ import threading
 from collections import deque
 from pathlib import Path
 
+from evalledger.errors import EvalledgerError
 from evalledger.options import PreservationMode
 
 log = logging.getLogger("evalledger.executor")
 
 
-class BuildFailed(Exception):
+class BuildFailed(EvalledgerError):
     """The sandbox could not be prepared (BUILD_FAILED)."""
 
 

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from evalledger._files import NotRead, TooBig, read_regular, walk
+from evalledger.errors import EvalledgerError
 from evalledger.ledger import (
     AnyEvent,
     CriterionResult,
@@ -97,7 +98,7 @@ TOTALS = ("tasks_run", "tasks_succeeded", "tasks_failed", "tasks_error", "tasks_
 COST_TOLERANCE = 5e-7
 
 
-class NotImportable(Exception):
+class NotImportable(EvalledgerError):
     """A run folder left out whole; ``str(error)`` says why, on one line."""
 
 

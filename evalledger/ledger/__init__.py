@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ._chain import GENESIS as GENESIS
     from ._chain import link_hash as link_hash
     from ._errors import AppendOnlyViolation as AppendOnlyViolation
+    from ._errors import BadAnchor as BadAnchor
     from ._errors import InvalidEvent as InvalidEvent
     from ._errors import LedgerError as LedgerError
     from ._errors import LedgerGone as LedgerGone
@@ -68,6 +69,7 @@ _WHERE = {
     "GENESIS": "_chain",
     "link_hash": "_chain",
     "AppendOnlyViolation": "_errors",
+    "BadAnchor": "_errors",
     "InvalidEvent": "_errors",
     "LedgerError": "_errors",
     "LedgerGone": "_errors",
@@ -128,6 +130,7 @@ __all__ = [
     "Anchor",
     "AnyEvent",
     "AppendOnlyViolation",
+    "BadAnchor",
     "CriterionResult",
     "Event",
     "EventRow",

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ._errors import BadAnchor
+
 
 class Anchor(BaseModel):
     """A point of a ledger's history kept somewhere else: which ledger, and the hash of
@@ -31,12 +33,12 @@ class Anchor(BaseModel):
         """An anchor from a checkpoint file or a ``run.json`` (its ``anchor``).
 
         Raises:
-            ValueError: the file cannot be read or holds no anchor.
+            BadAnchor: the file cannot be read or holds no anchor (a ValueError too).
         """
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, ValueError) as e:
-            raise ValueError(f"{path}: not an anchor file: {e}") from e
+            raise BadAnchor(f"{path}: not an anchor file: {e}") from e
         if isinstance(data, dict) and isinstance(data.get("anchor"), dict):
             data = data["anchor"]  # a run.json
         try:
@@ -44,5 +46,5 @@ class Anchor(BaseModel):
         except ValidationError as e:
             first = e.errors()[0]
             where = ".".join(str(p) for p in first.get("loc", ()))
-            raise ValueError(f"{path}: not an anchor (a checkpoint or a run.json with one): "
+            raise BadAnchor(f"{path}: not an anchor (a checkpoint or a run.json with one): "
                              f"{where}: {first['msg']}") from e

@@ -7,8 +7,10 @@ Every ``sqlite3`` error is translated into one of these at the store boundary
 
 from __future__ import annotations
 
+from evalledger.errors import EvalledgerError
 
-class LedgerError(Exception):
+
+class LedgerError(EvalledgerError):
     """Root of every error the ledger raises."""
 
 
@@ -55,6 +57,11 @@ class InvalidEvent(LedgerError):
 
 class RunNotFound(LedgerError):
     """No run answers to the name given (an id, a unique prefix of one, or ``latest``)."""
+
+
+class BadAnchor(LedgerError, ValueError):
+    """A file given as an anchor cannot be read or holds none (a checkpoint file, or a
+    ``run.json`` with its ``anchor``)."""
 
 
 class RunConflict(LedgerError):

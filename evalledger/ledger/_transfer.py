@@ -43,6 +43,8 @@ from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from evalledger.errors import EvalledgerError
+
 from ._rows import EventRow, EventType
 from ._store import _first_error, translate_errors
 
@@ -89,13 +91,13 @@ def ndjson(row: EventRow) -> str:
     )
 
 
-class BadLine(ValueError):
+class BadLine(EvalledgerError, ValueError):
     """An events file that cannot be imported: names the line (when one is at fault) and
     why. Raised by the check, before anything is appended; while appending, only when
     the file or the ledger changed since."""
 
 
-class Conflict(ValueError):
+class Conflict(EvalledgerError, ValueError):
     """An event arrived whose id the ledger holds with other content: refused, and the
     batch it came in rolled back."""
 

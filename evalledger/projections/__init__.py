@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from ._resume import ResumeFold as ResumeFold
     from ._resume import ResumePlan as ResumePlan
     from ._resume import ResumeRefused as ResumeRefused
+    from ._resume import ResumeRequest as ResumeRequest
     from ._resume import compute_drift as compute_drift
     from ._resume import fingerprint as fingerprint
     from ._resume import plan_resume as plan_resume
@@ -89,6 +90,7 @@ _WHERE = {
     "ResumeFold": "_resume",
     "ResumePlan": "_resume",
     "ResumeRefused": "_resume",
+    "ResumeRequest": "_resume",
     "compute_drift": "_resume",
     "fingerprint": "_resume",
     "plan_resume": "_resume",
@@ -118,6 +120,7 @@ __all__ = [
     "ResumeFold",
     "ResumePlan",
     "ResumeRefused",
+    "ResumeRequest",
     "RoleUsage",
     "RunDiff",
     "RunHeadline",

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict
 from pydantic_core import to_jsonable_python
 
 from evalledger._text import visible
+from evalledger.errors import EvalledgerError
 from evalledger.ledger import (
     Fingerprint,
     RunFinished,
@@ -44,7 +45,7 @@ from evalledger.ledger import (
     TaskInterrupted,
     TaskStarted,
 )
-from evalledger.options import RunOptions
+from evalledger.options import ExecutorKind, RunOptions
 from evalledger.statuses import Category
 from evalledger.suite import ResolvedTask, TaskSet, evaluated
 
@@ -341,7 +342,7 @@ def _differences(then: Any, now: Any, path: str = "") -> list[tuple[str, Any, An
     return [(path, then, now)]
 
 
-class ResumeRefused(Exception):
+class ResumeRefused(EvalledgerError):
     """The run cannot be resumed as asked; the message says why and what to do.
 
     ``drift`` is what was found before refusing (empty when refused earlier).
@@ -353,8 +354,43 @@ class ResumeRefused(Exception):
 
 
 @dataclass(frozen=True)
+class ResumeRequest:
+    """What a resume is asked beyond running what the run left unfinished
+    (docs/cli.md, "resume"). A field left at its default keeps the run as it was."""
+
+    strict: bool = False
+    """Refuse when the run drifted since it last started or resumed."""
+    retry_errors: bool = False
+    """Also run keys whose latest status is in the error category."""
+    rerun_failed: bool = False
+    """Also run keys whose latest status is in the failed category."""
+    rerun: Sequence[str] = ()
+    """Also run the keys matching these (task keys or ``fnmatch`` globs), whatever they
+    ended."""
+    model: str | None = None
+    """The model every task uses from now on (its definitions change: drift)."""
+    max_parallel: int | None = None
+    """Tasks at once (None: as the run had it)."""
+    max_cost_usd: float | None = None
+    """A new run-level budget in USD (None: the latest one recorded)."""
+    kill_grace: float | None = None
+    """Seconds between SIGTERM and SIGKILL (None: as the run had it)."""
+    relocate: tuple[str, str] | None = None
+    """``(old, new)``: the suite moved; recorded paths under folder ``old`` are read
+    under ``new`` (not drift; later resumes keep the new place)."""
+    executor: ExecutorKind | None = None
+    """Where attempts run from now on, with ``ray_address`` (None: as the run had it)."""
+    ray_address: str | None = None
+    """With ``executor``: the Ray cluster to join (None: a local Ray)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rerun", tuple(self.rerun))  # frozen: set once, here
+
+
+@dataclass(frozen=True)
 class ResumePlan:
-    """What a resume will do, decided before anything runs."""
+    """What a resume will do, decided before anything runs. The executor runs it as it
+    is (``executor.Resume`` is the part of it a batch reads)."""
 
     run_id: str
     options: RunOptions
@@ -372,8 +408,12 @@ class ResumePlan:
     spent_usd: float
     """What the run spent before this resume; a run-level budget covers the whole run."""
     boundary_seq: int
+    """The seq of the run.started / run.resumed the plan was made from: the resume is
+    refused (``RunConflict``) if another process resumed the run since."""
     finished: bool
     """Whether the run's latest batch recorded ``run.finished``."""
+    request: ResumeRequest
+    """What was asked (recorded in ``run.resumed``)."""
 
     @property
     def has_work(self) -> bool:
@@ -386,52 +426,94 @@ class ResumePlan:
         """Keys defined now that this resume does not run."""
         return frozenset(t.task_key for t in self.tasks.tasks) - set(self.to_run)
 
+    @property
+    def attempts(self) -> dict[str, int]:
+        """Per key, its latest attempt number so far (the next one is one more)."""
+        return self.partition.attempts
+
+    @property
+    def drift_record(self) -> dict[str, Any]:
+        """The drift as ``run.resumed`` records it: its lines, or nothing."""
+        return {"lines": self.drift.lines()} if self.drift.any else {}
+
+    @property
+    def rerun(self) -> Sequence[str]:
+        return self.request.rerun
+
+    @property
+    def rerun_failed(self) -> bool:
+        return self.request.rerun_failed
+
+    @property
+    def retry_errors(self) -> bool:
+        return self.request.retry_errors
+
 
 def plan_resume(
     state: ResumeFold,
+    request: ResumeRequest | None = None,
     *,
     load: Callable[[RunOptions], TaskSet],
     spent_usd: float,
     running_pid: int | None = None,
-    retry_errors: bool = False,
-    strict: bool = False,
-    max_parallel: int | None = None,
-    max_cost_usd: float | None = None,
-    relocate: tuple[str, str] | None = None,
-    kill_grace: float | None = None,
-    rerun_failed: bool = False,
-    rerun: Sequence[str] = (),
-    model: str | None = None,
     recorded: Recorded | None = None,
 ) -> ResumePlan:
     """Decide what resuming a run does, by the rules of docs/results.md.
 
     Args:
         state: the run's lifecycle events, folded.
+        request: what the resume is asked (default: the unfinished keys, as recorded).
         load: resolves the run's tasks now from its recorded options (reads the
             task files: the caller's I/O). Called only once the run may resume.
-        recorded: reads the definitions ``task.started`` recorded with given hashes
-            (the ledger: the caller's I/O), so drift names the fields that changed.
         spent_usd: what the run spent so far (every usage of every attempt).
         running_pid: the process still running the run, if any
             (``evalledger.hosts.running_pid``).
-        retry_errors: also run keys whose latest status is in the error category.
-        strict: refuse when the run drifted.
-        max_parallel: tasks at once (default: as the run had it).
-        max_cost_usd: a new run-level budget (default: the latest one recorded).
-        kill_grace: seconds between SIGTERM and SIGKILL (default: as the run had it).
-        rerun_failed: also run keys whose latest status is in the failed category.
-        rerun: also run the keys matching these (task keys or globs), whatever they ended.
-        model: the model every task uses from now on (its definitions change: drift).
-        relocate: ``(old, new)``: the suite moved; recorded paths under ``old`` are read
-            under ``new`` (not drift; later resumes keep the new place).
+        recorded: reads the definitions ``task.started`` recorded with given hashes
+            (the ledger: the caller's I/O), so drift names the fields that changed.
 
     Raises:
         ResumeRefused: no such run, an imported run, still running, a relocation that
-            moves nothing,
-            a ``rerun`` pattern that matches no key, drifted under ``strict`` (new
-            tasks included), or its budget is spent while there is work left.
+            moves nothing, a ``rerun`` pattern that matches no key, drifted under
+            ``strict`` (new tasks included), or its budget is spent while there is
+            work left.
     """
+    request = request or ResumeRequest()
+    _refuse_unresumable(state, running_pid)
+    latest, stored = _relocated(state, request.relocate)
+    if request.model is not None:
+        latest = latest.model_copy(update={"model": request.model})
+    task_set = load(latest)
+    options = _options_now(latest, request)
+    drift = compute_drift(stored, fingerprint(options, task_set.tasks), tasks=task_set.tasks,
+                          recorded=recorded)
+    _refuse_drift(state, drift, request)
+    partition = state.partition(retry_errors=request.retry_errors,
+                                rerun_failed=request.rerun_failed, rerun=request.rerun)
+    defined = {t.task_key for t in task_set.tasks}
+    # Tasks defined since the run began join it: planned by this resume, run now.
+    planned = set(state.planned)
+    added = [k for k in drift.added if k in defined and k not in planned]
+    to_run = [k for k in partition.to_run if k in defined] + added
+    if to_run:
+        _refuse_spent(state.run_id, options, spent_usd, drift)
+    return ResumePlan(
+        run_id=state.run_id,
+        options=options,
+        tasks=task_set,
+        drift=drift,
+        partition=partition,
+        to_run=to_run,
+        added=added,
+        undefined=[k for k in partition.to_run if k not in defined],
+        spent_usd=spent_usd,
+        boundary_seq=state.boundary_seq,
+        finished=state.finished,
+        request=request,
+    )
+
+
+def _refuse_unresumable(state: ResumeFold, running_pid: int | None) -> None:
+    """Refuse a run that is not there, was imported, or is still running."""
     run_id = state.run_id
     if not state.found:
         raise ResumeRefused(f"run {run_id} has no run.started event; it cannot be resumed")
@@ -445,28 +527,43 @@ def plan_resume(
             f"run {run_id} is still running (pid {running_pid} on this host); wait for it, or "
             "stop it first"
         )
+
+
+def _relocated(state: ResumeFold,
+               relocate: tuple[str, str] | None) -> tuple[RunOptions, Fingerprint]:
+    """The run's latest options and stored fingerprint, moved with the suite: moving it
+    is not drift, so the stored fingerprint moves too."""
     latest, stored = state.options, state.fingerprint
-    if relocate is not None:
-        moved = relocated(latest, *relocate)
-        if moved == latest:
-            raise ResumeRefused(f"--relocate {relocate[0]}={relocate[1]}: no recorded path "
-                                f"of run {run_id} is under {relocate[0]}")
-        # Moving the suite is not drift: the stored fingerprint moves with it.
+    if relocate is None:
+        return latest, stored
+    moved = relocated(latest, *relocate)
+    if moved == latest:
+        raise ResumeRefused(f"--relocate {relocate[0]}={relocate[1]}: no recorded path "
+                            f"of run {state.run_id} is under {relocate[0]}")
+    if stored.options:
         stored = stored.model_copy(update={"options": relocated(
-            RunOptions.model_validate(stored.options), *relocate).model_dump(mode="json")}
-        ) if stored.options else stored
-        latest = moved
-    if model is not None:
-        latest = latest.model_copy(update={"model": model})
-    task_set = load(latest)
-    options = latest.model_copy(update={
-        "max_parallel": max_parallel or latest.max_parallel,
-        "max_cost_usd": max_cost_usd if max_cost_usd is not None else latest.max_cost_usd,
-        "kill_grace": kill_grace or latest.kill_grace,
-    })
-    drift = compute_drift(stored, fingerprint(options, task_set.tasks), tasks=task_set.tasks,
-                          recorded=recorded)
-    if drift.any and strict:
+            RunOptions.model_validate(stored.options), *relocate).model_dump(mode="json")})
+    return moved, stored
+
+
+def _options_now(latest: RunOptions, request: ResumeRequest) -> RunOptions:
+    """The options the resume runs with: the latest ones, with what the request
+    changes of how the run executes (never drift)."""
+    update: dict[str, Any] = {
+        "max_parallel": request.max_parallel or latest.max_parallel,
+        "max_cost_usd": (request.max_cost_usd if request.max_cost_usd is not None
+                         else latest.max_cost_usd),
+        "kill_grace": request.kill_grace or latest.kill_grace,
+    }
+    if request.executor is not None:  # else as the run had it
+        update |= {"executor": request.executor, "ray_address": request.ray_address}
+    return latest.model_copy(update=update)
+
+
+def _refuse_drift(state: ResumeFold, drift: Drift, request: ResumeRequest) -> None:
+    """Refuse drift under ``strict``, and a ``rerun`` pattern that matches no key."""
+    run_id = state.run_id
+    if drift.any and request.strict:
         # Measured from the latest start or resume: drift an earlier resume went on
         # with is in its run.resumed, and is not refused again.
         since = ("it started" if state.resumed_at is None
@@ -477,34 +574,19 @@ def plan_resume(
             drift,
         )
     planned = state.planned
-    if unmatched := [p for p in rerun if not any(fnmatchcase(k, p) for k in planned)]:
+    if unmatched := [p for p in request.rerun if not any(fnmatchcase(k, p) for k in planned)]:
         raise ResumeRefused(f"--rerun {unmatched[0]!r} matches no task key of run {run_id} "
                             "(see `evalledger show`)", drift)
-    partition = state.partition(retry_errors=retry_errors, rerun_failed=rerun_failed,
-                                rerun=rerun)
-    defined = {t.task_key for t in task_set.tasks}
-    # Tasks defined since the run began join it: planned by this resume, run now.
-    added = [k for k in drift.added if k in defined and k not in set(planned)]
-    to_run = [k for k in partition.to_run if k in defined] + added
-    if to_run and options.max_cost_usd is not None and spent_usd > options.max_cost_usd:
+
+
+def _refuse_spent(run_id: str, options: RunOptions, spent_usd: float, drift: Drift) -> None:
+    """Refuse work left for a run whose budget is spent."""
+    if options.max_cost_usd is not None and spent_usd > options.max_cost_usd:
         raise ResumeRefused(
             f"run {run_id} already spent ${spent_usd:.4f} of its ${options.max_cost_usd:.4f} "
             "budget; resume with a higher --max-cost",
             drift,
         )
-    return ResumePlan(
-        run_id=run_id,
-        options=options,
-        tasks=task_set,
-        drift=drift,
-        partition=partition,
-        to_run=to_run,
-        added=added,
-        undefined=[k for k in partition.to_run if k not in defined],
-        spent_usd=spent_usd,
-        boundary_seq=state.boundary_seq,
-        finished=state.finished,
-    )
 
 
 def relocated(options: RunOptions, old: str, new: str) -> RunOptions:

@@ -40,6 +40,7 @@ from pydantic import (
 )
 
 from evalledger._values import Count, Number, load_yaml
+from evalledger.errors import EvalledgerError
 from evalledger.statuses import FinalStatus
 
 TASK_ID_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
@@ -413,7 +414,7 @@ class TaskSet:
     sampled_out: int = 0
 
 
-class TaskLoadError(Exception):
+class TaskLoadError(EvalledgerError):
     """The request itself is unusable (no such path, a broken experiment file)."""
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from evalledger.cli._report import write_text
+from evalledger.app._reports import write_text
 from evalledger.executor._criteria import _Kept
 from evalledger.hosts import host_info
 from evalledger.ledger import Ledger, LedgerIOError, RunStarted, TaskStarted, TaskUsage
@@ -246,7 +246,7 @@ def test_a_report_that_cannot_be_written_leaves_the_previous_one_whole(tmp_path:
     child = subprocess.run([sys.executable, "-c", (
         "import resource, signal, sys\n"
         "from pathlib import Path\n"
-        "from evalledger.cli._report import write_text\n"
+        "from evalledger.app._reports import write_text\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))\n"
         "try:\n"

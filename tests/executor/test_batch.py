@@ -14,14 +14,15 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
-from evalledger.executor import BatchConfig, BatchResult, Callbacks, Resume, run_batch
+from evalledger.executor import BatchConfig, BatchResult, Callbacks, run_batch
 from evalledger.ledger import (
     AnyEvent,
     Ledger,
@@ -454,6 +455,22 @@ def test_no_run_budget_runs_everything(tmp_path: Path, ledger: Ledger) -> None:
 # -- resume --------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Resume:
+    """A resume as the batch reads it (``executor.Resume``), made by hand: the batch
+    takes any object of that shape (``plan_resume``'s plan is the one the app hands it)."""
+
+    skip: frozenset[str] = frozenset()
+    attempts: Mapping[str, int] = field(default_factory=dict)
+    drift_record: Mapping[str, Any] = field(default_factory=dict)
+    spent_usd: float = 0.0
+    boundary_seq: int | None = None
+    added: tuple[str, ...] = ()
+    rerun: tuple[str, ...] = ()
+    rerun_failed: bool = False
+    retry_errors: bool = False
+
+
 def test_resume_records_run_resumed_and_runs_only_the_rest(
     tmp_path: Path, ledger: Ledger
 ) -> None:
@@ -467,7 +484,7 @@ def test_resume_records_run_resumed_and_runs_only_the_rest(
     result = run(
         ledger, tasks, config(tmp_path, max_parallel=2, timeout=99.0),
         Callbacks(on_batch_start=batch_sizes.append),
-        resume=Resume(skip=frozenset({a, c}), attempts={b: 1}, drift={"changed": []}),
+        resume=Resume(skip=frozenset({a, c}), attempts={b: 1}, drift_record={"changed": []}),
     )
 
     assert result.status == RunStatus.COMPLETED

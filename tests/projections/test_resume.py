@@ -29,6 +29,7 @@ from evalledger.projections import (
     Drift,
     ResumeFold,
     ResumeRefused,
+    ResumeRequest,
     SummaryFold,
     compute_drift,
     fingerprint,
@@ -438,7 +439,7 @@ def test_a_plan_runs_what_is_unfinished_and_keeps_the_rest() -> None:
     assert not plan.drift.any
     assert plan.options == RECORDED
     assert (plan.spent_usd, plan.boundary_seq, plan.run_id) == (0.5, 0, RUN)
-    again = plan_resume(state, load=load, spent_usd=0.5, retry_errors=True)
+    again = plan_resume(state, ResumeRequest(retry_errors=True), load=load, spent_usd=0.5)
     assert again.to_run == [key(1), key(2), key(3)]
 
 
@@ -456,8 +457,8 @@ def test_a_run_cut_off_after_its_last_task_has_work_for_an_empty_batch() -> None
 def test_a_plan_takes_new_parallelism_and_budget_without_drift() -> None:
     tasks = [_task(0)]
     state = _run_of(tasks)
-    plan = plan_resume(state, load=Loader(tasks), spent_usd=0.0, max_parallel=8,
-                       max_cost_usd=5.0)
+    plan = plan_resume(state, ResumeRequest(max_parallel=8, max_cost_usd=5.0),
+                       load=Loader(tasks), spent_usd=0.0)
     assert (plan.options.max_parallel, plan.options.max_cost_usd) == (8, 5.0)
     assert not plan.drift.any  # how a run executes is not what it evaluates
 
@@ -476,8 +477,8 @@ def test_a_spent_budget_refuses_while_there_is_work_left() -> None:
     state = _run_of(tasks, started(key(0)), completed(key(0)))
     with pytest.raises(ResumeRefused, match=r"already spent \$2\.5000 of its \$2\.0000"):
         plan_resume(state, load=Loader(tasks), spent_usd=2.5)
-    assert plan_resume(state, load=Loader(tasks), spent_usd=2.5, max_cost_usd=3.0).to_run == [
-        key(1)]
+    raised = ResumeRequest(max_cost_usd=3.0)
+    assert plan_resume(state, raised, load=Loader(tasks), spent_usd=2.5).to_run == [key(1)]
     # Nothing left to run: nothing to refuse.
     done = _run_of(tasks, started(key(0)), completed(key(0)), started(key(1)), completed(key(1)))
     assert plan_resume(done, load=Loader(tasks), spent_usd=2.5).to_run == []
@@ -496,7 +497,7 @@ def test_drift_is_reported_and_refused_under_strict() -> None:
     assert plan.added == [key(2)]
     assert plan.undefined == [key(1)]  # should run, cannot
     with pytest.raises(ResumeRefused, match="drifted since it started") as refused:
-        plan_resume(state, load=Loader(now), spent_usd=0.0, strict=True)
+        plan_resume(state, ResumeRequest(strict=True), load=Loader(now), spent_usd=0.0)
     assert refused.value.drift == plan.drift
 
 
@@ -507,7 +508,7 @@ def test_strict_after_a_resume_measures_and_says_since_that_resume() -> None:
                                      fingerprint=fingerprint(RECORDED, middle)))
     now = [_edited(then[0], timeout=40.0)]
     with pytest.raises(ResumeRefused) as refused:
-        plan_resume(state, load=Loader(now), spent_usd=0.0, strict=True,
+        plan_resume(state, ResumeRequest(strict=True), load=Loader(now), spent_usd=0.0,
                     recorded=Recorded(middle[0]))
     assert str(refused.value).startswith(
         f"run {RUN} drifted since its last resume, at 2026-12-01T10:00:00Z: 1 difference(s)")
@@ -555,14 +556,15 @@ def test_rerun_failed_and_rerun_patterns_choose_finished_keys_again() -> None:
     )
     load = Loader(tasks)
     assert plan_resume(state, load=load, spent_usd=0.0).to_run == []
-    assert plan_resume(state, load=load, spent_usd=0.0, rerun_failed=True).to_run == [
-        key(1), key(2)]
-    assert plan_resume(state, load=load, spent_usd=0.0, rerun=["default/t0/*"]).to_run == [
-        key(0)]
-    every = plan_resume(state, load=load, spent_usd=0.0, rerun=["*"], retry_errors=True)
+    failed = plan_resume(state, ResumeRequest(rerun_failed=True), load=load, spent_usd=0.0)
+    assert failed.to_run == [key(1), key(2)]
+    named = plan_resume(state, ResumeRequest(rerun=["default/t0/*"]), load=load, spent_usd=0.0)
+    assert named.to_run == [key(0)]
+    every = plan_resume(state, ResumeRequest(rerun=["*"], retry_errors=True), load=load,
+                        spent_usd=0.0)
     assert every.to_run == [key(i) for i in range(4)]
     with pytest.raises(ResumeRefused, match="matches no task key"):
-        plan_resume(state, load=load, spent_usd=0.0, rerun=["other/*"])
+        plan_resume(state, ResumeRequest(rerun=["other/*"]), load=load, spent_usd=0.0)
 
 
 def test_a_model_given_at_resume_changes_the_definitions() -> None:
@@ -572,6 +574,6 @@ def test_a_model_given_at_resume_changes_the_definitions() -> None:
     def load(options: RunOptions) -> TaskSet:
         return TaskSet(tasks=[t.model_copy(update={"model": options.model}) for t in tasks])
 
-    plan = plan_resume(state, load=load, spent_usd=0.0, model="claude-haiku-4-5")
+    plan = plan_resume(state, ResumeRequest(model="claude-haiku-4-5"), load=load, spent_usd=0.0)
     assert plan.options.model == "claude-haiku-4-5"
     assert plan.drift.options == {"model": (None, "claude-haiku-4-5")}

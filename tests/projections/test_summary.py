@@ -17,7 +17,7 @@ import pytest
 from pydantic import ValidationError
 from sqlite_utils import Database
 
-from evalledger.cli._report import write_reports
+from evalledger.app._reports import write_reports
 from evalledger.ledger import (
     SCHEMA_VERSION,
     AnyEvent,
