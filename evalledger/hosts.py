@@ -17,7 +17,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from evalledger import __version__
+from evalledger._version import __version__
 
 
 def host_info() -> dict[str, Any]:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import trio
 
-from evalledger import __version__
+from evalledger._version import __version__
 from evalledger.ledger import (
     AnyEvent,
     EventRow,
