@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from evalledger import __version__
+from evalledger._version import __version__
 from evalledger.app import DEFAULT_LEDGER
 
 from ._errors import UserError
