@@ -172,14 +172,6 @@ def _summary(ledger: Ledger | None, run: LegacyRun, *, dry_run: bool) -> RunSumm
 def _imported(ledger: Ledger, run_id: str) -> tuple[str | None, dict[str, str]]:
     """Where the run in the ledger was imported from ("" when it was not imported; None
     when there is no such run), and its imported files with their content hashes."""
-    _, started = ledger.query(
-        "SELECT json_extract(payload, '$.imported.source') FROM events "
-        "WHERE type = 'run.started' AND task_key IS NULL AND run_id = ?", [run_id])
-    if not started:
-        return None, {}
-    _, files = ledger.query(
-        "SELECT json_extract(payload, '$.imported.source'), "
-        "coalesce(json_extract(payload, '$.imported.sha256'), '') FROM events "
-        "WHERE run_id = ? AND type = 'task.started' "
-        "AND json_extract(payload, '$.imported') IS NOT NULL", [run_id])
-    return started[0][0] or "", {source: digest for source, digest in files}
+    from evalledger.ledger._queries import import_sources
+
+    return import_sources(ledger, run_id)
