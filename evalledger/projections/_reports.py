@@ -46,7 +46,13 @@ def render_markdown(summary: RunSummary, *, cut_off: bool = False) -> str:
     """``run.md``. ``cut_off``: the run is marked running but its process is gone (the
     caller knows; this function reads no process table), shown as ``runs`` shows it."""
     s = summary
-    lines = [
+    lines = [*_md_head(s, cut_off), *_md_variants(s), *_md_tasks(s), *_md_cost(s),
+             *_md_drift(s), *_md_errors(s), *_md_skipped(s), *_md_environment(s)]
+    return "\n".join(lines) + "\n"
+
+
+def _md_head(s: RunSummary, cut_off: bool) -> list[str]:
+    return [
         f"# Run {s.run_id}",
         "",
         f"- Status: **{status_word(s.status, cut_off)}**"
@@ -66,12 +72,19 @@ def render_markdown(summary: RunSummary, *, cut_off: bool = False) -> str:
         f"| {s.tasks_token_budget_exceeded} | {s.tasks_cost_budget_exceeded} | {s.tasks_error} "
         f"| {s.tasks_ungraded} | {s.tasks_unfinished} | {s.pass_rate:.1%} |",
     ]
-    if s.variants:
-        header, rows = variant_table(s)
-        lines += ["", "## Variants", "", "| " + " | ".join(header) + " |",
-                  "|---|" + "---:|" * (len(header) - 1)]
-        lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
-    lines += [
+
+
+def _md_variants(s: RunSummary) -> list[str]:
+    if not s.variants:
+        return []
+    header, rows = variant_table(s)
+    return ["", "## Variants", "", "| " + " | ".join(header) + " |",
+            "|---|" + "---:|" * (len(header) - 1),
+            *("| " + " | ".join(_cell(c) for c in row) + " |" for row in rows)]
+
+
+def _md_tasks(s: RunSummary) -> list[str]:
+    lines = [
         "",
         "## Tasks",
         "",
@@ -87,8 +100,12 @@ def render_markdown(summary: RunSummary, *, cut_off: bool = False) -> str:
             f"| {money(row.cost_usd, row.cost_complete)} "
             f"| {_cell(error_digest(row.error_message or ''))} |"
         )
+    return lines
+
+
+def _md_cost(s: RunSummary) -> list[str]:
     t = s.tokens
-    lines += [
+    lines = [
         "",
         "## Tokens and cost",
         "",
@@ -100,29 +117,46 @@ def render_markdown(summary: RunSummary, *, cut_off: bool = False) -> str:
         lines.append(f"- Cost is a floor: {s.tasks_cost_incomplete} task(s) "
                      f"{'used ' if s.unpriced else 'with '}{unpriced_line(s)}"
                      f"{' (see `--pricing`)' if s.unpriced else ''}.")
-    if s.fingerprint_drift:
-        lines += ["", "## Drift since the run started", ""]
-        for drift in s.fingerprint_drift:
-            lines.append(f"- at {_text(drift.get('at'))}: "
-                         + "; ".join(map(_text, drift.get("lines", []))))
+    return lines
+
+
+def _md_drift(s: RunSummary) -> list[str]:
+    if not s.fingerprint_drift:
+        return []
+    return ["", "## Drift since the run started", "",
+            *(f"- at {_text(drift.get('at'))}: " + "; ".join(map(_text, drift.get("lines", [])))
+              for drift in s.fingerprint_drift)]
+
+
+def _md_errors(s: RunSummary) -> list[str]:
+    """Each error whose digest (in the task table) is not all of it, in full."""
     whole = [(row.task_key, row.error_message) for row in s.tasks
              if row.error_message
              and error_digest(row.error_message) != row.error_message.strip()]
-    if whole:  # the table has each error's digest; here is what it was made from
-        lines += ["", "## Errors in full", ""]
-        for key, message in whole:
-            lines += [f"- {_code(key)}:", "", *_fenced(message), ""]
-        lines.pop()
-    if s.skipped_tasks:
-        lines += ["", "## Skipped task files", ""]
-        lines += [f"- {_code(k.path)}: {_cell(k.reason)}" for k in s.skipped_tasks]
-    lines += ["", "## Environment", ""]
+    if not whole:
+        return []
+    lines = ["", "## Errors in full", ""]
+    for key, message in whole:
+        lines += [f"- {_code(key)}:", "", *_fenced(message), ""]
+    lines.pop()
+    return lines
+
+
+def _md_skipped(s: RunSummary) -> list[str]:
+    if not s.skipped_tasks:
+        return []
+    return ["", "## Skipped task files", "",
+            *(f"- {_code(k.path)}: {_cell(k.reason)}" for k in s.skipped_tasks)]
+
+
+def _md_environment(s: RunSummary) -> list[str]:
+    lines = ["", "## Environment", ""]
     lines += [f"- {_text(name)}: {_text(_shown(value))}"
               for name, value in s.version_consensus.items()]
     for name, values in s.version_drift.items():
         spread = ", ".join(f"{_text(v)} ({n})" for v, n in values.items())
         lines.append(f"- **{_text(name)} differs across tasks**: {spread}")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _fenced(text: str) -> list[str]:
