@@ -28,9 +28,9 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from evalledger.app._repository import load_summary, write_snapshot
 from evalledger.importers.legacy import read_run
 from evalledger.ledger import Ledger
-from evalledger.projections import load_summary, write_snapshot
 
 STATUSES = ["SUCCESS"] * 6 + ["FAILURE", "TIMEOUT", "ERROR", "NOT_GRADED"]
 

@@ -41,6 +41,13 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from evalledger.app._repository import (
+    load_fold,
+    load_folds,
+    load_headline,
+    load_summary,
+    write_snapshot,
+)
 from evalledger.ledger import (
     Ledger,
     RunFinished,
@@ -52,15 +59,7 @@ from evalledger.ledger import (
     TokenCounts,
     utc_now,
 )
-from evalledger.projections import (
-    ResumeFold,
-    SummaryFold,
-    load_fold,
-    load_folds,
-    load_headline,
-    load_summary,
-    write_snapshot,
-)
+from evalledger.projections import ResumeFold, SummaryFold
 from evalledger.statuses import Category, FinalStatus
 
 RUN = "bench-run"

@@ -30,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from evalledger.app._repository import write_snapshot
 from evalledger.ledger import (
     Ledger,
     RunFinished,
@@ -40,7 +41,6 @@ from evalledger.ledger import (
     TaskUsage,
     utc_now,
 )
-from evalledger.projections import write_snapshot
 from evalledger.statuses import FinalStatus, RunStatus
 
 BIN = Path(sys.executable).parent

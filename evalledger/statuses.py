@@ -55,3 +55,23 @@ class RunStatus(StrEnum):
     COMPLETED = "completed"
     INTERRUPTED = "interrupted"
     BUDGET_STOPPED = "budget_stopped"
+
+
+class ShownStatus(StrEnum):
+    """A run's status as every reader shows it (``runs``, ``show``, ``report``,
+    ``run.md``, the viewer): the recorded ``RunStatus`` of its latest ``run.finished``,
+    ``running`` while none came after its latest start or resume, and ``cut off`` for a
+    run whose process on this host is gone without recording one (a crash: ``resume``
+    finishes it). ``projections.shown_status`` decides which."""
+
+    RUNNING = "running"
+    COMPLETED = RunStatus.COMPLETED.value
+    INTERRUPTED = RunStatus.INTERRUPTED.value
+    BUDGET_STOPPED = RunStatus.BUDGET_STOPPED.value
+    CUT_OFF = "cut off"
+
+    @property
+    def in_sql(self) -> str:
+        """What the ``runs`` SQL view says of a run shown so. The view reads the ledger
+        alone and cannot ask whether a process lives: a run cut off is ``running`` there."""
+        return "running" if self is ShownStatus.CUT_OFF else self.value

@@ -40,6 +40,7 @@ from evalledger.suite import ResolvedTask, Skipped, meets
 
 from ._callbacks import Callbacks
 from ._reports import write_reports, write_text
+from ._repository import snapshot_finished
 from ._settings import RunSettings
 
 
@@ -153,6 +154,7 @@ def execute(
                           signals)
     finally:
         callbacks.batch_ended()
+        snapshot_finished(ledger, config.run_id)
     # Nothing claims an anchor in a ledger deleted after the batch's last commit.
     ledger.check_file()
     summary = live.summary().anchored(ledger.anchor(config.run_id))

@@ -21,9 +21,11 @@ from evalledger.importers.legacy import (
     shown,
 )
 from evalledger.ledger import Ledger
-from evalledger.projections import RunSummary, SummaryFold, load_summary, write_snapshot
+from evalledger.ledger._queries import import_sources
+from evalledger.projections import RunSummary, SummaryFold
 
 from ._callbacks import Callbacks
+from ._repository import load_summary, write_snapshot
 from ._settings import open_ledger
 
 
@@ -122,7 +124,7 @@ def _import_one(ledger: Ledger | None, folder: Path, tz: tzinfo | None, max_file
         found = load_run(folder, max_file_bytes=max_file_bytes)
         known: dict[str, str] = {}
         if ledger is not None:
-            source, known = _imported(ledger, found.run_id)
+            source, known = import_sources(ledger, found.run_id)
             if source is not None and source != str(folder.resolve()):
                 held = f"imported from {shown(source)}" if source else "(not imported)"
                 return RunImport(folder, found.run_id, held=True, dry_run=dry_run,
@@ -159,19 +161,3 @@ def _summary(ledger: Ledger | None, run: LegacyRun, *, dry_run: bool) -> RunSumm
             seen.add(event.event_id)
             fold.apply(event)
     return fold.summary()
-
-
-def _imported(ledger: Ledger, run_id: str) -> tuple[str | None, dict[str, str]]:
-    """Where the run in the ledger was imported from ("" when it was not imported; None
-    when there is no such run), and its imported files with their content hashes."""
-    _, started = ledger.query(
-        "SELECT json_extract(payload, '$.imported.source') FROM events "
-        "WHERE type = 'run.started' AND task_key IS NULL AND run_id = ?", [run_id])
-    if not started:
-        return None, {}
-    _, files = ledger.query(
-        "SELECT json_extract(payload, '$.imported.source'), "
-        "coalesce(json_extract(payload, '$.imported.sha256'), '') FROM events "
-        "WHERE run_id = ? AND type = 'task.started' "
-        "AND json_extract(payload, '$.imported') IS NOT NULL", [run_id])
-    return started[0][0] or "", {source: digest for source, digest in files}

@@ -25,7 +25,6 @@ from evalledger.projections import (
     ResumeRefused,
     ResumeRequest,
     SummaryFold,
-    load_folds,
     plan_resume,
 )
 from evalledger.suite import TaskSet
@@ -33,6 +32,7 @@ from evalledger.suite import TaskSet
 from ._batch import RunOutcome, Verdict, ending, execute, recorded_expectations
 from ._callbacks import Callbacks
 from ._prepare import check_executor, load_task_set, rate_card, unpriced
+from ._repository import load_folds
 from ._settings import RunSettings, open_ledger
 
 

@@ -30,9 +30,9 @@ from evalledger.ledger._transfer import (
     export_lines,
     rows_of,
 )
-from evalledger.projections import write_snapshot
 
 from ._callbacks import Callbacks
+from ._repository import write_snapshot
 from ._settings import open_ledger
 
 

@@ -40,7 +40,7 @@ def resolve_run(ledger: Ledger, spec: str) -> str:
 
 def rebuild_summary(ledger: Ledger, run_id: str) -> RunSummary:
     """The run's summary as ``run.json`` holds it, anchored in the ledger."""
-    from evalledger.projections import load_summary
+    from evalledger.app._repository import load_summary
 
     return load_summary(ledger, run_id).anchored(ledger.anchor(run_id))
 
@@ -48,17 +48,16 @@ def rebuild_summary(ledger: Ledger, run_id: str) -> RunSummary:
 def run_is_over(ledger: Ledger, run_id: str) -> bool:
     """Whether the run is over: its latest boundary is a run.finished (a resume
     reopens it), or the process that was running it on this host is gone."""
-    from evalledger.hosts import run_ended
-    from evalledger.ledger import EventType
-    from evalledger.projections import ResumeFold, fold
+    from evalledger.app._repository import run_is_over as over
 
-    boundaries = (EventType.RUN_STARTED, EventType.RUN_RESUMED, EventType.RUN_FINISHED)
-    state = fold(ResumeFold(run_id), ledger.events(run_id, types=boundaries))
-    return run_ended(state.host, state.finished)
+    return over(ledger, run_id)
 
 
 def is_cut_off(ledger: Ledger, run_id: str, status: str) -> bool:
     """Whether a run the ledger calls ``running`` was cut off: the process running it
     is gone without recording ``run.finished`` (``resume`` finishes it). What turns
     its status into ``cut off`` (``status_word``) in ``runs``, ``show`` and ``report``."""
-    return status == "running" and run_is_over(ledger, run_id)
+    from evalledger.app._repository import run_status
+    from evalledger.statuses import ShownStatus
+
+    return run_status(ledger, run_id, status) is ShownStatus.CUT_OFF

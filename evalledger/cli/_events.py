@@ -6,7 +6,8 @@ import time
 
 import click
 
-from evalledger.ledger import EVENT_TYPES, Ledger
+from evalledger.ledger import EVENT_TYPES
+from evalledger.ledger._queries import has_task, has_type
 from evalledger.ledger._transfer import ndjson
 
 from ._common import resolve_run, run_is_over
@@ -34,12 +35,12 @@ def events(settings: Settings, run: str, task_key: str | None, types: tuple[str,
     with settings.open_ledger(read_only=True) as ledger:
         run_id = resolve_run(ledger, run)
         if unknown := [t for t in types
-                       if t not in EVENT_TYPES and not _stored(ledger, run_id, t)]:
+                       if t not in EVENT_TYPES and not has_type(ledger, run_id, t)]:
             # Types a newer evalledger wrote are printed like any other; a typo is
             # not an empty answer.
             raise UserError(f"no events of type {', '.join(map(repr, unknown))} in run "
                             f"{run_id}; known types: {', '.join(sorted(EVENT_TYPES))}")
-        if task_key is not None and not _has_task(ledger, run_id, task_key):
+        if task_key is not None and not has_task(ledger, run_id, task_key):
             raise UserError(f"run {run_id} has no task {task_key!r} (see `evalledger show "
                             f"{run_id}`)")
         after = 0
@@ -54,18 +55,3 @@ def events(settings: Settings, run: str, task_key: str | None, types: tuple[str,
                 return
             time.sleep(interval)
 
-
-def _has_task(ledger: Ledger, run_id: str, task_key: str) -> bool:
-    """Whether the run recorded events of that key, or planned it (it may start later)."""
-    return bool(ledger.query(
-        "SELECT 1 FROM events WHERE run_id = ? AND task_key = ? LIMIT 1", [run_id, task_key]
-    )[1]) or bool(ledger.query(
-        "SELECT 1 FROM events e, json_each(e.payload, '$.planned') p WHERE e.run_id = ? "
-        "AND e.task_key IS NULL AND e.type = 'run.started' AND p.value = ? LIMIT 1",
-        [run_id, task_key])[1])
-
-
-def _stored(ledger: Ledger, run_id: str, type_: str) -> bool:
-    return bool(ledger.query(
-        "SELECT 1 FROM events WHERE run_id = ? AND type = ? LIMIT 1", [run_id, type_]
-    )[1])

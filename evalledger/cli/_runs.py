@@ -10,22 +10,19 @@ from __future__ import annotations
 import csv
 import json
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from evalledger._text import money
-from evalledger.projections import cost_line, status_word
 
-from ._common import is_cut_off
 from ._main import Settings, pass_settings
 from ._tables import cell, table
 
-# The columns of the `runs` SQL view, in its order; the CLI adds cut_off.
-COLUMNS = ("run_id", "experiment_id", "started_at", "finished_at", "status", "tasks_planned",
-           "tasks_succeeded", "tasks_failed", "tasks_error", "cost_usd", "tasks_ungraded",
-           "cost_complete", "grader_cost_usd")
+if TYPE_CHECKING:
+    from evalledger.app._repository import ListedRun
+
 FORMATS = ("csv", "json", "tsv")
 
 
@@ -48,43 +45,56 @@ def runs(settings: Settings, limit: int, format_: str | None, as_json: bool) -> 
 
         evalledger runs --limit 5 --format csv
     """
-    from evalledger.projections import load_headline
+    from evalledger.app._repository import list_runs
 
     if as_json and format_ not in (None, "json"):
         raise click.UsageError(f"--json and --format {format_} disagree: give one")
     format_ = "json" if as_json else format_
     with settings.open_ledger(read_only=True) as ledger:
-        listed = []
-        for run_id in ledger.run_ids()[::-1][:limit]:  # one order: see Ledger.run_ids
-            head = load_headline(ledger, run_id)
-            run: dict[str, Any] = {c: head.get(c) for c in COLUMNS}
-            run["cost_usd"] = head["total_cost_usd"]
-            run["_roles"] = head.get("usage_by_role") or []  # for people; not a column
-            grader = _grader_role(run)
-            run["grader_cost_usd"] = grader["cost_usd"] if grader else 0.0
-            run["cut_off"] = is_cut_off(ledger, run_id, run["status"])
-            listed.append(run)
-    if format_ is None and not sys.stdout.isatty():
-        # A pipe (`| less`, `| column -t`): the words a person reads, nothing cut.
-        # The cost column says whose it was (agent, grader) where grading spent some.
-        shown = [c for c in COLUMNS if c not in ("cost_complete", "grader_cost_usd")]
-        for run in listed:
-            run["status"] = status_word(run["status"], run["cut_off"])
-            run["cost_usd"] = cost_line(run["cost_usd"], run["cost_complete"], run["_roles"])
-        table(shown, [tuple(run[c] for c in shown) for run in listed])
+        listed = list_runs(ledger, limit)
+    if format_ is None and sys.stdout.isatty():
+        _table(listed)
+    elif format_ is None:  # a pipe (`| less`, `| column -t`): words for people, nothing cut
+        _lines(listed)
     elif format_ == "json":  # exact numbers, for programs
         for run in listed:
-            click.echo(json.dumps({c: run[c] for c in (*COLUMNS, "cut_off")}))
-    elif format_ in ("csv", "tsv"):
-        names = [*COLUMNS, "cut_off"]
-        lines: list[list[object]] = [list(names), *([_plain(run[c]) for c in names]
-                                                    for run in listed)]
-        if format_ == "csv":
-            csv.writer(sys.stdout, lineterminator="\n").writerows(lines)
-        else:
-            sys.stdout.writelines("\t".join(map(cell, line)) + "\n" for line in lines)
+            click.echo(json.dumps({**run.columns, "cut_off": run.cut_off}))
     else:
-        _table(listed)
+        _delimited(listed, format_)
+
+
+def _lines(listed: list[ListedRun]) -> None:
+    """Tab-separated lines for people: the status word, costs rounded, and where grading
+    spent some, whose the cost was (agent, grader)."""
+    from evalledger.projections import cost_line
+
+    shown = [c for c in _columns() if c not in ("cost_complete", "grader_cost_usd")]
+    lines = []
+    for run in listed:
+        words = {**run.columns, "status": run.shown.value,
+                 "cost_usd": cost_line(run.columns["cost_usd"], run.columns["cost_complete"],
+                                       run.roles)}
+        lines.append(tuple(words[c] for c in shown))
+    table(shown, lines)
+
+
+def _delimited(listed: list[ListedRun], format_: str) -> None:
+    """csv or tsv: a header line, then every column exact."""
+    names = [*_columns(), "cut_off"]
+    lines: list[list[object]] = [list(names)]
+    for run in listed:
+        row = {**run.columns, "cut_off": run.cut_off}
+        lines.append([_plain(row[c]) for c in names])
+    if format_ == "csv":
+        csv.writer(sys.stdout, lineterminator="\n").writerows(lines)
+    else:
+        sys.stdout.writelines("\t".join(map(cell, line)) + "\n" for line in lines)
+
+
+def _columns() -> tuple[str, ...]:
+    from evalledger.app._repository import RUN_COLUMNS
+
+    return RUN_COLUMNS
 
 
 def _plain(value: object) -> object:
@@ -92,30 +102,14 @@ def _plain(value: object) -> object:
     return json.dumps(value) if isinstance(value, bool) else value
 
 
-def _table(listed: list[dict[str, Any]]) -> None:
+def _table(listed: list[ListedRun]) -> None:
     """The runs as a table no wider than the terminal, one line a run where it fits."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
-    ungraded = any(run["tasks_ungraded"] for run in listed)
-    # (header, values, right-aligned); the run id first, as every command takes it.
-    columns: list[tuple[str, list[str], bool]] = [
-        ("run", [cell(r["run_id"]) for r in listed], False),
-        ("experiment", [cell(r["experiment_id"]) or "-" for r in listed], False),
-        ("started UTC", [_minute(r["started_at"]) for r in listed], False),
-        ("status", [status_word(r["status"], r["cut_off"]) for r in listed], False),
-        ("tasks", [str(r["tasks_planned"]) for r in listed], True),
-        ("ok", [str(r["tasks_succeeded"]) for r in listed], True),
-        ("fail", [str(r["tasks_failed"]) for r in listed], True),
-        ("err", [str(r["tasks_error"]) for r in listed], True),
-        *([("ungraded", [str(r["tasks_ungraded"]) for r in listed], True)] if ungraded else []),
-        ("cost", [money(r["cost_usd"], r["cost_complete"]) for r in listed], True),
-        # Of that cost, grading's: shown when a listed run graded with a model.
-        *([("grader", [_grader(r) for r in listed], True)]
-          if any(_grader_role(r) for r in listed) else []),
-    ]
+    columns = _table_columns(listed)
     widths = _fit([(h, v) for h, v, _ in columns], console.width)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0), pad_edge=False)
     shown = []
@@ -132,12 +126,35 @@ def _table(listed: list[dict[str, Any]]) -> None:
     console.print(table)
 
 
-def _grader_role(run: dict[str, Any]) -> dict[str, Any] | None:
-    return next((r for r in run["_roles"] if r["role"] == "grader"), None)
+def _table_columns(listed: list[ListedRun]) -> list[tuple[str, list[str], bool]]:
+    """(header, values, right-aligned) of each column; the run id first, as every command
+    takes it. ``ungraded`` only when some run has any; ``grader`` (of the cost, grading's)
+    only when some listed run graded with a model."""
+    rows = [run.columns for run in listed]
+    columns: list[tuple[str, list[str], bool]] = [
+        ("run", _of(rows, "run_id", cell), False),
+        ("experiment", _of(rows, "experiment_id", lambda v: cell(v) or "-"), False),
+        ("started UTC", _of(rows, "started_at", _minute), False),
+        ("status", [run.shown.value for run in listed], False),
+        ("tasks", _of(rows, "tasks_planned"), True),
+        ("ok", _of(rows, "tasks_succeeded"), True),
+        ("fail", _of(rows, "tasks_failed"), True),
+        ("err", _of(rows, "tasks_error"), True),
+        ("ungraded", _of(rows, "tasks_ungraded"), True),
+        ("cost", [money(r["cost_usd"], r["cost_complete"]) for r in rows], True),
+        ("grader", [_grader(run) for run in listed], True),
+    ]
+    wanted = {"ungraded": any(r["tasks_ungraded"] for r in rows),
+              "grader": any(run.grader_role() for run in listed)}
+    return [column for column in columns if wanted.get(column[0], True)]
 
 
-def _grader(run: dict[str, Any]) -> str:
-    role = _grader_role(run)
+def _of(rows: list[dict[str, Any]], name: str, shown: Callable[[Any], str] = str) -> list[str]:
+    return [shown(row[name]) for row in rows]
+
+
+def _grader(run: ListedRun) -> str:
+    role = run.grader_role()
     return "-" if role is None else money(role["cost_usd"], role["cost_complete"])
 
 

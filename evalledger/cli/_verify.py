@@ -41,10 +41,10 @@ def verify(settings: Settings, anchors: tuple[str, ...], deep: bool) -> None:
 
         evalledger verify --anchor checkpoints/2026-11-30.json --anchor runs/R/run.json
     """
-    from evalledger.projections import SnapshotCheck
+    from evalledger.app._snapshot_check import SnapshotCheck
 
     pinned = [Anchor.load(path) for path in anchors]
-    # The snapshot check is the projections' (the ledger layer cannot import them); it
+    # The snapshot check is the read side's (the ledger layer cannot import folds); it
     # runs inside verify's read transaction, so it reads the state the chain was read in.
     snapshots = SnapshotCheck(deep=deep)
     with settings.open_ledger(read_only=True) as ledger:

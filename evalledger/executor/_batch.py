@@ -30,8 +30,6 @@ from evalledger.ledger import (
     AnyEvent,
     EventRow,
     Ledger,
-    LedgerError,
-    LedgerGone,
     RunFinished,
     RunResumed,
     RunStarted,
@@ -40,7 +38,7 @@ from evalledger.ledger import (
 )
 from evalledger.options import PreservationMode, RunOptions
 from evalledger.pricing import DEFAULT_RATES, RateCard
-from evalledger.projections import fingerprint, write_snapshot
+from evalledger.projections import fingerprint
 from evalledger.statuses import RunStatus
 from evalledger.suite import ResolvedTask, Skipped
 
@@ -268,8 +266,6 @@ async def run_batch(
             await trio.to_thread.run_sync(sandboxes.close)
         remove_tree(sandbox_root, ignore_errors=True)
         watchdog.done()
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(_snapshot, ledger, config.run_id)
 
 
 def _join_cluster(config: BatchConfig, token: str) -> RayExecutor:
@@ -297,21 +293,6 @@ async def _leave_cluster(cluster: RayExecutor, kill_now: trio.Event | None) -> N
         nursery.start_soon(on_kill_now)
         await trio.to_thread.run_sync(functools.partial(cluster.close, kill_now=kill_now.is_set()))
         nursery.cancel_scope.cancel()
-
-
-def _snapshot(ledger: Ledger, run_id: str) -> None:
-    """Snapshot the run if it recorded run.finished (interrupted included): later reads
-    and the next resume fold only what comes after. An optimisation, so a failure is a
-    warning: every read still works by replaying."""
-    try:
-        ledger.check_file()  # not even the replay for a ledger that is gone
-        write_snapshot(ledger, run_id)
-    except LedgerGone:
-        # What ended the batch (or ends the command next): said once, in one line.
-        return
-    except (LedgerError, OSError) as e:
-        log.warning("run %s: no snapshot written (%s); reads replay its events instead",
-                    run_id, e)
 
 
 async def _run(

@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,10 @@ if __name__ == "__main__":  # the watchdog itself: a bare interpreter
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from _marks import MARKER_VAR, batch_mark, kill_marked, ray_mark  # type: ignore[import-not-found]
 else:
+    from evalledger.ledger._queries import Boundary
+    from evalledger.projections._status import shown_status
+    from evalledger.statuses import RunStatus, ShownStatus
+
     from ._marks import MARKER_VAR, batch_mark, kill_marked, ray_mark
 
 DONE = b"done"
@@ -254,47 +259,60 @@ class DeadBatch:
     sandbox_root: str | None
 
 
-# Every run boundary, run.finished and run.merged, with the few payload fields that
-# say which batch it was and where it ran: json_extract in SQLite, not a decode of
-# each (a run.started's payload lists every planned key).
-_BOUNDARIES = """
-SELECT run_id, type,
-       json_extract(payload, '$.host.hostname'), json_extract(payload, '$.host.pid'),
-       json_extract(payload, '$.batch_token'), json_extract(payload, '$.sandbox_root')
-FROM events WHERE task_key IS NULL
-  AND type IN ('run.started', 'run.resumed', 'run.finished', 'run.merged')
-ORDER BY seq
-"""
+@dataclass
+class _Batch:
+    """One start or resume of a run, as its boundary recorded it."""
+
+    run_id: str
+    hostname: Any
+    pid: Any
+    token: Any
+    root: Any
+    # The status of the run.finished that ended it; "running" while none has.
+    recorded: str = "running"
+
+    def dead(self, hostname: str, alive: Callable[[int], bool]) -> bool:
+        """Whether it is a batch of ``hostname`` whose process ``alive`` says is gone
+        without recording run.finished: cut off, in ``shown_status``'s words."""
+        if not (isinstance(self.token, str) and self.token and self.hostname == hostname
+                and isinstance(self.pid, int)):
+            return False
+        pid = self.pid
+        return shown_status(self.recorded, lambda: not alive(pid)) is ShownStatus.CUT_OFF
 
 
-def dead_batches(rows: list[tuple[Any, ...]], hostname: str,
-                 alive: Any) -> list[DeadBatch]:
+def dead_batches(rows: Iterable[Sequence[Any]], hostname: str,
+                 alive: Callable[[int], bool]) -> list[DeadBatch]:
     """Every batch recorded on ``hostname`` that never recorded ``run.finished`` and
     whose process ``alive(pid)`` says is gone.
 
-    A run.finished ends its run's latest batch; a batch followed by another start of
+    ``rows``: the ledger's run boundaries in seq order (``run_boundaries``). A
+    run.finished ends its run's latest batch; a batch followed by another start of
     its run without one was cut off (a resume refuses to start while it lives). A
     run.merged comes after the events a ``merge`` or ``import-events`` added: every
     batch of its run recorded before it came from elsewhere, and is nobody's here.
     """
-    batches: list[list[Any]] = []  # [run_id, host, pid, token, root, finished]
-    latest: dict[str, list[Any]] = {}
-    for run_id, type_, host, pid, token, root in rows:
-        if type_ == "run.merged":
-            batches = [b for b in batches if b[0] != run_id]
-            latest.pop(run_id, None)
-        elif type_ == "run.finished":
-            if run_id in latest:
-                latest[run_id][5] = True
+    batches: list[_Batch] = []
+    latest: dict[str, _Batch] = {}
+    for row in (Boundary(*r) for r in rows):
+        if row.type == "run.merged":
+            batches = [b for b in batches if b.run_id != row.run_id]
+            latest.pop(row.run_id, None)
+        elif row.type == "run.finished":
+            if row.run_id in latest:
+                latest[row.run_id].recorded = _finished_status(row.status)
         else:
-            latest[run_id] = [run_id, host, pid, token, root, False]
-            batches.append(latest[run_id])
-    return [
-        DeadBatch(run_id, token, pid, root if isinstance(root, str) else None)
-        for run_id, host, pid, token, root, finished in batches
-        if not finished and isinstance(token, str) and token and host == hostname
-        and isinstance(pid, int) and not alive(pid)
-    ]
+            latest[row.run_id] = _Batch(row.run_id, row.hostname, row.pid, row.batch_token,
+                                        row.sandbox_root)
+            batches.append(latest[row.run_id])
+    return [DeadBatch(b.run_id, b.token, b.pid, b.root if isinstance(b.root, str) else None)
+            for b in batches if b.dead(hostname, alive)]
+
+
+def _finished_status(status: Any) -> str:
+    # A run.finished ends its batch whatever status it carries (one this version does
+    # not know included): that it was recorded is what matters here.
+    return status if status in set(RunStatus) else RunStatus.COMPLETED.value
 
 
 def sweep_dead_batches(ledger: Any) -> Sweep:
@@ -305,13 +323,13 @@ def sweep_dead_batches(ledger: Any) -> Sweep:
     import socket
 
     from evalledger.hosts import running_pid
+    from evalledger.ledger._queries import run_boundaries
 
     def alive(pid: int) -> bool:
         return running_pid({"hostname": hostname, "pid": pid}, finished=False) is not None
 
     hostname = socket.gethostname()
-    _, rows = ledger.query(_BOUNDARIES)
-    dead = dead_batches(rows, hostname, alive)
+    dead = dead_batches(run_boundaries(ledger), hostname, alive)
     sweep = Sweep(batches=len(dead))
     temp = tempfile.gettempdir()
     ledger_folder = os.path.dirname(os.path.abspath(ledger.path))

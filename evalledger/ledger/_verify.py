@@ -72,8 +72,8 @@ _json_string = json.encoder.encode_basestring
 
 Check = Callable[[Ledger], Iterable[str]]
 """A check of what is derived from the events: called with the ledger inside verify's
-read transaction, it returns one line per problem (``evalledger.projections.
-check_snapshots`` makes one for snapshots)."""
+read transaction, it returns one line per problem (``evalledger.app._snapshot_check.
+SnapshotCheck`` is one, for snapshots)."""
 
 
 @dataclass

@@ -1,7 +1,9 @@
 """Projections: pure folds over ledger events. No SQLite, no trio, no I/O.
 
-Resume partition, fingerprint drift, run summary, reports and diffs are all
-computed by replaying events, so they can be rebuilt offline at any time.
+Resume partition, fingerprint drift, run summary, reports, diffs and a run's shown
+status are all computed from events handed in, so they can be rebuilt offline at any
+time. Reading events for them, and snapshots of them, is the application's read side
+(``evalledger.app._repository``).
 
 Names are imported on first use: ``show`` needs the summary, not the diff.
 """
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING
 from evalledger._lazy import attributes as _attributes
 
 if TYPE_CHECKING:
+
     from ._diff import Change as Change
     from ._diff import FailOn as FailOn
     from ._diff import RunDiff as RunDiff
@@ -24,13 +27,6 @@ if TYPE_CHECKING:
     from ._fold import on as on
     from ._fold import types_of as types_of
     from ._junit import render_junit as render_junit
-    from ._rebuild import SnapshotCheck as SnapshotCheck
-    from ._rebuild import check_snapshots as check_snapshots
-    from ._rebuild import load_fold as load_fold
-    from ._rebuild import load_folds as load_folds
-    from ._rebuild import load_headline as load_headline
-    from ._rebuild import load_summary as load_summary
-    from ._rebuild import write_snapshot as write_snapshot
     from ._reports import cost_line as cost_line
     from ._reports import error_digest as error_digest
     from ._reports import render_json as render_json
@@ -56,6 +52,7 @@ if TYPE_CHECKING:
     from ._resume import compute_drift as compute_drift
     from ._resume import fingerprint as fingerprint
     from ._resume import plan_resume as plan_resume
+    from ._status import shown_status as shown_status
     from ._summary import SummaryFold as SummaryFold
     from ._summary import pass_at as pass_at
 
@@ -71,13 +68,7 @@ _WHERE = {
     "on": "_fold",
     "types_of": "_fold",
     "render_junit": "_junit",
-    "SnapshotCheck": "_rebuild",
-    "check_snapshots": "_rebuild",
-    "load_fold": "_rebuild",
-    "load_folds": "_rebuild",
-    "load_headline": "_rebuild",
-    "load_summary": "_rebuild",
-    "write_snapshot": "_rebuild",
+    "shown_status": "_status",
     "cost_line": "_reports",
     "error_digest": "_reports",
     "render_json": "_reports",
@@ -126,33 +117,27 @@ __all__ = [
     "RunHeadline",
     "RunSummary",
     "SkippedFile",
-    "SnapshotCheck",
     "SummaryFold",
     "TagStats",
     "TaskDiff",
     "TaskRow",
     "VariantStats",
-    "check_snapshots",
     "compute_drift",
     "cost_line",
     "diff_runs",
     "error_digest",
     "fingerprint",
     "fold",
-    "load_fold",
-    "load_folds",
-    "load_headline",
-    "load_summary",
     "on",
     "pass_at",
     "plan_resume",
     "render_json",
     "render_junit",
     "render_markdown",
+    "shown_status",
     "status_word",
     "tag_stats",
     "types_of",
     "unpriced_line",
     "variant_table",
-    "write_snapshot",
 ]

@@ -187,8 +187,10 @@ def _shown(value: object) -> str:
 def status_word(status: str, cut_off: bool) -> str:
     """A run's status in one word for people, the same in ``runs``, ``show``, ``report``
     and ``run.md``: what the ledger says, except that a run it still calls ``running``
-    whose process is gone is ``cut off`` (``resume`` finishes it)."""
-    return "cut off" if cut_off and status == "running" else status
+    whose process is gone is ``cut off`` (``resume`` finishes it): ``shown_status``."""
+    from ._status import shown_status
+
+    return shown_status(status, lambda: cut_off).value
 
 
 # A line that only separates (``=====``, ``-----``, ``^^^^`` under a traceback's code).

@@ -53,7 +53,7 @@ from evalledger.projections import (
     render_markdown,
     tag_stats,
 )
-from evalledger.statuses import FinalStatus, RunStatus
+from evalledger.statuses import FinalStatus, ShownStatus
 
 from . import _charts, _queries
 from ._hosts import HostGate, HostRule
@@ -76,7 +76,7 @@ TASKS_PER_PAGE = 100
 LINES_PER_PAGE = 500
 MAX_LINES_PER_PAGE = 5000
 # A run's status as the runs page shows it (and filters by it).
-RUN_STATUSES = ("running", *(s.value for s in RunStatus), "cut off")
+RUN_STATUSES = tuple(s.value for s in ShownStatus)
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 # A downloaded report.html is one file with its stylesheet inline and no script.

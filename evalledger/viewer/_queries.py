@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
 from evalledger.agents import Parser, RunningUsage, lines_of, parser_for
+from evalledger.app._repository import load_fold
 from evalledger.ledger import (
     AnyEvent,
     EventRow,
@@ -27,7 +28,7 @@ from evalledger.ledger import (
     TaskStarted,
     TaskUsage,
 )
-from evalledger.projections import RunSummary, SummaryFold, load_fold
+from evalledger.projections import RunSummary, SummaryFold
 
 _COLUMNS = "event_id, run_id, task_key, type, ts, payload, seq, hash"
 _OUTPUT = (EventType.TASK_OUTPUT, EventType.TASK_EVENT)

@@ -19,7 +19,6 @@ handler running there always sees a consistent state.
 
 from __future__ import annotations
 
-import json
 import math
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -30,23 +29,18 @@ from pathlib import Path
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
-from evalledger.hosts import run_ended
+from evalledger.app._repository import load_folds, status_of
 from evalledger.ledger import (
     AnyEvent,
-    EventType,
     Ledger,
     LedgerError,
     RunNotFound,
     RunStarted,
     pick_run,
 )
-from evalledger.projections import (
-    ResumeFold,
-    RunHeadline,
-    RunSummary,
-    SummaryFold,
-    load_folds,
-)
+from evalledger.ledger._queries import imported_runs, run_seq_span, touched_since
+from evalledger.projections import ResumeFold, RunHeadline, RunSummary, SummaryFold
+from evalledger.statuses import ShownStatus
 
 # Everything but the output lines: what the folds read.
 LIFECYCLE = frozenset(SummaryFold.TYPES | ResumeFold.TYPES)
@@ -91,18 +85,15 @@ class RunState:
         return self.summary_fold.headline()
 
     @property
-    def shown_status(self) -> str:
-        """The status as a person should read it: a run marked running whose process
-        is gone was cut off (a crash); ``resume`` finishes it."""
-        status = self.summary_fold.status
-        if status == "running" and run_ended(self.resume.host, self.resume.finished):
-            return "cut off"
-        return status
+    def shown_status(self) -> ShownStatus:
+        """The status as a person should read it (``shown_status``): a run marked
+        running whose process is gone was cut off (a crash); ``resume`` finishes it."""
+        return status_of(self.summary_fold.status, self.resume)
 
     @property
     def running(self) -> frozenset[str]:
         """The task keys running now: none once the run's process is gone."""
-        if self.shown_status != "running":
+        if self.shown_status is not ShownStatus.RUNNING:
             return frozenset()
         return frozenset(self.summary_fold.running)
 
@@ -184,17 +175,10 @@ class LedgerState:
                                                   until_seq=seq)
                 assert isinstance(summary, SummaryFold) and isinstance(resume, ResumeFold)
                 state.summary_fold, state.resume = summary, resume
-                last = ledger.query(
-                    "SELECT min(seq), max(seq) FROM events WHERE run_id = ? AND seq <= ?",
-                    [run_id, seq])[1][0]
-                state.first_seq, state.last_seq = last[0] or 0, last[1] or 0
-            for run_id, imported in ledger.query(
-                    "SELECT run_id, json_extract(payload, '$.imported') FROM events "
-                    "WHERE task_key IS NULL AND type = ? AND seq <= ? "
-                    "AND json_extract(payload, '$.imported') IS NOT NULL",
-                    [EventType.RUN_STARTED, seq])[1]:
+                state.first_seq, state.last_seq = run_seq_span(ledger, run_id, seq)
+            for run_id, imported in imported_runs(ledger, seq).items():
                 if run_id in self.runs:
-                    self.runs[run_id].imported = json.loads(imported)
+                    self.runs[run_id].imported = imported
         self.seq = seq
 
     def _read_since(self, after: int) -> _Read:
@@ -204,10 +188,7 @@ class LedgerState:
             read = _Read(seq=max(last, after))
             if last <= after:
                 return read
-            _, touched = ledger.query(
-                "SELECT DISTINCT run_id, task_key FROM events WHERE seq > ? AND seq <= ?",
-                [after, last])
-            read.touched = [(r, k) for r, k in touched]
+            read.touched = touched_since(ledger, after, last)
             read.lifecycle = list(ledger.events(types=LIFECYCLE, after_seq=after, until_seq=last))
             if any(isinstance(e, RunStarted) for e in read.lifecycle):
                 read.order = ledger.run_ids()

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from evalledger.app._repository import write_snapshot
 from evalledger.ledger import AnyEvent, Ledger, TaskCompleted
-from evalledger.projections import ResumeFold, SummaryFold, fold, write_snapshot
-from evalledger.projections._rebuild import snapshot_events
+from evalledger.projections import ResumeFold, SummaryFold, fold
+from evalledger.projections._snapshots import snapshot_events
 from evalledger.statuses import FinalStatus
 
 from .helpers import EntryPoint, Result, _env

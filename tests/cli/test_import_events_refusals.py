@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from evalledger.app._repository import write_snapshot
 from evalledger.ledger import (
     Ledger,
     RunFinished,
@@ -22,7 +23,6 @@ from evalledger.ledger import (
     TaskStarted,
 )
 from evalledger.ledger._events import new_event_id
-from evalledger.projections import write_snapshot
 from evalledger.statuses import FinalStatus
 
 from .helpers import assert_one_line_error, evalledger

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from evalledger.app._repository import load_summary, write_snapshot
 from evalledger.ledger import Ledger, RunSnapshot
-from evalledger.projections import SummaryFold, load_summary, write_snapshot
+from evalledger.projections import SummaryFold
 
 from .helpers import evalledger, write_task
 from .test_query import record_run

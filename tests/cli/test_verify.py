@@ -554,7 +554,7 @@ def test_a_task_output_spelling_out_its_defaults_is_canonical(
 def _ledger_with_snapshots(path: Path) -> dict[str, int]:
     """A finished run recorded in this ledger (its run.started names it), with its
     snapshots; seq -> type of its facts."""
-    from evalledger.projections import write_snapshot
+    from evalledger.app._repository import write_snapshot
 
     with Ledger(path) as ledger:
         ledger.append([RunStarted(run_id="run-1", planned=["t1"], ledger_id=ledger.ledger_id)])

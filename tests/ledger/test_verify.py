@@ -15,6 +15,8 @@ import sys
 import uuid
 from pathlib import Path
 
+from evalledger.app._repository import write_snapshot
+from evalledger.app._snapshot_check import SnapshotCheck
 from evalledger.ledger import (
     Ledger,
     RunFinished,
@@ -25,7 +27,6 @@ from evalledger.ledger import (
     TaskStarted,
     verify,
 )
-from evalledger.projections import SnapshotCheck, write_snapshot
 from evalledger.statuses import FinalStatus, RunStatus
 
 from ..cli.helpers import COMMAND, PATIENCE, _env, wait_until

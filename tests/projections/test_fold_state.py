@@ -15,7 +15,9 @@ from typing import Any, Union, get_args, get_origin
 
 import msgspec
 import pytest
+from evalledger.projections._rebuild import _restore
 
+from evalledger.app._repository import load_fold, load_headline, load_summary, write_snapshot
 from evalledger.ledger import (
     AnyEvent,
     Ledger,
@@ -31,14 +33,9 @@ from evalledger.projections import (
     ResumeFold,
     SummaryFold,
     fold,
-    load_fold,
-    load_headline,
-    load_summary,
     render_json,
-    write_snapshot,
 )
 from evalledger.projections._fold import Fold
-from evalledger.projections._rebuild import _restore
 from evalledger.statuses import FinalStatus, RunStatus
 
 from .builders import RUN, completed, interrupted, key, started, usage

@@ -18,6 +18,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from evalledger.app._repository import (
+    load_fold,
+    load_folds,
+    load_headline,
+    load_summary,
+    write_snapshot,
+)
 from evalledger.ledger import (
     SCHEMA_VERSION,
     AnyEvent,
@@ -26,24 +33,14 @@ from evalledger.ledger import (
     RunSnapshot,
     RunStarted,
 )
+from evalledger.ledger._queries import latest_snapshot
 from evalledger.ledger._rows import LIFECYCLE_WHERE, LIFECYCLE_WHERE_3
-from evalledger.projections import (
-    ResumeFold,
-    SummaryFold,
-    fold,
-    load_fold,
-    load_folds,
-    load_headline,
-    load_summary,
-    render_json,
-    write_snapshot,
-)
-from evalledger.projections._rebuild import latest_snapshot, snapshot_events
+from evalledger.projections import ResumeFold, SummaryFold, fold, render_json
+from evalledger.projections._snapshots import snapshot_events
 from evalledger.statuses import FinalStatus, RunStatus
-
-from .builders import RUN, completed, key, started, usage
-from .test_properties import SETTINGS, Scenario, scenarios
-from .test_summary import _old_ledger
+from tests.projections.builders import RUN, completed, key, started, usage
+from tests.projections.test_properties import SETTINGS, Scenario, scenarios
+from tests.projections.test_summary import _old_ledger
 
 
 def _snapshot_now(ledger: Ledger, run_id: str) -> None:

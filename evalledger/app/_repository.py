@@ -1,0 +1,290 @@
+"""The read side: the one place that rebuilds a run's state from its stored events.
+
+As eventsourcing's ``Repository``, it stands between the pure folds (``projections``)
+and the store (``ledger``): it reads a run's events (through the ledger's named
+queries, never SQL of its own), folds them, and reads and appends snapshots, so a
+finished run is read, not refolded. The CLI and the viewer ask it; the folds never
+read anything themselves.
+
+A rebuild of fold ``F`` loads the newest ``run.snapshot`` of kind ``F``'s name made by
+``F.VERSION`` and folds only the run's events after its ``through_seq``; with none (an
+older run, a run cut off before it finished, a snapshot of another version) it
+replays from the start. The fold code is the same either way, so a rebuild through a
+snapshot equals a full replay (a property test, and ``verify --deep`` on every stored
+snapshot: ``_snapshot_check``).
+
+A run's shown status is ``projections.shown_status`` of what its folds recorded and,
+for a run still called running, whether the process that recorded it is gone
+(``evalledger.hosts``): ``run_status`` and ``status_of`` here hand it that answer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from evalledger.ledger import EventType
+from evalledger.ledger._queries import latest_snapshot
+from evalledger.projections._snapshots import (
+    FOLD_KINDS,
+    HEADLINE_KEYS,
+    restore_fold,
+    snapshot_events,
+)
+from evalledger.projections._status import shown_status
+from evalledger.projections._versions import SUMMARY_VERSION
+from evalledger.statuses import ShownStatus
+
+if TYPE_CHECKING:
+    from evalledger.ledger import AnyEvent, Ledger
+    from evalledger.ledger._lite import LiteEvent
+    from evalledger.ledger._queries import Snapshot
+    from evalledger.projections import ResumeFold, RunSummary
+    from evalledger.projections._fold import Fold
+
+F = TypeVar("F", bound="Fold")
+log = logging.getLogger("evalledger.executor")
+
+_BOUNDARIES = (EventType.RUN_STARTED, EventType.RUN_RESUMED, EventType.RUN_FINISHED)
+# What a run's folds can record as its status (never ``cut off``: that is decided on read).
+_RECORDED = frozenset(s.value for s in ShownStatus if s is not ShownStatus.CUT_OFF)
+
+
+# -- folds, through snapshots ------------------------------------------------------------------
+
+
+def load_folds(ledger: Ledger, run_id: str, *classes: type[Fold], snapshots: bool = True,
+               until_seq: int | None = None) -> tuple[list[Fold], int]:
+    """Each fold of ``classes`` for the run, from its snapshot (if ``snapshots``) and the
+    events after it, all in one pass over the ledger; and the seq of the last event
+    folded (0: none), what a new snapshot of them is through."""
+    started = [_restored(ledger, run_id, cls, snapshots, until_seq) for cls in classes]
+    folds = [fold for fold, _ in started]
+    after = [since for _, since in started]
+    types = frozenset().union(*(cls.TYPES for cls in classes))
+    start = min(after, default=0)
+    events = ledger.replay(run_id, types=types, after_seq=start, until_seq=until_seq)
+    if all(since == start for since in after):  # the common case: one loop, no checks
+        return folds, _fold_all(folds, events, max(after, default=0))
+    return folds, _fold_each(folds, after, events)
+
+
+def _restored(ledger: Ledger, run_id: str, cls: type[F], snapshots: bool,
+              until_seq: int | None) -> tuple[F, int]:
+    """The fold from its newest usable snapshot and the seq that is through; a new fold
+    and 0 when there is none."""
+    snap = (latest_snapshot(ledger, run_id, FOLD_KINDS[cls.__name__], cls.VERSION,
+                            until_seq=until_seq) if snapshots else None)
+    if snap is not None and (until_seq is None or snap.through_seq <= until_seq):
+        restored = restore_fold(cls, run_id, snap.value)
+        if restored is not None:
+            return restored, snap.through_seq
+    return cls(run_id), 0
+
+
+def _fold_all(folds: list[Fold], events: Iterable[LiteEvent | AnyEvent], last: int) -> int:
+    applies = [f.apply for f in folds]
+    for event in events:
+        for apply in applies:
+            apply(event)
+        last = event.seq or last
+    return last
+
+
+def _fold_each(folds: list[Fold], after: list[int],
+               events: Iterable[LiteEvent | AnyEvent]) -> int:
+    """Each event into the folds whose snapshot does not cover it."""
+    last = max(after, default=0)
+    for event in events:
+        seq = event.seq or 0
+        for fold, since in zip(folds, after, strict=True):
+            if seq > since:
+                fold.apply(event)
+        last = max(last, seq)
+    return last
+
+
+def load_fold(ledger: Ledger, cls: type[F], run_id: str, *, snapshots: bool = True,
+              until_seq: int | None = None) -> F:
+    """One fold of the run, rebuilt (see ``load_folds``)."""
+    (fold,), _ = load_folds(ledger, run_id, cls, snapshots=snapshots, until_seq=until_seq)
+    assert isinstance(fold, cls)
+    return fold
+
+
+# -- summaries and headlines -------------------------------------------------------------------
+
+
+def _current(ledger: Ledger, run_id: str, kind: str, snapshots: bool) -> Snapshot | None:
+    """The run's snapshot of ``kind`` (made by this summary code) if no lifecycle event
+    of the run came after it. Imports no fold: what ``runs`` and ``show`` read first."""
+    if not snapshots:
+        return None
+    snap = latest_snapshot(ledger, run_id, kind, SUMMARY_VERSION)
+    if snap is None or ledger.last_lifecycle_seq(run_id) > snap.through_seq:
+        return None
+    return snap
+
+
+def load_summary(ledger: Ledger, run_id: str, *, snapshots: bool = True) -> RunSummary:
+    """The run's summary (without its anchor): a finished run's is read from its
+    snapshot, any other is folded."""
+    snap = _current(ledger, run_id, "summary", snapshots)
+    if snap is not None:
+        from evalledger.projections import RunSummary
+
+        try:
+            summary = RunSummary.model_validate_json(snap.value)
+        except ValueError:  # a damaged snapshot (verify --deep names it): fold instead
+            pass
+        else:
+            if _known_status(summary.status):
+                return summary
+    from evalledger.projections import SummaryFold
+
+    return load_fold(ledger, SummaryFold, run_id, snapshots=snapshots).summary()
+
+
+def load_headline(ledger: Ledger, run_id: str, *, snapshots: bool = True) -> dict[str, Any]:
+    """The run's ``RunHeadline`` as JSON data: a finished run's is read from its
+    snapshot without importing a model (what ``runs`` lists, for every run)."""
+    snap = _current(ledger, run_id, "headline", snapshots)
+    if snap is not None:
+        try:
+            value = json.loads(snap.value)
+        except ValueError:
+            value = None
+        if (isinstance(value, dict) and value.keys() >= HEADLINE_KEYS
+                and _known_status(value["status"])):
+            return value
+    from evalledger.projections import SummaryFold
+
+    fold = load_fold(ledger, SummaryFold, run_id, snapshots=snapshots)
+    return fold.headline().model_dump(mode="json")
+
+
+def _known_status(status: object) -> bool:
+    # A status no run records (a forged snapshot: verify names it) is not believed.
+    return isinstance(status, str) and status in _RECORDED
+
+
+def write_snapshot(ledger: Ledger, run_id: str) -> int | None:
+    """Append a snapshot of a finished run (its latest boundary is a ``run.finished``)
+    through its latest lifecycle event, unless its newest snapshot is that already.
+    Returns the seq it is through (None: nothing written). A run still going (or cut
+    off) is not snapshotted: its state is about to change."""
+    from evalledger.projections import ResumeFold, SummaryFold
+
+    (summary, resume), through = load_folds(ledger, run_id, SummaryFold, ResumeFold)
+    assert isinstance(summary, SummaryFold) and isinstance(resume, ResumeFold)
+    if not resume.finished:
+        return None
+    newest = latest_snapshot(ledger, run_id, "summary", SUMMARY_VERSION)
+    if newest is not None and newest.through_seq == through:
+        return None
+    ledger.append(snapshot_events(run_id, through, summary, resume))
+    return through
+
+
+def snapshot_finished(ledger: Ledger, run_id: str) -> None:
+    """After a batch: snapshot the run if it recorded run.finished (interrupted
+    included), so later reads and the next resume fold only what comes after. An
+    optimisation, so a failure is a warning: every read still works by replaying."""
+    from evalledger.ledger import LedgerError, LedgerGone
+
+    try:
+        ledger.check_file()  # not even the replay for a ledger that is gone
+        write_snapshot(ledger, run_id)
+    except LedgerGone:
+        # What ended the batch (or ends the command next): said once, in one line.
+        return
+    except (LedgerError, OSError) as e:
+        log.warning("run %s: no snapshot written (%s); reads replay its events instead",
+                    run_id, e)
+
+
+# -- run status --------------------------------------------------------------------------------
+
+
+def status_of(recorded: str, resume: ResumeFold) -> ShownStatus:
+    """The run's shown status from its folds: ``recorded`` (``SummaryFold.status``) and
+    the host of its latest start or resume (``ResumeFold``), asked of this host's
+    processes only when the run is still called running."""
+    from evalledger.hosts import run_ended
+
+    return shown_status(recorded, lambda: run_ended(resume.host, resume.finished))
+
+
+def run_status(ledger: Ledger, run_id: str, recorded: str) -> ShownStatus:
+    """The run's shown status when its recorded status is known already (a headline, a
+    summary): its boundaries are read only when that says running."""
+
+    def gone() -> bool:
+        from evalledger.hosts import run_ended
+
+        _, resume = _boundary_folds(ledger, run_id)
+        return run_ended(resume.host, resume.finished)
+
+    return shown_status(recorded, gone)
+
+
+def _boundary_folds(ledger: Ledger, run_id: str) -> tuple[str, ResumeFold]:
+    """The run's recorded status and its resume fold, folded from its boundaries alone
+    (a few events however many tasks it ran)."""
+    from evalledger.projections import ResumeFold, SummaryFold
+
+    summary, resume = SummaryFold(run_id), ResumeFold(run_id)
+    for event in ledger.events(run_id, types=_BOUNDARIES):
+        summary.apply(event)
+        resume.apply(event)
+    return summary.status, resume
+
+
+def run_is_over(ledger: Ledger, run_id: str) -> bool:
+    """Whether no process will add to the run any more: its shown status is not
+    ``running`` (it recorded ``run.finished``, or it was cut off)."""
+    recorded, resume = _boundary_folds(ledger, run_id)
+    return status_of(recorded, resume) is not ShownStatus.RUNNING
+
+
+@dataclass
+class ListedRun:
+    """One line of ``runs``: the ``runs`` view's columns (read from the run's headline)
+    and its shown status."""
+
+    columns: dict[str, Any]
+    shown: ShownStatus
+    roles: list[dict[str, Any]]
+    """Cost per role (``usage_by_role``), for people; not a column."""
+
+    @property
+    def cut_off(self) -> bool:
+        return self.shown is ShownStatus.CUT_OFF
+
+    def grader_role(self) -> dict[str, Any] | None:
+        return next((r for r in self.roles if r["role"] == "grader"), None)
+
+
+# The columns of the `runs` SQL view, in its order.
+RUN_COLUMNS = ("run_id", "experiment_id", "started_at", "finished_at", "status",
+               "tasks_planned", "tasks_succeeded", "tasks_failed", "tasks_error", "cost_usd",
+               "tasks_ungraded", "cost_complete", "grader_cost_usd")
+
+
+def list_runs(ledger: Ledger, limit: int) -> list[ListedRun]:
+    """The newest ``limit`` runs, newest first (``Ledger.run_ids``, reversed), each with
+    the ``runs`` view's columns and its shown status."""
+    listed = []
+    for run_id in ledger.run_ids()[::-1][:limit]:
+        head = load_headline(ledger, run_id)
+        columns: dict[str, Any] = {c: head.get(c) for c in RUN_COLUMNS}
+        columns["cost_usd"] = head["total_cost_usd"]
+        run = ListedRun(columns, run_status(ledger, run_id, head["status"]),
+                        head.get("usage_by_role") or [])
+        grader = run.grader_role()
+        columns["grader_cost_usd"] = grader["cost_usd"] if grader else 0.0
+        listed.append(run)
+    return listed

@@ -1,0 +1,141 @@
+"""``verify``'s check of derived data: every stored snapshot against a replay.
+
+A snapshot is believed by every rebuild (``_repository``); this check is what makes
+that safe to believe: each snapshot a rebuild of this version would read is compared
+with a replay of its run's events up to its ``through_seq``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from evalledger.ledger import EventType
+from evalledger.ledger._queries import SnapshotHead, snapshot_heads, snapshotted_runs
+from evalledger.projections._snapshots import as_json, snapshot_kinds
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from evalledger.ledger import AnyEvent, Ledger
+    from evalledger.ledger._lite import LiteEvent
+    from evalledger.projections import ResumeFold, SummaryFold
+
+    Kinds = dict[str, tuple[int, Callable[[], dict[str, Any]]]]
+
+
+@dataclass
+class SnapshotCheck:
+    """Every snapshot a rebuild of this version would read, compared with a replay of its
+    run's events up to its ``through_seq``: a check of derived data for
+    ``evalledger.ledger.verify(checks=[...])``, which calls it inside its read transaction.
+
+    The replay reads what rebuilds read (the lifecycle rows, through the covering index,
+    partially decoded) and folds each run once, in seq order, stopping at each snapshot's
+    ``through_seq``. ``deep`` replays through the full event models instead (every field
+    validated), as the Python API's typed events are: slower, and independent of the
+    partial decoding that rebuilds use.
+    """
+
+    deep: bool = False
+    runs: int = 0
+    checked: int = 0
+    ignored: int = 0
+    """Snapshots of another fold version (or an unknown kind): no rebuild uses them."""
+    problems: list[str] = field(default_factory=list)
+
+    def __call__(self, ledger: Ledger) -> list[str]:
+        """Check every run that has snapshots; one line per problem found."""
+        last = ledger.last_seq()
+        for run_id in snapshotted_runs(ledger):
+            if isinstance(run_id, str):  # else stored as a BLOB: verify names the row
+                self._check_run(ledger, run_id, last)
+        return [f"snapshot: {p}" for p in self.problems]
+
+    def _check_run(self, ledger: Ledger, run_id: str, last: int) -> None:
+        from evalledger.ledger import LedgerError
+        from evalledger.projections import ResumeFold, SummaryFold
+
+        heads = snapshot_heads(ledger, run_id)
+        if not heads:
+            return
+        self.runs += 1
+        summary, resume = SummaryFold(run_id), ResumeFold(run_id)
+        read = ledger.events if self.deep else ledger.replay
+        replay = read(run_id, types=SummaryFold.TYPES | ResumeFold.TYPES)
+        try:
+            self._compare(_Replay(replay, summary, resume), heads, run_id, last)
+        except LedgerError as e:  # an event that does not decode (verify lists it)
+            why = str(e).removeprefix(f"{ledger.path}: ").removesuffix("; run `evalledger verify`")
+            self.problems.append(f"run {run_id}: its snapshots were not checked: {why}")
+        finally:
+            close = getattr(replay, "close", None)
+            if close is not None:
+                close()
+
+    def _compare(self, replay: _Replay, heads: list[SnapshotHead], run_id: str,
+                 last: int) -> None:
+        """Each snapshot of ``heads`` (in ``through_seq`` order) against the folds as they
+        stand at its ``through_seq``."""
+        kinds = snapshot_kinds(replay.summary, replay.resume)
+        for head in heads:
+            if head.kind not in kinds or kinds[head.kind][0] != head.fold_version:
+                self.ignored += 1
+                continue
+            where = (f"run {run_id}: the {head.kind} snapshot at seq {head.seq} "
+                     f"(through seq {head.through_seq})")
+            if head.through_seq >= head.seq:  # past the ledger's end too: seq <= last
+                beyond = f": the ledger ends at seq {last}" if head.through_seq > last else ""
+                self.problems.append(f"{where} claims events that come after it{beyond}")
+                self.checked += 1
+                continue
+            replay.fold_through(head.through_seq)
+            stored = self._value(head.payload, run_id)
+            if stored is None or as_json(kinds[head.kind][1]()) != stored:
+                self.problems.append(f"{where} differs from a full replay of the run")
+            self.checked += 1
+
+    def _value(self, payload: str, run_id: str) -> Any:
+        """The snapshot's ``value`` as JSON data; None when the payload is not a snapshot
+        (verify names the row)."""
+        if self.deep:
+            from evalledger.ledger import EventRow, RunSnapshot
+
+            try:
+                event = EventRow("-", run_id, None, EventType.RUN_SNAPSHOT, "-",
+                                 payload).decode()
+            except ValueError:
+                return None
+            return as_json(event.value) if isinstance(event, RunSnapshot) else None
+        from pydantic_core import from_json
+
+        try:
+            data = from_json(payload)
+        except ValueError:
+            return None
+        return data.get("value") if isinstance(data, dict) else None
+
+
+class _Replay:
+    """A run's events folded into its two folds as far as asked, never further."""
+
+    def __init__(self, events: Iterator[LiteEvent | AnyEvent], summary: SummaryFold,
+                 resume: ResumeFold) -> None:
+        self.summary, self.resume = summary, resume
+        self._events = events
+        # Invariant: the next event not yet folded (None: the run's events are all read).
+        self._pending = next(events, None)
+
+    def fold_through(self, seq: int) -> None:
+        while self._pending is not None and (self._pending.seq or 0) <= seq:
+            self.summary.apply(self._pending)
+            self.resume.apply(self._pending)
+            self._pending = next(self._events, None)
+
+
+def check_snapshots(ledger: Ledger, *, deep: bool = False) -> SnapshotCheck:
+    """Check every snapshot against a replay of its run (see ``SnapshotCheck``)."""
+    check = SnapshotCheck(deep=deep)
+    check(ledger)
+    return check

@@ -1,0 +1,79 @@
+"""What a snapshot of a run holds, made from its folds: pure, no reading, no writing.
+
+A snapshot (docs/events.md) is the group of ``run.snapshot`` events made from a run's
+folds through one seq:
+
+- ``summary_fold`` and ``resume_fold``: each fold's ``state()``;
+- ``summary``: the ``RunSummary`` (what ``show`` and ``report`` print) and
+  ``headline``: its counts alone (what ``runs`` lists). Both are used only while no
+  event the summary folds came after them: a finished run's reports are then read,
+  not computed.
+
+Each kind is its own event so a reader parses only what it needs: the headline of a
+10,000-task run is 600 bytes, its summary 4 MB. Reading and appending them is the
+application's read side (``evalledger.app._repository``); finding one by kind and
+version is a ledger query (``evalledger.ledger._queries.latest_snapshot``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from evalledger.ledger import RunSnapshot
+
+    from ._fold import Fold
+    from ._resume import ResumeFold
+    from ._summary import SummaryFold
+
+F = TypeVar("F", bound="Fold")
+
+# What a headline snapshot must hold to be used (else the run is folded).
+HEADLINE_KEYS = frozenset({
+    "run_id", "experiment_id", "status", "started_at", "finished_at", "tasks_planned",
+    "tasks_run", "tasks_succeeded", "tasks_failed", "tasks_error", "tasks_ungraded",
+    "total_cost_usd", "cost_complete"})
+# What each fold's state is stored as.
+FOLD_KINDS = {"SummaryFold": "summary_fold", "ResumeFold": "resume_fold"}
+
+
+def restore_fold(cls: type[F], run_id: str, value: str) -> F | None:
+    """The fold restored from a snapshot's value; None when the value does not fit (a
+    damaged or forged snapshot: the run is replayed instead, and ``verify --deep``
+    names the snapshot)."""
+    try:
+        return cls.restore(run_id, json.loads(value))
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return None
+
+
+def snapshot_kinds(summary: SummaryFold, resume: ResumeFold
+                   ) -> dict[str, tuple[int, Callable[[], dict[str, Any]]]]:
+    """Kind -> (the version of the code that makes it, how it is made from the folds)."""
+    version = type(summary).VERSION
+    return {
+        "summary_fold": (version, summary.state),
+        "resume_fold": (type(resume).VERSION, resume.state),
+        "summary": (version, lambda: summary.summary().model_dump(mode="json",
+                                                                   exclude={"anchor"})),
+        "headline": (version, lambda: summary.headline().model_dump(mode="json")),
+    }
+
+
+def snapshot_events(run_id: str, through_seq: int, summary: SummaryFold,
+                    resume: ResumeFold) -> list[RunSnapshot]:
+    """The ``run.snapshot`` events of these folds, both through ``through_seq``."""
+    from evalledger.ledger import RunSnapshot
+
+    return [RunSnapshot(run_id=run_id, kind=kind, fold_version=version,
+                        through_seq=through_seq, value=make())
+            for kind, (version, make) in snapshot_kinds(summary, resume).items()]
+
+
+def as_json(value: Any) -> Any:
+    """``value`` as JSON data reads back (tuples as lists): what a stored one compares with."""
+    from pydantic_core import from_json, to_json  # not for readers: `runs` starts without it
+
+    return from_json(to_json(value))
