@@ -15,7 +15,6 @@ from typing import Any, Union, get_args, get_origin
 
 import msgspec
 import pytest
-from evalledger.projections._rebuild import _restore
 
 from evalledger.app._repository import load_fold, load_headline, load_summary, write_snapshot
 from evalledger.ledger import (
@@ -36,6 +35,7 @@ from evalledger.projections import (
     render_json,
 )
 from evalledger.projections._fold import Fold
+from evalledger.projections._snapshots import restore_fold
 from evalledger.statuses import FinalStatus, RunStatus
 
 from .builders import RUN, completed, interrupted, key, started, usage
@@ -219,7 +219,7 @@ def test_snapshots_the_code_before_the_structs_wrote_restore_in_a_real_ledger(
     truth_summary, truth_resume = fold(SummaryFold(RUN), events), fold(ResumeFold(RUN), events)
     for cls, truth in ((SummaryFold, truth_summary), (ResumeFold, truth_resume)):
         kind = "summary_fold" if cls is SummaryFold else "resume_fold"
-        restored = _restore(cls, RUN, json.dumps(values[kind]))
+        restored = restore_fold(cls, RUN, json.dumps(values[kind]))
         assert restored is not None, f"the base code's {kind} snapshot was not used"
         as_json = json.loads(json.dumps(restored.state()))
         assert as_json == values[kind] == json.loads(json.dumps(truth.state()))

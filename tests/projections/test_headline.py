@@ -4,10 +4,10 @@ the ``runs`` columns) are checked against the fields ``RunHeadline`` marks ``LIS
 
 from __future__ import annotations
 
-from evalledger.cli._runs import COLUMNS
+from evalledger.app._repository import RUN_COLUMNS as COLUMNS
 from evalledger.ledger import RunFinished
 from evalledger.projections import RunHeadline, RunSummary, SummaryFold, fold
-from evalledger.projections._rebuild import HEADLINE_KEYS
+from evalledger.projections._snapshots import HEADLINE_KEYS
 from evalledger.statuses import FinalStatus, RunStatus
 
 from .builders import RUN, completed, key, started, usage
@@ -38,7 +38,7 @@ def test_a_summary_holds_the_headline_its_fold_gives() -> None:
 
 
 def test_headline_keys_are_the_fields_the_headline_marks_listed() -> None:
-    """_rebuild keeps them as text (listing runs imports no model): checked here."""
+    """_snapshots keeps them as text (listing runs imports no model): checked here."""
     assert RunHeadline.listed() == HEADLINE_KEYS
 
 
