@@ -179,7 +179,7 @@ class UsageMeter:
                 self.model = entry.model
                 self.models_used.add(entry.model)
             if entry.usage is not None:
-                self._message(entry.message_id or str(len(self._messages)), self.model,
+                self._message(entry.message_id or f"#{len(self._messages)}", self.model,
                               _counts(entry.usage))
         elif isinstance(step, FinalResult):
             usages = self._per_model(data) or (self._session_total(step),)

@@ -545,6 +545,7 @@ def _as_json(data: Callable[[Request], Awaitable[Resource]],
     async def endpoint(request: Request) -> Response:
         return (await data(request)).json_response()
 
+    endpoint.resource = data  # type: ignore[attr-defined]  # which data it answers (tests)
     return endpoint
 
 
