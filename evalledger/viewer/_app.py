@@ -290,13 +290,16 @@ class _Views:
             run_id=run.run_id, task_key=key, row=row, attempts=tries,
             running=run.running, run_status=run.shown_status, planned=planned)
 
-    async def transcript(self, request: Request, task: TaskView | None = None,
-                         ) -> Transcript:
+    async def transcript(self, request: Request, task: TaskView | None = None, *,
+                         limit: int | None = None) -> Transcript:
         """A page of a task's transcript: ``?after=``/``?before=`` a seq, ``?q=`` text,
-        ``?limit=`` lines; ``task``: the task's attempts, when the caller has them."""
+        ``?limit=`` lines; ``task``: the task's attempts, when the caller has them;
+        ``limit``: the caller's own page size instead of ``?limit=`` (the task page's:
+        its links do not carry one)."""
         params = request.query_params
         after, before = _lines_after(request), _lines_before(request)
-        limit = whole(params, "limit", LINES_PER_PAGE, low=1, high=MAX_LINES_PER_PAGE)
+        if limit is None:
+            limit = whole(params, "limit", LINES_PER_PAGE, low=1, high=MAX_LINES_PER_PAGE)
         search = params.get("q", "")
         if task is None:
             run = self._run(request)
@@ -407,7 +410,7 @@ class _Views:
         attempts = await self._attempt_context(task)
         if fragment == "attempts":
             return self._page("_attempts.html", **attempts)
-        page = await self.transcript(request, task)
+        page = await self.transcript(request, task, limit=LINES_PER_PAGE)
         # A conversation by default wherever an attempt's agent has a parser (agents).
         readable = any(parser_for(t.stream_format) for t in task.attempts)
         default = "conversation" if readable else "raw"
