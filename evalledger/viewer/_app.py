@@ -1,8 +1,11 @@
 """The viewer's web app: Starlette routes over one ``LedgerState``.
 
-Pages and their JSON twins (``/api/...``) read the same folds and the same
-queries; nothing here counts anything the projections do not. The app only
-reads: the ledger is opened read-only, and there is no route that writes.
+Each resource (the runs, a run, its task table, its summary, a task, a page of its
+transcript, a diff) has one data function here returning its typed model
+(``_resources``); its ``/api/...`` route is that function rendered as JSON, and its
+page renders the same value (Datasette's shape: a request's parameters are parsed and
+its rows paged once). Nothing here counts anything the projections do not. The app
+only reads: the ledger is opened read-only, and there is no route that writes.
 
 Security: everything a task printed is untrusted. Templates escape it, and every
 response carries a Content-Security-Policy that allows scripts and styles from
@@ -260,14 +263,14 @@ class _Views:
 
     async def tasks(self, request: Request) -> TaskTable:
         """A page of a run's task table (now, or as of ``?at=``), as ``?outcome= &tag=
-        &variant= &q= &sort= &dir= &page=`` ask (``TableQuery``), with the run it is of."""
+        &variant= &q= &sort= &dir= &page=`` ask (``TableQuery``)."""
         table = TableQuery.parse(request.query_params)
-        view = await self.run(request, anchored=False)
-        rows = table.select(view.summary.tasks)
+        run = self._run(request)
+        rows = table.select((await self._folded(run, self._at(request, run))).summary.tasks)
         start = (table.page - 1) * TASKS_PER_PAGE
         return TaskTable.model_construct(
             total=len(rows), page=table.page, pages=pages(len(rows), TASKS_PER_PAGE),
-            tasks=rows[start:start + TASKS_PER_PAGE], query=table, run=view)
+            tasks=rows[start:start + TASKS_PER_PAGE], query=table)
 
     async def summary(self, request: Request) -> SummaryView:
         """A run's summary as ``run.json`` holds it (now, or as of ``?at=``)."""
@@ -339,8 +342,8 @@ class _Views:
 
     async def run_page(self, request: Request) -> Response:
         fragment = choice(request.query_params, "fragment", ("live",))
-        table = await self.tasks(request)
-        view, run = table.run, self._run(request)
+        table = await self.tasks(request)  # first: a bad table query is a 400, whatever the run
+        view, run = await self.run(request, anchored=False), self._run(request)
         summary = view.summary
         previous = self.state.previous(run)
         context = dict(

@@ -22,7 +22,15 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 from starlette.responses import JSONResponse, Response
 
-from evalledger.projections import RunDiff, RunHeadline, RunSummary, TagStats, TaskDiff, TaskRow
+from evalledger.projections import (
+    RunDiff,
+    RunHeadline,
+    RunSummary,
+    TagStats,
+    TaskDiff,
+    TaskRow,
+    render_json,
+)
 
 from ._queries import Attempt, Line
 from ._render import TableQuery
@@ -69,10 +77,14 @@ class RunView(Resource):
     at: int | None = Field(None, exclude=True)
     running: frozenset[str] = Field(frozenset(), exclude=True)
 
-    @field_serializer("summary")
-    def _run_json(self, summary: RunSummary) -> Any:
-        # As run.json writes it: the same value /summary serves as a file.
-        return json.loads(summary.model_dump_json(indent=2))
+    def json_response(self) -> Response:
+        body = self.model_dump(mode="json", exclude={"summary"})
+        # The summary as run.json writes it (what /summary serves as a file), given to
+        # the response as it is: dumped by pydantic, its thousands of rows would be
+        # walked once more (measured: 55 -> 71 ms of CPU a request at 2,000 tasks).
+        body["summary"] = json.loads(render_json(self.summary))
+        return JSONResponse({name: body[name] for name in type(self).model_fields
+                             if name in body})
 
 
 class TaskTable(Resource):
@@ -85,8 +97,6 @@ class TaskTable(Resource):
     tasks: list[TaskRow]
     query: TableQuery = Field(exclude=True)
     """What was asked (a page's links repeat it)."""
-    run: RunView = Field(exclude=True)
-    """The run the table is of (as the page shows it: not anchored)."""
 
 
 class TaskView(Resource):
@@ -137,8 +147,6 @@ class SummaryView(Resource):
     summary: RunSummary
 
     def json_response(self) -> Response:
-        from evalledger.projections import render_json
-
         return Response(render_json(self.summary), media_type="application/json")
 
 
