@@ -305,13 +305,12 @@ class _Views:
             limit = whole(params, "limit", LINES_PER_PAGE, low=1, high=MAX_LINES_PER_PAGE)
         search = params.get("q", "")
         if task is None:
-            run = self._run(request)
-            key = request.path_params["task_key"]
-            tries = await self._read(_queries.attempts, run.run_id, key)
+            run_id, key = self._run(request).run_id, request.path_params["task_key"]
+            tries = await self._read(_queries.attempts, run_id, key)
         else:
-            run, key, tries = self._run(request), task.task_key, task.attempts
+            run_id, key, tries = task.run_id, task.task_key, task.attempts
         page: _queries.TranscriptPage = await self._read(
-            _queries.transcript, run.run_id, key, tries,
+            _queries.transcript, run_id, key, tries,
             search=search or None, after=after, before=before, limit=limit)
         return Transcript.model_construct(
             more_before=page.more_before, more_after=page.more_after, lines=page.lines,
