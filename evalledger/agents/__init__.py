@@ -13,6 +13,7 @@ Pure: no I/O, no trio, no SQLite.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from types import MappingProxyType
 from typing import Any
 
@@ -37,6 +38,11 @@ from ._conversation import lines_of as lines_of
 PARSERS: Mapping[str, Parser] = MappingProxyType({"claude-code": _claude_code.parse})
 """stream_format -> the parser of its JSON lines."""
 
+USAGE_PARSERS: Mapping[str, Parser] = MappingProxyType(
+    {"claude-code": partial(_claude_code.parse, blocks=False)})
+"""stream_format -> its parser without the messages' content: the session, each line's
+model, message id and usage, the final result (what the executor meters usage by)."""
+
 
 def parser_for(stream_format: str | None) -> Parser | None:
     """The parser of ``stream_format``'s lines; None when its lines are no conversation."""
@@ -49,8 +55,16 @@ def read_line(stream_format: str | None, data: Mapping[str, Any]) -> Entry | Non
     return None if parser is None else parser(data)
 
 
+def read_usage(stream_format: str | None, data: Mapping[str, Any]) -> Entry | None:
+    """``read_line`` for what the line says of usage only: a message's steps are left
+    out (None: no parser)."""
+    parser = USAGE_PARSERS.get(stream_format or "native")
+    return None if parser is None else parser(data)
+
+
 __all__ = [
     "PARSERS",
+    "USAGE_PARSERS",
     "Entry",
     "FinalResult",
     "Line",
@@ -69,4 +83,5 @@ __all__ = [
     "lines_of",
     "parser_for",
     "read_line",
+    "read_usage",
 ]

@@ -35,41 +35,57 @@ from ._conversation import (
 _MAX_TOKENS = 2**53
 
 
-def parse(data: Mapping[str, Any]) -> Entry:
-    """One line of a Claude Code transcript as an ``Entry``."""
+def parse(data: Mapping[str, Any], *, blocks: bool = True) -> Entry:
+    """One line of a Claude Code transcript as an ``Entry``; without ``blocks``, an
+    assistant's or a user's message carries no steps (its text, calls and results are
+    not read: what a usage meter needs, at half the cost a line)."""
     kind = data.get("type")
     message = data.get("message")
     if kind == "system" and data.get("subtype", "init") == "init":
-        tools = data.get("tools")
-        names = tuple(_tool_name(t) for t in tools) if isinstance(tools, list) else ()
-        version = data.get("claude_code_version")
-        return Entry("session", (SessionStart(model=_text_or_none(data.get("model")),
-                                              tools=names,
-                                              version=_text_or_none(version)),))
+        return _session(data)
     if kind == "assistant" and isinstance(message, Mapping):
-        usage = message.get("usage")
-        return Entry(
-            "assistant", _blocks(message.get("content")),
-            message_id=_text_or_none(message.get("id")),
-            model=_text_or_none(message.get("model")),
-            usage=tokens(usage) if isinstance(usage, Mapping) else None,
-        )
+        return _assistant(message, blocks)
     if kind == "user" and isinstance(message, Mapping):
-        return Entry("user", _blocks(message.get("content")))
+        return Entry("user", _blocks(message.get("content")) if blocks else ())
     if kind == "result":
-        usage = data.get("usage")
-        return Entry("result", (FinalResult(
-            subtype=_text(data.get("subtype")) or "result",
-            is_error=data.get("is_error") is True,
-            text=_text(data.get("result")),
-            cost_usd=_number(data.get("total_cost_usd")),
-            turns=_count(data.get("num_turns")),
-            duration_seconds=(None if (ms := _number(data.get("duration_ms"))) is None
-                              else ms / 1000),
-            tokens=tokens(usage) if isinstance(usage, Mapping) else None,
-        ),))
+        return _result(data)
     label = f"{kind}: {data.get('subtype')}" if kind == "system" else _text(kind) or "event"
     return Entry("other", (Note(label, _json(data)),))
+
+
+def _session(data: Mapping[str, Any]) -> Entry:
+    """The ``system`` ``init`` line: the model, the tools, the CLI's version."""
+    tools = data.get("tools")
+    names = tuple(_tool_name(t) for t in tools) if isinstance(tools, list) else ()
+    return Entry("session", (SessionStart(model=_text_or_none(data.get("model")), tools=names,
+                                          version=_text_or_none(
+                                              data.get("claude_code_version"))),))
+
+
+def _assistant(message: Mapping[str, Any], blocks: bool) -> Entry:
+    """An ``assistant`` line: its message's blocks, id, model and usage so far."""
+    usage = message.get("usage")
+    return Entry(
+        "assistant", _blocks(message.get("content")) if blocks else (),
+        message_id=_text_or_none(message.get("id")),
+        model=_text_or_none(message.get("model")),
+        usage=tokens(usage) if isinstance(usage, Mapping) else None,
+    )
+
+
+def _result(data: Mapping[str, Any]) -> Entry:
+    """The last line, ``result``: how the session ended, its cost, turns and totals."""
+    usage = data.get("usage")
+    duration_ms = _number(data.get("duration_ms"))
+    return Entry("result", (FinalResult(
+        subtype=_text(data.get("subtype")) or "result",
+        is_error=data.get("is_error") is True,
+        text=_text(data.get("result")),
+        cost_usd=_number(data.get("total_cost_usd")),
+        turns=_count(data.get("num_turns")),
+        duration_seconds=None if duration_ms is None else duration_ms / 1000,
+        tokens=tokens(usage) if isinstance(usage, Mapping) else None,
+    ),))
 
 
 def tokens(raw: Mapping[str, Any]) -> Tokens:

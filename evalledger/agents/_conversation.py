@@ -182,32 +182,57 @@ def lines_of(entry: Entry, *, width: int = 200, result_lines: int = 3) -> list[L
     left out said; the text is raw (control characters are the reader's to escape)."""
     found: list[Line] = []
     for step in entry.steps:
-        if isinstance(step, SessionStart):
-            facts = [step.model or "model not named"]
-            if step.tools:
-                facts.append(f"{len(step.tools)} tool{'' if len(step.tools) == 1 else 's'}")
-            if step.version:
-                facts.append(f"version {step.version}")
-            found.append(Line("session", _cut(f"session: {', '.join(facts)}", width)))
-        elif isinstance(step, Text):
-            role: LineKind = "user" if entry.role == "user" else "assistant"
-            found += _block(role, f"{role}: ", step.text, width, None)
-        elif isinstance(step, Thinking):
-            found += _block("thinking", "thinking: ", step.text, width, result_lines)
-        elif isinstance(step, ToolCall):
-            found.append(Line("tool", _cut(f"\u2192 {step.name}: {brief(step.input)}", width)))
-        elif isinstance(step, ToolResult):
-            kind: LineKind = "error" if step.is_error else "result"
-            found += _block(kind, "\u2190 error: " if step.is_error else "\u2190 ", step.text,
-                            width, result_lines)
-        elif isinstance(step, FinalResult):
-            found.append(Line("error" if step.is_error else "final",
-                              _cut(f"result: {final_facts(step)}", width)))
-            if step.text:
-                found += _block("final", "  ", step.text, width, None)
-        else:
-            found.append(Line("note", _cut(f"{step.label}: {step.text}", width)))
+        found += _STEP_LINES[type(step)](entry, step, width, result_lines)
     return found
+
+
+def _session_lines(entry: Entry, step: SessionStart, width: int, most: int) -> list[Line]:
+    facts = [step.model or "model not named"]
+    if step.tools:
+        facts.append(f"{len(step.tools)} tool{'' if len(step.tools) == 1 else 's'}")
+    if step.version:
+        facts.append(f"version {step.version}")
+    return [Line("session", _cut(f"session: {', '.join(facts)}", width))]
+
+
+def _text_lines(entry: Entry, step: Text, width: int, most: int) -> list[Line]:
+    role: LineKind = "user" if entry.role == "user" else "assistant"
+    return _block(role, f"{role}: ", step.text, width, None)
+
+
+def _thinking_lines(entry: Entry, step: Thinking, width: int, most: int) -> list[Line]:
+    return _block("thinking", "thinking: ", step.text, width, most)
+
+
+def _call_lines(entry: Entry, step: ToolCall, width: int, most: int) -> list[Line]:
+    return [Line("tool", _cut(f"\u2192 {step.name}: {brief(step.input)}", width))]
+
+
+def _result_lines(entry: Entry, step: ToolResult, width: int, most: int) -> list[Line]:
+    kind: LineKind = "error" if step.is_error else "result"
+    return _block(kind, "\u2190 error: " if step.is_error else "\u2190 ", step.text, width,
+                  most)
+
+
+def _final_lines(entry: Entry, step: FinalResult, width: int, most: int) -> list[Line]:
+    found = [Line("error" if step.is_error else "final",
+                  _cut(f"result: {final_facts(step)}", width))]
+    if step.text:
+        found += _block("final", "  ", step.text, width, None)
+    return found
+
+
+def _note_lines(entry: Entry, step: Note, width: int, most: int) -> list[Line]:
+    return [Line("note", _cut(f"{step.label}: {step.text}", width))]
+
+
+# One small reader per kind of step (each takes the entry, the step, the width and the
+# most lines of a result or a thought).
+_STEP_LINES: dict[type, Callable[[Entry, Any, int, int], list[Line]]] = {
+    SessionStart: _session_lines, Text: _text_lines, Thinking: _thinking_lines,
+    ToolCall: _call_lines, ToolResult: _result_lines, FinalResult: _final_lines,
+    Note: _note_lines,
+}
 
 
 def final_facts(step: FinalResult) -> str:

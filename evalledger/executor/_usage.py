@@ -6,7 +6,8 @@ The formats are described in docs/tasks.md ("What a task emits").
 A missing ``cost_usd`` is priced from the rate card; an unpriced model gives
 ``None``, never 0.
 
-``claude-code``: the Claude Code CLI's ``stream-json``. Assistant messages carry
+``claude-code``: the Claude Code CLI's ``stream-json``, each line read by the one parser
+of it (``evalledger.agents``, which the viewer reads transcripts with). Assistant messages carry
 per-message usage and name their model (the same message id may repeat across
 content blocks, so the last report per id counts); summed per model and priced
 from the rate card, that is the running estimate that enforces budgets live. The
@@ -26,6 +27,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from evalledger.agents import FinalResult, SessionStart, Tokens, read_usage
 from evalledger.ledger import NO_TOKENS, TokenCounts
 from evalledger.pricing import DEFAULT_RATES, RateCard
 
@@ -162,23 +164,25 @@ class UsageMeter:
         return Usage(model=model, tokens=tokens, cost_usd=cost_usd)
 
     def _claude_code(self, data: dict[str, Any]) -> tuple[Usage, ...]:
-        kind = data.get("type")
-        if kind == "system" and data.get("subtype", "init") == "init":
-            if isinstance(data.get("model"), str):
-                self.model = data["model"]
-            if isinstance(version := data.get("claude_code_version"), str):
-                self.versions["claude_code_version"] = version
-        elif kind == "assistant" and isinstance(data.get("message"), dict):
-            message = data["message"]
-            if isinstance(message.get("model"), str):
-                self.model = message["model"]
-                self.models_used.add(message["model"])
-            raw = message.get("usage")
-            if isinstance(raw, dict):
-                self._message(str(message.get("id", len(self._messages))), self.model,
-                              _anthropic(raw))
-        elif kind == "result":
-            usages = self._per_model(data) or (self._session_total(data),)
+        # Read by the one Claude Code parser (agents), as the viewer and --stream read it.
+        entry = read_usage("claude-code", data)
+        if entry is None:  # the format has a parser: never None, but say so to mypy
+            return _NONE
+        step = entry.steps[0] if entry.steps else None
+        if isinstance(step, SessionStart):
+            if step.model is not None:
+                self.model = step.model
+            if step.version is not None:
+                self.versions["claude_code_version"] = step.version
+        elif entry.role == "assistant":
+            if entry.model is not None:
+                self.model = entry.model
+                self.models_used.add(entry.model)
+            if entry.usage is not None:
+                self._message(entry.message_id or f"#{len(self._messages)}", self.model,
+                              _counts(entry.usage))
+        elif isinstance(step, FinalResult):
+            usages = self._per_model(data) or (self._session_total(step),)
             # A command may run the CLI again (plan, then implement): later messages
             # start a new estimate rather than re-counting this session's.
             self._clear_estimate()
@@ -230,11 +234,10 @@ class UsageMeter:
             _close_rounding_gap(usages, total)
         return tuple(usages)
 
-    def _session_total(self, data: dict[str, Any]) -> Usage:
+    def _session_total(self, final: FinalResult) -> Usage:
         """An older CLI's result line: its totals, booked to the model in use."""
-        raw = data.get("usage")
-        totals = _anthropic(raw if isinstance(raw, dict) else {})
-        return self._priced(self.model, data.get("total_cost_usd"), totals)
+        totals = _counts(final.tokens) if final.tokens is not None else NO_TOKENS
+        return self._priced(self.model, final.cost_usd, totals)
 
     def _account(self, usage: Usage) -> None:
         self.totals = self.totals + usage.tokens
@@ -267,6 +270,8 @@ def _texts(data: dict[str, Any]) -> dict[str, str]:
             if isinstance(v, str) and k not in _RESERVED and k}
 
 
-def _anthropic(raw: dict[str, Any]) -> TokenCounts:
-    return _tokens(raw, "input_tokens", "output_tokens", "cache_read_input_tokens",
-                   "cache_creation_input_tokens")
+def _counts(tokens: Tokens) -> TokenCounts:
+    # model_construct: the parser has already made every count a valid one (as _int).
+    return TokenCounts.model_construct(
+        cache_read_tokens=tokens.cache_read, cache_write_tokens=tokens.cache_write,
+        input_tokens=tokens.input, output_tokens=tokens.output)

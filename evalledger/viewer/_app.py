@@ -1,8 +1,11 @@
 """The viewer's web app: Starlette routes over one ``LedgerState``.
 
-Pages and their JSON twins (``/api/...``) read the same folds and the same
-queries; nothing here counts anything the projections do not. The app only
-reads: the ledger is opened read-only, and there is no route that writes.
+Each resource (the runs, a run, its task table, its summary, a task, a page of its
+transcript, a diff) has one data function here returning its typed model
+(``_resources``); its ``/api/...`` route is that function rendered as JSON, and its
+page renders the same value (Datasette's shape: a request's parameters are parsed and
+its rows paged once). Nothing here counts anything the projections do not. The app
+only reads: the ledger is opened read-only, and there is no route that writes.
 
 Security: everything a task printed is untrusted. Templates escape it, and every
 response carries a Content-Security-Policy that allows scripts and styles from
@@ -46,9 +49,7 @@ from evalledger.agents import parser_for
 from evalledger.ledger import LedgerError
 from evalledger.projections import (
     RunSummary,
-    TaskRow,
     diff_runs,
-    render_json,
     render_junit,
     render_markdown,
     tag_stats,
@@ -69,6 +70,17 @@ from ._render import (
     with_marks,
 )
 from ._report import report_html
+from ._resources import (
+    DiffView,
+    ListedRun,
+    Resource,
+    RunList,
+    RunView,
+    SummaryView,
+    TaskTable,
+    TaskView,
+    Transcript,
+)
 from ._state import LedgerState, RunState, pages
 
 RUNS_PER_PAGE = 50
@@ -126,13 +138,14 @@ def create_app(ledger_path: str | Path, *, token: str | None = None,
         Route("/runs/{run_id}/tasks/{task_key:path}", views.task_page),
         Route("/diff/{run_a}/{run_b}", views.diff_page),
         Route("/compare", views.compare),
-        Route("/api/runs", views.api_runs),
-        Route("/api/runs/{run_id}", views.api_run),
-        Route("/api/runs/{run_id}/summary", views.api_summary),
-        Route("/api/runs/{run_id}/tasks", views.api_tasks),
-        Route("/api/runs/{run_id}/tasks/{task_key:path}", views.api_task),
-        Route("/api/runs/{run_id}/transcript/{task_key:path}", views.api_transcript),
-        Route("/api/diff/{run_a}/{run_b}", views.api_diff),
+        # The JSON twin of each resource: the same data function, rendered as JSON.
+        Route("/api/runs", _as_json(views.runs)),
+        Route("/api/runs/{run_id}", _as_json(views.run)),
+        Route("/api/runs/{run_id}/summary", _as_json(views.summary)),
+        Route("/api/runs/{run_id}/tasks", _as_json(views.tasks)),
+        Route("/api/runs/{run_id}/tasks/{task_key:path}", _as_json(views.task)),
+        Route("/api/runs/{run_id}/transcript/{task_key:path}", _as_json(views.transcript)),
+        Route("/api/diff/{run_a}/{run_b}", _as_json(views.diff)),
         Route("/api/stream", views.stream),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
@@ -175,13 +188,9 @@ class _Views:
             raise _NotYet(run.run_id, at, run.first_seq)
         return at
 
-    async def _summary(self, run: RunState, at: int | None, *,
-                       anchored: bool = False) -> RunSummary:
-        """The run's summary now, or as of event ``at`` (the same fold, stopped there);
-        ``anchored``: as ``run.json`` holds it, with the anchor read from the ledger."""
-        summary = (await self._folded(run, at)).summary
-        if not anchored:
-            return summary
+    async def _anchored(self, run: RunState, summary: RunSummary,
+                        at: int | None) -> RunSummary:
+        """``summary`` as ``run.json`` holds it: with the anchor read from the ledger."""
         anchor = await self._read(lambda ledger: ledger.anchor(run.run_id, until_seq=at))
         return summary.anchored(anchor)
 
@@ -219,32 +228,112 @@ class _Views:
         return HTMLResponse(render(template, mode="app", ledger_name=self.state.path.name,
                                    **context))
 
-    def _listing(self, request: Request) -> tuple[list[dict[str, Any]], int, int, str, str]:
+    # -- data: one function per resource, rendered as a page or as JSON by its route -------
+
+    async def runs(self, request: Request) -> RunList:
+        """The runs, newest first, filtered by ``?q=`` (an id, experiment or model holds
+        it) and ``?status=``, a page of them (``?page=``)."""
         params = request.query_params
         q = params.get("q", "").strip().lower()
         status = choice(params, "status", RUN_STATUSES)
         page = whole(params, "page", 1, low=1)
-        rows = []
-        for run in self.state.newest_first():
-            head = run.headline()
-            shown = run.shown_status
-            if status and shown != status:
-                continue
-            if q and not any(q in (text or "").lower() for text in
-                             (head.run_id, head.experiment_id, *head.models)):
-                continue
-            rows.append({**dict(head), "status": shown, "imported": run.imported is not None})
-        total = len(rows)
+        found = [(run, shown) for run, shown in
+                 ((run, run.shown_status) for run in self.state.newest_first())
+                 if (not status or shown == status) and (not q or _mentions(run, q))]
         start = (page - 1) * RUNS_PER_PAGE
-        return rows[start:start + RUNS_PER_PAGE], total, page, q, status
+        listed = [ListedRun.model_construct(**{**dict(run.headline()), "status": shown,
+                                               "imported": run.imported is not None})
+                  for run, shown in found[start:start + RUNS_PER_PAGE]]
+        return RunList.model_construct(seq=self.state.seq, total=len(found), page=page,
+                                       runs=listed, q=q, status=status)
 
-    # -- pages ---------------------------------------------------------------------------
+    async def run(self, request: Request, *, anchored: bool = True) -> RunView:
+        """A run now, or as of ``?at=``; ``anchored``: its summary as ``run.json`` holds
+        it (the JSON's; the page shows no anchor and reads none)."""
+        run = self._run(request)
+        at = self._at(request, run)
+        past = await self._folded(run, at)
+        summary = past.summary
+        if anchored:
+            summary = await self._anchored(run, summary, at)
+        return RunView.model_construct(
+            run_id=run.run_id, status_shown=run.shown_status if at is None else summary.status,
+            first_seq=run.first_seq, last_seq=run.last_seq, imported=run.imported,
+            summary=summary, tags=tag_stats(summary), at=at, running=past.running)
+
+    async def tasks(self, request: Request) -> TaskTable:
+        """A page of a run's task table (now, or as of ``?at=``), as ``?outcome= &tag=
+        &variant= &q= &sort= &dir= &page=`` ask (``TableQuery``)."""
+        table = TableQuery.parse(request.query_params)
+        run = self._run(request)
+        rows = table.select((await self._folded(run, self._at(request, run))).summary.tasks)
+        start = (table.page - 1) * TASKS_PER_PAGE
+        return TaskTable.model_construct(
+            total=len(rows), page=table.page, pages=pages(len(rows), TASKS_PER_PAGE),
+            tasks=rows[start:start + TASKS_PER_PAGE], query=table)
+
+    async def summary(self, request: Request) -> SummaryView:
+        """A run's summary as ``run.json`` holds it (now, or as of ``?at=``)."""
+        run = self._run(request)
+        at = self._at(request, run)
+        summary = (await self._folded(run, at)).summary
+        return SummaryView.model_construct(summary=await self._anchored(run, summary, at))
+
+    async def task(self, request: Request) -> TaskView:
+        """A task of a run: its row and its attempts. A key the run plans has one before
+        it starts; 404 for a key the run does not know."""
+        run = self._run(request)
+        key = request.path_params["task_key"]
+        tries: list[_queries.Attempt] = await self._read(_queries.attempts, run.run_id, key)
+        row = run.summary_fold.row(key)
+        planned = key in run.summary_fold.planned
+        if not tries and row is None and not planned:
+            raise HTTPException(404, f"run {run.run_id} has no task {key!r}")
+        return TaskView.model_construct(
+            run_id=run.run_id, task_key=key, row=row, attempts=tries,
+            running=run.running, run_status=run.shown_status, planned=planned)
+
+    async def transcript(self, request: Request, task: TaskView | None = None, *,
+                         limit: int | None = None) -> Transcript:
+        """A page of a task's transcript: ``?after=``/``?before=`` a seq, ``?q=`` text,
+        ``?limit=`` lines; ``task``: the task's attempts, when the caller has them;
+        ``limit``: the caller's own page size instead of ``?limit=`` (the task page's:
+        its links do not carry one)."""
+        params = request.query_params
+        after, before = _lines_after(request), _lines_before(request)
+        if limit is None:
+            limit = whole(params, "limit", LINES_PER_PAGE, low=1, high=MAX_LINES_PER_PAGE)
+        search = params.get("q", "")
+        if task is None:
+            run_id, key = self._run(request).run_id, request.path_params["task_key"]
+            tries = await self._read(_queries.attempts, run_id, key)
+        else:
+            run_id, key, tries = task.run_id, task.task_key, task.attempts
+        page: _queries.TranscriptPage = await self._read(
+            _queries.transcript, run_id, key, tries,
+            search=search or None, after=after, before=before, limit=limit)
+        return Transcript.model_construct(
+            more_before=page.more_before, more_after=page.more_after, lines=page.lines,
+            search=search, after=after)
+
+    async def diff(self, request: Request) -> DiffView:
+        """What changed from run A to run B (``/diff/A/B``), by their summaries now."""
+        runs = []
+        for name in ("run_a", "run_b"):
+            run = self.state.run(request.path_params[name])
+            if run is None:
+                raise HTTPException(404, f"no run {request.path_params[name]!r}")
+            runs.append(run.summary())
+        return DiffView.model_construct(result=diff_runs(*runs))
+
+    # -- pages -----------------------------------------------------------------------------
 
     async def runs_page(self, request: Request) -> Response:
         fragment = choice(request.query_params, "fragment", ("live",))
-        runs, total, page, q, status = self._listing(request)
-        context = dict(runs=runs, total=total, page=page, pages=pages(total, RUNS_PER_PAGE),
-                       q=q, status=status)
+        listing = await self.runs(request)
+        context = dict(runs=listing.runs, total=listing.total, page=listing.page,
+                       pages=pages(listing.total, RUNS_PER_PAGE), q=listing.q,
+                       status=listing.status)
         if fragment == "live":
             return self._page("_runs_table.html", **context)
         live = _local(str(request.url.include_query_params(fragment="live")))
@@ -252,24 +341,18 @@ class _Views:
 
     async def run_page(self, request: Request) -> Response:
         fragment = choice(request.query_params, "fragment", ("live",))
-        table = TableQuery.parse(request.query_params)
-        run = self._run(request)
-        at = self._at(request, run)
-        past = await self._folded(run, at)
-        summary = past.summary
-        rows = table.select(summary.tasks)
-        count = len(rows)
-        start = (table.page - 1) * TASKS_PER_PAGE
+        table = await self.tasks(request)  # first: a bad table query is a 400, whatever the run
+        view, run = await self.run(request, anchored=False), self._run(request)
+        summary = view.summary
         previous = self.state.previous(run)
         context = dict(
-            summary=summary, status=run.shown_status if at is None else summary.status,
-            charts=run_charts(summary), rows=rows[start:start + TASKS_PER_PAGE], table=table,
-            total_rows=count, pages=pages(count, TASKS_PER_PAGE), tags=tag_stats(summary),
-            at=at, first_seq=run.first_seq, last_seq=run.last_seq,
-            statuses=[s.value for s in FinalStatus], running=past.running,
+            summary=summary, status=view.status_shown, charts=run_charts(summary),
+            rows=table.tasks, table=table.query, total_rows=table.total, pages=table.pages,
+            tags=view.tags, at=view.at, first_seq=view.first_seq, last_seq=view.last_seq,
+            statuses=[s.value for s in FinalStatus], running=view.running,
             not_started=sum(1 for r in summary.tasks if r.attempts == 0),
-            variant_bound=await self._variant_bound(run, summary, at),
-            imported=run.imported, previous=previous.run_id if previous else None,
+            variant_bound=await self._variant_bound(run, summary, view.at),
+            imported=view.imported, previous=previous.run_id if previous else None,
             others=[r.run_id for r in self.state.newest_first()
                     if r is not run][:COMPARE_CHOICES],
         )
@@ -301,14 +384,16 @@ class _Views:
         return self._page("compare.html", runs=runs, picked=[r.run_id for r in picked])
 
     async def download(self, request: Request) -> Response:
-        run = self._run(request)
-        at = self._at(request, run)
-        summary = await self._summary(run, at, anchored=True)
+        """The run's summary as a file: ``run.json``, ``run.md``, ``junit.xml`` or the
+        self-contained ``report.html``."""
+        view = await self.summary(request)
+        summary = view.summary
         name = request.url.path.rsplit("/", 1)[-1]
-        headers = {"Content-Disposition": f'inline; filename="{run.run_id}-{name}"'}
+        headers = {"Content-Disposition": f'inline; filename="{summary.run_id}-{name}"'}
         if name == "run.json":
-            return Response(render_json(summary), media_type="application/json",
-                            headers=headers)
+            response = view.json_response()
+            response.headers.update(headers)
+            return response
         if name == "run.md":
             return PlainTextResponse(render_markdown(summary), media_type="text/markdown",
                                      headers=headers)
@@ -319,26 +404,63 @@ class _Views:
         return HTMLResponse(page,
                             headers={**headers, "Content-Security-Policy": REPORT_CSP})
 
-    async def _task(
-        self, request: Request,
-    ) -> tuple[RunState, str, list[_queries.Attempt], TaskRow | None]:
-        """The run, task key, attempts and summary row a task URL names: a key the run
-        plans has a page before it starts; 404 for a key the run does not know."""
-        run = self._run(request)
-        key = request.path_params["task_key"]
-        tries: list[_queries.Attempt] = await self._read(_queries.attempts, run.run_id, key)
-        row = run.summary_fold.row(key)
-        if not tries and row is None and key not in run.summary_fold.planned:
-            raise HTTPException(404, f"run {run.run_id} has no task {key!r}")
-        return run, key, tries, row
+    async def task_page(self, request: Request) -> Response:
+        params = request.query_params
+        fragment = choice(params, "fragment", ("attempts", "tail"))
+        asked = choice(params, "view", ("raw", "conversation"))
+        task = await self.task(request)
+        attempts = await self._attempt_context(task)
+        if fragment == "attempts":
+            return self._page("_attempts.html", **attempts)
+        page = await self.transcript(request, task, limit=LINES_PER_PAGE)
+        # A conversation by default wherever an attempt's agent has a parser (agents).
+        readable = any(parser_for(t.stream_format) for t in task.attempts)
+        default = "conversation" if readable else "raw"
+        view = asked if readable and asked else default
+        if fragment == "tail":
+            return self._tail(page, task.attempts, view)
+        here = f"/runs/{segment(task.run_id)}/tasks/{segment(task.task_key)}"
+        rows = await self._marked(task, page)
+        return self._page(
+            "task.html", run_id=task.run_id, task_key=task.task_key, page=page,
+            search=page.search, view=view, shown_view="" if view == default else view,
+            here=here, readable=readable, rows=rows,
+            marks=[r.number for r in rows if isinstance(r, AttemptMark)],
+            items=conversation(rows, task.attempts) if view == "conversation" else [],
+            follow=not page.search and not page.more_after, after_seq=page.after,
+            tail_url=url_with(f"{here}?fragment=tail", view=view),
+            attempts_url=f"{here}?fragment=attempts", planned=task.planned, **attempts,
+        )
 
-    async def _attempt_context(self, run: RunState, key: str, row: TaskRow | None,
-                               tries: list[_queries.Attempt]) -> dict[str, Any]:
+    def _tail(self, page: Transcript, tries: list[_queries.Attempt], view: str) -> Response:
+        """What a live task page appends: the rows after the last one it shows."""
+        after = page.after
+        rows = with_marks(page.lines, tries, _queries.attempt_at(tries, after)
+                          if after else None)
+        response = self._page("_lines.html" if view == "raw" else "_conversation.html",
+                              rows=rows, items=conversation(rows, tries))
+        response.headers["X-Last-Seq"] = str(page.last_seq or after)
+        response.headers["X-More"] = "1" if page.more_after else "0"
+        return response
+
+    async def _marked(self, task: TaskView,
+                      page: Transcript) -> list[_queries.Line | AttemptMark]:
+        """The page's lines with attempt marks: the attempt of the row before the page
+        (a page inside an attempt repeats no mark) is read when there is one."""
+        before_page = (await self._read(_queries.row_before, task.run_id, task.task_key,
+                                        page.first_seq)
+                       if page.more_before else None)
+        return with_marks(page.lines, task.attempts, None if before_page is None
+                          else _queries.attempt_at(task.attempts, before_page))
+
+    async def _attempt_context(self, task: TaskView) -> dict[str, Any]:
+        tries = task.attempts
         curves = {}
         if any(parser_for(t.stream_format) for t in tries):  # else nothing to read
-            curves = await self._read(_queries.usage_curves, run.run_id, key, tries)
+            curves = await self._read(_queries.usage_curves, task.run_id, task.task_key,
+                                      tries)
         return dict(
-            row=row, tries=tries, running=run.running, run_status=run.shown_status,
+            row=task.row, tries=tries, running=task.running, run_status=task.run_status,
             usage_charts={t.number: _usage_chart(t, curves.get(t.number)) for t in tries
                           if t.usage or curves.get(t.number)},
             definitions={t.number: json.dumps(t.started.definition, indent=2,
@@ -346,66 +468,9 @@ class _Views:
                          for t in tries},
         )
 
-    async def task_page(self, request: Request) -> Response:
-        params = request.query_params
-        fragment = choice(params, "fragment", ("attempts", "tail"))
-        search = params.get("q", "")
-        after, before = _lines_after(request), _lines_before(request)
-        asked = choice(params, "view", ("raw", "conversation"))
-        run, key, tries, row = await self._task(request)
-        here = f"/runs/{segment(run.run_id)}/tasks/{segment(key)}"
-        attempts = await self._attempt_context(run, key, row, tries)
-        if fragment == "attempts":
-            return self._page("_attempts.html", **attempts)
-        page: _queries.TranscriptPage = await self._read(
-            _queries.transcript, run.run_id, key, tries, search=search or None,
-            after=after, before=before, limit=LINES_PER_PAGE,
-        )
-        # A conversation by default wherever an attempt's agent has a parser (agents).
-        readable = any(parser_for(t.stream_format) for t in tries)
-        default = "conversation" if readable else "raw"
-        view = asked if readable and asked else default
-        if fragment == "tail":  # what a live page appends: after the last row it shows
-            rows = with_marks(page.lines, tries, _queries.attempt_at(tries, after)
-                              if after else None)
-            response = self._page("_lines.html" if view == "raw" else "_conversation.html",
-                                  rows=rows, items=conversation(rows, tries))
-            response.headers["X-Last-Seq"] = str(page.last_seq or after)
-            response.headers["X-More"] = "1" if page.more_after else "0"
-            return response
-        # The attempt of the row before this page: a page inside an attempt repeats no mark.
-        before_page = (await self._read(_queries.row_before, run.run_id, key, page.first_seq)
-                       if page.more_before else None)
-        rows = with_marks(page.lines, tries, None if before_page is None
-                          else _queries.attempt_at(tries, before_page))
-        follow = not search and not page.more_after
-        shown = "" if view == default else view  # the view in links, when not the default
-        return self._page(
-            "task.html", run_id=run.run_id, task_key=key, page=page, search=search, view=view,
-            shown_view=shown, here=here, readable=readable, rows=rows,
-            marks=[r.number for r in rows if isinstance(r, AttemptMark)],
-            items=conversation(rows, tries) if view == "conversation" else [],
-            follow=follow, after_seq=after,
-            tail_url=url_with(f"{here}?fragment=tail", view=view),
-            attempts_url=f"{here}?fragment=attempts",
-            planned=key in run.summary_fold.planned, **attempts,
-        )
-
     async def diff_page(self, request: Request) -> Response:
-        result = await self._diff(request)
-        order = {"regression": 0, "fix": 1, "changed": 2, "added": 3, "removed": 4,
-                 "unchanged": 5}
-        tasks = sorted(result.tasks, key=lambda t: (order[t.change], t.task_key))
-        return self._page("diff.html", result=result, tasks=tasks)
-
-    async def _diff(self, request: Request) -> Any:
-        runs = []
-        for name in ("run_a", "run_b"):
-            run = self.state.run(request.path_params[name])
-            if run is None:
-                raise HTTPException(404, f"no run {request.path_params[name]!r}")
-            runs.append(run.summary())
-        return diff_runs(*runs)
+        view = await self.diff(request)
+        return self._page("diff.html", result=view.result, tasks=view.tasks_by_change())
 
     async def error(self, request: Request, exc: Exception) -> Response:
         if isinstance(exc, HTTPException):
@@ -418,79 +483,6 @@ class _Views:
         return HTMLResponse(render("error.html", mode="app", ledger_name=self.state.path.name,
                                    status_code=status, message=message, links=links),
                             status_code=status)
-
-    # -- JSON ------------------------------------------------------------------------------
-
-    async def api_runs(self, request: Request) -> Response:
-        runs, total, page, _, _ = self._listing(request)
-        return JSONResponse({"seq": self.state.seq, "total": total, "page": page,
-                             "runs": [_jsonable(r) for r in runs]})
-
-    async def api_run(self, request: Request) -> Response:
-        run = self._run(request)
-        at = self._at(request, run)
-        summary = await self._summary(run, at, anchored=True)
-        return JSONResponse({
-            "run_id": run.run_id, "status_shown": run.shown_status if at is None else
-            summary.status, "first_seq": run.first_seq, "last_seq": run.last_seq,
-            "imported": run.imported,
-            "summary": json.loads(render_json(summary)),
-            "tags": [t.model_dump() for t in tag_stats(summary)],
-        })
-
-    async def api_summary(self, request: Request) -> Response:
-        run = self._run(request)
-        at = self._at(request, run)
-        summary = await self._summary(run, at, anchored=True)
-        return Response(render_json(summary), media_type="application/json")
-
-    async def api_tasks(self, request: Request) -> Response:
-        table = TableQuery.parse(request.query_params)
-        run = self._run(request)
-        at = self._at(request, run)
-        summary = await self._summary(run, at)
-        rows = table.select(summary.tasks)
-        start = (table.page - 1) * TASKS_PER_PAGE
-        return JSONResponse({
-            "total": len(rows), "page": table.page, "pages": pages(len(rows), TASKS_PER_PAGE),
-            "tasks": [r.model_dump(mode="json") for r in rows[start:start + TASKS_PER_PAGE]],
-        })
-
-    async def api_task(self, request: Request) -> Response:
-        run, key, tries, row = await self._task(request)
-        return JSONResponse({
-            "run_id": run.run_id, "task_key": key,
-            "row": row.model_dump(mode="json") if row else None,
-            "attempts": [{
-                "attempt": t.number,
-                "started": t.started.model_dump(mode="json"),
-                "usage": [u.model_dump(mode="json") for u in t.usage],
-                "completed": t.completed.model_dump(mode="json") if t.completed else None,
-                "interrupted": t.interrupted.model_dump(mode="json") if t.interrupted else None,
-            } for t in tries],
-        })
-
-    async def api_transcript(self, request: Request) -> Response:
-        params = request.query_params
-        after, before = _lines_after(request), _lines_before(request)
-        limit = whole(params, "limit", LINES_PER_PAGE, low=1, high=MAX_LINES_PER_PAGE)
-        run = self._run(request)
-        key = request.path_params["task_key"]
-        tries = await self._read(_queries.attempts, run.run_id, key)
-        page: _queries.TranscriptPage = await self._read(
-            _queries.transcript, run.run_id, key, tries, search=params.get("q") or None,
-            after=after, before=before, limit=limit,
-        )
-        return JSONResponse({
-            "more_before": page.more_before, "more_after": page.more_after,
-            "lines": [{"seq": ln.seq, "ts": ln.ts, "attempt": ln.attempt, "n": ln.n,
-                       "stream": ln.stream, "text": ln.text, "truncated": ln.truncated,
-                       "data": ln.data} for ln in page.lines],
-        })
-
-    async def api_diff(self, request: Request) -> Response:
-        return Response((await self._diff(request)).model_dump_json(),
-                        media_type="application/json")
 
     async def stream(self, request: Request) -> Response:
         """Server-sent events: a ``change`` whenever something was appended."""
@@ -551,13 +543,22 @@ def _seconds(ts: str) -> float:
         return 0.0
 
 
-def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
-    def plain(value: Any) -> Any:
-        if isinstance(value, list):  # usage_by_role: a list of models
-            return [plain(v) for v in value]
-        return value.model_dump() if hasattr(value, "model_dump") else value
+def _as_json(data: Callable[[Request], Awaitable[Resource]],
+             ) -> Callable[[Request], Awaitable[Response]]:
+    """A route answering a resource's data as JSON."""
 
-    return {k: plain(v) for k, v in row.items()}
+    async def endpoint(request: Request) -> Response:
+        return (await data(request)).json_response()
+
+    endpoint.resource = data  # type: ignore[attr-defined]  # which data it answers (tests)
+    return endpoint
+
+
+def _mentions(run: RunState, q: str) -> bool:
+    """Whether ``q`` (lower case) is in the run's id, experiment or a model's name."""
+    head = run.headline()
+    return any(q in (text or "").lower() for text in
+               (head.run_id, head.experiment_id, *head.models))
 
 
 def url_with(url: str, **query: str) -> str:

@@ -2,10 +2,9 @@
 its transcript, a run as it was at some seq, an attempt's usage over time, the report's
 transcript tails.
 
-Blocking SQLite calls, run in worker threads by the app. Every query is a range
-scan of an index the schema has for it: a transcript page is ``LIMIT`` rows of
-``(run_id, task_key, seq)`` after or before a seq (keyset paging), so the last page
-of a million-line transcript costs what the first one does.
+Blocking calls, run in worker threads by the app. The SQL is the ledger's
+(``evalledger.ledger._page_queries``: named range scans of the schema's indexes);
+this module turns the rows into what a page shows.
 """
 
 from __future__ import annotations
@@ -28,11 +27,16 @@ from evalledger.ledger import (
     TaskStarted,
     TaskUsage,
 )
+from evalledger.ledger._page_queries import (
+    completion_environments,
+    run_imported,
+    task_lifecycle,
+    transcript_row_before,
+    transcript_rows,
+    transcript_tail,
+    usage_lines,
+)
 from evalledger.projections import RunSummary, SummaryFold
-
-_COLUMNS = "event_id, run_id, task_key, type, ts, payload, seq, hash"
-_OUTPUT = (EventType.TASK_OUTPUT, EventType.TASK_EVENT)
-_json_string = json.JSONEncoder(ensure_ascii=False).encode
 
 
 @dataclass(frozen=True)
@@ -75,14 +79,9 @@ class Attempt:
 
 def attempts(ledger: Ledger, run_id: str, task_key: str) -> list[Attempt]:
     """Every attempt of one task key, in order; empty if the run never started it."""
-    _, rows = ledger.query(
-        f"SELECT {_COLUMNS} FROM events WHERE run_id = ? AND task_key = ? "
-        f"AND type NOT IN ('{EventType.TASK_OUTPUT}', '{EventType.TASK_EVENT}') ORDER BY seq",
-        [run_id, task_key],
-    )
     found: list[Attempt] = []
-    for row in rows:
-        event: AnyEvent = EventRow(*row).decode()
+    for row in task_lifecycle(ledger, run_id, task_key):
+        event: AnyEvent = row.decode()
         if isinstance(event, TaskStarted):
             found.append(Attempt(started=event))
         elif not found:
@@ -98,12 +97,7 @@ def attempts(ledger: Ledger, run_id: str, task_key: str) -> list[Attempt]:
 
 def imported(ledger: Ledger, run_id: str) -> dict[str, Any] | None:
     """Where the run came from, when it was imported (its first ``run.started``)."""
-    _, rows = ledger.query(
-        "SELECT json_extract(payload, '$.imported') FROM events WHERE run_id = ? "
-        "AND task_key IS NULL AND type = ? ORDER BY seq LIMIT 1",
-        [run_id, EventType.RUN_STARTED])
-    found = json.loads(rows[0][0]) if rows and rows[0][0] else None
-    return found if isinstance(found, dict) else None
+    return run_imported(ledger, run_id)
 
 
 def attempt_at(tries: list[Attempt], seq: int) -> int | None:
@@ -154,33 +148,13 @@ def transcript(
     page before that seq (``-1``: the last page). ``search`` keeps only rows whose
     text holds it. ``tries`` (the task's attempts) tell the attempt of each row.
     """
-    where = ["run_id = ?", "task_key = ?", f"type IN ('{_OUTPUT[0]}', '{_OUTPUT[1]}')"]
-    params: list[Any] = [run_id, task_key]
-    if search:
-        # Payloads are JSON: look for the text as JSON spells it inside a string.
-        where.append("instr(payload, ?) > 0")
-        params.append(_json_string(search)[1:-1])
-    backwards = before is not None
-    if backwards and before is not None and before > 0:
-        where.append("seq < ?")
-        params.append(before)
-    elif not backwards:
-        where.append("seq > ?")
-        params.append(after or 0)
-    order = "DESC" if backwards else "ASC"
-    _, rows = ledger.query(
-        f"SELECT {_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY seq {order} "
-        "LIMIT ?", [*params, limit + 1],
-    )
-    more = len(rows) > limit
-    rows = rows[:limit]
-    if backwards:
-        rows.reverse()
+    rows, more = transcript_rows(ledger, run_id, task_key, after=after, before=before,
+                                 limit=limit, search=search)
     starts = [t.started.seq or 0 for t in tries]
     numbers = [t.number for t in tries]
-    lines = [_line(EventRow(*row), starts, numbers) for row in rows]
-    if backwards:
-        more_before, more_after = more, before is not None and before > 0
+    lines = [_line(row, starts, numbers) for row in rows]
+    if before is not None:
+        more_before, more_after = more, before > 0
     else:
         more_before, more_after = bool(after), more
     return TranscriptPage(lines, more_before=more_before, more_after=more_after)
@@ -188,10 +162,7 @@ def transcript(
 
 def row_before(ledger: Ledger, run_id: str, task_key: str, seq: int) -> int | None:
     """The seq of the task's transcript row just before ``seq`` (None: there is none)."""
-    _, rows = ledger.query(
-        f"SELECT max(seq) FROM events WHERE run_id = ? AND task_key = ? "
-        f"AND type IN ('{_OUTPUT[0]}', '{_OUTPUT[1]}') AND seq < ?", [run_id, task_key, seq])
-    return rows[0][0] if rows and rows[0][0] is not None else None
+    return transcript_row_before(ledger, run_id, task_key, seq)
 
 
 def _line(row: EventRow, starts: list[int], numbers: list[int]) -> Line:
@@ -237,16 +208,12 @@ def tails(ledger: Ledger, summary: RunSummary, *, lines: int = 20, chars: int = 
         if started is None:
             found[row.task_key] = []
             continue
-        _, rows = ledger.query(
-            f"SELECT {_COLUMNS} FROM events WHERE run_id = ? AND task_key = ? AND seq > ? "
-            f"AND type IN ('{_OUTPUT[0]}', '{_OUTPUT[1]}') ORDER BY seq DESC LIMIT ?",
-            [summary.run_id, row.task_key, started.seq or 0, lines],
-        )
+        rows = transcript_tail(ledger, summary.run_id, row.task_key, started.seq or 0, lines)
         parser = parser_for(str(started.definition.get("stream_format") or "native"))
         kept: list[TailLine] = []  # newest first
         room = chars
         for stored in rows:  # newest first: read no more than fits
-            line = _line(EventRow(*stored), [started.seq or 0], [started.attempt])
+            line = _line(stored, [started.seq or 0], [started.attempt])
             room = _fit(reversed(_tail_lines(line, parser, chars)), room, kept)
             if room < 0:
                 break
@@ -287,16 +254,11 @@ def usage_curves(ledger: Ledger, run_id: str, task_key: str, tries: list[Attempt
     parsers = {t.number: parser_for(t.stream_format) for t in tries}
     if not any(parsers.values()):
         return {}
-    _, rows = ledger.query(
-        "SELECT seq, ts, payload FROM events WHERE run_id = ? AND task_key = ? AND type = ? "
-        "AND instr(payload, '\"usage\"') > 0 ORDER BY seq",
-        [run_id, task_key, EventType.TASK_EVENT])
     tallies: dict[int, RunningUsage] = {}
     curves: dict[int, list[tuple[str, int]]] = {}
-    for seq, ts, payload in rows:
+    for seq, ts, data in usage_lines(ledger, run_id, task_key):
         number = attempt_at(tries, seq)
         parser = parsers.get(number) if number is not None else None
-        data = json.loads(payload).get("data")
         if parser is None or number is None or not isinstance(data, dict):
             continue
         tally = tallies.setdefault(number, RunningUsage())
@@ -318,19 +280,8 @@ def variant_bound(ledger: Ledger, summary: RunSummary, until_seq: int | None = N
     if not names or len(summary.variants) < 2:
         return frozenset()
     variant_of = {row.task_key: row.variant_id for row in summary.tasks}
-    _, rows = ledger.query(
-        "SELECT task_key, json_extract(payload, '$.attempt'), "
-        "json_extract(payload, '$.environment_info') FROM events "
-        "WHERE run_id = ? AND type = ? AND seq <= ? ORDER BY seq",
-        [summary.run_id, EventType.TASK_COMPLETED, until_seq if until_seq is not None
-         else 2**62])
-    latest: dict[str, tuple[int, dict[str, Any]]] = {}
-    for key, attempt, info in rows:
-        number = attempt if isinstance(attempt, int) else 1
-        if key not in latest or number >= latest[key][0]:
-            latest[key] = (number, json.loads(info) if info else {})
     values: dict[str, dict[str, set[str]]] = {}
-    for key, (_, info) in latest.items():
+    for key, info in _latest_environments(ledger, summary.run_id, until_seq).items():
         variant = variant_of.get(key)
         if variant is None:
             continue
@@ -339,3 +290,14 @@ def variant_bound(ledger: Ledger, summary: RunSummary, until_seq: int | None = N
                 json.dumps(info[name], sort_keys=True))
     return frozenset(name for name, by_variant in values.items()
                      if all(len(v) == 1 for v in by_variant.values()))
+
+
+def _latest_environments(ledger: Ledger, run_id: str, until_seq: int | None,
+                         ) -> dict[str, dict[str, Any]]:
+    """Per task key, the ``environment_info`` of its latest completion (the highest
+    attempt; of equal ones, the last)."""
+    latest: dict[str, tuple[int, dict[str, Any]]] = {}
+    for key, number, info in completion_environments(ledger, run_id, until_seq):
+        if key not in latest or number >= latest[key][0]:
+            latest[key] = (number, info)
+    return {key: info for key, (_, info) in latest.items()}

@@ -229,22 +229,25 @@ class TableQuery:
         return values
 
     def select(self, rows: Sequence[TaskRow]) -> list[TaskRow]:
-        text = self.text.lower()
-        chosen = [
-            r for r in rows
-            if (not self.outcome or outcome(r) == self.outcome
-                or status_of(r) == self.outcome)
-            and (not self.tag or self.tag in r.tags)
-            and (not self.variant or r.variant_id == self.variant)
-            and (not text or text in r.task_key.lower()
-                 or text in (r.error_message or "").lower())
-        ]
+        """The rows this query keeps, in its order."""
+        chosen = [r for r in rows if self.keeps(r)]
         key = _SORT_KEYS[self.sort]
         # Unknown values (an unfinished task's score) sort last either way.
         known = [r for r in chosen if key(r) is not None]
         unknown = [r for r in chosen if key(r) is None]
         known.sort(key=lambda r: (key(r), r.task_key), reverse=self.descending)
         return known + unknown
+
+    def keeps(self, row: TaskRow) -> bool:
+        """Whether ``row`` passes every filter of this query."""
+        if self.outcome and self.outcome not in (outcome(row), status_of(row)):
+            return False
+        if (self.tag and self.tag not in row.tags) or (
+                self.variant and row.variant_id != self.variant):
+            return False
+        text = self.text.lower()
+        return not text or text in row.task_key.lower() or text in (
+            row.error_message or "").lower()
 
 
 _SORT_KEYS: dict[str, Any] = {

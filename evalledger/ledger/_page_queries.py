@@ -1,0 +1,122 @@
+"""Named read queries for the pages that show one task or one run's detail (the viewer,
+the HTML report): a task's lifecycle rows, a page of its transcript, a transcript's
+tail, the JSON lines that report usage, the completions' environments.
+
+The only SQL over ``events`` a page needs, kept beside the store that owns the table
+and its column list (``_store._COLUMNS``): rename a payload field or a column and the
+queries that read it are here to change. Every query is a range scan of an index the
+schema has for it (``(run_id, task_key, seq)``, ``(run_id, type, seq)``): a transcript
+page is ``LIMIT`` rows after or before a seq (keyset paging), so the last page of a
+million-line transcript costs what the first one does.
+
+Rows come back as stored (``EventRow``, or the few columns asked for): decoding them
+is the reader's.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ._rows import EventRow, EventType
+from ._store import _COLUMNS, Ledger
+
+_OUTPUT_TYPES = f"('{EventType.TASK_OUTPUT}', '{EventType.TASK_EVENT}')"
+_TRANSCRIPT = f"type IN {_OUTPUT_TYPES}"
+_json_string = json.JSONEncoder(ensure_ascii=False).encode
+
+
+def task_lifecycle(ledger: Ledger, run_id: str, task_key: str) -> list[EventRow]:
+    """A task key's rows that are not its transcript (starts, usage, completions,
+    interruptions), in seq order."""
+    _, rows = ledger.query(
+        f"SELECT {_COLUMNS} FROM events WHERE run_id = ? AND task_key = ? "
+        f"AND type NOT IN {_OUTPUT_TYPES} ORDER BY seq", [run_id, task_key])
+    return [EventRow(*row) for row in rows]
+
+
+def run_imported(ledger: Ledger, run_id: str) -> dict[str, Any] | None:
+    """Where the run came from, when it was imported (its first ``run.started``'s
+    ``imported``)."""
+    _, rows = ledger.query(
+        "SELECT json_extract(payload, '$.imported') FROM events WHERE run_id = ? "
+        "AND task_key IS NULL AND type = ? ORDER BY seq LIMIT 1",
+        [run_id, EventType.RUN_STARTED])
+    found = json.loads(rows[0][0]) if rows and rows[0][0] else None
+    return found if isinstance(found, dict) else None
+
+
+def transcript_rows(
+    ledger: Ledger, run_id: str, task_key: str, *, after: int | None = None,
+    before: int | None = None, limit: int = 500, search: str | None = None,
+) -> tuple[list[EventRow], bool]:
+    """Up to ``limit`` transcript rows of a task (output lines and JSON events) in seq
+    order, and whether there are more beyond them (after the page, or before it when
+    paging backwards).
+
+    ``after``: the rows after that seq (0 or None: from the first); ``before``: the rows
+    before that seq (``-1`` or 0: the last rows). ``search`` keeps only rows whose
+    text holds it.
+    """
+    where = ["run_id = ?", "task_key = ?", _TRANSCRIPT]
+    params: list[Any] = [run_id, task_key]
+    if search:
+        # Payloads are JSON: look for the text as JSON spells it inside a string.
+        where.append("instr(payload, ?) > 0")
+        params.append(_json_string(search)[1:-1])
+    backwards = before is not None
+    if before is not None and before > 0:
+        where.append("seq < ?")
+        params.append(before)
+    elif not backwards:
+        where.append("seq > ?")
+        params.append(after or 0)
+    _, rows = ledger.query(
+        f"SELECT {_COLUMNS} FROM events WHERE {' AND '.join(where)} "
+        f"ORDER BY seq {'DESC' if backwards else 'ASC'} LIMIT ?", [*params, limit + 1])
+    more = len(rows) > limit
+    found = [EventRow(*row) for row in rows[:limit]]
+    if backwards:
+        found.reverse()
+    return found, more
+
+
+def transcript_row_before(ledger: Ledger, run_id: str, task_key: str, seq: int) -> int | None:
+    """The seq of the task's transcript row just before ``seq`` (None: there is none)."""
+    _, rows = ledger.query(
+        f"SELECT max(seq) FROM events WHERE run_id = ? AND task_key = ? AND {_TRANSCRIPT} "
+        "AND seq < ?", [run_id, task_key, seq])
+    return rows[0][0] if rows and rows[0][0] is not None else None
+
+
+def transcript_tail(ledger: Ledger, run_id: str, task_key: str, after: int,
+                    limit: int) -> list[EventRow]:
+    """The task's last ``limit`` transcript rows after seq ``after``, newest first."""
+    _, rows = ledger.query(
+        f"SELECT {_COLUMNS} FROM events WHERE run_id = ? AND task_key = ? AND seq > ? "
+        f"AND {_TRANSCRIPT} ORDER BY seq DESC LIMIT ?", [run_id, task_key, after, limit])
+    return [EventRow(*row) for row in rows]
+
+
+def usage_lines(ledger: Ledger, run_id: str, task_key: str) -> list[tuple[int, str, Any]]:
+    """``(seq, ts, data)`` of the task's JSON lines that mention ``"usage"`` at all (the
+    ones a conversation's running usage can move on), in seq order; ``data`` is the
+    line's object as stored (anything, for the reader to check)."""
+    _, rows = ledger.query(
+        "SELECT seq, ts, payload FROM events WHERE run_id = ? AND task_key = ? AND type = ? "
+        "AND instr(payload, '\"usage\"') > 0 ORDER BY seq",
+        [run_id, task_key, EventType.TASK_EVENT])
+    return [(seq, ts, json.loads(payload).get("data")) for seq, ts, payload in rows]
+
+
+def completion_environments(ledger: Ledger, run_id: str, until_seq: int | None = None,
+                            ) -> list[tuple[str, int, dict[str, Any]]]:
+    """``(task_key, attempt, environment_info)`` of each of the run's completions up to
+    ``until_seq``, in seq order (an attempt not recorded reads as 1; no info as {})."""
+    _, rows = ledger.query(
+        "SELECT task_key, json_extract(payload, '$.attempt'), "
+        "json_extract(payload, '$.environment_info') FROM events "
+        "WHERE run_id = ? AND type = ? AND seq <= ? ORDER BY seq",
+        [run_id, EventType.TASK_COMPLETED, until_seq if until_seq is not None else 2**62])
+    return [(key, attempt if isinstance(attempt, int) else 1, json.loads(info) if info else {})
+            for key, attempt, info in rows]

@@ -1,0 +1,167 @@
+"""What each of the viewer's resources is: one typed model per resource, which a route
+renders as an HTML page or as JSON (Datasette's shape: the data once, two renderings).
+
+The app's data functions (``_app._Views``: ``runs``, ``run``, ``tasks``, ``task``,
+``transcript``, ``summary``, ``diff``) parse a request and return one of these; the
+``/api`` route returns ``json_response()``, the page route renders a template from
+the same value. Fields marked ``exclude`` are what a page needs to draw itself (the
+query it was asked, the keys running at ``?at=``) and not part of the JSON, which
+keeps the shape docs/cli.md gives it.
+
+JSON: pydantic, as everything the viewer shows is already a pydantic model of the
+projections (``RunSummary``, ``TaskRow``, ``RunDiff``); the bytes are those
+Starlette's ``JSONResponse`` writes for the dumped value, except where the contract
+says a value is a file (``/summary`` is ``run.json``) or a model's own JSON (a diff).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_serializer
+from starlette.responses import JSONResponse, Response
+
+from evalledger.projections import (
+    RunDiff,
+    RunHeadline,
+    RunSummary,
+    TagStats,
+    TaskDiff,
+    TaskRow,
+    render_json,
+)
+
+from ._queries import Attempt, Line
+from ._render import TableQuery
+
+
+class Resource(BaseModel):
+    """A resource's data, as both renderings read it."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    def json_response(self) -> Response:
+        return JSONResponse(self.model_dump(mode="json"))
+
+
+class ListedRun(RunHeadline):
+    """A run as the runs listing shows it: its headline with the status shown (running,
+    cut off, ...: not the fold's) and whether it was imported."""
+
+    imported: bool
+
+
+class RunList(Resource):
+    """``/`` and ``/api/runs``: a page of runs, newest first, filtered."""
+
+    seq: int
+    """The ledger's last event as read."""
+    total: int
+    page: int
+    runs: list[ListedRun]
+    q: str = Field("", exclude=True)
+    status: str = Field("", exclude=True)
+
+
+class RunView(Resource):
+    """``/runs/RUN`` (its head) and ``/api/runs/RUN``: a run now or as of ``?at=``."""
+
+    run_id: str
+    status_shown: str
+    first_seq: int
+    last_seq: int
+    imported: dict[str, Any] | None
+    summary: RunSummary
+    tags: list[TagStats]
+    at: int | None = Field(None, exclude=True)
+    running: frozenset[str] = Field(frozenset(), exclude=True)
+
+    def json_response(self) -> Response:
+        body = self.model_dump(mode="json", exclude={"summary"})
+        # The summary as run.json writes it (what /summary serves as a file), given to
+        # the response as it is: dumped by pydantic, its thousands of rows would be
+        # walked once more (measured: 55 -> 71 ms of CPU a request at 2,000 tasks).
+        body["summary"] = json.loads(render_json(self.summary))
+        return JSONResponse({name: body[name] for name in type(self).model_fields
+                             if name in body})
+
+
+class TaskTable(Resource):
+    """The run page's task table and ``/api/runs/RUN/tasks``: a page of its rows,
+    filtered and sorted as the query asks."""
+
+    total: int
+    page: int
+    pages: int
+    tasks: list[TaskRow]
+    query: TableQuery = Field(exclude=True)
+    """What was asked (a page's links repeat it)."""
+
+
+class TaskView(Resource):
+    """``/runs/RUN/tasks/KEY`` (its attempts) and ``/api/runs/RUN/tasks/KEY``."""
+
+    run_id: str
+    task_key: str
+    row: TaskRow | None
+    attempts: list[Attempt]
+    running: frozenset[str] = Field(frozenset(), exclude=True)
+    run_status: str = Field("", exclude=True)
+    planned: bool = Field(False, exclude=True)
+
+    @field_serializer("attempts")
+    def _attempts_json(self, attempts: list[Attempt]) -> list[dict[str, Any]]:
+        return [{
+            "attempt": t.number,
+            "started": t.started.model_dump(mode="json"),
+            "usage": [u.model_dump(mode="json") for u in t.usage],
+            "completed": t.completed.model_dump(mode="json") if t.completed else None,
+            "interrupted": t.interrupted.model_dump(mode="json") if t.interrupted else None,
+        } for t in attempts]
+
+
+class Transcript(Resource):
+    """A page of a task's transcript (``/api/runs/RUN/transcript/KEY``; the task page's
+    lines): keyset-paged by seq, ``?after=``, ``?before=``, ``?q=``."""
+
+    more_before: bool
+    more_after: bool
+    lines: list[Line]
+    search: str = Field("", exclude=True)
+    after: int = Field(0, exclude=True)
+
+    @property
+    def first_seq(self) -> int:
+        return self.lines[0].seq if self.lines else 0
+
+    @property
+    def last_seq(self) -> int:
+        return self.lines[-1].seq if self.lines else 0
+
+
+class SummaryView(Resource):
+    """``/api/runs/RUN/summary`` and the run's downloads: its summary as ``run.json``
+    holds it (anchored)."""
+
+    summary: RunSummary
+
+    def json_response(self) -> Response:
+        return Response(render_json(self.summary), media_type="application/json")
+
+
+class DiffView(Resource):
+    """``/diff/A/B`` and ``/api/diff/A/B``: what changed from one run to another."""
+
+    result: RunDiff
+
+    def json_response(self) -> Response:
+        return Response(self.result.model_dump_json(), media_type="application/json")
+
+    def tasks_by_change(self) -> list[TaskDiff]:
+        """The tasks, regressions first, then fixes, changes, additions, removals."""
+        return sorted(self.result.tasks, key=lambda t: (_CHANGE_ORDER[t.change], t.task_key))
+
+
+_CHANGE_ORDER = {"regression": 0, "fix": 1, "changed": 2, "added": 3, "removed": 4,
+                 "unchanged": 5}
