@@ -28,8 +28,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from evalledger.importers.legacy import read_run
 from evalledger.ledger import Ledger
-from evalledger.legacy import read_run
 from evalledger.projections import load_summary, write_snapshot
 
 STATUSES = ["SUCCESS"] * 6 + ["FAILURE", "TIMEOUT", "ERROR", "NOT_GRADED"]

@@ -30,7 +30,7 @@ import trio
 from evalledger.executor import BatchConfig, run_batch
 from evalledger.ledger import Ledger
 from evalledger.options import RunOptions
-from evalledger.tasks import ExitCode, ResolvedTask
+from evalledger.suite import ExitCode, ResolvedTask
 
 PARALLEL = 8
 

@@ -47,7 +47,7 @@ from evalledger.options import RunOptions
 from evalledger.projections import RunDiff, RunSummary, SkippedFile, TaskDiff, TaskRow
 from evalledger.projections._diff import Change
 from evalledger.statuses import Category, FinalStatus, RunStatus
-from evalledger.tasks import (
+from evalledger.suite import (
     DEFAULT_TIMEOUT,
     MAX_REPEATS,
     TASK_ID_PATTERN,

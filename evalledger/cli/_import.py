@@ -14,11 +14,12 @@ from ._errors import EXIT_OK, EXIT_TASKS_FAILED, UserError
 from ._main import Settings, pass_settings
 
 if TYPE_CHECKING:
+    from evalledger.importers.legacy import LegacyRun, Problem
     from evalledger.ledger import Ledger
-    from evalledger.legacy import Problem
+    from evalledger.projections import RunSummary
 
 # The module-level constant would import legacy (and pydantic) for every command's start.
-_DEFAULT_MAX_FILE = "64MiB"  # evalledger.legacy.MAX_FILE_BYTES (a test holds them equal)
+_DEFAULT_MAX_FILE = "64MiB"  # evalledger.importers.legacy.MAX_FILE_BYTES (a test holds them equal)
 
 
 class _Size(click.ParamType[int, object]):
@@ -78,7 +79,7 @@ def import_runs(settings: Settings, folders: tuple[Path, ...], zone: str | None,
 
         evalledger import ~/old-harness/runs --tz Europe/Paris
     """
-    from evalledger.legacy import find_run_folders, shown
+    from evalledger.importers.legacy import find_run_folders, shown
 
     tz = _zone(zone)
     unlisted: list[Problem] = []
@@ -101,7 +102,14 @@ def import_runs(settings: Settings, folders: tuple[Path, ...], zone: str | None,
 def _import_one(ledger: Ledger | None, folder: Path, tz: tzinfo | None, max_file_bytes: int,
                 *, dry_run: bool) -> bool:
     """Import one run folder; say what happened. False when something was left out."""
-    from evalledger.legacy import NotImportable, load_run, read_run, shown
+    from evalledger.importers.legacy import (
+        NotImportable,
+        differences,
+        load_run,
+        old_totals,
+        read_run,
+        shown,
+    )
     from evalledger.projections import write_snapshot
 
     try:
@@ -133,6 +141,8 @@ def _import_one(ledger: Ledger | None, folder: Path, tz: tzinfo | None, max_file
     events = "" if dry_run else f" ({added} events)"
     click.echo(f"{run.run_id}: {verb} {run.attempts} attempt(s), {len(run.unfinished)} "
                f"unfinished{skipped}{unchanged} from {shown(str(folder))}{events}")
+    if said := differences(old_totals(found.summary), _summary(ledger, run, dry_run=dry_run)):
+        click.echo(f"  differs from its run.json: {shown(', '.join(said))}")
     for kind, problems in (("unfinished", run.unfinished), ("skipped", run.skipped)):
         for problem in problems:
             click.echo(f"  {kind}: {shown(problem.path)}: {shown(problem.reason)}", err=True)
@@ -140,6 +150,23 @@ def _import_one(ledger: Ledger | None, folder: Path, tz: tzinfo | None, max_file
         click.echo(f"  changed since it was imported (kept as imported): {shown(path)}",
                    err=True)
     return not run.unfinished and not run.skipped and not run.changed
+
+
+def _summary(ledger: Ledger | None, run: LegacyRun, *, dry_run: bool) -> RunSummary:
+    """The run as the ledger counts it once imported: rebuilt from the ledger, or on a
+    dry run, its events there (a file imported before) with those just read."""
+    from evalledger.projections import SummaryFold, load_summary
+
+    if ledger is not None and not dry_run:
+        return load_summary(ledger, run.run_id)
+    fold = SummaryFold(run.run_id)
+    seen: set[str] = set()
+    stored = ledger.events(run.run_id) if ledger is not None else []
+    for event in [*stored, *(row.decode() for row in run.events)]:
+        if event.event_id not in seen:
+            seen.add(event.event_id)
+            fold.apply(event)
+    return fold.summary()
 
 
 def _imported(ledger: Ledger, run_id: str) -> tuple[str | None, dict[str, str]]:

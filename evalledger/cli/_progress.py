@@ -34,7 +34,7 @@ from evalledger.agents import lines_of, parser_for
 from evalledger.ledger import AnyEvent, EventRow, EventType, TaskCompleted, TaskEmitted
 from evalledger.projections import SummaryFold, error_digest
 from evalledger.statuses import Category
-from evalledger.tasks import ResolvedTask
+from evalledger.suite import ResolvedTask
 
 # A step of an agent's conversation in the --stream feed: cut here (the ledger has it all).
 STREAM_WIDTH = 300

@@ -25,7 +25,7 @@ from evalledger.projections import (
     load_folds,
     plan_resume,
 )
-from evalledger.tasks import TaskSet
+from evalledger.suite import TaskSet
 
 from ._common import PositiveNumber, resolve_run
 from ._errors import UserError

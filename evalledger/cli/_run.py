@@ -38,7 +38,7 @@ from evalledger.options import ExecutorKind, PreservationMode, RunOptions
 from evalledger.pricing import DEFAULT_RATES, RateCard
 from evalledger.projections import RunSummary, SummaryFold, render_junit, unpriced_line
 from evalledger.statuses import Category, FinalStatus
-from evalledger.tasks import (
+from evalledger.suite import (
     MAX_REPEATS,
     Overrides,
     ResolvedTask,

@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from evalledger._text import money
-from evalledger.projections import status_word
+from evalledger.projections import cost_line, status_word
 
 from ._common import is_cut_off
 from ._main import Settings, pass_settings
@@ -25,7 +25,7 @@ from ._tables import cell, table
 # The columns of the `runs` SQL view, in its order; the CLI adds cut_off.
 COLUMNS = ("run_id", "experiment_id", "started_at", "finished_at", "status", "tasks_planned",
            "tasks_succeeded", "tasks_failed", "tasks_error", "cost_usd", "tasks_ungraded",
-           "cost_complete")
+           "cost_complete", "grader_cost_usd")
 FORMATS = ("csv", "json", "tsv")
 
 
@@ -59,18 +59,22 @@ def runs(settings: Settings, limit: int, format_: str | None, as_json: bool) -> 
             head = load_headline(ledger, run_id)
             run: dict[str, Any] = {c: head.get(c) for c in COLUMNS}
             run["cost_usd"] = head["total_cost_usd"]
+            run["_roles"] = head.get("usage_by_role") or []  # for people; not a column
+            grader = _grader_role(run)
+            run["grader_cost_usd"] = grader["cost_usd"] if grader else 0.0
             run["cut_off"] = is_cut_off(ledger, run_id, run["status"])
             listed.append(run)
     if format_ is None and not sys.stdout.isatty():
         # A pipe (`| less`, `| column -t`): the words a person reads, nothing cut.
-        shown = [c for c in COLUMNS if c != "cost_complete"]
+        # The cost column says whose it was (agent, grader) where grading spent some.
+        shown = [c for c in COLUMNS if c not in ("cost_complete", "grader_cost_usd")]
         for run in listed:
             run["status"] = status_word(run["status"], run["cut_off"])
-            run["cost_usd"] = money(run["cost_usd"], run["cost_complete"])
+            run["cost_usd"] = cost_line(run["cost_usd"], run["cost_complete"], run["_roles"])
         table(shown, [tuple(run[c] for c in shown) for run in listed])
     elif format_ == "json":  # exact numbers, for programs
         for run in listed:
-            click.echo(json.dumps(run))
+            click.echo(json.dumps({c: run[c] for c in (*COLUMNS, "cut_off")}))
     elif format_ in ("csv", "tsv"):
         names = [*COLUMNS, "cut_off"]
         lines: list[list[object]] = [list(names), *([_plain(run[c]) for c in names]
@@ -108,6 +112,9 @@ def _table(listed: list[dict[str, Any]]) -> None:
         ("err", [str(r["tasks_error"]) for r in listed], True),
         *([("ungraded", [str(r["tasks_ungraded"]) for r in listed], True)] if ungraded else []),
         ("cost", [money(r["cost_usd"], r["cost_complete"]) for r in listed], True),
+        # Of that cost, grading's: shown when a listed run graded with a model.
+        *([("grader", [_grader(r) for r in listed], True)]
+          if any(_grader_role(r) for r in listed) else []),
     ]
     widths = _fit([(h, v) for h, v, _ in columns], console.width)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0), pad_edge=False)
@@ -123,6 +130,15 @@ def _table(listed: list[dict[str, Any]]) -> None:
     for i in range(len(listed)):
         table.add_row(*(values[i] for values in shown))
     console.print(table)
+
+
+def _grader_role(run: dict[str, Any]) -> dict[str, Any] | None:
+    return next((r for r in run["_roles"] if r["role"] == "grader"), None)
+
+
+def _grader(run: dict[str, Any]) -> str:
+    role = _grader_role(run)
+    return "-" if role is None else money(role["cost_usd"], role["cost_complete"])
 
 
 def _minute(ts: object) -> str:
@@ -154,8 +170,8 @@ def _fit(columns: Sequence[tuple[str, list[str]]], width: int) -> list[int]:
         widths[started] = min(natural[started], 10)
         widths[experiment] = min(natural[experiment], widths[experiment] + room())
         shrink_experiment(8)
-    for name in ("experiment", "started UTC", "ungraded", "err", "fail", "ok", "tasks",
-                 "cost", "status"):
+    for name in ("experiment", "started UTC", "grader", "ungraded", "err", "fail", "ok",
+                 "tasks", "cost", "status"):
         if room() >= 0:
             break
         if name in names:

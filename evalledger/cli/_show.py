@@ -7,7 +7,13 @@ import sys
 import click
 
 from evalledger._text import money, visible
-from evalledger.projections import error_digest, status_word, unpriced_line, variant_table
+from evalledger.projections import (
+    cost_line,
+    error_digest,
+    status_word,
+    unpriced_line,
+    variant_table,
+)
 
 from ._common import is_cut_off, rebuild_summary, resolve_run
 from ._main import Settings, pass_settings
@@ -40,7 +46,7 @@ def show(settings: Settings, run: str, as_json: bool, full_errors: bool) -> None
     if as_json:
         click.echo(s.model_dump_json(indent=2))
         return
-    cost = money(s.total_cost_usd, s.cost_complete)
+    cost = cost_line(s.total_cost_usd, s.cost_complete, s.usage_by_role)
     ungraded = f"{s.tasks_ungraded} ungraded, " if s.tasks_ungraded else ""
     skipped = f"; {len(s.broken_files)} task file(s) skipped" if s.broken_files else ""
     click.echo(
@@ -53,7 +59,8 @@ def show(settings: Settings, run: str, as_json: bool, full_errors: bool) -> None
     for k in s.skipped_tasks:
         click.echo(f"skipped {visible(k.path)}: {visible(k.reason)}", err=True)
     if not s.cost_complete:
-        click.echo(f"cost is a floor: {unpriced_line(s)} (see --pricing)")
+        click.echo(f"cost is a floor: {unpriced_line(s)}"
+                   f"{' (see --pricing)' if s.unpriced else ''}")
     if len(s.variants) > 1 or any(len(v.pass_at_k) > 1 for v in s.variants):
         table(*variant_table(s))
     # A terminal gets each error's digest (the line that says what went wrong); a pipe,

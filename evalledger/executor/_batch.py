@@ -41,7 +41,7 @@ from evalledger.options import PreservationMode, RunOptions
 from evalledger.pricing import DEFAULT_RATES, RateCard
 from evalledger.projections import fingerprint, write_snapshot
 from evalledger.statuses import RunStatus
-from evalledger.tasks import ResolvedTask, Skipped
+from evalledger.suite import ResolvedTask, Skipped
 
 from ._marks import batch_mark, kill_marked
 from ._runner import RunContext, run_task

@@ -17,7 +17,7 @@ from pathlib import Path
 import trio
 
 from evalledger.ledger import CriterionResult
-from evalledger.tasks import (
+from evalledger.suite import (
     Criterion,
     ExitCode,
     FileContains,

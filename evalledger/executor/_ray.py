@@ -62,7 +62,7 @@ from evalledger.ledger import (
 )
 from evalledger.options import PreservationMode
 from evalledger.pricing import RateCard
-from evalledger.tasks import ResolvedTask
+from evalledger.suite import ResolvedTask
 
 from ._marks import MARKER_VAR, batch_mark, kill_marked, marked, ray_mark
 from ._runner import RunContext, run_task

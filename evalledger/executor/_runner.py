@@ -51,7 +51,7 @@ from evalledger.ledger import (
 from evalledger.options import DEFAULT_PRESERVATION_MODE, PreservationMode
 from evalledger.pricing import DEFAULT_RATES, RateCard
 from evalledger.statuses import FinalStatus
-from evalledger.tasks import ResolvedTask
+from evalledger.suite import ResolvedTask
 
 from . import _sandbox
 from ._criteria import CUT_OFF, NOT_RUN, Outcome, evaluate, weighted_score

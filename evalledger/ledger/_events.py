@@ -156,6 +156,10 @@ def _false(value: object) -> bool:
     return value is False
 
 
+def _agent(value: object) -> bool:
+    return value == "agent"
+
+
 # Where an event came from when it was not recorded by a run but imported (from the
 # old harness's run folders): left out of the payload when None, as every native event
 # has it.
@@ -317,6 +321,12 @@ class TaskUsage(_TaskEvent):
     input_tokens: int = 0
     model: str | None = None
     output_tokens: int = 0
+    # Whose spend it is: "agent" (the task's own command), "grader" (what grading it
+    # cost: a judge, an evaluator; the old harness's judge and simulator spend on
+    # import). Text, not a closed set: a role a newer writer adds is summed under its
+    # name, never refused. Left out of the payload when "agent", as every usage before
+    # it was.
+    role: Annotated[_Line, Field(exclude_if=_agent)] = "agent"
 
     @property
     def tokens(self) -> TokenCounts:

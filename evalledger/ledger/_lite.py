@@ -74,6 +74,7 @@ class LiteUsage(_Lite, kw_only=True, gc=False):
     input_tokens: int = 0
     model: str | None = None
     output_tokens: int = 0
+    role: str = "agent"
 
     @property
     def tokens(self) -> TokenCounts:

@@ -330,8 +330,8 @@ def _m0006_lean_indexes(db: Database) -> None:
 
 
 # The runs view lists a run once though shards of it (run --shard, then merge) each
-# recorded a run.started: its row is the first one's.
-VIEWS = {
+# recorded a run.started: its row is the first one's. Frozen as migration 0007 made them.
+_VIEWS_7 = {
     **_VIEWS_5,
     "runs": _VIEWS_5["runs"].replace(
         "WHERE r.type = 'run.started' AND r.task_key IS NULL",
@@ -344,5 +344,39 @@ VIEWS = {
 
 @MIGRATIONS(name="0007_one_row_per_run")
 def _m0007_one_row_per_run(db: Database) -> None:
-    _recreate_views(db, _VIEWS_5, VIEWS)
+    _recreate_views(db, _VIEWS_5, _VIEWS_7)
     _set_version(db, 7)
+
+
+# Usage by role (task.usage.role: "agent" when left out, "grader" for grading's spend):
+# the usage view names each one's role and runs sums grading's apart. A run's cost is
+# complete only when no task.completed of it says otherwise either (an imported TIMEOUT
+# whose killed turn the old harness never recorded), as the summary counts it.
+VIEWS = {
+    **_VIEWS_7,
+    "runs": _VIEWS_7["runs"].replace(
+        """                              AND json_extract(u.payload, '$.cost_usd') IS NULL)
+                 AS cost_complete
+""",
+        """                              AND json_extract(u.payload, '$.cost_usd') IS NULL)
+               AND NOT EXISTS (SELECT 1 FROM events c
+                                WHERE c.run_id = r.run_id AND c.type = 'task.completed'
+                                  AND json_extract(c.payload, '$.cost_complete') = 0)
+                 AS cost_complete,
+               (SELECT COALESCE(sum(json_extract(u.payload, '$.cost_usd')), 0.0) FROM events u
+                 WHERE u.run_id = r.run_id AND u.type = 'task.usage'
+                   AND json_extract(u.payload, '$.role') = 'grader') AS grader_cost_usd
+"""),
+    "usage": _VIEWS_7["usage"].replace(
+        """               u.seq
+""",
+        """               u.seq,
+               COALESCE(json_extract(u.payload, '$.role'), 'agent') AS role
+"""),
+}
+
+
+@MIGRATIONS(name="0008_usage_roles")
+def _m0008_usage_roles(db: Database) -> None:
+    _recreate_views(db, _VIEWS_7, VIEWS)
+    _set_version(db, 8)

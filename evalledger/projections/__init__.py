@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from ._rebuild import load_headline as load_headline
     from ._rebuild import load_summary as load_summary
     from ._rebuild import write_snapshot as write_snapshot
+    from ._reports import cost_line as cost_line
     from ._reports import error_digest as error_digest
     from ._reports import render_json as render_json
     from ._reports import render_markdown as render_markdown
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from ._reports import unpriced_line as unpriced_line
     from ._reports import variant_table as variant_table
     from ._results import ModelUsage as ModelUsage
+    from ._results import RoleUsage as RoleUsage
     from ._results import RunHeadline as RunHeadline
     from ._results import RunSummary as RunSummary
     from ._results import SkippedFile as SkippedFile
@@ -75,6 +77,7 @@ _WHERE = {
     "load_headline": "_rebuild",
     "load_summary": "_rebuild",
     "write_snapshot": "_rebuild",
+    "cost_line": "_reports",
     "error_digest": "_reports",
     "render_json": "_reports",
     "render_markdown": "_reports",
@@ -90,6 +93,7 @@ _WHERE = {
     "fingerprint": "_resume",
     "plan_resume": "_resume",
     "ModelUsage": "_results",
+    "RoleUsage": "_results",
     "RunHeadline": "_results",
     "RunSummary": "_results",
     "SkippedFile": "_results",
@@ -114,6 +118,7 @@ __all__ = [
     "ResumeFold",
     "ResumePlan",
     "ResumeRefused",
+    "RoleUsage",
     "RunDiff",
     "RunHeadline",
     "RunSummary",
@@ -126,6 +131,7 @@ __all__ = [
     "VariantStats",
     "check_snapshots",
     "compute_drift",
+    "cost_line",
     "diff_runs",
     "error_digest",
     "fingerprint",

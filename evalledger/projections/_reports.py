@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from evalledger._text import money, visible
 
-from ._results import RunSummary
+from ._results import RoleUsage, RunSummary
 
 
 def render_json(summary: RunSummary) -> str:
@@ -92,11 +94,12 @@ def render_markdown(summary: RunSummary, *, cut_off: bool = False) -> str:
         "",
         f"- Input: {t.input_tokens}, output: {t.output_tokens}, cache read: "
         f"{t.cache_read_tokens}, cache write: {t.cache_write_tokens}",
-        f"- Total cost: {money(s.total_cost_usd, s.cost_complete)}",
+        f"- Total cost: {cost_line(s.total_cost_usd, s.cost_complete, s.usage_by_role, _text)}",
     ]
     if not s.cost_complete:
-        lines.append(f"- Cost is a floor: {s.tasks_cost_incomplete} task(s) used "
-                     f"{unpriced_line(s)} (see `--pricing`).")
+        lines.append(f"- Cost is a floor: {s.tasks_cost_incomplete} task(s) "
+                     f"{'used ' if s.unpriced else 'with '}{unpriced_line(s)}"
+                     f"{' (see `--pricing`)' if s.unpriced else ''}.")
     if s.fingerprint_drift:
         lines += ["", "## Drift since the run started", ""]
         for drift in s.fingerprint_drift:
@@ -176,12 +179,36 @@ def error_digest(message: str) -> str:
     return f"{first} … {last}"
 
 
+def cost_line(total_cost_usd: float, cost_complete: bool,
+              usage_by_role: Sequence[RoleUsage | Mapping[str, Any]],
+              shown: Callable[[str], str] = visible) -> str:
+    """A run's cost for people, and whose it was when grading spent some: ``$14.1909
+    (agent $14.1752, grader $0.0157)``; the total alone when all of it is the agent's.
+    The same words in ``show``, ``runs``, run.md and the viewer. ``usage_by_role`` as
+    the summary has it, or as its JSON (a headline read from a snapshot); ``shown``
+    makes a role's name safe where it goes."""
+    text = money(total_cost_usd, cost_complete)
+    roles = [(r.role, r.cost_usd, r.cost_complete) if isinstance(r, RoleUsage)
+             else (str(r["role"]), float(r["cost_usd"]), bool(r["cost_complete"]))
+             for r in usage_by_role]
+    if any(role != "agent" for role, _, _ in roles):
+        text += " (" + ", ".join(f"{shown(role)} {money(cost, complete)}"
+                                 for role, cost, complete in roles) + ")"
+    return text
+
+
 def unpriced_line(summary: RunSummary) -> str:
-    """Which models had no price, and how much they used: ``mystery (15 tokens), ...``."""
+    """Why the cost is a floor: which models had no price, and how much they used
+    (``a model with no price: mystery (15 tokens), ...``); and when some attempt's spend
+    was never reported in full though what it reported was priced (an imported TIMEOUT:
+    the old harness killed the agent mid-turn), that too."""
     named = [f"{_text(m.model or '(no model named)')} ({m.tokens.total:,} tokens)"
              for m in summary.unpriced]
-    return ("a model with no price: " if len(named) == 1 else "models with no price: ") + (
-        ", ".join(named))
+    parts = [("a model with no price: " if len(named) == 1 else "models with no price: ")
+             + ", ".join(named)] if named else []
+    if summary.unreported:
+        parts.append("spend never reported in full (an attempt stopped mid-turn)")
+    return "; ".join(parts)
 
 
 def variant_table(summary: RunSummary) -> tuple[list[str], list[list[str]]]:

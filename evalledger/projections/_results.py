@@ -60,6 +60,22 @@ class ModelUsage(BaseModel):
 
 
 
+class RoleUsage(BaseModel):
+    """What one role's usage came to in a run: the agent's own, or grading's."""
+
+    model_config = ConfigDict(frozen=True)
+
+    role: str
+    """``agent`` (the task's own command) or ``grader`` (a judge's, an evaluator's); a
+    role a newer writer names is listed under its name."""
+    tokens: TokenCounts
+    cost_usd: float
+    """The priced part: a floor when ``cost_complete`` is false."""
+    cost_complete: bool
+    """False when some of this role's usage had no price."""
+
+
+
 class VariantStats(BaseModel):
     """One variant's results: the per-variant table of ``show``, ``run.md`` and the viewer."""
 
@@ -112,6 +128,13 @@ class RunHeadline(BaseModel):
     total_cost_usd: float
     cost_complete: bool
     models: list[str]
+    usage_by_role: list[RoleUsage]
+    """Per role, ``agent`` first: what the agent spent, and what grading it cost."""
+
+    @property
+    def cost_by_role(self) -> dict[str, float]:
+        """Role -> its priced cost (``agent``, ``grader``): they add up to the total."""
+        return {r.role: r.cost_usd for r in self.usage_by_role}
 
 
 
@@ -143,6 +166,7 @@ class RunSummary(BaseModel):
     cost_complete: bool
     tasks_cost_incomplete: int
     models: list[str]
+    usage_by_role: list[RoleUsage]
     usage_by_model: list[ModelUsage]
     variants: list[VariantStats]
     version_consensus: dict[str, Any]
@@ -163,9 +187,22 @@ class RunSummary(BaseModel):
         return [k for k in self.skipped_tasks if not k.deliberate]
 
     @property
+    def cost_by_role(self) -> dict[str, float]:
+        """Role -> its priced cost (``agent``, ``grader``): they add up to the total."""
+        return {r.role: r.cost_usd for r in self.usage_by_role}
+
+    @property
     def unpriced(self) -> list[ModelUsage]:
         """The models some of whose usage had no price, with what they used."""
         return [m for m in self.usage_by_model if not m.cost_complete]
+
+    @property
+    def unreported(self) -> bool:
+        """Whether the cost is a floor for want of spend, not of a price: every usage had
+        one, but some attempt said its cost was incomplete all the same (an imported
+        TIMEOUT: the old harness killed the agent mid-turn and never learnt what that
+        turn used)."""
+        return not self.cost_complete and not self.unpriced
 
     @model_validator(mode="after")
     def _buckets_add_up(self) -> RunSummary:

@@ -45,7 +45,7 @@ from evalledger.ledger import (
 )
 from evalledger.options import RunOptions
 from evalledger.statuses import Category
-from evalledger.tasks import ResolvedTask, TaskSet, evaluated
+from evalledger.suite import ResolvedTask, TaskSet, evaluated
 
 from ._fold import Fold, on
 from ._versions import RESUME_VERSION

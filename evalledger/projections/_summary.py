@@ -12,8 +12,11 @@ Counting rules:
   planned but never finished are counted apart. (Resume is stricter: a key whose
   latest attempt was interrupted is run again, see ``_resume``.)
 - tokens and cost are the run's real spend: every ``task.usage`` of every
-  attempt, interrupted ones included. A usage with no price (``cost_usd`` null)
-  makes ``cost_complete`` false and the totals floors; it is never booked as 0.
+  attempt, interrupted ones included, apart by role (the agent's, grading's). A
+  usage with no price (``cost_usd`` null) makes ``cost_complete`` false and the
+  totals floors; it is never booked as 0. So does an attempt whose ``task.completed``
+  says its cost is incomplete though each usage it reported had a price (an imported
+  TIMEOUT: the old harness never recorded the turn it killed).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from evalledger.statuses import GRADED, Category, FinalStatus
 from ._fold import Fold, on
 from ._results import (
     ModelUsage,
+    RoleUsage,
     RunHeadline,
     RunSummary,
     SkippedFile,
@@ -143,8 +147,8 @@ class _Done:
 class _Key:
     """One task key's state: its latest attempt and what it finished with."""
 
-    __slots__ = ("attempts", "completed", "replicate_index", "spend", "tags", "task_id",
-                 "variant_id")
+    __slots__ = ("attempts", "completed", "cost_gap", "replicate_index", "spend", "tags",
+                 "task_id", "variant_id")
 
     def __init__(self, task_id: str, variant_id: str, replicate_index: int,
                  tags: list[str]) -> None:
@@ -155,18 +159,27 @@ class _Key:
         self.attempts = 0
         self.completed: _Done | None = None
         self.spend = _Spend()  # every attempt's, for tasks_cost_incomplete
+        # Some attempt's task.completed said cost_complete false: spend its usage does
+        # not cover (every attempt's, as spend).
+        self.cost_gap = False
+
+    @property
+    def cost_complete(self) -> bool:
+        return self.spend.complete and not self.cost_gap
 
     def state(self) -> list[Any]:
         return [self.task_id, self.variant_id, self.replicate_index, self.tags, self.attempts,
-                self.spend.state(), self.completed.state() if self.completed else None]
+                self.spend.state(), self.completed.state() if self.completed else None,
+                self.cost_gap]
 
     @classmethod
     def restore(cls, state: list[Any]) -> _Key:
-        task_id, variant_id, replicate_index, tags, attempts, spend, done = state
+        task_id, variant_id, replicate_index, tags, attempts, spend, done, gap = state
         key = cls(task_id, variant_id, replicate_index, tags)
         key.attempts = attempts
         key.spend = _Spend.restore(spend)
         key.completed = _Done.restore(done) if done is not None else None
+        key.cost_gap = gap
         return key
 
 
@@ -189,12 +202,21 @@ class SummaryFold(Fold):
         self.spend = _Spend()
         self.models: set[str] = set()
         self.by_model: dict[str | None, _Spend] = {}
+        self.by_role: dict[str, _Spend] = {}
+        # A task.completed of the run said cost_complete false (of any key: the `runs`
+        # view reads every completion).
+        self.cost_gap = False
+        # One said so though every usage of its key had a price: spend never reported,
+        # the agent's (grading comes after the attempt, from what it left).
+        self.unreported = False
         self.running: set[str] = set()
 
     def state(self) -> dict[str, Any]:
         # Keys sorted: the state goes into a payload, which is canonical JSON.
         return {
             "by_model": [[name, spend.state()] for name, spend in self.by_model.items()],
+            "by_role": [[name, spend.state()] for name, spend in self.by_role.items()],
+            "cost_gap": self.cost_gap,
             "drift": self.drift,
             "experiment_id": self.experiment_id,
             "finished_at": self.finished_at,
@@ -207,12 +229,16 @@ class SummaryFold(Fold):
             "spend": self.spend.state(),
             "started_at": self.started_at,
             "status": self.status,
+            "unreported": self.unreported,
         }
 
     @classmethod
     def restore(cls, run_id: str, state: dict[str, Any]) -> SummaryFold:
         fold = cls(run_id)
         fold.by_model = {name: _Spend.restore(spend) for name, spend in state["by_model"]}
+        fold.by_role = {name: _Spend.restore(spend) for name, spend in state["by_role"]}
+        fold.cost_gap = state["cost_gap"]
+        fold.unreported = state["unreported"]
         fold.drift = state["drift"]
         fold.experiment_id = state["experiment_id"]
         fold.finished_at = state["finished_at"]
@@ -240,6 +266,10 @@ class SummaryFold(Fold):
         if model is None:
             model = self.by_model[event.model] = _Spend()
         model.add(event)
+        role = self.by_role.get(event.role)
+        if role is None:
+            role = self.by_role[event.role] = _Spend()
+        role.add(event)
 
     @on(TaskStarted)
     def _task_started(self, event: TaskStarted) -> None:
@@ -256,6 +286,11 @@ class SummaryFold(Fold):
         key = self.keys.get(event.task_key)
         if key is not None and (not key.completed or event.attempt >= key.completed.attempt):
             key.completed = _Done(event)
+        if not event.cost_complete:
+            self.cost_gap = True
+            if key is not None:
+                self.unreported = self.unreported or key.spend.complete
+                key.cost_gap = True
         self.running.discard(event.task_key)
 
     @on(TaskInterrupted)
@@ -322,9 +357,21 @@ class SummaryFold(Fold):
             pass_rate=_rate(counts),
             tokens=self.spend.tokens,
             total_cost_usd=round(self.spend.cost, 10),
-            cost_complete=self.spend.complete,
+            cost_complete=self.spend.complete and not self.cost_gap,
             models=sorted(self.models),
+            usage_by_role=self._roles(),
         )
+
+    def _roles(self) -> list[RoleUsage]:
+        """Per role, the agent's first; spend never reported makes the agent's a floor."""
+        roles = dict(self.by_role)
+        if self.unreported and "agent" not in roles:
+            roles["agent"] = _Spend()
+        return [
+            RoleUsage(role=name, tokens=spend.tokens, cost_usd=round(spend.cost, 10),
+                      cost_complete=spend.complete and not (name == "agent" and self.unreported))
+            for name, spend in sorted(roles.items(), key=lambda i: (i[0] != "agent", i[0]))
+        ]
 
     def summary(self) -> RunSummary:
         head = self.headline()
@@ -338,7 +385,7 @@ class SummaryFold(Fold):
             tasks_token_budget_exceeded=statuses.count(FinalStatus.TOKEN_BUDGET_EXCEEDED),
             tasks_cost_budget_exceeded=statuses.count(FinalStatus.COST_BUDGET_EXCEEDED),
             skipped_tasks=list(self.skipped),
-            tasks_cost_incomplete=sum(1 for k in self.keys.values() if not k.spend.complete),
+            tasks_cost_incomplete=sum(1 for k in self.keys.values() if not k.cost_complete),
             usage_by_model=[
                 ModelUsage(model=name, tokens=spend.tokens, cost_usd=round(spend.cost, 10),
                            cost_complete=spend.complete)
@@ -444,7 +491,7 @@ def _variant_stats(variant_id: str, keys: list[_Key]) -> VariantStats:
                       if len(scores) >= 2 else None),
         pass_at_k=pass_at_k,
         cost_usd=round(sum(k.spend.cost for k in keys), 10),
-        cost_complete=all(k.spend.complete for k in keys),
+        cost_complete=all(k.cost_complete for k in keys),
         mean_duration_seconds=round(statistics.fmean(durations), 6) if durations else None,
     )
 

@@ -552,7 +552,12 @@ def _seconds(ts: str) -> float:
 
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: v.model_dump() if hasattr(v, "model_dump") else v for k, v in row.items()}
+    def plain(value: Any) -> Any:
+        if isinstance(value, list):  # usage_by_role: a list of models
+            return [plain(v) for v in value]
+        return value.model_dump() if hasattr(value, "model_dump") else value
+
+    return {k: plain(v) for k, v in row.items()}
 
 
 def url_with(url: str, **query: str) -> str:

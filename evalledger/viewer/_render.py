@@ -30,7 +30,7 @@ from markupsafe import Markup
 from evalledger import __version__
 from evalledger._text import money, visible
 from evalledger.agents import Entry, final_facts, parser_for
-from evalledger.projections import RunSummary, TaskRow, tag_stats
+from evalledger.projections import RoleUsage, RunSummary, TaskRow, tag_stats
 from evalledger.statuses import GRADED, Category, FinalStatus
 
 from . import _charts
@@ -52,6 +52,26 @@ def spend(value: float | None, complete: bool, tokens: int) -> str:
     if not tokens and not value and complete:
         return DASH
     return money(value, complete)
+
+
+def role_costs(usage_by_role: Sequence[RoleUsage]) -> str:
+    """Whose the cost was, when grading spent some: ``agent $14.1752, grader $0.0157``;
+    empty when all of it was the agent's (every run that grades without a model)."""
+    if all(r.role == "agent" for r in usage_by_role):
+        return ""
+    return ", ".join(f"{visible(r.role)} {money(r.cost_usd, r.cost_complete)}"
+                     for r in usage_by_role)
+
+
+def imported_differences(imported: Mapping[str, Any] | None, summary: RunSummary) -> str:
+    """What this ledger counts differently from an imported run.json's own totals (the
+    import said it too), on one line; empty when they agree or it stated none."""
+    totals = (imported or {}).get("totals")
+    if not isinstance(totals, dict):
+        return ""
+    from evalledger.importers.legacy import differences
+
+    return ", ".join(differences(totals, summary))
 
 
 def duration(seconds: float | None) -> str:
@@ -153,7 +173,8 @@ def environment() -> Environment:
                        tool_input=tool_input, result_text=result_text,
                        final_facts=final_facts, record=imported_record)
     env.globals.update(url=_url, version=__version__, OUTCOMES=OUTCOMES, graded=graded,
-                       tag_counts=tag_counts)
+                       tag_counts=tag_counts, role_costs=role_costs,
+                       imported_differences=imported_differences)
     return env
 
 

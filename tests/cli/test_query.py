@@ -71,7 +71,7 @@ def test_runs_lists_newest_first_and_as_json(two_runs: Path) -> None:
         "run_id": "run-2", "experiment_id": None, "started_at": None, "finished_at": None,
         "status": "completed", "tasks_planned": 3, "tasks_succeeded": 2, "tasks_failed": 1,
         "tasks_error": 0, "cost_usd": 1.5, "tasks_ungraded": 0, "cost_complete": True,
-        "cut_off": False,
+        "grader_cost_usd": 0.0, "cut_off": False,
     }
     code, out, _ = invoke(two_runs, "runs", "--limit", "1")
     assert code == 0

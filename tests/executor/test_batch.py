@@ -39,7 +39,7 @@ from evalledger.ledger import (
 from evalledger.options import RunOptions
 from evalledger.pricing import DEFAULT_RATES
 from evalledger.statuses import Category, FinalStatus, RunStatus
-from evalledger.tasks import ResolvedTask, Skipped
+from evalledger.suite import ResolvedTask, Skipped
 from tests.processes import still_alive
 
 RUN = "run-1"

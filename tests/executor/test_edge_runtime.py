@@ -26,7 +26,7 @@ from evalledger.executor._process import ESCAPE_GRACE
 from evalledger.ledger import Ledger, TaskEmitted, verify
 from evalledger.options import RunOptions
 from evalledger.statuses import FinalStatus, RunStatus
-from evalledger.tasks import ResolvedTask
+from evalledger.suite import ResolvedTask
 from tests.cli.helpers import evalledger
 from tests.processes import wait_gone
 

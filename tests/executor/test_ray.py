@@ -36,12 +36,20 @@ from ..cli.helpers import (
     evalledger,
     events,
     of_type,
-    wait_until,
 )
+from ..cli.helpers import wait_until as _wait_until
 from ..processes import marked
 from ..viewer.conftest import write_suite
 
 SMOKE = Path(__file__).resolve().parents[2] / "examples" / "smoke"
+# Ray notices a dead driver, starts a local cluster or ends a worker on its own clock,
+# which a loaded machine (two copies of the suite on two cores) stretches well past the
+# suite's usual patience.
+RAY_PATIENCE = 4 * PATIENCE
+
+
+def wait_until(check: Any, what: str, timeout: float = RAY_PATIENCE) -> None:
+    _wait_until(check, what, timeout)
 
 
 def _ray_or_skip() -> Any:

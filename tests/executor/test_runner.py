@@ -43,7 +43,7 @@ from evalledger.options import RunOptions
 from evalledger.pricing import DEFAULT_RATES
 from evalledger.projections import SummaryFold, fold
 from evalledger.statuses import Category, FinalStatus, RunStatus
-from evalledger.tasks import ResolvedTask
+from evalledger.suite import ResolvedTask
 from tests.processes import wait_gone
 
 RUN_ID = "run-1"

@@ -483,6 +483,7 @@ REPRESENTATIVE: dict[str, Any] = {
         input_tokens=3,
         model="m",
         output_tokens=4,
+        role="grader",  # left out of the payload when "agent"
     ),
     "task.completed": TaskCompleted(
         imported={"error_category": "agent_crash"},

@@ -84,8 +84,13 @@ class Attempt:
     # A FinalStatus (task.completed), "interrupted" (task.interrupted) or None (nothing).
     outcome: FinalStatus | str | None
     costs: list[float | None] = field(default_factory=list)
+    # Each usage's role, beside its cost.
+    roles: list[str] = field(default_factory=list)
     tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_KINDS, 0))
     completed_cost: float | None = None
+    # A task.completed of it said cost_complete false though its usage was all priced
+    # (an imported TIMEOUT: spend never reported).
+    gap: bool = False
 
 
 @dataclass
@@ -202,14 +207,17 @@ def _attempt_events(draw: Any, model: RunModel, key: str, number: int) -> list[A
             )
         tokens = {kind: draw(token_counts) for kind in TOKEN_KINDS}
         cost = draw(costs)
+        role = draw(st.sampled_from(["agent", "agent", "grader"]))
         events.append(
-            TaskUsage(**_env(run_id), task_key=key, cost_usd=cost,
+            TaskUsage(**_env(run_id), task_key=key, cost_usd=cost, role=role,
                       model=draw(st.sampled_from([None, "m-small", "m-large"])), **tokens)
         )
         attempt.costs.append(cost)
+        attempt.roles.append(role)
         for kind, n in tokens.items():
             attempt.tokens[kind] += n
     if isinstance(outcome, FinalStatus):
+        attempt.gap = draw(st.integers(0, 7)) == 0
         priced = None not in attempt.costs
         attempt.completed_cost = (
             sum(c for c in attempt.costs if c is not None) if priced else None
@@ -223,7 +231,8 @@ def _attempt_events(draw: Any, model: RunModel, key: str, number: int) -> list[A
                 TaskCompleted(
                     **_env(run_id), task_key=key, attempt=number, final_status=status,
                     category=status.category, cost_usd=attempt.completed_cost,
-                    cost_complete=priced, tokens=TokenCounts(**attempt.tokens),
+                    cost_complete=priced and not attempt.gap,
+                    tokens=TokenCounts(**attempt.tokens),
                     duration_seconds=draw(st.integers(0, 600)) / 10,
                     weighted_score=1.0 if status is FinalStatus.SUCCESS else 0.5,
                     exit_code=0 if status is FinalStatus.SUCCESS else 1,
@@ -427,11 +436,29 @@ def test_summary_counts_tokens_and_money_match_the_model(scenario: Scenario) -> 
             all_costs = [c for _, a in model.all_usage() for c in a.costs]
             priced = [c for c in all_costs if c is not None]
             assert summary.total_cost_usd == pytest.approx(sum(priced), abs=1e-9)
-            assert summary.cost_complete is (None not in all_costs)
+            gaps = any(a.gap for _, a in model.all_usage())
+            assert summary.cost_complete is (None not in all_costs and not gaps)
             assert summary.tasks_cost_incomplete == sum(
                 1 for tries in model.attempts.values()
-                if any(None in a.costs for a in tries)
+                if any(None in a.costs or a.gap for a in tries)
             )
+            # Apart by role, agent first; together the whole.
+            # Spend never reported (an attempt said its cost was incomplete though every
+            # usage of its key so far had a price) is the agent's: listed, as a floor.
+            unreported = any(
+                a.gap and all(None not in b.costs for b in tries if b.number <= a.number)
+                for tries in model.attempts.values() for a in tries)
+            roles = sorted({r for _, a in model.all_usage() for r in a.roles}
+                           | ({"agent"} if unreported else set()),
+                           key=lambda r: (r != "agent", r))
+            assert [r.role for r in summary.usage_by_role] == roles
+            for part in summary.usage_by_role:
+                mine = [c for _, a in model.all_usage()
+                        for c, r in zip(a.costs, a.roles, strict=True) if r == part.role]
+                assert part.cost_usd == pytest.approx(sum(c for c in mine if c is not None),
+                                                      abs=1e-9)
+                assert part.cost_complete is (
+                    None not in mine and not (part.role == "agent" and unreported))
             for kind in TOKEN_KINDS:
                 assert getattr(summary.tokens, kind) == sum(
                     a.tokens[kind] for _, a in model.all_usage()
@@ -513,13 +540,22 @@ def test_sql_views_equal_the_python_projections(scenario: Scenario) -> None:
 
                 run = conn.execute(
                     "SELECT status, started_at, finished_at, tasks_planned, tasks_succeeded, "
-                    "tasks_failed, tasks_error, cost_usd, experiment_id FROM runs "
-                    "WHERE run_id = ?",
+                    "tasks_failed, tasks_error, cost_usd, experiment_id, cost_complete, "
+                    "grader_cost_usd FROM runs WHERE run_id = ?",
                     [rid],
                 ).fetchall()
                 assert len(run) == 1
                 (status, started_at, finished_at, planned, succeeded, failed, error, cost,
-                 experiment_id) = run[0]
+                 experiment_id, complete, grader) = run[0]
+                assert bool(complete) is summary.cost_complete
+                assert grader == pytest.approx(summary.cost_by_role.get("grader", 0.0),
+                                               abs=1e-9)
+                by_role = dict(conn.execute(
+                    "SELECT role, COALESCE(sum(cost_usd), 0.0) FROM usage WHERE run_id = ? "
+                    "GROUP BY role", [rid]).fetchall())
+                for role in by_role.keys() | summary.cost_by_role.keys():
+                    assert by_role.get(role, 0.0) == pytest.approx(
+                        summary.cost_by_role.get(role, 0.0), abs=1e-9)
                 assert status == summary.status
                 assert started_at == summary.started_at
                 assert finished_at == summary.finished_at

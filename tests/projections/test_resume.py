@@ -36,7 +36,7 @@ from evalledger.projections import (
     plan_resume,
 )
 from evalledger.statuses import FinalStatus, RunStatus
-from evalledger.tasks import ResolvedTask, TaskSet
+from evalledger.suite import ResolvedTask, TaskSet
 
 from .builders import RUN, completed, interrupted, key, started
 

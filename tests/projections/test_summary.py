@@ -27,6 +27,7 @@ from evalledger.ledger import (
     RunFinished,
     RunResumed,
     RunStarted,
+    TaskCompleted,
     TaskEmitted,
     TaskInterrupted,
     TaskOutput,
@@ -248,7 +249,10 @@ def test_unpriced_usage_makes_the_totals_floors() -> None:
 
 def test_fully_priced_usage_is_a_complete_total() -> None:
     events = [
-        e for e in _money_run()
+        # Every usage priced, and the completions say so (one that says its cost is
+        # incomplete makes a floor of the total all the same: an imported TIMEOUT).
+        e.model_copy(update={"cost_complete": True}) if isinstance(e, TaskCompleted) else e
+        for e in _money_run()
         if not (isinstance(e, TaskUsage) and e.cost_usd is None)
     ]
     s = summarize(events)
@@ -406,7 +410,7 @@ SPEC_COLUMNS = {
     "runs": [
         "run_id", "experiment_id", "started_at", "finished_at", "status", "tasks_planned",
         "tasks_succeeded", "tasks_failed", "tasks_error", "cost_usd",
-        "tasks_ungraded", "cost_complete",
+        "tasks_ungraded", "cost_complete", "grader_cost_usd",
     ],
     "task_attempts": [
         "run_id", "task_key", "task_id", "variant_id", "replicate_index", "attempt",
@@ -417,7 +421,7 @@ SPEC_COLUMNS = {
     ],
     "usage": [
         "run_id", "task_key", "attempt", "ts", "model", "input_tokens", "output_tokens",
-        "cache_read_tokens", "cache_write_tokens", "cost_usd", "seq",
+        "cache_read_tokens", "cache_write_tokens", "cost_usd", "seq", "role",
     ],
 }
 SPEC_COLUMNS["task_results"] = SPEC_COLUMNS["task_attempts"]
@@ -428,7 +432,7 @@ def _plan(conn: sqlite3.Connection, sql: str, params: Any = ()) -> str:
 
 
 def test_schema_two_has_the_views_and_the_run_level_index(ledger: Ledger) -> None:
-    assert ledger.schema_version == SCHEMA_VERSION == 7
+    assert ledger.schema_version == SCHEMA_VERSION == 8
     objects = dict(ledger.db.execute(
         "SELECT name, type FROM sqlite_master WHERE type IN ('view', 'index')"
     ).fetchall())
@@ -552,7 +556,7 @@ def test_a_schema_one_ledger_is_migrated_and_gets_the_views(db_path: Path) -> No
         assert verify(ledger).ok
         assert ledger.run_ids() == [RUN]
         assert ledger.db.execute("SELECT * FROM runs").fetchall() == [
-            (RUN, "exp", start.ts, end.ts, "completed", 2, 1, 0, 1, 0.25, 0, 1)
+            (RUN, "exp", start.ts, end.ts, "completed", 2, 1, 0, 1, 0.25, 0, 1, 0.0)
         ]
         assert ledger.db.execute(
             "SELECT task_key, attempt, final_status, category, input_tokens, cost_usd, "
@@ -582,7 +586,7 @@ def test_a_schema_two_ledger_is_given_the_lifecycle_index(db_path: Path) -> None
     assert _old_ledger(db_path, events, "0003_lifecycle_index") == "2"
 
     with Ledger(db_path) as ledger:
-        assert ledger.schema_version == SCHEMA_VERSION == 7
+        assert ledger.schema_version == SCHEMA_VERSION == 8
         issued: list[str] = []
         ledger.db.conn.set_trace_callback(issued.append)
         try:

@@ -1,4 +1,4 @@
-"""``evalledger._reference``: the README's task-file reference is the one the models make,
+"""``evalledger.suite._reference``: the README's task-file reference is the one the models make,
 and ``evalledger schema`` gives JSON Schemas that accept the bundled examples."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from evalledger._reference import BEGIN, END, reference_markdown
 from evalledger.cli import cli
-from evalledger.tasks import ExperimentFile, TaskFile
+from evalledger.suite import ExperimentFile, TaskFile
+from evalledger.suite._reference import BEGIN, END, reference_markdown
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_readme_holds_the_reference_the_models_make() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from evalledger.tasks import Skipped, TaskLoadError, TaskSet, load_tasks
+from evalledger.suite import Skipped, TaskLoadError, TaskSet, load_tasks
 from tests.cli.helpers import (
     assert_one_line_error,
     evalledger,
@@ -21,7 +21,7 @@ from tests.cli.helpers import (
     of_type,
     write_task,
 )
-from tests.test_tasks import MINIMAL, keys, write
+from tests.suite.test_tasks import MINIMAL, keys, write
 
 EXPERIMENT_HEAD = "experiment_id: e\ntasks: [tasks]\n"
 

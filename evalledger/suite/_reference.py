@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from .tasks import (
+from ._tasks import (
     TASK_ID_PATTERN,
     Budget,
     ExitCode,

@@ -7,9 +7,11 @@ folder holds ``run.json``; each attempt is ``<variant>/<task_id>/<NN>/task.json`
 its own.
 
 A run folder becomes what a run records: ``run.started`` (marked ``imported`` with
-the folder), its skipped files, per attempt ``task.started`` (marked with the file
-and its content hash), the file itself as one ``task.event`` (nothing it says is
-lost), ``task.usage`` per model and ``task.completed``, then ``run.finished``.
+the folder and with run.json's own totals), its skipped files, per attempt
+``task.started`` (marked with the file and its content hash), the file itself as one
+``task.event`` (nothing it says is lost), ``task.usage`` per model (the agent's, then
+grading's: its judges and simulated user, what the old harness called eval overhead)
+and ``task.completed``, then ``run.finished``.
 
 Event ids are UUIDv5s of where the event comes from (the run id, the file's path in
 the run folder, its content hash), not of the ledger it goes into: importing twice
@@ -41,7 +43,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -60,6 +62,9 @@ from evalledger.ledger import (
     TokenCounts,
 )
 from evalledger.statuses import FinalStatus, RunStatus
+
+if TYPE_CHECKING:
+    from evalledger.projections import RunSummary
 
 FORMAT = "coder_eval"
 # Fixed: event ids must come out the same on every machine, in every ledger.
@@ -81,6 +86,15 @@ _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
                      "\ud800-\udfff]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 FOLDER_LINK = "a symbolic link to a folder (not entered)"
+# How the old harness begins the reason of a task left out on purpose (its SkippedTask).
+DELIBERATE_SKIP = "skip: true"
+# What run.json says of its whole run, across versions (docs/import.md): kept with the
+# imported run (run.started.imported.totals) and compared with what the ledger counts.
+TOTALS = ("tasks_run", "tasks_succeeded", "tasks_failed", "tasks_error", "tasks_not_graded",
+          "tasks_cost_incomplete", "tasks_unpriced", "cost_complete", "total_cost_usd",
+          "agent_cost_usd", "eval_overhead_cost_usd")
+# Two costs closer than this agree (run.json's are sums of floats).
+COST_TOLERANCE = 5e-7
 
 
 class NotImportable(Exception):
@@ -140,6 +154,9 @@ class _Attempt:
     source: str
     sha256: str
     data: dict[str, Any]
+    row: Mapping[str, Any] = field(default_factory=dict)
+    """The attempt's run.json row (empty when run.json has none): what the old harness
+    summed for it (judge and simulator cost, whether its cost was complete)."""
 
 
 def find_run_folders(paths: Iterable[Path],
@@ -282,8 +299,8 @@ def read_run(folder: Path | RunFolder, *, tz: tzinfo | None = None,
     if source.problem is not None:
         (run.unfinished if source.read else run.skipped).append(source.problem)
     keys: set[str] = set()
-    attempts = _file_attempts(run, known, keys, max_file_bytes)
     rows = _rows(summary.get("task_results"))
+    attempts = _file_attempts(run, known, keys, max_file_bytes, rows)
     attempts += _row_attempts(run, rows, known, keys)
     tags = {k: r.get("tags") for k, r in rows.items() if isinstance(r.get("tags"), list)}
 
@@ -299,7 +316,7 @@ def read_run(folder: Path | RunFolder, *, tz: tzinfo | None = None,
             planned=sorted(keys), max_parallel=_int(summary.get("max_parallel"), 1),
             imported=_clean({"format": FORMAT, "source": str(run.folder.resolve()),
                              "framework_version": framework if isinstance(framework, str)
-                             else None}),
+                             else None, "totals": old_totals(summary) or None}),
         ), *_skipped(run.run_id, summary.get("skipped_tasks"), first)])
     except NotImportable as e:
         raise NotImportable(f"run.json: {e}") from e
@@ -319,6 +336,59 @@ def read_run(folder: Path | RunFolder, *, tz: tzinfo | None = None,
         event_id=_id(run.run_id, "run.json", "run.finished"), run_id=run.run_id,
         ts=max(ended or last, last), status=RunStatus.COMPLETED)])
     return run
+
+
+def old_totals(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The totals run.json states about its run, those its version has (``TOTALS``)."""
+    return {name: value for name in TOTALS
+            if isinstance(value := summary.get(name), bool)
+            or (isinstance(value, int | float) and math.isfinite(value))}
+
+
+def differences(totals: Mapping[str, Any], summary: RunSummary) -> list[str]:
+    """What the ledger counts differently from an imported run.json's own ``totals``, one
+    phrase each (``tasks_cost_incomplete 1 (run.json 2)``); none when they agree.
+
+    Costs are compared to the millionth of a dollar. run.json's ``total_cost_usd`` is
+    the agent's and grading's together where it also states ``agent_cost_usd``; an
+    older one, without it, may state the agent's alone, and agreeing with that is
+    agreeing."""
+    said: list[str] = []
+    by_role = summary.cost_by_role
+    agent, grader = by_role.get("agent", 0.0), by_role.get("grader", 0.0)
+
+    def cost(name: str, ours: float, theirs: object) -> None:
+        if isinstance(theirs, int | float) and not isinstance(theirs, bool) and (
+                abs(ours - theirs) > COST_TOLERANCE):
+            said.append(f"{name} {_usd(ours)} (run.json {_usd(theirs)})")
+
+    total = totals.get("total_cost_usd")
+    if ("agent_cost_usd" not in totals and isinstance(total, int | float)
+            and abs(total - agent) <= COST_TOLERANCE):
+        total = None
+    cost("cost", summary.total_cost_usd, total)
+    cost("agent cost", agent, totals.get("agent_cost_usd"))
+    cost("grader cost", grader, totals.get("eval_overhead_cost_usd"))
+    for name, ours, theirs in (
+        ("tasks_run", summary.tasks_run, "tasks_run"),
+        ("tasks_succeeded", summary.tasks_succeeded, "tasks_succeeded"),
+        ("tasks_failed", summary.tasks_failed, "tasks_failed"),
+        ("tasks_error", summary.tasks_error, "tasks_error"),
+        ("tasks_ungraded", summary.tasks_ungraded, "tasks_not_graded"),
+        ("tasks_cost_incomplete", summary.tasks_cost_incomplete, "tasks_cost_incomplete"),
+        ("tasks_cost_incomplete", summary.tasks_cost_incomplete, "tasks_unpriced"),
+    ):
+        value = totals.get(theirs)
+        if isinstance(value, int) and not isinstance(value, bool) and value != ours:
+            said.append(f"{name} {ours} (run.json {'' if theirs == name else theirs + ' '}"
+                        f"{value})")
+    return said
+
+
+def _usd(value: float) -> str:
+    """Dollars to the millionth, as a difference between two totals needs them."""
+    whole, _, cents = f"{value:,.6f}".partition(".")
+    return f"${whole}.{cents.rstrip('0').ljust(2, '0')}"
 
 
 def _where(folder: Path, source: str) -> str:
@@ -353,7 +423,8 @@ def _why_unstorable(error: Exception) -> str:
 
 
 def _file_attempts(run: LegacyRun, known: Mapping[str, str], keys: set[str],
-                   max_file_bytes: int) -> list[_Attempt]:
+                   max_file_bytes: int, rows: Mapping[str, dict[str, Any]],
+                   ) -> list[_Attempt]:
     """The run's task.json files that are results and new; the rest said in ``run``.
     Every key seen goes into ``keys`` (a file that is not a result, or was not read,
     still counts as planned and unfinished)."""
@@ -387,7 +458,8 @@ def _file_attempts(run: LegacyRun, known: Mapping[str, str], keys: set[str],
         if error is not None:
             run.unfinished.append(Problem(str(path), error))
             continue
-        attempts.append(_Attempt(key, variant, task_id, replicate, source, digest, data))
+        attempts.append(_Attempt(key, variant, task_id, replicate, source, digest, data,
+                                 rows.get(key, {})))
     return attempts
 
 
@@ -422,17 +494,21 @@ def _row_attempts(run: LegacyRun, rows: dict[str, dict[str, Any]], known: Mappin
         if source in known:
             run.unchanged += 1
             continue
-        attempts.append(_Attempt(key, variant, task_id, int(nn), source, "", _row_as_file(row)))
+        attempts.append(_Attempt(key, variant, task_id, int(nn), source, "", _row_as_file(row),
+                                 row))
     return attempts
 
 
 def _skipped(run_id: str, entries: object, ts: str) -> list[AnyEvent]:
+    # The old harness prefixes the reason of a task that opted out with "skip: true"
+    # ("skip: true (task_id='t')"); a file that failed to load has its exception there.
     return [
         TaskSkipped(event_id=_id(run_id, "run.json", f"task.skipped.{i}"), run_id=run_id,
-                    ts=ts, path=str(skipped.get("path") or "?"),
-                    reason=str(skipped.get("reason") or "skipped by the old harness"))
+                    ts=ts, path=str(skipped.get("path") or "?"), reason=reason,
+                    deliberate=reason.startswith(DELIBERATE_SKIP))
         for i, skipped in enumerate(entries if isinstance(entries, list) else [])
         if isinstance(skipped, dict)
+        for reason in [str(skipped.get("reason") or "skipped by the old harness")]
     ]
 
 
@@ -449,10 +525,12 @@ def _attempt_events(run_id: str, attempt: _Attempt, tags: list[Any] | None, tz: 
     definition = _clean({"agent_type": data.get("agent_type"), "model": model,
                          "task_description": data.get("task_description")})
     usages = _usage(data, model)
+    graders = _grader_usage(data, attempt.row)
     total = TokenCounts()
-    for counts, _, _ in usages:
+    for counts, _, _ in usages + graders:
         total = total + counts
-    costs = [cost for _, cost, _ in usages]
+    costs = [cost for _, cost, _ in usages + graders]
+    complete = None not in costs and not _spend_lost(attempt.row, status)
     details: dict[str, Any] = (data["error_details"]
                                if isinstance(data.get("error_details"), dict) else {})
     environment = dict(data["environment_info"]) if isinstance(
@@ -478,6 +556,11 @@ def _attempt_events(run_id: str, attempt: _Attempt, tags: list[Any] | None, tz: 
         events.append(TaskUsage(
             event_id=_id(*ident, f"task.usage.{i}"), run_id=run_id, task_key=attempt.key,
             ts=completed, model=used, cost_usd=cost, **dict(counts)))
+    for i, (counts, cost, used) in enumerate(graders):
+        events.append(TaskUsage(
+            event_id=_id(*ident, f"task.usage.grader.{i}"), run_id=run_id,
+            task_key=attempt.key, ts=completed, model=used, cost_usd=cost, role="grader",
+            **dict(counts)))
     events.append(TaskCompleted(
         event_id=_id(*ident, "task.completed"), run_id=run_id, task_key=attempt.key,
         ts=max(completed, started), attempt=1, final_status=status, category=status.category,
@@ -485,9 +568,10 @@ def _attempt_events(run_id: str, attempt: _Attempt, tags: list[Any] | None, tz: 
         criteria=_criteria(data.get("success_criteria_results")),
         error_message=_text(data.get("error_message")),
         environment_info=environment, tokens=total,
-        # No usage in the file at all: the cost is unknown, not $0.
+        # No usage in the file at all: the cost is unknown, not $0. Spend the old harness
+        # lost (below) leaves what was priced as a floor.
         cost_usd=None if None in costs or not costs else round(sum(c for c in costs if c), 10),
-        cost_complete=None not in costs,
+        cost_complete=complete,
         imported=_clean({"error_category": details.get("error_category",
                                                        data.get("error_category"))}) or None,
     ))
@@ -517,6 +601,53 @@ def _usage(data: dict[str, Any], model: str | None,
         if counts.total or cost is not None:  # no tokens and no price: nothing was used
             return [(counts, cost, model)]
     return []
+
+
+def _grader_usage(data: dict[str, Any], row: Mapping[str, Any],
+                  ) -> list[tuple[TokenCounts, float | None, str | None]]:
+    """What grading the attempt cost (the old harness's eval overhead), per model: its
+    judges' ``token_usage`` (success and post-failure criteria: both were paid for),
+    else its run.json row's ``judge_cost_usd``; and its simulated user (dialog mode):
+    the tokens of ``simulation``, priced by the row's ``simulator_cost_usd``. A judge
+    with tokens and no price is unpriced, as an agent's turn is."""
+    by_model: dict[str | None, tuple[TokenCounts, float | None]] = {}
+    judged = False
+    for name in ("success_criteria_results", "post_failure_criteria_results"):
+        results = data.get(name)
+        for result in results if isinstance(results, list) else []:
+            if not isinstance(result, dict) or not isinstance(result.get("token_usage"), dict):
+                continue
+            judged = True
+            counts, cost = _tokens(result["token_usage"])
+            if not counts.total and cost is None:
+                continue
+            used = result.get("model") if isinstance(result.get("model"), str) else None
+            before, spent = by_model.get(used, (TokenCounts(), 0.0))
+            unpriced = cost is None and counts.total > 0
+            by_model[used] = (before + counts,
+                              None if spent is None or unpriced else spent + (cost or 0.0))
+    out = [(c, cost, m) for m, (c, cost) in by_model.items()]
+    if not judged and (judge := _float(row.get("judge_cost_usd"))) is not None:
+        out.append((TokenCounts(), judge, None))
+    simulation = data.get("simulation")
+    if not isinstance(simulation, dict):
+        simulation = {}
+    counts = TokenCounts(input_tokens=_int(simulation.get("simulator_input_tokens"), 0),
+                         output_tokens=_int(simulation.get("simulator_output_tokens"), 0))
+    cost = _float(row.get("simulator_cost_usd"))
+    if counts.total or cost is not None:
+        model = simulation.get("simulator_model")
+        out.append((counts, cost, model if isinstance(model, str) else None))
+    return out
+
+
+def _spend_lost(row: Mapping[str, Any], status: FinalStatus) -> bool:
+    """Whether the old harness knew the attempt's cost to be incomplete though each usage
+    it recorded had a price: its row says ``cost_complete: false``; without that flag (an
+    older run.json), a TIMEOUT: the harness killed the agent mid-turn, and the spend of
+    that turn was never reported."""
+    flag = row.get("cost_complete")
+    return flag is False if isinstance(flag, bool) else status is FinalStatus.TIMEOUT
 
 
 def _tokens(usage: dict[str, Any]) -> tuple[TokenCounts, float | None]:
@@ -561,9 +692,13 @@ def _rows(rows: object) -> dict[str, dict[str, Any]]:
 
 
 def _row_as_file(row: dict[str, Any]) -> dict[str, Any]:
-    """A run.json row in the shape of a task.json (its field names differ)."""
+    """A run.json row in the shape of a task.json (its field names differ). The agent's
+    cost is ``agent_cost_usd`` where the row has it: its ``total_cost_usd`` then holds
+    grading's too, which is booked apart (``_grader_usage``)."""
     usage = {k: row.get(k) for k in ("input_tokens", "output_tokens", "total_cost_usd",
                                      "cache_creation_input_tokens", "cache_read_input_tokens")}
+    if "agent_cost_usd" in row:
+        usage["total_cost_usd"] = row["agent_cost_usd"]
     return _clean({"task_id": row.get("task_id"), "final_status": row.get("status"),
                    "weighted_score": row.get("weighted_score"),
                    "duration_seconds": row.get("duration"), "model_used": row.get("model_used"),

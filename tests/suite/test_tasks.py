@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from evalledger.statuses import FinalStatus
-from evalledger.tasks import (
+from evalledger.suite import (
     DEFAULT_TIMEOUT,
     Budget,
     ExitCode,
