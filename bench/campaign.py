@@ -64,7 +64,11 @@ Prints one row per family (trials, failures, events lost, processes left), a lin
 failure with the command that runs its trial again alone (each trial draws from a
 generator of its own, seeded by the seed, its family and its number), and exits 1 when
 anything failed. Families needing root (a tmpfs) say so in their row and are skipped
-elsewhere. Not part of the tests; takes minutes (``--trials 20``: about N minutes).
+elsewhere. Not part of the tests. Its length: ``--trials 3`` (115 trials) took 35 minutes
+on 2 cores at load average 14 to 25 (``sql`` alone 13, ``killed while creating`` 5: it
+runs at least 20 trials whatever the size).
+Kinds a family must cover (places, carriers, attacks, mutations, makers) are taken in
+turn, so as many trials as kinds cover them all.
 
 The children import ``evalledger`` as this interpreter would (the checkout, when it is
 installed editable). To test one fixed version while the checkout is being edited, put a
@@ -102,7 +106,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 REPO = Path(__file__).resolve().parent.parent
 KILL_GRACE = 5.0  # seconds the watchdog has to clean up after a SIGKILLed runner
@@ -999,6 +1003,18 @@ def tool(trial: Trial, *args: object) -> Any:
     return json.loads(done.stdout)
 
 
+T = TypeVar("T")
+
+
+def in_turn(kinds: list[T] | tuple[T, ...], trial: Trial) -> T:
+    """The kind a trial takes: each in turn (trial i the i-th), so that as many trials
+    as kinds cover them all, whatever the seed."""
+    return kinds[trial.number % len(kinds)]
+
+
+CARRIERS = ("merge", "import-events")
+
+
 def until(condition: Callable[[], bool], what: str, runner: Runner | None = None,
           timeout: float = RUN_TIMEOUT) -> None:
     """Wait for a state; a campaign error if ``runner`` ends first or time runs out."""
@@ -1168,7 +1184,7 @@ def random_files(folder: Path, rng: random.Random) -> dict[Path, bytes]:
 
 def forged_trial(trial: Trial, checks: Checks, rng: random.Random) -> None:
     token = f"{rng.getrandbits(64):016x}"
-    place = rng.choice(FORGED_PLACES)
+    place = in_turn(FORGED_PLACES, trial)
     named = real = trial.tmp / f"evalledger-forged-{token}"  # the folder the row names
     if place == FORGED_PLACES[0]:
         named.mkdir()
@@ -1180,7 +1196,7 @@ def forged_trial(trial: Trial, checks: Checks, rng: random.Random) -> None:
         named = real = trial.tmp
     elif place == FORGED_PLACES[4]:
         named = real = trial.dir
-    carrier, resumed = rng.choice(["merge", "import-events"]), rng.random() < 0.3
+    carrier, resumed = in_turn(CARRIERS, trial), rng.random() < 0.3
     checks.tally.seen[f"{place} by {carrier}"] += 1
     scratch = trial.dir / "elsewhere.db"
     forged = tool(trial, "forge-started", scratch, "--folder", named, "--token", token,
@@ -1274,7 +1290,7 @@ def deleted_trial(trial: Trial, checks: Checks, rng: random.Random, other: Path)
     for i, n in enumerate(lines):
         (suite / f"t{i}.yaml").write_text(yaml_task(GATED.format(lines=n, gate=gates[i]),
                                                     trial.mark, timeout=RUN_TIMEOUT))
-    attack, through = rng.choice(list(DELETIONS)), rng.randint(0, len(lines) - 1)
+    attack, through = in_turn(list(DELETIONS), trial), rng.randint(0, len(lines) - 1)
     checks.tally.seen[attack] += 1
     runner = trial.start(*run_args(suite, run_id, trial.out, len(lines)), run_id=run_id, db=db)
     try:
@@ -1425,7 +1441,7 @@ def again(trial: Trial, checks: Checks, command: str, source: Source, db: Path,
 
 def transfer_kill_trial(trial: Trial, checks: Checks, rng: random.Random,
                         sources: list[Source]) -> None:
-    source, command = rng.choice(sources), rng.choice(["merge", "import-events"])
+    source, command = rng.choice(sources), in_turn(CARRIERS, trial)
     checks.tally.seen[command] += 1
     local = destination(trial, rng)
     target = 0 if rng.random() < 0.1 else rng.randint(1, source.events)
@@ -1449,7 +1465,7 @@ def transfer_full_trial(trial: Trial, checks: Checks, rng: random.Random,
                         sources: list[Source]) -> None:
     """The destination on a tmpfs from 256 KiB to about what the whole transfer needs
     (a row takes about 330 bytes in the file and twice that in the WAL)."""
-    source, command = rng.choice(sources), rng.choice(["merge", "import-events"])
+    source, command = rng.choice(sources), in_turn(CARRIERS, trial)
     size = rng.randint(256, max(512, source.events * 700 // 1024))
     local = destination(trial, rng)
     with tmpfs(trial, f"{size}k") as full:
@@ -1577,7 +1593,7 @@ def snapshot_trial(trial: Trial, checks: Checks, rng: random.Random, base: Path,
     run, kinds = rng.choice(BASE_RUNS), rng.sample(SNAPSHOT_KINDS, rng.randint(1, 4))
     flip = rng.sample(keys, rng.randint(1, len(keys)))
     last = max_seq(trial.db)
-    claim = rng.choice(["real", "plausible", "past its own seq", "huge"])
+    claim = in_turn(["real", "plausible", "past its own seq", "huge"], trial)
     through = {"real": "real", "plausible": str(rng.randint(0, last)),
                "past its own seq": str(last + len(kinds) + rng.choice([0, 1, 10**6])),
                "huge": str(rng.choice([10**9, 2**62, 2**63 - 1, 2**63, 10**20]))}[claim]
@@ -1864,7 +1880,7 @@ INTO = {"new": "no ledger yet", "held": "a ledger holding the run already",
 
 def refusal_trial(trial: Trial, checks: Checks, rng: random.Random, export: Export,
                   dests: dict[str, Path]) -> None:
-    mutation = rng.choice(MUTATIONS)
+    mutation = in_turn(MUTATIONS, trial)
     checks.tally.seen[mutation.__name__.replace("_", " ")] += 1
     hostile = mutation(export, rng)
     into = rng.choice(["new", "held", "other"]) if hostile.into == "any" else hostile.into
@@ -1903,12 +1919,13 @@ def creation_trial(trial: Trial, checks: Checks, rng: random.Random, source: Sou
               "merge": ("merge", source.what("merge")),
               "import-events": ("import-events", source.what("import-events")),
               "import": ("import", str(legacy))}
-    maker = rng.choice(list(makers))
+    maker = in_turn(list(makers), trial)
     db = trial.dir / "new.db"
     runner = trial.start(*makers[maker], run_id="c", db=db)
     if rng.random() < 0.8:
         until(lambda: db.exists() or runner.popen.poll() is not None, "the file", timeout=60)
-        delay = rng.uniform(0, 0.03)
+        # Mostly within creation itself; sometimes later, once a loaded machine got there.
+        delay = rng.uniform(0, 0.03) if rng.random() < 0.7 else rng.uniform(0.03, 0.5)
         when = f"{maker} killed {delay * 1000:.1f} ms after the file appeared"
     else:
         delay = rng.uniform(0, 1.5)
@@ -2114,11 +2131,19 @@ def host_trial(trial: Trial, checks: Checks, rng: random.Random, viewers: list[V
 
 
 # The old reader took 23.5 GB for a task.json linked to /dev/zero: its children run with
-# their address space capped at 1 GiB, so an unbounded read fails fast instead.
-CAPPED = ("import resource, runpy, sys; "
-          "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)); "
-          "sys.argv = ['evalledger', *sys.argv[1:]]; "
-          "runpy.run_module('evalledger.cli', run_name='__main__')")
+# their address space capped at 1 GiB, so an unbounded read fails fast instead. Peak
+# memory is the child's own VmHWM, written as it exits: wait4's ru_maxrss also counts
+# the forking parent's high-water mark, carried over the exec.
+CAPPED = """\
+import resource, runpy, sys
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+hwm, sys.argv = sys.argv[1], ['evalledger', *sys.argv[2:]]
+try:
+    runpy.run_module('evalledger.cli', run_name='__main__')
+finally:
+    with open('/proc/self/status') as status, open(hwm, 'w') as out:
+        out.write(next(line.split()[1] for line in status if line.startswith('VmHWM:')))
+"""
 LEGACY_PEAK = 200_000_000
 SECRET = "s3cret-outside-the-runs"
 
@@ -2252,24 +2277,22 @@ def legacy_trial(trial: Trial, checks: Checks, rng: random.Random, peaks: list[i
 
 def capped_import(trial: Trial, runs: Path) -> tuple[int, str, str, int, float]:
     """``evalledger import RUNS`` with its memory capped: exit code, stdout, stderr, peak
-    resident memory (its own, from wait4) and seconds taken. Killed after 120 s: a
-    FIFO opened for reading blocks forever."""
-    out, err = trial.dir / "import.out", trial.dir / "import.err"
+    resident memory (its own VmHWM; 0 if it was killed) and seconds taken. Killed
+    after 120 s: a FIFO opened for reading blocks forever."""
+    out, err, hwm = (trial.dir / f"import.{n}" for n in ("out", "err", "hwm"))
     started = time.monotonic()
     with out.open("wb") as o, err.open("wb") as e:
-        popen = subprocess.Popen([sys.executable, "-c", CAPPED, "--ledger", str(trial.db),
-                                  "import", str(runs)], stdout=o, stderr=e, cwd=trial.dir,
-                                 env=trial.env(), stdin=subprocess.DEVNULL)
-    while not (reaped := os.wait4(popen.pid, os.WNOHANG))[0]:
-        if time.monotonic() - started > 120:
-            popen.kill()
-            reaped = os.wait4(popen.pid, 0)
-            break
-        time.sleep(0.02)
-    _, status, usage = reaped
-    rc = popen.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+        popen = subprocess.Popen([sys.executable, "-c", CAPPED, str(hwm), "--ledger",
+                                  str(trial.db), "import", str(runs)], stdout=o, stderr=e,
+                                 cwd=trial.dir, env=trial.env(), stdin=subprocess.DEVNULL)
+    try:
+        rc = popen.wait(120)
+    except subprocess.TimeoutExpired:
+        popen.kill()
+        rc = popen.wait()
+    peak = int(hwm.read_text() or 0) * 1024 if hwm.exists() else 0  # VmHWM is in kB
     return (rc, out.read_text(errors="replace"), err.read_text(errors="replace"),
-            usage.ru_maxrss * 1024, time.monotonic() - started)
+            peak, time.monotonic() - started)
 
 
 # --------------------------------------------------------------------------- 20.10 one line
