@@ -140,11 +140,12 @@ class Tally:
 
     def kill_note(self) -> None:
         if self.kills or self.ended_first:
-            later = [k for k in self.kills if k] or [0]
+            later = [k for k in self.kills if k]
+            span = f"{min(later)} to {max(later)}" if later else "none"
             self.notes.append(
                 f"{len(self.kills)} SIGKILLs delivered: {len(self.kills) - len(later)} before "
-                f"the run had an event in the ledger, the others once it had {min(later)} to "
-                f"{max(later)}; rounds that ended before their kill point: {self.ended_first}")
+                f"the run had an event in the ledger, the others once it had {span}; rounds "
+                f"that ended before their kill point: {self.ended_first}")
 
     @contextlib.contextmanager
     def trial(self, name: str, index: int | None = None) -> Iterator[Checks]:
