@@ -21,7 +21,7 @@ import sqlite3
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from itertools import chain
 from operator import attrgetter
 from pathlib import Path
@@ -152,6 +152,9 @@ class Ledger:
         self.path = Path(path)
         self.read_only = read_only
         self.busy_timeout = busy_timeout
+        # Invariant: True once check_file found that the path no longer names this
+        # ledger's file or -wal; close then empties the -wal into the ledger's own file.
+        self._gone = False
         if self.path.is_dir():
             raise NotALedger(f"{self.path} is a directory, not a ledger file")
         if read_only and not self.path.is_file():
@@ -283,6 +286,13 @@ class Ledger:
         """
         if self._file_id is None:  # read-only: nothing this process writes can be lost
             return
+        try:
+            self._check_file()
+        except LedgerGone:
+            self._gone = True
+            raise
+
+    def _check_file(self) -> None:
         now = _file_id(self._names[0])
         if now is None:
             raise LedgerGone(f"{self.path} was deleted or moved away while in use here; "
@@ -356,6 +366,15 @@ class Ledger:
         return self._meta("ledger_id") or ""
 
     def close(self) -> None:
+        if self._gone:
+            # SQLite neither checkpoints nor deletes the -wal of a file that was moved
+            # or unlinked (it may be another's now): left at the path, it would be
+            # replayed over whatever file is put there next (a backup renamed over the
+            # ledger read as this one, and rewritten so by its next writer). Empty it
+            # into this ledger's own file instead, through the descriptors SQLite holds:
+            # a ledger moved away then holds every event committed.
+            with suppress(sqlite3.Error):
+                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self._conn.close()
 
     def __enter__(self) -> Ledger:

@@ -8,10 +8,13 @@ run.json with an anchor and exited 0: every event was lost.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import sqlite3
 import subprocess
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -127,3 +130,58 @@ def wait_for_start_of_attempt(db: Path, proc: subprocess.Popen[str]) -> None:
     from .helpers import wait_for_events
 
     wait_for_events(db, "r", "task.started", at_least=TASKS + 1, proc=proc)
+
+
+def _committed_ids(db: Path) -> set[str]:
+    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        return {event_id for (event_id,) in conn.execute("SELECT event_id FROM events")}
+
+
+def _run_ids(cwd: Path, db: Path) -> list[str]:
+    listed = evalledger(cwd, db, "runs", "--format", "json")
+    assert listed.returncode == 0, listed.stderr
+    return sorted(json.loads(line)["run_id"] for line in listed.out_lines)
+
+
+def test_a_ledger_renamed_over_a_running_one_is_left_as_it_came(tmp_path: Path) -> None:
+    """SQLite keeps the -wal of a file that was replaced, and it stayed at the path: the
+    ledger renamed in (a restored backup) read as the run's old one, and the next run
+    wrote that into it for good."""
+    db, gate, other = tmp_path / "ledger" / "l.db", tmp_path / "gate", tmp_path / "other.db"
+    db.parent.mkdir()
+    write_task(tmp_path / "quick" / "t.yaml", "echo hi")
+    assert evalledger(tmp_path, other, "run", "quick", "--run-id", "restored").returncode == 0
+    tasks = _tasks(tmp_path / "tasks", gate)
+    run = spawn(tmp_path, db, "run", str(tasks), "--run-id", "r", "--out",
+                str(tmp_path / "out"), "-j", str(TASKS))
+    try:
+        wait_for_start(db, "r", proc=run)
+        shutil.copyfile(other, tmp_path / "ledger" / "incoming.db")
+        os.replace(tmp_path / "ledger" / "incoming.db", db)
+    finally:
+        result = _finish(run, gate)
+    _assert_ended_at_once(result, db, tmp_path / "out" / "r")
+    assert _run_ids(tmp_path, db) == ["restored"]
+    assert evalledger(tmp_path, db, "run", "quick", "--run-id", "next").returncode == 0
+    assert _run_ids(tmp_path, db) == ["next", "restored"]
+    assert evalledger(tmp_path, db, "verify").returncode == 0
+
+
+def test_a_ledger_moved_away_under_a_run_keeps_every_event_it_committed(
+    tmp_path: Path,
+) -> None:
+    """The events a run committed before its ledger was moved were in the -wal, which
+    stayed behind at the old name: the moved file held no table at all."""
+    db, gate = tmp_path / "ledger" / "l.db", tmp_path / "gate"
+    db.parent.mkdir()
+    tasks = _tasks(tmp_path / "tasks", gate)
+    run = spawn(tmp_path, db, "run", str(tasks), "--run-id", "r", "-j", str(TASKS))
+    try:
+        wait_for_start(db, "r", proc=run)
+        committed = _committed_ids(db)
+        os.rename(db, tmp_path / "moved.db")
+    finally:
+        result = _finish(run, gate)
+    assert_one_line_error(result)
+    assert committed <= _committed_ids(tmp_path / "moved.db")
+    assert evalledger(tmp_path, tmp_path / "moved.db", "verify").returncode == 0
