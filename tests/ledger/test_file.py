@@ -15,6 +15,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -89,8 +90,12 @@ def _delete_folder(db: Path) -> None:
 
 
 def _replace(db: Path) -> None:
-    shutil.copyfile(db, db.with_name("copy.db"))
-    os.replace(db.with_name("copy.db"), db)
+    """A backup of the ledger (taken by SQLite: its events are still in the -wal) renamed
+    over it, as a restore does."""
+    copy = db.with_name("copy.db")
+    with closing(sqlite3.connect(db)) as source, closing(sqlite3.connect(copy)) as target:
+        source.backup(target)
+    os.replace(copy, db)
 
 
 def _delete_wal(db: Path) -> None:
