@@ -27,7 +27,7 @@ from urllib.parse import quote, urlencode
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
-from evalledger import __version__
+from evalledger._version import __version__
 from evalledger._text import money, visible
 from evalledger.agents import Entry, final_facts, parser_for
 from evalledger.projections import RoleUsage, RunSummary, TaskRow, tag_stats
