@@ -27,8 +27,8 @@ from urllib.parse import quote, urlencode
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
-from evalledger._version import __version__
 from evalledger._text import money, visible
+from evalledger._version import __version__
 from evalledger.agents import Entry, final_facts, parser_for
 from evalledger.projections import RoleUsage, RunSummary, TaskRow, tag_stats
 from evalledger.statuses import GRADED, Category, FinalStatus
