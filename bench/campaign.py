@@ -1040,6 +1040,11 @@ def no_ledger_yet(result: subprocess.CompletedProcess[str], db: Path) -> bool:
             and result.stderr.startswith(f"Error: no ledger at {db} (it holds no table yet"))
 
 
+def no_file_yet(result: subprocess.CompletedProcess[str], db: Path) -> bool:
+    """The answer for a path where no file is yet: exit 2 and one line saying so."""
+    return result.returncode == 2 and result.stderr == f"Error: no ledger at {db}\n"
+
+
 def verify_left(trial: Trial, checks: Checks, db: Path, when: str) -> str:
     """``verify`` of what a killed or stopped writer left: no file, no ledger yet (its
     creation was cut), or a ledger verify accepts. Returns which."""
@@ -1501,12 +1506,13 @@ def transfer_verify_trial(trial: Trial, checks: Checks, rng: random.Random,
     while any(w.popen.poll() is None for w in writers):
         seen = max_seq(trial.db)
         result = trial.call("verify")
-        if seen == 0 and no_ledger_yet(result, trial.db):
-            verdicts["no ledger yet"] += 1
+        if seen == 0 and (no_ledger_yet(result, trial.db) or no_file_yet(result, trial.db)):
+            verdicts["no ledger yet"] += 1  # asked before the writers made the file
             continue
         verdicts[str(result.returncode)] += 1
         if not checks.expect(result.returncode == 0, f"verify during {what} exited "
-                             f"{result.returncode}: {result.stdout.strip()[:400]!r}"):
+                             f"{result.returncode}: {result.stdout.strip()[:300]!r} "
+                             f"{result.stderr.strip()[:300]!r}"):
             break
     for writer in writers:
         rc = writer.wait()

@@ -65,10 +65,9 @@ def forge_snapshot(args: argparse.Namespace) -> Any:
     Returns the seqs appended, which of them lie (their value differs from the true
     folds through that seq, or they claim events after their own seq) and what was
     flipped."""
-    from evalledger.projections._rebuild import snapshot_events
-
     from evalledger.ledger import Ledger, TaskCompleted
     from evalledger.projections import ResumeFold, SummaryFold, fold
+    from evalledger.projections._snapshots import snapshot_events
     from evalledger.statuses import FinalStatus
 
     def snapshots(events: list[Any], through: int) -> list[Any]:
