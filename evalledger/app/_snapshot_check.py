@@ -62,7 +62,7 @@ class SnapshotCheck:
             return
         self.runs += 1
         summary, resume = SummaryFold(run_id), ResumeFold(run_id)
-        read = ledger.events if self.deep else ledger.replay
+        read = ledger.events if self.deep else ledger.lite_events
         replay = read(run_id, types=SummaryFold.TYPES | ResumeFold.TYPES)
         try:
             self._compare(_Replay(replay, summary, resume), heads, run_id, last)

@@ -5,12 +5,17 @@ Each migration is one step of ``MIGRATIONS`` and ends by writing its number as
 opening a ledger whose version is above ``SCHEMA_VERSION`` is refused, because
 this program cannot know what a newer one meant by its tables.
 
-Columns beyond docs/ledger.md: none. Indexes beyond the UNIQUE ``event_id``:
+Columns beyond docs/ledger.md: none. Indexes beyond the UNIQUE ``event_id`` (as the
+latest migration leaves them; ``seq`` is the rowid, which ends every index entry):
 
-- ``events_by_run_type (run_id, type, seq)``: "events of run R of types T in seq
-  order" is one range scan per type, already sorted; projections read only the
-  types they fold, so a summary never touches the ``task.output`` rows.
-- ``events_by_run_task (run_id, task_key, seq)``: "events of task K of run R".
+- ``events_by_run_type (run_id, type)``: "events of run R of types T in seq order" is
+  one range scan per type, already sorted; a summary never touches ``task.output`` rows.
+- ``events_by_run_task (run_id, task_key)``: "events of task K of run R".
+- ``events_run_level (type, run_id, seq) WHERE task_key IS NULL``: listing runs and
+  finding snapshots without scanning the task events.
+- ``events_lifecycle (run_id, seq, type, task_key, ts, event_id, payload, hash)``,
+  partial (no output lines, no snapshots): a summary or resume rebuild is one
+  index-only range scan.
 
 Triggers make ``events`` append-only: UPDATE and DELETE abort with
 ``events are append-only``. Someone can still drop a trigger; the hash chain is

@@ -626,7 +626,7 @@ class Ledger:
             except ValueError as e:  # pydantic's ValidationError included
                 raise _invalid(self.path, row, e) from e
 
-    def replay(
+    def lite_events(
         self,
         run_id: str,
         *,

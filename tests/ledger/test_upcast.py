@@ -67,7 +67,7 @@ def _stored(ledger: Ledger, **old: Any) -> str:
 def _completion(ledger: Ledger) -> tuple[TaskCompleted, Any]:
     """The run's task.completed as the typed events and as the rebuilds' decoding read it."""
     (full,) = ledger.events(RUN, types=[EventType.TASK_COMPLETED])
-    (lite,) = ledger.replay(RUN, types=[EventType.TASK_COMPLETED])
+    (lite,) = ledger.lite_events(RUN, types=[EventType.TASK_COMPLETED])
     assert isinstance(full, TaskCompleted)
     return full, lite
 
@@ -78,7 +78,7 @@ def test_an_old_shape_is_read_as_the_current_one_by_every_decoder(
     full, lite = _completion(ledger)
     assert full.duration_seconds == lite.duration_seconds == 12.5
     assert full.environment_info == lite.environment_info == {"python": "3.11"}
-    summary = fold(SummaryFold(RUN), ledger.replay(RUN, types=SummaryFold.TYPES))
+    summary = fold(SummaryFold(RUN), ledger.lite_events(RUN, types=SummaryFold.TYPES))
     assert summary.summary().tasks[0].duration_seconds == 12.5
     assert verify(ledger).ok  # verify validates through the upcaster too
     assert [r.payload for r in ledger.rows(RUN)][-1] == text  # stored as it was, as hashed
