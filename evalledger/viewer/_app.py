@@ -225,8 +225,11 @@ class _Views:
         return await anyio.to_thread.run_sync(call)
 
     def _page(self, template: str, **context: Any) -> HTMLResponse:
+        # ``seq``: how far the folds had read when the page was made. A live page compares
+        # it with the stream's hello: a change folded in between (before the page
+        # subscribed) is no notice it will ever get, so it refreshes once.
         return HTMLResponse(render(template, mode="app", ledger_name=self.state.path.name,
-                                   **context))
+                                   seq=self.state.seq, **context))
 
     # -- data: one function per resource, rendered as a page or as JSON by its route -------
 

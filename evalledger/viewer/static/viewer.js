@@ -74,5 +74,12 @@
         !change.tasks.some(function (t) { return t[0] === run && t[1] === task; })) { return; }
     refresh();
   });
+  // What was folded after the page was made and before it subscribed sends no change
+  // notice: the hello names how far the folds have read, and a page made earlier
+  // refreshes once.
+  source.addEventListener("hello", function (event) {
+    const seq = JSON.parse(event.data).seq;
+    if (body.dataset.seq !== undefined && String(seq) !== body.dataset.seq) { refresh(); }
+  });
   source.addEventListener("open", function () { body.dataset.streaming = "1"; });
 })();
