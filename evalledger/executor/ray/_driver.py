@@ -256,11 +256,18 @@ class RayExecutor:
                 ``task.completed`` that had already arrived).
         """
         remote = _RemoteAttempt()
-        return await run_attempt(
-            ctx.writer, ctx.run_id, task.task_key,
-            functools.partial(self._follow, task, ctx, attempt, remote),
-            functools.partial(self._interrupted, remote), release,
-        )
+        try:
+            return await run_attempt(
+                ctx.writer, ctx.run_id, task.task_key,
+                functools.partial(self._follow, task, ctx, attempt, remote),
+                functools.partial(self._interrupted, remote),
+            )
+        finally:
+            # The slot is freed once the attempt is stopped on its worker too, as the
+            # driver did before the protocol was shared: a remote attempt holds its slot
+            # until it has been told to stop.
+            if release is not None:
+                release()
 
     async def _follow(self, task: ResolvedTask, ctx: RunContext, attempt: int,
                       remote: _RemoteAttempt) -> AttemptOutcome:
