@@ -32,9 +32,10 @@ def ray_mark(token: str) -> str:
     return f"{MARKER_VAR}={token}.ray"
 
 
-def kill_marked(*entries: str, prefix: bool = False) -> list[int]:
-    """SIGKILL every process whose environment holds one of ``entries`` (each a whole
-    ``NAME=value``, or with ``prefix`` the start of one); return their pids.
+def kill_marked(*entries: str, prefix: bool = False,
+                sig: signal.Signals = signal.SIGKILL) -> list[int]:
+    """SIGKILL (or ``sig``) every process whose environment holds one of ``entries``
+    (each a whole ``NAME=value``, or with ``prefix`` the start of one); return their pids.
 
     Each process is pinned with a pidfd before its environment is read, so a pid
     reused meanwhile is never signalled.
@@ -46,7 +47,8 @@ def kill_marked(*entries: str, prefix: bool = False) -> list[int]:
     # Again while it finds some: a process forked during a scan may have a pid the
     # scan had already passed.
     for _ in range(3):
-        found = [pid for pid in _pids() if pid not in killed and _signal_if(pid, needles)]
+        found = [pid for pid in _pids()
+                 if pid not in killed and _signal_if(pid, needles, sig)]
         if not found:
             break
         killed += found
@@ -78,9 +80,9 @@ def _pids() -> list[int]:
     return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit() and int(e.name) != me]
 
 
-def _signal_if(pid: int, needles: list[bytes]) -> bool:
-    """SIGKILL ``pid`` if its environment holds a needle; pinned by a pidfd where the
-    kernel has them (5.3+), so a pid reused meanwhile is never signalled."""
+def _signal_if(pid: int, needles: list[bytes], sig: signal.Signals) -> bool:
+    """Send ``sig`` to ``pid`` if its environment holds a needle; pinned by a pidfd where
+    the kernel has them (5.3+), so a pid reused meanwhile is never signalled."""
     try:
         pidfd: int | None = os.pidfd_open(pid)
     except ProcessLookupError:
@@ -91,9 +93,9 @@ def _signal_if(pid: int, needles: list[bytes]) -> bool:
         if not _holds(pid, needles):
             return False
         if pidfd is None:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, sig)
         else:
-            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            signal.pidfd_send_signal(pidfd, sig)
         return True
     except OSError:  # gone, or not ours to signal
         return False

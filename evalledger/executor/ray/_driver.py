@@ -170,8 +170,9 @@ class RayExecutor:
         ray = self._ray
         try:
             if ray.is_initialized():
-                patience = 0.0 if kill_now or not self._stopped_some else self.spec.kill_grace + 5
-                self._sweep(patience)
+                gently = self._stopped_some and not kill_now
+                self._sweep(self.spec.kill_grace + 5 if gently else 0.0,
+                            self.spec.kill_grace if gently else 0.0)
         except Exception as e:
             log.warning("the end-of-batch sweep failed: %s", first_line(e))
         finally:
@@ -180,18 +181,18 @@ class RayExecutor:
                 with contextlib.suppress(Exception):
                     ray.shutdown()
 
-    def _sweep(self, patience: float) -> None:
+    def _sweep(self, patience: float, grace: float = 0.0) -> None:
         ray = self._ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         sweep = ray.remote(max_retries=0, num_cpus=0)(sweep_node)
         refs = [
             sweep.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-                node["NodeID"], soft=False)).remote(self.spec.batch_token, patience)
+                node["NodeID"], soft=False)).remote(self.spec.batch_token, patience, grace)
             for node in ray.nodes() if node.get("Alive")
         ]
         try:
-            ray.get(refs, timeout=SWEEP_TIMEOUT + patience)
+            ray.get(refs, timeout=SWEEP_TIMEOUT + patience + grace)
         except Exception as e:  # a node going away meanwhile: its workers' watchdogs clean
             log.warning("the end-of-batch sweep did not reach every node: %s", first_line(e))
 

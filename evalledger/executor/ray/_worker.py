@@ -20,6 +20,7 @@ import functools
 import itertools
 import os
 import queue
+import signal
 import socket
 import tempfile
 import threading
@@ -311,14 +312,23 @@ def pack_artifacts(folder: Path) -> bytes | int:
         remove_tree(folder, ignore_errors=True)
 
 
-def sweep_node(batch_token: str, patience: float) -> tuple[str, int]:
+def sweep_node(batch_token: str, patience: float, grace: float = 0.0) -> tuple[str, int]:
     """End of a batch, on one node: give what carries its mark ``patience`` seconds to
-    end (attempts being stopped end their own process groups, grace period included),
-    kill the rest, remove the batch's folders."""
-    deadline = time.monotonic() + patience
-    while time.monotonic() < deadline and marked(batch_mark(batch_token)):
-        time.sleep(0.05)
-    killed = kill_marked(batch_mark(batch_token), prefix=True)
+    end (attempts being stopped end their own process groups, grace period included);
+    then SIGTERM what is left and give it ``grace`` seconds; kill the rest; remove the
+    batch's folders. The SIGTERM keeps the grace period when the worker's own stop
+    comes late (Ray delivers a cancel when it can) or never (a worker gone)."""
+    mark = batch_mark(batch_token)
+
+    def wait(seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and marked(mark):
+            time.sleep(0.05)
+
+    wait(patience)
+    if grace > 0 and kill_marked(mark, prefix=True, sig=signal.SIGTERM):
+        wait(grace)
+    killed = kill_marked(mark, prefix=True)
     folder = batch_folder(batch_token)
     # The token is the live driver's, not a ledger's; still, removed only with its proof.
     if proven(str(folder), batch_token, tempfile.gettempdir()):
