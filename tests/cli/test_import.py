@@ -19,7 +19,7 @@ import pytest
 from evalledger.importers.legacy import key_of, read_run
 from evalledger.ledger import Ledger, TaskCompleted, TaskEmitted, TaskStarted
 
-from .helpers import COMMAND, PATIENCE, Result, _env, evalledger, wait_until
+from .helpers import COMMAND, PATIENCE, Result, _env, evalledger
 
 RUN = "2026-03-01_10-00-00"
 
@@ -267,31 +267,19 @@ finally:
 
 def import_process(cwd: Path, db: Path, *args: str) -> tuple[Result, int]:
     """``evalledger import ARGS`` as a real process (memory capped), and its peak resident
-    memory in bytes. A process still running
-    after PATIENCE seconds (a FIFO opened for reading blocks forever) is killed and the
-    test fails."""
+    memory in bytes. A process still running after PATIENCE seconds (a FIFO opened for
+    reading blocks forever) is killed and the test fails."""
     with open(cwd / "out.txt", "wb") as out, open(cwd / "err.txt", "wb") as err:
         proc = subprocess.Popen([sys.executable, "-c", _CAPPED, str(cwd / "hwm.txt"),
                                  "--ledger", str(db), "import", *args],
                                 cwd=cwd, env=_env(), stdout=out, stderr=err)
-    reaped: list[tuple[int, int, Any]] = []
-
-    def ended() -> bool:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            reaped.append((pid, status, usage))
-        return bool(pid)
-
     try:
-        wait_until(ended, "evalledger import to end")
+        returncode = proc.wait(timeout=PATIENCE)
     finally:
-        if not reaped:
+        if proc.poll() is None:
             proc.kill()
-            os.wait4(proc.pid, 0)
-        proc.returncode = -1  # reaped here: Popen must not wait for it again
-    _, status, _ = reaped[0]
-    result = Result(os.waitstatus_to_exitcode(status), (cwd / "out.txt").read_text(),
-                    (cwd / "err.txt").read_text())
+            proc.wait()
+    result = Result(returncode, (cwd / "out.txt").read_text(), (cwd / "err.txt").read_text())
     return result, int((cwd / "hwm.txt").read_text()) * 1024  # VmHWM is in kB
 
 
