@@ -124,17 +124,12 @@ class Line:
 
 @dataclass
 class TranscriptPage:
+    """A page of a task's transcript as read; the ``Transcript`` resource (``_resources``)
+    is what the app serves from it, and names the page's first and last seq."""
+
     lines: list[Line]
     more_before: bool
     more_after: bool
-
-    @property
-    def first_seq(self) -> int:
-        return self.lines[0].seq if self.lines else 0
-
-    @property
-    def last_seq(self) -> int:
-        return self.lines[-1].seq if self.lines else 0
 
 
 def transcript(
