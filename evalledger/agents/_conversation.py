@@ -37,6 +37,10 @@ class Tokens:
         return Tokens(self.input + other.input, self.output + other.output,
                       self.cache_read + other.cache_read, self.cache_write + other.cache_write)
 
+    def __sub__(self, other: Tokens) -> Tokens:
+        return Tokens(self.input - other.input, self.output - other.output,
+                      self.cache_read - other.cache_read, self.cache_write - other.cache_write)
+
 
 @dataclass(frozen=True, slots=True)
 class SessionStart:
@@ -140,24 +144,28 @@ class RunningUsage:
 
     finished: Tokens = Tokens()
     _messages: dict[str, Tokens] = field(default_factory=dict)
+    # Invariant: the sum of _messages, kept as they change rather than re-added on every
+    # read (a curve reads the total after each of thousands of messages).
+    _estimate: Tokens = Tokens()
 
     @property
     def total(self) -> Tokens:
-        estimate = Tokens()
-        for tokens in self._messages.values():
-            estimate = estimate + tokens
-        return self.finished + estimate
+        return self.finished + self._estimate
 
     def add(self, entry: Entry) -> bool:
         """Count ``entry``; True when the total moved."""
         if entry.usage is not None:
-            self._messages[entry.message_id or f"#{len(self._messages)}"] = entry.usage
+            key = entry.message_id or f"#{len(self._messages)}"
+            previous = self._messages.get(key, Tokens())
+            self._messages[key] = entry.usage
+            self._estimate = self._estimate + entry.usage - previous
             return True
         final = next((s for s in entry.steps if isinstance(s, FinalResult)), None)
         if final is None:
             return False
         self.finished = self.total if final.tokens is None else self.finished + final.tokens
         self._messages.clear()
+        self._estimate = Tokens()
         return True
 
 

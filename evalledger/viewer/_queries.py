@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
-from evalledger.agents import Parser, RunningUsage, lines_of, parser_for
+from evalledger.agents import USAGE_PARSERS, Parser, RunningUsage, lines_of, parser_for
 from evalledger.app._repository import load_fold
 from evalledger.ledger import (
     AnyEvent,
@@ -124,17 +124,12 @@ class Line:
 
 @dataclass
 class TranscriptPage:
+    """A page of a task's transcript as read; the ``Transcript`` resource (``_resources``)
+    is what the app serves from it, and names the page's first and last seq."""
+
     lines: list[Line]
     more_before: bool
     more_after: bool
-
-    @property
-    def first_seq(self) -> int:
-        return self.lines[0].seq if self.lines else 0
-
-    @property
-    def last_seq(self) -> int:
-        return self.lines[-1].seq if self.lines else 0
 
 
 def transcript(
@@ -251,7 +246,8 @@ def usage_curves(ledger: Ledger, run_id: str, task_key: str, tries: list[Attempt
 
     One range scan of the key's JSON events, of those that mention usage at all.
     """
-    parsers = {t.number: parser_for(t.stream_format) for t in tries}
+    # Usage only: the messages' content is not read (what the executor meters by).
+    parsers = {t.number: USAGE_PARSERS.get(t.stream_format) for t in tries}
     if not any(parsers.values()):
         return {}
     tallies: dict[int, RunningUsage] = {}
