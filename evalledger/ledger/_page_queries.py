@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ._queries import json_object
 from ._rows import EventRow, EventType
 from ._store import _COLUMNS, Ledger
 
@@ -42,8 +43,7 @@ def run_imported(ledger: Ledger, run_id: str) -> dict[str, Any] | None:
         "SELECT json_extract(payload, '$.imported') FROM events WHERE run_id = ? "
         "AND task_key IS NULL AND type = ? ORDER BY seq LIMIT 1",
         [run_id, EventType.RUN_STARTED])
-    found = json.loads(rows[0][0]) if rows and rows[0][0] else None
-    return found if isinstance(found, dict) else None
+    return json_object(rows[0][0]) if rows else None
 
 
 def transcript_rows(

@@ -140,14 +140,35 @@ def run_seq_span(ledger: Ledger, run_id: str, until_seq: int) -> tuple[int, int]
 
 
 def imported_runs(ledger: Ledger, until_seq: int) -> dict[str, dict[str, Any]]:
-    """Run id -> where it was imported from (its ``run.started``'s ``imported``), for
-    every imported run started at or before ``until_seq``."""
+    """Run id -> where it was imported from (its first ``run.started``'s ``imported``,
+    as ``_page_queries.run_imported`` reads it), for every imported run started at or
+    before ``until_seq``. A value that is no JSON object (a row written by hand) is
+    not believed."""
     _, rows = ledger.query(
         "SELECT run_id, json_extract(payload, '$.imported') FROM events "
-        "WHERE task_key IS NULL AND type = ? AND seq <= ? "
-        "AND json_extract(payload, '$.imported') IS NOT NULL",
+        "WHERE task_key IS NULL AND type = ? AND seq <= ? ORDER BY seq",
         [EventType.RUN_STARTED, until_seq])
-    return {run_id: json.loads(imported) for run_id, imported in rows}
+    found: dict[str, dict[str, Any]] = {}
+    first: set[str] = set()
+    for run_id, imported in rows:
+        if run_id in first:
+            continue
+        first.add(run_id)
+        value = json_object(imported)
+        if value is not None:
+            found[run_id] = value
+    return found
+
+
+def json_object(text: object) -> dict[str, Any] | None:
+    """``text`` as a JSON object; None for anything else (NULL, a scalar, bad JSON)."""
+    if not isinstance(text, str):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def import_sources(ledger: Ledger, run_id: str) -> tuple[str | None, dict[str, str]]:
