@@ -23,6 +23,14 @@ if TYPE_CHECKING:
     from ._store import Ledger
 
 
+def json_object(path: str) -> str:
+    """SQL for the payload's value at ``path`` as JSON text when it is an object, else
+    NULL. A row merged from another ledger was never validated, and ``json_extract``
+    hands a string back bare (``"imported": "x"`` reads as ``x``, not JSON)."""
+    return (f"CASE WHEN json_type(payload, '{path}') = 'object' "
+            f"THEN json_extract(payload, '{path}') END")
+
+
 # -- snapshots ---------------------------------------------------------------------------------
 
 
@@ -145,7 +153,8 @@ def imported_runs(ledger: Ledger, until_seq: int) -> dict[str, dict[str, Any]]:
     _, rows = ledger.query(
         "SELECT run_id, json_extract(payload, '$.imported') FROM events "
         "WHERE task_key IS NULL AND type = ? AND seq <= ? "
-        "AND json_extract(payload, '$.imported') IS NOT NULL",
+        # An object only: json_extract hands a forged string back bare (see json_object).
+        "AND json_type(payload, '$.imported') = 'object'",
         [EventType.RUN_STARTED, until_seq])
     return {run_id: json.loads(imported) for run_id, imported in rows}
 
