@@ -40,10 +40,10 @@ def run_imported(ledger: Ledger, run_id: str) -> dict[str, Any] | None:
     """Where the run came from, when it was imported (its first ``run.started``'s
     ``imported``)."""
     _, rows = ledger.query(
-        "SELECT json_extract(payload, '$.imported') FROM events WHERE run_id = ? "
+        f"SELECT {json_object('$.imported')} FROM events WHERE run_id = ? "
         "AND task_key IS NULL AND type = ? ORDER BY seq LIMIT 1",
         [run_id, EventType.RUN_STARTED])
-    return json_object(rows[0][0]) if rows else None
+    return json.loads(rows[0][0]) if rows and rows[0][0] is not None else None
 
 
 def transcript_rows(
@@ -101,12 +101,13 @@ def transcript_tail(ledger: Ledger, run_id: str, task_key: str, after: int,
 def usage_lines(ledger: Ledger, run_id: str, task_key: str) -> list[tuple[int, str, Any]]:
     """``(seq, ts, data)`` of the task's JSON lines that mention ``"usage"`` at all (the
     ones a conversation's running usage can move on), in seq order; ``data`` is the
-    line's object as stored (anything, for the reader to check)."""
+    line's object as stored (None where a forged row holds no object there)."""
     _, rows = ledger.query(
-        "SELECT seq, ts, payload FROM events WHERE run_id = ? AND task_key = ? AND type = ? "
-        "AND instr(payload, '\"usage\"') > 0 ORDER BY seq",
+        f"SELECT seq, ts, {json_object('$.data')} FROM events WHERE run_id = ? "
+        "AND task_key = ? AND type = ? AND instr(payload, '\"usage\"') > 0 ORDER BY seq",
         [run_id, task_key, EventType.TASK_EVENT])
-    return [(seq, ts, json.loads(payload).get("data")) for seq, ts, payload in rows]
+    return [(seq, ts, json.loads(data) if data is not None else None)
+            for seq, ts, data in rows]
 
 
 def completion_environments(ledger: Ledger, run_id: str, until_seq: int | None = None,
@@ -115,7 +116,7 @@ def completion_environments(ledger: Ledger, run_id: str, until_seq: int | None =
     ``until_seq``, in seq order (an attempt not recorded reads as 1; no info as {})."""
     _, rows = ledger.query(
         "SELECT task_key, json_extract(payload, '$.attempt'), "
-        "json_extract(payload, '$.environment_info') FROM events "
+        f"{json_object('$.environment_info')} FROM events "
         "WHERE run_id = ? AND type = ? AND seq <= ? ORDER BY seq",
         [run_id, EventType.TASK_COMPLETED, until_seq if until_seq is not None else 2**62])
     return [(key, attempt if isinstance(attempt, int) else 1, json.loads(info) if info else {})

@@ -23,6 +23,14 @@ if TYPE_CHECKING:
     from ._store import Ledger
 
 
+def json_object(path: str) -> str:
+    """SQL for the payload's value at ``path`` as JSON text when it is an object, else
+    NULL. A row merged from another ledger was never validated, and ``json_extract``
+    hands a string back bare (``"imported": "x"`` reads as ``x``, not JSON)."""
+    return (f"CASE WHEN json_type(payload, '{path}') = 'object' "
+            f"THEN json_extract(payload, '{path}') END")
+
+
 # -- snapshots ---------------------------------------------------------------------------------
 
 
@@ -142,10 +150,10 @@ def run_seq_span(ledger: Ledger, run_id: str, until_seq: int) -> tuple[int, int]
 def imported_runs(ledger: Ledger, until_seq: int) -> dict[str, dict[str, Any]]:
     """Run id -> where it was imported from (its first ``run.started``'s ``imported``,
     as ``_page_queries.run_imported`` reads it), for every imported run started at or
-    before ``until_seq``. A value that is no JSON object (a row written by hand) is
-    not believed."""
+    before ``until_seq``. A value that is no JSON object (a row never validated) is
+    not believed (``json_object``)."""
     _, rows = ledger.query(
-        "SELECT run_id, json_extract(payload, '$.imported') FROM events "
+        f"SELECT run_id, {json_object('$.imported')} FROM events "
         "WHERE task_key IS NULL AND type = ? AND seq <= ? ORDER BY seq",
         [EventType.RUN_STARTED, until_seq])
     found: dict[str, dict[str, Any]] = {}
@@ -154,21 +162,9 @@ def imported_runs(ledger: Ledger, until_seq: int) -> dict[str, dict[str, Any]]:
         if run_id in first:
             continue
         first.add(run_id)
-        value = json_object(imported)
-        if value is not None:
-            found[run_id] = value
+        if imported is not None:
+            found[run_id] = json.loads(imported)
     return found
-
-
-def json_object(text: object) -> dict[str, Any] | None:
-    """``text`` as a JSON object; None for anything else (NULL, a scalar, bad JSON)."""
-    if not isinstance(text, str):
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def import_sources(ledger: Ledger, run_id: str) -> tuple[str | None, dict[str, str]]:

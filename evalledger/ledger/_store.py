@@ -675,7 +675,7 @@ class Ledger:
                 while batch := cursor.fetchmany(1000):
                     yield from batch
             finally:
-                cursor.close()
+                _close(cursor)
 
     def latest_row(self, run_id: str, type_: str, payload_prefix: str, *,
                    until_seq: int | None = None) -> EventRow | None:
@@ -886,6 +886,14 @@ def _refuse_non_sqlite(path: Path) -> None:
         raise LedgerIOError(f"cannot open {path}: Permission denied")
     if 0 < size < _SMALLEST_PAGE:
         raise NotALedger(f"{path} is not an evalledger ledger (not a SQLite database)")
+
+
+def _close(cursor: sqlite3.Cursor) -> None:
+    # A reader left suspended (its caller raised) is closed when it is collected, often
+    # after the ledger was: the connection freed the cursor then, and an error here
+    # would print a traceback after the caller's own one-line error.
+    with suppress(sqlite3.ProgrammingError):
+        cursor.close()
 
 
 def _file_id(path: str) -> tuple[int, int] | None:

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import sqlite3
@@ -244,3 +245,25 @@ def test_a_file_left_mid_write_by_a_killed_process_is_one_line_to_a_reader(
         Ledger(db_path, read_only=True)
     message = str(failed.value)
     assert str(db_path) in message and "killed" in message and "\n" not in message, message
+
+
+def test_a_reader_left_open_past_its_ledger_closes_without_a_traceback(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A caller that raised mid-read leaves its reader to the collector, which closes it
+    # after the ledger: nothing may print after the caller's one-line error.
+    from evalledger.ledger import RunStarted
+
+    unraisable: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    with Ledger(db_path) as ledger:
+        ledger.append([RunStarted(run_id="r1")])
+        readers = [ledger.lite_events("r1", types={"run.started"}), ledger.events("r1"),
+                   ledger.rows("r1")]
+        for reader in readers:
+            next(iter(reader))
+    for reader in readers:
+        reader.close()  # each is a generator
+    del readers
+    gc.collect()
+    assert unraisable == []
