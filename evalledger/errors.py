@@ -40,8 +40,9 @@ class NothingToImport(EvalledgerError):
 
 
 class TransferFailed(EvalledgerError):
-    """An export, import of events or merge could not read or write a file; the message
-    says what was done before it (nothing, or whole batches)."""
+    """An export, import of events or merge could not read or write a file, or refused
+    one (a ledger to merge that does not verify); the message says what was done before
+    it (nothing, or whole batches)."""
 
 
 __all__ = [

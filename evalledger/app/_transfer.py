@@ -17,7 +17,7 @@ from typing import BinaryIO
 
 from evalledger._files import atomic_file, same_file
 from evalledger.errors import InvalidRequest, TransferFailed
-from evalledger.ledger import Ledger, LedgerNotFound, NotALedger
+from evalledger.ledger import Ledger, LedgerNotFound, NotALedger, verify_events
 from evalledger.ledger._transfer import (
     MAX_LINE_BYTES,
     BadLine,
@@ -185,6 +185,7 @@ def merge(others: Iterable[Path], *, ledger: Path | str,
         InvalidRequest: one of ``others`` is the ledger itself.
         Conflict: an event id this ledger holds with other content (the batches before
             it were merged).
+        TransferFailed: another ledger's events do not verify (nothing of it merged).
         LedgerTooNew: another ledger was written by a newer evalledger.
     """
     callbacks = callbacks or Callbacks()
@@ -194,8 +195,11 @@ def merge(others: Iterable[Path], *, ledger: Path | str,
             if other.resolve() == into.path.resolve():
                 raise InvalidRequest(f"{other} is the ledger itself: nothing to merge")
             # The rows are closed before the source: a reader left open would try to
-            # close its cursor on a closed database when collected, after the error.
-            with Ledger(other, read_only=True) as source, closing(rows_of(source)) as rows:
+            # close its cursor on a closed database when collected, after the error. One
+            # read transaction: the rows merged are the rows verified.
+            with (Ledger(other, read_only=True) as source, source.read_transaction(),
+                  closing(rows_of(source)) as rows):
+                _refuse_unverified(source, other)
                 try:
                     moved = append_all(into, rows, source=str(other.resolve()),
                                        source_ledger=source.ledger_id)
@@ -204,6 +208,16 @@ def merge(others: Iterable[Path], *, ledger: Path | str,
                                    "batch with its run.merged") from e
             done.append(_finish(into, moved, str(other), callbacks))
     return done
+
+
+def _refuse_unverified(source: Ledger, name: Path) -> None:
+    """Refuse another ledger whose events ``verify`` does not accept: chained anew here,
+    a changed row would verify, and a payload no fold can read would stay for good."""
+    report = verify_events(source)
+    if not report.ok:
+        problem = report.lines()[1]
+        raise TransferFailed(f"{name} does not verify ({problem}); nothing of it was "
+                             f"merged: `evalledger --ledger {name} verify` lists every problem")
 
 
 def _finish(ledger: Ledger, done: Transfer, name: str, callbacks: Callbacks) -> TransferOutcome:

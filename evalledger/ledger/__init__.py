@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from ._tokens import TokenCounts as TokenCounts
     from ._verify import VerifyReport as VerifyReport
     from ._verify import verify as verify
+    from ._verify import verify_events as verify_events
     from ._version import SCHEMA_VERSION as SCHEMA_VERSION
 
 _WHERE = {
@@ -114,6 +115,7 @@ _WHERE = {
     "pick_run": "_store",
     "VerifyReport": "_verify",
     "verify": "_verify",
+    "verify_events": "_verify",
 }
 
 
@@ -170,4 +172,5 @@ __all__ = [
     "pick_run",
     "utc_now",
     "verify",
+    "verify_events",
 ]

@@ -178,6 +178,18 @@ def verify(ledger: Ledger, anchors: Iterable[Anchor] = (), *,
         return _verify(ledger, list(anchors), list(checks))
 
 
+def verify_events(ledger: Ledger) -> VerifyReport:
+    """The checks of ``verify`` that are about the events alone, in one read transaction:
+    the hash chain, gapless seqs, text envelopes, payloads that validate and are
+    canonical JSON, and the ledger's identity. What another ledger must pass before a
+    merge takes its events: rows that fail them would be chained anew here, a change
+    laundered or a payload no fold can read kept for good. Its schema may be older."""
+    with ledger.read_transaction():
+        report = VerifyReport(path=str(ledger.path), schema_version=ledger.schema_version)
+        report.schema += _check_rows(ledger, (), report).identity.changed()
+        return report
+
+
 def _verify(ledger: Ledger, anchors: list[Anchor], checks: list[Check]) -> VerifyReport:
     report = VerifyReport(path=str(ledger.path), schema_version=ledger.schema_version)
     meta, first_migration = _check_schema(ledger, report)

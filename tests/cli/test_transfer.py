@@ -7,12 +7,14 @@ import gzip
 import json
 import sqlite3
 import sys
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 
 import pytest
 
-from evalledger.ledger import Ledger, RunMerged, verify
+from evalledger.ledger import EventRow, Ledger, RunMerged, verify
+from evalledger.ledger._chain import link_hash
 
 from .helpers import assert_one_line_error, evalledger, write_task
 
@@ -139,3 +141,48 @@ def test_a_bad_shard_is_one_line(suite: Path, shard: str) -> None:
 def test_a_shard_needs_a_run_id(suite: Path) -> None:
     result = evalledger(suite, suite / "l.db", "run", "tasks", "--shard", "1/2")
     assert "--run-id" in assert_one_line_error(result)
+
+
+def _turn_a_failure_into_success(db: Path) -> None:
+    """What an agent with write access to a ledger can do: drop the triggers and change
+    its FAILURE into SUCCESS in place (the hash chain breaks there)."""
+    with closing(sqlite3.connect(db)) as raw:
+        raw.executescript("DROP TRIGGER events_no_update; DROP TRIGGER events_no_delete;")
+        changed = raw.execute(
+            "UPDATE events SET payload = replace(payload, '\"final_status\":\"FAILURE\"', "
+            "'\"final_status\":\"SUCCESS\"') WHERE type = 'task.completed' "
+            "AND payload LIKE '%\"FAILURE\"%'").rowcount
+        raw.commit()
+    assert changed
+
+
+def _append_a_payload_no_fold_reads(db: Path) -> None:
+    """A task.completed whose payload fits no event, chained correctly after the last row:
+    the chain alone cannot tell it from a real one."""
+    with closing(sqlite3.connect(db)) as raw:
+        seq, prev = raw.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+        row = EventRow("f" * 32, RUN, "t1", "task.completed", "2026-01-01T00:00:00Z",
+                       '{"final_status":"SUCCESS"}', seq + 1, None)
+        raw.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [row.seq, *row[:6], link_hash(prev, row)])
+        raw.commit()
+
+
+@pytest.mark.parametrize("forge", [_turn_a_failure_into_success, _append_a_payload_no_fold_reads],
+                         ids=["changed-in-place", "invalid-rechained"])
+def test_merge_refuses_a_ledger_that_does_not_verify_and_merges_nothing_of_it(
+        suite: Path, forge: Callable[[Path], None]) -> None:
+    """Chained anew here, a changed row would verify; a payload no fold reads would make
+    this ledger fail verify for good."""
+    source, into = suite / "a.db", suite / "into.db"
+    evalledger(suite, source, "run", "tasks", "--run-id", RUN)
+    evalledger(suite, into, "run", "tasks", "--run-id", "mine")
+    with Ledger(into, read_only=True) as ledger:
+        before = ledger.count()
+    forge(source)
+
+    error = assert_one_line_error(evalledger(suite, into, "merge", str(source)))
+    assert f"{source} does not verify (" in error and "nothing of it was merged" in error
+    with Ledger(into, read_only=True) as ledger:
+        assert ledger.count() == before
+        assert verify(ledger).ok

@@ -1,6 +1,6 @@
 """The named read queries over rows no writer of this version validated (a file edited
-by hand; a merge appends another ledger's rows without decoding them): a payload that
-holds no object where an event holds one reads as none, never as a crash."""
+by hand): a payload that holds no object where an event holds one reads as none, never
+as a crash."""
 
 from __future__ import annotations
 
