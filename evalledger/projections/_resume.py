@@ -24,11 +24,12 @@ are handed in by the caller.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from pydantic import BaseModel, ConfigDict
@@ -47,10 +48,12 @@ from evalledger.ledger import (
 )
 from evalledger.options import ExecutorKind, RunOptions
 from evalledger.statuses import Category
-from evalledger.suite import ResolvedTask, TaskSet, evaluated
 
 from ._fold import Fold, on
 from ._versions import RESUME_VERSION
+
+if TYPE_CHECKING:
+    from evalledger.suite import ResolvedTask, TaskSet
 
 
 class Partition(BaseModel):
@@ -269,13 +272,16 @@ def fingerprint(options: RunOptions, tasks: Sequence[ResolvedTask]) -> Fingerpri
     )
 
 
-# A field the recorded definition lacks (recorded before the field existed) had its
-# default: only a value other than the default is a change.
-_DEFAULTS: dict[str, Any] = {
-    name: to_jsonable_python(field.get_default(call_default_factory=True))
-    for name, field in ResolvedTask.model_fields.items()
-    if not field.is_required() and name != "ray"  # ray: not in the definition
-}
+@functools.cache
+def _defaults() -> dict[str, Any]:
+    """A field the recorded definition lacks (recorded before the field existed) had its
+    default: only a value other than the default is a change. Read when drift is: the
+    task models cost `verify`, which folds runs, a tenth of its start-up."""
+    from evalledger.suite import ResolvedTask
+
+    return {name: to_jsonable_python(field.get_default(call_default_factory=True))
+            for name, field in ResolvedTask.model_fields.items()
+            if not field.is_required() and name != "ray"}  # ray: not in the definition
 
 Recorded = Callable[[Collection[str]], Mapping[str, Mapping[str, Any]]]
 """Given definition hashes, the definitions ``task.started`` recorded with them (each
@@ -292,6 +298,8 @@ def compute_drift(stored: Fingerprint, now: Fingerprint, *, tasks: Sequence[Reso
         recorded: reads the definitions recorded with the stored hashes of the keys
             whose hash changed (none given: changed keys are not compared by field).
     """
+    from evalledger.suite import evaluated
+
     keys = (set(stored.options) | set(now.options)) - RunOptions.operational()
     options = {
         k: (stored.options.get(k), now.options.get(k))
@@ -313,8 +321,8 @@ def compute_drift(stored: Fingerprint, now: Fingerprint, *, tasks: Sequence[Reso
         if then is None or k not in by_key:
             changed.append(k)  # nothing recorded to compare with: the hash says it
             continue
-        differences = _differences(evaluated({**_DEFAULTS, **then}),
-                                   evaluated({**_DEFAULTS, **by_key[k].definition()}))
+        differences = _differences(evaluated({**_defaults(), **then}),
+                                   evaluated({**_defaults(), **by_key[k].definition()}))
         if differences:  # none: only annotations (or how they were recorded) differ
             changed.append(k)
             fields[k] = differences

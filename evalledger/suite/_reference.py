@@ -16,6 +16,8 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from evalledger.ledger._fields import field_docs
+
 from ._tasks import (
     TASK_ID_PATTERN,
     Budget,
@@ -27,18 +29,28 @@ from ._tasks import (
     RayResources,
     RunCommand,
     TaskFile,
+    TaskSettings,
     Variant,
 )
 
 SCHEMAS: dict[str, type[BaseModel]] = {"task": TaskFile, "experiment": ExperimentFile}
 CRITERIA = (ExitCode, FileExists, FileContains, OutputContains, RunCommand)
+# Every model a schema may hold in its $defs.
+MODELS = (*CRITERIA, Budget, RayResources, TaskSettings, TaskFile, Variant, ExperimentFile)
 BEGIN = "<!-- task-file reference: made by `evalledger schema --format markdown` -->"
 END = "<!-- end of the task-file reference -->"
 
 
 def json_schema(kind: str) -> str:
     """The JSON Schema of a task file (``task``) or an experiment file (``experiment``)."""
-    schema = SCHEMAS[kind].model_json_schema()
+    model = SCHEMAS[kind]
+    schema = model.model_json_schema()
+    for part, of in [(schema, model), *((schema.get("$defs", {})[m.__name__], m)
+                                       for m in MODELS if m.__name__ in schema.get("$defs", {}))]:
+        docs = field_docs(of)
+        for name, field in part.get("properties", {}).items():
+            if docs.get(name):
+                field["description"] = docs[name]
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
 
@@ -85,11 +97,12 @@ def _table(model: type[BaseModel], leave_out: tuple[str, ...] = (),
            first: tuple[str, ...] = ()) -> list[str]:
     lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
     names = [*first, *(n for n in model.model_fields if n not in first)]
+    docs = field_docs(model)
     for name in names:
         field = model.model_fields[name]
         if name in leave_out:
             continue
-        meaning = _text(field.description)
+        meaning = _text(docs.get(name))
         lines.append(f"| `{name}` | {_type(field.annotation)} | {_default(field)} | {meaning} |")
     return lines
 

@@ -99,8 +99,10 @@ def test_a_read_transaction_keeps_one_state_until_it_ends(db_path: Path) -> None
         assert reader.count() == 2 * seen
 
 
+# Paced: a commit every few milliseconds is a writer every verify overlaps; flat out, it
+# made each verify read a ledger growing faster than it reads (16 s of a loaded machine).
 WRITER = """
-import sys
+import sys, time
 from pathlib import Path
 from tests.ledger.test_verify import merged_run, native_run
 from evalledger.ledger import Ledger
@@ -113,6 +115,7 @@ with Ledger(db) as ledger:
         ledger.append(merged_run(f"merged-{i}", lines=20))
         native_run(ledger, f"here-{i}")
         print(i, flush=True)
+        time.sleep(0.02)
 """
 
 
