@@ -218,8 +218,15 @@ def no_hang(seconds: float = PATIENCE) -> Iterator[None]:
 # -- the entry point in real processes, without a new interpreter each time ------------------
 
 _FORK_SERVER = """\
-import json, os, sys, tempfile, traceback
+import importlib, json, os, sys, tempfile, traceback
 from evalledger.cli import main  # imported once; every child starts from here
+from evalledger.cli._main import COMMANDS
+
+# What the commands load when they run, loaded once here too: a call costs its own work.
+for name in {"evalledger.cli." + m.split(":")[0] for m in COMMANDS.values()} | {
+        "evalledger.ledger._verify", "evalledger.ledger._events", "evalledger.ledger._lite",
+        "evalledger.app._snapshot_check", "evalledger.app._repository", "evalledger.app"}:
+    importlib.import_module(name)
 
 def exit_code(code):
     # What the interpreter makes of a SystemExit code when it exits.
