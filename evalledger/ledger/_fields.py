@@ -40,9 +40,13 @@ _PLURALS = {"text": "text", "integer": "integers", "number": "numbers",
 
 
 @functools.cache
-def _docstrings(path: str) -> dict[str, dict[str, str]]:
-    """Class name -> field name -> the docstring under it, for every class of a module."""
-    tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+def _docstrings(name: str) -> dict[str, dict[str, str]]:
+    """Class name -> field name -> the docstring under it, for every class of the module
+    ``name`` (its source as its loader gives it: a zip import too; none: no docstrings)."""
+    try:
+        tree = ast.parse(inspect.getsource(sys.modules[name]))
+    except (OSError, TypeError):
+        return {}
     found: dict[str, dict[str, str]] = {}
     for node in tree.body:
         if not isinstance(node, ast.ClassDef):
@@ -60,10 +64,9 @@ def field_docs(model: type[BaseModel]) -> dict[str, str]:
     """Each field's docstring, the nearest class in the model's MRO that has one."""
     docs: dict[str, str] = {}
     for cls in reversed(model.__mro__):
-        module = sys.modules.get(cls.__module__)
-        source = getattr(module, "__file__", None)
-        if source and not cls.__module__.startswith(("pydantic", "builtins")):
-            docs.update(_docstrings(source).get(cls.__name__, {}))
+        if cls.__module__ in sys.modules and not cls.__module__.startswith(
+                ("pydantic", "builtins")):
+            docs.update(_docstrings(cls.__module__).get(cls.__name__, {}))
     return docs
 
 

@@ -48,9 +48,11 @@ def json_schema(kind: str) -> str:
     for part, of in [(schema, model), *((schema.get("$defs", {})[m.__name__], m)
                                        for m in MODELS if m.__name__ in schema.get("$defs", {}))]:
         docs = field_docs(of)
-        for name, field in part.get("properties", {}).items():
+        fields = part.get("properties", {})
+        for name, field in fields.items():
             if docs.get(name):
-                field["description"] = docs[name]
+                # Keys sorted, as pydantic writes them: the schema reads as it always did.
+                fields[name] = dict(sorted({**field, "description": docs[name]}.items()))
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
 

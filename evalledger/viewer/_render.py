@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Collection, Mapping, Sequence
-from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
@@ -26,8 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from jinja2 import Environment, FileSystemBytecodeCache, FileSystemLoader, select_autoescape
-from jinja2.bccache import Bucket
+from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
 from evalledger._text import money, visible
@@ -162,32 +159,10 @@ def segment(value: str) -> str:
     return quote(value, safe="/")
 
 
-class _CompiledTemplates(FileSystemBytecodeCache):
-    """Templates compiled once per user, not once per process: compiling the run page's
-    cost 150 ms of every `run`'s report. Jinja checks each entry against its template's
-    source and this Python; a cache that cannot be read or written is no cache."""
-
-    def __init__(self) -> None:
-        home = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-        folder = os.path.join(home, "evalledger", f"templates-{__version__}")
-        with suppress(OSError):
-            os.makedirs(folder, mode=0o700, exist_ok=True)
-        super().__init__(folder)
-
-    def load_bytecode(self, bucket: Bucket) -> None:
-        with suppress(Exception):  # a damaged entry: compiled again and written over
-            super().load_bytecode(bucket)
-
-    def dump_bytecode(self, bucket: Bucket) -> None:
-        with suppress(OSError):
-            super().dump_bytecode(bucket)
-
-
 @cache
 def environment() -> Environment:
     env = Environment(
         loader=FileSystemLoader(HERE / "templates"),
-        bytecode_cache=_CompiledTemplates(),
         autoescape=select_autoescape(["html", "xml"], default=True),
         trim_blocks=True,
         lstrip_blocks=True,

@@ -13,8 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from evalledger.ledger import EventRow, Ledger, RunMerged, verify
+from evalledger.ledger import (
+    EventRow,
+    Ledger,
+    RunMerged,
+    TaskCompleted,
+    verify,
+    verify_events,
+)
 from evalledger.ledger._chain import link_hash
+from evalledger.ledger._events import encode_payload
+from evalledger.statuses import Category, FinalStatus
 
 from .helpers import assert_one_line_error, evalledger, write_task
 
@@ -144,16 +153,24 @@ def test_a_shard_needs_a_run_id(suite: Path) -> None:
 
 
 def _turn_a_failure_into_success(db: Path) -> None:
-    """What an agent with write access to a ledger can do: drop the triggers and change
-    its FAILURE into SUCCESS in place (the hash chain breaks there)."""
+    """What an agent with write access to a ledger can do: drop the triggers and turn its
+    FAILURE into a SUCCESS that validates (status, category, score and criteria agree):
+    only the hash chain, broken there, tells."""
+    with Ledger(db, read_only=True) as ledger:
+        failed = next(e for e in ledger.events(RUN, types={"task.completed"})
+                      if isinstance(e, TaskCompleted) and e.final_status == FinalStatus.FAILURE)
+        seq = next(r.seq for r in ledger.rows(RUN) if r.event_id == failed.event_id)
+    lie = failed.model_copy(update={
+        "final_status": FinalStatus.SUCCESS, "category": Category.SUCCEEDED,
+        "weighted_score": 1.0, "exit_code": 0,
+        "criteria": [c.model_copy(update={"passed": True}) for c in failed.criteria]})
     with closing(sqlite3.connect(db)) as raw:
         raw.executescript("DROP TRIGGER events_no_update; DROP TRIGGER events_no_delete;")
-        changed = raw.execute(
-            "UPDATE events SET payload = replace(payload, '\"final_status\":\"FAILURE\"', "
-            "'\"final_status\":\"SUCCESS\"') WHERE type = 'task.completed' "
-            "AND payload LIKE '%\"FAILURE\"%'").rowcount
+        raw.execute("UPDATE events SET payload = ? WHERE seq = ?", [encode_payload(lie), seq])
         raw.commit()
-    assert changed
+    with Ledger(db, read_only=True) as ledger:
+        found = verify_events(ledger)
+    assert (found.broken_links, found.invalid_payloads, found.noncanonical) == ([seq], [], [])
 
 
 def _append_a_payload_no_fold_reads(db: Path) -> None:

@@ -4,6 +4,10 @@ and ``evalledger schema`` gives JSON Schemas that accept the bundled examples.""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -53,3 +57,18 @@ def test_the_bundled_examples_fit_the_schemas() -> None:
 def test_schema_markdown_is_the_reference() -> None:
     result = CliRunner().invoke(cli, ["schema", "--format", "markdown"])
     assert result.stdout == reference_markdown()
+
+
+def test_the_reference_is_whole_when_the_package_is_imported_from_a_zip(tmp_path: Path) -> None:
+    """The docstrings are read through the module's loader, not from a file path."""
+    archive = tmp_path / "evalledger.zip"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        for path in (ROOT / "evalledger").rglob("*.py"):
+            zipped.write(path, path.relative_to(ROOT).as_posix())
+    code = (f"import evalledger.suite._reference as r; assert r.__file__.startswith("
+            f"{str(archive)!r}), r.__file__; print(r.reference_markdown(), end='')")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, check=False,
+                          env={**os.environ, "PYTHONPATH": str(archive)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == reference_markdown()
