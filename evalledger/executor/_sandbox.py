@@ -166,6 +166,11 @@ def finish(sandbox: Path, mode: PreservationMode, artifacts: Path) -> Path | Non
     if mode == "none":  # the runner tried the empty case (one rmdir) already
         remove_tree(sandbox, ignore_errors=True)
         return None
+    if not sandbox.exists():
+        # Removed under the attempt: on a loaded Ray node the end-of-batch sweep can
+        # remove the batch's folder before a cancelled attempt has closed. Nothing to
+        # keep, and no folder made again (the artifacts' parents) for nobody to remove.
+        return None
     if artifacts.exists():
         remove_tree(artifacts)
     artifacts.parent.mkdir(parents=True, exist_ok=True)

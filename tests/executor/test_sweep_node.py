@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from evalledger.executor._marks import MARKER_VAR
+from evalledger.executor._sandbox import finish, remove_tree
 from evalledger.executor.ray._worker import sweep_node
 
 from ..cli.helpers import wait_until
@@ -61,3 +62,18 @@ def test_without_a_grace_period_it_is_killed_at_once(tmp_path: Path) -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_an_attempt_closing_after_the_sweep_makes_no_folder_again(tmp_path: Path) -> None:
+    """On a loaded node the sweep removed the batch's folder before a cancelled attempt
+    had closed; keeping its sandbox then made the folder again (the artifacts' parents),
+    and it stayed until Ray ended the worker (a Ray Ctrl-C test failed so beside two
+    other copies of the suite)."""
+    batch = tmp_path / "batch"
+    sandbox = batch / "worker-1" / "1"
+    sandbox.mkdir(parents=True)
+    (sandbox / "answer.txt").write_text("42\n")
+    remove_tree(batch)  # the sweep
+    kept = finish(sandbox, "move-on-write", batch / "worker-1" / "artifacts" / "default" / "t")
+    assert kept is None
+    assert not batch.exists()
