@@ -195,6 +195,19 @@ def _count_lines(db: Path, run_id: str, text: str) -> int:
         return 0
 
 
+def _others_running(db: Path, run_id: str) -> int:
+    """Tasks but the agents' that started and have not ended: a SIGINT now would give
+    them a second attempt in the resume (the colours page showed its FAIL line twice
+    when the interrupt caught it half way, on a machine running three suites)."""
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        (n,) = conn.execute(
+            "SELECT count(*) FROM events s WHERE s.run_id = ? AND s.type = 'task.started' "
+            "AND s.task_key NOT LIKE '%/agent/%' AND NOT EXISTS (SELECT 1 FROM events e "
+            "WHERE e.run_id = s.run_id AND e.task_key = s.task_key AND e.seq > s.seq AND "
+            "e.type IN ('task.completed', 'task.interrupted'))", [run_id]).fetchone()
+        return int(n)
+
+
 def build(root: Path, env: Mapping[str, str] | None = None) -> Scenes:
     """Make the ledger ``root/ledger.db`` (reports under ``root/runs``); ``env`` is the
     environment of every process (say, a ``PYTHONPATH`` naming the code to use)."""
@@ -212,6 +225,10 @@ def build(root: Path, env: Mapping[str, str] | None = None) -> Scenes:
     while _count_lines(db, FIRST, GATE_LINE) < len(MODELS):
         assert runner.poll() is None, runner.communicate()
         assert time.monotonic() < deadline, "the agent tasks never reached the gate"
+        time.sleep(0.05)
+    while _others_running(db, FIRST):
+        assert runner.poll() is None, runner.communicate()
+        assert time.monotonic() < deadline, "the fast tasks never ended"
         time.sleep(0.05)
     runner.send_signal(signal.SIGINT)
     _finished(runner, (130,))
