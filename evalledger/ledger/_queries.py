@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 def json_object(path: str) -> str:
     """SQL for the payload's value at ``path`` as JSON text when it is an object, else
-    NULL. A row merged from another ledger was never validated, and ``json_extract``
+    NULL. A row written into the file by hand was never validated, and ``json_extract``
     hands a string back bare (``"imported": "x"`` reads as ``x``, not JSON)."""
     return (f"CASE WHEN json_type(payload, '{path}') = 'object' "
             f"THEN json_extract(payload, '{path}') END")
