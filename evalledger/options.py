@@ -54,6 +54,8 @@ class RunOptions(BaseModel):
     """Where attempts run: this machine, or a Ray cluster (the ledger stays here)."""
     experiment: str | None = None
     """The experiment file (absolute), if the run has one."""
+    isolation: Literal["none", "bwrap"] | None = None
+    """The isolation of every task, overriding task files (docs/isolation.md)."""
     kill_grace: Annotated[float, _OPERATIONAL] = Field(default=DEFAULT_KILL_GRACE, gt=0)
     """Seconds a task's processes get between SIGTERM and SIGKILL when it is ended."""
     max_cost_usd: Annotated[float | None, _OPERATIONAL] = Field(default=None, gt=0)
@@ -75,6 +77,9 @@ class RunOptions(BaseModel):
     a local Ray for the run."""
     repeats: int | None = Field(default=None, ge=1)
     """Replicates per task, overriding the experiment and its variants."""
+    require_isolation: Annotated[bool, _OPERATIONAL] = False
+    """Refuse to start when a task's isolation cannot run here (instead of running it
+    with none, and saying so)."""
     sample: int | None = Field(default=None, ge=1)
     """Run only this many of the tasks found (every variant and replicate of each),
     chosen by ``seed``: a reproducible subset."""

@@ -9,6 +9,7 @@ searches.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,3 +48,18 @@ def ledger(db_path: Path) -> Iterator[Ledger]:
     """A fresh read-write ledger on a real file."""
     with Ledger(db_path) as opened:
         yield opened
+
+
+@pytest.fixture
+def bwrap() -> object:
+    """bubblewrap as the executor finds it, or a skip with the reason; CI sets
+    ``EVALLEDGER_REQUIRE_BWRAP=1`` and then the test fails instead."""
+    from evalledger.executor.isolation import IsolationUnavailable
+    from evalledger.executor.isolation import bwrap as find
+
+    try:
+        return find()
+    except IsolationUnavailable as e:
+        if os.environ.get("EVALLEDGER_REQUIRE_BWRAP") == "1":
+            pytest.fail(f"bubblewrap is required here (EVALLEDGER_REQUIRE_BWRAP=1): {e}")
+        pytest.skip(str(e))

@@ -289,6 +289,8 @@ def test_exit_codes() -> None:
 def _shown_default(value: Any) -> str:
     if value is None:
         return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
     if value == "":
         return '`""`'
     if value == []:

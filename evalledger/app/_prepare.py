@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import secrets
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -98,7 +99,7 @@ def load_task_set(options: RunOptions, callbacks: Callbacks, *,
         options.paths, experiment=options.experiment, include_tags=options.tags,
         exclude_tags=options.exclude_tags,
         overrides=Overrides(timeout=options.timeout, repeats=options.repeats,
-                            model=options.model),
+                            model=options.model, isolation=options.isolation),
         missing_ok=missing_ok,
         sample=None if options.sample is None else (options.sample, options.seed or 0),
         shard=_shard(options.shard),
@@ -110,7 +111,32 @@ def load_task_set(options: RunOptions, callbacks: Callbacks, *,
         callbacks.notice(f"skipped {visible(skip.path)}: {visible(skip.reason)}")
     if not task_set.tasks:
         raise NothingToRun(_nothing_to_run(options, task_set))
+    check_isolation(task_set.tasks, options, callbacks)
     return task_set
+
+
+def check_isolation(tasks: Sequence[ResolvedTask], options: RunOptions,
+                    callbacks: Callbacks) -> None:
+    """Say (or, with ``require_isolation``, refuse) when an isolation the tasks ask for
+    cannot run here: those tasks would run with none, and their records say so.
+
+    Raises:
+        Unavailable: with ``require_isolation``, saying what and why.
+    """
+    if options.executor != "local" or all(t.isolation == "none" for t in tasks):
+        return  # on Ray, each worker finds out for itself (and records it)
+    from evalledger.executor.isolation import IsolationUnavailable, bwrap
+
+    try:
+        bwrap()
+    except IsolationUnavailable as e:
+        asking = sum(t.isolation == "bwrap" for t in tasks)
+        if options.require_isolation:
+            raise Unavailable(f"isolation bwrap is not available: {e}; {asking} task(s) ask "
+                              "for it (--require-isolation)") from e
+        callbacks.notice(f"warning: isolation bwrap is not available: {e}; {asking} task(s) "
+                         "asking for it run with none (no boundary; --require-isolation "
+                         "refuses instead)")
 
 
 def _nothing_to_run(options: RunOptions, task_set: TaskSet) -> str:

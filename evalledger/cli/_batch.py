@@ -15,7 +15,7 @@ from evalledger._text import money
 from evalledger.app import DEFAULT_LEDGER, Callbacks, Ending, RunOutcome, Verdict
 from evalledger.ledger import AnyEvent, EventRow, TaskCompleted
 from evalledger.options import ExecutorKind
-from evalledger.projections import RunSummary, SummaryFold, unpriced_line
+from evalledger.projections import RunSummary, SummaryFold, isolation_line, unpriced_line
 from evalledger.statuses import Category
 from evalledger.suite import ResolvedTask
 
@@ -107,6 +107,7 @@ def finish(outcome: RunOutcome) -> NoReturn:
                if f in outcome.reports]
     try:
         click.echo(summary_line(outcome.summary, outcome.verdict))
+        click.echo(f"isolation: {isolation_line(outcome.summary)}", err=True)
         click.echo(f"reports: {' '.join(reports)}")
     except BrokenPipeError:  # `run ... | head`: the run is recorded; the reader left
         quiet(sys.stdout)

@@ -61,6 +61,13 @@ from ._main import Settings, pass_settings
 @click.option("--kill-grace", type=PositiveNumber(),
               help="Seconds between SIGTERM and SIGKILL when a task is ended (default: "
                    f"{RunOptions.default('kill_grace')}, or as the run had it).")
+@click.option("--isolation", type=click.Choice(["none", "bwrap"]),
+              help="What every task's command can see, overriding task files: none (the "
+                   "whole machine: no boundary) or bwrap (its workspace, the system "
+                   "read-only; docs/isolation.md).")
+@click.option("--require-isolation", is_flag=True,
+              help="Refuse to start when a task's isolation cannot run here (instead of "
+                   "running it with none, and saying so).")
 @executor_options
 @click.option("--stream", is_flag=True, help="Print task output as it arrives.")
 @click.option("--durable", is_flag=True,
@@ -77,7 +84,8 @@ def run(
     run_id: str | None, out: Path, timeout: float | None, model: str | None,
     sample: int | None, seed: int | None, shard: str | None, max_cost: float | None,
     preservation_mode: PreservationMode, pricing: str | None, kill_grace: float | None,
-    executor: ExecutorKind | None, ray_address: str | None, stream: bool, durable: bool,
+    isolation: str | None, require_isolation: bool, executor: ExecutorKind | None,
+    ray_address: str | None, stream: bool, durable: bool,
     junit_xml: Path | None, allow_skipped: bool,
 ) -> None:
     """Run a batch of tasks and record every event in the ledger.
@@ -100,7 +108,8 @@ def run(
         "timeout": timeout, "max_cost_usd": max_cost, "preservation_mode": preservation_mode,
         "out": str(out), "pricing": pricing, "kill_grace": kill_grace, "model": model,
         "sample": sample, "seed": seed, "shard": shard, "executor": executor,
-        "ray_address": ray_address,
+        "ray_address": ray_address, "isolation": isolation,
+        "require_isolation": require_isolation or None,
     }
     # Only what was given: what was not is the model's default (or the experiment's).
     options = RunOptions.model_validate({k: v for k, v in given.items() if v is not None})

@@ -13,6 +13,7 @@ from evalledger.projections import (
     TaskRow,
     cost_line,
     error_digest,
+    isolation_line,
     status_word,
     unpriced_line,
     variant_table,
@@ -50,6 +51,8 @@ def show(settings: Settings, run: str, as_json: bool, full_errors: bool) -> None
         click.echo(s.model_dump_json(indent=2))
         return
     click.echo(_headline(s, gone))
+    # On stderr with the other notes: a pipe's stdout stays the counts and the table.
+    click.echo(f"isolation: {isolation_line(s)}", err=True)
     # As `run` says them: on stderr, so a pipe's stdout stays the counts and the table.
     for k in s.skipped_tasks:
         click.echo(f"skipped {visible(k.path)}: {visible(k.reason)}", err=True)

@@ -332,6 +332,7 @@ async def _run(
             on_output=callbacks.on_output,
             rates=config.rate_card,
             spent_usd=resume.spent_usd if resume else 0.0,
+            ledger_path=str(Path(ledger.path).resolve()),
         )
         status = RunStatus.COMPLETED
         limiter = trio.CapacityLimiter(max(1, config.max_parallel))

@@ -28,19 +28,23 @@ from evalledger.suite import (
 
 from ._marks import MARKER_VAR
 from ._process import DEFAULT_KILL_GRACE, end_group, kill_group, release_pipes, spawn
+from .isolation import Jail
 
 MAX_FILE_BYTES = 64 * 1024 * 1024
 _DETAIL_TAIL = 400
 
 
 class Evidence:
-    """What the command left behind, as the criteria see it."""
+    """What the command left behind, as the criteria see it; ``jail``: how a
+    ``run_command`` is confined (as the command was), None for not at all."""
 
-    def __init__(self, sandbox: Path, exit_code: int | None, stdout: str, stderr: str) -> None:
+    def __init__(self, sandbox: Path, exit_code: int | None, stdout: str, stderr: str,
+                 jail: Jail | None = None) -> None:
         self.sandbox = sandbox
         self.exit_code = exit_code
         self.stdout = stdout
         self.stderr = stderr
+        self.jail = jail
 
 
 def _inside(sandbox: Path, relative: str) -> Path | str:
@@ -106,7 +110,13 @@ async def _run_command(
     criterion: RunCommand, evidence: Evidence, env: Mapping[str, str], kill_now: trio.Event | None,
     deadline: float, grace: float,
 ) -> tuple[bool, str]:
-    process = await spawn(criterion.command, cwd=str(evidence.sandbox), env=env, stdin=False)
+    if evidence.jail is None:
+        process = await spawn(criterion.command, cwd=str(evidence.sandbox), env=env,
+                              stdin=False)
+    else:
+        argv = evidence.jail.grader(criterion.command, env["EVALLEDGER_TASK_DIR"])
+        process = await spawn(argv, cwd=str(evidence.sandbox), env=env, stdin=False,
+                              confined=True)
     kept = _Kept()
 
     async def collect(stream: trio.abc.ReceiveStream) -> None:

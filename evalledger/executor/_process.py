@@ -13,7 +13,7 @@ import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import trio
@@ -63,18 +63,53 @@ class Child:
             os.close(self._pidfd)
             self._pidfd = None
 
+    def terminate(self) -> None:
+        """Ask the command and everything in its group to stop (SIGTERM)."""
+        kill_group(self.pid, signal.SIGTERM)
+
     def __del__(self) -> None:
         if self._pidfd is not None:
             os.close(self._pidfd)
 
 
+class Confined(Child):
+    """A command started under bubblewrap (``_isolation``), in a pid namespace of its own.
+
+    bwrap does not forward SIGTERM, and a signal that reaches bwrap itself ends the
+    namespace at once (its init dies, the kernel SIGKILLs the rest): ``terminate``
+    signals the processes inside instead, every one but the namespace's init, wherever
+    they moved (``setsid``) within it. bwrap reports a command killed by signal N as
+    exit 128+N: once the runner has sent N inside, that exit is reported as -N, as a
+    command run without isolation would be (a SIGKILL of the group kills bwrap itself:
+    -9 already); any other exit code is reported as bwrap gave it (bwrap cannot tell a
+    command's own ``exit 143`` from a death by SIGTERM).
+    """
+
+    _sent: frozenset[int] = frozenset()
+
+    def terminate(self) -> None:
+        self._sent |= {signal.SIGTERM}
+        signal_namespace(self.pid, signal.SIGTERM)
+
+    @property
+    def returncode(self) -> int | None:
+        code = self._popen.returncode
+        if code is not None and code > 128 and code - 128 in self._sent:
+            return 128 - code
+        return code
+
+
 async def spawn(
     command: str | list[str], *, cwd: str, env: Mapping[str, str], stdin: bool = True,
+    pass_fds: Sequence[int] = (), confined: bool = False,
 ) -> Child | trio.Process:
     """Start ``command`` (a string: ``/bin/sh -c``; a list: argv) with piped streams, in a
-    new session (its pid is its process group)."""
+    new session (its pid is its process group); ``confined``: argv is a bwrap command
+    line (a ``Confined`` is returned, Linux only). ``pass_fds`` stay open in the child."""
     argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
-    if not _HAS_PIDFD:  # not Linux: trio's way (a worker thread, its own waiting)
+    if not _HAS_PIDFD:
+        # Not Linux: trio's way (a worker thread, its own waiting); no isolation there.
+        assert not confined and not pass_fds, "isolation is Linux only"
         return await trio.lowlevel.open_process(
             argv, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=dict(env),
@@ -97,7 +132,7 @@ async def spawn(
             ours.append(trio.lowlevel.FdStream(in_w))
             child_stdin = in_r
         popen = subprocess.Popen(argv, stdin=child_stdin, stdout=out_w, stderr=err_w, cwd=cwd,
-                                 env=dict(env), start_new_session=True)
+                                 env=dict(env), start_new_session=True, pass_fds=pass_fds)
     except BaseException:
         for stream in ours:
             stream.close()
@@ -113,7 +148,8 @@ async def spawn(
         for stream in ours:
             stream.close()
         raise
-    return Child(popen, pidfd, ours[2] if stdin else None, ours[0], ours[1])
+    kind = Confined if confined else Child
+    return kind(popen, pidfd, ours[2] if stdin else None, ours[0], ours[1])
 
 
 _HAS_PIDFD = hasattr(os, "pidfd_open") and hasattr(os, "pipe2")
@@ -123,6 +159,36 @@ def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
     """Signal every process in the group led by ``pid``; quietly, if none is left."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
+
+
+def _stat_fields(pid: str) -> list[bytes] | None:
+    """``/proc/PID/stat`` after the command name (state first), or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
+def signal_namespace(bwrap_pid: int, sig: int) -> None:
+    """Signal every process in the pid namespace bwrap ``bwrap_pid`` made, but its init
+    (bwrap's child, whose death would end the namespace at once)."""
+    pids = [e.name for e in os.scandir("/proc") if e.name.isdigit()]
+    init = next((p for p in pids if (f := _stat_fields(p)) and int(f[1]) == bwrap_pid), None)
+    if init is None:
+        return
+    try:
+        namespace = os.readlink(f"/proc/{init}/ns/pid")
+    except OSError:
+        return
+    for pid in pids:
+        if pid == init:
+            continue
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/ns/pid") == namespace:
+                os.kill(int(pid), sig)
 
 
 def group_alive(pgid: int) -> bool:
@@ -142,14 +208,8 @@ def group_alive(pgid: int) -> bool:
     for entry in os.scandir(proc):
         if not entry.name.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:  # gone meanwhile
-            continue
-        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+        fields = _stat_fields(entry.name)
+        if fields is not None and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
             return True
     return False
 
@@ -168,7 +228,10 @@ async def end_group(
     ``with trio.CancelScope(shield=True): await end_group(p)``.
     """
     if process.returncode is None or group_alive(process.pid):
-        kill_group(process.pid, signal.SIGTERM)
+        if isinstance(process, Child):
+            process.terminate()
+        else:
+            kill_group(process.pid, signal.SIGTERM)
         with trio.move_on_after(grace) as waiting:
             async with trio.open_nursery() as nursery:
                 if kill_now is not None:

@@ -41,6 +41,7 @@ from evalledger.ledger import (
     EventType,
     TaskCompleted,
     TaskEmitted,
+    TaskIsolation,
     TaskOutput,
     TaskStarted,
     TaskUsage,
@@ -53,6 +54,7 @@ from evalledger.statuses import FinalStatus
 from evalledger.suite import ResolvedTask
 
 from . import _sandbox
+from . import isolation as _isolation
 from ._attempt import AttemptOutcome, run_attempt
 from ._criteria import Evidence, evaluate
 from ._lines import LineSplitter, parse_json_object
@@ -106,6 +108,11 @@ class RunContext:
     # Where a task's workdir is copied from, when not where the task file says (a Ray
     # worker's copy of what the driver shipped); raises BuildFailed when there is none.
     locate_workdir: Callable[[str], str] | None = None
+    # The ledger's path, when it is on this machine: an isolated command's prelude
+    # checks it is not visible.
+    ledger_path: str | None = None
+    # The batch's canary (``isolation.make_canary``), made by its first confined attempt.
+    canary: str | None = None
     # Numbers the attempts' marks: shared by every attempt the context runs.
     _marks_made: Iterator[int] = field(default_factory=itertools.count)
 
@@ -143,6 +150,9 @@ class _Streams:
     _last_received: int = -1
     # Set at the line that passed a live budget: reading stops there.
     budget_stop: BudgetStop | None = None
+    # Under isolation: whether the prelude reported, and what leaked or failed (ERROR).
+    probed: bool = False
+    isolation_error: str | None = None
 
     def stuck(self, open_pipes: int) -> bool:
         """Whether every open pipe's reader sits waiting and no byte came since last asked."""
@@ -354,15 +364,26 @@ async def _attempt(
     artifacts = ctx.artifacts_root / task.task_key
     sandbox: Path | None = None
     exit_code: int | None = None
+    workspace_hash: str | None = None
     try:
         sandbox = await _make_sandbox(task, ctx, artifacts)
-        env, marker = _command_env(task, ctx, sandbox)
-        timed_out, exit_code = await _execute(task, ctx, state, env, marker, deadline)
+        jail = await _confine(task, ctx, sandbox, attempt)
+        env, marker = _command_env(task, ctx, sandbox, jail)
+        timed_out, exit_code = await _execute(task, ctx, state, env, marker, deadline, jail,
+                                              attempt)
         await state.book_estimate()
-        evidence = Evidence(sandbox, exit_code, state.text("stdout"), state.text("stderr"))
-        criteria = await evaluate(task.success_criteria, evidence, env, ctx.kill_now, deadline,
-                                  ctx.kill_grace)
-        facts = AttemptFacts(criteria, timed_out, task.timeout, state.budget_stop)
+        if state.isolation_error is not None:
+            facts = AttemptFacts(error=state.isolation_error)
+        else:
+            grader_env = env
+            if jail is not None:  # what was graded; the graders may change it
+                workspace_hash = await trio.to_thread.run_sync(_isolation.hash_tree, sandbox)
+                grader_env = {**env, "EVALLEDGER_TASK_DIR": str(Path(task.source).parent)}
+            evidence = Evidence(sandbox, exit_code, state.text("stdout"), state.text("stderr"),
+                                jail=jail)
+            criteria = await evaluate(task.success_criteria, evidence, grader_env,
+                                      ctx.kill_now, deadline, ctx.kill_grace)
+            facts = AttemptFacts(criteria, timed_out, task.timeout, state.budget_stop)
     except _sandbox.BuildFailed as e:
         facts = AttemptFacts(build_failed=str(e))
     except trio.Cancelled:
@@ -392,6 +413,7 @@ async def _attempt(
         tokens=meter.totals,
         cost_usd=meter.cost_usd if meter.cost_complete else None,
         cost_complete=meter.cost_complete,
+        workspace_hash=workspace_hash,
     ))
 
 
@@ -428,36 +450,84 @@ async def _finish_sandbox(task: ResolvedTask, ctx: RunContext, sandbox: Path,
             log.warning("could not keep the sandbox of %s: %s", task.task_key, e)
 
 
-def _command_env(task: ResolvedTask, ctx: RunContext, sandbox: Path) -> tuple[dict[str, str], str]:
-    """The command's environment (docs/tasks.md), and its attempt's ``MARKER_VAR`` entry."""
+async def _confine(task: ResolvedTask, ctx: RunContext, sandbox: Path,
+                   attempt: int) -> _isolation.Jail | None:
+    """How the attempt's commands are confined (None: not at all). An isolation that
+    cannot run here runs as none, and its ``task.isolation`` says so (``run
+    --require-isolation`` refuses to start instead)."""
+    if task.isolation == "none":
+        return None
+    found = _isolation.known_bwrap()
+    if found is None:  # the first confined attempt of this process: bwrap is tried
+        try:
+            found = await trio.to_thread.run_sync(_isolation.bwrap)
+        except _isolation.IsolationUnavailable as e:
+            found = e
+    if isinstance(found, _isolation.IsolationUnavailable):
+        await ctx.writer.append(TaskIsolation(
+            run_id=ctx.run_id, task_key=task.task_key, attempt=attempt, backend="none",
+            asked=task.isolation, reason=str(found), network="host", uid=os.getuid()))
+        return None
+    if ctx.canary is None:
+        ctx.canary = await trio.to_thread.run_sync(_isolation.make_canary, ctx.sandbox_root)
+    return _isolation.Jail(found, sandbox, task.network,
+                           tuple(sorted(set(task.binds.values()))), ctx.canary)
+
+
+def _command_env(task: ResolvedTask, ctx: RunContext, sandbox: Path,
+                 jail: _isolation.Jail | None = None) -> tuple[dict[str, str], str]:
+    """The command's environment (docs/tasks.md), and its attempt's ``MARKER_VAR`` entry.
+
+    Confined, it gets a minimal base, its ``env_passthrough`` and its ``env``, and no
+    ``EVALLEDGER_TASK_DIR``: the task's folder holds its criteria.
+    """
     prompt = task.prompt or ""
     marker = ctx.attempt_marker()
+    base = (ctx.base_env if jail is None
+            else _isolation.confined_env({}, task.env_passthrough, ctx.base_env))
     env = {
-        **ctx.base_env,
+        **base,
         **task.env,
+        **task.binds,
         "EVALLEDGER_PROMPT": prompt if _fits_environment(prompt) else "",
         "EVALLEDGER_TASK_KEY": task.task_key,
         "EVALLEDGER_RUN_ID": ctx.run_id,
-        "EVALLEDGER_SANDBOX": str(sandbox),
+        "EVALLEDGER_SANDBOX": str(sandbox) if jail is None else _isolation.WORKSPACE,
         MARKER_VAR: marker.partition("=")[2],
-        # Where the task file is: commands reach files shipped beside it.
-        "EVALLEDGER_TASK_DIR": str(Path(task.source).parent),
     }
+    if jail is None:
+        # Where the task file is: commands reach files shipped beside it.
+        env["EVALLEDGER_TASK_DIR"] = str(Path(task.source).parent)
     return env, marker
 
 
 async def _execute(
     task: ResolvedTask, ctx: RunContext, state: _Streams, env: dict[str, str], marker: str,
-    deadline: float,
+    deadline: float, jail: _isolation.Jail | None = None, attempt: int = 1,
 ) -> tuple[bool, int | None]:
-    """Run the command until it exits, times out or overruns its budget.
+    """Run the command until it exits, times out, overruns its budget or (confined)
+    its prelude finds a leak.
 
     Returns:
         (timed_out, exit_code)
     """
-    # No prompt: stdin is /dev/null (EOF at once), which saves a pipe and a task.
-    process = await spawn(task.command, cwd=env["EVALLEDGER_SANDBOX"], env=env,
-                          stdin=bool(task.prompt))
+    probe: trio.lowlevel.FdStream | None = None
+    if jail is None:
+        # No prompt: stdin is /dev/null (EOF at once), which saves a pipe and a task.
+        process = await spawn(task.command, cwd=env["EVALLEDGER_SANDBOX"], env=env,
+                              stdin=bool(task.prompt))
+    else:
+        probe_r, probe_w = os.pipe2(os.O_CLOEXEC)
+        probe = trio.lowlevel.FdStream(probe_r)
+        try:
+            argv = jail.agent(task.command, [ctx.ledger_path or "", task.source], probe_w)
+            process = await spawn(argv, cwd=str(jail.workspace), env=env,
+                                  stdin=bool(task.prompt), pass_fds=(probe_w,), confined=True)
+        except BaseException:
+            probe.close()
+            raise
+        finally:
+            os.close(probe_w)
     assert process.stdout is not None and process.stderr is not None
 
     async def feed_stdin(prompt: bytes, stdin: trio.abc.SendStream) -> None:
@@ -483,6 +553,9 @@ async def _execute(
 
     try:
         async with trio.open_nursery() as nursery:
+            if probe is not None and jail is not None:
+                nursery.start_soon(_read_probes, probe, jail, task, ctx, state, attempt,
+                                   nursery.cancel_scope)
             if process.stdin is not None:
                 nursery.start_soon(feed_stdin, (task.prompt or "").encode(), process.stdin)
             nursery.start_soon(read, process.stdout, "stdout", nursery.cancel_scope)
@@ -502,4 +575,39 @@ async def _execute(
     finally:
         with trio.CancelScope(shield=True):
             await end_group(process, ctx.kill_grace, ctx.kill_now)
+            if probe is not None:
+                probe.close()
+    if jail is not None and not state.probed and state.isolation_error is None:
+        # bwrap said why on stderr (recorded): a bind that does not exist, say.
+        state.isolation_error = (f"the isolated command never started: bwrap exited "
+                                 f"{process.returncode} before its probes")
+        with trio.CancelScope(shield=True):
+            await ctx.writer.append(TaskIsolation(
+                run_id=ctx.run_id, task_key=task.task_key, attempt=attempt,
+                reason=state.isolation_error, **jail.record()))
     return limit.cancelled_caught, process.returncode
+
+
+async def _read_probes(stream: trio.lowlevel.FdStream, jail: _isolation.Jail,
+                       task: ResolvedTask, ctx: RunContext, state: _Streams, attempt: int,
+                       stop: trio.CancelScope) -> None:
+    """Read the prelude's one line and record it as the attempt's ``task.isolation``; a
+    leak stops the command (the attempt is ERROR)."""
+    said = b""
+    # The first line only: the command inherits the pipe (it cannot be closed in dash),
+    # and whatever it writes there later is not the prelude's.
+    while b"\n" not in said and len(said) < 4096 and (chunk := await stream.receive_some(4096)):
+        said += chunk
+    stream.close()
+    probes = _isolation.read_probes(said.partition(b"\n")[0].decode("utf-8", "replace"))
+    if probes is None:
+        return  # never started (or killed before it reported): said after the exit
+    state.probed = True
+    leaks = _isolation.leaks(probes, jail.network)
+    reason = f"isolation leaked: {', '.join(leaks)}" if leaks else None
+    await ctx.writer.append(TaskIsolation(
+        run_id=ctx.run_id, task_key=task.task_key, attempt=attempt, probes=probes,
+        reason=reason, **jail.record()))
+    if reason is not None:
+        state.isolation_error = reason
+        stop.cancel()

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from ._events import TaskCompleted as TaskCompleted
     from ._events import TaskEmitted as TaskEmitted
     from ._events import TaskInterrupted as TaskInterrupted
+    from ._events import TaskIsolation as TaskIsolation
     from ._events import TaskOutput as TaskOutput
     from ._events import TaskSkipped as TaskSkipped
     from ._events import TaskStarted as TaskStarted
@@ -101,6 +102,7 @@ _WHERE = {
     "TaskCompleted": "_events",
     "TaskEmitted": "_events",
     "TaskInterrupted": "_events",
+    "TaskIsolation": "_events",
     "TaskOutput": "_events",
     "TaskSkipped": "_events",
     "TaskStarted": "_events",
@@ -160,6 +162,7 @@ __all__ = [
     "TaskCompleted",
     "TaskEmitted",
     "TaskInterrupted",
+    "TaskIsolation",
     "TaskOutput",
     "TaskSkipped",
     "TaskStarted",

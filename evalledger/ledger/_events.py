@@ -320,8 +320,9 @@ class TaskStarted(_TaskEvent):
     definition: JsonObject = {}
     """The resolved task: ``task_id``, ``variant_id``, ``source``, ``description``,
     ``tags``, ``prompt``, ``command``, ``workdir``, ``env``, ``timeout``, ``model``,
-    ``stream_format``, ``budget``, ``success_criteria``, and ``expect`` when the task
-    sets one (see [tasks.md](tasks.md#the-resolved-definition))."""
+    ``stream_format``, ``budget``, ``success_criteria``; and ``expect``, ``isolation``,
+    ``network``, ``env_passthrough`` and ``binds`` when the task sets them to other than
+    their defaults (see [tasks.md](tasks.md#the-resolved-definition))."""
     definition_hash: str = ""
     """sha256 (hex) of what the definition evaluates: independent of where the suite
     sits on disk and of ``description``, ``tags`` and ``expect`` (earlier versions
@@ -458,6 +459,10 @@ class TaskCompleted(_TaskEvent):
     """The attempt's token totals ([TokenCounts](#nested-objects))."""
     weighted_score: float = 0.0
     """Passed weight / total weight of the criteria, 0 to 1."""
+    workspace_hash: Annotated[str | None, Field(exclude_if=_absent)] = None
+    """Only under isolation: sha256 of the workspace as the command left it, taken
+    before the criteria ran: what was graded (names, kinds, modes and contents; see
+    [isolation.md](isolation.md#what-is-recorded))."""
 
     @model_validator(mode="after")
     def _category_matches_status(self) -> TaskCompleted:
@@ -476,6 +481,39 @@ class TaskInterrupted(_TaskEvent):
     reason: str = "interrupted"
     """``cancelled`` (Ctrl-C, a signal, the batch stopping), or the exception that
     stopped the attempt (``KeyboardInterrupt: ...``)."""
+
+
+class TaskIsolation(_TaskEvent):
+    """What confined an attempt's command, as measured from inside before it ran
+    ([isolation.md](isolation.md#what-is-recorded)). Recorded for every attempt whose
+    task asks for isolation; an attempt without one ran with none, as every attempt
+    before this event existed."""
+
+    type: Literal[EventType.TASK_ISOLATION] = EventType.TASK_ISOLATION
+    asked: Annotated[str | None, Field(exclude_if=_absent)] = None
+    """Only when what ran is not what the task asked: the isolation it asked for (it
+    could not run here: ``reason`` says why, and ``backend`` is ``none``)."""
+    attempt: int = 1
+    """The attempt (as in its ``task.started``)."""
+    backend: _Line
+    """``bwrap`` (with ``version``), or ``none``."""
+    binds: list[str] = []
+    """Host paths the command could read (bound read-only at the same path)."""
+    network: str = "none"
+    """``none`` (a loopback of its own) or ``host``."""
+    probes: JsonObject = {}
+    """What the prelude found inside before the command started: ``canary``, ``ledger``
+    and ``task_file`` (``absent`` or ``visible``), ``network`` (a connect to a port the
+    runner listened on: ``refused``, ``connected``, or ``unprobed`` without ``bash``).
+    Empty when the sandbox never started."""
+    reason: Annotated[str | None, Field(exclude_if=_absent)] = None
+    """Why the asked isolation could not run, or what leaked (the attempt is then ERROR)."""
+    uid: int | None = None
+    """The runner's user id (the command's on the host; every capability dropped)."""
+    version: str | None = None
+    """The backend's version (``bubblewrap 0.8.0``)."""
+    workspace: str | None = None
+    """Where the command found its workspace (``/work``)."""
 
 
 class RunFinished(_Event):
@@ -546,6 +584,7 @@ Event = Annotated[
     | TaskUsage
     | TaskCompleted
     | TaskInterrupted
+    | TaskIsolation
     | RunFinished
     | RunSnapshot
     | RunMerged,
@@ -559,7 +598,8 @@ EVENT_TYPES: dict[str, type[_Event]] = {
     cls.model_fields["type"].default: cls
     for cls in (
         RunStarted, RunResumed, TaskSkipped, TaskStarted, TaskOutput, TaskEmitted,
-        TaskUsage, TaskCompleted, TaskInterrupted, RunFinished, RunSnapshot, RunMerged,
+        TaskUsage, TaskCompleted, TaskInterrupted, TaskIsolation, RunFinished, RunSnapshot,
+        RunMerged,
     )
 }
 

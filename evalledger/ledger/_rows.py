@@ -27,6 +27,7 @@ class EventType(StrEnum):
     TASK_USAGE = "task.usage"
     TASK_COMPLETED = "task.completed"
     TASK_INTERRUPTED = "task.interrupted"
+    TASK_ISOLATION = "task.isolation"
     RUN_SNAPSHOT = "run.snapshot"
     RUN_MERGED = "run.merged"
 

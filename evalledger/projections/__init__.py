@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from ._junit import render_junit as render_junit
     from ._reports import cost_line as cost_line
     from ._reports import error_digest as error_digest
+    from ._reports import isolation_line as isolation_line
     from ._reports import render_json as render_json
     from ._reports import render_markdown as render_markdown
     from ._reports import status_word as status_word
@@ -73,6 +74,7 @@ _WHERE = {
     "error_digest": "_reports",
     "render_json": "_reports",
     "render_markdown": "_reports",
+    "isolation_line": "_reports",
     "status_word": "_reports",
     "unpriced_line": "_reports",
     "variant_table": "_reports",
@@ -128,6 +130,7 @@ __all__ = [
     "error_digest",
     "fingerprint",
     "fold",
+    "isolation_line",
     "on",
     "pass_at",
     "plan_resume",

@@ -70,7 +70,24 @@ def _heading(s: RunSummary, cut_off: bool) -> list[str]:
         f"- Duration: {duration}",
         f"- Max parallel: {s.max_parallel}",
         f"- Models: {', '.join(map(_text, s.models)) if s.models else '-'}",
+        f"- Isolation: {isolation_line(s)}",
     ]
+
+
+def isolation_line(s: RunSummary) -> str:
+    """What confined the tasks, by how many (their latest attempts): the same words in
+    ``show``, ``run`` and run.md. ``none`` is named for what it is."""
+    counts: dict[str, int] = {}
+    for row in s.tasks:
+        if row.attempts:
+            counts[row.isolation] = counts.get(row.isolation, 0) + 1
+    if not counts:
+        return "-"
+    said = ", ".join(f"{name} ({n} task{'s' if n != 1 else ''})"
+                     for name, n in sorted(counts.items()))
+    if any(name != "bwrap" for name in counts):
+        said += "; none is not a security boundary (docs/isolation.md)"
+    return said
 
 
 def _counts(s: RunSummary) -> list[str]:

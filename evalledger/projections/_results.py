@@ -32,6 +32,9 @@ class TaskRow(BaseModel):
     cost_usd: float | None
     cost_complete: bool
     error_message: str | None
+    isolation: str = "none"
+    """What confined its latest attempt (docs/isolation.md): ``none``, ``bwrap``, or
+    ``none (asked bwrap)`` when the asked isolation could not run."""
 
 
 

@@ -37,6 +37,7 @@ from evalledger.ledger import (
     RunStarted,
     TaskCompleted,
     TaskInterrupted,
+    TaskIsolation,
     TaskSkipped,
     TaskStarted,
     TaskUsage,
@@ -55,6 +56,13 @@ from ._results import (
     VariantStats,
 )
 from ._versions import SUMMARY_VERSION
+
+
+def isolation_label(backend: str, asked: str | None) -> str:
+    """How an attempt's isolation reads in reports: what ran, and what was asked when
+    that could not run (``none (asked bwrap)``)."""
+    return backend if asked is None else f"{backend} (asked {asked})"
+
 
 # environment_info keys that are per task by nature, not versions to agree on.
 _NOT_VERSIONS = frozenset({"exit_code"})
@@ -142,6 +150,8 @@ class _Key(msgspec.Struct, array_like=True, gc=False):
     cost_gap: bool = False
     """Some attempt's ``task.completed`` said ``cost_complete`` false: spend its usage
     does not cover (every attempt's, as ``spend``)."""
+    isolation: str = "none"
+    """Its latest attempt's, as its ``task.isolation`` says (none without one)."""
 
     @property
     def cost_complete(self) -> bool:
@@ -254,6 +264,8 @@ class SummaryFold(Fold):
             key = self.keys[event.task_key] = _Key(
                 event.task_key, event.task_id, event.variant_id, event.replicate_index,
                 list(event.tags))
+        if event.attempt >= key.attempts:  # a newer attempt: none until it says otherwise
+            key.isolation = "none"
         key.attempts = max(key.attempts, event.attempt)
         self.planned.setdefault(event.task_key, None)
         self.running.add(event.task_key)
@@ -273,6 +285,12 @@ class SummaryFold(Fold):
     @on(TaskInterrupted)
     def _task_interrupted(self, event: TaskInterrupted) -> None:
         self.running.discard(event.task_key)
+
+    @on(TaskIsolation)
+    def _task_isolation(self, event: TaskIsolation) -> None:
+        key = self.keys.get(event.task_key)
+        if key is not None and event.attempt >= key.attempts:
+            key.isolation = isolation_label(event.backend, event.asked)
 
     @on(RunStarted)
     def _run_started(self, event: RunStarted) -> None:
@@ -393,6 +411,7 @@ class SummaryFold(Fold):
             cost_usd=done.cost_usd if done else None,
             cost_complete=done.cost_complete if done else True,
             error_message=done.error_message if done else None,
+            isolation=key.isolation,
         )
 
     def _variants(self) -> list[VariantStats]:

@@ -181,6 +181,9 @@ _RAY_BUILTIN_RESOURCES = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": "memor
 
 
 StreamFormat = Literal["native", "claude-code"]
+# What an attempt's command can see and reach (docs/isolation.md).
+Isolation = Literal["none", "bwrap"]
+Network = Literal["none", "host"]
 
 # How a task may be expected to end instead of succeeding: a category (``failed``,
 # ``error``) or one final status of those categories, lowercase.
@@ -236,6 +239,34 @@ class TaskSettings(_Strict):
     expect: Expectation | None = None
     """How the task is meant to end instead of succeeding: a category or a status. It
     counts as it ends; ending so does not make the exit code 1, succeeding does."""
+    isolation: Isolation | None = None
+    """What the command can see: none (default: the runner's whole machine, no boundary)
+    or bwrap (its workspace at /work, the system read-only, nothing else)."""
+    network: Network | None = None
+    """Under isolation: none (default: a loopback of its own) or host (the host's)."""
+    env_passthrough: list[str] | None = None
+    """Under isolation: names of the runner's environment variables the command gets
+    (an API key); it gets no other. Merged across layers."""
+    binds: dict[str, str] | None = None
+    """Paths the command may read, by the name of a variable that holds the path (relative
+    to the file naming it); under isolation bound read-only at the same path. Merged
+    across layers."""
+
+    @field_validator("env_passthrough")
+    @classmethod
+    def _variable_names(cls, value: list[str] | None) -> list[str] | None:
+        for name in value or ():
+            _check_variable_name(name)
+        return value
+
+    @field_validator("binds")
+    @classmethod
+    def _bind_names(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        for name, path in (value or {}).items():
+            _check_variable_name(name)
+            if not path or "\0" in path:
+                raise ValueError(f"binds: {name}: not a path")
+        return value
 
     @field_validator("expect", mode="before")
     @classmethod
@@ -252,8 +283,7 @@ class TaskSettings(_Strict):
             return value
         env = {}
         for name, v in value.items():
-            if not isinstance(name, str) or not name or "=" in name or "\0" in name:
-                raise ValueError(f"{name!r} cannot be an environment variable name")
+            _check_variable_name(name)
             if v is None:
                 v = ""
             elif isinstance(v, float) and not math.isfinite(v):
@@ -267,6 +297,11 @@ class TaskSettings(_Strict):
                 raise ValueError(f"{name}: an environment value cannot hold a NUL character")
             env[name] = v
         return env
+
+
+def _check_variable_name(name: Any) -> None:
+    if not isinstance(name, str) or not name or "=" in name or "\0" in name:
+        raise ValueError(f"{name!r} cannot be an environment variable name")
 
 
 class TaskFile(TaskSettings):
@@ -316,6 +351,7 @@ class Overrides(_Strict):
     timeout: Number | None = Field(default=None, gt=0)
     repeats: Count | None = Field(default=None, ge=1, le=MAX_REPEATS)
     model: str | None = None
+    isolation: Isolation | None = None
 
 
 # -- resolved tasks ------------------------------------------------------------------------
@@ -344,14 +380,19 @@ class ResolvedTask(_Strict):
     # None at all: the task runs and ends NOT_GRADED (docs/results.md).
     success_criteria: list[Criterion] = []
     expect: Expectation | None = None
+    isolation: Isolation = "none"
+    network: Network = "none"
+    env_passthrough: list[str] = []
+    binds: dict[str, str] = {}
 
     def definition(self) -> dict[str, Any]:
         """What the task *is*, as ``task.started`` records it: everything but where it
-        sits in the run (``expect`` only when set: a task without one is recorded, and
-        hashed, as before the key existed)."""
+        sits in the run (the keys added since the first version only when they are not
+        at their default: a task without them is recorded, and hashed, as before they
+        existed)."""
         left_out = {"task_key", "replicate_index", "ray"}
-        if self.expect is None:
-            left_out.add("expect")
+        left_out.update(name for name in _LATER_KEYS
+                        if getattr(self, name) == ResolvedTask.model_fields[name].default)
         return self.model_dump(mode="json", exclude=left_out)
 
     @cached_property
@@ -368,13 +409,21 @@ class ResolvedTask(_Strict):
         return content_hash(comparable(self.definition()))
 
 
+# Keys a definition holds only when not at their default (``ResolvedTask.definition``).
+_LATER_KEYS = ("expect", "isolation", "network", "env_passthrough", "binds")
+
+
 def comparable(definition: Mapping[str, Any]) -> dict[str, Any]:
     """A definition (resolved now, or as ``task.started`` recorded it) as drift compares
-    it: without ``source``, its ``workdir`` relative to the task file's folder."""
+    it: without ``source``, its ``workdir`` and ``binds`` relative to the task file's
+    folder."""
     compared = dict(definition)
     home = Path(compared.pop("source", "") or ".").parent
     if compared.get("workdir") is not None:
         compared["workdir"] = os.path.relpath(compared["workdir"], home)
+    if isinstance(binds := compared.get("binds"), dict):
+        compared["binds"] = {name: os.path.relpath(path, home) if isinstance(path, str)
+                             else path for name, path in binds.items()}
     return compared
 
 
@@ -545,8 +594,10 @@ def _merge(*layers: TaskSettings | None) -> dict[str, Any]:
             continue
         for name in layer.model_fields_set:
             value = getattr(layer, name)
-            if name == "env" and value is not None:
-                merged["env"] = {**merged.get("env", {}), **value}
+            if name in ("env", "binds") and value is not None:
+                merged[name] = {**merged.get(name, {}), **value}
+            elif name == "env_passthrough" and value is not None:
+                merged[name] = list(dict.fromkeys([*merged.get(name, []), *value]))
             elif name in TaskSettings.model_fields:
                 merged[name] = value
     return merged
@@ -774,7 +825,9 @@ def _resolve(
     settings = _merge(defaults, task_file, variant)
     # A relative workdir is relative to the file that set it.
     exp_dir = exp_home if exp_home is not None else path.parent
-    _anchor_workdir(settings, ((defaults, exp_dir), (task_file, path.parent), (variant, exp_dir)))
+    layers = ((defaults, exp_dir), (task_file, path.parent), (variant, exp_dir))
+    _anchor_workdir(settings, layers)
+    _anchor_binds(settings, layers)
     if settings.pop("skip", None):
         return None
     settings.update(_overridden(overrides))
@@ -808,7 +861,19 @@ def _anchor_workdir(settings: dict[str, Any],
             settings["workdir"] = layer.workdir and _absolute(home / layer.workdir)
 
 
+def _anchor_binds(settings: dict[str, Any],
+                  layers: Iterable[tuple[TaskSettings | None, Path]]) -> None:
+    """Make each of ``settings``' binds absolute, from the folder of the layer that set it."""
+    if not settings.get("binds"):
+        return
+    binds: dict[str, str] = {}
+    for layer, home in layers:
+        if layer is not None and layer.binds:
+            binds.update({name: _absolute(home / path) for name, path in layer.binds.items()})
+    settings["binds"] = binds
+
+
 def _overridden(overrides: Overrides) -> dict[str, Any]:
-    """The task fields the command line sets (``--timeout``, ``--model``)."""
-    return {name: value for name in ("timeout", "model")
+    """The task fields the command line sets (``--timeout``, ``--model``, ``--isolation``)."""
+    return {name: value for name in ("timeout", "model", "isolation")
             if (value := getattr(overrides, name)) is not None}

@@ -39,7 +39,7 @@ def wait_for_none(entry: str, within: float) -> list[int]:
     return left
 
 
-def suite(folder: Path, tasks: int) -> Path:
+def suite(folder: Path, tasks: int, isolation: str = "none") -> Path:
     """Tasks that leave a silent ``sleep 300`` behind; their environment carries a mark
     of this test's own (``ORPHAN_TEST=<folder>``), so a second copy of the suite running
     at the same time is never mistaken for them."""
@@ -49,6 +49,7 @@ def suite(folder: Path, tasks: int) -> Path:
             "command": "sleep 300 >/dev/null 2>&1 & sleep 0.5; echo done",
             "env": {"ORPHAN_TEST": str(folder.parent)},
             "timeout": 60, "success_criteria": [{"type": "exit_code"}],
+            **({"isolation": isolation} if isolation != "none" else {}),
         }), encoding="utf-8")
     return folder
 
@@ -79,11 +80,14 @@ def events(db: Path) -> int:
         return 0
 
 
+@pytest.mark.parametrize("isolation", ["none", "bwrap"])
 def test_twenty_sigkills_leave_no_process_and_no_sandbox(
-    tmp_path: Path, _private_temp: Path
+    tmp_path: Path, _private_temp: Path, isolation: str, request: pytest.FixtureRequest
 ) -> None:
+    if isolation == "bwrap":
+        request.getfixturevalue("bwrap")  # or the skip (the fail, in CI) saying why
     rng = random.Random(20)
-    tasks = suite(tmp_path / "tasks", 6)
+    tasks = suite(tmp_path / "tasks", 6, isolation)
     db = tmp_path / "ledger.db"
     mark = f"ORPHAN_TEST={tmp_path}"
     for trial in range(20):

@@ -356,6 +356,31 @@ def test_tasks_run_on_both_nodes(two_nodes: TwoNodes, tmp_path: Path) -> None:
     _verified(cwd, db)
 
 
+def test_isolated_attempts_are_confined_on_the_workers_as_here(
+    two_nodes: TwoNodes, tmp_path: Path, bwrap: object
+) -> None:
+    """--isolation bwrap on Ray: each worker confines its attempts, probes them and
+    records it; the example suite ends as it does here."""
+    cwd = _ready(tmp_path)
+    shutil.copytree(SMOKE, tmp_path / "smoke")
+    db = tmp_path / "l.db"
+    code, err = _finish(_driver(two_nodes.place, cwd, db, "run", str(tmp_path / "smoke" / "tasks"),
+                                "--run-id", "confined", "-j", "2", "--executor", "ray",
+                                "--ray-address", two_nodes.address, "--isolation", "bwrap"))
+    assert code == 0, err
+    evs = events(db, "confined")
+    statuses = {e.task_key: e.final_status for e in of_type(evs, "task.completed")}
+    assert statuses == {"default/add-numbers/00": "SUCCESS", "default/fizzbuzz/00": "FAILURE",
+                        "default/hard-problem/00": "TIMEOUT",
+                        "default/reverse-string/00": "SUCCESS"}
+    records = of_type(evs, "task.isolation")
+    assert len(records) == 4
+    assert all(r.backend == "bwrap" and r.probes == {
+        "canary": "absent", "ledger": "absent", "task_file": "absent", "network": "refused"}
+        for r in records)
+    _verified(cwd, db)
+
+
 def test_a_lost_node_interrupts_its_task_and_resume_finishes_the_run(
     two_nodes: TwoNodes, tmp_path: Path
 ) -> None:

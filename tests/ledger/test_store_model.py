@@ -45,6 +45,7 @@ from evalledger.ledger import (
     TaskCompleted,
     TaskEmitted,
     TaskInterrupted,
+    TaskIsolation,
     TaskOutput,
     TaskSkipped,
     TaskStarted,
@@ -504,8 +505,15 @@ REPRESENTATIVE: dict[str, Any] = {
         final_status=FinalStatus.TIMEOUT,
         tokens=TokenCounts(input_tokens=5, output_tokens=6),
         weighted_score=0.75,
+        workspace_hash="ab" * 32,  # left out of the payload when None
     ),
     "task.interrupted": TaskInterrupted(run_id="r", task_key="k", reason="SIGINT"),
+    "task.isolation": TaskIsolation(
+        run_id="r", task_key="k", asked="bwrap", attempt=2, backend="none",
+        binds=["/a/b"], network="host",
+        probes={"task_file": "absent", "canary": "visible"},  # sorted when built
+        reason="bwrap is not installed", uid=1000, version="bubblewrap 0.8.0",
+        workspace="/work"),
     "run.finished": RunFinished(run_id="r", status=RunStatus.BUDGET_STOPPED),
     "run.snapshot": RunSnapshot(run_id="r", fold_version=3, kind="summary", through_seq=7,
                                 value=NESTED),

@@ -8,6 +8,7 @@ broken experiment file) raises ``TaskLoadError``.
 
 from __future__ import annotations
 
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -713,8 +714,10 @@ def test_the_legacy_hash_is_the_hash_older_versions_computed(tmp_path: Path) -> 
     write(tmp_path / "fixtures" / "w" / "f.txt", "x")
     path = write(tmp_path / "t.yaml", MINIMAL + "workdir: fixtures/w\ntags: [a]\n")
     task = load_tasks([path]).tasks[0]
-    old = task.model_dump(mode="json", exclude={"task_key", "replicate_index", "ray", "expect",
-                                                "source"})
+    # The keys added since (expect, isolation, ...) left out: older versions had none.
+    old = task.model_dump(mode="json", exclude={
+        "task_key", "replicate_index", "ray", "expect", "source", "isolation", "network",
+        "env_passthrough", "binds"})
     old["workdir"] = "fixtures/w"
 
     assert "expect" not in task.definition()  # a task without one is recorded as before
@@ -806,3 +809,61 @@ def test_a_ray_ask_ray_would_refuse_is_a_skipped_file(tmp_path: Path, ask: str,
                                                        said: str) -> None:
     bad = write(tmp_path / "bad.yaml", MINIMAL + f"ray: {{{ask}}}\n")
     assert said in only_skip(load_tasks([bad])).reason
+
+
+# -- isolation keys ---------------------------------------------------------------------
+
+
+def test_isolation_keys_at_their_defaults_leave_the_definition_and_hash_as_before(
+    tmp_path: Path
+) -> None:
+    plain = load_tasks([write(tmp_path / "a" / "t.yaml", MINIMAL)]).tasks[0]
+    said = load_tasks([write(tmp_path / "b" / "t.yaml", MINIMAL + "isolation: none\n"
+                             "network: none\nenv_passthrough: []\nbinds: {}\n")]).tasks[0]
+    for task in (plain, said):
+        assert not {"isolation", "network", "env_passthrough", "binds"} & set(task.definition())
+    assert plain.definition_hash == said.definition_hash
+
+
+def test_changing_the_isolation_is_drift_and_run_isolation_overrides_the_file(
+    tmp_path: Path
+) -> None:
+    path = write(tmp_path / "t.yaml", MINIMAL)
+    before = load_tasks([path]).tasks[0]
+    confined = load_tasks([path], overrides=Overrides(isolation="bwrap")).tasks[0]
+    assert confined.isolation == "bwrap" and confined.definition()["isolation"] == "bwrap"
+    assert confined.definition_hash != before.definition_hash
+    write(path, MINIMAL + "isolation: bwrap\nnetwork: host\n")
+    assert load_tasks([path], overrides=Overrides(isolation="none")).tasks[0].isolation == "none"
+
+
+def test_binds_are_paths_from_the_file_that_set_them_and_merge_across_layers(
+    tmp_path: Path
+) -> None:
+    write(tmp_path / "exp" / "experiment.yaml", """\
+        experiment_id: e
+        tasks: [tasks/]
+        defaults: {binds: {AGENT: tools/agent.py, DATA: data}, env_passthrough: [API_KEY]}
+        variants: [{variant_id: v, env_passthrough: [OTHER_KEY, API_KEY]}]
+        """)
+    write(tmp_path / "exp" / "tasks" / "t.yaml",
+          MINIMAL + "binds: {DATA: ../fixtures/data}\nenv_passthrough: [TASK_KEY]\n")
+    task = load_tasks(experiment=tmp_path / "exp" / "experiment.yaml").tasks[0]
+    assert task.binds == {"AGENT": str((tmp_path / "exp" / "tools" / "agent.py").resolve()),
+                          "DATA": str((tmp_path / "exp" / "fixtures" / "data").resolve())}
+    assert task.env_passthrough == ["API_KEY", "TASK_KEY", "OTHER_KEY"]
+    # Moving the suite keeps the hash: binds are compared relative to the task file.
+    shutil.copytree(tmp_path / "exp", tmp_path / "moved")
+    moved = load_tasks(experiment=tmp_path / "moved" / "experiment.yaml").tasks[0]
+    assert moved.definition_hash == task.definition_hash
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("binds: {'A=B': x}\n", "cannot be an environment variable name"),
+    ("env_passthrough: ['']\n", "cannot be an environment variable name"),
+    ("isolation: docker-ish\n", "isolation"),
+    ("network: bridge\n", "network"),
+])
+def test_bad_isolation_keys_skip_the_file_saying_why(tmp_path: Path, text: str, said: str) -> None:
+    loaded = load_tasks([write(tmp_path / "t.yaml", MINIMAL + text)])
+    assert not loaded.tasks and said in loaded.skipped[0].reason

@@ -1,0 +1,324 @@
+"""Isolation: what an attempt's command (and a ``run_command`` grader) can see and reach.
+
+``none`` runs the command as the runner, with its environment and file system: no
+boundary. ``bwrap`` runs it under bubblewrap (docs/isolation.md):
+
+- the workspace (the sandbox copy) read-write at ``/work``, a private ``/tmp``, the
+  system (``/usr``, ``/etc``, the ``/bin``-style links) read-only, with every file the
+  system hides from other users (``/etc/shadow``, host keys, ...) masked;
+- nothing else of the host: not the task folder and its criteria, the ledger, the run
+  folder or the user's home, unless a task's ``binds`` names a path (read-only);
+- its own pid, network (``network: none``: only a loopback of its own), IPC, UTS and
+  cgroup namespaces; every capability dropped, also for a root runner;
+- the task's ``env``, the ``env_passthrough`` names and a minimal PATH/HOME: never the
+  runner's whole environment.
+
+Every confined command starts behind a prelude that probes, from inside, what is in
+force before the command runs: whether a canary file outside the workspace, the ledger
+and the task file are visible, and whether a port the runner listens on answers. Its
+one line comes back on fd 3 and becomes the attempt's ``task.isolation`` record; a leak
+ends the attempt as ERROR.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+# Where the workspace is, inside.
+WORKSPACE = "/work"
+# The fd the prelude reports its probes on.
+PROBE_FD = 3
+# What an isolated command gets of the runner's environment without asking.
+_BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
+             "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
+# Top-level links and folders of the system, bound read-only (as links when links).
+_SYSTEM = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+
+# The prelude's arguments: $1..$3 paths that must not be visible, $4 the runner's port,
+# $5 the fd to report on, then "--" and the command. In bash (where there is one):
+# /dev/tcp connects without a fork, and the report fd is closed before the command
+# starts, so it cannot write a report of its own. In plain sh (dash names only fds
+# 0-9, and cannot connect): the report goes through /proc, the network is "unprobed",
+# and the runner reads the first line only.
+_PRELUDE_BASH = r"""
+r=""
+for p in "$1" "$2" "$3"; do
+  if [[ -n $p && -e $p ]]; then r+=" visible"; else r+=" absent"; fi
+done
+if : 2>/dev/null 9<>"/dev/tcp/127.0.0.1/$4"; then r+=" connected"; else r+=" refused"; fi
+echo "$r" >&"$5"
+eval "exec $5>&-"
+shift 6
+exec "$@"
+"""
+_PRELUDE_SH = r"""
+r=""
+for p in "$1" "$2" "$3"; do
+  if [ -n "$p" ] && [ -e "$p" ]; then r="$r visible"; else r="$r absent"; fi
+done
+echo "$r unprobed" >"/proc/self/fd/$5"
+shift 6
+exec "$@"
+"""
+PROBE_NAMES = ("canary", "ledger", "task_file", "network")
+
+
+class IsolationUnavailable(Exception):
+    """The asked isolation cannot run here (the reason is the message)."""
+
+
+@dataclass(frozen=True)
+class Bwrap:
+    """bubblewrap as found on this machine: its path and version, and the arguments
+    that make the system visible read-only with its secrets masked."""
+
+    path: str
+    version: str
+    system: tuple[str, ...]
+    # The system's bash (it runs the probes cheaper and better than sh), if any.
+    bash: str | None = None
+
+    def argv(self, command: str | list[str], workspace: Path, *, network: str,
+             binds: Sequence[str] = (), probe: Sequence[str] | None = None) -> list[str]:
+        """The argv that runs ``command`` confined, the workspace at ``/work``.
+
+        ``binds`` are host paths bound read-only at the same path. With ``probe`` (the
+        prelude's arguments: three paths, a port, an fd) the prelude runs first.
+        """
+        args = [self.path, "--die-with-parent", "--unshare-all"]
+        if network == "host":
+            args.append("--share-net")
+        args += ["--cap-drop", "ALL", *self.system, "--proc", "/proc", "--dev", "/dev",
+                 "--tmpfs", "/tmp", "--bind", str(workspace), WORKSPACE]
+        for path in binds:
+            args += ["--ro-bind", path, path]
+        args += ["--chdir", WORKSPACE, "--"]
+        inner = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+        if probe is None:
+            return args + inner
+        prelude = _PRELUDE_BASH if self.bash else _PRELUDE_SH
+        return [*args, self.bash or "/bin/sh", "-c", prelude, "evalledger-probe", *probe, "--",
+                *inner]
+
+
+_found: dict[str, Bwrap | IsolationUnavailable] = {}
+
+
+def known_bwrap() -> Bwrap | IsolationUnavailable | None:
+    """What ``bwrap()`` found, if it was asked already in this process (no blocking)."""
+    return _found.get("bwrap")
+
+
+def bwrap() -> Bwrap:
+    """bubblewrap, checked once per process by running it (user namespaces may be off);
+    blocking the first time.
+
+    Raises:
+        IsolationUnavailable: it is not installed or cannot make a sandbox here.
+    """
+    if "bwrap" not in _found:
+        try:
+            _found["bwrap"] = _find_bwrap()
+        except IsolationUnavailable as e:
+            _found["bwrap"] = e
+    found = _found["bwrap"]
+    if isinstance(found, IsolationUnavailable):
+        raise found
+    return found
+
+
+def _find_bwrap() -> Bwrap:
+    if not sys.platform.startswith("linux"):
+        raise IsolationUnavailable("bubblewrap runs only on Linux (use isolation: docker)")
+    path = shutil.which("bwrap")
+    if path is None:
+        raise IsolationUnavailable("bwrap is not installed (Debian: apt install bubblewrap)")
+    version = _output([path, "--version"]) or "bubblewrap"
+    bash = next((p for p in ("/usr/bin/bash", "/bin/bash") if os.access(p, os.X_OK)), None)
+    found = Bwrap(path, version, _system_args(), bash)
+    with tempfile.TemporaryDirectory(prefix="evalledger-bwrap-") as empty:
+        trial = found.argv(["/bin/true"], Path(empty), network="none")
+        try:
+            done = subprocess.run(trial, capture_output=True, text=True, timeout=30,
+                                  check=False)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise IsolationUnavailable(f"bwrap cannot run: {e}") from e
+    if done.returncode:
+        said = done.stderr.strip().splitlines()
+        raise IsolationUnavailable(f"bwrap cannot make a sandbox here: "
+                                   f"{said[-1] if said else f'exit {done.returncode}'}")
+    return found
+
+
+def _output(argv: list[str]) -> str:
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        return subprocess.run(argv, capture_output=True, text=True, timeout=30,
+                              check=False).stdout.strip()
+    return ""
+
+
+def _system_args() -> tuple[str, ...]:
+    args = ["--ro-bind", "/usr", "/usr"]
+    for name in _SYSTEM:
+        path = f"/{name}"
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    if os.path.isdir("/etc"):
+        args += ["--ro-bind", "/etc", "/etc"]
+        for hidden in hidden_from_others("/etc"):
+            # A folder the system keeps from others is replaced by an empty one, a file
+            # by an empty file: what an unprivileged user of the host would see, nothing.
+            args += (["--tmpfs", hidden] if os.path.isdir(hidden)
+                     else ["--ro-bind", "/dev/null", hidden])
+    return tuple(args)
+
+
+def hidden_from_others(root: str) -> list[str]:
+    """Paths under ``root`` that other users cannot read (``/etc/shadow``, ssh host
+    keys, ``/etc/ssl/private``): a runner that is root would otherwise show them
+    inside (the owner's bits apply to it without any capability)."""
+    hidden: list[str] = []
+    for top, folders, files in os.walk(root):
+        kept = []
+        for name in folders + files:
+            path = os.path.join(top, name)
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                continue
+            if stat.S_ISLNK(mode):
+                continue
+            if not mode & stat.S_IROTH:
+                hidden.append(path)
+            elif name in folders:
+                kept.append(name)
+        folders[:] = kept
+    return hidden
+
+
+@dataclass(frozen=True)
+class Jail:
+    """How one attempt's commands run confined: the agent's, behind the prelude, and
+    its graders' (``run_command``), with the task folder also readable."""
+
+    bwrap: Bwrap
+    workspace: Path
+    network: str
+    binds: tuple[str, ...]
+    # A file outside every workspace that no attempt may see (``make_canary``).
+    canary: str
+
+    def agent(self, command: str | list[str], hidden: Sequence[str], fd: int) -> list[str]:
+        """The agent's argv: the prelude probes (the canary, then ``hidden``: the ledger,
+        the task file) and reports on ``fd``, then runs ``command``."""
+        paths = [self.canary, *hidden, "", ""][:3]
+        return self.bwrap.argv(command, self.workspace, network=self.network,
+                               binds=self.binds, probe=[*paths, str(probe_port()), str(fd)])
+
+    def grader(self, command: str | list[str], task_dir: str) -> list[str]:
+        """A ``run_command``'s argv: the workspace as the agent left it, the task's
+        folder (its helper files) read-only."""
+        return self.bwrap.argv(command, self.workspace, network=self.network,
+                               binds=(*self.binds, task_dir))
+
+    def record(self) -> dict[str, object]:
+        """The static part of the attempt's ``task.isolation``."""
+        return {"backend": "bwrap", "version": self.bwrap.version, "network": self.network,
+                "binds": list(self.binds), "uid": os.getuid(), "workspace": WORKSPACE}
+
+
+def make_canary(folder: Path) -> str:
+    """A canary file in ``folder`` (a batch's sandbox root: outside every workspace, and
+    removed with it, even after a SIGKILL, by the next batch's sweep)."""
+    canary = folder / "canary"
+    canary.write_text("evalledger canary: an isolated command must not see this\n")
+    return str(canary)
+
+
+_listeners: list[socket.socket] = []  # kept open for the life of the process
+
+
+@functools.cache
+def probe_port() -> int:
+    """A port this process listens on, on 127.0.0.1, for every confined attempt's
+    prelude to try: never answered (the kernel completes a connect to a listening
+    socket on its own), so a command on the host's network finds it open."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    _listeners.append(listener)
+    return int(listener.getsockname()[1])
+
+
+def read_probes(line: str) -> dict[str, str] | None:
+    """The prelude's report, by probe name; None when it is not one."""
+    words = line.split()
+    if len(words) != len(PROBE_NAMES):
+        return None
+    return dict(zip(PROBE_NAMES, words, strict=True))
+
+
+def leaks(probes: Mapping[str, str], network: str) -> list[str]:
+    """What the probes saw that isolation should have hidden."""
+    found = [f"{name} is visible" for name in PROBE_NAMES[:3] if probes.get(name) == "visible"]
+    if network == "none" and probes.get("network") == "connected":
+        found.append("a port of the runner's host answered")
+    return found
+
+
+def confined_env(task_env: Mapping[str, str], passthrough: Sequence[str],
+                 runner_env: Mapping[str, str]) -> dict[str, str]:
+    """An isolated command's environment: a minimal base, the ``env_passthrough`` names
+    the runner has, then the task's own ``env``."""
+    env = dict(_BASE_ENV)
+    env.update({name: runner_env[name] for name in passthrough if name in runner_env})
+    env.update(task_env)
+    return env
+
+
+def hash_tree(root: Path) -> str:
+    """sha256 of a workspace: every entry's path, kind and permission bits, a file's
+    contents, a link's target; in path order, links never followed. What the criteria
+    graded, recorded so a later grading can be checked against the same tree."""
+    digest = hashlib.sha256()
+    for top, folders, files in os.walk(root):
+        folders.sort()
+        for name in sorted(folders + files):
+            path = os.path.join(top, name)
+            relative = os.path.relpath(path, root).encode("utf-8", "surrogateescape")
+            try:
+                info = os.lstat(path)
+            except OSError:
+                continue  # gone meanwhile: the agent's processes are, so nothing is
+            kind = ("l" if stat.S_ISLNK(info.st_mode) else "d" if stat.S_ISDIR(info.st_mode)
+                    else "f" if stat.S_ISREG(info.st_mode) else "o")
+            digest.update(b"%s\0%s\0%o\0" % (relative, kind.encode(),
+                                             stat.S_IMODE(info.st_mode)))
+            if kind == "l":
+                digest.update(os.fsencode(os.readlink(path)))
+            elif kind == "f":
+                digest.update(_file_digest(path))
+            digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def _file_digest(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.file_digest(f, "sha256").digest()
+    except OSError as e:  # unreadable: recorded as such, not skipped
+        return f"unreadable: {e.strerror}".encode()
