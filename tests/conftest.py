@@ -63,3 +63,32 @@ def bwrap() -> object:
         if os.environ.get("EVALLEDGER_REQUIRE_BWRAP") == "1":
             pytest.fail(f"bubblewrap is required here (EVALLEDGER_REQUIRE_BWRAP=1): {e}")
         pytest.skip(str(e))
+
+
+@pytest.fixture(scope="session")
+def docker_images() -> dict[str, str]:
+    """The test images by kind (``busybox``, ``python``: tests/docker_images.py), built
+    from this machine's files; or a skip saying why there is no docker. CI sets
+    ``EVALLEDGER_REQUIRE_DOCKER=1`` and then the test fails instead."""
+    from evalledger.executor.isolation import IsolationUnavailable, docker
+
+    from .docker_images import build
+
+    try:
+        docker()
+    except IsolationUnavailable as e:
+        if os.environ.get("EVALLEDGER_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"docker is required here (EVALLEDGER_REQUIRE_DOCKER=1): {e}")
+        pytest.skip(str(e))
+    return {kind: build(kind) for kind in ("busybox", "python")}
+
+
+@pytest.fixture(params=["bwrap", "docker"])
+def isolated(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The task keys that confine a command, once per backend (the busybox image for
+    docker); each skips, or fails in CI, where its backend is missing."""
+    if request.param == "bwrap":
+        request.getfixturevalue("bwrap")
+        return {"isolation": "bwrap"}
+    images = request.getfixturevalue("docker_images")
+    return {"isolation": "docker", "image": images["busybox"]}

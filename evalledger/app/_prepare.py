@@ -123,20 +123,27 @@ def check_isolation(tasks: Sequence[ResolvedTask], options: RunOptions,
     Raises:
         Unavailable: with ``require_isolation``, saying what and why.
     """
-    if options.executor != "local" or all(t.isolation == "none" for t in tasks):
+    asked = {t.isolation for t in tasks} - {"none"}
+    if options.executor != "local" or not asked:
         return  # on Ray, each worker finds out for itself (and records it)
-    from evalledger.executor.isolation import IsolationUnavailable, bwrap
+    from evalledger.executor.isolation import IsolationUnavailable, bwrap, docker, image_id
 
-    try:
-        bwrap()
-    except IsolationUnavailable as e:
-        asking = sum(t.isolation == "bwrap" for t in tasks)
-        if options.require_isolation:
-            raise Unavailable(f"isolation bwrap is not available: {e}; {asking} task(s) ask "
-                              "for it (--require-isolation)") from e
-        callbacks.notice(f"warning: isolation bwrap is not available: {e}; {asking} task(s) "
-                         "asking for it run with none (no boundary; --require-isolation "
-                         "refuses instead)")
+    for isolation in sorted(asked):
+        asking = [t for t in tasks if t.isolation == isolation]
+        try:
+            if isolation == "bwrap":
+                bwrap()
+            else:
+                found = docker()
+                for source in {(t.image, t.dockerfile) for t in asking}:
+                    image_id(found, *source)  # built now, not by the first task
+        except IsolationUnavailable as e:
+            said = f"isolation {isolation} is not available: {e}"
+            if options.require_isolation:
+                raise Unavailable(f"{said}; {len(asking)} task(s) ask for it "
+                                  "(--require-isolation)") from e
+            callbacks.notice(f"warning: {said}; {len(asking)} task(s) asking for it run with "
+                             "none (no boundary; --require-isolation refuses instead)")
 
 
 def _nothing_to_run(options: RunOptions, task_set: TaskSet) -> str:

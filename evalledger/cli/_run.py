@@ -61,10 +61,10 @@ from ._main import Settings, pass_settings
 @click.option("--kill-grace", type=PositiveNumber(),
               help="Seconds between SIGTERM and SIGKILL when a task is ended (default: "
                    f"{RunOptions.default('kill_grace')}, or as the run had it).")
-@click.option("--isolation", type=click.Choice(["none", "bwrap"]),
+@click.option("--isolation", type=click.Choice(["none", "bwrap", "docker"]),
               help="What every task's command can see, overriding task files: none (the "
-                   "whole machine: no boundary) or bwrap (its workspace, the system "
-                   "read-only; docs/isolation.md).")
+                   "whole machine: no boundary), bwrap (its workspace, the system "
+                   "read-only) or docker (its workspace, in its image); docs/isolation.md.")
 @click.option("--require-isolation", is_flag=True,
               help="Refuse to start when a task's isolation cannot run here (instead of "
                    "running it with none, and saying so).")

@@ -11,6 +11,7 @@ read.
 from __future__ import annotations
 
 import math
+import secrets
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -27,8 +28,17 @@ from evalledger.suite import (
 )
 
 from ._marks import MARKER_VAR
-from ._process import DEFAULT_KILL_GRACE, end_group, kill_group, release_pipes, spawn
-from .isolation import Jail
+from ._process import (
+    DEFAULT_KILL_GRACE,
+    Child,
+    Confined,
+    Contained,
+    end_group,
+    kill_group,
+    release_pipes,
+    spawn,
+)
+from .isolation import Container, Jail
 
 MAX_FILE_BYTES = 64 * 1024 * 1024
 _DETAIL_TAIL = 400
@@ -39,7 +49,7 @@ class Evidence:
     ``run_command`` is confined (as the command was), None for not at all."""
 
     def __init__(self, sandbox: Path, exit_code: int | None, stdout: str, stderr: str,
-                 jail: Jail | None = None) -> None:
+                 jail: Jail | Container | None = None) -> None:
         self.sandbox = sandbox
         self.exit_code = exit_code
         self.stdout = stdout
@@ -110,13 +120,32 @@ async def _run_command(
     criterion: RunCommand, evidence: Evidence, env: Mapping[str, str], kill_now: trio.Event | None,
     deadline: float, grace: float,
 ) -> tuple[bool, str]:
-    if evidence.jail is None:
+    jail, name = evidence.jail, None
+    if jail is None:
         process = await spawn(criterion.command, cwd=str(evidence.sandbox), env=env,
                               stdin=False)
-    else:
-        argv = evidence.jail.grader(criterion.command, env["EVALLEDGER_TASK_DIR"])
+    elif isinstance(jail, Jail):
+        argv = jail.grader(criterion.command, env["EVALLEDGER_TASK_DIR"])
         process = await spawn(argv, cwd=str(evidence.sandbox), env=env, stdin=False,
-                              confined=True)
+                              kind=Confined)
+    else:
+        name = f"evalledger-{env[MARKER_VAR]}-grader-{secrets.token_hex(3)}"
+        argv = jail.grader(name, criterion.command, env["EVALLEDGER_TASK_DIR"], list(env))
+        process = await spawn(argv, cwd=str(evidence.sandbox), env=env, stdin=False,
+                              kind=Contained)
+    try:
+        return await _graded(process, criterion, env, kill_now, deadline, grace)
+    finally:
+        if name is not None and (process.returncode is None or process.returncode < 0):
+            assert isinstance(jail, Container)  # killed: its container may run on
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(jail.docker.run, "rm", "-f", name)
+
+
+async def _graded(process: Child | trio.Process, criterion: RunCommand,
+                  env: Mapping[str, str], kill_now: trio.Event | None, deadline: float,
+                  grace: float) -> tuple[bool, str]:
+    """A started ``run_command`` to its end: whether it passed, and its detail."""
     kept = _Kept()
 
     async def collect(stream: trio.abc.ReceiveStream) -> None:

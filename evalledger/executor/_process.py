@@ -99,17 +99,30 @@ class Confined(Child):
         return code
 
 
+class Contained(Confined):
+    """A ``docker run`` client (``_isolation``): it proxies the signals it gets to its
+    container (``--init`` hands them to the command), so SIGTERM goes to the client's
+    group as without isolation. Its exit code is the container's (128+N for a signal,
+    reported as ``Confined`` does). A container outlives a killed client: the runner
+    removes it by name afterwards."""
+
+    def terminate(self) -> None:
+        self._sent |= {signal.SIGTERM}
+        kill_group(self.pid, signal.SIGTERM)
+
+
 async def spawn(
     command: str | list[str], *, cwd: str, env: Mapping[str, str], stdin: bool = True,
-    pass_fds: Sequence[int] = (), confined: bool = False,
+    pass_fds: Sequence[int] = (), kind: type[Child] | None = None,
 ) -> Child | trio.Process:
     """Start ``command`` (a string: ``/bin/sh -c``; a list: argv) with piped streams, in a
-    new session (its pid is its process group); ``confined``: argv is a bwrap command
-    line (a ``Confined`` is returned, Linux only). ``pass_fds`` stay open in the child."""
+    new session (its pid is its process group); ``kind``: what to return for it (a
+    ``Confined`` for a bwrap command line, a ``Contained`` for ``docker run``; Linux
+    only). ``pass_fds`` stay open in the child."""
     argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
     if not _HAS_PIDFD:
         # Not Linux: trio's way (a worker thread, its own waiting); no isolation there.
-        assert not confined and not pass_fds, "isolation is Linux only"
+        assert kind is None and not pass_fds, "isolation is Linux only"
         return await trio.lowlevel.open_process(
             argv, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=dict(env),
@@ -148,8 +161,7 @@ async def spawn(
         for stream in ours:
             stream.close()
         raise
-    kind = Confined if confined else Child
-    return kind(popen, pidfd, ours[2] if stdin else None, ours[0], ours[1])
+    return (kind or Child)(popen, pidfd, ours[2] if stdin else None, ours[0], ours[1])
 
 
 _HAS_PIDFD = hasattr(os, "pidfd_open") and hasattr(os, "pipe2")

@@ -61,6 +61,9 @@ from ._lines import LineSplitter, parse_json_object
 from ._marks import MARKER_VAR
 from ._process import (
     DEFAULT_KILL_GRACE,
+    Child,
+    Confined,
+    Contained,
     end_group,
     kill_group,
     release_pipes,
@@ -450,32 +453,47 @@ async def _finish_sandbox(task: ResolvedTask, ctx: RunContext, sandbox: Path,
             log.warning("could not keep the sandbox of %s: %s", task.task_key, e)
 
 
+Jail = _isolation.Jail | _isolation.Container
+
+
 async def _confine(task: ResolvedTask, ctx: RunContext, sandbox: Path,
-                   attempt: int) -> _isolation.Jail | None:
+                   attempt: int) -> Jail | None:
     """How the attempt's commands are confined (None: not at all). An isolation that
     cannot run here runs as none, and its ``task.isolation`` says so (``run
     --require-isolation`` refuses to start instead)."""
     if task.isolation == "none":
         return None
-    found = _isolation.known_bwrap()
-    if found is None:  # the first confined attempt of this process: bwrap is tried
-        try:
-            found = await trio.to_thread.run_sync(_isolation.bwrap)
-        except _isolation.IsolationUnavailable as e:
-            found = e
-    if isinstance(found, _isolation.IsolationUnavailable):
+    found, daemon, image = _isolation.known_bwrap(), _isolation.known_docker(), ""
+    try:
+        if task.isolation == "bwrap":
+            if not isinstance(found, _isolation.Bwrap):  # tried once per process
+                found = await trio.to_thread.run_sync(_isolation.bwrap)
+        else:
+            if not isinstance(daemon, _isolation.Docker):
+                daemon = await trio.to_thread.run_sync(_isolation.docker)
+            image = await trio.to_thread.run_sync(_isolation.image_id, daemon, task.image,
+                                                  task.dockerfile)
+    except _isolation.IsolationUnavailable as e:
         await ctx.writer.append(TaskIsolation(
             run_id=ctx.run_id, task_key=task.task_key, attempt=attempt, backend="none",
-            asked=task.isolation, reason=str(found), network="host", uid=os.getuid()))
+            asked=task.isolation, reason=str(e), network="host", uid=os.getuid()))
         return None
     if ctx.canary is None:
         ctx.canary = await trio.to_thread.run_sync(_isolation.make_canary, ctx.sandbox_root)
-    return _isolation.Jail(found, sandbox, task.network,
-                           tuple(sorted(set(task.binds.values()))), ctx.canary)
+    binds = tuple(sorted(set(task.binds.values())))
+    if task.isolation == "bwrap":
+        assert isinstance(found, _isolation.Bwrap)
+        return _isolation.Jail(found, sandbox, task.network, binds, ctx.canary)
+    assert isinstance(daemon, _isolation.Docker)
+    mark = ctx.sandbox_root / _isolation.DOCKER_MARK
+    if not mark.exists():  # the watchdog's cue: this batch has containers to remove
+        await trio.to_thread.run_sync(mark.touch)
+    return _isolation.Container(daemon, image, sandbox, task.network, binds, ctx.canary,
+                                ctx.batch_token)
 
 
 def _command_env(task: ResolvedTask, ctx: RunContext, sandbox: Path,
-                 jail: _isolation.Jail | None = None) -> tuple[dict[str, str], str]:
+                 jail: Jail | None = None) -> tuple[dict[str, str], str]:
     """The command's environment (docs/tasks.md), and its attempt's ``MARKER_VAR`` entry.
 
     Confined, it gets a minimal base, its ``env_passthrough`` and its ``env``, and no
@@ -503,7 +521,7 @@ def _command_env(task: ResolvedTask, ctx: RunContext, sandbox: Path,
 
 async def _execute(
     task: ResolvedTask, ctx: RunContext, state: _Streams, env: dict[str, str], marker: str,
-    deadline: float, jail: _isolation.Jail | None = None, attempt: int = 1,
+    deadline: float, jail: Jail | None = None, attempt: int = 1,
 ) -> tuple[bool, int | None]:
     """Run the command until it exits, times out, overruns its budget or (confined)
     its prelude finds a leak.
@@ -511,23 +529,18 @@ async def _execute(
     Returns:
         (timed_out, exit_code)
     """
-    probe: trio.lowlevel.FdStream | None = None
+    probe: _Probe | None = None
     if jail is None:
         # No prompt: stdin is /dev/null (EOF at once), which saves a pipe and a task.
         process = await spawn(task.command, cwd=env["EVALLEDGER_SANDBOX"], env=env,
                               stdin=bool(task.prompt))
     else:
-        probe_r, probe_w = os.pipe2(os.O_CLOEXEC)
-        probe = trio.lowlevel.FdStream(probe_r)
+        probe = _Probe(jail, ctx, marker)
         try:
-            argv = jail.agent(task.command, [ctx.ledger_path or "", task.source], probe_w)
-            process = await spawn(argv, cwd=str(jail.workspace), env=env,
-                                  stdin=bool(task.prompt), pass_fds=(probe_w,), confined=True)
+            process = await probe.start(task, env)
         except BaseException:
             probe.close()
             raise
-        finally:
-            os.close(probe_w)
     assert process.stdout is not None and process.stderr is not None
 
     async def feed_stdin(prompt: bytes, stdin: trio.abc.SendStream) -> None:
@@ -554,7 +567,7 @@ async def _execute(
     try:
         async with trio.open_nursery() as nursery:
             if probe is not None and jail is not None:
-                nursery.start_soon(_read_probes, probe, jail, task, ctx, state, attempt,
+                nursery.start_soon(_read_probes, probe.stream, jail, task, ctx, state, attempt,
                                    nursery.cancel_scope)
             if process.stdin is not None:
                 nursery.start_soon(feed_stdin, (task.prompt or "").encode(), process.stdin)
@@ -577,10 +590,11 @@ async def _execute(
             await end_group(process, ctx.kill_grace, ctx.kill_now)
             if probe is not None:
                 probe.close()
+                await probe.remove_container(process.returncode)
     if jail is not None and not state.probed and state.isolation_error is None:
-        # bwrap said why on stderr (recorded): a bind that does not exist, say.
-        state.isolation_error = (f"the isolated command never started: bwrap exited "
-                                 f"{process.returncode} before its probes")
+        # bwrap or docker said why on stderr (recorded): a bind that does not exist, say.
+        state.isolation_error = (f"the isolated command never started: {jail.record()['backend']} "
+                                 f"exited {process.returncode} before its probes")
         with trio.CancelScope(shield=True):
             await ctx.writer.append(TaskIsolation(
                 run_id=ctx.run_id, task_key=task.task_key, attempt=attempt,
@@ -588,7 +602,64 @@ async def _execute(
     return limit.cancelled_caught, process.returncode
 
 
-async def _read_probes(stream: trio.lowlevel.FdStream, jail: _isolation.Jail,
+class _Probe:
+    """A confined start: the channel its prelude reports on, and what it leaves to clean
+    up. bwrap: a pipe the command inherits (its fd given to the prelude). docker: a
+    named pipe in the batch's folder, bound into the container (no fd crosses into one);
+    this side holds a write end too, so reading never sees EOF before the prelude
+    writes. A container outlives a killed ``docker run``: removed by name here."""
+
+    def __init__(self, jail: Jail, ctx: RunContext, marker: str) -> None:
+        self.jail = jail
+        self.name = f"evalledger-{marker.partition('=')[2]}"
+        self.hidden = [ctx.ledger_path or ""]
+        self._fds: list[int] = []
+        self._fifo: Path | None = None
+        if isinstance(jail, _isolation.Jail):
+            read, self._write = os.pipe2(os.O_CLOEXEC)
+            self._fds.append(self._write)
+        else:
+            self._fifo = ctx.sandbox_root / f"probe-{marker.partition('=')[2]}"
+            os.mkfifo(self._fifo, 0o600)
+            read = os.open(self._fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            self._fds.append(os.open(self._fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC))
+        self.stream = trio.lowlevel.FdStream(read)
+
+    async def start(self, task: ResolvedTask, env: dict[str, str]) -> Child | trio.Process:
+        hidden = [*self.hidden, task.source]
+        if isinstance(self.jail, _isolation.Jail):
+            argv = self.jail.agent(task.command, hidden, self._write)
+            try:
+                return await spawn(argv, cwd=str(self.jail.workspace), env=env,
+                                   stdin=bool(task.prompt), pass_fds=(self._write,),
+                                   kind=Confined)
+            finally:  # the command holds its own copy now
+                self._fds.remove(self._write)
+                os.close(self._write)
+        assert self._fifo is not None
+        argv = self.jail.agent(self.name, task.command, hidden, str(self._fifo),
+                               stdin=bool(task.prompt), env=list(env))
+        return await spawn(argv, cwd=str(self.jail.workspace), env=env,
+                           stdin=bool(task.prompt), kind=Contained)
+
+    def close(self) -> None:
+        self.stream.close()
+        for fd in self._fds:
+            os.close(fd)
+        self._fds.clear()
+        if self._fifo is not None:
+            with contextlib.suppress(OSError):
+                self._fifo.unlink()
+
+    async def remove_container(self, returncode: int | None) -> None:
+        """A ``docker run`` that did not end on its own (killed: its container may run
+        on): its container removed."""
+        if isinstance(self.jail, _isolation.Container) and (returncode is None
+                                                             or returncode < 0):
+            await trio.to_thread.run_sync(self.jail.docker.run, "rm", "-f", self.name)
+
+
+async def _read_probes(stream: trio.lowlevel.FdStream, jail: Jail,
                        task: ResolvedTask, ctx: RunContext, state: _Streams, attempt: int,
                        stop: trio.CancelScope) -> None:
     """Read the prelude's one line and record it as the attempt's ``task.isolation``; a

@@ -26,7 +26,10 @@ removed and nothing killed. Runs that arrived by ``merge`` or ``import-events``
 (a ``run.merged`` after their start) are never batches of this host.
 
 This file is also the watchdog's program: ``python _watchdog.py TOKEN ROOT``. Run
-that way it imports nothing of the package, only ``_marks`` beside it.
+that way it imports nothing of the package, only ``_marks`` and ``isolation`` beside it
+(the standard library only). A batch that started containers says so in its folder
+(``DOCKER_MARK``): they outlive their killed ``docker run`` clients, and are removed by
+the batch's label.
 """
 
 from __future__ import annotations
@@ -46,12 +49,14 @@ from typing import Any
 if __name__ == "__main__":  # the watchdog itself: a bare interpreter
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from _marks import MARKER_VAR, batch_mark, kill_marked, ray_mark  # type: ignore[import-not-found]
+    from isolation import DOCKER_MARK, remove_containers  # type: ignore[import-not-found]
 else:
     from evalledger.ledger._queries import Boundary
     from evalledger.projections._status import shown_status
     from evalledger.statuses import RunStatus, ShownStatus
 
     from ._marks import MARKER_VAR, batch_mark, kill_marked, ray_mark
+    from .isolation import DOCKER_MARK, remove_containers
 
 DONE = b"done"
 # The proof inside a batch's folder that this program made it (see ``make_folder``).
@@ -177,6 +182,9 @@ def watch(token: str, root: str, shared: str = "", last: str = "") -> None:
     while time.monotonic() < quiet_until:
         kill_marked(*marks, prefix=True)
         time.sleep(0.1)
+    # Containers outlive the `docker run` clients just killed: removed by the batch's label.
+    if root and os.path.exists(os.path.join(root, DOCKER_MARK)):
+        remove_containers(token)
     # The runner named these folders itself; still, removed only with their proof (a
     # bug, or a folder swapped meanwhile, never makes this an ``rm -rf`` of anything).
     temp = tempfile.gettempdir()
@@ -345,7 +353,9 @@ def sweep_dead_batches(ledger: Any) -> Sweep:
     if mine:
         sweep.killed = kill_marked(*(mark(token) for token, _ in mine
                                      for mark in (batch_mark, ray_mark)), prefix=True)
-    for _, root in mine:
+    for token, root in mine:
+        if os.path.exists(os.path.join(root, DOCKER_MARK)):
+            sweep.killed += remove_containers(token)
         _remove(root)
         sweep.removed.append(root)
     return sweep

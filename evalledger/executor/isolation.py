@@ -68,11 +68,24 @@ r=""
 for p in "$1" "$2" "$3"; do
   if [ -n "$p" ] && [ -e "$p" ]; then r="$r visible"; else r="$r absent"; fi
 done
-echo "$r unprobed" >"/proc/self/fd/$5"
+if command -v bash >/dev/null 2>&1; then
+  if bash -c ": 9<>/dev/tcp/127.0.0.1/$4" 2>/dev/null; then r="$r connected"
+  else r="$r refused"; fi
+elif command -v nc >/dev/null 2>&1; then
+  if nc -w 1 127.0.0.1 "$4" </dev/null >/dev/null 2>&1; then r="$r connected"
+  else r="$r refused"; fi
+else r="$r unprobed"; fi
+echo "$r" >"$5"
 shift 6
 exec "$@"
 """
 PROBE_NAMES = ("canary", "ledger", "task_file", "network")
+
+
+def prelude_sh(probe: Sequence[str]) -> list[str]:
+    """The plain-sh prelude's argv, the command to follow (``probe``: three paths, the
+    port, the path to report to)."""
+    return ["/bin/sh", "-c", _PRELUDE_SH, "evalledger-probe", *probe, "--"]
 
 
 class IsolationUnavailable(Exception):
@@ -108,15 +121,18 @@ class Bwrap:
         inner = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
         if probe is None:
             return args + inner
-        prelude = _PRELUDE_BASH if self.bash else _PRELUDE_SH
-        return [*args, self.bash or "/bin/sh", "-c", prelude, "evalledger-probe", *probe, "--",
-                *inner]
+        if self.bash:
+            return [*args, self.bash, "-c", _PRELUDE_BASH, "evalledger-probe", *probe, "--",
+                    *inner]
+        *paths, port, fd = probe  # sh: the report goes through /proc (fds 0-9 only)
+        return [*args, *prelude_sh([*paths, port, f"/proc/self/fd/{fd}"]), *inner]
 
 
-_found: dict[str, Bwrap | IsolationUnavailable] = {}
+# What ``bwrap()`` and ``docker()`` found, by name: each is tried once per process.
+_found: dict[str, Bwrap | Docker | IsolationUnavailable] = {}
 
 
-def known_bwrap() -> Bwrap | IsolationUnavailable | None:
+def known_bwrap() -> Bwrap | Docker | IsolationUnavailable | None:
     """What ``bwrap()`` found, if it was asked already in this process (no blocking)."""
     return _found.get("bwrap")
 
@@ -136,6 +152,7 @@ def bwrap() -> Bwrap:
     found = _found["bwrap"]
     if isinstance(found, IsolationUnavailable):
         raise found
+    assert isinstance(found, Bwrap)
     return found
 
 
@@ -212,7 +229,7 @@ def hidden_from_others(root: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Jail:
-    """How one attempt's commands run confined: the agent's, behind the prelude, and
+    """How one attempt's commands run under bwrap: the agent's, behind the prelude, and
     its graders' (``run_command``), with the task folder also readable."""
 
     bwrap: Bwrap
@@ -322,3 +339,165 @@ def _file_digest(path: str) -> bytes:
             return hashlib.file_digest(f, "sha256").digest()
     except OSError as e:  # unreadable: recorded as such, not skipped
         return f"unreadable: {e.strerror}".encode()
+
+
+# -- docker ----------------------------------------------------------------------------
+
+# Where a container finds its probe report's pipe (bound from the runner's side).
+PROBE_PATH = "/.evalledger-probe"
+# The label every container of a batch carries: what a watchdog removes by.
+BATCH_LABEL = "evalledger.batch"
+# In a batch's folder: it started containers (its watchdog looks for them).
+DOCKER_MARK = ".evalledger-docker"
+
+
+@dataclass(frozen=True)
+class Docker:
+    """The docker CLI and the version of the daemon it reaches."""
+
+    path: str
+    version: str
+
+    def run(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([self.path, *args], capture_output=True, text=True,
+                              timeout=timeout, check=False)
+
+
+def docker() -> Docker:
+    """docker, checked once per process (blocking the first time): the CLI and a daemon
+    it can reach.
+
+    Raises:
+        IsolationUnavailable: no docker, or no daemon answering.
+    """
+    if "docker" not in _found:
+        try:
+            _found["docker"] = _find_docker()
+        except IsolationUnavailable as e:
+            _found["docker"] = e
+    found = _found["docker"]
+    if isinstance(found, IsolationUnavailable):
+        raise found
+    assert isinstance(found, Docker)
+    return found
+
+
+def known_docker() -> Bwrap | Docker | IsolationUnavailable | None:
+    """What ``docker()`` found, if it was asked already in this process (no blocking)."""
+    return _found.get("docker")
+
+
+def _find_docker() -> Docker:
+    path = shutil.which("docker")
+    if path is None:
+        raise IsolationUnavailable("docker is not installed (Debian: apt install docker.io)")
+    try:
+        done = subprocess.run([path, "version", "--format", "{{.Server.Version}}"],
+                              capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise IsolationUnavailable(f"docker cannot run: {e}") from e
+    if done.returncode or not done.stdout.strip():
+        said = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        raise IsolationUnavailable(f"docker has no daemon to talk to: {said}")
+    return Docker(path, f"docker {done.stdout.strip()}")
+
+
+_images: dict[str, str] = {}
+
+
+def image_id(found: Docker, image: str | None, dockerfile: str | None) -> str:
+    """The id of the image a task names, or of the one its Dockerfile builds (tagged by
+    the content hash of the Dockerfile's folder, built once: a later run finds it).
+
+    Raises:
+        IsolationUnavailable: the image is not there, or the build failed.
+    """
+    if dockerfile is not None:
+        folder = Path(dockerfile).parent
+        tag = f"evalledger-task:{hash_tree(folder)[:16]}"
+        if tag not in _images and found.run("image", "inspect", tag).returncode:
+            built = found.run("build", "-q", "-t", tag, "-f", dockerfile, str(folder),
+                              timeout=3600)
+            if built.returncode:
+                said = (built.stderr.strip().splitlines() or ["?"])[-1]
+                raise IsolationUnavailable(f"docker build of {dockerfile} failed: {said}")
+        image = tag
+    assert image is not None
+    if image not in _images:
+        done = found.run("image", "inspect", "--format", "{{.Id}}", image)
+        if done.returncode:
+            raise IsolationUnavailable(f"no docker image {image!r} here (no registry is "
+                                       "asked: build or load it first)")
+        _images[image] = done.stdout.strip()
+    return _images[image]
+
+
+@dataclass(frozen=True)
+class Container:
+    """How one attempt's commands run in containers: the agent's, behind the prelude,
+    and its graders', each a container of its own on the workspace."""
+
+    docker: Docker
+    image: str  # its id
+    workspace: Path
+    network: str
+    binds: tuple[str, ...]
+    canary: str
+    batch: str  # the batch's token, a label of every container
+
+    def _argv(self, name: str, command: str | list[str], *, stdin: bool,
+              env: Sequence[str], mounts: Sequence[str], prelude: Sequence[str] = ()
+              ) -> list[str]:
+        inner = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+        args = [self.docker.path, "run", "--rm", "--init", "--name", name,
+                "--label", f"{BATCH_LABEL}={self.batch}",
+                "--network", "host" if self.network == "host" else "none",
+                "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+                "--read-only", "--tmpfs", "/tmp:exec", "--user", f"{os.getuid()}:{os.getgid()}",
+                "-v", f"{self.workspace}:{WORKSPACE}", "-w", WORKSPACE]
+        if stdin:
+            args.append("-i")
+        for path in (*self.binds, *mounts):
+            args += ["-v", f"{path}:{path}:ro"]
+        # By name only: the values reach the container from the CLI's environment, never
+        # through its argv (which any process of the host can read).
+        for variable in env:
+            args += ["-e", variable]
+        return [*args, self.image, *prelude, *inner]
+
+    def agent(self, name: str, command: str | list[str], hidden: Sequence[str], report: str,
+              *, stdin: bool, env: Sequence[str]) -> list[str]:
+        """The agent's argv: the prelude probes and writes its line to the pipe at
+        ``report`` (bound at ``PROBE_PATH``), then runs ``command``."""
+        paths = [self.canary, *hidden, "", ""][:3]
+        argv = self._argv(name, command, stdin=stdin, env=env, mounts=(),
+                          prelude=prelude_sh([*paths, str(probe_port()), PROBE_PATH]))
+        at = argv.index(self.image)
+        return [*argv[:at], "-v", f"{report}:{PROBE_PATH}", *argv[at:]]
+
+    def grader(self, name: str, command: str | list[str], task_dir: str,
+               env: Sequence[str]) -> list[str]:
+        return self._argv(name, command, stdin=False, env=env, mounts=(task_dir,))
+
+    def record(self) -> dict[str, object]:
+        return {"backend": "docker", "version": self.docker.version, "image": self.image,
+                "network": self.network, "binds": list(self.binds), "uid": os.getuid(),
+                "workspace": WORKSPACE}
+
+
+def remove_containers(batch: str) -> int:
+    """Remove every container of a batch (by its label), running or not: what a killed
+    runner left (a container outlives the CLI that started it). Quiet without docker."""
+    path = shutil.which("docker")
+    if path is None:
+        return 0
+    try:
+        listed = subprocess.run([path, "ps", "-aq", "--filter", f"label={BATCH_LABEL}={batch}"],
+                                capture_output=True, text=True, timeout=60, check=False)
+        ids = listed.stdout.split()
+        if ids:
+            subprocess.run([path, "rm", "-f", *ids], capture_output=True, timeout=120,
+                           check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return len(ids)

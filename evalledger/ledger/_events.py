@@ -321,8 +321,9 @@ class TaskStarted(_TaskEvent):
     """The resolved task: ``task_id``, ``variant_id``, ``source``, ``description``,
     ``tags``, ``prompt``, ``command``, ``workdir``, ``env``, ``timeout``, ``model``,
     ``stream_format``, ``budget``, ``success_criteria``; and ``expect``, ``isolation``,
-    ``network``, ``env_passthrough`` and ``binds`` when the task sets them to other than
-    their defaults (see [tasks.md](tasks.md#the-resolved-definition))."""
+    ``network``, ``env_passthrough``, ``binds``, ``image`` and ``dockerfile`` when the
+    task sets them to other than their defaults (see
+    [tasks.md](tasks.md#the-resolved-definition))."""
     definition_hash: str = ""
     """sha256 (hex) of what the definition evaluates: independent of where the suite
     sits on disk and of ``description``, ``tags`` and ``expect`` (earlier versions
@@ -496,9 +497,11 @@ class TaskIsolation(_TaskEvent):
     attempt: int = 1
     """The attempt (as in its ``task.started``)."""
     backend: _Line
-    """``bwrap`` (with ``version``), or ``none``."""
+    """``bwrap`` or ``docker`` (with ``version``), or ``none``."""
     binds: list[str] = []
     """Host paths the command could read (bound read-only at the same path)."""
+    image: Annotated[str | None, Field(exclude_if=_absent)] = None
+    """Only with ``docker``: the id of the image the command ran in (``sha256:...``)."""
     network: str = "none"
     """``none`` (a loopback of its own) or ``host``."""
     probes: JsonObject = {}
@@ -511,7 +514,7 @@ class TaskIsolation(_TaskEvent):
     uid: int | None = None
     """The runner's user id (the command's on the host; every capability dropped)."""
     version: str | None = None
-    """The backend's version (``bubblewrap 0.8.0``)."""
+    """The backend's version (``bubblewrap 0.8.0``, ``docker 20.10.24``: the daemon's)."""
     workspace: str | None = None
     """Where the command found its workspace (``/work``)."""
 

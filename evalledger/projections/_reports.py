@@ -85,7 +85,7 @@ def isolation_line(s: RunSummary) -> str:
         return "-"
     said = ", ".join(f"{name} ({n} task{'s' if n != 1 else ''})"
                      for name, n in sorted(counts.items()))
-    if any(name != "bwrap" for name in counts):
+    if any(name.startswith("none") for name in counts):
         said += "; none is not a security boundary (docs/isolation.md)"
     return said
 

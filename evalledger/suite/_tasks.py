@@ -182,7 +182,7 @@ _RAY_BUILTIN_RESOURCES = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": "memor
 
 StreamFormat = Literal["native", "claude-code"]
 # What an attempt's command can see and reach (docs/isolation.md).
-Isolation = Literal["none", "bwrap"]
+Isolation = Literal["none", "bwrap", "docker"]
 Network = Literal["none", "host"]
 
 # How a task may be expected to end instead of succeeding: a category (``failed``,
@@ -240,8 +240,15 @@ class TaskSettings(_Strict):
     """How the task is meant to end instead of succeeding: a category or a status. It
     counts as it ends; ending so does not make the exit code 1, succeeding does."""
     isolation: Isolation | None = None
-    """What the command can see: none (default: the runner's whole machine, no boundary)
-    or bwrap (its workspace at /work, the system read-only, nothing else)."""
+    """What the command can see: none (default: the runner's whole machine, no boundary),
+    bwrap (its workspace at /work, the system read-only, nothing else) or docker (its
+    workspace at /work in a container of the task's image)."""
+    image: str | None = Field(default=None, min_length=1)
+    """With isolation docker: the image the command runs in (present here: no registry
+    is asked)."""
+    dockerfile: str | None = Field(default=None, min_length=1)
+    """With isolation docker, instead of image: a Dockerfile (relative to the file naming
+    it), built with its folder as the context, once per content."""
     network: Network | None = None
     """Under isolation: none (default: a loopback of its own) or host (the host's)."""
     env_passthrough: list[str] | None = None
@@ -384,6 +391,8 @@ class ResolvedTask(_Strict):
     network: Network = "none"
     env_passthrough: list[str] = []
     binds: dict[str, str] = {}
+    image: str | None = None
+    dockerfile: str | None = None
 
     def definition(self) -> dict[str, Any]:
         """What the task *is*, as ``task.started`` records it: everything but where it
@@ -410,7 +419,8 @@ class ResolvedTask(_Strict):
 
 
 # Keys a definition holds only when not at their default (``ResolvedTask.definition``).
-_LATER_KEYS = ("expect", "isolation", "network", "env_passthrough", "binds")
+_LATER_KEYS = ("expect", "isolation", "network", "env_passthrough", "binds", "image",
+               "dockerfile")
 
 
 def comparable(definition: Mapping[str, Any]) -> dict[str, Any]:
@@ -419,8 +429,9 @@ def comparable(definition: Mapping[str, Any]) -> dict[str, Any]:
     folder."""
     compared = dict(definition)
     home = Path(compared.pop("source", "") or ".").parent
-    if compared.get("workdir") is not None:
-        compared["workdir"] = os.path.relpath(compared["workdir"], home)
+    for name in ("workdir", "dockerfile"):
+        if isinstance(compared.get(name), str):
+            compared[name] = os.path.relpath(compared[name], home)
     if isinstance(binds := compared.get("binds"), dict):
         compared["binds"] = {name: os.path.relpath(path, home) if isinstance(path, str)
                              else path for name, path in binds.items()}
@@ -827,12 +838,16 @@ def _resolve(
     exp_dir = exp_home if exp_home is not None else path.parent
     layers = ((defaults, exp_dir), (task_file, path.parent), (variant, exp_dir))
     _anchor_workdir(settings, layers)
+    _anchor_workdir(settings, layers, "dockerfile")
     _anchor_binds(settings, layers)
     if settings.pop("skip", None):
         return None
     settings.update(_overridden(overrides))
     if settings.get("command") is None:
         raise ValueError("command: a task needs a command")
+    if settings.get("isolation") == "docker" and not (settings.get("image")
+                                                      or settings.get("dockerfile")):
+        raise ValueError("isolation docker: the task needs an image or a dockerfile")
     workdir = settings.pop("workdir", None)
     given = {k: v for k, v in settings.items() if v is not None}
     repeats = overrides.repeats or variant.repeats or (exp.repeats if exp else 1)
@@ -852,13 +867,15 @@ def _resolve(
 
 
 def _anchor_workdir(settings: dict[str, Any],
-                    layers: Iterable[tuple[TaskSettings | None, Path]]) -> None:
-    """Make ``settings``' workdir absolute, from the folder of the last layer that set it
-    (``layers``: each with that folder, in order)."""
+                    layers: Iterable[tuple[TaskSettings | None, Path]],
+                    name: str = "workdir") -> None:
+    """Make ``settings``' workdir (or another path key) absolute, from the folder of the
+    last layer that set it (``layers``: each with that folder, in order)."""
     for layer, home in layers:
-        if layer is not None and "workdir" in layer.model_fields_set:
+        if layer is not None and name in layer.model_fields_set:
             # A symlink loop is the sandbox's BUILD_FAILED, with the copy's error, not a crash.
-            settings["workdir"] = layer.workdir and _absolute(home / layer.workdir)
+            value = getattr(layer, name)
+            settings[name] = value and _absolute(home / value)
 
 
 def _anchor_binds(settings: dict[str, Any],

@@ -39,7 +39,7 @@ def wait_for_none(entry: str, within: float) -> list[int]:
     return left
 
 
-def suite(folder: Path, tasks: int, isolation: str = "none") -> Path:
+def suite(folder: Path, tasks: int, isolation: dict[str, str] | None = None) -> Path:
     """Tasks that leave a silent ``sleep 300`` behind; their environment carries a mark
     of this test's own (``ORPHAN_TEST=<folder>``), so a second copy of the suite running
     at the same time is never mistaken for them."""
@@ -49,7 +49,7 @@ def suite(folder: Path, tasks: int, isolation: str = "none") -> Path:
             "command": "sleep 300 >/dev/null 2>&1 & sleep 0.5; echo done",
             "env": {"ORPHAN_TEST": str(folder.parent)},
             "timeout": 60, "success_criteria": [{"type": "exit_code"}],
-            **({"isolation": isolation} if isolation != "none" else {}),
+            **(isolation or {}),
         }), encoding="utf-8")
     return folder
 
@@ -80,14 +80,21 @@ def events(db: Path) -> int:
         return 0
 
 
-@pytest.mark.parametrize("isolation", ["none", "bwrap"])
+@pytest.mark.parametrize("isolation", ["none", "bwrap", "docker"])
 def test_twenty_sigkills_leave_no_process_and_no_sandbox(
     tmp_path: Path, _private_temp: Path, isolation: str, request: pytest.FixtureRequest
 ) -> None:
+    """... and no container: the watchdog removes a batch's containers by its label."""
+    keys = {"isolation": isolation}
     if isolation == "bwrap":
         request.getfixturevalue("bwrap")  # or the skip (the fail, in CI) saying why
+    elif isolation == "docker":
+        keys["image"] = request.getfixturevalue("docker_images")["busybox"]
     rng = random.Random(20)
-    tasks = suite(tmp_path / "tasks", 6, isolation)
+    # Fewer under docker: a container costs 0.3-1 s to start, and what is tried is the
+    # same (a kill before, during and after attempts; the resumes that finish the run).
+    count = 3 if isolation == "docker" else 6
+    tasks = suite(tmp_path / "tasks", count, keys)
     db = tmp_path / "ledger.db"
     mark = f"ORPHAN_TEST={tmp_path}"
     for trial in range(20):
@@ -107,6 +114,8 @@ def test_twenty_sigkills_leave_no_process_and_no_sandbox(
         runner.wait(PATIENCE)
         left = wait_for_none(mark, GONE_WITHIN)
         assert left == [], f"trial {trial}: {len(left)} processes outlived the runner"
+        if isolation == "docker":
+            assert wait_for_no_containers(db, GONE_WITHIN) == [], f"trial {trial}"
         if db.exists():
             with Ledger(db, read_only=True) as ledger:
                 assert verify(ledger).ok, f"trial {trial}"
@@ -118,10 +127,27 @@ def test_twenty_sigkills_leave_no_process_and_no_sandbox(
         summary = fold(SummaryFold(RUN), ledger.events(RUN, types=SummaryFold.TYPES)).summary()
         batches = list(ledger.events(RUN, types={"run.started", "run.resumed"}))
     assert final.returncode == 0, (final.stdout, final.stderr, summary.model_dump())
-    assert (summary.status, summary.tasks_succeeded, summary.tasks_planned) == ("completed", 6, 6)
+    assert (summary.status, summary.tasks_succeeded, summary.tasks_planned) == (
+        "completed", count, count)
     assert marked(mark) == []
     assert sandboxes(_private_temp) == [], "a killed batch's sandbox folder was left behind"
     assert len(batches) >= 2  # it was resumed
+
+
+def wait_for_no_containers(db: Path, within: float) -> list[str]:
+    """The containers of every batch of the run still there after up to ``within``."""
+    if not db.exists():
+        return []
+    with Ledger(db, read_only=True) as ledger:
+        tokens = [e.batch_token for e in ledger.events(RUN, types={"run.started", "run.resumed"})]
+    deadline = time.monotonic() + within
+    while True:
+        left = [c for token in tokens if token for c in subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"label=evalledger.batch={token}"],
+            capture_output=True, text=True, check=True).stdout.split()]
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.1)
 
 
 def test_a_dead_batch_is_swept_when_the_next_batch_starts(

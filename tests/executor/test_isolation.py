@@ -74,18 +74,20 @@ ATTACKS = {
     "read-helper": ('cat "$TASKS_DIR/helper.sh" > loot; echo "exit 0" > "$TASKS_DIR/helper.sh"',
                     ["HELPER"]),
     "open-ledger": ('head -c 15 "$LEDGER" > loot', ["SQLite format 3"]),
-    "reach-service": ("bash -c 'exec 3<>/dev/tcp/127.0.0.1/'\"$PORT\"'; echo hi >&3' "
-                      "&& echo reached > loot", ["reached"]),
+    "reach-service": ("if command -v bash; then bash -c ': 3<>/dev/tcp/127.0.0.1/'\"$PORT\"; "
+                      "else nc -w 1 127.0.0.1 \"$PORT\" </dev/null; fi && echo reached > loot",
+                      ["reached"]),
     "see-processes": ('test -d "/proc/$HOST_PID" && echo seen > loot', ["seen"]),
-    "forge": ("python3 -c 'import sqlite3, sys; c = sqlite3.connect(\"file:\" + sys.argv[1] + "
-              "\"?mode=rw\", uri=True); c.execute(\"begin immediate\"); c.rollback(); "
-              "print(\"forged\")' \"$LEDGER\" > loot", ["forged"]),
+    # What the forgery of "Why" needs: the ledger, writable (not written: the contrast
+    # run below must leave it whole).
+    "forge": ('test -w "$LEDGER" && echo forged > loot', ["forged"]),
 }
 # Outlives its attempt unless isolation ends it: found afterwards by its argument.
 DAEMON = 'setsid env -i /bin/sh -c "exec sleep 299.$DAEMON_MARK" </dev/null >/dev/null 2>&1 &'
 
 
-def suite(root: Path, isolation: str, service: Service) -> tuple[Path, dict[str, str]]:
+def suite(root: Path, isolation: dict[str, str], service: Service
+          ) -> tuple[Path, dict[str, str]]:
     """The attacks as task files in ``root/tasks``, and the victim's files beside them."""
     victim = root / "victim" / ".ssh"
     victim.mkdir(parents=True)
@@ -107,7 +109,7 @@ def suite(root: Path, isolation: str, service: Service) -> tuple[Path, dict[str,
             criteria.append({"type": "run_command",
                              "command": 'sh "$EVALLEDGER_TASK_DIR/helper.sh"'})
         (tasks / f"{name}.yaml").write_text(yaml.safe_dump({
-            "command": f"{DAEMON}\n{command}", "env": env, "isolation": isolation,
+            "command": f"{DAEMON}\n{command}", "env": env, **isolation,
             "timeout": 60, "success_criteria": criteria}))
     return tasks, env
 
@@ -133,10 +135,10 @@ def wait_for_no_daemons(mark: str) -> list[int]:
     return left
 
 
-def test_every_attack_fails_under_bwrap_and_the_probes_say_so(
-    tmp_path: Path, bwrap: Bwrap, service: Service
+def test_every_attack_fails_under_isolation_and_the_probes_say_so(
+    tmp_path: Path, isolated: dict[str, str], service: Service
 ) -> None:
-    tasks, env = suite(tmp_path, "bwrap", service)
+    tasks, env = suite(tmp_path, isolated, service)
     db = Path(env["LEDGER"])
     result = evalledger(tmp_path, db, "run", str(tasks), "--run-id", "attacks", "-j", "4")
     assert result.returncode == 1, result.stderr
@@ -149,7 +151,7 @@ def test_every_attack_fails_under_bwrap_and_the_probes_say_so(
     records = of_type(evs, "task.isolation")
     assert len(records) == len(ATTACKS)
     for record in records:
-        assert record.backend == "bwrap" and record.network == "none"
+        assert record.backend == isolated["isolation"] and record.network == "none"
         assert record.probes == {"canary": "absent", "ledger": "absent",
                                  "task_file": "absent", "network": "refused"}
     assert not (tmp_path / "outside" / "pwned").exists()
@@ -158,17 +160,29 @@ def test_every_attack_fails_under_bwrap_and_the_probes_say_so(
     assert "HELPER" in (tasks / "helper.sh").read_text()
     helper = completed["default/read-helper/00"].criteria[1]
     assert (helper.passed, helper.detail) == (False, "exit code 1")
-    # Nothing of any attempt outlived it: no later forgery is possible.
+    # Nothing of any attempt outlived it, no container either: no later forgery is possible.
     assert wait_for_no_daemons(env["DAEMON_MARK"]) == []
+    assert containers(evs) == []
     with Ledger(db, read_only=True) as ledger:
         assert verify(ledger).ok
+
+
+def containers(evs: list) -> list[str]:
+    """The containers (running or not) of the batch that recorded ``evs``."""
+    if shutil.which("docker") is None:
+        return []
+    token = of_type(evs, "run.started")[0].batch_token
+    listed = subprocess.run(["docker", "ps", "-aq", "--filter",
+                             f"label=evalledger.batch={token}"],
+                            capture_output=True, text=True, check=True)
+    return listed.stdout.split()
 
 
 def test_the_same_attacks_succeed_without_isolation(
     tmp_path: Path, bwrap: Bwrap, service: Service
 ) -> None:
     """What makes the test above able to fail: with ``none`` they work."""
-    tasks, env = suite(tmp_path, "none", service)
+    tasks, env = suite(tmp_path, {"isolation": "none"}, service)
     db = Path(env["LEDGER"])
     try:
         result = evalledger(tmp_path, db, "run", str(tasks), "--run-id", "attacks", "-j", "4")
@@ -294,27 +308,36 @@ def test_a_confined_command_sees_only_its_workspace(
     assert counts[0] == 0 and counts[1] < 10, said
 
 
-def test_the_example_suite_ends_the_same_under_none_and_bwrap(
-    tmp_path: Path, bwrap: Bwrap
+def test_the_example_suite_ends_the_same_under_none_bwrap_and_docker(
+    tmp_path: Path, bwrap: Bwrap, docker_images: dict[str, str]
 ) -> None:
+    """The example agent works inside each: under docker in an image with a Python
+    (given by an experiment's defaults, as a user would)."""
     from ..cli.test_run_e2e import SMOKE_KEYS, copy_smoke
 
     smoke = copy_smoke(tmp_path)
+    (smoke / "docker.yaml").write_text(yaml.safe_dump({
+        "experiment_id": "in-docker", "tasks": ["tasks/"],
+        "defaults": {"isolation": "docker", "image": docker_images["python"]}}))
     db = tmp_path / "ledger.db"
     statuses = {}
-    for isolation in ("none", "bwrap"):
-        result = evalledger(tmp_path, db, "run", str(smoke / "tasks"), "--isolation", isolation,
-                            "--run-id", isolation, "--require-isolation")
+    for isolation, how in (("none", ["--isolation", "none"]),
+                           ("bwrap", ["--isolation", "bwrap"]),
+                           ("docker", ["-e", str(smoke / "docker.yaml")])):
+        paths = [] if isolation == "docker" else [str(smoke / "tasks")]
+        result = evalledger(tmp_path, db, "run", *paths, *how, "--run-id", isolation,
+                            "--require-isolation")
         assert result.returncode == 0, result.stdout + result.stderr
         evs = events(db, isolation)
         statuses[isolation] = {e.task_key: e.final_status
                                for e in of_type(evs, "task.completed")}
-        assert len(of_type(evs, "task.isolation")) == (4 if isolation == "bwrap" else 0)
-    assert statuses["none"] == statuses["bwrap"] == SMOKE_KEYS
+        backends = [e.backend for e in of_type(evs, "task.isolation")]
+        assert backends == ([] if isolation == "none" else [isolation] * 4)
+    assert statuses["none"] == statuses["bwrap"] == statuses["docker"] == SMOKE_KEYS
 
 
 def test_an_api_key_reaches_a_confined_agent_only_through_env_passthrough(
-    tmp_path: Path, bwrap: Bwrap, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, isolated: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A Claude-Code-shaped agent: it needs ANTHROPIC_API_KEY from the runner's
     environment; the runner's other variables never reach it."""
@@ -326,7 +349,7 @@ def test_an_api_key_reaches_a_confined_agent_only_through_env_passthrough(
     tasks.mkdir()
     for name, passthrough in (("with", ["ANTHROPIC_API_KEY"]), ("without", [])):
         (tasks / f"{name}.yaml").write_text(yaml.safe_dump({
-            "command": agent, "isolation": "bwrap", "env_passthrough": passthrough,
+            "command": agent, **isolated, "env_passthrough": passthrough,
             "success_criteria": [{"type": "output_contains",
                                   "includes": ["key-ok", "secret-hidden"]}]}))
     db = tmp_path / "ledger.db"
@@ -337,21 +360,24 @@ def test_an_api_key_reaches_a_confined_agent_only_through_env_passthrough(
     assert "key-ok" in (done["default/without/00"].error_message or "")
 
 
-@pytest.mark.parametrize("isolation", ["none", "bwrap"])
+@pytest.mark.parametrize("isolation", ["none", "bwrap", "docker"])
 def test_a_stopped_agent_gets_sigterm_first_and_its_death_reads_as_without_isolation(
     tmp_path: Path, isolation: str, request: pytest.FixtureRequest
 ) -> None:
     """At the timeout SIGTERM reaches the agent, which may clean up within the grace;
-    one that dies of it reads exit -15, as without isolation (bwrap itself says 143)."""
+    one that dies of it reads exit -15, as without isolation (bwrap and docker say 143)."""
+    keys: dict[str, str] = {"isolation": isolation}
     if isolation == "bwrap":
         request.getfixturevalue("bwrap")
+    elif isolation == "docker":
+        keys["image"] = request.getfixturevalue("docker_images")["busybox"]
     tasks = tmp_path / "tasks"
     tasks.mkdir()
     cleanup = ('trap "echo cleaned > cleaned; exit 7" TERM; echo ready; '
                'while :; do sleep 0.05; done')
     for name, command in (("dies", "echo ready; exec sleep 60"), ("cleans-up", cleanup)):
         (tasks / f"{name}.yaml").write_text(yaml.safe_dump({
-            "command": command, "isolation": isolation, "timeout": 1.5,
+            "command": command, **keys, "timeout": 3,
             "success_criteria": [{"type": "output_contains", "includes": ["ready"]}]}))
     db = tmp_path / "ledger.db"
     evalledger(tmp_path, db, "run", str(tasks), "--run-id", "stop", "--kill-grace", "20")

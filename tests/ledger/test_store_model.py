@@ -510,7 +510,7 @@ REPRESENTATIVE: dict[str, Any] = {
     "task.interrupted": TaskInterrupted(run_id="r", task_key="k", reason="SIGINT"),
     "task.isolation": TaskIsolation(
         run_id="r", task_key="k", asked="bwrap", attempt=2, backend="none",
-        binds=["/a/b"], network="host",
+        binds=["/a/b"], image="sha256:" + "cd" * 32, network="host",
         probes={"task_file": "absent", "canary": "visible"},  # sorted when built
         reason="bwrap is not installed", uid=1000, version="bubblewrap 0.8.0",
         workspace="/work"),

@@ -717,7 +717,7 @@ def test_the_legacy_hash_is_the_hash_older_versions_computed(tmp_path: Path) -> 
     # The keys added since (expect, isolation, ...) left out: older versions had none.
     old = task.model_dump(mode="json", exclude={
         "task_key", "replicate_index", "ray", "expect", "source", "isolation", "network",
-        "env_passthrough", "binds"})
+        "env_passthrough", "binds", "image", "dockerfile"})
     old["workdir"] = "fixtures/w"
 
     assert "expect" not in task.definition()  # a task without one is recorded as before
@@ -862,6 +862,7 @@ def test_binds_are_paths_from_the_file_that_set_them_and_merge_across_layers(
     ("binds: {'A=B': x}\n", "cannot be an environment variable name"),
     ("env_passthrough: ['']\n", "cannot be an environment variable name"),
     ("isolation: docker-ish\n", "isolation"),
+    ("isolation: docker\n", "isolation docker: the task needs an image or a dockerfile"),
     ("network: bridge\n", "network"),
 ])
 def test_bad_isolation_keys_skip_the_file_saying_why(tmp_path: Path, text: str, said: str) -> None:
