@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from typing import get_args
 
 import click
@@ -53,6 +54,10 @@ def diff(settings: Settings, run_a: str, run_b: str, as_json: bool, fail_on: Fai
               fmt(t.duration_delta, "+.1f"), fmt(t.cost_delta, "+.4f")) for t in tasks],
         )
         click.echo(", ".join(f"{n} {c.replace('_', ' ')}" for c, n in result.counts.items()))
+        moved = Counter(t.isolation for t in result.tasks if t.isolation)
+        for change, n in sorted(moved.items()):
+            click.echo(f"warning: isolation differs for {n} task(s): {change} (a different "
+                       "measurement, see docs/isolation.md)", err=True)
         if not result.tasks:
             click.echo("neither run has any task", err=True)
     if result.fails(fail_on):

@@ -592,13 +592,18 @@ async def _execute(
                 probe.close()
                 await probe.remove_container(process.returncode)
     if jail is not None and not state.probed and state.isolation_error is None:
-        # bwrap or docker said why on stderr (recorded): a bind that does not exist, say.
-        state.isolation_error = (f"the isolated command never started: {jail.record()['backend']} "
-                                 f"exited {process.returncode} before its probes")
+        backend = jail.record()["backend"]
+        if limit.cancelled_caught or state.budget_stop is not None:
+            # Stopped before its sandbox was up (a container slow to start): a TIMEOUT.
+            reason = f"stopped before {backend} reported its probes"
+        else:  # bwrap or docker said why on stderr (recorded): a missing bind, say
+            reason = state.isolation_error = (f"the isolated command never started: "
+                                              f"{backend} exited {process.returncode} "
+                                              "before its probes")
         with trio.CancelScope(shield=True):
             await ctx.writer.append(TaskIsolation(
-                run_id=ctx.run_id, task_key=task.task_key, attempt=attempt,
-                reason=state.isolation_error, **jail.record()))
+                run_id=ctx.run_id, task_key=task.task_key, attempt=attempt, reason=reason,
+                **jail.record()))
     return limit.cancelled_caught, process.returncode
 
 

@@ -510,7 +510,9 @@ class TaskIsolation(_TaskEvent):
     runner listened on: ``refused``, ``connected``, or ``unprobed`` without ``bash``).
     Empty when the sandbox never started."""
     reason: Annotated[str | None, Field(exclude_if=_absent)] = None
-    """Why the asked isolation could not run, or what leaked (the attempt is then ERROR)."""
+    """Why the asked isolation could not run, or what leaked, or that the sandbox never
+    started (the attempt is then ERROR); or that the deadline stopped it before its
+    probes (a container slow to start: the attempt is TIMEOUT)."""
     uid: int | None = None
     """The runner's user id (the command's on the host; every capability dropped)."""
     version: str | None = None

@@ -356,8 +356,9 @@ def _m0007_one_row_per_run(db: Database) -> None:
 # Usage by role (task.usage.role: "agent" when left out, "grader" for grading's spend):
 # the usage view names each one's role and runs sums grading's apart. A run's cost is
 # complete only when no task.completed of it says otherwise either (an imported TIMEOUT
-# whose killed turn the old harness never recorded), as the summary counts it.
-VIEWS = {
+# whose killed turn the old harness never recorded), as the summary counts it. Frozen as
+# migration 0008 made them.
+_VIEWS_8 = {
     **_VIEWS_7,
     "runs": _VIEWS_7["runs"].replace(
         """                              AND json_extract(u.payload, '$.cost_usd') IS NULL)
@@ -383,5 +384,34 @@ VIEWS = {
 
 @MIGRATIONS(name="0008_usage_roles")
 def _m0008_usage_roles(db: Database) -> None:
-    _recreate_views(db, _VIEWS_7, VIEWS)
+    _recreate_views(db, _VIEWS_7, _VIEWS_8)
     _set_version(db, 8)
+
+
+# What confined each attempt (its task.isolation: none without one; docs/isolation.md)
+# and the hash of the workspace its criteria graded. The lookup goes by (run_id, type):
+# a key's own events can be a million output lines, its task.isolation rows are few.
+VIEWS = {
+    **_VIEWS_8,
+    "task_attempts": _VIEWS_8["task_attempts"].replace(
+        """               json_extract(c.payload, '$.exit_code') AS exit_code
+""",
+        """               json_extract(c.payload, '$.exit_code') AS exit_code,
+               COALESCE((SELECT json_extract(i.payload, '$.backend')
+                                || COALESCE(' (asked ' || json_extract(i.payload, '$.asked')
+                                            || ')', '')
+                           FROM events i INDEXED BY events_by_run_type
+                          WHERE i.run_id = s.run_id AND i.type = 'task.isolation'
+                            AND i.task_key = s.task_key
+                            AND json_extract(i.payload, '$.attempt')
+                                = json_extract(s.payload, '$.attempt')
+                          ORDER BY i.seq DESC LIMIT 1), 'none') AS isolation,
+               json_extract(c.payload, '$.workspace_hash') AS workspace_hash
+"""),
+}
+
+
+@MIGRATIONS(name="0009_isolation_columns")
+def _m0009_isolation_columns(db: Database) -> None:
+    _recreate_views(db, _VIEWS_8, VIEWS)
+    _set_version(db, 9)

@@ -33,6 +33,9 @@ class TaskDiff(BaseModel):
     score_delta: float | None
     duration_delta: float | None
     cost_delta: float | None
+    isolation: str | None = None
+    """``A → B`` when the two latest attempts ran under different isolation
+    (docs/isolation.md): not the same measurement; None when it is the same."""
 
 
 class RunDiff(BaseModel):
@@ -96,6 +99,8 @@ def diff_runs(a: RunSummary, b: RunSummary) -> RunDiff:
             score_delta=_delta(_field(ra, "weighted_score"), _field(rb, "weighted_score")),
             duration_delta=_delta(_field(ra, "duration_seconds"), _field(rb, "duration_seconds")),
             cost_delta=_delta(_field(ra, "cost_usd"), _field(rb, "cost_usd")),
+            isolation=(f"{ra.isolation} → {rb.isolation}" if ra and rb and ra.attempts
+                       and rb.attempts and ra.isolation != rb.isolation else None),
         ))
     counts = dict.fromkeys(get_args(Change), 0)
     for t in tasks:

@@ -9,6 +9,7 @@ its ``env``.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -49,6 +50,15 @@ class Service:
         self.port = self.sock.getsockname()[1]
         self.connections = 0
         threading.Thread(target=self._serve, daemon=True).start()
+
+    def reached(self, within: float = 10.0) -> bool:
+        """Whether a connection was accepted (its accept may lag its connect a little)."""
+        import time
+
+        deadline = time.monotonic() + within
+        while not self.connections and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return bool(self.connections)
 
     def _serve(self) -> None:
         while True:
@@ -193,7 +203,7 @@ def test_the_same_attacks_succeed_without_isolation(
         expected = set(ATTACKS) - ({"read-ssh"} if os.geteuid() else set())
         assert worked == expected, {k: e.error_message for k, e in completed.items()}
         assert (tmp_path / "outside" / "pwned").exists()
-        assert service.connections >= 1
+        assert service.reached(), "the service was never reached"
         assert daemons(env["DAEMON_MARK"]) != []  # escaped: the hole isolation closes
         assert of_type(events(db, "attacks"), "task.isolation") == []
     finally:
@@ -334,6 +344,22 @@ def test_the_example_suite_ends_the_same_under_none_bwrap_and_docker(
         backends = [e.backend for e in of_type(evs, "task.isolation")]
         assert backends == ([] if isolation == "none" else [isolation] * 4)
     assert statuses["none"] == statuses["bwrap"] == statuses["docker"] == SMOKE_KEYS
+    # Each says what ran it: run.json per task, show and diff in words.
+    report = json.loads((tmp_path / "runs" / "bwrap" / "run.json").read_text())
+    assert {row["isolation"] for row in report["tasks"]} == {"bwrap"}
+    shown = evalledger(tmp_path, db, "show", "docker")
+    assert "isolation: docker (4 tasks)" in shown.stderr
+    assert "not a security boundary" in evalledger(tmp_path, db, "show", "none").stderr
+    compared = evalledger(tmp_path, db, "diff", "none", "bwrap")
+    assert compared.returncode == 0, compared.stderr
+    assert "isolation differs for 4 task(s): none → bwrap" in compared.stderr
+    as_json = json.loads(evalledger(tmp_path, db, "diff", "bwrap", "docker", "--json").stdout)
+    assert {t["isolation"] for t in as_json["tasks"]} == {"bwrap → docker"}
+    # The SQL views say it too, and which workspace was graded.
+    said = evalledger(tmp_path, db, "sql", "SELECT run_id, isolation, count(*), "
+                      "count(workspace_hash) FROM task_results GROUP BY 1, 2 ORDER BY 1")
+    assert said.out_lines[1:] == ["bwrap\tbwrap\t4\t4", "docker\tdocker\t4\t4",
+                                  "none\tnone\t4\t0"]
 
 
 def test_an_api_key_reaches_a_confined_agent_only_through_env_passthrough(
@@ -386,3 +412,47 @@ def test_a_stopped_agent_gets_sigterm_first_and_its_death_reads_as_without_isola
         "default/dies/00": ("TIMEOUT", -15), "default/cleans-up/00": ("TIMEOUT", 7)}
     kept = tmp_path / "runs" / "stop" / "artifacts" / "default" / "cleans-up" / "00"
     assert (kept / "cleaned").read_text() == "cleaned\n"
+
+
+def test_a_container_the_deadline_stops_before_it_is_up_is_a_timeout(
+    tmp_path: Path, docker_images: dict[str, str]
+) -> None:
+    """Starting a container takes hundreds of ms: a task whose timeout passes first
+    timed out (its record says it was stopped before its probes); a sandbox that
+    cannot start at all (an image without a shell) is an ERROR that says so."""
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    for name, keys in (("slow", {"timeout": 0.05}),
+                       ("broken", {"command": ["/no/such/program"]})):
+        (tasks / f"{name}.yaml").write_text(yaml.safe_dump({
+            "command": "echo hi", "isolation": "docker", "image": docker_images["busybox"],
+            "success_criteria": [{"type": "exit_code"}], **keys}))
+    db = tmp_path / "ledger.db"
+    evalledger(tmp_path, db, "run", str(tasks), "--run-id", "starts")
+    evs = events(db, "starts")
+    done = {e.task_key: e for e in of_type(evs, "task.completed")}
+    records = {e.task_key: e for e in of_type(evs, "task.isolation")}
+    assert done["default/slow/00"].final_status == "TIMEOUT"
+    assert records["default/slow/00"].reason == "stopped before docker reported its probes"
+    assert records["default/slow/00"].probes == {}
+    # The prelude ran (probes reported), then the exec failed: the command's own exit.
+    assert done["default/broken/00"].final_status == "FAILURE"
+    assert done["default/broken/00"].exit_code == 127
+    assert containers(evs) == []
+
+
+def test_a_sandbox_that_cannot_start_is_an_error_saying_so(tmp_path: Path, bwrap: Bwrap) -> None:
+    """A bind to a path that is not there: bwrap refuses to start, says why on stderr
+    (recorded), and the attempt is ERROR, not the command's failure."""
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "t.yaml").write_text(yaml.safe_dump({
+        "command": "echo hi", "isolation": "bwrap", "binds": {"GONE": "no/such/folder"},
+        "success_criteria": [{"type": "exit_code"}]}))
+    db = tmp_path / "ledger.db"
+    evalledger(tmp_path, db, "run", str(tasks), "--run-id", "broken")
+    evs = events(db, "broken")
+    (done,) = of_type(evs, "task.completed")
+    assert done.final_status == "ERROR"
+    assert done.error_message.startswith("the isolated command never started: bwrap exited 1")
+    assert any("no/such/folder" in e.line for e in of_type(evs, "task.output"))

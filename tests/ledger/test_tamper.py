@@ -123,8 +123,8 @@ CASES: dict[str, tuple[tuple[str, ...], str]] = {
                                "meta.schema_version is '3'"),
     "meta key added": (("INSERT INTO meta VALUES ('note', 'x')",), "unexpected meta.note"),
     "migration record deleted": (
-        ("DELETE FROM _sqlite_migrations WHERE name = '0008_usage_roles'",),
-        "but the ledger's 7 migrations make it 7"),
+        ("DELETE FROM _sqlite_migrations WHERE name = '0009_isolation_columns'",),
+        "but the ledger's 8 migrations make it 8"),
 }
 
 

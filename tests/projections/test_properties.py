@@ -519,15 +519,16 @@ def test_sql_views_equal_the_python_projections(scenario: Scenario) -> None:
                 finals = model.finals()
 
                 results = conn.execute(
-                    "SELECT task_key, final_status, category, attempt, cost_usd "
+                    "SELECT task_key, final_status, category, attempt, cost_usd, isolation "
                     "FROM task_results WHERE run_id = ? ORDER BY task_key",
                     [rid],
                 ).fetchall()
                 assert [r[0] for r in results] == sorted(finals)
                 by_key = {r.task_key: r for r in summary.tasks if r.final_status is not None}
                 assert sorted(by_key) == sorted(finals)
-                for key, status, category, attempt, cost in results:
+                for key, status, category, attempt, cost, isolation in results:
                     row = by_key[key]
+                    assert isolation == row.isolation
                     assert status == row.final_status.value
                     assert category == row.category.value
                     assert attempt == finals[key].number

@@ -417,7 +417,7 @@ SPEC_COLUMNS = {
         "started_at", "completed_at", "final_status", "category", "duration_seconds",
         "input_tokens", "output_tokens", "cost_usd", "error_message",
         "tags", "model", "cache_read_tokens", "cache_write_tokens", "weighted_score",
-        "exit_code",
+        "exit_code", "isolation", "workspace_hash",
     ],
     "usage": [
         "run_id", "task_key", "attempt", "ts", "model", "input_tokens", "output_tokens",
@@ -432,7 +432,7 @@ def _plan(conn: sqlite3.Connection, sql: str, params: Any = ()) -> str:
 
 
 def test_schema_two_has_the_views_and_the_run_level_index(ledger: Ledger) -> None:
-    assert ledger.schema_version == SCHEMA_VERSION == 8
+    assert ledger.schema_version == SCHEMA_VERSION == 9
     objects = dict(ledger.db.execute(
         "SELECT name, type FROM sqlite_master WHERE type IN ('view', 'index')"
     ).fetchall())
@@ -586,7 +586,7 @@ def test_a_schema_two_ledger_is_given_the_lifecycle_index(db_path: Path) -> None
     assert _old_ledger(db_path, events, "0003_lifecycle_index") == "2"
 
     with Ledger(db_path) as ledger:
-        assert ledger.schema_version == SCHEMA_VERSION == 8
+        assert ledger.schema_version == SCHEMA_VERSION == 9
         issued: list[str] = []
         ledger.db.conn.set_trace_callback(issued.append)
         try:
