@@ -158,8 +158,11 @@ def _stop(process: subprocess.Popen[str]) -> None:
     process.wait(60)
 
 
-def _finish(process: subprocess.Popen[str], timeout: float = 120) -> tuple[int, str]:
-    """Wait for a driver; its exit code and stderr (what was read of it already too)."""
+def _finish(process: subprocess.Popen[str], timeout: float = 2 * RAY_PATIENCE
+            ) -> tuple[int, str]:
+    """Wait for a driver; its exit code and stderr (what was read of it already too).
+    The bound is for a hang: a local Ray's start and a batch on a machine running
+    three suites took over 120 s."""
     _, err = process.communicate(timeout=timeout)
     return process.returncode, _read_so_far.pop(process.pid, "") + err
 
