@@ -24,6 +24,7 @@ from evalledger.ledger import (
     Ledger,
     TaskCompleted,
     TaskInterrupted,
+    TaskIsolation,
     TaskStarted,
     TaskUsage,
 )
@@ -62,6 +63,7 @@ class Attempt:
     usage: list[TaskUsage] = field(default_factory=list)
     completed: TaskCompleted | None = None
     interrupted: TaskInterrupted | None = None
+    isolation: TaskIsolation | None = None  # None: it ran with none
 
     @property
     def number(self) -> int:
@@ -92,6 +94,8 @@ def attempts(ledger: Ledger, run_id: str, task_key: str) -> list[Attempt]:
             found[-1].completed = event
         elif isinstance(event, TaskInterrupted):
             found[-1].interrupted = event
+        elif isinstance(event, TaskIsolation):
+            found[-1].isolation = event
     return found
 
 

@@ -118,6 +118,7 @@ class TaskView(Resource):
             "usage": [u.model_dump(mode="json") for u in t.usage],
             "completed": t.completed.model_dump(mode="json") if t.completed else None,
             "interrupted": t.interrupted.model_dump(mode="json") if t.interrupted else None,
+            "isolation": t.isolation.model_dump(mode="json") if t.isolation else None,
         } for t in attempts]
 
 

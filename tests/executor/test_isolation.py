@@ -360,6 +360,20 @@ def test_the_example_suite_ends_the_same_under_none_bwrap_and_docker(
                       "count(workspace_hash) FROM task_results GROUP BY 1, 2 ORDER BY 1")
     assert said.out_lines[1:] == ["bwrap\tbwrap\t4\t4", "docker\tdocker\t4\t4",
                                   "none\tnone\t4\t0"]
+    # And the viewer, on each attempt: what confined it, and what its probes found.
+    from starlette.testclient import TestClient
+
+    from evalledger.viewer import create_app
+
+    with TestClient(create_app(db)) as client:
+        page = client.get("/runs/bwrap/tasks/default/add-numbers/00").text
+        assert "probes: canary absent, ledger absent, network refused, task_file absent" in page
+        assert "bubblewrap" in page
+        assert "image <span" in client.get("/runs/docker/tasks/default/add-numbers/00").text
+        plain = client.get("/runs/none/tasks/default/add-numbers/00").text
+        assert "</span>: not a security boundary" in plain
+        api = client.get("/api/runs/bwrap/tasks/default/add-numbers/00").json()
+        assert api["attempts"][0]["isolation"]["backend"] == "bwrap"
 
 
 def test_an_api_key_reaches_a_confined_agent_only_through_env_passthrough(

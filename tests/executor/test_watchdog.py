@@ -9,6 +9,7 @@ Every hostile folder here lies in the test's own temp folder (``TMPDIR`` points 
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -31,7 +32,10 @@ from evalledger.ledger import Ledger, RunMerged, RunResumed, RunStarted
 
 from ..processes import alive, wait_gone
 
-TOKEN = "0123456789abcdef"
+# Random per process: a sweep these tests make kills every process on the machine that
+# carries the token's mark, those of another xdist worker or another copy of the suite
+# (a constant here once killed the "innocent" process of a test running beside it).
+TOKEN = secrets.token_hex(8)
 KEEP = "keep.txt"
 
 
