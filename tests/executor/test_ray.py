@@ -359,17 +359,27 @@ def test_tasks_run_on_both_nodes(two_nodes: TwoNodes, tmp_path: Path) -> None:
     _verified(cwd, db)
 
 
+@pytest.mark.parametrize("isolation", ["bwrap", "docker"])
 def test_isolated_attempts_are_confined_on_the_workers_as_here(
-    two_nodes: TwoNodes, tmp_path: Path, bwrap: object
+    two_nodes: TwoNodes, tmp_path: Path, isolation: str, request: pytest.FixtureRequest
 ) -> None:
-    """--isolation bwrap on Ray: each worker confines its attempts, probes them and
-    records it; the example suite ends as it does here."""
+    """Each worker confines its attempts, probes them and records it; the example suite
+    ends as it does here (docker: in the test image with a Python), and no container
+    is left on the nodes."""
+    keys = {"isolation": isolation}
+    if isolation == "bwrap":
+        request.getfixturevalue("bwrap")
+    else:
+        keys["image"] = request.getfixturevalue("docker_images")["python"]
     cwd = _ready(tmp_path)
     shutil.copytree(SMOKE, tmp_path / "smoke")
+    layer = tmp_path / "smoke" / "confined.yaml"
+    layer.write_text(yaml.safe_dump({"experiment_id": "confined", "tasks": ["tasks/"],
+                                     "defaults": keys}))
     db = tmp_path / "l.db"
-    code, err = _finish(_driver(two_nodes.place, cwd, db, "run", str(tmp_path / "smoke" / "tasks"),
+    code, err = _finish(_driver(two_nodes.place, cwd, db, "run", "-e", str(layer),
                                 "--run-id", "confined", "-j", "2", "--executor", "ray",
-                                "--ray-address", two_nodes.address, "--isolation", "bwrap"))
+                                "--ray-address", two_nodes.address))
     assert code == 0, err
     evs = events(db, "confined")
     statuses = {e.task_key: e.final_status for e in of_type(evs, "task.completed")}
@@ -378,9 +388,18 @@ def test_isolated_attempts_are_confined_on_the_workers_as_here(
                         "default/reverse-string/00": "SUCCESS"}
     records = of_type(evs, "task.isolation")
     assert len(records) == 4
-    assert all(r.backend == "bwrap" and r.probes == {
+    assert all(r.backend == isolation and r.probes == {
         "canary": "absent", "ledger": "absent", "task_file": "absent", "network": "refused"}
         for r in records)
+    if isolation == "docker":
+        token = _token(db, "confined")
+        left = subprocess.run(["docker", "ps", "-aq", "--filter", "label=evalledger.batch"],
+                              capture_output=True, text=True, check=True).stdout.split()
+        labels = [subprocess.run(["docker", "inspect", "--format",
+                                  '{{index .Config.Labels "evalledger.batch"}}', c],
+                                 capture_output=True, text=True, check=False).stdout.strip()
+                  for c in left]
+        assert not [label for label in labels if label.startswith(token)]
     _verified(cwd, db)
 
 

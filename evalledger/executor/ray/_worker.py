@@ -41,6 +41,7 @@ from .._marks import batch_mark, kill_marked, marked
 from .._runner import RunContext, run_task
 from .._sandbox import BuildFailed, remove_tree
 from .._watchdog import Watchdog, make_folder, proven
+from ..isolation import DOCKER_MARK, remove_containers
 from ._common import GET_TIMEOUT, POLL, first_line, import_ray
 from ._packing import folder_size, pack, unpack
 
@@ -328,9 +329,14 @@ def sweep_node(batch_token: str, patience: float, grace: float = 0.0) -> tuple[s
     wait(patience)
     if grace > 0 and kill_marked(mark, prefix=True, sig=signal.SIGTERM):
         wait(grace)
-    killed = kill_marked(mark, prefix=True)
+    killed = len(kill_marked(mark, prefix=True))
     folder = batch_folder(batch_token)
     # The token is the live driver's, not a ledger's; still, removed only with its proof.
     if proven(str(folder), batch_token, tempfile.gettempdir()):
+        # A worker that started containers (isolation: docker) says so in its folder; they
+        # outlive the `docker run` clients just killed, labelled with its token.
+        for worker in folder.glob(f"{WORKER_FOLDER}*/{DOCKER_MARK}"):
+            pid = worker.parent.name.removeprefix(WORKER_FOLDER)
+            killed += remove_containers(f"{batch_token}-{pid}")
         remove_tree(folder, ignore_errors=True)
-    return socket.gethostname(), len(killed)
+    return socket.gethostname(), killed
