@@ -470,3 +470,39 @@ def test_a_sandbox_that_cannot_start_is_an_error_saying_so(tmp_path: Path, bwrap
     assert done.final_status == "ERROR"
     assert done.error_message.startswith("the isolated command never started: bwrap exited 1")
     assert any("no/such/folder" in e.line for e in of_type(evs, "task.output"))
+
+
+def test_an_isolation_missing_here_is_refused_or_run_as_none_and_said(tmp_path: Path) -> None:
+    """No bwrap on the PATH (as on a machine without it, or macOS): with
+    --require-isolation the run is refused in one line before anything is recorded;
+    without, it runs with none, says so, and each attempt's record says what was asked."""
+    import sys
+
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "t.yaml").write_text(yaml.safe_dump({
+        "command": "echo ran", "isolation": "bwrap",
+        "success_criteria": [{"type": "output_contains", "includes": ["ran"]}]}))
+    (tmp_path / "bin").mkdir()  # a PATH with nothing on it
+    db = tmp_path / "ledger.db"
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "evalledger.cli", "--ledger", str(db),
+                               "run", str(tasks), *args], cwd=tmp_path, text=True,
+                              capture_output=True, env={**os.environ,
+                                                        "PATH": str(tmp_path / "bin")},
+                              timeout=120, check=False)
+
+    refused = run("--run-id", "strict", "--require-isolation")
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip().splitlines() == [
+        "Error: isolation bwrap is not available: bwrap is not installed (Debian: apt install "
+        "bubblewrap); 1 task(s) ask for it (--require-isolation)"]
+    assert not db.exists() or events(db, "strict") == []
+    ran = run("--run-id", "lenient")
+    assert ran.returncode == 0, ran.stderr
+    assert "warning: isolation bwrap is not available" in ran.stderr
+    assert "isolation: none (asked bwrap) (1 task); none is not a security boundary" in ran.stderr
+    (record,) = of_type(events(db, "lenient"), "task.isolation")
+    assert (record.backend, record.asked) == ("none", "bwrap")
+    assert record.reason == "bwrap is not installed (Debian: apt install bubblewrap)"
