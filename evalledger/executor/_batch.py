@@ -48,6 +48,7 @@ from ._runner import RunContext, run_task
 from ._sandbox import SandboxPool, remove_tree
 from ._watchdog import Watchdog, make_folder, sweep_dead_batches
 from ._writer import WriterStats, open_writer
+from .isolation import DOCKER_MARK, remove_containers
 
 if TYPE_CHECKING:
     from .ray import RayExecutor
@@ -263,6 +264,8 @@ async def run_batch(
         # group included: they still carry the batch's token in their environment.
         kill_marked(batch_mark(token), prefix=True)
         with trio.CancelScope(shield=True):
+            if (sandbox_root / DOCKER_MARK).exists():  # and its containers, by label
+                await trio.to_thread.run_sync(remove_containers, token)
             await trio.to_thread.run_sync(sandboxes.close)
         remove_tree(sandbox_root, ignore_errors=True)
         watchdog.done()

@@ -131,12 +131,13 @@ async def _run_command(
     else:
         name = f"evalledger-{env[MARKER_VAR]}-grader-{secrets.token_hex(3)}"
         argv = jail.grader(name, criterion.command, env["EVALLEDGER_TASK_DIR"], list(env))
-        process = await spawn(argv, cwd=str(evidence.sandbox), env=env, stdin=False,
-                              kind=Contained)
+        process = await spawn(argv, cwd=str(evidence.sandbox), env=jail.client_env(env),
+                              stdin=False, kind=Contained)
     try:
         return await _graded(process, criterion, env, kill_now, deadline, grace)
     finally:
-        if name is not None and (process.returncode is None or process.returncode < 0):
+        if name is not None and (process.returncode is None or process.returncode < 0
+                                 or process.returncode == 125):
             assert isinstance(jail, Container)  # killed: its container may run on
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(jail.docker.run, "rm", "-f", name)
@@ -222,13 +223,21 @@ async def evaluate(
     kill_now: trio.Event | None = None, deadline: float = math.inf,
     grace: float = DEFAULT_KILL_GRACE,
 ) -> list[CriterionResult]:
-    """Check every criterion; never raises for a failing one, only records it.
+    """Check every criterion; never raises for a failing one, only records it (in the
+    criteria's order).
 
     ``deadline`` (trio time) is the task's: checks of what the command left always
-    run, a ``run_command`` is cut off there, or not started once it has passed.
+    run, a ``run_command`` is cut off there, or not started once it has passed. Under
+    isolation every check of the workspace comes before any ``run_command``: a grader
+    runs what the agent left (a planted ``conftest.py``), so it could change the files
+    the other checks read.
     """
-    results: list[CriterionResult] = []
-    for criterion in criteria:
+    order = list(range(len(criteria)))
+    if evidence.jail is not None:
+        order.sort(key=lambda i: isinstance(criteria[i], RunCommand))
+    results: dict[int, CriterionResult] = {}
+    for i in order:
+        criterion = criteria[i]
         if isinstance(criterion, ExitCode):
             passed = evidence.exit_code == criterion.equals
             detail = f"exit code {evidence.exit_code}, expected {criterion.equals}"
@@ -252,11 +261,9 @@ async def evaluate(
                     passed, detail = False, f"cannot run {criterion.command!r}: {e}"
         else:  # pragma: no cover - the union is closed; a new member must be handled
             raise TypeError(f"unknown criterion {criterion!r}")
-        results.append(
-            CriterionResult(type=criterion.type, passed=passed, weight=criterion.weight,
-                            detail=detail)
-        )
-    return results
+        results[i] = CriterionResult(type=criterion.type, passed=passed,
+                                     weight=criterion.weight, detail=detail)
+    return [results[i] for i in range(len(criteria))]
 
 
 def weighted_score(results: Sequence[CriterionResult]) -> float:

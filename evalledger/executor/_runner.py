@@ -380,7 +380,9 @@ async def _attempt(
         else:
             grader_env = env
             if jail is not None:  # what was graded; the graders may change it
-                workspace_hash = await trio.to_thread.run_sync(_isolation.hash_tree, sandbox)
+                workspace_hash = await trio.to_thread.run_sync(
+                    functools.partial(_isolation.hash_tree, sandbox, defuse=True),
+                    abandon_on_cancel=True)
                 grader_env = {**env, "EVALLEDGER_TASK_DIR": str(Path(task.source).parent)}
             evidence = Evidence(sandbox, exit_code, state.text("stdout"), state.text("stderr"),
                                 jail=jail)
@@ -389,6 +391,8 @@ async def _attempt(
             facts = AttemptFacts(criteria, timed_out, task.timeout, state.budget_stop)
     except _sandbox.BuildFailed as e:
         facts = AttemptFacts(build_failed=str(e))
+    except IsolationLeak as e:
+        facts = AttemptFacts(error=str(e))
     except trio.Cancelled:
         raise
     except Exception as e:
@@ -456,6 +460,11 @@ async def _finish_sandbox(task: ResolvedTask, ctx: RunContext, sandbox: Path,
 Jail = _isolation.Jail | _isolation.Container
 
 
+class IsolationLeak(Exception):
+    """A task would hand its confined command what isolation hides (its message says
+    what): the attempt is ERROR, and the command never runs."""
+
+
 async def _confine(task: ResolvedTask, ctx: RunContext, sandbox: Path,
                    attempt: int) -> Jail | None:
     """How the attempt's commands are confined (None: not at all). An isolation that
@@ -478,6 +487,13 @@ async def _confine(task: ResolvedTask, ctx: RunContext, sandbox: Path,
             run_id=ctx.run_id, task_key=task.task_key, attempt=attempt, backend="none",
             asked=task.isolation, reason=str(e), network="host", uid=os.getuid()))
         return None
+    if exposed := _isolation.exposed(task.source, ctx.ledger_path, task.workdir,
+                                     task.dockerfile):
+        reason = f"isolation leaked: {', '.join(exposed)}"
+        await ctx.writer.append(TaskIsolation(
+            run_id=ctx.run_id, task_key=task.task_key, attempt=attempt, backend=task.isolation,
+            network=task.network, reason=reason, uid=os.getuid()))
+        raise IsolationLeak(reason)
     if ctx.canary is None:
         ctx.canary = await trio.to_thread.run_sync(_isolation.make_canary, ctx.sandbox_root)
     binds = tuple(sorted(set(task.binds.values())))
@@ -489,7 +505,7 @@ async def _confine(task: ResolvedTask, ctx: RunContext, sandbox: Path,
     if not mark.exists():  # the watchdog's cue: this batch has containers to remove
         await trio.to_thread.run_sync(mark.touch)
     return _isolation.Container(daemon, image, sandbox, task.network, binds, ctx.canary,
-                                ctx.batch_token)
+                                ctx.batch_token, _isolation.cli_settings(ctx.base_env))
 
 
 def _command_env(task: ResolvedTask, ctx: RunContext, sandbox: Path,
@@ -567,7 +583,7 @@ async def _execute(
     try:
         async with trio.open_nursery() as nursery:
             if probe is not None and jail is not None:
-                nursery.start_soon(_read_probes, probe.stream, jail, task, ctx, state, attempt,
+                nursery.start_soon(_read_probes, probe, jail, task, ctx, state, attempt,
                                    nursery.cancel_scope)
             if process.stdin is not None:
                 nursery.start_soon(feed_stdin, (task.prompt or "").encode(), process.stdin)
@@ -609,26 +625,37 @@ async def _execute(
 
 class _Probe:
     """A confined start: the channel its prelude reports on, and what it leaves to clean
-    up. bwrap: a pipe the command inherits (its fd given to the prelude). docker: a
-    named pipe in the batch's folder, bound into the container (no fd crosses into one);
-    this side holds a write end too, so reading never sees EOF before the prelude
-    writes. A container outlives a killed ``docker run``: removed by name here."""
+    up. bwrap: a pipe the command inherits (its fd given to the prelude, which closes it
+    before the command starts). docker: no fd crosses into a container, so two named
+    pipes in the batch's folder are bound into it: the prelude writes its report to one,
+    then waits on the other until this side, having read the report, writes ``go``:
+    the command cannot take the report or write its own. This side opens both
+    read-write, so neither open blocks nor a read sees EOF before the prelude writes.
+    A container outlives a killed ``docker run``: removed by name here."""
 
     def __init__(self, jail: Jail, ctx: RunContext, marker: str) -> None:
         self.jail = jail
         self.name = f"evalledger-{marker.partition('=')[2]}"
         self.hidden = [ctx.ledger_path or ""]
         self._fds: list[int] = []
-        self._fifo: Path | None = None
-        if isinstance(jail, _isolation.Jail):
-            read, self._write = os.pipe2(os.O_CLOEXEC)
-            self._fds.append(self._write)
-        else:
-            self._fifo = ctx.sandbox_root / f"probe-{marker.partition('=')[2]}"
-            os.mkfifo(self._fifo, 0o600)
-            read = os.open(self._fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            self._fds.append(os.open(self._fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC))
-        self.stream = trio.lowlevel.FdStream(read)
+        self._fifos: list[Path] = []
+        self._go: int | None = None
+        try:
+            if isinstance(jail, _isolation.Jail):
+                read, self._write = os.pipe2(os.O_CLOEXEC)
+                self._fds += [read, self._write]
+            else:
+                for kind in ("probe", "go"):
+                    fifo = ctx.sandbox_root / f"{kind}-{marker.partition('=')[2]}"
+                    os.mkfifo(fifo, 0o600)
+                    self._fifos.append(fifo)
+                    self._fds.append(os.open(fifo, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC))
+                read, self._go = self._fds
+            self._fds.remove(read)
+            self.stream = trio.lowlevel.FdStream(read)
+        except BaseException:
+            self._release()
+            raise
 
     async def start(self, task: ResolvedTask, env: dict[str, str]) -> Child | trio.Process:
         hidden = [*self.hidden, task.source]
@@ -641,40 +668,51 @@ class _Probe:
             finally:  # the command holds its own copy now
                 self._fds.remove(self._write)
                 os.close(self._write)
-        assert self._fifo is not None
-        argv = self.jail.agent(self.name, task.command, hidden, str(self._fifo),
+        report, go = (str(f) for f in self._fifos)
+        argv = self.jail.agent(self.name, task.command, hidden, report, go,
                                stdin=bool(task.prompt), env=list(env))
-        return await spawn(argv, cwd=str(self.jail.workspace), env=env,
+        return await spawn(argv, cwd=str(self.jail.workspace), env=self.jail.client_env(env),
                            stdin=bool(task.prompt), kind=Contained)
+
+    def go(self) -> None:
+        """The report is read: let the command start (docker; bwrap's needs no word)."""
+        if self._go is not None:
+            with contextlib.suppress(OSError):  # gone: the container ended meanwhile
+                os.write(self._go, b"go\n")
 
     def close(self) -> None:
         self.stream.close()
+        self._release()
+
+    def _release(self) -> None:
         for fd in self._fds:
             os.close(fd)
         self._fds.clear()
-        if self._fifo is not None:
+        self._go = None
+        for fifo in self._fifos:
             with contextlib.suppress(OSError):
-                self._fifo.unlink()
+                fifo.unlink()
 
     async def remove_container(self, returncode: int | None) -> None:
         """A ``docker run`` that did not end on its own (killed: its container may run
-        on): its container removed."""
-        if isinstance(self.jail, _isolation.Container) and (returncode is None
-                                                             or returncode < 0):
+        on) or could not talk to its daemon (125: it may have started one all the same):
+        its container removed."""
+        if isinstance(self.jail, _isolation.Container) and (
+                returncode is None or returncode < 0 or returncode == 125):
             await trio.to_thread.run_sync(self.jail.docker.run, "rm", "-f", self.name)
 
 
-async def _read_probes(stream: trio.lowlevel.FdStream, jail: Jail,
+async def _read_probes(probe: _Probe, jail: Jail,
                        task: ResolvedTask, ctx: RunContext, state: _Streams, attempt: int,
                        stop: trio.CancelScope) -> None:
     """Read the prelude's one line and record it as the attempt's ``task.isolation``; a
     leak stops the command (the attempt is ERROR)."""
     said = b""
-    # The first line only: the command inherits the pipe (it cannot be closed in dash),
-    # and whatever it writes there later is not the prelude's.
-    while b"\n" not in said and len(said) < 4096 and (chunk := await stream.receive_some(4096)):
+    # The first line only: what a command might write there later is not the prelude's.
+    while (b"\n" not in said and len(said) < 4096
+           and (chunk := await probe.stream.receive_some(4096))):
         said += chunk
-    stream.close()
+    probe.go()
     probes = _isolation.read_probes(said.partition(b"\n")[0].decode("utf-8", "replace"))
     if probes is None:
         return  # never started (or killed before it reported): said after the exit

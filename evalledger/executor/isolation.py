@@ -46,8 +46,10 @@ _BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sb
 # Top-level links and folders of the system, bound read-only (as links when links).
 _SYSTEM = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 
-# The prelude's arguments: $1..$3 paths that must not be visible, $4 the runner's port,
-# $5 the fd to report on, then "--" and the command. In bash (where there is one):
+# The prelude's arguments: $1..$3 paths that must not be visible, $4 the runner's port
+# (0 with the host's network: no probe, its answer would mean nothing), $5 the fd (bash)
+# or path (sh) to report on, for sh $6 a pipe to wait on before the command starts (or
+# ""), then "--" and the command. In bash (where there is one):
 # /dev/tcp connects without a fork, and the report fd is closed before the command
 # starts, so it cannot write a report of its own. In plain sh (dash names only fds
 # 0-9, and cannot connect): the report goes through /proc, the network is "unprobed",
@@ -57,10 +59,11 @@ r=""
 for p in "$1" "$2" "$3"; do
   if [[ -n $p && -e $p ]]; then r+=" visible"; else r+=" absent"; fi
 done
-if : 2>/dev/null 9<>"/dev/tcp/127.0.0.1/$4"; then r+=" connected"; else r+=" refused"; fi
+if [[ $4 == 0 ]]; then r+=" unprobed"
+elif : 2>/dev/null 9<>"/dev/tcp/127.0.0.1/$4"; then r+=" connected"; else r+=" refused"; fi
 echo "$r" >&"$5"
 eval "exec $5>&-"
-shift 6
+shift 7
 exec "$@"
 """
 _PRELUDE_SH = r"""
@@ -68,7 +71,8 @@ r=""
 for p in "$1" "$2" "$3"; do
   if [ -n "$p" ] && [ -e "$p" ]; then r="$r visible"; else r="$r absent"; fi
 done
-if command -v bash >/dev/null 2>&1; then
+if [ "$4" = 0 ]; then r="$r unprobed"
+elif command -v bash >/dev/null 2>&1; then
   if bash -c ": 9<>/dev/tcp/127.0.0.1/$4" 2>/dev/null; then r="$r connected"
   else r="$r refused"; fi
 elif command -v nc >/dev/null 2>&1; then
@@ -76,16 +80,17 @@ elif command -v nc >/dev/null 2>&1; then
   else r="$r refused"; fi
 else r="$r unprobed"; fi
 echo "$r" >"$5"
-shift 6
+if [ -n "$6" ]; then read -r _ <"$6"; fi
+shift 7
 exec "$@"
 """
 PROBE_NAMES = ("canary", "ledger", "task_file", "network")
 
 
-def prelude_sh(probe: Sequence[str]) -> list[str]:
+def prelude_sh(probe: Sequence[str], wait: str = "") -> list[str]:
     """The plain-sh prelude's argv, the command to follow (``probe``: three paths, the
-    port, the path to report to)."""
-    return ["/bin/sh", "-c", _PRELUDE_SH, "evalledger-probe", *probe, "--"]
+    port, the path to report to; ``wait``: a pipe to read a line from first)."""
+    return ["/bin/sh", "-c", _PRELUDE_SH, "evalledger-probe", *probe, wait, "--"]
 
 
 class IsolationUnavailable(Exception):
@@ -122,7 +127,7 @@ class Bwrap:
         if probe is None:
             return args + inner
         if self.bash:
-            return [*args, self.bash, "-c", _PRELUDE_BASH, "evalledger-probe", *probe, "--",
+            return [*args, self.bash, "-c", _PRELUDE_BASH, "evalledger-probe", *probe, "", "--",
                     *inner]
         *paths, port, fd = probe  # sh: the report goes through /proc (fds 0-9 only)
         return [*args, *prelude_sh([*paths, port, f"/proc/self/fd/{fd}"]), *inner]
@@ -158,7 +163,7 @@ def bwrap() -> Bwrap:
 
 def _find_bwrap() -> Bwrap:
     if not sys.platform.startswith("linux"):
-        raise IsolationUnavailable("bubblewrap runs only on Linux (use isolation: docker)")
+        raise IsolationUnavailable("bubblewrap runs only on Linux")
     path = shutil.which("bwrap")
     if path is None:
         raise IsolationUnavailable("bwrap is not installed (Debian: apt install bubblewrap)")
@@ -244,7 +249,7 @@ class Jail:
         the task file) and reports on ``fd``, then runs ``command``."""
         paths = [self.canary, *hidden, "", ""][:3]
         return self.bwrap.argv(command, self.workspace, network=self.network,
-                               binds=self.binds, probe=[*paths, str(probe_port()), str(fd)])
+                               binds=self.binds, probe=[*paths, _port(self.network), str(fd)])
 
     def grader(self, command: str | list[str], task_dir: str) -> list[str]:
         """A ``run_command``'s argv: the workspace as the agent left it, the task's
@@ -267,6 +272,11 @@ def make_canary(folder: Path) -> str:
 
 
 _listeners: list[socket.socket] = []  # kept open for the life of the process
+
+
+def _port(network: str) -> str:
+    """The port the prelude tries: none (0) on the host's network, where it would answer."""
+    return "0" if network == "host" else str(probe_port())
 
 
 @functools.cache
@@ -307,11 +317,26 @@ def confined_env(task_env: Mapping[str, str], passthrough: Sequence[str],
     return env
 
 
-def hash_tree(root: Path) -> str:
+# How much of a workspace's contents is read to hash it: past this, a file counts by its
+# size and modification time (an agent can leave a 10 TB sparse file, or many links to
+# one big file: grading must not wait on reading them).
+HASH_BUDGET = 1024 * 1024 * 1024
+_SETID = stat.S_ISUID | stat.S_ISGID
+
+
+def hash_tree(root: Path, *, defuse: bool = False) -> str:
     """sha256 of a workspace: every entry's path, kind and permission bits, a file's
-    contents, a link's target; in path order, links never followed. What the criteria
-    graded, recorded so a later grading can be checked against the same tree."""
+    contents, a link's target; in path order, links never followed, each file's
+    contents read once however many names it has, at most ``HASH_BUDGET`` bytes in all
+    (then size and mtime). What the criteria graded.
+
+    ``defuse``: then take the setuid and setgid bits and write-by-anyone off every file
+    and folder (after hashing them): what a confined command left must not become a
+    program that runs as the runner (root, say) for whoever reaches the artifacts.
+    """
     digest = hashlib.sha256()
+    read: dict[tuple[int, int], bytes] = {}
+    budget = HASH_BUDGET
     for top, folders, files in os.walk(root):
         folders.sort()
         for name in sorted(folders + files):
@@ -328,8 +353,18 @@ def hash_tree(root: Path) -> str:
             if kind == "l":
                 digest.update(os.fsencode(os.readlink(path)))
             elif kind == "f":
-                digest.update(_file_digest(path))
+                inode = (info.st_dev, info.st_ino)
+                if inode not in read:
+                    if info.st_size <= budget:
+                        budget -= info.st_size
+                        read[inode] = _file_digest(path)
+                    else:
+                        read[inode] = b"size %d mtime %d" % (info.st_size, info.st_mtime_ns)
+                digest.update(read[inode])
             digest.update(b"\n")
+            if defuse and kind in "fd" and info.st_mode & (_SETID | stat.S_IWOTH):
+                with contextlib.suppress(OSError):
+                    os.chmod(path, stat.S_IMODE(info.st_mode) & ~(_SETID | stat.S_IWOTH))
     return digest.hexdigest()
 
 
@@ -341,10 +376,42 @@ def _file_digest(path: str) -> bytes:
         return f"unreadable: {e.strerror}".encode()
 
 
+def exposed(task_source: str, ledger: str | None, workdir: str | None,
+            dockerfile: str | None) -> list[str]:
+    """What a task would hand its confined command though isolation hides it: the task
+    file (its criteria) or the ledger inside the workdir copied into the workspace, or
+    inside the folder a Dockerfile builds its image from."""
+    found = []
+    for what, folder in (("workdir", workdir),
+                         ("dockerfile's folder", dockerfile and os.path.dirname(dockerfile))):
+        if not folder:
+            continue
+        for name, path in (("task file", task_source), ("ledger", ledger)):
+            if path and Path(path).resolve().is_relative_to(Path(folder).resolve()):
+                found.append(f"the {what} holds the {name}")
+    return found
+
+
 # -- docker ----------------------------------------------------------------------------
 
-# Where a container finds its probe report's pipe (bound from the runner's side).
+# Where a container finds its probe report's pipe, and the pipe it waits on before its
+# command starts (both bound from the runner's side).
 PROBE_PATH = "/.evalledger-probe"
+GO_PATH = "/.evalledger-go"
+# Of the runner's environment, what the docker CLI itself needs to reach the same daemon
+# as every other docker call of the runner (its config, context, host, TLS): given to
+# the CLI, never forwarded into a container.
+CLI_SETTINGS = ("DOCKER_CONFIG", "DOCKER_CONTEXT", "DOCKER_HOST", "DOCKER_CERT_PATH",
+                "DOCKER_TLS_VERIFY", "XDG_RUNTIME_DIR")
+
+
+def cli_settings(runner_env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The runner's docker settings, for a ``docker run`` client: its config named by an
+    absolute path (the command's HOME is /tmp, where a config is anyone's to plant)."""
+    found = {name: runner_env[name] for name in CLI_SETTINGS if name in runner_env}
+    found.setdefault("DOCKER_CONFIG", os.path.join(
+        runner_env.get("HOME") or os.path.expanduser("~"), ".docker"))
+    return tuple(sorted(found.items()))
 # The label every container of a batch carries: what a watchdog removes by.
 BATCH_LABEL = "evalledger.batch"
 # In a batch's folder: it started containers (its watchdog looks for them).
@@ -388,6 +455,9 @@ def known_docker() -> Bwrap | Docker | IsolationUnavailable | None:
 
 
 def _find_docker() -> Docker:
+    if not sys.platform.startswith("linux"):
+        # The runner's process handling (pidfds, passing fds, its signals) is Linux's.
+        raise IsolationUnavailable("isolation docker needs a Linux runner today")
     path = shutil.which("docker")
     if path is None:
         raise IsolationUnavailable("docker is not installed (Debian: apt install docker.io)")
@@ -444,36 +514,52 @@ class Container:
     binds: tuple[str, ...]
     canary: str
     batch: str  # the batch's token, a label of every container
+    settings: tuple[tuple[str, str], ...] = ()  # ``cli_settings`` of the runner
+
+    def client_env(self, command_env: Mapping[str, str]) -> dict[str, str]:
+        """The ``docker run`` client's environment: the command's (it forwards those
+        values by name) and the runner's docker settings (never forwarded)."""
+        return {**command_env, **dict(self.settings)}
 
     def _argv(self, name: str, command: str | list[str], *, stdin: bool,
-              env: Sequence[str], mounts: Sequence[str], prelude: Sequence[str] = ()
-              ) -> list[str]:
-        inner = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+              env: Sequence[str], mounts: Sequence[str], prelude: Sequence[str] = (),
+              pipes: Sequence[tuple[str, str]] = ()) -> list[str]:
+        inner = [*prelude, *(["/bin/sh", "-c", command] if isinstance(command, str)
+                             else command)]
         args = [self.docker.path, "run", "--rm", "--init", "--name", name,
                 "--label", f"{BATCH_LABEL}={self.batch}",
                 "--network", "host" if self.network == "host" else "none",
                 "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
                 "--read-only", "--tmpfs", "/tmp:exec", "--user", f"{os.getuid()}:{os.getgid()}",
-                "-v", f"{self.workspace}:{WORKSPACE}", "-w", WORKSPACE]
+                "-v", f"{self.workspace}:{WORKSPACE}", "-w", WORKSPACE,
+                # What runs is ours (the prelude, the command), never the image's own
+                # ENTRYPOINT with ours as its arguments.
+                "--entrypoint", inner[0]]
         if stdin:
             args.append("-i")
         for path in (*self.binds, *mounts):
             args += ["-v", f"{path}:{path}:ro"]
+        for host, inside in pipes:
+            args += ["-v", f"{host}:{inside}"]
         # By name only: the values reach the container from the CLI's environment, never
-        # through its argv (which any process of the host can read).
+        # through its argv (which any process of the host can read). Not PATH: the
+        # image's own is the one that finds its programs.
         for variable in env:
-            args += ["-e", variable]
-        return [*args, self.image, *prelude, *inner]
+            if variable != "PATH" and variable not in CLI_SETTINGS:
+                args += ["-e", variable]
+        return [*args, self.image, *inner[1:]]
 
     def agent(self, name: str, command: str | list[str], hidden: Sequence[str], report: str,
-              *, stdin: bool, env: Sequence[str]) -> list[str]:
-        """The agent's argv: the prelude probes and writes its line to the pipe at
-        ``report`` (bound at ``PROBE_PATH``), then runs ``command``."""
+              go: str, *, stdin: bool, env: Sequence[str]) -> list[str]:
+        """The agent's argv: the prelude probes, writes its line to the pipe at ``report``
+        (bound at ``PROBE_PATH``), then waits for a line on the pipe ``go`` (bound at
+        ``GO_PATH``), which the runner writes once it has read the report: the command
+        starts only after, so it can neither take the report nor write one of its own."""
         paths = [self.canary, *hidden, "", ""][:3]
-        argv = self._argv(name, command, stdin=stdin, env=env, mounts=(),
-                          prelude=prelude_sh([*paths, str(probe_port()), PROBE_PATH]))
-        at = argv.index(self.image)
-        return [*argv[:at], "-v", f"{report}:{PROBE_PATH}", *argv[at:]]
+        return self._argv(name, command, stdin=stdin, env=env, mounts=(),
+                          prelude=prelude_sh([*paths, _port(self.network), PROBE_PATH],
+                                             GO_PATH),
+                          pipes=((report, PROBE_PATH), (go, GO_PATH)))
 
     def grader(self, name: str, command: str | list[str], task_dir: str,
                env: Sequence[str]) -> list[str]:

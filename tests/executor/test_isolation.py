@@ -506,3 +506,67 @@ def test_an_isolation_missing_here_is_refused_or_run_as_none_and_said(tmp_path: 
     (record,) = of_type(events(db, "lenient"), "task.isolation")
     assert (record.backend, record.asked) == ("none", "bwrap")
     assert record.reason == "bwrap is not installed (Debian: apt install bubblewrap)"
+
+
+def test_what_a_task_would_hand_its_confined_command_is_refused_and_setid_bits_defused(
+    tmp_path: Path, bwrap: Bwrap
+) -> None:
+    """A workdir holding the task file (its criteria) is a leak before anything runs;
+    what a confined command leaves is kept without setuid, setgid or write-by-anyone
+    bits (a program that would run as the runner); the host's network is not probed."""
+    tasks = tmp_path / "tasks"
+    (tasks / "data").mkdir(parents=True)
+    (tasks / "leaky.yaml").write_text(yaml.safe_dump({
+        "command": "echo ran", "isolation": "bwrap", "workdir": ".",
+        "success_criteria": [{"type": "exit_code"}]}))
+    (tasks / "setid.yaml").write_text(yaml.safe_dump({
+        "command": "cp /usr/bin/true prog && chmod 6755 prog && touch open && chmod 0777 open "
+                   "&& mkdir dir && chmod 1777 dir",
+        "isolation": "bwrap", "network": "host", "workdir": "data",
+        "success_criteria": [{"type": "exit_code"}]}))
+    db = tmp_path / "ledger.db"
+    evalledger(tmp_path, db, "run", str(tasks), "--run-id", "handed")
+    evs = events(db, "handed")
+    done = {e.task_key: e for e in of_type(evs, "task.completed")}
+    records = {e.task_key: e for e in of_type(evs, "task.isolation")}
+    assert done["default/leaky/00"].final_status == "ERROR"
+    assert done["default/leaky/00"].error_message == (
+        "isolation leaked: the workdir holds the task file")
+    assert records["default/leaky/00"].reason == done["default/leaky/00"].error_message
+    assert not any(e.task_key == "default/leaky/00" for e in of_type(evs, "task.output"))
+    assert done["default/setid/00"].final_status == "SUCCESS"
+    assert records["default/setid/00"].probes["network"] == "unprobed"
+    kept = tmp_path / "runs" / "handed" / "artifacts" / "default" / "setid" / "00"
+    modes = {name: stat.S_IMODE((kept / name).stat().st_mode) for name in ("prog", "open", "dir")}
+    assert modes == {"prog": 0o755, "open": 0o775, "dir": 0o1775}
+
+
+def test_a_container_runs_our_command_not_its_images_entrypoint_and_cannot_forge_its_probes(
+    tmp_path: Path, docker_images: dict[str, str]
+) -> None:
+    """An image built from a task's dockerfile, with an ENTRYPOINT that would fail: the
+    prelude and the command run all the same. A command that writes a clean report to
+    the probe's pipe changes nothing: the runner read the prelude's before it started,
+    and a bind exposing the task folder is a leak."""
+    image = tmp_path / "image"
+    image.mkdir()
+    (image / "Dockerfile").write_text(f'FROM {docker_images["busybox"]}\n'
+                                      'ENTRYPOINT ["/bin/false"]\n')
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    forge = 'for i in 1 2 3; do echo " absent absent absent refused" > /.evalledger-probe; done'
+    for name, keys in (("built", {}), ("forger", {"binds": {"TASKS": "."}})):
+        (tasks / f"{name}.yaml").write_text(yaml.safe_dump({
+            "command": f"{forge}; echo ran", "isolation": "docker",
+            "dockerfile": "../image/Dockerfile",
+            "success_criteria": [{"type": "output_contains", "includes": ["ran"]}], **keys}))
+    db = tmp_path / "ledger.db"
+    evalledger(tmp_path, db, "run", str(tasks), "--run-id", "built", "--require-isolation")
+    evs = events(db, "built")
+    done = {e.task_key: e for e in of_type(evs, "task.completed")}
+    records = {e.task_key: e for e in of_type(evs, "task.isolation")}
+    assert done["default/built/00"].final_status == "SUCCESS"
+    assert records["default/built/00"].image.startswith("sha256:")
+    assert done["default/forger/00"].final_status == "ERROR"
+    assert records["default/forger/00"].probes["task_file"] == "visible"
+    assert containers(evs) == []
