@@ -12,6 +12,9 @@ the domain modules only, never the CLI, the viewer or the application layer):
 - ``_status``: the final-status rule, a pure function of what happened;
 - ``_process``, ``_sandbox``, ``_marks``, ``_watchdog``: process groups, sandboxes, and
   nothing outliving a batch, even a runner killed by SIGKILL;
+- ``isolation``: what a confined command sees (bwrap, docker) and the probes that say
+  what was in force (docs/isolation.md); public, standard library only: the app asks it
+  whether an isolation runs here, the watchdog removes containers with it;
 - ``_writer``: the one ledger writer of a batch (group commit);
 - ``ray``: ``--executor ray`` (driver, worker, packing); imported only for it.
 
