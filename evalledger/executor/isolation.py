@@ -32,7 +32,7 @@ import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,15 +149,22 @@ def bwrap() -> Bwrap:
     Raises:
         IsolationUnavailable: it is not installed or cannot make a sandbox here.
     """
-    if "bwrap" not in _found:
+    found = _once("bwrap", _find_bwrap)
+    assert isinstance(found, Bwrap)
+    return found
+
+
+def _once(name: str, find: Callable[[], Bwrap | Docker]) -> Bwrap | Docker:
+    """What ``find`` found the first time it was asked in this process, or the same
+    ``IsolationUnavailable`` again (a missing tool does not appear mid-run)."""
+    if name not in _found:
         try:
-            _found["bwrap"] = _find_bwrap()
+            _found[name] = find()
         except IsolationUnavailable as e:
-            _found["bwrap"] = e
-    found = _found["bwrap"]
+            _found[name] = e
+    found = _found[name]
     if isinstance(found, IsolationUnavailable):
         raise found
-    assert isinstance(found, Bwrap)
     return found
 
 
@@ -437,14 +444,7 @@ def docker() -> Docker:
     Raises:
         IsolationUnavailable: no docker, or no daemon answering.
     """
-    if "docker" not in _found:
-        try:
-            _found["docker"] = _find_docker()
-        except IsolationUnavailable as e:
-            _found["docker"] = e
-    found = _found["docker"]
-    if isinstance(found, IsolationUnavailable):
-        raise found
+    found = _once("docker", _find_docker)
     assert isinstance(found, Docker)
     return found
 
