@@ -524,6 +524,22 @@ def test_ctrl_c_twice_ends_remote_attempts_without_their_grace_period(
     _verified(tmp_path, db)
 
 
+# Whether the GCS says a job ended, as a worker asks it: of this driver's own job (live),
+# and of the job of the driver whose pid is argv[2].
+JOB_STATES = r"""
+import json, sys, ray
+from evalledger.executor.ray._worker import job_is_dead
+ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+gcs = ray._private.worker.global_worker.gcs_client
+jobs = gcs.get_all_job_info(skip_submission_job_info_field=True,
+                            skip_is_running_tasks_field=True)
+print(json.dumps({
+    "own": job_is_dead(gcs, ray.get_runtime_context().get_job_id()),
+    "killed": [job_is_dead(gcs, job.hex()) for job, info in jobs.items()
+               if info.driver_pid == int(sys.argv[2])]}))
+"""
+
+
 def test_a_killed_driver_leaves_nothing_running_on_the_cluster(
     two_nodes: TwoNodes, tmp_path: Path
 ) -> None:
@@ -536,6 +552,14 @@ def test_a_killed_driver_leaves_nothing_running_on_the_cluster(
         # final CI run of this stop saw the folder outlast 120 s).
         wait_until(lambda: not two_nodes.batch_folder(token).exists(),
                    "no folder of the batch left", timeout=2 * RAY_PATIENCE)
+        # Should Ray miss the driver's death, each worker asks the GCS whether its job
+        # ended (and exits): the GCS says so of the killed driver's job, not of a live one.
+        asked = subprocess.run([sys.executable, "-c", JOB_STATES, two_nodes.address,
+                                str(driver.pid)], env=two_nodes.place.env(tmp_path / "tmp"),
+                               capture_output=True, text=True, timeout=RAY_PATIENCE,
+                               check=False)
+        assert asked.returncode == 0, asked.stderr
+        assert json.loads(asked.stdout.splitlines()[-1]) == {"own": False, "killed": [True]}
     _verified(tmp_path, db)
     # The cluster took the next batch as usual: the killed run resumes and finishes.
     code, err = _finish(_driver(two_nodes.place, tmp_path, db, "resume", "killed",
