@@ -35,6 +35,9 @@ class Child:
     (bench/executor.py). The exit is awaited on a pidfd, as trio does.
     """
 
+    # Whether nothing of its group can be left once it is reaped (see ``Confined``).
+    ends_its_group = False
+
     def __init__(self, popen: subprocess.Popen[bytes], pidfd: int,
                  stdin: trio.lowlevel.FdStream | None, stdout: trio.lowlevel.FdStream,
                  stderr: trio.lowlevel.FdStream) -> None:
@@ -86,6 +89,11 @@ class Confined(Child):
     """
 
     _sent: frozenset[int] = frozenset()
+    # Every process of the attempt is in the namespace, and the kernel kills and reaps
+    # them all before its init's exit lets bwrap exit. What is left of the group is the
+    # init's zombie, reparented to pid 1: where pid 1 reaps it late (some containers'
+    # inits), looking for live members would scan /proc for nothing at every attempt.
+    ends_its_group = True
 
     def terminate(self) -> None:
         self._sent |= {signal.SIGTERM}
@@ -105,6 +113,8 @@ class Contained(Confined):
     group as without isolation. Its exit code is the container's (128+N for a signal,
     reported as ``Confined`` does). A container outlives a killed client: the runner
     removes it by name afterwards."""
+
+    ends_its_group = False  # its group is the client's own: a helper it ran may be left
 
     def terminate(self) -> None:
         self._sent |= {signal.SIGTERM}
@@ -239,7 +249,11 @@ async def end_group(
     Callers in a cancelled context shield it:
     ``with trio.CancelScope(shield=True): await end_group(p)``.
     """
-    if process.returncode is None or group_alive(process.pid):
+    def left() -> bool:
+        ended = isinstance(process, Child) and process.ends_its_group
+        return not ended and group_alive(process.pid)
+
+    if process.returncode is None or left():
         if isinstance(process, Child):
             process.terminate()
         else:
@@ -249,7 +263,7 @@ async def end_group(
                 if kill_now is not None:
                     nursery.start_soon(_cancel_when_set, kill_now, waiting)
                 await process.wait()
-                while group_alive(process.pid):
+                while left():
                     await trio.sleep(0.02)
                 nursery.cancel_scope.cancel()
     kill_group(process.pid, signal.SIGKILL)
