@@ -23,8 +23,10 @@ ends the attempt as ERROR.
 from __future__ import annotations
 
 import contextlib
+import csv
 import functools
 import hashlib
+import io
 import os
 import shutil
 import socket
@@ -178,17 +180,27 @@ def _find_bwrap() -> Bwrap:
     bash = next((p for p in ("/usr/bin/bash", "/bin/bash") if os.access(p, os.X_OK)), None)
     found = Bwrap(path, version, _system_args(), bash)
     with tempfile.TemporaryDirectory(prefix="evalledger-bwrap-") as empty:
-        trial = found.argv(["/bin/true"], Path(empty), network="none")
-        try:
-            done = subprocess.run(trial, capture_output=True, text=True, timeout=30,
-                                  check=False)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise IsolationUnavailable(f"bwrap cannot run: {e}") from e
+        done = _trial("bwrap", found.argv(["/bin/true"], Path(empty), network="none"))
     if done.returncode:
-        said = done.stderr.strip().splitlines()
-        raise IsolationUnavailable(f"bwrap cannot make a sandbox here: "
-                                   f"{said[-1] if said else f'exit {done.returncode}'}")
+        raise IsolationUnavailable(f"bwrap cannot make a sandbox here: {_said(done)}")
     return found
+
+
+def _trial(what: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``argv`` run to see whether ``what`` works here.
+
+    Raises:
+        IsolationUnavailable: it could not even run.
+    """
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise IsolationUnavailable(f"{what} cannot run: {e}") from e
+
+
+def _said(done: subprocess.CompletedProcess[str]) -> str:
+    """The last line a failed command wrote on stderr (or its exit code)."""
+    return (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
 
 
 def _output(argv: list[str]) -> str:
@@ -461,14 +473,9 @@ def _find_docker() -> Docker:
     path = shutil.which("docker")
     if path is None:
         raise IsolationUnavailable("docker is not installed (Debian: apt install docker.io)")
-    try:
-        done = subprocess.run([path, "version", "--format", "{{.Server.Version}}"],
-                              capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise IsolationUnavailable(f"docker cannot run: {e}") from e
+    done = _trial("docker", [path, "version", "--format", "{{.Server.Version}}"])
     if done.returncode or not done.stdout.strip():
-        said = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-        raise IsolationUnavailable(f"docker has no daemon to talk to: {said}")
+        raise IsolationUnavailable(f"docker has no daemon to talk to: {_said(done)}")
     return Docker(path, f"docker {done.stdout.strip()}")
 
 
@@ -489,8 +496,8 @@ def image_id(found: Docker, image: str | None, dockerfile: str | None) -> str:
             built = found.run("build", "-q", "-t", tag, "-f", dockerfile, str(folder),
                               timeout=3600)
             if built.returncode:
-                said = (built.stderr.strip().splitlines() or ["?"])[-1]
-                raise IsolationUnavailable(f"docker build of {dockerfile} failed: {said}")
+                raise IsolationUnavailable(f"docker build of {dockerfile} failed: "
+                                           f"{_said(built)}")
         image = tag
     assert image is not None
     if image not in _images:
@@ -531,16 +538,16 @@ class Container:
                 "--network", "host" if self.network == "host" else "none",
                 "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
                 "--read-only", "--tmpfs", "/tmp:exec", "--user", f"{os.getuid()}:{os.getgid()}",
-                "-v", f"{self.workspace}:{WORKSPACE}", "-w", WORKSPACE,
+                *_mount(str(self.workspace), WORKSPACE), "-w", WORKSPACE,
                 # What runs is ours (the prelude, the command), never the image's own
                 # ENTRYPOINT with ours as its arguments.
                 "--entrypoint", inner[0]]
         if stdin:
             args.append("-i")
         for path in (*self.binds, *mounts):
-            args += ["-v", f"{path}:{path}:ro"]
+            args += _mount(path, path, readonly=True)
         for host, inside in pipes:
-            args += ["-v", f"{host}:{inside}"]
+            args += _mount(host, inside)
         # By name only: the values reach the container from the CLI's environment, never
         # through its argv (which any process of the host can read). Not PATH: the
         # image's own is the one that finds its programs.
@@ -569,6 +576,15 @@ class Container:
         return {"backend": "docker", "version": self.docker.version, "image": self.image,
                 "network": self.network, "binds": list(self.binds), "uid": os.getuid(),
                 "workspace": WORKSPACE}
+
+
+def _mount(host: str, inside: str, *, readonly: bool = False) -> list[str]:
+    """A bind mount's ``--mount``: its fields as CSV (what docker parses them with), so a
+    path holding ':' or ',' stays one path (``-v`` splits at every ':')."""
+    fields = ["type=bind", f"source={host}", f"target={inside}"]
+    line = io.StringIO()
+    csv.writer(line, lineterminator="\n").writerow([*fields, *(["readonly"] if readonly else [])])
+    return ["--mount", line.getvalue().removesuffix("\n")]
 
 
 def remove_containers(batch: str) -> int:

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -155,6 +155,14 @@ def write_task(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return path
+
+
+def write_tasks(folder: Path, tasks: Mapping[str, Mapping[str, object]]) -> Path:
+    """A tasks folder: one ``<name>.yaml`` per entry, holding its fields as written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, fields in tasks.items():
+        (folder / f"{name}.yaml").write_text(yaml.safe_dump(dict(fields)), encoding="utf-8")
+    return folder
 
 
 def wait_until(check: Callable[[], object], what: str, timeout: float = PATIENCE) -> None:

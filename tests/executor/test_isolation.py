@@ -9,12 +9,14 @@ its ``env``.
 
 from __future__ import annotations
 
+import grp
 import json
 import os
 import shutil
 import socket
 import stat
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import evalledger as evalledger_package
 from evalledger.executor.isolation import (
     Bwrap,
     Jail,
@@ -33,7 +36,7 @@ from evalledger.executor.isolation import (
 )
 from evalledger.ledger import Ledger, verify
 
-from ..cli.helpers import evalledger, events, of_type
+from ..cli.helpers import evalledger, events, of_type, write_tasks
 from ..processes import alive
 
 GONE_WITHIN = 5.0
@@ -149,9 +152,71 @@ def test_every_attack_fails_under_isolation_and_the_probes_say_so(
     tmp_path: Path, isolated: dict[str, str], service: Service
 ) -> None:
     tasks, env = suite(tmp_path, isolated, service)
-    db = Path(env["LEDGER"])
-    result = evalledger(tmp_path, db, "run", str(tasks), "--run-id", "attacks", "-j", "4")
+    result = evalledger(tmp_path, Path(env["LEDGER"]), "run", str(tasks), "--run-id", "attacks",
+                        "-j", "4")
     assert result.returncode == 1, result.stderr
+    all_attacks_failed(tmp_path, tasks, env, isolated, service, uid=os.getuid())
+
+
+NOBODY = 65534
+
+
+def test_every_attack_fails_when_an_unprivileged_user_runs_the_batch(
+    tmp_path: Path, isolated: dict[str, str], service: Service
+) -> None:
+    """The same suite, the runner an unprivileged user (nobody; in the docker group for
+    docker): bwrap then makes its namespaces without any privilege, docker runs the
+    containers as that user. Where the suite runs unprivileged already, the test above
+    is this one."""
+    if os.geteuid() != 0:
+        pytest.skip("the runner is unprivileged already: the test above is this one")
+    if shutil.which("setpriv") is None:
+        pytest.fail("setpriv (util-linux) is needed to become another user")
+    root = _open_to_others(Path(os.environ["TMPDIR"]) / "unprivileged")
+    tasks, env = suite(root, isolated, service)
+    # Its own copy of the package (the checkout may lie in root's home), the venv's
+    # interpreter and libraries (.ci/run makes its folder traversable).
+    shutil.copytree(Path(evalledger_package.__file__).parent, root / "lib" / "evalledger")
+    for path in (root, *(p for p in root.rglob("*") if not p.is_relative_to(root / "victim"))):
+        os.lchown(path, NOBODY, NOBODY)
+    groups = ([f"--groups={grp.getgrnam('docker').gr_gid}"]
+              if isolated["isolation"] == "docker" else ["--clear-groups"])
+    become = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", *groups, "--"]
+    user_env = {"PATH": os.environ["PATH"], "HOME": str(root), "TMPDIR": str(root),
+                "PYTHONPATH": str(root / "lib"), "LANG": "C.UTF-8"}
+    can = subprocess.run([*become, sys.executable, "-c",
+                          "import subprocess, sys, evalledger.cli; "
+                          "subprocess.run([sys.executable, '-c', ''], check=True)"],
+                         env=user_env, capture_output=True, text=True, check=False)
+    if can.returncode:
+        said = (can.stderr.strip().splitlines() or ["?"])[-1]
+        reason = f"nobody cannot run this Python ({sys.executable}): {said}"
+        if os.environ.get("EVALLEDGER_REQUIRE_UNPRIVILEGED") == "1":
+            pytest.fail(f"{reason} (EVALLEDGER_REQUIRE_UNPRIVILEGED=1)")
+        pytest.skip(reason)
+    result = subprocess.run(
+        [*become, sys.executable, "-m", "evalledger.cli", "--ledger", env["LEDGER"], "run",
+         str(tasks), "--run-id", "attacks", "-j", "4"],
+        cwd=root, env=user_env, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 1, result.stderr
+    all_attacks_failed(root, tasks, env, isolated, service, uid=NOBODY)
+
+
+def _open_to_others(folder: Path) -> Path:
+    """``folder``, made readable by anyone, and (for root) every folder above it made
+    traversable by another user."""
+    folder.mkdir()
+    folder.chmod(0o755)
+    for parent in [*folder.parents][:-1]:
+        if os.geteuid() == 0 and not parent.stat().st_mode & stat.S_IXOTH:
+            parent.chmod(parent.stat().st_mode | stat.S_IXOTH)
+    return folder
+
+
+def all_attacks_failed(root: Path, tasks: Path, env: dict[str, str],
+                       isolated: dict[str, str], service: Service, *, uid: int) -> None:
+    """Every attack of ``suite`` failed, its record says why, nothing outlived it."""
+    db = Path(env["LEDGER"])
     evs = events(db, "attacks")
     completed = {e.task_key: e for e in of_type(evs, "task.completed")}
     assert len(completed) == len(ATTACKS)
@@ -162,9 +227,10 @@ def test_every_attack_fails_under_isolation_and_the_probes_say_so(
     assert len(records) == len(ATTACKS)
     for record in records:
         assert record.backend == isolated["isolation"] and record.network == "none"
+        assert record.uid == uid
         assert record.probes == {"canary": "absent", "ledger": "absent",
                                  "task_file": "absent", "network": "refused"}
-    assert not (tmp_path / "outside" / "pwned").exists()
+    assert not (root / "outside" / "pwned").exists()
     assert service.connections == 0
     # The helper the agent tried to rewrite is intact, and graded it: it ran, and failed.
     assert "HELPER" in (tasks / "helper.sh").read_text()
@@ -292,12 +358,7 @@ def test_a_confined_command_sees_only_its_workspace(
     else:
         uid = None
     # Readable by anyone on the host: only the sandbox hides it.
-    root = Path(os.environ.get("TMPDIR", "/tmp")) / f"open-{as_user}"
-    root.mkdir(mode=0o755)
-    root.chmod(0o755)
-    for parent in [*root.parents][:-1]:
-        if os.geteuid() == 0 and not parent.stat().st_mode & stat.S_IXOTH:
-            parent.chmod(parent.stat().st_mode | stat.S_IXOTH)
+    root = _open_to_others(Path(os.environ.get("TMPDIR", "/tmp")) / f"open-{as_user}")
     workspace = root / "workspace"
     workspace.mkdir()
     if uid is not None:
@@ -385,13 +446,11 @@ def test_an_api_key_reaches_a_confined_agent_only_through_env_passthrough(
     monkeypatch.setenv("RUNNER_SECRET", "do-not-leak")
     agent = ('test "$ANTHROPIC_API_KEY" = sk-test-123 && echo key-ok; '
              'test -z "$RUNNER_SECRET" && echo secret-hidden')
-    tasks = tmp_path / "tasks"
-    tasks.mkdir()
-    for name, passthrough in (("with", ["ANTHROPIC_API_KEY"]), ("without", [])):
-        (tasks / f"{name}.yaml").write_text(yaml.safe_dump({
-            "command": agent, **isolated, "env_passthrough": passthrough,
-            "success_criteria": [{"type": "output_contains",
-                                  "includes": ["key-ok", "secret-hidden"]}]}))
+    tasks = write_tasks(tmp_path / "tasks", {
+        name: {"command": agent, **isolated, "env_passthrough": passthrough,
+               "success_criteria": [{"type": "output_contains",
+                                     "includes": ["key-ok", "secret-hidden"]}]}
+        for name, passthrough in (("with", ["ANTHROPIC_API_KEY"]), ("without", []))})
     db = tmp_path / "ledger.db"
     evalledger(tmp_path, db, "run", str(tasks), "--run-id", "keys")
     done = {e.task_key: e for e in of_type(events(db, "keys"), "task.completed")}
@@ -411,14 +470,12 @@ def test_a_stopped_agent_gets_sigterm_first_and_its_death_reads_as_without_isola
         request.getfixturevalue("bwrap")
     elif isolation == "docker":
         keys["image"] = request.getfixturevalue("docker_images")["busybox"]
-    tasks = tmp_path / "tasks"
-    tasks.mkdir()
     cleanup = ('trap "echo cleaned > cleaned; exit 7" TERM; echo ready; '
                'while :; do sleep 0.05; done')
-    for name, command in (("dies", "echo ready; exec sleep 60"), ("cleans-up", cleanup)):
-        (tasks / f"{name}.yaml").write_text(yaml.safe_dump({
-            "command": command, **keys, "timeout": 3,
-            "success_criteria": [{"type": "output_contains", "includes": ["ready"]}]}))
+    tasks = write_tasks(tmp_path / "tasks", {
+        name: {"command": command, **keys, "timeout": 3,
+               "success_criteria": [{"type": "output_contains", "includes": ["ready"]}]}
+        for name, command in (("dies", "echo ready; exec sleep 60"), ("cleans-up", cleanup))})
     db = tmp_path / "ledger.db"
     evalledger(tmp_path, db, "run", str(tasks), "--run-id", "stop", "--kill-grace", "20")
     done = {e.task_key: e for e in of_type(events(db, "stop"), "task.completed")}
@@ -434,13 +491,11 @@ def test_a_container_the_deadline_stops_before_it_is_up_is_a_timeout(
     """Starting a container takes hundreds of ms: a task whose timeout passes first
     timed out (its record says it was stopped before its probes); a sandbox that
     cannot start at all (an image without a shell) is an ERROR that says so."""
-    tasks = tmp_path / "tasks"
-    tasks.mkdir()
-    for name, keys in (("slow", {"timeout": 0.05}),
-                       ("broken", {"command": ["/no/such/program"]})):
-        (tasks / f"{name}.yaml").write_text(yaml.safe_dump({
-            "command": "echo hi", "isolation": "docker", "image": docker_images["busybox"],
-            "success_criteria": [{"type": "exit_code"}], **keys}))
+    tasks = write_tasks(tmp_path / "tasks", {
+        name: {"command": "echo hi", "isolation": "docker", "image": docker_images["busybox"],
+               "success_criteria": [{"type": "exit_code"}], **keys}
+        for name, keys in (("slow", {"timeout": 0.05}),
+                           ("broken", {"command": ["/no/such/program"]}))})
     db = tmp_path / "ledger.db"
     evalledger(tmp_path, db, "run", str(tasks), "--run-id", "starts")
     evs = events(db, "starts")
@@ -458,11 +513,9 @@ def test_a_container_the_deadline_stops_before_it_is_up_is_a_timeout(
 def test_a_sandbox_that_cannot_start_is_an_error_saying_so(tmp_path: Path, bwrap: Bwrap) -> None:
     """A bind to a path that is not there: bwrap refuses to start, says why on stderr
     (recorded), and the attempt is ERROR, not the command's failure."""
-    tasks = tmp_path / "tasks"
-    tasks.mkdir()
-    (tasks / "t.yaml").write_text(yaml.safe_dump({
+    tasks = write_tasks(tmp_path / "tasks", {"t": {
         "command": "echo hi", "isolation": "bwrap", "binds": {"GONE": "no/such/folder"},
-        "success_criteria": [{"type": "exit_code"}]}))
+        "success_criteria": [{"type": "exit_code"}]}})
     db = tmp_path / "ledger.db"
     evalledger(tmp_path, db, "run", str(tasks), "--run-id", "broken")
     evs = events(db, "broken")
@@ -478,11 +531,9 @@ def test_an_isolation_missing_here_is_refused_or_run_as_none_and_said(tmp_path: 
     without, it runs with none, says so, and each attempt's record says what was asked."""
     import sys
 
-    tasks = tmp_path / "tasks"
-    tasks.mkdir()
-    (tasks / "t.yaml").write_text(yaml.safe_dump({
+    tasks = write_tasks(tmp_path / "tasks", {"t": {
         "command": "echo ran", "isolation": "bwrap",
-        "success_criteria": [{"type": "output_contains", "includes": ["ran"]}]}))
+        "success_criteria": [{"type": "output_contains", "includes": ["ran"]}]}})
     (tmp_path / "bin").mkdir()  # a PATH with nothing on it
     db = tmp_path / "ledger.db"
 
@@ -514,16 +565,14 @@ def test_what_a_task_would_hand_its_confined_command_is_refused_and_setid_bits_d
     """A workdir holding the task file (its criteria) is a leak before anything runs;
     what a confined command leaves is kept without setuid, setgid or write-by-anyone
     bits (a program that would run as the runner); the host's network is not probed."""
-    tasks = tmp_path / "tasks"
-    (tasks / "data").mkdir(parents=True)
-    (tasks / "leaky.yaml").write_text(yaml.safe_dump({
-        "command": "echo ran", "isolation": "bwrap", "workdir": ".",
-        "success_criteria": [{"type": "exit_code"}]}))
-    (tasks / "setid.yaml").write_text(yaml.safe_dump({
-        "command": "cp /usr/bin/true prog && chmod 6755 prog && touch open && chmod 0777 open "
-                   "&& mkdir dir && chmod 1777 dir",
-        "isolation": "bwrap", "network": "host", "workdir": "data",
-        "success_criteria": [{"type": "exit_code"}]}))
+    tasks = write_tasks(tmp_path / "tasks", {
+        "leaky": {"command": "echo ran", "isolation": "bwrap", "workdir": ".",
+                  "success_criteria": [{"type": "exit_code"}]},
+        "setid": {"command": "cp /usr/bin/true prog && chmod 6755 prog && touch open "
+                             "&& chmod 0777 open && mkdir dir && chmod 1777 dir",
+                  "isolation": "bwrap", "network": "host", "workdir": "data",
+                  "success_criteria": [{"type": "exit_code"}]}})
+    (tasks / "data").mkdir()
     db = tmp_path / "ledger.db"
     evalledger(tmp_path, db, "run", str(tasks), "--run-id", "handed")
     evs = events(db, "handed")
@@ -552,14 +601,12 @@ def test_a_container_runs_our_command_not_its_images_entrypoint_and_cannot_forge
     image.mkdir()
     (image / "Dockerfile").write_text(f'FROM {docker_images["busybox"]}\n'
                                       'ENTRYPOINT ["/bin/false"]\n')
-    tasks = tmp_path / "tasks"
-    tasks.mkdir()
     forge = 'for i in 1 2 3; do echo " absent absent absent refused" > /.evalledger-probe; done'
-    for name, keys in (("built", {}), ("forger", {"binds": {"TASKS": "."}})):
-        (tasks / f"{name}.yaml").write_text(yaml.safe_dump({
-            "command": f"{forge}; echo ran", "isolation": "docker",
-            "dockerfile": "../image/Dockerfile",
-            "success_criteria": [{"type": "output_contains", "includes": ["ran"]}], **keys}))
+    tasks = write_tasks(tmp_path / "tasks", {
+        name: {"command": f"{forge}; echo ran", "isolation": "docker",
+               "dockerfile": "../image/Dockerfile",
+               "success_criteria": [{"type": "output_contains", "includes": ["ran"]}], **keys}
+        for name, keys in (("built", {}), ("forger", {"binds": {"TASKS": "."}}))})
     db = tmp_path / "ledger.db"
     evalledger(tmp_path, db, "run", str(tasks), "--run-id", "built", "--require-isolation")
     evs = events(db, "built")
@@ -570,3 +617,33 @@ def test_a_container_runs_our_command_not_its_images_entrypoint_and_cannot_forge
     assert done["default/forger/00"].final_status == "ERROR"
     assert records["default/forger/00"].probes["task_file"] == "visible"
     assert containers(evs) == []
+
+
+def test_a_changed_dockerfile_builds_a_new_image_and_an_odd_bind_path_stays_whole(
+    tmp_path: Path, docker_images: dict[str, str]
+) -> None:
+    """A dockerfile's image is tagged by its folder's contents: changed between two
+    runs, it is built anew (the record names the new image; the command runs in it). A
+    bind whose path holds ':' and ',' (which ``-v`` would split) arrives as one path."""
+    image = tmp_path / "image"
+    image.mkdir()
+    odd = tmp_path / "data:1,2"
+    odd.mkdir()
+    (odd / "in.txt").write_text("odd-ok\n")
+    tasks = write_tasks(tmp_path / "tasks", {"t": {
+        "command": 'echo "mark=$MARK"; cat "$ODD/in.txt"', "isolation": "docker",
+        "dockerfile": "../image/Dockerfile", "binds": {"ODD": "../data:1,2"},
+        "success_criteria": [{"type": "output_contains", "includes": ["odd-ok"]}]}})
+    db = tmp_path / "ledger.db"
+    images = {}
+    for mark in ("1", "2"):
+        (image / "Dockerfile").write_text(f'FROM {docker_images["busybox"]}\nENV MARK={mark}\n')
+        result = evalledger(tmp_path, db, "run", str(tasks), "--run-id", f"mark{mark}",
+                            "--require-isolation")
+        assert result.returncode == 0, result.stdout + result.stderr
+        evs = events(db, f"mark{mark}")
+        assert [e.final_status for e in of_type(evs, "task.completed")] == ["SUCCESS"]
+        assert f"mark={mark}" in [e.line for e in of_type(evs, "task.output")]
+        (record,) = of_type(evs, "task.isolation")
+        images[mark] = record.image
+    assert images["1"] != images["2"]
