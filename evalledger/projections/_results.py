@@ -33,7 +33,8 @@ class TaskRow(BaseModel):
     cost_complete: bool
     error_message: str | None
     isolation: str = "none"
-    """What confined its latest attempt (docs/isolation.md): ``none``, ``bwrap``, or
+    """What confined the attempt it reports, the one that finished, else the latest
+    (docs/isolation.md): ``none``, ``bwrap``, or
     ``none (asked bwrap)`` when the asked isolation could not run."""
 
 

@@ -150,8 +150,15 @@ class _Key(msgspec.Struct, array_like=True, gc=False):
     cost_gap: bool = False
     """Some attempt's ``task.completed`` said ``cost_complete`` false: spend its usage
     does not cover (every attempt's, as ``spend``)."""
-    isolation: str = "none"
-    """Its latest attempt's, as its ``task.isolation`` says (none without one)."""
+    isolations: dict[str, str] = msgspec.field(default_factory=dict)
+    """By attempt number (as text): what confined it, as its last ``task.isolation``
+    says; an attempt without one ran with none."""
+
+    def isolation(self) -> str:
+        """What confined the attempt its row reports: the one that finished, else the
+        latest."""
+        attempt = self.completed.attempt if self.completed else self.attempts
+        return self.isolations.get(str(attempt), "none")
 
     @property
     def cost_complete(self) -> bool:
@@ -264,8 +271,6 @@ class SummaryFold(Fold):
             key = self.keys[event.task_key] = _Key(
                 event.task_key, event.task_id, event.variant_id, event.replicate_index,
                 list(event.tags))
-        if event.attempt >= key.attempts:  # a newer attempt: none until it says otherwise
-            key.isolation = "none"
         key.attempts = max(key.attempts, event.attempt)
         self.planned.setdefault(event.task_key, None)
         self.running.add(event.task_key)
@@ -289,8 +294,8 @@ class SummaryFold(Fold):
     @on(TaskIsolation)
     def _task_isolation(self, event: TaskIsolation) -> None:
         key = self.keys.get(event.task_key)
-        if key is not None and event.attempt >= key.attempts:
-            key.isolation = isolation_label(event.backend, event.asked)
+        if key is not None:
+            key.isolations[str(event.attempt)] = isolation_label(event.backend, event.asked)
 
     @on(RunStarted)
     def _run_started(self, event: RunStarted) -> None:
@@ -411,7 +416,7 @@ class SummaryFold(Fold):
             cost_usd=done.cost_usd if done else None,
             cost_complete=done.cost_complete if done else True,
             error_message=done.error_message if done else None,
-            isolation=key.isolation,
+            isolation=key.isolation(),
         )
 
     def _variants(self) -> list[VariantStats]:

@@ -24,6 +24,7 @@ from evalledger.ledger import (
     RunResumed,
     RunSnapshot,
     RunStarted,
+    TaskIsolation,
     TaskSkipped,
     TaskUsage,
     verify,
@@ -46,6 +47,7 @@ from .builders import RUN, completed, interrupted, key, started, usage
 LAYOUTS = {
     ("SummaryFold", 2): "a88ae1417246c8ed",
     ("SummaryFold", 3): "35743baae00875e2",  # + each key's isolation
+    ("SummaryFold", 4): "eebb11ee0e03112d",  # its isolation by attempt, not the latest's
     ("ResumeFold", 2): "488576a01a3d6a5a",
 }
 
@@ -148,17 +150,38 @@ SUMMARY_FOLD_2 = {
 }
 
 
-# Version 3 added each key's isolation, last in its list (none for these events).
-SUMMARY_FOLD_3 = {**SUMMARY_FOLD_2, "keys": [[*k, "none"] for k in SUMMARY_FOLD_2["keys"]]}
+# Version 3 added each key's isolation, last in its list ("none" for these events);
+# version 4 holds it by attempt ({} for these events).
+SUMMARY_FOLD_4 = {**SUMMARY_FOLD_2, "keys": [[*k, {}] for k in SUMMARY_FOLD_2["keys"]]}
 
 
-def test_a_version_3_summary_fold_state_restores_as_it_was_written() -> None:
+def test_a_version_4_summary_fold_state_restores_as_it_was_written() -> None:
     events = _events()
     live = fold(SummaryFold(RUN), events)
-    assert json.dumps(live.state()) == json.dumps(SUMMARY_FOLD_3)
-    restored = SummaryFold.restore(RUN, json.loads(json.dumps(SUMMARY_FOLD_3)))
-    assert json.dumps(restored.state()) == json.dumps(SUMMARY_FOLD_3)
+    assert json.dumps(live.state()) == json.dumps(SUMMARY_FOLD_4)
+    restored = SummaryFold.restore(RUN, json.loads(json.dumps(SUMMARY_FOLD_4)))
+    assert json.dumps(restored.state()) == json.dumps(SUMMARY_FOLD_4)
     assert render_json(restored.summary()) == render_json(live.summary())
+
+
+def test_a_row_says_the_isolation_of_the_attempt_it_counts() -> None:
+    """A failed attempt under none, then a rerun under bwrap cut off before it ended:
+    the row counts the first attempt, and says its isolation (as ``task_results``
+    does), through a snapshot too; once the second ends, its own."""
+    events: list[AnyEvent] = [
+        RunStarted(run_id=RUN, planned=[key(0)], ts=TS % 0),
+        started(key(0), ts=TS % 1), completed(key(0), FinalStatus.FAILURE, ts=TS % 2),
+        started(key(0), attempt=2, ts=TS % 3),
+        TaskIsolation(run_id=RUN, task_key=key(0), attempt=2, backend="bwrap", ts=TS % 3),
+    ]
+    live = fold(SummaryFold(RUN), events)
+    restored = SummaryFold.restore(RUN, json.loads(json.dumps(live.state())))
+    for folded in (live, restored):
+        (row,) = folded.summary().tasks
+        assert (row.final_status, row.isolation) == (FinalStatus.FAILURE, "none")
+    restored.apply(completed(key(0), FinalStatus.SUCCESS, attempt=2, ts=TS % 4))
+    (row,) = restored.summary().tasks
+    assert (row.final_status, row.isolation) == (FinalStatus.SUCCESS, "bwrap")
 
 
 def test_a_version_2_resume_fold_state_restores_as_it_was_written() -> None:

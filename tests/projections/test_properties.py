@@ -47,6 +47,7 @@ from evalledger.ledger import (
     TaskCompleted,
     TaskEmitted,
     TaskInterrupted,
+    TaskIsolation,
     TaskOutput,
     TaskSkipped,
     TaskStarted,
@@ -188,6 +189,13 @@ def _attempt_events(draw: Any, model: RunModel, key: str, number: int) -> list[A
         )
     ]
     model.n_started += 1
+    # What confined it, when its task asked for isolation (the views show it per key).
+    backend = draw(st.sampled_from([None, None, "bwrap", "docker", "none"]))
+    if backend is not None:
+        events.append(TaskIsolation(
+            **_env(run_id), task_key=key, attempt=number, backend=backend,
+            asked="bwrap" if backend == "none" else None,
+            image="sha256:ab" if backend == "docker" else None))
     outcome = draw(
         st.one_of(st.sampled_from(list(FinalStatus)), st.just("interrupted"), st.none())
     )
