@@ -524,6 +524,20 @@ def test_ctrl_c_twice_ends_remote_attempts_without_their_grace_period(
     _verified(tmp_path, db)
 
 
+def _kept_by(folder: Path) -> str:
+    """What keeps a node's batch folder: its workers' folders, and whose process lives."""
+    said = []
+    for entry in sorted(folder.glob("worker-*")):
+        pid = entry.name.removeprefix("worker-")
+        try:
+            program = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+        except OSError:
+            said.append(f"{entry.name} (gone)")
+        else:
+            said.append(f"{entry.name} ({program.decode(errors='replace')} alive)")
+    return ", ".join(said) or "no worker's folder in it"
+
+
 # Whether the GCS says a job ended, as a worker asks it: of this driver's own job (live),
 # and of the job of the driver whose pid is argv[2].
 JOB_STATES = r"""
@@ -550,8 +564,11 @@ def test_a_killed_driver_leaves_nothing_running_on_the_cluster(
         wait_until(lambda: not _marked(token), "no process of the batch left")
         # Bounded for a hang: Ray notices a killed driver late on a loaded machine (the
         # final CI run of this stop saw the folder outlast 120 s).
-        wait_until(lambda: not two_nodes.batch_folder(token).exists(),
-                   "no folder of the batch left", timeout=2 * RAY_PATIENCE)
+        try:
+            wait_until(lambda: not two_nodes.batch_folder(token).exists(),
+                       "no folder of the batch left", timeout=2 * RAY_PATIENCE)
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {_kept_by(two_nodes.batch_folder(token))}") from None
         # Should Ray miss the driver's death, each worker asks the GCS whether its job
         # ended (and exits): the GCS says so of the killed driver's job, not of a live one.
         asked = subprocess.run([sys.executable, "-c", JOB_STATES, two_nodes.address,
