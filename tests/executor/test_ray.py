@@ -525,17 +525,37 @@ def test_ctrl_c_twice_ends_remote_attempts_without_their_grace_period(
 
 
 def _kept_by(folder: Path) -> str:
-    """What keeps a node's batch folder: its workers' folders, and whose process lives."""
+    """What keeps a node's batch folder: its workers' folders, whether their processes
+    and their watchdogs live."""
     said = []
     for entry in sorted(folder.glob("worker-*")):
         pid = entry.name.removeprefix("worker-")
         try:
             program = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
         except OSError:
-            said.append(f"{entry.name} (gone)")
+            state = "gone"
         else:
-            said.append(f"{entry.name} ({program.decode(errors='replace')} alive)")
+            state = f"{program.decode(errors='replace')} alive"
+        token = f"{folder.name.removeprefix('evalledger-ray-')}-{pid}".encode()
+        watchdogs = [p.parent.name for p in Path("/proc").glob("[0-9]*/cmdline")
+                     if _reads(p).find(b"_watchdog.py\0" + token + b"\0") >= 0]
+        said.append(f"{entry.name} ({state}; watchdog {watchdogs or 'gone'})")
     return ", ".join(said) or "no worker's folder in it"
+
+
+def _reads(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
+def _raylets_said(temp: Path) -> str:
+    """The raylets' log lines about killing or exiting workers (the last ten)."""
+    lines = [line for log in temp.glob("ray/session_*/logs/raylet*.out")
+             for line in log.read_text(errors="replace").splitlines()
+             if "ill" in line or "xit" in line]
+    return "raylets: " + " | ".join(lines[-10:])
 
 
 # Whether the GCS says a job ended, as a worker asks it: of this driver's own job (live),
@@ -568,7 +588,8 @@ def test_a_killed_driver_leaves_nothing_running_on_the_cluster(
             wait_until(lambda: not two_nodes.batch_folder(token).exists(),
                        "no folder of the batch left", timeout=2 * RAY_PATIENCE)
         except AssertionError as e:
-            raise AssertionError(f"{e}: {_kept_by(two_nodes.batch_folder(token))}") from None
+            raise AssertionError(f"{e}: {_kept_by(two_nodes.batch_folder(token))}; "
+                                 f"{_raylets_said(two_nodes.place.temp)}") from None
         # Should Ray miss the driver's death, each worker asks the GCS whether its job
         # ended (and exits): the GCS says so of the killed driver's job, not of a live one.
         asked = subprocess.run([sys.executable, "-c", JOB_STATES, two_nodes.address,
