@@ -144,9 +144,19 @@ def _placed_safely(real: str, parent: str, protected: tuple[str, ...]) -> bool:
     """Directly inside ``parent``, and neither a folder to keep nor one holding it."""
     if os.path.dirname(real) != os.path.realpath(parent):
         return False
-    keep = ["/", os.path.expanduser("~"), os.getcwd(), *protected]
+    keep = ["/", os.path.expanduser("~"), _current_folder(), *protected]
     return not any(kept == real or kept.startswith(real.rstrip("/") + "/")
                    for kept in (os.path.realpath(k) for k in keep if k))
+
+
+def _current_folder() -> str:
+    """The current folder; "" once it was removed. A watchdog inherits its runner's,
+    which may go while it waits (a temporary folder, a test's): with ``getcwd`` raising
+    there, no proof held and nothing was ever cleaned up."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return ""
 
 
 def _own_marker(dir_fd: int) -> Any:

@@ -368,6 +368,28 @@ def test_the_watchdog_removes_its_folder_only_with_the_proof(
     assert folder.exists() is not proof
 
 
+def test_the_watchdog_cleans_up_after_a_runner_whose_current_folder_is_gone(
+    _private_temp: Path,
+) -> None:
+    """The runner's current folder (a temporary one) is removed while the batch runs:
+    its watchdog, which inherited it, still proves and removes the batch's folder. (A
+    Ray worker's is its node's; a removed one left every batch folder there.)"""
+    gone = _private_temp / "gone"
+    gone.mkdir()
+    folder = _private_temp / f"evalledger-r-{TOKEN}"
+    before = os.getcwd()
+    os.chdir(gone)
+    try:
+        watchdog = Watchdog(TOKEN, folder)
+    finally:
+        os.chdir(before)
+    make_folder(folder, TOKEN)
+    keep(folder)
+    gone.rmdir()
+    runner_dies(watchdog)
+    assert not folder.exists()
+
+
 def test_a_ray_workers_watchdog_removes_its_folder_and_the_last_one_the_nodes(
     _private_temp: Path,
 ) -> None:
