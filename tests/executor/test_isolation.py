@@ -17,6 +17,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -165,7 +166,7 @@ NOBODY = 65534
 
 
 def test_every_attack_fails_when_an_unprivileged_user_runs_the_batch(
-    tmp_path: Path, isolated: dict[str, str], service: Service
+    open_folder: Path, isolated: dict[str, str], service: Service
 ) -> None:
     """The same suite, the runner an unprivileged user (nobody; in the docker group for
     docker): bwrap then makes its namespaces without any privilege, docker runs the
@@ -175,7 +176,7 @@ def test_every_attack_fails_when_an_unprivileged_user_runs_the_batch(
         pytest.skip("the runner is unprivileged already: the test above is this one")
     if shutil.which("setpriv") is None:
         pytest.fail("setpriv (util-linux) is needed to become another user")
-    root = _open_to_others(Path(os.environ["TMPDIR"]) / "unprivileged")
+    root = open_folder
     tasks, env = suite(root, isolated, service)
     # Its own copy of the package (the checkout may lie in root's home), the venv's
     # interpreter and libraries (.ci/run makes its folder traversable).
@@ -205,15 +206,15 @@ def test_every_attack_fails_when_an_unprivileged_user_runs_the_batch(
     all_attacks_failed(root, tasks, env, isolated, service, uid=NOBODY)
 
 
-def _open_to_others(folder: Path) -> Path:
-    """``folder``, made readable by anyone, and (for root) every folder above it made
-    traversable by another user."""
-    folder.mkdir()
+@pytest.fixture
+def open_folder() -> Iterator[Path]:
+    """A folder any user can reach: right under /tmp, mode 755. Not in the test's own
+    folder: pytest keeps the folders above that to their owner (mode 0700, reset when a
+    session starts, as a second copy of the suite may at any moment)."""
+    folder = Path(tempfile.mkdtemp(prefix="evalledger-open-", dir="/tmp"))
     folder.chmod(0o755)
-    for parent in [*folder.parents][:-1]:
-        if os.geteuid() == 0 and not parent.stat().st_mode & stat.S_IXOTH:
-            parent.chmod(parent.stat().st_mode | stat.S_IXOTH)
-    return folder
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def all_attacks_failed(root: Path, tasks: Path, env: dict[str, str],
@@ -349,7 +350,7 @@ def _confined_as(uid: int | None, jail: Jail, command: str) -> tuple[str, str]:
 
 @pytest.mark.parametrize("as_user", ["runner", "unprivileged"])
 def test_a_confined_command_sees_only_its_workspace(
-    tmp_path: Path, bwrap: Bwrap, as_user: str
+    open_folder: Path, bwrap: Bwrap, as_user: str
 ) -> None:
     """The same sandbox, made by root and by an unprivileged user (nobody): the canary
     beside the workspace is not there, the workspace is writable, the host's secrets
@@ -361,7 +362,7 @@ def test_a_confined_command_sees_only_its_workspace(
     else:
         uid = None
     # Readable by anyone on the host: only the sandbox hides it.
-    root = _open_to_others(Path(os.environ.get("TMPDIR", "/tmp")) / f"open-{as_user}")
+    root = open_folder
     workspace = root / "workspace"
     workspace.mkdir()
     if uid is not None:
