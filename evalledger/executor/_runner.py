@@ -601,6 +601,11 @@ async def _execute(
             await release_pipes(pipes_closed, marker, lambda: state.stuck(open_pipes))
             # Read to EOF (or held by what we cannot end): stop feeding stdin too.
             nursery.cancel_scope.cancel()
+        if probe is not None and jail is not None and not state.probed:
+            # A command that ends at once can end before the probe reader had its turn:
+            # its report is in the pipe all the same.
+            probe.drain()
+            await _record_probes(probe, jail, task, ctx, state, attempt, trio.CancelScope())
     finally:
         with trio.CancelScope(shield=True):
             await end_group(process, ctx.kill_grace, ctx.kill_now)
@@ -640,6 +645,7 @@ class _Probe:
         self._fds: list[int] = []
         self._fifos: list[Path] = []
         self._go: int | None = None
+        self.said = b""  # what the prelude reported, as read so far
         try:
             if isinstance(jail, _isolation.Jail):
                 read, self._write = os.pipe2(os.O_CLOEXEC)
@@ -680,6 +686,16 @@ class _Probe:
             with contextlib.suppress(OSError):  # gone: the container ended meanwhile
                 os.write(self._go, b"go\n")
 
+    def read_enough(self) -> bool:
+        """Whether the report's line (or all a report can be) was read."""
+        return b"\n" in self.said or len(self.said) >= 4096
+
+    def drain(self) -> None:
+        """Read what is in the report's pipe now, without waiting."""
+        with contextlib.suppress(OSError):  # BlockingIOError: nothing (more) there
+            while not self.read_enough() and (chunk := os.read(self.stream.fileno(), 4096)):
+                self.said += chunk
+
     def close(self) -> None:
         self.stream.close()
         self._release()
@@ -707,21 +723,28 @@ async def _read_probes(probe: _Probe, jail: Jail,
                        stop: trio.CancelScope) -> None:
     """Read the prelude's one line and record it as the attempt's ``task.isolation``; a
     leak stops the command (the attempt is ERROR)."""
-    said = b""
     # The first line only: what a command might write there later is not the prelude's.
-    while (b"\n" not in said and len(said) < 4096
-           and (chunk := await probe.stream.receive_some(4096))):
-        said += chunk
+    while not probe.read_enough() and (chunk := await probe.stream.receive_some(4096)):
+        probe.said += chunk
     probe.go()
-    probes = _isolation.read_probes(said.partition(b"\n")[0].decode("utf-8", "replace"))
+    await _record_probes(probe, jail, task, ctx, state, attempt, stop)
+
+
+async def _record_probes(probe: _Probe, jail: Jail, task: ResolvedTask, ctx: RunContext,
+                         state: _Streams, attempt: int, stop: trio.CancelScope) -> None:
+    """Record the prelude's report as the attempt's ``task.isolation``, if one was read;
+    a leak stops the command (the attempt is ERROR)."""
+    line = probe.said.partition(b"\n")[0].decode("utf-8", "replace")
+    probes = _isolation.read_probes(line)
     if probes is None:
         return  # never started (or killed before it reported): said after the exit
     state.probed = True
     leaks = _isolation.leaks(probes, jail.network)
     reason = f"isolation leaked: {', '.join(leaks)}" if leaks else None
-    await ctx.writer.append(TaskIsolation(
-        run_id=ctx.run_id, task_key=task.task_key, attempt=attempt, probes=probes,
-        reason=reason, **jail.record()))
+    with trio.CancelScope(shield=True):  # read is recorded: the reading may end meanwhile
+        await ctx.writer.append(TaskIsolation(
+            run_id=ctx.run_id, task_key=task.task_key, attempt=attempt, probes=probes,
+            reason=reason, **jail.record()))
     if reason is not None:
         state.isolation_error = reason
         stop.cancel()

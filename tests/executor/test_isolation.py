@@ -651,3 +651,33 @@ def test_a_changed_dockerfile_builds_a_new_image_and_an_odd_bind_path_stays_whol
         (record,) = of_type(evs, "task.isolation")
         images[mark] = record.image
     assert images["1"] != images["2"]
+
+
+def test_a_report_its_reader_had_no_turn_to_read_is_recorded_all_the_same(
+    tmp_path: Path, bwrap: Bwrap, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a loaded machine a command can end, and its pipes close, before the probe
+    reader runs at all (seen beside a second copy of the suite: ERROR "never
+    started"). The report is in the pipe all the same: recorded, and the attempt ends
+    as its command did. Here the reader never gets its turn before the attempt ends."""
+    import trio
+
+    from evalledger.executor import _runner
+
+    read = _runner._read_probes
+
+    async def starved(*args: object) -> None:
+        await trio.sleep(600)  # cancelled when the attempt ends, as a starved task is
+        await read(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_runner, "_read_probes", starved)
+    tasks = write_tasks(tmp_path / "tasks", {"t": {
+        "command": "exit 3", "isolation": "bwrap", "success_criteria": [{"type": "exit_code"}]}})
+    db = tmp_path / "ledger.db"
+    evalledger(tmp_path, db, "run", str(tasks), "--run-id", "starved")
+    evs = events(db, "starved")
+    (done,) = of_type(evs, "task.completed")
+    (record,) = of_type(evs, "task.isolation")
+    assert (done.final_status, done.exit_code) == ("FAILURE", 3), done.error_message
+    assert record.probes == {"canary": "absent", "ledger": "absent", "task_file": "absent",
+                             "network": "refused"}
