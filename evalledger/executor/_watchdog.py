@@ -262,6 +262,7 @@ class Sweep:
 
     batches: int = 0
     killed: list[int] = field(default_factory=list)
+    containers: int = 0
     removed: list[str] = field(default_factory=list)
     # Recorded folders still there without the proof: left alone, nothing killed.
     refused: list[str] = field(default_factory=list)
@@ -365,7 +366,7 @@ def sweep_dead_batches(ledger: Any) -> Sweep:
                                      for mark in (batch_mark, ray_mark)), prefix=True)
     for token, root in mine:
         if os.path.exists(os.path.join(root, DOCKER_MARK)):
-            sweep.killed += remove_containers(token)
+            sweep.containers += remove_containers(token)
         _remove(root)
         sweep.removed.append(root)
     return sweep

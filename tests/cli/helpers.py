@@ -297,45 +297,66 @@ class EntryPoint:
         self.folder = folder
         self._calls = 0
         self._pending = b""
+        self._pid: int | None = None
+        self._exit: int | None = None
         self._server = subprocess.Popen(
             [sys.executable, "-c", _FORK_SERVER], cwd=folder, env=_env(TMPDIR=str(folder)),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         )
 
     def __call__(self, *args: str, cwd: Path, env: dict[str, str]) -> Result:
+        self.start(*args, cwd=cwd, env=env)
+        return self.wait()
+
+    def start(self, *args: str, cwd: Path, env: dict[str, str]) -> int:
+        """Start a call and return its pid at once; ``poll``/``wait`` end it (one call
+        at a time)."""
         assert self._server.stdin is not None
+        assert self._exit is None and self._pid is None, "a call is still running"
         self._calls += 1
         out, err = (self.folder / f"{self._calls}.{name}" for name in ("out", "err"))
         request = {"args": list(args), "cwd": str(cwd), "env": env,
                    "stdout": str(out), "stderr": str(err)}
         self._server.stdin.write(json.dumps(request).encode() + b"\n")
         self._server.stdin.flush()
-        pid = self._reply()["pid"]
+        self._pid = self._reply()["pid"]
+        return self._pid
+
+    def poll(self) -> int | None:
+        """The started call's exit code once it has ended, else None."""
+        if self._exit is None and (b"\n" in self._pending or self._readable(0.0)):
+            self._exit = self._reply()["exit"]
+        return self._exit
+
+    def wait(self) -> Result:
+        """The started call's result, once it ends (failing after ``PATIENCE``)."""
+        assert self._pid is not None, "no call was started"
         try:
-            code = self._reply()["exit"]
+            code = self._exit if self._exit is not None else self._reply()["exit"]
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+                os.kill(self._pid, signal.SIGKILL)
             self.close()
-            raise AssertionError(
-                f"evalledger {' '.join(args)} did not end in {PATIENCE} s"
-            ) from None
-        try:
-            return Result(code, out.read_text(), err.read_text(), out.read_bytes())
+            raise AssertionError(f"evalledger did not end in {PATIENCE} s") from None
         finally:
-            out.unlink()
-            err.unlink()
+            self._pid = self._exit = None
+        # A call killed at once may not have opened its files yet.
+        out, err = (_take(self.folder / f"{self._calls}.{name}") for name in ("out", "err"))
+        return Result(code, out.decode(), err.decode(), out)
+
+    def _readable(self, timeout: float) -> bool:
+        assert self._server.stdout is not None
+        ready, _, _ = select.select([self._server.stdout.fileno()], [], [], timeout)
+        return bool(ready)
 
     def _reply(self) -> dict[str, int]:
         """The server's next line, read from its pipe unbuffered (select sees it all)."""
         assert self._server.stdout is not None
-        fd = self._server.stdout.fileno()
         deadline = time.monotonic() + PATIENCE
         while b"\n" not in self._pending:
-            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
+            if not self._readable(max(0.0, deadline - time.monotonic())):
                 raise TimeoutError
-            chunk = os.read(fd, 65536)
+            chunk = os.read(self._server.stdout.fileno(), 65536)
             assert chunk, "the entry point's fork server died"
             self._pending += chunk
         line, _, self._pending = self._pending.partition(b"\n")
@@ -345,6 +366,16 @@ class EntryPoint:
         if self._server.poll() is None:
             self._server.kill()
         self._server.communicate()
+
+
+def _take(path: Path) -> bytes:
+    """A file's bytes, the file removed; nothing if there is none."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return b""
+    path.unlink()
+    return data
 
 
 def command_paths(group: click.Group, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from evalledger.executor._marks import MARKER_VAR
+from evalledger.executor.isolation import BATCH_LABEL, DOCKER_MARK
 from evalledger.executor._watchdog import (
     MARKER,
     Watchdog,
@@ -290,6 +291,30 @@ def test_the_sweep_removes_a_dead_batchs_folder_that_proves_it(
     ledger.append([forged_start("r", folder, pid)])
     assert sweep_dead_batches(ledger).removed == [str(folder)]
     assert not os.path.lexists(folder)
+
+
+def test_the_sweep_removes_the_containers_of_a_dead_docker_batch(
+    _private_temp: Path, ledger: Ledger, docker_images: dict[str, str],
+) -> None:
+    """A batch that ran containers died, and the next batch starts before its watchdog
+    is done: the sweep removes the containers by the batch's label, counted apart from
+    the processes it killed (adding the count to that list crashed the next run)."""
+    folder = _private_temp / f"evalledger-r-{TOKEN}"
+    pid = made_by_a_dead_process((folder, TOKEN))
+    (folder / DOCKER_MARK).touch()
+    started = subprocess.run(
+        ["docker", "create", "--label", f"{BATCH_LABEL}={TOKEN}", docker_images["busybox"],
+         "true"], capture_output=True, text=True, check=True)
+    container = started.stdout.strip()
+    try:
+        ledger.append([forged_start("r", folder, pid)])
+        swept = sweep_dead_batches(ledger)
+        assert (swept.removed, swept.containers) == ([str(folder)], 1)
+        left = subprocess.run(["docker", "ps", "-aq", "--no-trunc", "--filter",
+                               f"id={container}"], capture_output=True, text=True, check=True)
+        assert left.stdout.split() == []
+    finally:
+        subprocess.run(["docker", "rm", "-f", container], capture_output=True, check=False)
 
 
 def test_the_sweep_kills_nothing_for_a_batch_whose_folder_proves_nothing(
