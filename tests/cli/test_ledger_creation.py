@@ -8,47 +8,60 @@ table yet is now no ledger to a reader, and a writer finishes it.
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from .helpers import PATIENCE, evalledger, write_task
 
 TRIALS = 25
-# Creates ledgers on fresh paths, one after another, until it is killed.
+# For each folder it reads, forks a creator of ledgers on fresh paths there, one after
+# another, until it is killed (the import done once: a trial costs a fork).
 CREATOR = """\
-import sys
+import os, sys
 from pathlib import Path
 from evalledger.ledger import Ledger
-folder = Path(sys.argv[1])
-print("ready", flush=True)
-sys.stdin.readline()
-for i in range(1_000_000):
-    Ledger(folder / f"l{i:04d}.db").close()
+for line in sys.stdin:
+    pid = os.fork()
+    if pid == 0:
+        folder = Path(line.strip())
+        for i in range(1_000_000):
+            Ledger(folder / f"l{i:04d}.db").close()
+        os._exit(0)
+    print(pid, flush=True)
+    os.waitpid(pid, 0)
+    print("reaped", flush=True)
 """
 
 
-def _kill_while_creating(folder: Path, delay: float) -> None:
-    creator = subprocess.Popen([sys.executable, "-c", CREATOR, str(folder)],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert creator.stdout is not None and creator.stdin is not None
-        assert creator.stdout.readline() == "ready\n"
-        creator.stdin.write("go\n")
-        creator.stdin.flush()
-        time.sleep(delay)  # the random moment of the kill, not a wait for a state
-        creator.send_signal(signal.SIGKILL)
-        assert creator.wait(PATIENCE) == -signal.SIGKILL
-    finally:
-        creator.kill()
-        creator.communicate()
+@pytest.fixture(scope="module")
+def creator() -> Iterator[subprocess.Popen[str]]:
+    server = subprocess.Popen([sys.executable, "-c", CREATOR], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    yield server
+    server.kill()
+    server.communicate()
+
+
+def _kill_while_creating(creator: subprocess.Popen[str], folder: Path, delay: float) -> None:
+    assert creator.stdout is not None and creator.stdin is not None
+    creator.stdin.write(f"{folder}\n")
+    creator.stdin.flush()
+    pid = int(creator.stdout.readline())
+    time.sleep(delay)  # the random moment of the kill, not a wait for a state
+    os.kill(pid, signal.SIGKILL)
+    assert creator.stdout.readline() == "reaped\n"
 
 
 def test_a_ledger_killed_while_being_created_is_no_ledger_or_a_usable_one(
-    tmp_path: Path,
+    tmp_path: Path, creator: subprocess.Popen[str],
 ) -> None:
     write_task(tmp_path / "tasks" / "t.yaml", "echo hi")
     rng = random.Random()
@@ -59,7 +72,7 @@ def test_a_ledger_killed_while_being_created_is_no_ledger_or_a_usable_one(
     for trial in range(TRIALS):
         folder = tmp_path / f"trial-{trial:02d}"
         folder.mkdir()
-        _kill_while_creating(folder, rng.uniform(0, 0.05))
+        _kill_while_creating(creator, folder, rng.uniform(0, 0.05))
         made = sorted(folder.glob("l*.db"))
         no_ledger = {f"Error: no ledger at {db} (it holds no table yet: its creation was cut "
                      "off, or it is empty; `evalledger run` makes one there)\n" for db in made}
