@@ -88,22 +88,33 @@ def server(suite: Suite, tmp_path: Path) -> Iterator[tuple[str, Path]]:
             process.kill()
 
 
-@pytest.fixture
-def page(tmp_path: Path) -> Iterator[Any]:
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One Chromium for the module (its start is most of a test's cost); each test gets
+    a context of its own, which shares nothing with the others'."""
     sync_playwright = _browser_or_skip()
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
-            opened = browser.new_page(viewport={"width": 1300, "height": 900})
-            opened.set_default_timeout(PATIENCE * 1000)
-            errors: list[str] = []
-            opened.on("pageerror", lambda error: errors.append(str(error)))
-            opened.on("console", lambda message: errors.append(message.text)
-                      if message.type == "error" else None)
-            yield opened
-            assert errors == [], errors  # no script error, no policy violation
+            yield launched
         finally:
-            browser.close()
+            launched.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1300, "height": 900})
+    try:
+        opened = context.new_page()
+        opened.set_default_timeout(PATIENCE * 1000)
+        errors: list[str] = []
+        opened.on("pageerror", lambda error: errors.append(str(error)))
+        opened.on("console", lambda message: errors.append(message.text)
+                  if message.type == "error" else None)
+        yield opened
+        assert errors == [], errors  # no script error, no policy violation
+    finally:
+        context.close()
 
 
 def _wait_for_lines(api: str) -> None:
