@@ -64,6 +64,9 @@ class RunOptions(BaseModel):
     """Tasks at once."""
     model: str | None = None
     """The model every task uses, overriding task files and variants."""
+    no_grade: Annotated[bool, _OPERATIONAL] = False
+    """Run the commands only: no criterion is checked, every attempt that ran ends
+    ``NOT_GRADED`` pending a ``regrade`` (its workspace kept for it)."""
     out: Annotated[str, _OPERATIONAL] = "runs"
     """Reports and artifacts go to ``<out>/<run_id>/``."""
     paths: list[str] = []

@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from evalledger.errors import InvalidRequest
 from evalledger.ledger import EventType
 from evalledger.ledger._queries import latest_snapshot
 from evalledger.projections._snapshots import (
@@ -129,10 +130,17 @@ def _current(ledger: Ledger, run_id: str, kind: str, snapshots: bool) -> Snapsho
     return snap
 
 
-def load_summary(ledger: Ledger, run_id: str, *, snapshots: bool = True) -> RunSummary:
-    """The run's summary (without its anchor): a finished run's is read from its
-    snapshot, any other is folded."""
-    snap = _current(ledger, run_id, "summary", snapshots)
+def load_summary(ledger: Ledger, run_id: str, *, snapshots: bool = True,
+                 grades: str | None = None) -> RunSummary:
+    """The run's summary (without its anchor) as grade set ``grades`` judges it
+    (default: the latest complete one): a finished run's default is read from its
+    snapshot, any other is folded.
+
+    Raises:
+        UnknownGrades: the run has no grade set of that name (an ``EvalledgerError``
+            once the caller says so: ``grades_of``).
+    """
+    snap = None if grades is not None else _current(ledger, run_id, "summary", snapshots)
     if snap is not None:
         from evalledger.projections import RunSummary
 
@@ -143,9 +151,13 @@ def load_summary(ledger: Ledger, run_id: str, *, snapshots: bool = True) -> RunS
         else:
             if _known_status(summary.status):
                 return summary
-    from evalledger.projections import SummaryFold
+    from evalledger.projections import SummaryFold, UnknownGrades
 
-    return load_fold(ledger, SummaryFold, run_id, snapshots=snapshots).summary()
+    fold = load_fold(ledger, SummaryFold, run_id, snapshots=snapshots)
+    try:
+        return fold.summary(grades)
+    except UnknownGrades as e:
+        raise InvalidRequest(str(e)) from None
 
 
 def load_headline(ledger: Ledger, run_id: str, *, snapshots: bool = True) -> dict[str, Any]:

@@ -58,6 +58,9 @@ def start_run(options: RunOptions, settings: RunSettings | None = None, *,
     check_run_id(run_id, options.shard)
     _check_junit(settings)
     check_executor(options.executor)
+    if options.no_grade and options.preservation_mode == "none":
+        raise InvalidRequest("--no-grade keeps each workspace for a later regrade: it cannot "
+                             "go with --preservation-mode none")
     rates = rate_card(options.pricing)
     options = _absolute(options, callbacks)
     task_set = load_task_set(options, callbacks)

@@ -38,11 +38,19 @@ def resolve_run(ledger: Ledger, spec: str) -> str:
     return ledger.resolve_run(spec)
 
 
-def rebuild_summary(ledger: Ledger, run_id: str) -> RunSummary:
-    """The run's summary as ``run.json`` holds it, anchored in the ledger."""
+def rebuild_summary(ledger: Ledger, run_id: str, grades: str | None = None) -> RunSummary:
+    """The run's summary as ``run.json`` holds it (as grade set ``grades`` judges it:
+    default, the latest complete one), anchored in the ledger."""
     from evalledger.app._repository import load_summary
 
-    return load_summary(ledger, run_id).anchored(ledger.anchor(run_id))
+    return load_summary(ledger, run_id, grades=grades).anchored(ledger.anchor(run_id))
+
+
+# The option of every reader that shows verdicts.
+grades_option = click.option(
+    "--grades", metavar="NAME",
+    help="The grade set whose verdicts to show: `original` (the run's own grading) or a "
+         "regrade's name (default: the latest complete one).")
 
 
 def run_is_over(ledger: Ledger, run_id: str) -> bool:

@@ -10,7 +10,7 @@ import click
 
 from evalledger.projections import Change, FailOn, diff_runs
 
-from ._common import rebuild_summary, resolve_run
+from ._common import grades_option, rebuild_summary, resolve_run
 from ._errors import EXIT_TASKS_FAILED
 from ._main import Settings, pass_settings
 from ._tables import table
@@ -23,8 +23,13 @@ from ._tables import table
 @click.option("--fail-on", type=click.Choice(get_args(FailOn)), default="regression",
               show_default=True,
               help="Exit 1 when the diff has a regression, any change at all, or never.")
+@grades_option
+@click.option("--grades-b", metavar="NAME",
+              help="RUN_B's grade set, when not --grades': two gradings of one run compared "
+                   "(`diff R R --grades original --grades-b strict`).")
 @pass_settings
-def diff(settings: Settings, run_a: str, run_b: str, as_json: bool, fail_on: FailOn) -> None:
+def diff(settings: Settings, run_a: str, run_b: str, as_json: bool, fail_on: FailOn,
+         grades: str | None, grades_b: str | None) -> None:
     """Compare two runs task by task: regressions, fixes, score/duration/cost deltas.
 
     Regressions first, then fixes, changes, keys not run on one side (never started
@@ -36,8 +41,8 @@ def diff(settings: Settings, run_a: str, run_b: str, as_json: bool, fail_on: Fai
         evalledger diff 20261101-0930 latest --fail-on regression
     """
     with settings.open_ledger(read_only=True) as ledger:
-        a = rebuild_summary(ledger, resolve_run(ledger, run_a))
-        b = rebuild_summary(ledger, resolve_run(ledger, run_b))
+        a = rebuild_summary(ledger, resolve_run(ledger, run_a), grades)
+        b = rebuild_summary(ledger, resolve_run(ledger, run_b), grades_b or grades)
     result = diff_runs(a, b)
     if as_json:
         click.echo(result.model_dump_json(indent=2))

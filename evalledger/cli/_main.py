@@ -36,6 +36,7 @@ COMMANDS = {
     "import": "_import:import_runs",
     "import-events": "_transfer:import_events",
     "merge": "_transfer",
+    "regrade": "_regrade",
     "report": "_report",
     "resume": "_resume",
     "run": "_run",

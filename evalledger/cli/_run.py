@@ -68,6 +68,9 @@ from ._main import Settings, pass_settings
 @click.option("--require-isolation", is_flag=True,
               help="Refuse to start when a task's isolation cannot run here (instead of "
                    "running it with none, and saying so).")
+@click.option("--no-grade", is_flag=True,
+              help="Run the commands only: check no criterion, keep each workspace; every "
+                   "attempt ends NOT_GRADED until `evalledger regrade` grades it.")
 @executor_options
 @click.option("--stream", is_flag=True, help="Print task output as it arrives.")
 @click.option("--durable", is_flag=True,
@@ -84,7 +87,8 @@ def run(
     run_id: str | None, out: Path, timeout: float | None, model: str | None,
     sample: int | None, seed: int | None, shard: str | None, max_cost: float | None,
     preservation_mode: PreservationMode, pricing: str | None, kill_grace: float | None,
-    isolation: str | None, require_isolation: bool, executor: ExecutorKind | None,
+    isolation: str | None, require_isolation: bool, no_grade: bool,
+    executor: ExecutorKind | None,
     ray_address: str | None, stream: bool, durable: bool,
     junit_xml: Path | None, allow_skipped: bool,
 ) -> None:
@@ -109,7 +113,7 @@ def run(
         "out": str(out), "pricing": pricing, "kill_grace": kill_grace, "model": model,
         "sample": sample, "seed": seed, "shard": shard, "executor": executor,
         "ray_address": ray_address, "isolation": isolation,
-        "require_isolation": require_isolation or None,
+        "require_isolation": require_isolation or None, "no_grade": no_grade or None,
     }
     # Only what was given: what was not is the model's default (or the experiment's).
     options = RunOptions.model_validate({k: v for k, v in given.items() if v is not None})

@@ -19,7 +19,7 @@ from evalledger.projections import (
     variant_table,
 )
 
-from ._common import is_cut_off, rebuild_summary, resolve_run
+from ._common import grades_option, is_cut_off, rebuild_summary, resolve_run
 from ._main import Settings, pass_settings
 from ._tables import table
 
@@ -31,8 +31,10 @@ from ._tables import table
               help="Also print every error message whole, line breaks kept, below the table "
                    "(a terminal's table shows each error's first and last line; a pipe gets "
                    "them whole).")
+@grades_option
 @pass_settings
-def show(settings: Settings, run: str, as_json: bool, full_errors: bool) -> None:
+def show(settings: Settings, run: str, as_json: bool, full_errors: bool,
+         grades: str | None) -> None:
     """Show a run's summary, rebuilt from the ledger.
 
     RUN is a run id, a unique prefix of one, or `latest` (the newest by start time).
@@ -42,7 +44,7 @@ def show(settings: Settings, run: str, as_json: bool, full_errors: bool) -> None
         evalledger show latest
     """
     with settings.open_ledger(read_only=True) as ledger:
-        s = rebuild_summary(ledger, resolve_run(ledger, run))
+        s = rebuild_summary(ledger, resolve_run(ledger, run), grades)
         gone = is_cut_off(ledger, s.run_id, s.status)
     if gone:
         click.echo(f"warning: the process running {s.run_id} is gone (it crashed or was "
@@ -75,8 +77,11 @@ def _headline(s: RunSummary, gone: bool) -> str:
     cost = cost_line(s.total_cost_usd, s.cost_complete, s.usage_by_role)
     ungraded = f"{s.tasks_ungraded} ungraded, " if s.tasks_ungraded else ""
     skipped = f"; {len(s.broken_files)} task file(s) skipped" if s.broken_files else ""
+    # Which verdicts these are, once there is more than the run's own.
+    graded = f" (grades: {s.grades})" if len(s.grade_sets) > 1 else ""
     return (
-        f"run {s.run_id} {status_word(s.status, gone)}: {s.tasks_run}/{s.tasks_planned} run, "
+        f"run {s.run_id} {status_word(s.status, gone)}{graded}: "
+        f"{s.tasks_run}/{s.tasks_planned} run, "
         f"{s.tasks_succeeded} succeeded, {s.tasks_failed} failed, {s.tasks_error} error, "
         f"{ungraded}{s.tasks_unfinished} unfinished{skipped}; pass rate {s.pass_rate:.1%}; "
         f"cost {cost}"
@@ -86,12 +91,18 @@ def _headline(s: RunSummary, gone: bool) -> str:
 def _task_cells(r: TaskRow, shorten: Callable[[str], str]) -> tuple[object, ...]:
     """One row of the task table; None where there is nothing to say (the table's dash)."""
     return (
-        r.task_key, r.final_status.value if r.final_status else "UNFINISHED",
+        r.task_key, _status_cell(r),
         f"{r.weighted_score:.2f}" if r.weighted_score is not None else None,
         f"{r.duration_seconds:.1f}s" if r.duration_seconds is not None else None,
         r.tokens.total, money(r.cost_usd, r.cost_complete) if r.final_status else None,
         shorten(r.error_message) if r.error_message else None,
     )
+
+
+def _status_cell(r: TaskRow) -> str:
+    if r.final_status is None:
+        return "UNFINISHED"
+    return f"{r.final_status.value} (pending)" if r.grade_pending else r.final_status.value
 
 
 def _echo_full_errors(rows: Iterable[TaskRow]) -> None:

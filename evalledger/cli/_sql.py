@@ -48,6 +48,7 @@ _ABOUT = {
     "task_attempts": "one row per task.started, with that attempt's completion",
     "task_results": "per run and task key, the latest attempt with a final status",
     "usage": "one row per task.usage, with the attempt it was reported in",
+    "task_grades": "one row per task.graded: a regrade's verdict of an attempt",
     "events": "the table: every event, in seq order",
 }
 _VIEWS_MARK = "(the views)"

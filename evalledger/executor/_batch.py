@@ -276,7 +276,8 @@ def _join_cluster(config: BatchConfig, token: str) -> RayExecutor:
 
     spec = WorkerSpec(run_id=config.run_id, batch_token=token,
                       preservation_mode=config.preservation_mode,
-                      kill_grace=config.kill_grace, rates=config.rate_card)
+                      kill_grace=config.kill_grace, rates=config.rate_card,
+                      no_grade=config.options.no_grade)
     cluster = RayExecutor(spec, config.max_parallel, config.options.ray_address)
     cluster.start()
     return cluster
@@ -332,6 +333,7 @@ async def _run(
             kill_now=kill_now if kill_now is not None else trio.Event(),
             preservation_mode=config.preservation_mode,
             kill_grace=config.kill_grace,
+            no_grade=config.options.no_grade,
             on_output=callbacks.on_output,
             rates=config.rate_card,
             spent_usd=resume.spent_usd if resume else 0.0,

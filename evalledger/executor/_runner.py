@@ -97,6 +97,8 @@ class RunContext:
     sandbox_root: Path
     preservation_mode: PreservationMode = DEFAULT_PRESERVATION_MODE
     kill_grace: float = DEFAULT_KILL_GRACE
+    # Run the commands only: no criterion checked, attempts pending a regrade.
+    no_grade: bool = False
     on_output: Callable[[AnyEvent], None] | None = None
     rates: RateCard = DEFAULT_RATES
     spent_usd: float = 0.0
@@ -368,6 +370,7 @@ async def _attempt(
     sandbox: Path | None = None
     exit_code: int | None = None
     workspace_hash: str | None = None
+    kept_hash: str | None = None
     try:
         sandbox = await _make_sandbox(task, ctx, artifacts)
         jail = await _confine(task, ctx, sandbox, attempt)
@@ -377,6 +380,8 @@ async def _attempt(
         await state.book_estimate()
         if state.isolation_error is not None:
             facts = AttemptFacts(error=state.isolation_error)
+        elif ctx.no_grade:
+            facts = AttemptFacts((), timed_out, task.timeout, state.budget_stop)
         else:
             grader_env = env
             if jail is not None:  # what was graded; the graders may change it
@@ -389,6 +394,9 @@ async def _attempt(
             criteria = await evaluate(task.success_criteria, evidence, grader_env,
                                       ctx.kill_now, deadline, ctx.kill_grace)
             facts = AttemptFacts(criteria, timed_out, task.timeout, state.budget_stop)
+        if ctx.preservation_mode != "none":  # kept: what a regrade reads, and checks
+            kept_hash = await trio.to_thread.run_sync(_isolation.hash_tree, sandbox,
+                                                      abandon_on_cancel=True)
     except _sandbox.BuildFailed as e:
         facts = AttemptFacts(build_failed=str(e))
     except IsolationLeak as e:
@@ -421,6 +429,8 @@ async def _attempt(
         cost_usd=meter.cost_usd if meter.cost_complete else None,
         cost_complete=meter.cost_complete,
         workspace_hash=workspace_hash,
+        kept_hash=kept_hash,
+        grade_pending=ctx.no_grade and verdict.status is FinalStatus.NOT_GRADED,
     ))
 
 
@@ -472,16 +482,8 @@ async def _confine(task: ResolvedTask, ctx: RunContext, sandbox: Path,
     --require-isolation`` refuses to start instead)."""
     if task.isolation == "none":
         return None
-    found, daemon, image = _isolation.known_bwrap(), _isolation.known_docker(), ""
     try:
-        if task.isolation == "bwrap":
-            if not isinstance(found, _isolation.Bwrap):  # tried once per process
-                found = await trio.to_thread.run_sync(_isolation.bwrap)
-        else:
-            if not isinstance(daemon, _isolation.Docker):
-                daemon = await trio.to_thread.run_sync(_isolation.docker)
-            image = await trio.to_thread.run_sync(_isolation.image_id, daemon, task.image,
-                                                  task.dockerfile)
+        backend, image = await isolation_backend(task)
     except _isolation.IsolationUnavailable as e:
         await ctx.writer.append(TaskIsolation(
             run_id=ctx.run_id, task_key=task.task_key, attempt=attempt, backend="none",
@@ -496,43 +498,78 @@ async def _confine(task: ResolvedTask, ctx: RunContext, sandbox: Path,
         raise IsolationLeak(reason)
     if ctx.canary is None:
         ctx.canary = await trio.to_thread.run_sync(_isolation.make_canary, ctx.sandbox_root)
-    binds = tuple(sorted(set(task.binds.values())))
+    return await make_jail(task, backend, image, sandbox, ctx.canary, ctx.sandbox_root,
+                           ctx.batch_token, ctx.base_env)
+
+
+async def isolation_backend(
+    task: ResolvedTask,
+) -> tuple[_isolation.Bwrap | _isolation.Docker, str]:
+    """The backend ``task.isolation`` names, found here (each tried once per process),
+    and with docker the id of the task's image ("" with bwrap).
+
+    Raises:
+        IsolationUnavailable: it cannot run here.
+    """
     if task.isolation == "bwrap":
-        assert isinstance(found, _isolation.Bwrap)
-        return _isolation.Jail(found, sandbox, task.network, binds, ctx.canary)
-    assert isinstance(daemon, _isolation.Docker)
-    mark = ctx.sandbox_root / _isolation.DOCKER_MARK
+        found = _isolation.known_bwrap()
+        if not isinstance(found, _isolation.Bwrap):
+            found = await trio.to_thread.run_sync(_isolation.bwrap)
+        return found, ""
+    daemon = _isolation.known_docker()
+    if not isinstance(daemon, _isolation.Docker):
+        daemon = await trio.to_thread.run_sync(_isolation.docker)
+    image = await trio.to_thread.run_sync(_isolation.image_id, daemon, task.image,
+                                          task.dockerfile)
+    return daemon, image
+
+
+async def make_jail(task: ResolvedTask, backend: _isolation.Bwrap | _isolation.Docker,
+                    image: str, sandbox: Path, canary: str, sandbox_root: Path, token: str,
+                    base_env: dict[str, str]) -> Jail:
+    """The confinement of one attempt's commands on ``sandbox`` (``isolation_backend``'s)."""
+    binds = tuple(sorted(set(task.binds.values())))
+    if isinstance(backend, _isolation.Bwrap):
+        return _isolation.Jail(backend, sandbox, task.network, binds, canary)
+    mark = sandbox_root / _isolation.DOCKER_MARK
     if not mark.exists():  # the watchdog's cue: this batch has containers to remove
         await trio.to_thread.run_sync(mark.touch)
-    return _isolation.Container(daemon, image, sandbox, task.network, binds, ctx.canary,
-                                ctx.batch_token, _isolation.cli_settings(ctx.base_env))
+    return _isolation.Container(backend, image, sandbox, task.network, binds, canary, token,
+                                _isolation.cli_settings(base_env))
 
 
 def _command_env(task: ResolvedTask, ctx: RunContext, sandbox: Path,
                  jail: Jail | None = None) -> tuple[dict[str, str], str]:
-    """The command's environment (docs/tasks.md), and its attempt's ``MARKER_VAR`` entry.
+    """The command's environment (docs/tasks.md), and its attempt's ``MARKER_VAR`` entry."""
+    marker = ctx.attempt_marker()
+    return command_env(task, ctx.base_env, ctx.run_id, marker, sandbox, jail), marker
+
+
+def command_env(task: ResolvedTask, base_env: dict[str, str], run_id: str, marker: str,
+                sandbox: Path, jail: Jail | None = None) -> dict[str, str]:
+    """The environment of an attempt's command (docs/tasks.md); ``marker`` is its
+    ``MARKER_VAR=value`` entry.
 
     Confined, it gets a minimal base, its ``env_passthrough`` and its ``env``, and no
     ``EVALLEDGER_TASK_DIR``: the task's folder holds its criteria.
     """
     prompt = task.prompt or ""
-    marker = ctx.attempt_marker()
-    base = (ctx.base_env if jail is None
-            else _isolation.confined_env({}, task.env_passthrough, ctx.base_env))
+    base = (base_env if jail is None
+            else _isolation.confined_env({}, task.env_passthrough, base_env))
     env = {
         **base,
         **task.env,
         **task.binds,
         "EVALLEDGER_PROMPT": prompt if _fits_environment(prompt) else "",
         "EVALLEDGER_TASK_KEY": task.task_key,
-        "EVALLEDGER_RUN_ID": ctx.run_id,
+        "EVALLEDGER_RUN_ID": run_id,
         "EVALLEDGER_SANDBOX": str(sandbox) if jail is None else _isolation.WORKSPACE,
         MARKER_VAR: marker.partition("=")[2],
     }
     if jail is None:
         # Where the task file is: commands reach files shipped beside it.
         env["EVALLEDGER_TASK_DIR"] = str(Path(task.source).parent)
-    return env, marker
+    return env
 
 
 async def _execute(

@@ -38,13 +38,16 @@ if TYPE_CHECKING:
     from ._events import Event as Event
     from ._events import Fingerprint as Fingerprint
     from ._events import OpaqueEvent as OpaqueEvent
+    from ._events import RefusedGrade as RefusedGrade
     from ._events import RunFinished as RunFinished
+    from ._events import RunGraded as RunGraded
     from ._events import RunMerged as RunMerged
     from ._events import RunResumed as RunResumed
     from ._events import RunSnapshot as RunSnapshot
     from ._events import RunStarted as RunStarted
     from ._events import TaskCompleted as TaskCompleted
     from ._events import TaskEmitted as TaskEmitted
+    from ._events import TaskGraded as TaskGraded
     from ._events import TaskInterrupted as TaskInterrupted
     from ._events import TaskIsolation as TaskIsolation
     from ._events import TaskOutput as TaskOutput
@@ -95,12 +98,15 @@ _WHERE = {
     "Fingerprint": "_events",
     "OpaqueEvent": "_events",
     "RunFinished": "_events",
+    "RunGraded": "_events",
+    "RefusedGrade": "_events",
     "RunResumed": "_events",
     "RunMerged": "_events",
     "RunSnapshot": "_events",
     "RunStarted": "_events",
     "TaskCompleted": "_events",
     "TaskEmitted": "_events",
+    "TaskGraded": "_events",
     "TaskInterrupted": "_events",
     "TaskIsolation": "_events",
     "TaskOutput": "_events",
@@ -152,8 +158,10 @@ __all__ = [
     "NotALedger",
     "OpaqueEvent",
     "QueryInterrupted",
+    "RefusedGrade",
     "RunConflict",
     "RunFinished",
+    "RunGraded",
     "RunMerged",
     "RunNotFound",
     "RunResumed",
@@ -161,6 +169,7 @@ __all__ = [
     "RunStarted",
     "TaskCompleted",
     "TaskEmitted",
+    "TaskGraded",
     "TaskInterrupted",
     "TaskIsolation",
     "TaskOutput",

@@ -454,8 +454,17 @@ class TaskCompleted(_TaskEvent):
     """The command's exit code (-N when killed by signal N); null when it never ran."""
     final_status: FinalStatus
     """One of the [final statuses](results.md#final-statuses-and-categories)."""
+    grade_pending: Annotated[bool, Field(exclude_if=_false)] = False
+    """``true``: the run did not grade (``run --no-grade``); the attempt is
+    ``NOT_GRADED`` until a ``regrade`` grades it. Left out when ``false``."""
+
     imported: Imported = None
     """Only on an imported attempt: ``{error_category}`` when the old file had one."""
+    kept_hash: Annotated[str | None, Field(exclude_if=_absent)] = None
+    """When the preservation mode keeps the workspace (in the run's
+    ``artifacts/<task_key>/``): its sha256 as it was kept, after the criteria ran
+    (computed as ``workspace_hash``). What ``regrade`` grades again, and refuses once it
+    differs. Left out otherwise."""
     tokens: TokenCounts = TokenCounts()
     """The attempt's token totals ([TokenCounts](#nested-objects))."""
     weighted_score: float = 0.0
@@ -464,7 +473,6 @@ class TaskCompleted(_TaskEvent):
     """Only under isolation: sha256 of the workspace as the command left it, taken
     before the criteria ran: what was graded (names, kinds, modes and contents; see
     [isolation.md](isolation.md#what-is-recorded))."""
-
     @model_validator(mode="after")
     def _category_matches_status(self) -> TaskCompleted:
         if self.category != self.final_status.category:
@@ -472,6 +480,80 @@ class TaskCompleted(_TaskEvent):
                 f"category {self.category} does not match final_status {self.final_status}"
             )
         return self
+
+
+class TaskGraded(_TaskEvent):
+    """An attempt graded again, from its kept workspace (``regrade``): a verdict of the
+    grade set ``grades``. Its ``task.completed`` (the run's own verdict, grade set
+    ``original``) and any earlier grade stay as they were."""
+
+    type: Literal[EventType.TASK_GRADED] = EventType.TASK_GRADED
+    attempt: int = 1
+    """The attempt graded (as in its ``task.completed``)."""
+    category: Category
+    """Always the category of ``final_status``."""
+    criteria: list[CriterionResult] = []
+    """One [criterion result](#nested-objects) per criterion of this grading, in order."""
+    criteria_from: _Line
+    """Where the criteria came from: ``recorded`` (the attempt's own, as its
+    ``task.started`` recorded them), ``criteria:<file>`` or ``tasks:<path>``."""
+    criteria_hash: str
+    """sha256 of the criteria's definitions (canonical JSON): two gradings with the
+    same hash judged by the same rules."""
+    error_message: str | None = None
+    """Why it did not succeed under this grading (as ``task.completed`` says it)."""
+    final_status: FinalStatus
+    """The attempt's status under this grading. What grading cannot change (the
+    sandbox failed, the runner erred, a budget or the timeout stopped the command)
+    stays the status ``task.completed`` recorded."""
+    grades: _Line
+    """The grade set's name (``regrade --name``)."""
+    weighted_score: float = 0.0
+    """Passed weight / total weight of these criteria, 0 to 1."""
+    workspace_hash: str
+    """sha256 of the kept workspace this grading read: its ``task.completed``'s
+    ``kept_hash``."""
+
+    @model_validator(mode="after")
+    def _category_matches_status(self) -> TaskGraded:
+        if self.category != self.final_status.category:
+            raise ValueError(
+                f"category {self.category} does not match final_status {self.final_status}"
+            )
+        return self
+
+
+class RefusedGrade(BaseModel):
+    """An attempt a ``regrade`` could not grade, and why (items of ``run.graded.refused``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    reason: _Line
+    """Why (``its workspace is gone``, ``its workspace changed since it was kept``)."""
+    task_key: _Line
+    """The attempt's task key (its counted attempt)."""
+
+
+class RunGraded(_Event):
+    """A ``regrade`` of the run ended: its grade set, what it covered and what it refused.
+    A grade set is complete when one of its ``run.graded`` says so: the whole run was
+    asked (no ``--only``) and nothing was refused. Readers show the latest complete
+    grade set by default."""
+
+    type: Literal[EventType.RUN_GRADED] = EventType.RUN_GRADED
+    complete: bool
+    """Every counted attempt of the run has a verdict of this set (none refused, no
+    ``--only``)."""
+    criteria_from: _Line
+    """As on each ``task.graded``."""
+    graded: int
+    """How many ``task.graded`` this regrade appended."""
+    grades: _Line
+    """The grade set's name."""
+    only: list[str] = []
+    """The ``--only`` patterns, when some were given."""
+    refused: list[RefusedGrade] = []
+    """The attempts it refused (a workspace missing or changed), each with its reason."""
 
 
 class TaskInterrupted(_TaskEvent):
@@ -590,6 +672,8 @@ Event = Annotated[
     | TaskCompleted
     | TaskInterrupted
     | TaskIsolation
+    | TaskGraded
+    | RunGraded
     | RunFinished
     | RunSnapshot
     | RunMerged,
@@ -603,8 +687,8 @@ EVENT_TYPES: dict[str, type[_Event]] = {
     cls.model_fields["type"].default: cls
     for cls in (
         RunStarted, RunResumed, TaskSkipped, TaskStarted, TaskOutput, TaskEmitted,
-        TaskUsage, TaskCompleted, TaskInterrupted, TaskIsolation, RunFinished, RunSnapshot,
-        RunMerged,
+        TaskUsage, TaskCompleted, TaskInterrupted, TaskIsolation, TaskGraded, RunGraded,
+        RunFinished, RunSnapshot, RunMerged,
     )
 }
 

@@ -69,6 +69,7 @@ class LiteCompleted(_Lite, kw_only=True, gc=False):
     error_message: str | None = None
     exit_code: int | None = None
     final_status: FinalStatus
+    grade_pending: bool = False
     tokens: LiteTokens = LiteTokens()
     weighted_score: float = 0.0
 

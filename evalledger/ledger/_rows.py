@@ -28,6 +28,8 @@ class EventType(StrEnum):
     TASK_COMPLETED = "task.completed"
     TASK_INTERRUPTED = "task.interrupted"
     TASK_ISOLATION = "task.isolation"
+    TASK_GRADED = "task.graded"
+    RUN_GRADED = "run.graded"
     RUN_SNAPSHOT = "run.snapshot"
     RUN_MERGED = "run.merged"
 

@@ -391,7 +391,8 @@ def _m0008_usage_roles(db: Database) -> None:
 # What confined each attempt (its task.isolation: none without one; docs/isolation.md)
 # and the hash of the workspace its criteria graded. The lookup goes by (run_id, type):
 # a key's own events can be a million output lines, its task.isolation rows are few.
-VIEWS = {
+# Frozen as migration 0009 made them.
+_VIEWS_9 = {
     **_VIEWS_8,
     "task_attempts": _VIEWS_8["task_attempts"].replace(
         """               json_extract(c.payload, '$.exit_code') AS exit_code
@@ -413,5 +414,35 @@ VIEWS = {
 
 @MIGRATIONS(name="0009_isolation_columns")
 def _m0009_isolation_columns(db: Database) -> None:
-    _recreate_views(db, _VIEWS_8, VIEWS)
+    _recreate_views(db, _VIEWS_8, _VIEWS_9)
     _set_version(db, 9)
+
+
+# Every verdict of a regrade (task.graded), a row each; task_results stays the run's
+# own grading (grade set "original"). A grade set's verdict of an attempt is its latest
+# row of that set and attempt (docs/results.md, "Grade sets").
+VIEWS = {
+    **_VIEWS_9,
+    "task_grades": """
+        SELECT g.run_id, g.task_key,
+               json_extract(g.payload, '$.grades') AS grades,
+               json_extract(g.payload, '$.attempt') AS attempt,
+               g.ts AS graded_at,
+               json_extract(g.payload, '$.final_status') AS final_status,
+               json_extract(g.payload, '$.category') AS category,
+               json_extract(g.payload, '$.weighted_score') AS weighted_score,
+               json_extract(g.payload, '$.error_message') AS error_message,
+               json_extract(g.payload, '$.criteria_from') AS criteria_from,
+               json_extract(g.payload, '$.criteria_hash') AS criteria_hash,
+               json_extract(g.payload, '$.workspace_hash') AS workspace_hash,
+               g.seq
+        FROM events g
+        WHERE g.type = 'task.graded'
+    """,
+}
+
+
+@MIGRATIONS(name="0010_task_grades")
+def _m0010_task_grades(db: Database) -> None:
+    _recreate_views(db, _VIEWS_9, VIEWS)
+    _set_version(db, 10)

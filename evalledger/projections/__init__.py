@@ -54,7 +54,9 @@ if TYPE_CHECKING:
     from ._resume import fingerprint as fingerprint
     from ._resume import plan_resume as plan_resume
     from ._status import shown_status as shown_status
+    from ._summary import ORIGINAL as ORIGINAL
     from ._summary import SummaryFold as SummaryFold
+    from ._summary import UnknownGrades as UnknownGrades
     from ._summary import pass_at as pass_at
 
 _WHERE = {
@@ -93,6 +95,8 @@ _WHERE = {
     "RunSummary": "_results",
     "SkippedFile": "_results",
     "SummaryFold": "_summary",
+    "ORIGINAL": "_summary",
+    "UnknownGrades": "_summary",
     "TagStats": "_results",
     "TaskRow": "_results",
     "VariantStats": "_results",
@@ -103,6 +107,7 @@ _WHERE = {
 __getattr__ = _attributes(__name__, _WHERE)
 
 __all__ = [
+    "ORIGINAL",
     "Change",
     "Drift",
     "FailOn",
@@ -123,6 +128,7 @@ __all__ = [
     "TagStats",
     "TaskDiff",
     "TaskRow",
+    "UnknownGrades",
     "VariantStats",
     "compute_drift",
     "cost_line",

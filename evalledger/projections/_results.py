@@ -36,6 +36,8 @@ class TaskRow(BaseModel):
     """What confined the attempt it reports, the one that finished, else the latest
     (docs/isolation.md): ``none``, ``bwrap``, or
     ``none (asked bwrap)`` when the asked isolation could not run."""
+    grade_pending: bool = False
+    """Run with ``--no-grade`` and not graded since (in the grade set shown)."""
 
 
 
@@ -147,6 +149,9 @@ class RunHeadline(BaseModel):
     """Per role, ``agent`` first: what the agent spent, and what grading it cost
     (``grader_cost_usd`` in the ``runs`` view; a headline snapshot from before roles
     lacks it and is used all the same)."""
+    grades: str = "original"
+    """The grade set whose verdicts these counts are: ``original`` (the run's own
+    grading) or a ``regrade``'s name. By default the latest complete one."""
 
     @classmethod
     def listed(cls) -> frozenset[str]:
@@ -169,6 +174,9 @@ class RunSummary(RunHeadline):
 
     tasks_token_budget_exceeded: int
     tasks_cost_budget_exceeded: int
+    grade_sets: list[str] = ["original"]
+    """Every grade set of the run: ``original`` first, then each regrade's name in the
+    order of their latest ``run.graded``."""
     skipped_tasks: list[SkippedFile]
     tasks_cost_incomplete: int
     usage_by_model: list[ModelUsage]

@@ -33,9 +33,11 @@ import msgspec
 from evalledger.ledger import (
     NO_TOKENS,
     RunFinished,
+    RunGraded,
     RunResumed,
     RunStarted,
     TaskCompleted,
+    TaskGraded,
     TaskInterrupted,
     TaskIsolation,
     TaskSkipped,
@@ -56,6 +58,16 @@ from ._results import (
     VariantStats,
 )
 from ._versions import SUMMARY_VERSION
+
+# The run's own grading, as its task.completed events recorded it.
+ORIGINAL = "original"
+
+
+class UnknownGrades(KeyError):
+    """A reader asked for a grade set the run does not have."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 def isolation_label(backend: str, asked: str | None) -> str:
@@ -113,6 +125,7 @@ class _Done(msgspec.Struct, array_like=True, gc=False):
     cost_complete: bool
     error_message: str | None
     environment_info: dict[str, Any]
+    grade_pending: bool = False
 
     @classmethod
     def of(cls, event: TaskCompleted) -> _Done:
@@ -122,7 +135,13 @@ class _Done(msgspec.Struct, array_like=True, gc=False):
                    event.duration_seconds,
                    (t.input_tokens, t.output_tokens, t.cache_read_tokens, t.cache_write_tokens),
                    event.cost_usd, event.cost_complete, event.error_message,
-                   event.environment_info)
+                   event.environment_info, event.grade_pending)
+
+    def graded(self, grade: _Grade) -> _Done:
+        """This completion as ``grade`` judged it: its verdict, the rest as it ran."""
+        return msgspec.structs.replace(self, final_status=grade.final_status,
+                                       weighted_score=grade.weighted_score,
+                                       error_message=grade.error_message, grade_pending=False)
 
     @property
     def category(self) -> Category:
@@ -133,6 +152,15 @@ class _Done(msgspec.Struct, array_like=True, gc=False):
         i, o, r, w = self.counts
         return TokenCounts.model_construct(input_tokens=i, output_tokens=o,
                                            cache_read_tokens=r, cache_write_tokens=w)
+
+
+class _Grade(msgspec.Struct, array_like=True, gc=False):
+    """A key's latest verdict of one grade set (``task.graded``), for one attempt."""
+
+    attempt: int
+    final_status: FinalStatus
+    weighted_score: float
+    error_message: str | None
 
 
 class _Key(msgspec.Struct, array_like=True, gc=False):
@@ -153,6 +181,16 @@ class _Key(msgspec.Struct, array_like=True, gc=False):
     isolations: dict[str, str] = msgspec.field(default_factory=dict)
     """By attempt number (as text): what confined it, as its last ``task.isolation``
     says; an attempt without one ran with none."""
+    grades: dict[str, _Grade] = msgspec.field(default_factory=dict)
+    """By grade set: its latest verdict of this key (for the attempt it names)."""
+
+    def judged(self, grades: str) -> _Key:
+        """This key as grade set ``grades`` judges it: its counted attempt's verdict of
+        that set if it has one, else the run's own (``original``)."""
+        grade = self.grades.get(grades)
+        if self.completed is None or grade is None or grade.attempt != self.completed.attempt:
+            return self
+        return msgspec.structs.replace(self, completed=self.completed.graded(grade))
 
     def isolation(self) -> str:
         """What confined the attempt its row reports: the one that finished, else the
@@ -182,6 +220,7 @@ class _State(msgspec.Struct, gc=False):
     drift: list[dict[str, Any]]
     experiment_id: str | None
     finished_at: str | None
+    grade_sets: list[tuple[str, bool]]
     keys: list[_Key]
     max_parallel: int
     models: list[str]
@@ -222,12 +261,16 @@ class SummaryFold(Fold):
         # the agent's (grading comes after the attempt, from what it left).
         self.unreported = False
         self.running: set[str] = set()
+        # Grade set -> whether some regrade of it was complete; in the order of their
+        # latest run.graded (the run's own grading, ``original``, is not listed).
+        self.grade_sets: dict[str, bool] = {}
 
     def state(self) -> dict[str, Any]:
         state = _State(
             by_model=list(self.by_model.items()), by_role=list(self.by_role.items()),
             cost_gap=self.cost_gap, drift=self.drift, experiment_id=self.experiment_id,
-            finished_at=self.finished_at, keys=list(self.keys.values()),
+            finished_at=self.finished_at, grade_sets=list(self.grade_sets.items()),
+            keys=list(self.keys.values()),
             max_parallel=self.max_parallel, models=sorted(self.models),
             planned=list(self.planned), running=sorted(self.running), skipped=self.skipped,
             spend=self.spend, started_at=self.started_at, status=self.status,
@@ -241,6 +284,7 @@ class SummaryFold(Fold):
         fold.by_model, fold.by_role = dict(s.by_model), dict(s.by_role)
         fold.cost_gap, fold.drift, fold.experiment_id = s.cost_gap, s.drift, s.experiment_id
         fold.finished_at, fold.max_parallel = s.finished_at, s.max_parallel
+        fold.grade_sets = dict(s.grade_sets)
         fold.keys = {key.task_key: key for key in s.keys}
         fold.models, fold.planned = set(s.models), dict.fromkeys(s.planned)
         fold.running, fold.skipped, fold.spend = set(s.running), s.skipped, s.spend
@@ -287,6 +331,18 @@ class SummaryFold(Fold):
                 key.cost_gap = True
         self.running.discard(event.task_key)
 
+    @on(TaskGraded)
+    def _task_graded(self, event: TaskGraded) -> None:
+        key = self.keys.get(event.task_key)
+        if key is not None:
+            key.grades[event.grades] = _Grade(event.attempt, event.final_status,
+                                              event.weighted_score, event.error_message)
+
+    @on(RunGraded)
+    def _run_graded(self, event: RunGraded) -> None:
+        complete = self.grade_sets.pop(event.grades, False) or event.complete
+        self.grade_sets[event.grades] = complete  # now the latest
+
     @on(TaskInterrupted)
     def _task_interrupted(self, event: TaskInterrupted) -> None:
         self.running.discard(event.task_key)
@@ -327,15 +383,45 @@ class SummaryFold(Fold):
 
     # -- the live view reads these directly ----------------------------------------------------
 
-    def counts(self) -> dict[Category, int]:
-        return _tally(k.completed for k in self.keys.values() if k.completed is not None)
+    def default_grades(self) -> str:
+        """The grade set readers show unless asked: the latest complete one, else the
+        run's own grading (``original``)."""
+        return next((name for name, complete in reversed(self.grade_sets.items()) if complete),
+                    ORIGINAL)
 
-    def headline(self) -> RunHeadline:
-        """The run in one line, without building a row per task (the runs list)."""
-        counts = self.counts()
+    def _grades(self, grades: str | None) -> str:
+        """``grades``, checked (None: the default)."""
+        if grades is None:
+            return self.default_grades()
+        if grades != ORIGINAL and grades not in self.grade_sets:
+            known = ", ".join([ORIGINAL, *self.grade_sets])
+            raise UnknownGrades(f"run {self.run_id} has no grade set {grades!r} (it has: "
+                                f"{known})")
+        return grades
+
+    def _judged(self, grades: str) -> list[_Key]:
+        """Every key as grade set ``grades`` judges it."""
+        if grades == ORIGINAL:
+            return list(self.keys.values())
+        return [key.judged(grades) for key in self.keys.values()]
+
+    def counts(self, grades: str | None = None) -> dict[Category, int]:
+        return _tally(k.completed for k in self._judged(self._grades(grades))
+                      if k.completed is not None)
+
+    def headline(self, grades: str | None = None) -> RunHeadline:
+        """The run in one line, without building a row per task (the runs list), as
+        grade set ``grades`` judges it (default: ``default_grades``).
+
+        Raises:
+            UnknownGrades: the run has no grade set of that name.
+        """
+        grades = self._grades(grades)
+        counts = self.counts(grades)
         run = sum(counts.values())
         return RunHeadline(
             run_id=self.run_id,
+            grades=grades,
             experiment_id=self.experiment_id,
             status=self.status,
             started_at=self.started_at,
@@ -368,11 +454,18 @@ class SummaryFold(Fold):
             for name, spend in sorted(roles.items(), key=lambda i: (i[0] != "agent", i[0]))
         ]
 
-    def summary(self) -> RunSummary:
-        head = self.headline()
+    def summary(self, grades: str | None = None) -> RunSummary:
+        """The run's summary as grade set ``grades`` judges it (default:
+        ``default_grades``).
+
+        Raises:
+            UnknownGrades: the run has no grade set of that name.
+        """
+        head = self.headline(grades)
+        judged = {key.task_key: key for key in self._judged(head.grades)}
         # Every planned key has a row: one that never started has no attempts.
-        rows = [self._row(self.keys[k]) if k in self.keys else _unstarted(k)
-                for k in sorted(self.keys.keys() | self.planned.keys())]
+        rows = [self._row(judged[k]) if k in judged else _unstarted(k)
+                for k in sorted(judged.keys() | self.planned.keys())]
         statuses = [r.final_status for r in rows if r.final_status is not None]
         consensus, drift = self._versions()
         return RunSummary(
@@ -387,17 +480,18 @@ class SummaryFold(Fold):
                            cost_complete=spend.complete)
                 for name, spend in sorted(self.by_model.items(), key=lambda i: i[0] or "")
             ],
-            variants=self._variants(),
+            grade_sets=[ORIGINAL, *self.grade_sets],
+            variants=self._variants(list(judged.values())),
             version_consensus=consensus,
             version_drift=drift,
             fingerprint_drift=list(self.drift),
             tasks=rows,
         )
 
-    def row(self, task_key: str) -> TaskRow | None:
+    def row(self, task_key: str, grades: str | None = None) -> TaskRow | None:
         """One key's row of the summary, without building the others."""
         key = self.keys.get(task_key)
-        return None if key is None else self._row(key)
+        return None if key is None else self._row(key.judged(self._grades(grades)))
 
     def _row(self, key: _Key) -> TaskRow:
         done = key.completed
@@ -416,12 +510,13 @@ class SummaryFold(Fold):
             cost_usd=done.cost_usd if done else None,
             cost_complete=done.cost_complete if done else True,
             error_message=done.error_message if done else None,
+            grade_pending=done.grade_pending if done else False,
             isolation=key.isolation(),
         )
 
-    def _variants(self) -> list[VariantStats]:
+    def _variants(self, keys: list[_Key]) -> list[VariantStats]:
         by_variant: dict[str, list[_Key]] = {}
-        for key in self.keys.values():
+        for key in keys:
             by_variant.setdefault(key.variant_id, []).append(key)
         return [_variant_stats(name, keys) for name, keys in sorted(by_variant.items())]
 

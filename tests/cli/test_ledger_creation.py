@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import PATIENCE, evalledger, write_task
+from .helpers import evalledger, write_task
 
 TRIALS = 25
 # For each folder it reads, forks a creator of ledgers on fresh paths there, one after

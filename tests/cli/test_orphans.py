@@ -111,10 +111,8 @@ def test_twenty_sigkills_leave_no_process_and_no_sandbox(
     mark = f"ORPHAN_TEST={tmp_path}"
     for trial in range(20):
         before = events(db)
-        if started(db):
-            args = ["resume", RUN]
-        else:
-            args = ["run", str(tasks), "--run-id", RUN, "-j", "3"]
+        args = (["resume", RUN] if started(db)
+                else ["run", str(tasks), "--run-id", RUN, "-j", "3"])
         runner = entry_point.start("--ledger", str(db), *args, cwd=tmp_path, env=_env())
         # A random moment of the batch, told by what it has committed: at once (before
         # run.started), after its opening, mid-task, between tasks, near the end.

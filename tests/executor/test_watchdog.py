@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 from evalledger.executor._marks import MARKER_VAR
-from evalledger.executor.isolation import BATCH_LABEL, DOCKER_MARK
 from evalledger.executor._watchdog import (
     MARKER,
     Watchdog,
@@ -29,6 +28,7 @@ from evalledger.executor._watchdog import (
     proven,
     sweep_dead_batches,
 )
+from evalledger.executor.isolation import BATCH_LABEL, DOCKER_MARK
 from evalledger.ledger import Ledger, RunMerged, RunResumed, RunStarted
 
 from ..processes import alive, wait_gone

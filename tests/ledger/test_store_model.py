@@ -37,13 +37,16 @@ from evalledger.ledger import (
     Ledger,
     LedgerReadOnly,
     OpaqueEvent,
+    RefusedGrade,
     RunFinished,
+    RunGraded,
     RunMerged,
     RunResumed,
     RunSnapshot,
     RunStarted,
     TaskCompleted,
     TaskEmitted,
+    TaskGraded,
     TaskInterrupted,
     TaskIsolation,
     TaskOutput,
@@ -506,7 +509,18 @@ REPRESENTATIVE: dict[str, Any] = {
         tokens=TokenCounts(input_tokens=5, output_tokens=6),
         weighted_score=0.75,
         workspace_hash="ab" * 32,  # left out of the payload when None
+        kept_hash="cd" * 32,  # so is this
+        grade_pending=True,  # left out when false
     ),
+    "task.graded": TaskGraded(
+        run_id="r", task_key="k", attempt=2, category=Category.SUCCEEDED,
+        criteria=[CriterionResult(detail="ü", passed=True, type="run_command", weight=2)],
+        criteria_from="criteria:/a/b.yaml", criteria_hash="ef" * 32, error_message=None,
+        final_status=FinalStatus.SUCCESS, grades="strict", weighted_score=1.0,
+        workspace_hash="cd" * 32),
+    "run.graded": RunGraded(
+        run_id="r", complete=False, criteria_from="recorded", graded=3, grades="strict",
+        only=["default/a*"], refused=[RefusedGrade(task_key="k2", reason="its workspace is gone")]),
     "task.interrupted": TaskInterrupted(run_id="r", task_key="k", reason="SIGINT"),
     "task.isolation": TaskIsolation(
         run_id="r", task_key="k", asked="bwrap", attempt=2, backend="none",

@@ -123,8 +123,8 @@ CASES: dict[str, tuple[tuple[str, ...], str]] = {
                                "meta.schema_version is '3'"),
     "meta key added": (("INSERT INTO meta VALUES ('note', 'x')",), "unexpected meta.note"),
     "migration record deleted": (
-        ("DELETE FROM _sqlite_migrations WHERE name = '0009_isolation_columns'",),
-        "but the ledger's 8 migrations make it 8"),
+        ("DELETE FROM _sqlite_migrations WHERE name = '0010_task_grades'",),
+        "but the ledger's 9 migrations make it 9"),
 }
 
 

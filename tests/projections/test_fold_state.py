@@ -48,6 +48,7 @@ LAYOUTS = {
     ("SummaryFold", 2): "a88ae1417246c8ed",
     ("SummaryFold", 3): "35743baae00875e2",  # + each key's isolation
     ("SummaryFold", 4): "eebb11ee0e03112d",  # its isolation by attempt, not the latest's
+    ("SummaryFold", 5): "bcae4a53b8515b6a",  # grade sets: each key's verdict per set
     ("ResumeFold", 2): "488576a01a3d6a5a",
 }
 
@@ -151,16 +152,21 @@ SUMMARY_FOLD_2 = {
 
 
 # Version 3 added each key's isolation, last in its list ("none" for these events);
-# version 4 holds it by attempt ({} for these events).
-SUMMARY_FOLD_4 = {**SUMMARY_FOLD_2, "keys": [[*k, {}] for k in SUMMARY_FOLD_2["keys"]]}
+# version 4 holds it by attempt ({} for these events); version 5 adds each completion's
+# grade_pending (last in its list), each key's verdicts by grade set (last: {}) and the
+# run's grade sets ([]).
+SUMMARY_FOLD_5 = {
+    **SUMMARY_FOLD_2, "grade_sets": [],
+    "keys": [[*k[:7], [*k[7], False], k[8], {}, {}] for k in SUMMARY_FOLD_2["keys"]],
+}
 
 
-def test_a_version_4_summary_fold_state_restores_as_it_was_written() -> None:
+def test_a_version_5_summary_fold_state_restores_as_it_was_written() -> None:
     events = _events()
     live = fold(SummaryFold(RUN), events)
-    assert json.dumps(live.state()) == json.dumps(SUMMARY_FOLD_4)
-    restored = SummaryFold.restore(RUN, json.loads(json.dumps(SUMMARY_FOLD_4)))
-    assert json.dumps(restored.state()) == json.dumps(SUMMARY_FOLD_4)
+    assert json.dumps(live.state(), sort_keys=True) == json.dumps(SUMMARY_FOLD_5, sort_keys=True)
+    restored = SummaryFold.restore(RUN, json.loads(json.dumps(SUMMARY_FOLD_5)))
+    assert json.dumps(restored.state()) == json.dumps(live.state())
     assert render_json(restored.summary()) == render_json(live.summary())
 
 

@@ -66,6 +66,7 @@ class WorkerSpec:
     preservation_mode: PreservationMode
     kill_grace: float
     rates: RateCard
+    no_grade: bool = False
 
 
 # What the driver ships for a task's workdir: its content's hash and object, or why it
@@ -280,6 +281,7 @@ class _WorkerAttempt:
             sandbox_root=self.session.root,
             preservation_mode=self.spec.preservation_mode,
             kill_grace=self.spec.kill_grace,
+            no_grade=self.spec.no_grade,
             rates=self.spec.rates,
             batch_token=self.session.token,
             locate_workdir=functools.partial(self.session.locate, self.shipped),

@@ -1,0 +1,346 @@
+"""``regrade`` (``evalledger.regrade``): grade a finished run's attempts again from their
+kept workspaces, as a grade set of its own; nothing recorded before is changed.
+
+Per attempt counted (a key's latest finished one): its workspace (the run's
+``artifacts/<task_key>/``) must be there and hash as its ``task.completed`` recorded
+it (``kept_hash``); else it is refused, named. Each grading appends one
+``task.graded`` as soon as it is done (a regrade killed midway keeps what it did), and
+the regrade ends with one ``run.graded`` saying whether the set is complete; then the
+run's snapshot is made again, so readers read the new default without a replay.
+
+The criteria are the attempt's own (as its ``task.started`` recorded them), a file's
+(``--criteria``) or the tasks' at a path now (``--from-tasks``). A regrade runs
+commands (``run_command`` criteria): those a ledger names are believed only for a run
+this ledger recorded itself; a run that arrived by ``merge`` or ``import-events`` is
+regraded only with criteria given here.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evalledger.errors import InvalidRequest
+from evalledger.ledger import (
+    EventType,
+    Ledger,
+    RefusedGrade,
+    RunGraded,
+    TaskCompleted,
+    TaskGraded,
+    TaskIsolation,
+    TaskStarted,
+)
+from evalledger.projections import ORIGINAL, SummaryFold
+from evalledger.statuses import FinalStatus
+
+from ._repository import load_fold, run_is_over, write_snapshot
+from ._settings import open_ledger
+
+_LIFECYCLE = (EventType.TASK_STARTED, EventType.TASK_COMPLETED, EventType.TASK_ISOLATION)
+_STREAMS = (EventType.TASK_OUTPUT, EventType.TASK_EVENT)
+
+
+@dataclass(frozen=True)
+class RegradeRequest:
+    """What to grade again, and by which criteria."""
+
+    name: str | None = None
+    """The grade set's name (default: ``regrade-N``, N one more than the sets so far)."""
+    criteria: Path | None = None
+    """A YAML file of criteria (a list, or ``success_criteria:``) for every attempt."""
+    from_tasks: Path | None = None
+    """Task files or a folder of them: each attempt graded by its task's criteria there."""
+    only: tuple[str, ...] = ()
+    """Task keys or ids (globs): grade only these (the set is then not complete)."""
+    max_parallel: int = 4
+
+
+@dataclass
+class RegradeOutcome:
+    run_id: str
+    grades: str
+    graded: list[tuple[TaskGraded, FinalStatus]] = field(default_factory=list)
+    """Each grading and the status the attempt had before it (in the default set)."""
+    refused: list[RefusedGrade] = field(default_factory=list)
+    complete: bool = False
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    task_key: str
+    started: TaskStarted
+    completed: TaskCompleted
+    isolation: str
+    was: FinalStatus
+
+
+def regrade(ledger_path: Path | str, run: str, request: RegradeRequest,
+            on_graded: Callable[[TaskGraded, FinalStatus], None] | None = None,
+            ) -> RegradeOutcome:
+    """Grade the run's counted attempts again (see the module's docstring).
+
+    Raises:
+        EvalledgerError: no such run, a run still going, a name that cannot be one,
+            criteria that cannot be read, a transferred run without criteria given
+            here, a ledger error. Nothing is appended then.
+    """
+    from evalledger.executor._regrade import Grader
+
+    with open_ledger(ledger_path) as ledger:
+        run_id = ledger.resolve_run(run)
+        if not run_is_over(ledger, run_id):
+            raise InvalidRequest(f"run {run_id} is still running: regrade it once it ended")
+        summary = load_fold(ledger, SummaryFold, run_id)
+        name = _name(request.name, summary)
+        criteria_for, criteria_from = _criteria_source(ledger, run_id, request)
+        attempts = _attempts(ledger, run_id, summary, request.only)
+        root = _artifacts_root(ledger, run_id)
+        outcome = RegradeOutcome(run_id, name)
+        grader = Grader(run_id)
+        try:
+            import trio
+
+            trio.run(_grade_all, ledger, grader, attempts, root, criteria_for,
+                     criteria_from, name, request.max_parallel, outcome, on_graded)
+        finally:
+            grader.close()
+        outcome.refused.sort(key=lambda r: r.task_key)
+        outcome.complete = not request.only and not outcome.refused
+        ledger.append([RunGraded(
+            run_id=run_id, grades=name, complete=outcome.complete, criteria_from=criteria_from,
+            graded=len(outcome.graded), only=list(request.only), refused=outcome.refused)])
+        write_snapshot(ledger, run_id)
+    return outcome
+
+
+async def _grade_all(ledger: Ledger, grader: Any, attempts: list[_Attempt], root: Path,
+                     criteria_for: Callable[[TaskStarted], tuple[list[Any], str] | str],
+                     criteria_from: str, name: str, max_parallel: int,
+                     outcome: RegradeOutcome,
+                     on_graded: Callable[[TaskGraded, FinalStatus], None] | None) -> None:
+    import trio
+
+    from evalledger.executor._regrade import Recorded, gradable, verdict
+    from evalledger.executor.isolation import IsolationUnavailable, hash_tree
+    from evalledger.suite import ResolvedTask
+
+    limiter = trio.CapacityLimiter(max(1, max_parallel))
+
+    def refuse(task_key: str, reason: str) -> None:
+        outcome.refused.append(RefusedGrade(task_key=task_key, reason=reason))
+
+    async def one(attempt: _Attempt) -> None:
+        key, done = attempt.task_key, attempt.completed
+        chosen = criteria_for(attempt.started)
+        if isinstance(chosen, str):
+            return refuse(key, chosen)
+        criteria, criteria_hash = chosen
+        workspace = root / key
+        if done.kept_hash is None:
+            return refuse(key, "its workspace was not kept (--preservation-mode none)")
+        if not workspace.is_dir() or workspace.is_symlink():
+            return refuse(key, f"its workspace is gone ({workspace})")
+        async with limiter:
+            found = await trio.to_thread.run_sync(hash_tree, workspace)
+            if found != done.kept_hash:
+                return refuse(key, f"its workspace changed since it was kept ({workspace})")
+            task = ResolvedTask.model_validate(
+                {**attempt.started.definition, "task_key": key,
+                 "replicate_index": int(key.rsplit("/", 1)[-1])})
+            stdout, stderr = _streams(ledger, attempt)
+            recorded = Recorded(done.final_status, done.error_message, done.exit_code,
+                                done.criteria, stdout, stderr, attempt.isolation)
+            try:
+                results = await grader.grade(task, criteria, workspace, recorded)
+            except IsolationUnavailable as e:
+                return refuse(key, f"its isolation ({attempt.isolation}) cannot run here: {e}")
+            except OSError as e:
+                return refuse(key, f"its workspace cannot be copied: {e}")
+        judged = verdict(recorded, results, task.timeout)
+        event = TaskGraded(
+            run_id=ledger_run(attempt), task_key=key, attempt=done.attempt, grades=name,
+            criteria=list(results), criteria_from=criteria_from, criteria_hash=criteria_hash,
+            final_status=judged.status, category=judged.status.category,
+            error_message=judged.error_message, weighted_score=judged.score,
+            workspace_hash=found)
+        ledger.append([event])  # each grading a fact as soon as it is one
+        outcome.graded.append((event, attempt.was))
+        if on_graded is not None:
+            on_graded(event, attempt.was)
+
+    async with trio.open_nursery() as nursery:
+        for attempt in attempts:
+            if gradable(attempt.completed.final_status):
+                nursery.start_soon(one, attempt)
+    outcome.graded.sort(key=lambda pair: pair[0].task_key)
+
+
+def ledger_run(attempt: _Attempt) -> str:
+    return attempt.completed.run_id
+
+
+def _name(given: str | None, summary: SummaryFold) -> str:
+    if given is None:
+        return f"regrade-{len(summary.grade_sets) + 1}"
+    if given == ORIGINAL:
+        raise InvalidRequest(f"{ORIGINAL!r} is the run's own grading: name the regrade "
+                             "something else")
+    if not given.strip() or any(c in given for c in "\n\r") or not given.isprintable():
+        raise InvalidRequest(f"a grade set's name is one line of text, not {given!r}")
+    return given
+
+
+def _attempts(ledger: Ledger, run_id: str, summary: SummaryFold,
+              only: Sequence[str]) -> list[_Attempt]:
+    """The run's counted attempts (each key's latest finished one) that ``only`` keeps,
+    with the events a grading reads."""
+    found = []
+    for key in summary.keys.values():
+        if key.completed is None:
+            continue
+        if only and not any(fnmatch.fnmatchcase(key.task_key, p)
+                            or fnmatch.fnmatchcase(key.task_id, p) for p in only):
+            continue
+        started = completed = None
+        isolation = "none"
+        number = key.completed.attempt
+        for event in ledger.events(run_id, task_key=key.task_key, types=_LIFECYCLE):
+            if isinstance(event, TaskStarted) and event.attempt == number:
+                started = event
+            elif isinstance(event, TaskCompleted) and event.attempt == number:
+                completed = event
+            elif isinstance(event, TaskIsolation) and event.attempt == number:
+                isolation = event.backend
+        if started is None or completed is None:
+            continue  # imported without a start: nothing says what it was
+        was = key.judged(summary.default_grades()).completed
+        assert was is not None
+        found.append(_Attempt(key.task_key, started, completed, isolation, was.final_status))
+    if only and not found:
+        raise InvalidRequest(f"no finished attempt of run {run_id} matches "
+                             f"{', '.join(only)}")
+    return found
+
+
+def _streams(ledger: Ledger, attempt: _Attempt) -> tuple[str, str]:
+    """What the attempt's command printed, per stream, as its output lines recorded it
+    (a JSON line as its recorded object)."""
+    kept: dict[str, list[str]] = {"stdout": [], "stderr": []}
+    for row in ledger.rows(attempt.completed.run_id, task_key=attempt.task_key, types=_STREAMS,
+                           after_seq=attempt.started.seq or 0,
+                           until_seq=attempt.completed.seq):
+        payload = json.loads(row.payload)
+        if row.type == EventType.TASK_EVENT:
+            kept["stdout"].append(json.dumps(payload.get("data"), ensure_ascii=False))
+        else:
+            kept[payload.get("stream", "stdout")].append(payload.get("line", ""))
+    return "\n".join(kept["stdout"]), "\n".join(kept["stderr"])
+
+
+def _artifacts_root(ledger: Ledger, run_id: str) -> Path:
+    """Where the run kept its workspaces: ``<out>/<run_id>/artifacts`` as its first
+    ``run.started`` recorded ``out`` (relative to its ``cwd``)."""
+    from evalledger.ledger import RunStarted
+
+    for event in ledger.events(run_id, types={EventType.RUN_STARTED}):
+        if isinstance(event, RunStarted):
+            return Path(event.config.cwd or ".") / event.config.out / run_id / "artifacts"
+    raise InvalidRequest(f"run {run_id} has no run.started: nothing says where it kept "
+                         "its workspaces")
+
+
+def _criteria_source(ledger: Ledger, run_id: str, request: RegradeRequest) -> tuple[
+        Callable[[TaskStarted], tuple[list[Any], str] | str], str]:
+    """How each attempt's criteria are found (criteria and their hash, or why there are
+    none), and how ``task.graded`` names where they came from."""
+    from evalledger.ledger._page_queries import run_imported
+    from evalledger.ledger._queries import has_type
+
+    if request.criteria is not None and request.from_tasks is not None:
+        raise InvalidRequest("give --criteria or --from-tasks, not both")
+    if request.criteria is not None:
+        criteria = _read_criteria(request.criteria)
+        chosen = (criteria, _criteria_hash(criteria))
+        return (lambda started: chosen), f"criteria:{request.criteria}"
+    if request.from_tasks is not None:
+        return _from_tasks(request.from_tasks), f"tasks:{request.from_tasks}"
+    if has_type(ledger, run_id, EventType.RUN_MERGED) or run_imported(ledger, run_id):
+        raise InvalidRequest(
+            f"run {run_id} came from elsewhere (merge, import): the criteria its events "
+            "name run commands here; give --criteria FILE or --from-tasks PATH")
+
+    def recorded(started: TaskStarted) -> tuple[list[Any], str] | str:
+        raw = started.definition.get("success_criteria") or []
+        try:
+            criteria = _validate(raw)
+        except ValueError as e:
+            return f"its recorded criteria do not load: {_first_line(e)}"
+        if not criteria:
+            return "it has no criteria to grade by"
+        return criteria, _criteria_hash(criteria)
+
+    return recorded, "recorded"
+
+
+def _from_tasks(path: Path) -> Callable[[TaskStarted], tuple[list[Any], str] | str]:
+    from evalledger.suite import load_tasks
+
+    if not path.exists():
+        raise InvalidRequest(f"--from-tasks: {path} does not exist")
+    task_set = load_tasks([str(path.resolve())])
+    by_key = {t.task_key: t for t in task_set.tasks}
+    by_id = {t.task_id: t for t in task_set.tasks}
+
+    def find(started: TaskStarted) -> tuple[list[Any], str] | str:
+        task = by_key.get(started.task_key) or by_id.get(started.task_id)
+        if task is None:
+            return f"no task {started.task_id} in {path}"
+        if not task.success_criteria:
+            return f"task {started.task_id} in {path} has no criteria"
+        return list(task.success_criteria), _criteria_hash(task.success_criteria)
+
+    return find
+
+
+def _read_criteria(path: Path) -> list[Any]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise InvalidRequest(f"--criteria {path}: {_first_line(e)}") from None
+    if isinstance(data, dict) and set(data) == {"success_criteria"}:
+        data = data["success_criteria"]
+    if not isinstance(data, list) or not data:
+        raise InvalidRequest(f"--criteria {path}: expected a list of criteria (or "
+                             "success_criteria: [...])")
+    try:
+        return _validate(data)
+    except ValueError as e:
+        raise InvalidRequest(f"--criteria {path}: {_first_line(e)}") from None
+
+
+def _validate(raw: object) -> list[Any]:
+    from pydantic import TypeAdapter
+
+    from evalledger.suite import Criterion
+
+    return TypeAdapter(list[Criterion]).validate_python(raw)
+
+
+def _criteria_hash(criteria: Sequence[Any]) -> str:
+    from evalledger.suite import content_hash
+
+    return content_hash([c.model_dump(mode="json") for c in criteria])
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
