@@ -42,10 +42,12 @@ from evalledger.ledger import (
     Ledger,
     OpaqueEvent,
     RunFinished,
+    RunGraded,
     RunResumed,
     RunStarted,
     TaskCompleted,
     TaskEmitted,
+    TaskGraded,
     TaskInterrupted,
     TaskIsolation,
     TaskOutput,
@@ -576,3 +578,93 @@ def test_sql_views_equal_the_python_projections(scenario: Scenario) -> None:
                 assert experiment_id == summary.experiment_id
         finally:
             conn.close()
+
+
+# -- grade sets ------------------------------------------------------------------------------
+
+GRADE_SETS = ("strict", "lenient", "judge")
+_GRADES = [s for s in FinalStatus if s not in (FinalStatus.BUILD_FAILED, FinalStatus.ERROR)]
+
+
+@st.composite
+def graded_scenarios(draw: Any) -> tuple[Scenario, list[AnyEvent]]:
+    """A scenario with regrades of run-a put somewhere in it: each a few ``task.graded``
+    (of keys it started, any attempt number: a stale one is drawn too) and, or not (cut
+    off), its ``run.graded``, complete or not."""
+    scenario = draw(scenarios())
+    run = scenario.runs[0]
+    grading: list[AnyEvent] = []
+    for _ in range(draw(st.integers(0, 3))):
+        name = draw(st.sampled_from(GRADE_SETS))
+        for key in draw(st.lists(st.sampled_from(sorted(run.attempts) or KEYS), unique=True,
+                                 max_size=4)):
+            status = draw(st.sampled_from(_GRADES))
+            grading.append(TaskGraded(
+                **_env(run.run_id), task_key=key, attempt=draw(st.integers(1, MAX_ATTEMPTS)),
+                grades=name, final_status=status, category=status.category,
+                criteria_from="recorded", criteria_hash="h", workspace_hash="w",
+                weighted_score=draw(st.sampled_from([0.0, 0.5, 1.0])),
+                error_message=None if status is FinalStatus.SUCCESS else "graded so"))
+        if draw(st.booleans()):
+            grading.append(RunGraded(**_env(run.run_id), grades=name, graded=1,
+                                     complete=draw(st.booleans()), criteria_from="recorded"))
+    at = draw(st.integers(0, len(scenario.events)))
+    events = [*scenario.events[:at], *grading, *scenario.events[at:]]
+    return Scenario(runs=scenario.runs, events=events, batches=[len(events)]), grading
+
+
+def expected_verdicts(original: SummaryFold, grading: list[AnyEvent]
+                      ) -> tuple[str, dict[str, dict[str, FinalStatus | None]]]:
+    """The model: each grade set's status per key (its latest grade of the key's counted
+    attempt, else the run's own), and the default set (the latest complete one)."""
+    counted = {k: key.completed.attempt for k, key in original.keys.items() if key.completed}
+    own = {k: key.completed.final_status if key.completed else None
+           for k, key in original.keys.items()}
+    graded: dict[str, dict[str, tuple[int, FinalStatus]]] = {}
+    order: dict[str, bool] = {}
+    for event in grading:
+        if isinstance(event, TaskGraded):
+            graded.setdefault(event.grades, {})[event.task_key] = (event.attempt,
+                                                                   event.final_status)
+        elif isinstance(event, RunGraded):
+            order[event.grades] = order.pop(event.grades, False) or event.complete
+    sets: dict[str, dict[str, FinalStatus | None]] = {"original": own}
+    for name in order:
+        sets[name] = {
+            k: graded[name][k][1] if k in graded.get(name, {})
+            and graded[name][k][0] == counted.get(k) else status
+            for k, status in own.items()}
+    default = next((n for n, complete in reversed(order.items()) if complete), "original")
+    return default, sets
+
+
+@SETTINGS
+@given(graded_scenarios(), st.integers(0, 10**6))
+def test_a_grade_sets_summary_is_the_model_live_replayed_and_through_a_snapshot(
+    drawn: tuple[Scenario, list[AnyEvent]], cut: int,
+) -> None:
+    from evalledger.app._repository import load_fold
+    from evalledger.projections._snapshots import snapshot_events
+
+    scenario, grading = drawn
+    run_id = scenario.runs[0].run_id
+    ungraded = [e for e in scenario.events if e not in grading]
+    default, sets = expected_verdicts(fold(SummaryFold(run_id), ungraded), grading)
+    live = fold(SummaryFold(run_id), scenario.events)
+    with stored(scenario) as path, Ledger(path) as ledger:
+        # A snapshot through some seq of the run (its folds as they were there).
+        seqs = [r.seq for r in ledger.rows(run_id)]
+        through = seqs[cut % len(seqs)]
+        prefix = [e for e in ledger.events(run_id) if (e.seq or 0) <= through]
+        ledger.append(snapshot_events(run_id, through, fold(SummaryFold(run_id), prefix),
+                                      fold(ResumeFold(run_id), prefix)))
+        replayed = fold(SummaryFold(run_id), ledger.events(run_id))
+        restored = load_fold(ledger, SummaryFold, run_id)
+    assert live.default_grades() == default
+    for grades in (*sets, None):
+        summaries = [f.summary(grades) for f in (live, replayed, restored)]
+        assert render_json(summaries[0]) == render_json(summaries[1]) == render_json(summaries[2])
+        expected = sets[grades or default]
+        assert {r.task_key: r.final_status for r in summaries[0].tasks
+                if r.task_key in expected} == expected
+        assert summaries[0].grades == (grades or default)
