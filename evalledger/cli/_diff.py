@@ -22,7 +22,8 @@ from ._tables import table
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--fail-on", type=click.Choice(get_args(FailOn)), default="regression",
               show_default=True,
-              help="Exit 1 when the diff has a regression, any change at all, or never.")
+              help="Exit 1 when the diff has a regression, any change at all, a task of RUN_B "
+                   "a scan flagged, or never.")
 @grades_option
 @click.option("--grades-b", metavar="NAME",
               help="RUN_B's grade set, when not --grades': two gradings of one run compared "
@@ -63,6 +64,10 @@ def diff(settings: Settings, run_a: str, run_b: str, as_json: bool, fail_on: Fai
         for change, n in sorted(moved.items()):
             click.echo(f"warning: isolation differs for {n} task(s): {change} (a different "
                        "measurement, see docs/isolation.md)", err=True)
+        for t in tasks:
+            if t.flags:
+                click.echo(f"flagged in {result.run_b}: {t.task_key}: {', '.join(t.flags)}",
+                           err=True)
         if not result.tasks:
             click.echo("neither run has any task", err=True)
     if result.fails(fail_on):

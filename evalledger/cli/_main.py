@@ -41,6 +41,7 @@ COMMANDS = {
     "resume": "_resume",
     "run": "_run",
     "runs": "_runs",
+    "scan": "_scan",
     "schema": "_schema",
     "show": "_show",
     "sql": "_sql",

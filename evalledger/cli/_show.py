@@ -68,6 +68,10 @@ def show(settings: Settings, run: str, as_json: bool, full_errors: bool,
     shorten = error_digest if sys.stdout.isatty() else str
     table(["task", "status", "score", "duration", "tokens", "cost", "error"],
           [_task_cells(r, shorten) for r in s.tasks])
+    for r in s.tasks:  # findings, not verdicts: beside the table, on stderr
+        if r.flags:
+            click.echo(f"flagged {visible(r.task_key)}: {', '.join(r.flags)} "
+                       "(evalledger sql \"SELECT * FROM task_flags\")", err=True)
     if full_errors:
         _echo_full_errors(s.tasks)
 

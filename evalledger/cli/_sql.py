@@ -49,6 +49,7 @@ _ABOUT = {
     "task_results": "per run and task key, the latest attempt with a final status",
     "usage": "one row per task.usage, with the attempt it was reported in",
     "task_grades": "one row per task.graded: a regrade's verdict of an attempt",
+    "task_flags": "one row per task.flagged: a scan's finding on an attempt",
     "events": "the table: every event, in seq order",
 }
 _VIEWS_MARK = "(the views)"

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from ._events import AnyEvent as AnyEvent
     from ._events import CriterionResult as CriterionResult
     from ._events import Event as Event
+    from ._events import Evidence as Evidence
     from ._events import Fingerprint as Fingerprint
     from ._events import OpaqueEvent as OpaqueEvent
     from ._events import RefusedGrade as RefusedGrade
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from ._events import RunStarted as RunStarted
     from ._events import TaskCompleted as TaskCompleted
     from ._events import TaskEmitted as TaskEmitted
+    from ._events import TaskFlagged as TaskFlagged
     from ._events import TaskGraded as TaskGraded
     from ._events import TaskInterrupted as TaskInterrupted
     from ._events import TaskIsolation as TaskIsolation
@@ -100,12 +102,14 @@ _WHERE = {
     "RunFinished": "_events",
     "RunGraded": "_events",
     "RefusedGrade": "_events",
+    "Evidence": "_events",
     "RunResumed": "_events",
     "RunMerged": "_events",
     "RunSnapshot": "_events",
     "RunStarted": "_events",
     "TaskCompleted": "_events",
     "TaskEmitted": "_events",
+    "TaskFlagged": "_events",
     "TaskGraded": "_events",
     "TaskInterrupted": "_events",
     "TaskIsolation": "_events",
@@ -145,6 +149,7 @@ __all__ = [
     "Event",
     "EventRow",
     "EventType",
+    "Evidence",
     "Fingerprint",
     "InvalidEvent",
     "Ledger",
@@ -169,6 +174,7 @@ __all__ = [
     "RunStarted",
     "TaskCompleted",
     "TaskEmitted",
+    "TaskFlagged",
     "TaskGraded",
     "TaskInterrupted",
     "TaskIsolation",

@@ -556,6 +556,37 @@ class RunGraded(_Event):
     """The attempts it refused (a workspace missing or changed), each with its reason."""
 
 
+class Evidence(BaseModel):
+    """Where a scanner's rule matched (items of ``task.flagged.evidence``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    excerpt: str
+    """The matched line (at most 300 characters around the match), or for a workspace
+    rule the path and what happened to it (``tests/test_add.py: deleted``)."""
+    seq: int | None = None
+    """The transcript line's seq (``task.output`` or ``task.event``); null for a
+    workspace rule."""
+
+
+class TaskFlagged(_TaskEvent):
+    """A scanner's rule matched an attempt's transcript or workspace (``evalledger
+    scan``): a finding, appended beside the verdicts, never changing one."""
+
+    type: Literal[EventType.TASK_FLAGGED] = EventType.TASK_FLAGGED
+    attempt: int = 1
+    """The attempt scanned (as in its ``task.started``)."""
+    evidence: list[Evidence] = []
+    """Where it matched: up to 5 places, the first ones."""
+    matches: int = 0
+    """How many places matched in all."""
+    rule: _Line
+    """The rule's name (``criteria-read``, ``git-history``, ``network``,
+    ``tests-edited``, or a ``--rules`` file's)."""
+    why: str = ""
+    """What the rule looks for, as its definition says."""
+
+
 class TaskInterrupted(_TaskEvent):
     """An attempt was cancelled (Ctrl-C, SIGTERM, SIGHUP, an error elsewhere in the batch)
     before a final status."""
@@ -674,6 +705,7 @@ Event = Annotated[
     | TaskIsolation
     | TaskGraded
     | RunGraded
+    | TaskFlagged
     | RunFinished
     | RunSnapshot
     | RunMerged,
@@ -688,7 +720,7 @@ EVENT_TYPES: dict[str, type[_Event]] = {
     for cls in (
         RunStarted, RunResumed, TaskSkipped, TaskStarted, TaskOutput, TaskEmitted,
         TaskUsage, TaskCompleted, TaskInterrupted, TaskIsolation, TaskGraded, RunGraded,
-        RunFinished, RunSnapshot, RunMerged,
+        TaskFlagged, RunFinished, RunSnapshot, RunMerged,
     )
 }
 

@@ -129,11 +129,11 @@ def field_table(model: type[BaseModel]) -> list[str]:
 def documented_models() -> dict[str, type[BaseModel]]:
     """Every model docs/events.md tables, by class name: the event types and the nested
     objects their payloads hold."""
-    from ._events import EVENT_TYPES, CriterionResult, Fingerprint, RefusedGrade
+    from ._events import EVENT_TYPES, CriterionResult, Evidence, Fingerprint, RefusedGrade
     from ._tokens import TokenCounts
 
     models: list[type[BaseModel]] = [*EVENT_TYPES.values(), TokenCounts, CriterionResult,
-                                     Fingerprint, RefusedGrade]
+                                     Fingerprint, RefusedGrade, Evidence]
     return {m.__name__: m for m in models}
 
 

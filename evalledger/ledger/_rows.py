@@ -30,6 +30,7 @@ class EventType(StrEnum):
     TASK_ISOLATION = "task.isolation"
     TASK_GRADED = "task.graded"
     RUN_GRADED = "run.graded"
+    TASK_FLAGGED = "task.flagged"
     RUN_SNAPSHOT = "run.snapshot"
     RUN_MERGED = "run.merged"
 

@@ -420,7 +420,8 @@ def _m0009_isolation_columns(db: Database) -> None:
 
 # Every verdict of a regrade (task.graded), a row each; task_results stays the run's
 # own grading (grade set "original"). A grade set's verdict of an attempt is its latest
-# row of that set and attempt (docs/results.md, "Grade sets").
+# row of that set and attempt (docs/results.md, "Grade sets"). And every finding of a
+# scan (task.flagged), a row each (docs/results.md, "Flags").
 VIEWS = {
     **_VIEWS_9,
     "task_grades": """
@@ -439,10 +440,23 @@ VIEWS = {
         FROM events g
         WHERE g.type = 'task.graded'
     """,
+    "task_flags": """
+        SELECT f.run_id, f.task_key,
+               json_extract(f.payload, '$.attempt') AS attempt,
+               json_extract(f.payload, '$.rule') AS rule,
+               json_extract(f.payload, '$.matches') AS matches,
+               json_extract(f.payload, '$.evidence[0].seq') AS first_seq,
+               json_extract(f.payload, '$.evidence[0].excerpt') AS first_excerpt,
+               json_extract(f.payload, '$.why') AS why,
+               f.ts AS flagged_at,
+               f.seq
+        FROM events f
+        WHERE f.type = 'task.flagged'
+    """,
 }
 
 
-@MIGRATIONS(name="0010_task_grades")
-def _m0010_task_grades(db: Database) -> None:
+@MIGRATIONS(name="0010_grades_and_flags")
+def _m0010_grades_and_flags(db: Database) -> None:
     _recreate_views(db, _VIEWS_9, VIEWS)
     _set_version(db, 10)

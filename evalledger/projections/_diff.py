@@ -18,7 +18,7 @@ from ._results import RunSummary, TaskRow
 
 Change = Literal["regression", "fix", "changed", "not_run", "added", "removed", "unchanged"]
 # What `diff --fail-on` may fail on (exit 1).
-FailOn = Literal["regression", "any-change", "never"]
+FailOn = Literal["regression", "any-change", "flagged", "never"]
 NOT_RUN = "NOT RUN"
 _JUDGED_BAD = frozenset({Category.FAILED, Category.ERROR})
 
@@ -36,6 +36,8 @@ class TaskDiff(BaseModel):
     isolation: str | None = None
     """``A → B`` when the two latest attempts ran under different isolation
     (docs/isolation.md): not the same measurement; None when it is the same."""
+    flags: list[str] = []
+    """The rules a scan flagged B's attempt with (``evalledger scan``)."""
 
 
 class RunDiff(BaseModel):
@@ -52,6 +54,8 @@ class RunDiff(BaseModel):
             return self.counts["regression"] > 0
         if on == "any-change":
             return any(n for change, n in self.counts.items() if change != "unchanged")
+        if on == "flagged":
+            return any(t.flags for t in self.tasks)
         return False
 
 
@@ -101,6 +105,7 @@ def diff_runs(a: RunSummary, b: RunSummary) -> RunDiff:
             cost_delta=_delta(_field(ra, "cost_usd"), _field(rb, "cost_usd")),
             isolation=(f"{ra.isolation} → {rb.isolation}" if ra and rb and ra.attempts
                        and rb.attempts and ra.isolation != rb.isolation else None),
+            flags=list(rb.flags) if rb else [],
         ))
     counts = dict.fromkeys(get_args(Change), 0)
     for t in tasks:

@@ -38,6 +38,8 @@ class TaskRow(BaseModel):
     ``none (asked bwrap)`` when the asked isolation could not run."""
     grade_pending: bool = False
     """Run with ``--no-grade`` and not graded since (in the grade set shown)."""
+    flags: list[str] = []
+    """The rules ``evalledger scan`` flagged the attempt it reports with, sorted."""
 
 
 
@@ -174,6 +176,8 @@ class RunSummary(RunHeadline):
 
     tasks_token_budget_exceeded: int
     tasks_cost_budget_exceeded: int
+    tasks_flagged: int = 0
+    """Task keys whose reported attempt a scan flagged (``flags`` on their rows)."""
     grade_sets: list[str] = ["original"]
     """Every grade set of the run: ``original`` first, then each regrade's name in the
     order of their latest ``run.graded``."""

@@ -37,6 +37,7 @@ from evalledger.ledger import (
     RunResumed,
     RunStarted,
     TaskCompleted,
+    TaskFlagged,
     TaskGraded,
     TaskInterrupted,
     TaskIsolation,
@@ -183,6 +184,14 @@ class _Key(msgspec.Struct, array_like=True, gc=False):
     says; an attempt without one ran with none."""
     grades: dict[str, _Grade] = msgspec.field(default_factory=dict)
     """By grade set: its latest verdict of this key (for the attempt it names)."""
+    flags: dict[str, list[str]] = msgspec.field(default_factory=dict)
+    """By attempt number (as text): the rules a scan flagged it with, sorted, once each."""
+
+    def flagged(self) -> list[str]:
+        """The flags of the attempt its row reports: the one that finished, else the
+        latest."""
+        attempt = self.completed.attempt if self.completed else self.attempts
+        return self.flags.get(str(attempt), [])
 
     def judged(self, grades: str) -> _Key:
         """This key as grade set ``grades`` judges it: its counted attempt's verdict of
@@ -338,6 +347,15 @@ class SummaryFold(Fold):
             key.grades[event.grades] = _Grade(event.attempt, event.final_status,
                                               event.weighted_score, event.error_message)
 
+    @on(TaskFlagged)
+    def _task_flagged(self, event: TaskFlagged) -> None:
+        key = self.keys.get(event.task_key)
+        if key is not None:
+            rules = key.flags.setdefault(str(event.attempt), [])
+            if event.rule not in rules:
+                rules.append(event.rule)
+                rules.sort()
+
     @on(RunGraded)
     def _run_graded(self, event: RunGraded) -> None:
         complete = self.grade_sets.pop(event.grades, False) or event.complete
@@ -481,6 +499,7 @@ class SummaryFold(Fold):
                 for name, spend in sorted(self.by_model.items(), key=lambda i: i[0] or "")
             ],
             grade_sets=[ORIGINAL, *self.grade_sets],
+            tasks_flagged=sum(1 for r in rows if r.flags),
             variants=self._variants(list(judged.values())),
             version_consensus=consensus,
             version_drift=drift,
@@ -511,6 +530,7 @@ class SummaryFold(Fold):
             cost_complete=done.cost_complete if done else True,
             error_message=done.error_message if done else None,
             grade_pending=done.grade_pending if done else False,
+            flags=key.flagged(),
             isolation=key.isolation(),
         )
 

@@ -33,6 +33,7 @@ from evalledger.ledger import (
     EVENT_TYPES,
     CriterionResult,
     EventRow,
+    Evidence,
     Fingerprint,
     Ledger,
     LedgerReadOnly,
@@ -46,6 +47,7 @@ from evalledger.ledger import (
     RunStarted,
     TaskCompleted,
     TaskEmitted,
+    TaskFlagged,
     TaskGraded,
     TaskInterrupted,
     TaskIsolation,
@@ -518,6 +520,10 @@ REPRESENTATIVE: dict[str, Any] = {
         criteria_from="criteria:/a/b.yaml", criteria_hash="ef" * 32, error_message=None,
         final_status=FinalStatus.SUCCESS, grades="strict", weighted_score=1.0,
         workspace_hash="cd" * 32),
+    "task.flagged": TaskFlagged(
+        run_id="r", task_key="k", attempt=2, rule="git-history", why="looked into history",
+        matches=7, evidence=[Evidence(seq=12, excerpt="$ git log --oneline ü"),
+                             Evidence(excerpt="tests/test_a.py: deleted")]),
     "run.graded": RunGraded(
         run_id="r", complete=False, criteria_from="recorded", graded=3, grades="strict",
         only=["default/a*"], refused=[RefusedGrade(task_key="k2", reason="its workspace is gone")]),

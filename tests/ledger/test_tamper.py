@@ -123,7 +123,7 @@ CASES: dict[str, tuple[tuple[str, ...], str]] = {
                                "meta.schema_version is '3'"),
     "meta key added": (("INSERT INTO meta VALUES ('note', 'x')",), "unexpected meta.note"),
     "migration record deleted": (
-        ("DELETE FROM _sqlite_migrations WHERE name = '0010_task_grades'",),
+        ("DELETE FROM _sqlite_migrations WHERE name = '0010_grades_and_flags'",),
         "but the ledger's 9 migrations make it 9"),
 }
 
