@@ -34,6 +34,8 @@ from evalledger.ledger import (
     TaskGraded,
     TaskIsolation,
     TaskStarted,
+    TaskUsage,
+    TokenCounts,
 )
 from evalledger.projections import ORIGINAL, SummaryFold
 from evalledger.statuses import FinalStatus
@@ -105,7 +107,8 @@ def regrade(ledger_path: Path | str, run: str, request: RegradeRequest,
         try:
             import trio
 
-            trio.run(_grade_all, ledger, grader, attempts, root, criteria_for,
+            trio.run(_grade_all, ledger, grader, _rates(ledger, run_id), attempts, root,
+                     criteria_for,
                      criteria_from, name, request.max_parallel, outcome, on_graded)
         finally:
             grader.close()
@@ -118,13 +121,15 @@ def regrade(ledger_path: Path | str, run: str, request: RegradeRequest,
     return outcome
 
 
-async def _grade_all(ledger: Ledger, grader: Any, attempts: list[_Attempt], root: Path,
+async def _grade_all(ledger: Ledger, grader: Any, rates: Any, attempts: list[_Attempt],
+                     root: Path,
                      criteria_for: Callable[[TaskStarted], tuple[list[Any], str] | str],
                      criteria_from: str, name: str, max_parallel: int,
                      outcome: RegradeOutcome,
                      on_graded: Callable[[TaskGraded, FinalStatus], None] | None) -> None:
     import trio
 
+    from evalledger.executor._judges import Judging
     from evalledger.executor._regrade import Recorded, gradable, verdict
     from evalledger.executor.isolation import IsolationUnavailable, hash_tree
     from evalledger.suite import ResolvedTask
@@ -155,8 +160,17 @@ async def _grade_all(ledger: Ledger, grader: Any, attempts: list[_Attempt], root
             stdout, stderr = _streams(ledger, attempt)
             recorded = Recorded(done.final_status, done.error_message, done.exit_code,
                                 done.criteria, stdout, stderr, attempt.isolation)
+            async def record(model: str, tokens: TokenCounts, cost: float | None,
+                             call: dict[str, object]) -> None:
+                ledger.append([TaskUsage(  # what judging costs is spent: booked at once
+                    run_id=done.run_id, task_key=key, model=model, role="grader",
+                    cost_usd=cost, call={**call, "grades": name}, **dict(tokens))])
+
+            workdir = attempt.started.definition.get("workdir")
+            judging = Judging(record, rates, workdir=Path(workdir)
+                              if isinstance(workdir, str) else None)
             try:
-                results = await grader.grade(task, criteria, workspace, recorded)
+                results = await grader.grade(task, criteria, workspace, recorded, judging)
             except IsolationUnavailable as e:
                 return refuse(key, f"its isolation ({attempt.isolation}) cannot run here: {e}")
             except OSError as e:
@@ -178,6 +192,20 @@ async def _grade_all(ledger: Ledger, grader: Any, attempts: list[_Attempt], root
             if gradable(attempt.completed.final_status):
                 nursery.start_soon(one, attempt)
     outcome.graded.sort(key=lambda pair: pair[0].task_key)
+
+
+def _rates(ledger: Ledger, run_id: str) -> Any:
+    """The rate card the run priced with (its ``--pricing`` file, if it still loads)."""
+    from evalledger.ledger import RunStarted
+    from evalledger.pricing import DEFAULT_RATES, PricingError
+
+    for event in ledger.events(run_id, types={EventType.RUN_STARTED}):
+        if isinstance(event, RunStarted) and event.config.pricing:
+            try:
+                return DEFAULT_RATES.with_file(event.config.pricing)
+            except (PricingError, OSError):
+                return DEFAULT_RATES
+    return DEFAULT_RATES
 
 
 def ledger_run(attempt: _Attempt) -> str:

@@ -10,8 +10,11 @@ read.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import secrets
+import shutil
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -19,14 +22,18 @@ import trio
 
 from evalledger.ledger import CriterionResult
 from evalledger.suite import (
+    AgentJudge,
     Criterion,
     ExitCode,
     FileContains,
     FileExists,
+    LlmJudge,
     OutputContains,
     RunCommand,
 )
 
+from ._judges import JudgeError, Judging, llm_judge
+from ._judges import score_of as judge_score
 from ._marks import MARKER_VAR
 from ._process import (
     DEFAULT_KILL_GRACE,
@@ -120,6 +127,16 @@ async def _run_command(
     criterion: RunCommand, evidence: Evidence, env: Mapping[str, str], kill_now: trio.Event | None,
     deadline: float, grace: float,
 ) -> tuple[bool, str]:
+    passed, detail, _ = await _run_command_said(criterion, evidence, env, kill_now, deadline,
+                                                grace)
+    return passed, detail
+
+
+async def _run_command_said(
+    criterion: RunCommand, evidence: Evidence, env: Mapping[str, str], kill_now: trio.Event | None,
+    deadline: float, grace: float,
+) -> tuple[bool, str, str]:
+    """A ``run_command``'s pass and detail, and what it printed (its head and tail)."""
     jail, name = evidence.jail, None
     if jail is None:
         process = await spawn(criterion.command, cwd=str(evidence.sandbox), env=env,
@@ -145,8 +162,9 @@ async def _run_command(
 
 async def _graded(process: Child | trio.Process, criterion: RunCommand,
                   env: Mapping[str, str], kill_now: trio.Event | None, deadline: float,
-                  grace: float) -> tuple[bool, str]:
-    """A started ``run_command`` to its end: whether it passed, and its detail."""
+                  grace: float) -> tuple[bool, str, str]:
+    """A started ``run_command`` to its end: whether it passed, its detail, and what it
+    printed (``_Kept.text``)."""
     kept = _Kept()
 
     async def collect(stream: trio.abc.ReceiveStream) -> None:
@@ -176,12 +194,12 @@ async def _graded(process: Child | trio.Process, criterion: RunCommand,
             await end_group(process, grace, kill_now)
     if scope.cancelled_caught:
         if trio.current_time() >= deadline:
-            return False, CUT_OFF
-        return False, f"timed out after {criterion.timeout:g}s"
+            return False, CUT_OFF, ""
+        return False, f"timed out after {criterion.timeout:g}s", ""
     said = kept.text()
     passed = process.returncode == criterion.expect_exit_code
     detail = f"exit code {process.returncode}"
-    return passed, f"{detail}: {said}" if said and not passed else detail
+    return passed, f"{detail}: {said}" if said and not passed else detail, said
 
 
 class _Kept:
@@ -221,7 +239,7 @@ class _Kept:
 async def evaluate(
     criteria: Sequence[Criterion], evidence: Evidence, env: Mapping[str, str],
     kill_now: trio.Event | None = None, deadline: float = math.inf,
-    grace: float = DEFAULT_KILL_GRACE,
+    grace: float = DEFAULT_KILL_GRACE, judging: Judging | None = None,
 ) -> list[CriterionResult]:
     """Check every criterion; never raises for a failing one, only records it (in the
     criteria's order).
@@ -234,10 +252,22 @@ async def evaluate(
     """
     order = list(range(len(criteria)))
     if evidence.jail is not None:
-        order.sort(key=lambda i: isinstance(criteria[i], RunCommand))
+        order.sort(key=lambda i: isinstance(criteria[i], RunCommand | AgentJudge))
     results: dict[int, CriterionResult] = {}
     for i in order:
         criterion = criteria[i]
+        if isinstance(criterion, LlmJudge):
+            if trio.current_time() >= deadline:
+                results[i] = CriterionResult(type=criterion.type, passed=False,
+                                             weight=criterion.weight, detail=NOT_RUN)
+            else:
+                results[i] = await llm_judge(criterion, i, evidence.sandbox, evidence.stdout,
+                                             evidence.stderr, judging or Judging(_unrecorded),
+                                             deadline)
+            continue
+        if isinstance(criterion, AgentJudge):
+            results[i] = await _agent_judge(criterion, evidence, env, kill_now, deadline, grace)
+            continue
         if isinstance(criterion, ExitCode):
             passed = evidence.exit_code == criterion.equals
             detail = f"exit code {evidence.exit_code}, expected {criterion.equals}"
@@ -264,6 +294,53 @@ async def evaluate(
         results[i] = CriterionResult(type=criterion.type, passed=passed,
                                      weight=criterion.weight, detail=detail)
     return [results[i] for i in range(len(criteria))]
+
+
+async def _unrecorded(*_: object) -> None:
+    """Where a judge's calls go when the caller records none (a direct ``evaluate``)."""
+
+
+async def _agent_judge(criterion: AgentJudge, evidence: Evidence, env: Mapping[str, str],
+                       kill_now: trio.Event | None, deadline: float,
+                       grace: float) -> CriterionResult:
+    """The judge command, in a copy of the workspace (what it does there changes nothing
+    graded), confined as the command was; its last JSON line is the verdict."""
+    def result(passed: bool, detail: str, **extra: object) -> CriterionResult:
+        return CriterionResult(type=criterion.type, passed=passed, weight=criterion.weight,
+                               detail=detail, **extra)
+
+    if trio.current_time() >= deadline:
+        return result(False, NOT_RUN)
+    copy = Path(tempfile.mkdtemp(prefix="evalledger-judge-"))
+    try:
+        await trio.to_thread.run_sync(
+            lambda: shutil.copytree(evidence.sandbox, copy, symlinks=True, dirs_exist_ok=True))
+        jail = (dataclasses.replace(evidence.jail, workspace=copy)
+                if evidence.jail is not None else None)
+        seen = Evidence(copy, evidence.exit_code, evidence.stdout, evidence.stderr, jail=jail)
+        command = RunCommand(type="run_command", command=criterion.command,
+                             timeout=criterion.timeout)
+        judge_env = {**env, "EVALLEDGER_RUBRIC": criterion.rubric}
+        if jail is None:
+            judge_env["EVALLEDGER_SANDBOX"] = str(copy)
+        ran, detail, said = await _run_command_said(command, seen, judge_env, kill_now,
+                                                    deadline, grace)
+    except OSError as e:
+        return result(False, f"cannot run the judge: {e}", errored=True)
+    finally:
+        await trio.to_thread.run_sync(lambda: shutil.rmtree(copy, ignore_errors=True))
+    if detail in (CUT_OFF, NOT_RUN):
+        return result(False, detail)
+    if not ran:
+        return result(False, f"the judge failed: {detail}", errored=True)
+    try:
+        score, reason = judge_score(said.splitlines()[-1] if said else "")
+    except JudgeError as e:
+        return result(False, str(e), errored=True)
+    passed = score >= criterion.pass_threshold
+    said_score = f"score {score:g} (passes at {criterion.pass_threshold:g})"
+    return result(passed, f"{said_score}: {reason}" if reason else said_score,
+                  score=round(score, 6))
 
 
 def weighted_score(results: Sequence[CriterionResult]) -> float:

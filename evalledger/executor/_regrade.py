@@ -31,6 +31,7 @@ from evalledger.suite import Criterion, ResolvedTask
 
 from . import isolation as _isolation
 from ._criteria import CUT_OFF, NOT_RUN, Evidence, evaluate
+from ._judges import Judging
 from ._marks import MARKER_VAR
 from ._process import DEFAULT_KILL_GRACE
 from ._runner import command_env, isolation_backend, make_jail
@@ -94,7 +95,8 @@ class Grader:
         remove_tree(self.root, ignore_errors=True)
 
     async def grade(self, task: ResolvedTask, criteria: Sequence[Criterion],
-                    workspace: Path, recorded: Recorded) -> list[CriterionResult]:
+                    workspace: Path, recorded: Recorded,
+                    judging: Judging | None = None) -> list[CriterionResult]:
         """``criteria`` checked against a copy of ``workspace``, confined as the
         attempt's command was.
 
@@ -124,7 +126,8 @@ class Grader:
             evidence = Evidence(copy, recorded.exit_code, recorded.stdout, recorded.stderr,
                                 jail=jail)
             deadline = trio.current_time() + (task.timeout if task.timeout else math.inf)
-            return await evaluate(criteria, evidence, env, None, deadline, self.kill_grace)
+            return await evaluate(criteria, evidence, env, None, deadline, self.kill_grace,
+                                  judging)
         finally:
             with contextlib.suppress(OSError):
                 await trio.to_thread.run_sync(

@@ -45,6 +45,7 @@ from evalledger.ledger import (
     TaskOutput,
     TaskStarted,
     TaskUsage,
+    TokenCounts,
     new_event_ids,
     utc_now,
 )
@@ -57,6 +58,7 @@ from . import _sandbox
 from . import isolation as _isolation
 from ._attempt import AttemptOutcome, run_attempt
 from ._criteria import Evidence, evaluate
+from ._judges import Judging
 from ._lines import LineSplitter, parse_json_object
 from ._marks import MARKER_VAR
 from ._process import (
@@ -371,6 +373,8 @@ async def _attempt(
     exit_code: int | None = None
     workspace_hash: str | None = None
     kept_hash: str | None = None
+    judging = Judging(functools.partial(_record_judge, state), ctx.rates, ctx.base_env,
+                      Path(task.workdir) if task.workdir else None)
     try:
         sandbox = await _make_sandbox(task, ctx, artifacts)
         jail = await _confine(task, ctx, sandbox, attempt)
@@ -392,7 +396,7 @@ async def _attempt(
             evidence = Evidence(sandbox, exit_code, state.text("stdout"), state.text("stderr"),
                                 jail=jail)
             criteria = await evaluate(task.success_criteria, evidence, grader_env,
-                                      ctx.kill_now, deadline, ctx.kill_grace)
+                                      ctx.kill_now, deadline, ctx.kill_grace, judging)
             facts = AttemptFacts(criteria, timed_out, task.timeout, state.budget_stop)
         if ctx.preservation_mode != "none":  # kept: what a regrade reads, and checks
             kept_hash = await trio.to_thread.run_sync(_isolation.hash_tree, sandbox,
@@ -426,12 +430,23 @@ async def _attempt(
         error_message=verdict.error_message,
         environment_info=_environment_info(exit_code, meter),
         tokens=meter.totals,
-        cost_usd=meter.cost_usd if meter.cost_complete else None,
-        cost_complete=meter.cost_complete,
+        # Every role's: what the agent spent and what judging it cost.
+        cost_usd=(meter.cost_usd + judging.cost_usd
+                  if meter.cost_complete and judging.cost_complete else None),
+        cost_complete=meter.cost_complete and judging.cost_complete,
         workspace_hash=workspace_hash,
         kept_hash=kept_hash,
         grade_pending=ctx.no_grade and verdict.status is FinalStatus.NOT_GRADED,
     ))
+
+
+async def _record_judge(state: _Streams, model: str, tokens: TokenCounts, cost: float | None,
+                        call: dict[str, object]) -> None:
+    """One judge's call, recorded as grading's usage (and counted in the run's spend)."""
+    state.ctx.spent_usd += cost or 0.0
+    await state.ctx.writer.append(TaskUsage(
+        run_id=state.ctx.run_id, task_key=state.task.task_key, model=model, role="grader",
+        cost_usd=cost, call=call, **dict(tokens)))
 
 
 async def _make_sandbox(task: ResolvedTask, ctx: RunContext, artifacts: Path) -> Path:

@@ -10,6 +10,8 @@ The first that holds wins:
    so what its criteria saw afterwards is not its doing);
 4. the task's deadline cut something off, the command or a ``run_command`` criterion
    (cut off, or not started once it had passed): ``TIMEOUT``;
+4b. a criterion could not be checked (a judge's API failed, or answered nothing
+   readable): ``ERROR``, naming it (never a verdict either way);
 5. no criteria: ``NOT_GRADED`` (it ran to its end, nothing judges it);
 6. every criterion passed: ``SUCCESS``; else ``FAILURE``, naming what failed.
 
@@ -76,6 +78,8 @@ def _status(facts: AttemptFacts) -> tuple[FinalStatus, str | None]:
         return facts.budget_stop
     if facts.command_timed_out or any(c.detail in (CUT_OFF, NOT_RUN) for c in facts.criteria):
         return FinalStatus.TIMEOUT, f"timed out after {facts.timeout:g}s"
+    if errored := [f"{c.type}: {c.detail}" for c in facts.criteria if c.errored]:
+        return FinalStatus.ERROR, "; ".join(errored)
     if not facts.criteria:
         return FinalStatus.NOT_GRADED, None
     failed = [f"{c.type}: {c.detail}" for c in facts.criteria if not c.passed]

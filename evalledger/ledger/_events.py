@@ -200,8 +200,16 @@ class CriterionResult(BaseModel):
 
     detail: str = ""
     """What was found (``exit code 1, expected 0``, ``add.py does not exist``)."""
+    errored: Annotated[bool, Field(exclude_if=_false)] = False
+    """``true``: it could not be checked (a judge's API failed, or answered nothing
+    readable): the attempt is ``ERROR``, never a verdict. Left out when ``false``."""
     passed: bool
     """Whether the criterion passed."""
+    score: Annotated[float | None, Field(exclude_if=_absent)] = None
+    """A judge's score, 0 to 1 (the samples' mean). Left out for other criteria."""
+    spread: Annotated[float | None, Field(exclude_if=_absent)] = None
+    """With several samples: the standard deviation of their scores (the judge's
+    variance). Left out otherwise."""
     type: str
     """The criterion's ``type``."""
     weight: float = 1.0
@@ -396,6 +404,12 @@ class TaskUsage(_TaskEvent):
     """Tokens read from a prompt cache."""
     cache_write_tokens: int = 0
     """Tokens written to a prompt cache."""
+    call: Annotated[JsonObject | None, Field(exclude_if=_absent)] = None
+    """Only on a judge's usage (role ``grader``): the call it paid for: ``api``,
+    ``criterion`` (its index), ``sample``, ``status`` (the HTTP status, or ``timeout``,
+    ``unreachable``), ``tries``, ``latency_seconds``, ``prompt_sha256`` and
+    ``request_bytes``, ``response`` (its text, at most 4,096 characters),
+    ``response_sha256`` and ``response_bytes``. Never the key. Left out otherwise."""
     cost_usd: float | None = None
     """The cost of this usage in USD. **null means unpriced**: the model has no rate.
     Never booked as 0."""

@@ -8,12 +8,14 @@ and the application layer build on it, never the other way round.
 from ._tasks import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
 from ._tasks import MAX_REPEATS as MAX_REPEATS
 from ._tasks import TASK_ID_PATTERN as TASK_ID_PATTERN
+from ._tasks import AgentJudge as AgentJudge
 from ._tasks import Budget as Budget
 from ._tasks import Criterion as Criterion
 from ._tasks import ExitCode as ExitCode
 from ._tasks import ExperimentFile as ExperimentFile
 from ._tasks import FileContains as FileContains
 from ._tasks import FileExists as FileExists
+from ._tasks import LlmJudge as LlmJudge
 from ._tasks import OutputContains as OutputContains
 from ._tasks import Overrides as Overrides
 from ._tasks import RayResources as RayResources
@@ -35,12 +37,14 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "MAX_REPEATS",
     "TASK_ID_PATTERN",
+    "AgentJudge",
     "Budget",
     "Criterion",
     "ExitCode",
     "ExperimentFile",
     "FileContains",
     "FileExists",
+    "LlmJudge",
     "OutputContains",
     "Overrides",
     "RayResources",

@@ -129,8 +129,60 @@ class RunCommand(_Criterion):
     """The exit code that passes."""
 
 
+class LlmJudge(_Criterion):
+    """A model judges the work against a rubric (docs/tasks.md, "Judges"): each of
+    ``samples`` calls answers a score from 0 to 1; the criterion passes when the
+    majority of samples (or their mean) reaches ``pass_threshold``."""
+
+    type: Literal["llm_judge"]
+    model: str = Field(min_length=1)
+    """The judge's model, as its API names it (priced from the rate card)."""
+    rubric: str = Field(min_length=1)
+    """What the work is judged against."""
+    api: Literal["anthropic", "openai"] | None = None
+    """Anthropic's Messages API or an OpenAI-compatible chat endpoint; default:
+    ``anthropic`` for a ``claude`` model, else ``openai``. Base URL and key come from
+    the runner's environment (``ANTHROPIC_BASE_URL``/``ANTHROPIC_API_KEY``,
+    ``OPENAI_BASE_URL``/``OPENAI_API_KEY``), never from the task."""
+    files: list[str] = []
+    """Files of the workspace shown to the judge (each its first 64 KiB)."""
+    transcript: bool = False
+    """Show the judge what the command printed (its last 16 KiB)."""
+    diff: bool = False
+    """Show the judge the workspace's changes against the task's ``workdir``."""
+    samples: int = Field(default=1, ge=1, le=20)
+    """Calls made; with more than one, the spread of their scores is recorded."""
+    aggregate: Literal["majority", "mean"] = "majority"
+    """How the samples' scores become one verdict."""
+    temperature: Number = Field(default=0.0, ge=0, le=2)
+    """The sampling temperature asked for."""
+    pass_threshold: Number = Field(default=0.5, ge=0, le=1)
+    """The score that passes."""
+    timeout: Number = Field(default=60.0, gt=0)
+    """Seconds per call (a 429's wait and retries come on top; the task's own timeout
+    cuts everything off)."""
+    max_tokens: int = Field(default=1024, ge=16, le=65536)
+    """The longest answer asked for."""
+
+
+class AgentJudge(_Criterion):
+    """A command (often an agent) judges the work: it runs in a copy of the workspace with
+    the rubric in ``EVALLEDGER_RUBRIC``, and its last JSON line on stdout is the verdict
+    (``{"score": 0.8, "reason": "..."}`` or ``{"pass": true}``)."""
+
+    type: Literal["agent_judge"]
+    command: Command
+    """A string runs with /bin/sh -c, a list is the argv."""
+    rubric: str = Field(min_length=1)
+    """What the work is judged against."""
+    pass_threshold: Number = Field(default=0.5, ge=0, le=1)
+    """The score that passes."""
+    timeout: Number = Field(default=300.0, gt=0)
+    """Seconds; the task's own timeout also cuts it off."""
+
+
 Criterion = Annotated[
-    ExitCode | FileExists | FileContains | OutputContains | RunCommand,
+    ExitCode | FileExists | FileContains | OutputContains | RunCommand | LlmJudge | AgentJudge,
     Field(discriminator="type"),
 ]
 

@@ -64,6 +64,15 @@ CASES: list[tuple[str, AttemptFacts, Verdict]] = [
      AttemptFacts([failed()], command_timed_out=True, budget_stop=COST,
                   error="OSError: [Errno 28] No space left on device"),
      Verdict(F.ERROR, "OSError: [Errno 28] No space left on device", 0.0)),
+    ("a judge that could not answer: an error, never a verdict, named",
+     AttemptFacts([passed(), CriterionResult(type="llm_judge", passed=False, errored=True,
+                                             detail="the judge did not answer in 60s")],
+                  timeout=20),
+     Verdict(F.ERROR, "llm_judge: the judge did not answer in 60s", 0.5)),
+    ("a timeout outranks a judge that could not answer",
+     AttemptFacts([CriterionResult(type="llm_judge", passed=False, errored=True, detail="x")],
+                  command_timed_out=True, timeout=20),
+     Verdict(F.TIMEOUT, "timed out after 20s", 0.0)),
     ("a sandbox that could not be prepared: the command never ran",
      AttemptFacts(build_failed="workdir /nope is not a folder"),
      Verdict(F.BUILD_FAILED, "workdir /nope is not a folder", 0.0)),
@@ -86,6 +95,7 @@ criteria = st.lists(st.builds(
     CriterionResult, type=st.sampled_from(["exit_code", "file_exists", "run_command"]),
     passed=st.booleans(), weight=st.floats(0.1, 10),
     detail=st.sampled_from(["exit code 0", "lacks ['x']", CUT_OFF, NOT_RUN]),
+    errored=st.booleans() | st.just(False),
 ), max_size=5)
 facts = st.builds(
     AttemptFacts, criteria=criteria, command_timed_out=st.booleans(),
@@ -115,7 +125,8 @@ def test_success_is_every_criterion_passing_with_nothing_cut_short(facts: Attemp
     clean = (facts.build_failed is None and facts.error is None and facts.budget_stop is None
              and not facts.command_timed_out and not _cut_off(facts))
     succeeded = final_status(facts).status is F.SUCCESS
-    assert succeeded == (clean and bool(facts.criteria) and all(c.passed for c in facts.criteria))
+    assert succeeded == (clean and bool(facts.criteria)
+                         and all(c.passed and not c.errored for c in facts.criteria))
 
 
 @settings(max_examples=200, deadline=None)
@@ -130,6 +141,8 @@ def test_the_first_fact_in_the_documented_order_decides(facts: AttemptFacts) -> 
         assert status is facts.budget_stop.status
     elif facts.command_timed_out or _cut_off(facts):
         assert status is F.TIMEOUT
+    elif any(c.errored for c in facts.criteria):
+        assert status is F.ERROR
     else:
         assert status in (F.NOT_GRADED, F.SUCCESS, F.FAILURE)
 

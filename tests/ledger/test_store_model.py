@@ -484,6 +484,7 @@ REPRESENTATIVE: dict[str, Any] = {
         task_key="k",
         cache_read_tokens=1,
         cache_write_tokens=2,
+        call={"api": "anthropic", "status": 200},  # left out of the payload when None
         cost_usd=0.125,
         estimate=True,  # left out of the payload when false
         input_tokens=3,
