@@ -23,6 +23,8 @@ from evalledger.ledger import (
     EventType,
     Ledger,
     TaskCompleted,
+    TaskFlagged,
+    TaskGraded,
     TaskInterrupted,
     TaskIsolation,
     TaskStarted,
@@ -64,6 +66,10 @@ class Attempt:
     completed: TaskCompleted | None = None
     interrupted: TaskInterrupted | None = None
     isolation: TaskIsolation | None = None  # None: it ran with none
+    grades: list[TaskGraded] = field(default_factory=list)
+    """Its regrades (``task.graded``), oldest first."""
+    flags: list[TaskFlagged] = field(default_factory=list)
+    """What scans found (``task.flagged``), oldest first."""
 
     @property
     def number(self) -> int:
@@ -96,6 +102,12 @@ def attempts(ledger: Ledger, run_id: str, task_key: str) -> list[Attempt]:
             found[-1].interrupted = event
         elif isinstance(event, TaskIsolation):
             found[-1].isolation = event
+        elif isinstance(event, TaskGraded | TaskFlagged):
+            # They come long after, naming the attempt they are about.
+            for attempt in found:
+                if attempt.number == event.attempt:
+                    (attempt.grades if isinstance(event, TaskGraded)
+                     else attempt.flags).append(event)  # type: ignore[arg-type]
     return found
 
 

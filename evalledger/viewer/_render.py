@@ -44,7 +44,9 @@ DASH = "\u2013"  # an en dash: no value
 OUTCOMES = ("succeeded", "failed", "error", "ungraded", "unfinished")
 SORTS = ("key", "status", "score", "duration", "tokens", "cost", "attempts")
 # The task table's status filter: a bucket, or a final status (as its menu lists them).
-TABLE_OUTCOMES = (*OUTCOMES, *(s.value for s in FinalStatus))
+# "flagged": the rows a scan flagged (docs/results.md, "Flags"), whatever their status.
+FLAGGED = "flagged"
+TABLE_OUTCOMES = (*OUTCOMES, *(s.value for s in FinalStatus), FLAGGED)
 
 
 def spend(value: float | None, complete: bool, tokens: int) -> str:
@@ -240,7 +242,10 @@ class TableQuery:
 
     def keeps(self, row: TaskRow) -> bool:
         """Whether ``row`` passes every filter of this query."""
-        if self.outcome and self.outcome not in (outcome(row), status_of(row)):
+        if self.outcome == FLAGGED:
+            if not row.flags:
+                return False
+        elif self.outcome and self.outcome not in (outcome(row), status_of(row)):
             return False
         if (self.tag and self.tag not in row.tags) or (
                 self.variant and row.variant_id != self.variant):
