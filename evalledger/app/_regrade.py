@@ -8,8 +8,10 @@ it (``kept_hash``); else it is refused, named. Each grading appends one
 the regrade ends with one ``run.graded`` saying whether the set is complete; then the
 run's snapshot is made again, so readers read the new default without a replay.
 
-The criteria are the attempt's own (as its ``task.started`` recorded them), a file's
-(``--criteria``) or the tasks' at a path now (``--from-tasks``). A regrade runs
+The criteria are those of the run's task files as they are now (resolved with the
+options the run recorded, as a resume resolves them: what a user edits when the grading
+was wrong), a file's (``--criteria``), the tasks' at another path (``--from-tasks``), or
+each attempt's own as its ``task.started`` recorded them (``--recorded``). A regrade runs
 commands (``run_command`` criteria): those a ledger names are believed only for a run
 this ledger recorded itself; a run that arrived by ``merge`` or ``import-events`` is
 regraded only with criteria given here.
@@ -59,6 +61,9 @@ class RegradeRequest:
     """Task files or a folder of them: each attempt graded by its task's criteria there."""
     only: tuple[str, ...] = ()
     """Task keys or ids (globs): grade only these (the set is then not complete)."""
+    recorded: bool = False
+    """Grade by the criteria each attempt's ``task.started`` recorded, not by the run's
+    task files as they are now (the default)."""
     max_parallel: int = 4
 
 
@@ -289,8 +294,9 @@ def _criteria_source(ledger: Ledger, run_id: str, request: RegradeRequest) -> tu
     from evalledger.ledger._page_queries import run_imported
     from evalledger.ledger._queries import has_type
 
-    if request.criteria is not None and request.from_tasks is not None:
-        raise InvalidRequest("give --criteria or --from-tasks, not both")
+    if sum((request.criteria is not None, request.from_tasks is not None,
+            request.recorded)) > 1:
+        raise InvalidRequest("give one of --criteria, --from-tasks and --recorded")
     if request.criteria is not None:
         criteria = _read_criteria(request.criteria)
         chosen = (criteria, _criteria_hash(criteria))
@@ -301,6 +307,8 @@ def _criteria_source(ledger: Ledger, run_id: str, request: RegradeRequest) -> tu
         raise InvalidRequest(
             f"run {run_id} came from elsewhere (merge, import): the criteria its events "
             "name run commands here; give --criteria FILE or --from-tasks PATH")
+    if not request.recorded:
+        return _run_tasks(ledger, run_id), "tasks"
 
     def recorded(started: TaskStarted) -> tuple[list[Any], str] | str:
         raw = started.definition.get("success_criteria") or []
@@ -320,16 +328,43 @@ def _from_tasks(path: Path) -> Callable[[TaskStarted], tuple[list[Any], str] | s
 
     if not path.exists():
         raise InvalidRequest(f"--from-tasks: {path} does not exist")
-    task_set = load_tasks([str(path.resolve())])
-    by_key = {t.task_key: t for t in task_set.tasks}
-    by_id = {t.task_id: t for t in task_set.tasks}
+    return _finder(load_tasks([str(path.resolve())]).tasks, str(path))
+
+
+def _run_tasks(ledger: Ledger, run_id: str) -> Callable[[TaskStarted], tuple[list[Any], str] | str]:
+    """The run's task files as they are now, resolved with the options it recorded (as a
+    resume resolves them): what a user edits when the grading was wrong."""
+    from evalledger.errors import EvalledgerError
+    from evalledger.ledger import RunStarted
+
+    from ._callbacks import Callbacks
+    from ._prepare import load_task_set
+
+    options = next((e.config for e in ledger.events(run_id, types={EventType.RUN_STARTED})
+                    if isinstance(e, RunStarted)), None)
+    if options is None:
+        raise InvalidRequest(f"run {run_id} has no run.started: give --criteria, "
+                             "--from-tasks or --recorded")
+    try:
+        task_set = load_task_set(options, Callbacks(), missing_ok=True)
+    except EvalledgerError as e:
+        raise InvalidRequest(f"run {run_id}'s task files do not load now ({e}); give "
+                             "--criteria, --from-tasks or --recorded") from None
+    return _finder(task_set.tasks, "the run's task files")
+
+
+def _finder(tasks: Sequence[Any], where: str
+            ) -> Callable[[TaskStarted], tuple[list[Any], str] | str]:
+    """Each attempt's criteria among ``tasks``: its task key's, else its task id's."""
+    by_key = {t.task_key: t for t in tasks}
+    by_id = {t.task_id: t for t in tasks}
 
     def find(started: TaskStarted) -> tuple[list[Any], str] | str:
         task = by_key.get(started.task_key) or by_id.get(started.task_id)
         if task is None:
-            return f"no task {started.task_id} in {path}"
+            return f"no task {started.task_id} in {where}"
         if not task.success_criteria:
-            return f"task {started.task_id} in {path} has no criteria"
+            return f"task {started.task_id} in {where} has no criteria"
         return list(task.success_criteria), _criteria_hash(task.success_criteria)
 
     return find

@@ -22,6 +22,9 @@ from ._main import Settings, pass_settings
 @click.option("--from-tasks", type=click.Path(path_type=Path),
               help="Task files or a folder of them: each attempt graded by its task's "
                    "criteria there now.")
+@click.option("--recorded", is_flag=True,
+              help="Grade by the criteria each attempt recorded when it started, not by the "
+                   "run's task files as they are now.")
 @click.option("--only", multiple=True, metavar="KEY_OR_GLOB",
               help="Grade only these task keys or ids (globs too); the grade set is then not "
                    "complete. Repeatable.")
@@ -30,13 +33,14 @@ from ._main import Settings, pass_settings
               help="Attempts graded at once.")
 @pass_settings
 def regrade(settings: Settings, run: str, criteria: Path | None, from_tasks: Path | None,
-            only: tuple[str, ...], name: str | None, max_parallel: int) -> None:
+            recorded: bool, only: tuple[str, ...], name: str | None, max_parallel: int) -> None:
     """Grade a finished run again from its kept workspaces; nothing is re-run.
 
     Each counted attempt (a task key's latest) is graded in a copy of its workspace,
-    confined as its command was, by its own recorded criteria (or --criteria, or
-    --from-tasks). Each verdict is appended as a `task.graded` of a grade set; the
-    run's own verdicts stay. Readers show the latest complete grade set (`--grades`
+    confined as its command was, by its task's criteria in the run's task files as they
+    are now (or --criteria, --from-tasks, or --recorded: as the attempt recorded them).
+    Each verdict is appended as a `task.graded` of a grade set; the run's own verdicts
+    stay. Readers show the latest complete grade set (`--grades`
     picks another). An attempt whose workspace is gone or changed is refused, named.
     Exit code: 0, or 1 when some attempt was refused.
 
@@ -53,7 +57,7 @@ def regrade(settings: Settings, run: str, criteria: Path | None, from_tasks: Pat
         click.echo(f"{status:<21} {visible(event.task_key)}{change}")  # type: ignore[attr-defined]
 
     request = RegradeRequest(name=name, criteria=criteria, from_tasks=from_tasks, only=only,
-                             max_parallel=max_parallel)
+                             recorded=recorded, max_parallel=max_parallel)
     outcome = grade_again(settings.ledger_path, run, request, on_graded=said)
     for refused in outcome.refused:
         click.echo(f"refused {visible(refused.task_key)}: {visible(refused.reason)}", err=True)

@@ -509,8 +509,9 @@ class TaskGraded(_TaskEvent):
     criteria: list[CriterionResult] = []
     """One [criterion result](#nested-objects) per criterion of this grading, in order."""
     criteria_from: _Line
-    """Where the criteria came from: ``recorded`` (the attempt's own, as its
-    ``task.started`` recorded them), ``criteria:<file>`` or ``tasks:<path>``."""
+    """Where the criteria came from: ``tasks`` (the run's task files as they were when
+    it regraded), ``recorded`` (the attempt's own, as its ``task.started`` recorded
+    them), ``criteria:<file>`` or ``tasks:<path>``."""
     criteria_hash: str
     """sha256 of the criteria's definitions (canonical JSON): two gradings with the
     same hash judged by the same rules."""

@@ -61,10 +61,10 @@ def test_a_changed_criteria_file_regraded_appends_a_verdict_per_attempt_and_keep
     tasks, db = graded_run
     before = events(db, "r")
     assert statuses(db, "r") == {"a": "SUCCESS", "b": "SUCCESS", "c": "FAILURE"}
-    # The suite's criteria get stricter; the run is graded again by them, not re-run.
+    # The suite's criteria get stricter; the run is graded again by them, not re-run:
+    # by default, by its task files as they are now.
     write_tasks(tasks, {n: {**t, "success_criteria": STRICT} for n, t in TASKS.items()})
-    done = evalledger(db.parent, db, "regrade", "r", "--from-tasks", str(tasks),
-                      "--name", "strict")
+    done = evalledger(db.parent, db, "regrade", "r", "--name", "strict")
     assert done.returncode == 0, done.stderr
     assert "grade set strict of run r (complete): 3 graded, 0 refused" in done.stdout
     assert "FAILURE               default/b/00  (was SUCCESS)" in done.out_lines
@@ -75,7 +75,7 @@ def test_a_changed_criteria_file_regraded_appends_a_verdict_per_attempt_and_keep
     assert {g.task_key.split("/")[1]: g.final_status for g in graded} == {
         "a": "SUCCESS", "b": "FAILURE", "c": "FAILURE"}
     assert len({g.criteria_hash for g in graded}) == 1
-    assert all(g.criteria_from == f"tasks:{tasks}" for g in graded)
+    assert all(g.criteria_from == "tasks" for g in graded)
     [ended] = of_type(after, "run.graded")
     assert isinstance(ended, RunGraded) and ended.complete and ended.graded == 3
     # The stdout of the attempt was there to grade: output_contains passed for a.
@@ -100,6 +100,11 @@ def test_a_changed_criteria_file_regraded_appends_a_verdict_per_attempt_and_keep
                                "ORDER BY task_key")
     assert rows == [("default/a/00", "strict", "SUCCESS"), ("default/b/00", "strict", "FAILURE"),
                     ("default/c/00", "strict", "FAILURE")]
+    # --recorded: each attempt's own criteria, as it recorded them: the run's verdicts,
+    # now the latest complete grade set.
+    again = evalledger(db.parent, db, "regrade", "r", "--recorded", "--name", "as-run")
+    assert "FAILURE               default/c/00" in again.out_lines
+    assert statuses(db, "r") == {"a": "SUCCESS", "b": "SUCCESS", "c": "FAILURE"}
     verified(db)
 
 
@@ -116,6 +121,12 @@ def test_a_subset_regraded_leaves_the_others_verdicts_and_is_not_the_default(
     assert statuses(db, "r") == {"a": "SUCCESS", "b": "SUCCESS", "c": "FAILURE"}  # original
     assert statuses(db, "r", "--grades", "part") == {
         "a": "SUCCESS", "b": "FAILURE", "c": "FAILURE"}
+    # --from-tasks: another folder's tasks, by task id.
+    other = write_tasks(tmp_path / "other", {n: {**t, "success_criteria": STRICT}
+                                             for n, t in TASKS.items()})
+    moved = evalledger(tmp_path, db, "regrade", "r", "--from-tasks", str(other), "--only", "a",
+                       "--name", "moved")
+    assert "SUCCESS               default/a/00" in moved.out_lines
     # The same name again, over the whole run: now complete, and the default.
     again = evalledger(tmp_path, db, "regrade", "r", "--criteria", str(strict), "--name", "part")
     assert "(complete): 3 graded" in again.stdout
@@ -220,3 +231,16 @@ def test_the_summary_of_a_grade_set_is_the_same_live_replayed_and_from_a_snapsho
         snapshotted = load_fold(ledger, SummaryFold, "r")
     for grades in ("original", "s", None):
         assert replayed.summary(grades) == snapshotted.summary(grades)
+
+
+def test_a_run_whose_task_files_are_gone_is_regraded_only_as_asked(
+    graded_run: tuple[Path, Path],
+) -> None:
+    tasks, db = graded_run
+    shutil.rmtree(tasks)
+    refused = evalledger(db.parent, db, "regrade", "r")
+    assert "task files do not load now" in assert_one_line_error(refused)
+    assert "--recorded" in refused.stderr
+    done = evalledger(db.parent, db, "regrade", "r", "--recorded")
+    assert done.returncode == 0, done.stderr
+    assert "grade set regrade-1 of run r (complete): 3 graded" in done.stdout
