@@ -183,6 +183,8 @@ async def _grade_all(ledger: Ledger, grader: Any, rates: Any, attempts: list[_At
         judged = verdict(recorded, results, task.timeout)
         event = TaskGraded(
             run_id=ledger_run(attempt), task_key=key, attempt=done.attempt, grades=name,
+            cost_usd=round(judging.cost_usd, 10) if judging.cost_complete else None,
+            tokens=judging.tokens,
             criteria=list(results), criteria_from=criteria_from, criteria_hash=criteria_hash,
             final_status=judged.status, category=judged.status.category,
             error_message=judged.error_message, weighted_score=judged.score,

@@ -74,6 +74,8 @@ class Judging:
     cost_usd: float = 0.0
     """What this attempt's judges cost so far (priced calls)."""
     cost_complete: bool = True
+    tokens: TokenCounts = field(default_factory=TokenCounts)
+    """What they used so far."""
 
 
 class JudgeError(Exception):
@@ -138,6 +140,7 @@ async def _sample(criterion: LlmJudge, index: int, sample: int, prompt: str,
                 response=text[:RESPONSE_CHARS],
                 response_sha256=hashlib.sha256(text.encode()).hexdigest(),
                 response_bytes=len(text.encode()))
+    judging.tokens = judging.tokens + tokens
     cost = judging.rates.price(criterion.model, tokens)
     if cost is None:
         judging.cost_complete = False

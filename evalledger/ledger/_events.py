@@ -506,6 +506,9 @@ class TaskGraded(_TaskEvent):
     """The attempt graded (as in its ``task.completed``)."""
     category: Category
     """Always the category of ``final_status``."""
+    cost_usd: float | None = 0.0
+    """What this grading cost: its judges' calls (each its own ``task.usage`` of role
+    ``grader``), summed; null when some call had no price. 0 without judges."""
     criteria: list[CriterionResult] = []
     """One [criterion result](#nested-objects) per criterion of this grading, in order."""
     criteria_from: _Line
@@ -523,6 +526,8 @@ class TaskGraded(_TaskEvent):
     stays the status ``task.completed`` recorded."""
     grades: _Line
     """The grade set's name (``regrade --name``)."""
+    tokens: TokenCounts = TokenCounts()
+    """The tokens this grading's judges used ([TokenCounts](#nested-objects))."""
     weighted_score: float = 0.0
     """Passed weight / total weight of these criteria, 0 to 1."""
     workspace_hash: str

@@ -516,8 +516,10 @@ REPRESENTATIVE: dict[str, Any] = {
         grade_pending=True,  # left out when false
     ),
     "task.graded": TaskGraded(
-        run_id="r", task_key="k", attempt=2, category=Category.SUCCEEDED,
-        criteria=[CriterionResult(detail="ü", passed=True, type="run_command", weight=2)],
+        run_id="r", task_key="k", attempt=2, category=Category.SUCCEEDED, cost_usd=0.25,
+        tokens=TokenCounts(input_tokens=7),
+        criteria=[CriterionResult(detail="ü", passed=True, type="run_command", weight=2,
+                                  score=0.5, spread=0.25, errored=True)],
         criteria_from="criteria:/a/b.yaml", criteria_hash="ef" * 32, error_message=None,
         final_status=FinalStatus.SUCCESS, grades="strict", weighted_score=1.0,
         workspace_hash="cd" * 32),
