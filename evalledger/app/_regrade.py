@@ -150,7 +150,9 @@ async def _grade_all(ledger: Ledger, grader: Any, rates: Any, attempts: list[_At
         if isinstance(chosen, str):
             return refuse(key, chosen)
         criteria, criteria_hash = chosen
-        workspace = root / key
+        workspace = kept_workspace(root, key)
+        if workspace is None:
+            return refuse(key, "its task key is no folder name under the run's artifacts")
         if done.kept_hash is None:
             return refuse(key, "its workspace was not kept (--preservation-mode none)")
         if not workspace.is_dir() or workspace.is_symlink():
@@ -213,6 +215,15 @@ def _rates(ledger: Ledger, run_id: str) -> Any:
             except (PricingError, OSError):
                 return DEFAULT_RATES
     return DEFAULT_RATES
+
+
+def kept_workspace(root: Path, task_key: str) -> Path | None:
+    """Where the run kept the key's workspace, ``root/<task_key>``; None for a key that
+    would lead anywhere else (``..``, an absolute path: a forged or transferred event)."""
+    parts = Path(task_key).parts
+    if not parts or Path(task_key).is_absolute() or any(p in ("..", ".") for p in parts):
+        return None
+    return root / task_key
 
 
 def ledger_run(attempt: _Attempt) -> str:

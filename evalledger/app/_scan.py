@@ -30,6 +30,7 @@ from pathlib import Path
 from evalledger.errors import InvalidRequest
 from evalledger.ledger import EventType, Evidence, Ledger, TaskFlagged, TaskStarted
 
+from ._regrade import _artifacts_root, kept_workspace
 from ._repository import write_snapshot
 from ._settings import open_ledger
 
@@ -113,7 +114,12 @@ def scan(ledger_path: Path | str, run: str, rules_file: Path | None = None,
                     # Only the key's latest attempt left the workspace that is kept.
                     if latest.get(key) != started.attempt:
                         continue
-                    found = _workspace_matches(rule, started, root / key, outcome)
+                    workspace = kept_workspace(root, key)
+                    if workspace is None:
+                        outcome.unchecked.append(f"{key} {rule.name}: its task key is no "
+                                                 "folder name under the run's artifacts")
+                        continue
+                    found = _workspace_matches(rule, started, workspace, outcome)
                 if found:
                     outcome.flags.append(_flag(run_id, started, rule, found))
         before = ledger.count()
@@ -280,10 +286,6 @@ def _task_file(started: TaskStarted) -> str | None:
     return os.path.basename(source) if isinstance(source, str) and source else None
 
 
-def _artifacts_root(ledger: Ledger, run_id: str) -> Path:
-    from ._regrade import _artifacts_root as root
-
-    return root(ledger, run_id)
 
 
 def _flag(run_id: str, started: TaskStarted, rule: Rule, found: list[Evidence]) -> TaskFlagged:

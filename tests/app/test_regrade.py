@@ -244,3 +244,25 @@ def test_a_run_whose_task_files_are_gone_is_regraded_only_as_asked(
     done = evalledger(db.parent, db, "regrade", "r", "--recorded")
     assert done.returncode == 0, done.stderr
     assert "grade set regrade-1 of run r (complete): 3 graded" in done.stdout
+
+
+def test_a_forged_task_key_that_leads_out_of_the_artifacts_is_refused(
+    graded_run: tuple[Path, Path],
+) -> None:
+    """A row appended by hand naming ``../..``: never hashed, copied or graded."""
+    from evalledger.ledger import TaskStarted
+    from evalledger.statuses import FinalStatus
+
+    _, db = graded_run
+    key = "../../../etc"
+    with Ledger(db) as ledger:
+        ledger.append([
+            TaskStarted(run_id="r", task_key=key, task_id="etc", definition_hash="h",
+                        definition={"command": "true", "success_criteria": [
+                            {"type": "file_exists", "path": "passwd"}]}),
+            TaskCompleted(run_id="r", task_key=key, final_status=FinalStatus.SUCCESS,
+                          category=FinalStatus.SUCCESS.category, kept_hash="00" * 32)])
+    done = evalledger(db.parent, db, "regrade", "r", "--recorded")
+    assert done.returncode == 1
+    assert f"refused {key}: its task key is no folder name under the run's artifacts" in (
+        done.err_lines)

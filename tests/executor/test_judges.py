@@ -109,6 +109,7 @@ def test_an_anthropic_judge_is_sent_the_rubric_and_the_work_enveloped_and_priced
     assert rows == [(pytest.approx(0.0075 + usage.cost_usd), pytest.approx(usage.cost_usd))]
     shown = evalledger(tmp_path, db, "show", "j")
     assert "grader" in shown.stdout.splitlines()[0], shown.stdout
+    assert evalledger(tmp_path, db, "verify", "--deep").returncode == 0
 
 
 def test_an_openai_compatible_judge_is_called_with_its_own_shape(
