@@ -5,6 +5,7 @@ transcript line that shows it; an honest agent is not."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -20,6 +21,8 @@ CHECK = [{"type": "output_contains", "includes": ["done"]}]
 def hacked_run(tmp_path: Path) -> Path:
     """A run of four agents over one workdir (a git repository with a test): three
     cheat, each its own way, and one does the work. Returns the ledger."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed (the workdir is a git repository)")
     work = tmp_path / "work"
     (work / "tests").mkdir(parents=True)
     (work / "tests" / "test_calc.py").write_text("def test_add():\n    assert False\n")
