@@ -104,7 +104,8 @@ def regrade(ledger_path: Path | str, run: str, request: RegradeRequest,
             raise InvalidRequest(f"run {run_id} is still running: regrade it once it ended")
         summary = load_fold(ledger, SummaryFold, run_id)
         name = _name(request.name, summary)
-        criteria_for, criteria_from = _criteria_source(ledger, run_id, request)
+        transferred = _transferred(ledger, run_id)
+        criteria_for, criteria_from = _criteria_source(ledger, run_id, request, transferred)
         attempts = _attempts(ledger, run_id, summary, request.only)
         root = _artifacts_root(ledger, run_id)
         outcome = RegradeOutcome(run_id, name)
@@ -113,8 +114,8 @@ def regrade(ledger_path: Path | str, run: str, request: RegradeRequest,
             import trio
 
             trio.run(_grade_all, ledger, grader, _rates(ledger, run_id), attempts, root,
-                     criteria_for,
-                     criteria_from, name, request.max_parallel, outcome, on_graded)
+                     criteria_for, criteria_from, transferred, name, request.max_parallel,
+                     outcome, on_graded)
         finally:
             grader.close()
         outcome.refused.sort(key=lambda r: r.task_key)
@@ -128,8 +129,8 @@ def regrade(ledger_path: Path | str, run: str, request: RegradeRequest,
 
 async def _grade_all(ledger: Ledger, grader: Any, rates: Any, attempts: list[_Attempt],
                      root: Path,
-                     criteria_for: Callable[[TaskStarted], tuple[list[Any], str] | str],
-                     criteria_from: str, name: str, max_parallel: int,
+                     criteria_for: Callable[[TaskStarted], _Chosen | str],
+                     criteria_from: str, transferred: bool, name: str, max_parallel: int,
                      outcome: RegradeOutcome,
                      on_graded: Callable[[TaskGraded, FinalStatus], None] | None) -> None:
     import trio
@@ -137,7 +138,6 @@ async def _grade_all(ledger: Ledger, grader: Any, rates: Any, attempts: list[_At
     from evalledger.executor._judges import Judging
     from evalledger.executor._regrade import Recorded, gradable, verdict
     from evalledger.executor.isolation import IsolationUnavailable, hash_tree
-    from evalledger.suite import ResolvedTask
 
     limiter = trio.CapacityLimiter(max(1, max_parallel))
 
@@ -149,10 +149,16 @@ async def _grade_all(ledger: Ledger, grader: Any, rates: Any, attempts: list[_At
         chosen = criteria_for(attempt.started)
         if isinstance(chosen, str):
             return refuse(key, chosen)
-        criteria, criteria_hash = chosen
+        criteria, criteria_hash = chosen.criteria, chosen.criteria_hash
         workspace = kept_workspace(root, key)
         if workspace is None:
             return refuse(key, "its task key is no folder name under the run's artifacts")
+        task = (chosen.task.model_copy(update={"task_key": key}) if chosen.task is not None
+                else _recorded_task(attempt))
+        if isinstance(task, str):
+            return refuse(key, task)
+        # Confined as its command was; a run from elsewhere, as its task here says.
+        isolation = task.isolation if transferred else attempt.isolation
         if done.kept_hash is None:
             return refuse(key, "its workspace was not kept (--preservation-mode none)")
         if not workspace.is_dir() or workspace.is_symlink():
@@ -161,25 +167,22 @@ async def _grade_all(ledger: Ledger, grader: Any, rates: Any, attempts: list[_At
             found = await trio.to_thread.run_sync(hash_tree, workspace)
             if found != done.kept_hash:
                 return refuse(key, f"its workspace changed since it was kept ({workspace})")
-            task = ResolvedTask.model_validate(
-                {**attempt.started.definition, "task_key": key,
-                 "replicate_index": int(key.rsplit("/", 1)[-1])})
             stdout, stderr = _streams(ledger, attempt)
             recorded = Recorded(done.final_status, done.error_message, done.exit_code,
-                                done.criteria, stdout, stderr, attempt.isolation)
+                                done.criteria, stdout, stderr, isolation)
+
             async def record(model: str, tokens: TokenCounts, cost: float | None,
                              call: dict[str, object]) -> None:
                 ledger.append([TaskUsage(  # what judging costs is spent: booked at once
                     run_id=done.run_id, task_key=key, model=model, role="grader",
                     cost_usd=cost, call={**call, "grades": name}, **dict(tokens))])
 
-            workdir = attempt.started.definition.get("workdir")
-            judging = Judging(record, rates, workdir=Path(workdir)
-                              if isinstance(workdir, str) else None)
+            judging = Judging(record, rates, workdir=Path(task.workdir)
+                              if task.workdir else None)
             try:
                 results = await grader.grade(task, criteria, workspace, recorded, judging)
             except IsolationUnavailable as e:
-                return refuse(key, f"its isolation ({attempt.isolation}) cannot run here: {e}")
+                return refuse(key, f"its isolation ({isolation}) cannot run here: {e}")
             except OSError as e:
                 return refuse(key, f"its workspace cannot be copied: {e}")
         judged = verdict(recorded, results, task.timeout)
@@ -198,7 +201,7 @@ async def _grade_all(ledger: Ledger, grader: Any, rates: Any, attempts: list[_At
 
     async with trio.open_nursery() as nursery:
         for attempt in attempts:
-            if gradable(attempt.completed.final_status):
+            if gradable(attempt.completed.final_status, attempt.completed.criteria):
                 nursery.start_soon(one, attempt)
     outcome.graded.sort(key=lambda pair: pair[0].task_key)
 
@@ -300,30 +303,49 @@ def _artifacts_root(ledger: Ledger, run_id: str) -> Path:
                          "its workspaces")
 
 
-def _criteria_source(ledger: Ledger, run_id: str, request: RegradeRequest) -> tuple[
-        Callable[[TaskStarted], tuple[list[Any], str] | str], str]:
-    """How each attempt's criteria are found (criteria and their hash, or why there are
-    none), and how ``task.graded`` names where they came from."""
+@dataclass(frozen=True)
+class _Chosen:
+    """What grades an attempt: its criteria and their hash, and the task as it is now
+    (None: as the attempt's ``task.started`` recorded it)."""
+
+    criteria: list[Any]
+    criteria_hash: str
+    task: Any = None
+
+
+def _transferred(ledger: Ledger, run_id: str) -> bool:
+    """Whether the run arrived by ``merge``/``import-events`` or an import: its events
+    are another ledger's word."""
     from evalledger.ledger._page_queries import run_imported
     from evalledger.ledger._queries import has_type
 
+    return has_type(ledger, run_id, EventType.RUN_MERGED) or bool(run_imported(ledger, run_id))
+
+
+def _criteria_source(ledger: Ledger, run_id: str, request: RegradeRequest, transferred: bool
+                     ) -> tuple[Callable[[TaskStarted], _Chosen | str], str]:
+    """How each attempt's criteria are found (or why there are none), and how
+    ``task.graded`` names where they came from."""
     if sum((request.criteria is not None, request.from_tasks is not None,
             request.recorded)) > 1:
         raise InvalidRequest("give one of --criteria, --from-tasks and --recorded")
+    if transferred and request.from_tasks is None:
+        # Its events name the task definitions: the commands graders run, what they see,
+        # how they are confined. Only task files here say that.
+        raise InvalidRequest(
+            f"run {run_id} came from elsewhere (merge, import): its events name what "
+            "grading runs and how; give --from-tasks PATH (task files here)")
     if request.criteria is not None:
         criteria = _read_criteria(request.criteria)
-        chosen = (criteria, _criteria_hash(criteria))
-        return (lambda started: chosen), f"criteria:{request.criteria}"
+        chosen = _Chosen(criteria, _criteria_hash(criteria))
+        return (lambda started: chosen), f"criteria:{_one_line(request.criteria)}"
     if request.from_tasks is not None:
-        return _from_tasks(request.from_tasks), f"tasks:{request.from_tasks}"
-    if has_type(ledger, run_id, EventType.RUN_MERGED) or run_imported(ledger, run_id):
-        raise InvalidRequest(
-            f"run {run_id} came from elsewhere (merge, import): the criteria its events "
-            "name run commands here; give --criteria FILE or --from-tasks PATH")
+        return (_from_tasks(request.from_tasks),
+                f"tasks:{_one_line(request.from_tasks)}")
     if not request.recorded:
         return _run_tasks(ledger, run_id), "tasks"
 
-    def recorded(started: TaskStarted) -> tuple[list[Any], str] | str:
+    def recorded(started: TaskStarted) -> _Chosen | str:
         raw = started.definition.get("success_criteria") or []
         try:
             criteria = _validate(raw)
@@ -331,12 +353,33 @@ def _criteria_source(ledger: Ledger, run_id: str, request: RegradeRequest) -> tu
             return f"its recorded criteria do not load: {_first_line(e)}"
         if not criteria:
             return "it has no criteria to grade by"
-        return criteria, _criteria_hash(criteria)
+        return _Chosen(criteria, _criteria_hash(criteria))
 
     return recorded, "recorded"
 
 
-def _from_tasks(path: Path) -> Callable[[TaskStarted], tuple[list[Any], str] | str]:
+def _recorded_task(attempt: _Attempt) -> Any:
+    """The task as the attempt's ``task.started`` recorded it, or why it does not load
+    (a row this version cannot read, or one written by hand)."""
+    from evalledger.suite import ResolvedTask
+
+    number = attempt.task_key.rsplit("/", 1)[-1]
+    try:
+        return ResolvedTask.model_validate(
+            {**attempt.started.definition, "task_key": attempt.task_key,
+             "replicate_index": int(number) if number.isdigit() else 0})
+    except ValueError as e:
+        return f"its recorded definition does not load: {_first_line(e)}"
+
+
+def _one_line(path: Path) -> str:
+    text = str(path)
+    if not text.isprintable():
+        raise InvalidRequest(f"a path of one printable line, not {text!r}")
+    return text
+
+
+def _from_tasks(path: Path) -> Callable[[TaskStarted], _Chosen | str]:
     from evalledger.suite import load_tasks
 
     if not path.exists():
@@ -344,7 +387,7 @@ def _from_tasks(path: Path) -> Callable[[TaskStarted], tuple[list[Any], str] | s
     return _finder(load_tasks([str(path.resolve())]).tasks, str(path))
 
 
-def _run_tasks(ledger: Ledger, run_id: str) -> Callable[[TaskStarted], tuple[list[Any], str] | str]:
+def _run_tasks(ledger: Ledger, run_id: str) -> Callable[[TaskStarted], _Chosen | str]:
     """The run's task files as they are now, resolved with the options it recorded (as a
     resume resolves them): what a user edits when the grading was wrong."""
     from evalledger.errors import EvalledgerError
@@ -366,19 +409,19 @@ def _run_tasks(ledger: Ledger, run_id: str) -> Callable[[TaskStarted], tuple[lis
     return _finder(task_set.tasks, "the run's task files")
 
 
-def _finder(tasks: Sequence[Any], where: str
-            ) -> Callable[[TaskStarted], tuple[list[Any], str] | str]:
+def _finder(tasks: Sequence[Any], where: str) -> Callable[[TaskStarted], _Chosen | str]:
     """Each attempt's criteria among ``tasks``: its task key's, else its task id's."""
     by_key = {t.task_key: t for t in tasks}
     by_id = {t.task_id: t for t in tasks}
 
-    def find(started: TaskStarted) -> tuple[list[Any], str] | str:
+    def find(started: TaskStarted) -> _Chosen | str:
         task = by_key.get(started.task_key) or by_id.get(started.task_id)
         if task is None:
             return f"no task {started.task_id} in {where}"
         if not task.success_criteria:
             return f"task {started.task_id} in {where} has no criteria"
-        return list(task.success_criteria), _criteria_hash(task.success_criteria)
+        return _Chosen(list(task.success_criteria), _criteria_hash(task.success_criteria),
+                       task)
 
     return find
 
@@ -416,6 +459,13 @@ def _criteria_hash(criteria: Sequence[Any]) -> str:
 
 
 def _first_line(error: BaseException) -> str:
+    """What went wrong, in one line: for a validation error its first error and where."""
+    from pydantic import ValidationError
+
+    if isinstance(error, ValidationError) and (errors := error.errors()):
+        where = ".".join(str(p) for p in errors[0]["loc"] if not str(p).startswith(
+            ("tagged-union", "function-")))
+        return f"{where}: {errors[0]['msg']}" if where else str(errors[0]["msg"])
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
 

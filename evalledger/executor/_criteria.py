@@ -45,6 +45,7 @@ from ._process import (
     release_pipes,
     spawn,
 )
+from ._sandbox import copy_workspace
 from .isolation import Container, Jail
 
 MAX_FILE_BYTES = 64 * 1024 * 1024
@@ -313,8 +314,7 @@ async def _agent_judge(criterion: AgentJudge, evidence: Evidence, env: Mapping[s
         return result(False, NOT_RUN)
     copy = Path(tempfile.mkdtemp(prefix="evalledger-judge-"))
     try:
-        await trio.to_thread.run_sync(
-            lambda: shutil.copytree(evidence.sandbox, copy, symlinks=True, dirs_exist_ok=True))
+        await trio.to_thread.run_sync(copy_workspace, evidence.sandbox, copy)
         jail = (dataclasses.replace(evidence.jail, workspace=copy)
                 if evidence.jail is not None else None)
         seen = Evidence(copy, evidence.exit_code, evidence.stdout, evidence.stderr, jail=jail)

@@ -17,7 +17,6 @@ import contextlib
 import math
 import os
 import secrets
-import shutil
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,12 +29,12 @@ from evalledger.statuses import FinalStatus
 from evalledger.suite import Criterion, ResolvedTask
 
 from . import isolation as _isolation
-from ._criteria import CUT_OFF, NOT_RUN, Evidence, evaluate
+from ._criteria import CUT_OFF, Evidence, evaluate
 from ._judges import Judging
 from ._marks import MARKER_VAR
 from ._process import DEFAULT_KILL_GRACE
 from ._runner import command_env, isolation_backend, make_jail
-from ._sandbox import remove_tree
+from ._sandbox import copy_workspace, remove_tree
 from ._status import AttemptFacts, BudgetStop, Verdict, final_status
 
 # What grading cannot change: how the attempt ended before any criterion ran.
@@ -44,10 +43,12 @@ _BUDGETS = frozenset({FinalStatus.TOKEN_BUDGET_EXCEEDED, FinalStatus.COST_BUDGET
                       FinalStatus.MAX_TURNS_EXHAUSTED})
 
 
-def gradable(status: FinalStatus) -> bool:
-    """Whether a regrade can say anything of an attempt that ended so (its command ran
-    and left a workspace: not a sandbox that failed, not a runner that erred)."""
-    return status not in _KEPT
+def gradable(status: FinalStatus, criteria: Sequence[CriterionResult] = ()) -> bool:
+    """Whether a regrade can say anything of an attempt that ended so: its command ran
+    and left a workspace (not a sandbox that failed, not a runner that erred), or its
+    ERROR was only a criterion that could not be checked (a judge's API was down)."""
+    return status not in _KEPT or (status is FinalStatus.ERROR
+                                   and any(c.errored for c in criteria))
 
 
 @dataclass(frozen=True)
@@ -69,9 +70,11 @@ def verdict(recorded: Recorded, criteria: Sequence[CriterionResult], timeout: fl
     of how its command ended taken from what was recorded."""
     budget = (BudgetStop(recorded.final_status, recorded.error_message or "")
               if recorded.final_status in _BUDGETS else None)
-    # A TIMEOUT that no criterion caused was the command's.
+    # A TIMEOUT stays one unless its record proves the command ended in time: a
+    # run_command that started and was cut off. (A criterion "not run" proves nothing:
+    # the command itself may have used the time up.)
     command_timed_out = recorded.final_status is FinalStatus.TIMEOUT and not any(
-        c.detail in (CUT_OFF, NOT_RUN) for c in recorded.criteria)
+        c.detail == CUT_OFF for c in recorded.criteria)
     return final_status(AttemptFacts(criteria, command_timed_out, timeout, budget))
 
 
@@ -107,8 +110,7 @@ class Grader:
         """
         self._count += 1
         copy = self.root / str(self._count)
-        await trio.to_thread.run_sync(
-            lambda: shutil.copytree(workspace, copy, symlinks=True))
+        await trio.to_thread.run_sync(copy_workspace, workspace, copy)
         try:
             jail = None
             if recorded.isolation in ("bwrap", "docker"):

@@ -198,6 +198,28 @@ def remove_tree(root: Path, *, ignore_errors: bool = False) -> None:
             raise OSError(f"cannot remove {root}: {done.stderr.strip()}") from None
 
 
+def copy_workspace(source: Path, target: Path) -> None:
+    """A copy of a workspace to grade in: links kept as links (never followed), FIFOs,
+    sockets and devices left out (what a grader cannot mean to read, and what would
+    block or fail the copy), modes kept. ``target`` may exist.
+
+    Raises:
+        OSError: an entry cannot be read (shutil.Error is one).
+    """
+    shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True, ignore=_special)
+
+
+def _special(folder: str, names: list[str]) -> set[str]:
+    """Entries that are neither files, folders nor links: not copied."""
+    ignored = set()
+    for name in names:
+        with contextlib.suppress(OSError):
+            mode = os.lstat(os.path.join(folder, name)).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+                ignored.add(name)
+    return ignored
+
+
 def _sockets(folder: str, names: list[str]) -> set[str]:
     """Sockets cannot be copied, and mean nothing in a copy (git's fsmonitor leaves one)."""
     ignored = set()

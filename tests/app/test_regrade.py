@@ -266,3 +266,26 @@ def test_a_forged_task_key_that_leads_out_of_the_artifacts_is_refused(
     assert done.returncode == 1
     assert f"refused {key}: its task key is no folder name under the run's artifacts" in (
         done.err_lines)
+
+
+def test_what_grading_cannot_change_stays_and_what_the_agent_planted_does_not_veto_it(
+    tmp_path: Path,
+) -> None:
+    """A command its timeout stopped stays TIMEOUT under any criteria (every criterion
+    of it was "not run": that proves nothing of the command); a FIFO or socket the
+    agent left is not copied, and does not stop its attempt from being graded."""
+    tasks = write_tasks(tmp_path / "tasks", {
+        "slow": {"command": "sleep 30", "timeout": 1,
+                 "success_criteria": [{"type": "run_command", "command": "true"}]},
+        "planted": {"command": "mkfifo pipe; echo hello > out.txt", "timeout": 20,
+                    "success_criteria": [{"type": "file_exists", "path": "out.txt"}]}})
+    db = tmp_path / "ledger.db"
+    evalledger(tmp_path, db, "run", str(tasks), "--run-id", "t")
+    assert statuses(db, "t") == {"slow": "TIMEOUT", "planted": "SUCCESS"}
+    lenient = tmp_path / "lenient.yaml"
+    lenient.write_text(json.dumps([{"type": "output_contains", "excludes": ["x"]}]))
+    done = evalledger(tmp_path, db, "regrade", "t", "--criteria", str(lenient))
+    assert done.returncode == 0, done.stderr
+    assert statuses(db, "t") == {"slow": "TIMEOUT", "planted": "SUCCESS"}
+    graded = {g.task_key: g for g in of_type(events(db, "t"), "task.graded")}
+    assert [c.passed for c in graded["default/slow/00"].criteria] == [True]
