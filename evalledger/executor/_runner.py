@@ -20,6 +20,7 @@ is recorded and re-raised.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import itertools
 import logging
@@ -52,7 +53,7 @@ from evalledger.ledger import (
 from evalledger.options import DEFAULT_PRESERVATION_MODE, PreservationMode
 from evalledger.pricing import DEFAULT_RATES, RateCard
 from evalledger.statuses import FinalStatus
-from evalledger.suite import ResolvedTask
+from evalledger.suite import AgentJudge, ResolvedTask, RunCommand
 
 from . import _sandbox
 from . import isolation as _isolation
@@ -393,10 +394,22 @@ async def _attempt(
                     functools.partial(_isolation.hash_tree, sandbox, defuse=True),
                     abandon_on_cancel=True)
                 grader_env = {**env, "EVALLEDGER_TASK_DIR": str(Path(task.source).parent)}
-            evidence = Evidence(sandbox, exit_code, state.text("stdout"), state.text("stderr"),
-                                jail=jail)
-            criteria = await evaluate(task.success_criteria, evidence, grader_env,
-                                      ctx.kill_now, deadline, ctx.kill_grace, judging)
+            graded = await _grading_copy(task, ctx, sandbox)
+            if graded is not None and jail is None:  # graders find where they grade
+                grader_env = {**grader_env, "EVALLEDGER_SANDBOX": str(graded)}
+            try:
+                where = graded or sandbox
+                evidence = Evidence(
+                    where, exit_code, state.text("stdout"), state.text("stderr"),
+                    jail=jail if jail is None or graded is None
+                    else dataclasses.replace(jail, workspace=graded))
+                criteria = await evaluate(task.success_criteria, evidence, grader_env,
+                                          ctx.kill_now, deadline, ctx.kill_grace, judging)
+            finally:
+                if graded is not None:
+                    with trio.CancelScope(shield=True):
+                        await trio.to_thread.run_sync(
+                            functools.partial(_sandbox.remove_tree, graded, ignore_errors=True))
             facts = AttemptFacts(criteria, timed_out, task.timeout, state.budget_stop)
         if ctx.preservation_mode != "none":  # kept: what a regrade reads, and checks
             kept_hash = await trio.to_thread.run_sync(_isolation.hash_tree, sandbox,
@@ -438,6 +451,24 @@ async def _attempt(
         kept_hash=kept_hash,
         grade_pending=ctx.no_grade and verdict.status is FinalStatus.NOT_GRADED,
     ))
+
+
+async def _grading_copy(task: ResolvedTask, ctx: RunContext, sandbox: Path) -> Path | None:
+    """Where criteria that run code (``run_command``, ``agent_judge``) grade: a copy of
+    the workspace, when it is kept, so what is kept (and hashed, and regraded) is what
+    the attempt left, not what a grader changed (a test runner's caches, a planted
+    ``conftest.py`` that restores the tests). None: grade in place (nothing runs code,
+    or nothing is kept)."""
+    if ctx.preservation_mode == "none" or not any(
+            isinstance(c, RunCommand | AgentJudge) for c in task.success_criteria):
+        return None
+    copy = ctx.sandbox_root / f"graded-{next(_graded_copies)}"
+    await trio.to_thread.run_sync(_sandbox.copy_workspace, sandbox, copy,
+                                  abandon_on_cancel=True)
+    return copy
+
+
+_graded_copies = itertools.count(1)
 
 
 async def _record_judge(state: _Streams, model: str, tokens: TokenCounts, cost: float | None,

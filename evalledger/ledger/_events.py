@@ -476,9 +476,10 @@ class TaskCompleted(_TaskEvent):
     """Only on an imported attempt: ``{error_category}`` when the old file had one."""
     kept_hash: Annotated[str | None, Field(exclude_if=_absent)] = None
     """When the preservation mode keeps the workspace (in the run's
-    ``artifacts/<task_key>/``): its sha256 as it was kept, after the criteria ran
-    (computed as ``workspace_hash``). What ``regrade`` grades again, and refuses once it
-    differs. Left out otherwise."""
+    ``artifacts/<task_key>/``): its sha256 as it was kept (computed as
+    ``workspace_hash``): what the attempt left, since criteria that run code
+    (``run_command``, ``agent_judge``) grade a copy of it. What ``regrade`` grades again,
+    and refuses once it differs. Left out otherwise."""
     tokens: TokenCounts = TokenCounts()
     """The attempt's token totals ([TokenCounts](#nested-objects))."""
     weighted_score: float = 0.0

@@ -289,3 +289,27 @@ def test_what_grading_cannot_change_stays_and_what_the_agent_planted_does_not_ve
     assert statuses(db, "t") == {"slow": "TIMEOUT", "planted": "SUCCESS"}
     graded = {g.task_key: g for g in of_type(events(db, "t"), "task.graded")}
     assert [c.passed for c in graded["default/slow/00"].criteria] == [True]
+
+
+@pytest.mark.parametrize("isolation", ["none", "bwrap"])
+def test_graders_write_in_a_copy_and_the_kept_workspace_is_what_the_attempt_left(
+    tmp_path: Path, isolation: str, request: pytest.FixtureRequest,
+) -> None:
+    """A run_command that rewrites what it grades (a planted conftest.py restoring the
+    tests, say) changes nothing kept: the artifacts, their hash and every regrade see
+    what the attempt left."""
+    if isolation == "bwrap":
+        request.getfixturevalue("bwrap")
+    tasks = write_tasks(tmp_path / "tasks", {"fix": {
+        "command": "echo bad > out.txt", "timeout": 20, "isolation": isolation,
+        "success_criteria": [
+            {"type": "file_contains", "path": "out.txt", "includes": ["bad"]},
+            {"type": "run_command", "command": "echo good > out.txt; grep -q good out.txt"}]}})
+    db = tmp_path / "ledger.db"
+    evalledger(tmp_path, db, "run", str(tasks), "--run-id", "k")
+    assert statuses(db, "k") == {"fix": "SUCCESS"}
+    kept = tmp_path / "runs" / "k" / "artifacts" / "default" / "fix" / "00" / "out.txt"
+    assert kept.read_text() == "bad\n"
+    done = evalledger(tmp_path, db, "regrade", "k", "--recorded")
+    assert "(complete): 1 graded, 0 refused" in done.stdout, done.stderr
+    assert kept.read_text() == "bad\n"
