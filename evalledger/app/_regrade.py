@@ -20,6 +20,7 @@ regraded only with criteria given here.
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -234,8 +235,9 @@ def ledger_run(attempt: _Attempt) -> str:
 
 
 def _name(given: str | None, summary: SummaryFold) -> str:
-    if given is None:
-        return f"regrade-{len(summary.grade_sets) + 1}"
+    if given is None:  # the first regrade-N no set has
+        return next(name for n in itertools.count(len(summary.grade_sets) + 1)
+                    if (name := f"regrade-{n}") not in summary.grade_sets)
     if given == ORIGINAL:
         raise InvalidRequest(f"{ORIGINAL!r} is the run's own grading: name the regrade "
                              "something else")

@@ -227,7 +227,13 @@ def _workspace_matches(rule: Rule, started: TaskStarted, workspace: Path,
         kept = workspace / relative
         if not kept.is_file() or kept.is_symlink():
             found.append(Evidence(excerpt=f"{relative}: deleted"))
-        elif _digest(kept) != _digest(original / relative):
+            continue
+        try:
+            changed = _digest(kept) != _digest(original / relative)
+        except OSError as e:  # made unreadable: that is a change too
+            found.append(Evidence(excerpt=f"{relative}: unreadable ({e.strerror})"))
+            continue
+        if changed:
             found.append(Evidence(excerpt=f"{relative}: modified"))
     return found
 
@@ -250,11 +256,15 @@ def _digest(path: Path) -> str:
 
 
 def _attempts(ledger: Ledger, run_id: str) -> Iterator[tuple[TaskStarted, int | None]]:
-    """Every attempt's ``task.started`` and the seq of what ended it (None: nothing yet)."""
-    open_: dict[tuple[str, int], TaskStarted] = {}
+    """Every attempt's ``task.started`` and the seq of what ended it (None: nothing yet).
+    A key runs one attempt at a time: an end (a ``task.interrupted`` names no attempt)
+    closes the key's open one, and a new start closes it too."""
+    open_: dict[str, TaskStarted] = {}
     for event in ledger.events(run_id, types={EventType.TASK_STARTED, *_ENDS}):
-        key = (event.task_key or "", getattr(event, "attempt", 1))
+        key = event.task_key or ""
         if isinstance(event, TaskStarted):
+            if key in open_:  # ended by nothing recorded (a crash): up to this start
+                yield open_.pop(key), (event.seq or 1) - 1
             open_[key] = event
         elif key in open_:
             yield open_.pop(key), event.seq

@@ -8,6 +8,7 @@ from typing import get_args
 
 import click
 
+from evalledger._text import visible
 from evalledger.projections import Change, FailOn, diff_runs
 
 from ._common import grades_option, rebuild_summary, resolve_run
@@ -66,8 +67,8 @@ def diff(settings: Settings, run_a: str, run_b: str, as_json: bool, fail_on: Fai
                        "measurement, see docs/isolation.md)", err=True)
         for t in tasks:
             if t.flags:
-                click.echo(f"flagged in {result.run_b}: {t.task_key}: {', '.join(t.flags)}",
-                           err=True)
+                click.echo(f"flagged in {result.run_b}: {visible(t.task_key)}: "
+                           f"{visible(', '.join(t.flags))}", err=True)
         if not result.tasks:
             click.echo("neither run has any task", err=True)
     if result.fails(fail_on):

@@ -70,7 +70,7 @@ def show(settings: Settings, run: str, as_json: bool, full_errors: bool,
           [_task_cells(r, shorten) for r in s.tasks])
     for r in s.tasks:  # findings, not verdicts: beside the table, on stderr
         if r.flags:
-            click.echo(f"flagged {visible(r.task_key)}: {', '.join(r.flags)} "
+            click.echo(f"flagged {visible(r.task_key)}: {visible(', '.join(r.flags))} "
                        "(evalledger sql \"SELECT * FROM task_flags\")", err=True)
     if full_errors:
         _echo_full_errors(s.tasks)
@@ -82,7 +82,7 @@ def _headline(s: RunSummary, gone: bool) -> str:
     ungraded = f"{s.tasks_ungraded} ungraded, " if s.tasks_ungraded else ""
     skipped = f"; {len(s.broken_files)} task file(s) skipped" if s.broken_files else ""
     # Which verdicts these are, once there is more than the run's own.
-    graded = f" (grades: {s.grades})" if len(s.grade_sets) > 1 else ""
+    graded = f" (grades: {visible(s.grades)})" if len(s.grade_sets) > 1 else ""
     return (
         f"run {s.run_id} {status_word(s.status, gone)}{graded}: "
         f"{s.tasks_run}/{s.tasks_planned} run, "

@@ -133,11 +133,16 @@ async def _run_command(
     return passed, detail
 
 
+# What an agent_judge's stdout keeps: its end, where its verdict line is.
+_VERDICT_TAIL = 64 * 1024
+
+
 async def _run_command_said(
     criterion: RunCommand, evidence: Evidence, env: Mapping[str, str], kill_now: trio.Event | None,
-    deadline: float, grace: float,
+    deadline: float, grace: float, stdout_tail: bytearray | None = None,
 ) -> tuple[bool, str, str]:
-    """A ``run_command``'s pass and detail, and what it printed (its head and tail)."""
+    """A ``run_command``'s pass and detail, and what it printed (its head and tail);
+    ``stdout_tail`` collects the end of its stdout alone."""
     jail, name = evidence.jail, None
     if jail is None:
         process = await spawn(criterion.command, cwd=str(evidence.sandbox), env=env,
@@ -152,7 +157,7 @@ async def _run_command_said(
         process = await spawn(argv, cwd=str(evidence.sandbox), env=jail.client_env(env),
                               stdin=False, kind=Contained)
     try:
-        return await _graded(process, criterion, env, kill_now, deadline, grace)
+        return await _graded(process, criterion, env, kill_now, deadline, grace, stdout_tail)
     finally:
         if name is not None and (process.returncode is None or process.returncode < 0
                                  or process.returncode == 125):
@@ -163,14 +168,18 @@ async def _run_command_said(
 
 async def _graded(process: Child | trio.Process, criterion: RunCommand,
                   env: Mapping[str, str], kill_now: trio.Event | None, deadline: float,
-                  grace: float) -> tuple[bool, str, str]:
+                  grace: float, stdout_tail: bytearray | None = None) -> tuple[bool, str, str]:
     """A started ``run_command`` to its end: whether it passed, its detail, and what it
     printed (``_Kept.text``)."""
     kept = _Kept()
 
     async def collect(stream: trio.abc.ReceiveStream) -> None:
+        tail = stdout_tail if stream is process.stdout else None
         while data := await stream.receive_some(65536):
             kept.add(bytes(data))  # bytes(bytes) is the same object, not a copy
+            if tail is not None:
+                tail += data
+                del tail[:-_VERDICT_TAIL]
 
     pipes_closed = trio.Event()
 
@@ -323,8 +332,9 @@ async def _agent_judge(criterion: AgentJudge, evidence: Evidence, env: Mapping[s
         judge_env = {**env, "EVALLEDGER_RUBRIC": criterion.rubric}
         if jail is None:
             judge_env["EVALLEDGER_SANDBOX"] = str(copy)
-        ran, detail, said = await _run_command_said(command, seen, judge_env, kill_now,
-                                                    deadline, grace)
+        stdout = bytearray()
+        ran, detail, _ = await _run_command_said(command, seen, judge_env, kill_now,
+                                                 deadline, grace, stdout)
     except OSError as e:
         return result(False, f"cannot run the judge: {e}", errored=True)
     finally:
@@ -333,8 +343,9 @@ async def _agent_judge(criterion: AgentJudge, evidence: Evidence, env: Mapping[s
         return result(False, detail)
     if not ran:
         return result(False, f"the judge failed: {detail}", errored=True)
+    lines = [line for line in stdout.decode("utf-8", "replace").splitlines() if line.strip()]
     try:
-        score, reason = judge_score(said.splitlines()[-1] if said else "")
+        score, reason = judge_score(lines[-1] if lines else "")
     except JudgeError as e:
         return result(False, str(e), errored=True)
     passed = score >= criterion.pass_threshold

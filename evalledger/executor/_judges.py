@@ -49,6 +49,8 @@ RESPONSE_CHARS = 4096
 TRIES = 3
 LONGEST_WAIT = 60.0
 ANTHROPIC_VERSION = "2023-06-01"
+# Headers that carry the key: what an API's answer echoes of them is never recorded.
+_SECRET_HEADERS = ("x-api-key", "authorization")
 
 def system_prompt(nonce: str) -> str:
     return (
@@ -209,8 +211,11 @@ async def _post(request: dict[str, Any], body: bytes, timeout: float, deadline: 
                                      200) from None
             status, why = str(code), f"HTTP {code}"
             if code != 429 and code < 500:
-                raise JudgeError(f"the judge's API refused the call: HTTP {code}: "
-                                 f"{response.text[:200]}", code)
+                said = response.text[:200]
+                for secret in (v for k, v in headers.items() if k in _SECRET_HEADERS):
+                    said = said.replace(secret.removeprefix("Bearer "), "[key]")
+                raise JudgeError(f"the judge's API refused the call: HTTP {code}: {said}",
+                                 code)
             wait = _retry_after(response.headers.get("retry-after"), 2.0 ** (tries - 1))
         if tries == TRIES or trio.current_time() + wait >= deadline:
             raise JudgeError(f"the judge's API failed {tries} time(s), last: {why}", status)

@@ -231,6 +231,7 @@ class _State(msgspec.Struct, gc=False):
     finished_at: str | None
     grade_sets: list[tuple[str, bool]]
     keys: list[_Key]
+    latest_complete: str | None
     max_parallel: int
     models: list[str]
     planned: list[str]
@@ -273,13 +274,15 @@ class SummaryFold(Fold):
         # Grade set -> whether some regrade of it was complete; in the order of their
         # latest run.graded (the run's own grading, ``original``, is not listed).
         self.grade_sets: dict[str, bool] = {}
+        # The grade set of the latest run.graded that was complete: the default.
+        self.latest_complete: str | None = None
 
     def state(self) -> dict[str, Any]:
         state = _State(
             by_model=list(self.by_model.items()), by_role=list(self.by_role.items()),
             cost_gap=self.cost_gap, drift=self.drift, experiment_id=self.experiment_id,
             finished_at=self.finished_at, grade_sets=list(self.grade_sets.items()),
-            keys=list(self.keys.values()),
+            keys=list(self.keys.values()), latest_complete=self.latest_complete,
             max_parallel=self.max_parallel, models=sorted(self.models),
             planned=list(self.planned), running=sorted(self.running), skipped=self.skipped,
             spend=self.spend, started_at=self.started_at, status=self.status,
@@ -293,7 +296,7 @@ class SummaryFold(Fold):
         fold.by_model, fold.by_role = dict(s.by_model), dict(s.by_role)
         fold.cost_gap, fold.drift, fold.experiment_id = s.cost_gap, s.drift, s.experiment_id
         fold.finished_at, fold.max_parallel = s.finished_at, s.max_parallel
-        fold.grade_sets = dict(s.grade_sets)
+        fold.grade_sets, fold.latest_complete = dict(s.grade_sets), s.latest_complete
         fold.keys = {key.task_key: key for key in s.keys}
         fold.models, fold.planned = set(s.models), dict.fromkeys(s.planned)
         fold.running, fold.skipped, fold.spend = set(s.running), s.skipped, s.spend
@@ -360,6 +363,8 @@ class SummaryFold(Fold):
     def _run_graded(self, event: RunGraded) -> None:
         complete = self.grade_sets.pop(event.grades, False) or event.complete
         self.grade_sets[event.grades] = complete  # now the latest
+        if event.complete:
+            self.latest_complete = event.grades
 
     @on(TaskInterrupted)
     def _task_interrupted(self, event: TaskInterrupted) -> None:
@@ -402,10 +407,9 @@ class SummaryFold(Fold):
     # -- the live view reads these directly ----------------------------------------------------
 
     def default_grades(self) -> str:
-        """The grade set readers show unless asked: the latest complete one, else the
-        run's own grading (``original``)."""
-        return next((name for name, complete in reversed(self.grade_sets.items()) if complete),
-                    ORIGINAL)
+        """The grade set readers show unless asked: that of the latest complete
+        ``run.graded``, else the run's own grading (``original``)."""
+        return self.latest_complete or ORIGINAL
 
     def _grades(self, grades: str | None) -> str:
         """``grades``, checked (None: the default)."""

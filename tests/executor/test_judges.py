@@ -223,8 +223,9 @@ def test_an_agent_judge_gives_its_verdict_as_its_last_json_line_from_a_copy(
     tmp_path: Path,
 ) -> None:
     """It reads the rubric, may scribble in its copy, and its verdict decides."""
-    judge = ('echo "rubric: $EVALLEDGER_RUBRIC"; rm -f add.py; '
-             'echo \'{"score": 0.75, "reason": "close enough"}\'')
+    judge = ('echo "rubric: $EVALLEDGER_RUBRIC"; rm -f add.py; seq 3000; '
+             'echo \'{"score": 0.75, "reason": "close enough%s"}\'; '
+             'echo "a warning on stderr" >&2' % ("." * 500))
     tasks = write_tasks(tmp_path / "tasks", {"add": {
         "command": AGENT, "timeout": 30, "success_criteria": [
             {"type": "agent_judge", "command": judge, "rubric": "adds?",
@@ -234,7 +235,7 @@ def test_an_agent_judge_gives_its_verdict_as_its_last_json_line_from_a_copy(
     evalledger(tmp_path, db, "run", str(tasks), "--run-id", "a")
     done = only_completion(events(db, "a"))
     assert done.final_status == "SUCCESS", done.error_message
-    assert done.criteria[0].detail == "score 0.75 (passes at 0.7): close enough"
+    assert done.criteria[0].detail == "score 0.75 (passes at 0.7): close enough" + "." * 488
     assert (tmp_path / "runs" / "a" / "artifacts" / "default" / "add" / "00" / "add.py").exists()
 
 

@@ -48,7 +48,7 @@ LAYOUTS = {
     ("SummaryFold", 2): "a88ae1417246c8ed",
     ("SummaryFold", 3): "35743baae00875e2",  # + each key's isolation
     ("SummaryFold", 4): "eebb11ee0e03112d",  # its isolation by attempt, not the latest's
-    ("SummaryFold", 5): "9b36e2c29f549979",  # grade sets (each key's verdict per set), flags
+    ("SummaryFold", 5): "f51a1d11b3dbd807",  # grade sets (each key's verdict per set), flags
     ("ResumeFold", 2): "488576a01a3d6a5a",
 }
 
@@ -154,9 +154,9 @@ SUMMARY_FOLD_2 = {
 # Version 3 added each key's isolation, last in its list ("none" for these events);
 # version 4 holds it by attempt ({} for these events); version 5 adds each completion's
 # grade_pending (last in its list), each key's verdicts by grade set and its flags by
-# attempt (last: {} and {}) and the run's grade sets ([]).
+# attempt (last: {} and {}), the run's grade sets ([]) and the latest complete (None).
 SUMMARY_FOLD_5 = {
-    **SUMMARY_FOLD_2, "grade_sets": [],
+    **SUMMARY_FOLD_2, "grade_sets": [], "latest_complete": None,
     "keys": [[*k[:7], [*k[7], False], k[8], {}, {}, {}] for k in SUMMARY_FOLD_2["keys"]],
 }
 

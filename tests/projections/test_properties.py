@@ -608,7 +608,14 @@ def graded_scenarios(draw: Any) -> tuple[Scenario, list[AnyEvent]]:
         if draw(st.booleans()):
             grading.append(RunGraded(**_env(run.run_id), grades=name, graded=1,
                                      complete=draw(st.booleans()), criteria_from="recorded"))
-    at = draw(st.integers(0, len(scenario.events)))
+    # Anywhere after every start of the keys it grades (a regrade grades what ran; its
+    # attempt numbers, drawn, may name an older or a later attempt), among the other
+    # keys', resumes' and other runs' events.
+    graded_keys = {e.task_key for e in grading if isinstance(e, TaskGraded)}
+    first = [i + 1 for i, e in enumerate(scenario.events)
+             if isinstance(e, TaskStarted) and e.run_id == run.run_id
+             and e.task_key in graded_keys]
+    at = draw(st.integers(max(first, default=0), len(scenario.events)))
     events = [*scenario.events[:at], *grading, *scenario.events[at:]]
     return Scenario(runs=scenario.runs, events=events, batches=[len(events)]), grading
 
@@ -622,19 +629,20 @@ def expected_verdicts(original: SummaryFold, grading: list[AnyEvent]
            for k, key in original.keys.items()}
     graded: dict[str, dict[str, tuple[int, FinalStatus]]] = {}
     order: dict[str, bool] = {}
+    default = "original"
     for event in grading:
         if isinstance(event, TaskGraded):
             graded.setdefault(event.grades, {})[event.task_key] = (event.attempt,
                                                                    event.final_status)
         elif isinstance(event, RunGraded):
             order[event.grades] = order.pop(event.grades, False) or event.complete
+            default = event.grades if event.complete else default
     sets: dict[str, dict[str, FinalStatus | None]] = {"original": own}
     for name in order:
         sets[name] = {
             k: graded[name][k][1] if k in graded.get(name, {})
             and graded[name][k][0] == counted.get(k) else status
             for k, status in own.items()}
-    default = next((n for n, complete in reversed(order.items()) if complete), "original")
     return default, sets
 
 
