@@ -123,3 +123,38 @@ def test_a_rules_file_that_does_not_load_is_one_line_and_records_nothing(
     done = evalledger(hacked_run.parent, hacked_run, "scan", "h", "--rules", str(file))
     assert says in assert_one_line_error(done)
     assert of_type(events(hacked_run, "h"), "task.flagged") == []
+
+
+def test_each_line_is_scanned_as_the_attempt_it_belongs_to(tmp_path: Path) -> None:
+    """Attempts 1 and 2 interrupted (a task.interrupted names no attempt), 3 finished:
+    what attempt 3 printed is attempt 3's finding, not also attempt 2's."""
+    from evalledger.app._scan import scan
+    from evalledger.ledger import (
+        RunStarted,
+        TaskCompleted,
+        TaskInterrupted,
+        TaskOutput,
+        TaskStarted,
+    )
+    from evalledger.statuses import FinalStatus
+
+    db = tmp_path / "ledger.db"
+    key = "default/t/00"
+
+    def started(n: int) -> TaskStarted:
+        return TaskStarted(run_id="r", task_key=key, task_id="t", attempt=n,
+                           definition={"command": "x"}, definition_hash="h")
+
+    with Ledger(db) as ledger:
+        ledger.append([
+            RunStarted(run_id="r", planned=[key]),
+            started(1), TaskOutput(run_id="r", task_key=key, line="working", n=1),
+            TaskInterrupted(run_id="r", task_key=key),
+            started(2), TaskInterrupted(run_id="r", task_key=key),
+            started(3), TaskOutput(run_id="r", task_key=key, line="git log -p", n=1),
+            TaskCompleted(run_id="r", task_key=key, attempt=3,
+                          final_status=FinalStatus.SUCCESS,
+                          category=FinalStatus.SUCCESS.category)])
+    outcome = scan(db, "r")
+    assert outcome.scanned == 3
+    assert [(f.attempt, f.rule) for f in outcome.flags] == [(3, "git-history")]
