@@ -437,6 +437,12 @@ class TaskUsage(_TaskEvent):
         return counts_of(self)
 
 
+def _check_category(category: Category, status: FinalStatus) -> None:
+    """A verdict's category is its status's, always (``task.completed``, ``task.graded``)."""
+    if category != status.category:
+        raise ValueError(f"category {category} does not match final_status {status}")
+
+
 class TaskCompleted(_TaskEvent):
     """An attempt reached a final status."""
 
@@ -490,10 +496,7 @@ class TaskCompleted(_TaskEvent):
     [isolation.md](isolation.md#what-is-recorded))."""
     @model_validator(mode="after")
     def _category_matches_status(self) -> TaskCompleted:
-        if self.category != self.final_status.category:
-            raise ValueError(
-                f"category {self.category} does not match final_status {self.final_status}"
-            )
+        _check_category(self.category, self.final_status)
         return self
 
 
@@ -537,10 +540,7 @@ class TaskGraded(_TaskEvent):
 
     @model_validator(mode="after")
     def _category_matches_status(self) -> TaskGraded:
-        if self.category != self.final_status.category:
-            raise ValueError(
-                f"category {self.category} does not match final_status {self.final_status}"
-            )
+        _check_category(self.category, self.final_status)
         return self
 
 
