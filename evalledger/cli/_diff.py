@@ -23,8 +23,9 @@ from ._tables import table
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--fail-on", type=click.Choice(get_args(FailOn)), default="regression",
               show_default=True,
-              help="Exit 1 when the diff has a regression, any change at all, a task of RUN_B "
-                   "a scan flagged, or never.")
+              help="Exit 1 when the diff has a regression, a regression McNemar's test finds "
+                   "significant (paired by task), any change at all, a task of RUN_B a scan "
+                   "flagged, or never.")
 @grades_option
 @click.option("--grades-b", metavar="NAME",
               help="RUN_B's grade set, when not --grades': two gradings of one run compared "
@@ -71,5 +72,14 @@ def diff(settings: Settings, run_a: str, run_b: str, as_json: bool, fail_on: Fai
                            f"{visible(', '.join(t.flags))}", err=True)
         if not result.tasks:
             click.echo("neither run has any task", err=True)
-    if result.fails(fail_on):
+    if fail_on == "significant-regression":
+        from evalledger.projections import compare_runs
+
+        paired = compare_runs(a, b)
+        click.echo(f"paired by task: passed in A only {paired.passed_only_a}, in B only "
+                   f"{paired.passed_only_b}; McNemar exact p = {paired.mcnemar_p:.4g}: "
+                   f"{paired.verdict} at 95% (evalledger compare says more)", err=True)
+        if paired.significant_regression():
+            sys.exit(EXIT_TASKS_FAILED)
+    elif result.fails(fail_on):
         sys.exit(EXIT_TASKS_FAILED)

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 # or the executor, and `--version` imports none of them.
 COMMANDS = {
     "checkpoint": "_verify",
+    "compare": "_compare",
     "diff": "_diff",
     "events": "_events",
     "export": "_transfer",

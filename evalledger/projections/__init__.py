@@ -16,6 +16,8 @@ from evalledger._lazy import attributes as _attributes
 
 if TYPE_CHECKING:
 
+    from ._compare import Comparison as Comparison
+    from ._compare import compare_runs as compare_runs
     from ._diff import Change as Change
     from ._diff import FailOn as FailOn
     from ._diff import RunDiff as RunDiff
@@ -65,6 +67,8 @@ _WHERE = {
     "RunDiff": "_diff",
     "TaskDiff": "_diff",
     "diff_runs": "_diff",
+    "compare_runs": "_compare",
+    "Comparison": "_compare",
     "Fold": "_fold",
     "Projection": "_fold",
     "fold": "_fold",
@@ -109,6 +113,7 @@ __getattr__ = _attributes(__name__, _WHERE)
 __all__ = [
     "ORIGINAL",
     "Change",
+    "Comparison",
     "Drift",
     "FailOn",
     "Fold",
@@ -130,6 +135,7 @@ __all__ = [
     "TaskRow",
     "UnknownGrades",
     "VariantStats",
+    "compare_runs",
     "compute_drift",
     "cost_line",
     "diff_runs",

@@ -18,7 +18,7 @@ from ._results import RunSummary, TaskRow
 
 Change = Literal["regression", "fix", "changed", "not_run", "added", "removed", "unchanged"]
 # What `diff --fail-on` may fail on (exit 1).
-FailOn = Literal["regression", "any-change", "flagged", "never"]
+FailOn = Literal["regression", "significant-regression", "any-change", "flagged", "never"]
 NOT_RUN = "NOT RUN"
 _JUDGED_BAD = frozenset({Category.FAILED, Category.ERROR})
 
@@ -49,7 +49,8 @@ class RunDiff(BaseModel):
     tasks: list[TaskDiff]
 
     def fails(self, on: FailOn) -> bool:
-        """Whether a CI gate set to ``on`` fails on this diff."""
+        """Whether a CI gate set to ``on`` fails on this diff (``significant-regression``
+        is a paired test of the two summaries: ``compare_runs``, not this diff)."""
         if on == "regression":
             return self.counts["regression"] > 0
         if on == "any-change":
