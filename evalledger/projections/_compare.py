@@ -1,5 +1,5 @@
-"""Paired comparison of two runs, or two variants of one (docs/results.md, "Comparing
-runs"): is B better than A, or is it noise?
+"""Paired comparison of two runs, or two variants of one: is B better than A, or is it
+noise? (docs/results.md, "Comparing runs").
 
 The unit is a task (its replicates together): the pairs are the tasks both sides
 graded. For each side a task's pass rate is its succeeded replicates over its graded
