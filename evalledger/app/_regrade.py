@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import fnmatch
 import itertools
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +46,6 @@ from ._repository import load_fold, run_is_over, write_snapshot
 from ._settings import open_ledger
 
 _LIFECYCLE = (EventType.TASK_STARTED, EventType.TASK_COMPLETED, EventType.TASK_ISOLATION)
-_STREAMS = (EventType.TASK_OUTPUT, EventType.TASK_EVENT)
 
 
 @dataclass(frozen=True)
@@ -188,7 +186,7 @@ async def _grade_all(ledger: Ledger, grader: Any, rates: Any, attempts: list[_At
                 return refuse(key, f"its workspace cannot be copied: {e}")
         judged = verdict(recorded, results, task.timeout)
         event = TaskGraded(
-            run_id=ledger_run(attempt), task_key=key, attempt=done.attempt, grades=name,
+            run_id=done.run_id, task_key=key, attempt=done.attempt, grades=name,
             cost_usd=round(judging.cost_usd, 10) if judging.cost_complete else None,
             tokens=judging.tokens,
             criteria=list(results), criteria_from=criteria_from, criteria_hash=criteria_hash,
@@ -228,10 +226,6 @@ def kept_workspace(root: Path, task_key: str) -> Path | None:
     if not parts or Path(task_key).is_absolute() or any(p in ("..", ".") for p in parts):
         return None
     return root / task_key
-
-
-def ledger_run(attempt: _Attempt) -> str:
-    return attempt.completed.run_id
 
 
 def _name(given: str | None, summary: SummaryFold) -> str:
@@ -281,15 +275,12 @@ def _attempts(ledger: Ledger, run_id: str, summary: SummaryFold,
 def _streams(ledger: Ledger, attempt: _Attempt) -> tuple[str, str]:
     """What the attempt's command printed, per stream, as its output lines recorded it
     (a JSON line as its recorded object)."""
+    from evalledger.ledger._page_queries import attempt_lines
+
     kept: dict[str, list[str]] = {"stdout": [], "stderr": []}
-    for row in ledger.rows(attempt.completed.run_id, task_key=attempt.task_key, types=_STREAMS,
-                           after_seq=attempt.started.seq or 0,
-                           until_seq=attempt.completed.seq):
-        payload = json.loads(row.payload)
-        if row.type == EventType.TASK_EVENT:
-            kept["stdout"].append(json.dumps(payload.get("data"), ensure_ascii=False))
-        else:
-            kept[payload.get("stream", "stdout")].append(payload.get("line", ""))
+    for _, stream, text in attempt_lines(ledger, attempt.completed.run_id, attempt.task_key,
+                                         attempt.started.seq or 0, attempt.completed.seq):
+        kept.setdefault(stream, []).append(text)
     return "\n".join(kept["stdout"]), "\n".join(kept["stderr"])
 
 

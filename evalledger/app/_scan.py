@@ -29,15 +29,15 @@ from pathlib import Path
 
 from evalledger.errors import InvalidRequest
 from evalledger.ledger import EventType, Evidence, Ledger, TaskFlagged, TaskStarted
+from evalledger.ledger._page_queries import attempt_lines
 
-from ._regrade import _artifacts_root, kept_workspace
+from ._regrade import _artifacts_root, _first_line, kept_workspace
 from ._repository import write_snapshot
 from ._settings import open_ledger
 
 NAMESPACE = uuid.UUID("5b0c8d7e-3f1a-5c62-9e47-2d8f6a1b3c90")
 MAX_EVIDENCE = 5
 _EXCERPT = 300
-_STREAMS = (EventType.TASK_OUTPUT, EventType.TASK_EVENT)
 _ENDS = (EventType.TASK_COMPLETED, EventType.TASK_INTERRUPTED)
 
 
@@ -99,8 +99,11 @@ def scan(ledger_path: Path | str, run: str, rules_file: Path | None = None,
         run_id = ledger.resolve_run(run)
         outcome = ScanOutcome(run_id)
         root = _artifacts_root(ledger, run_id)
-        latest = _latest_attempts(ledger, run_id)
-        for started, end_seq in _attempts(ledger, run_id):
+        attempts = list(_attempts(ledger, run_id))
+        latest: dict[str, int] = {}
+        for started, _ in attempts:
+            latest[started.task_key] = max(latest.get(started.task_key, 0), started.attempt)
+        for started, end_seq in attempts:
             key = started.task_key
             if only and not any(fnmatch.fnmatchcase(key, p)
                                 or fnmatch.fnmatchcase(started.task_id, p) for p in only):
@@ -271,24 +274,12 @@ def _attempts(ledger: Ledger, run_id: str) -> Iterator[tuple[TaskStarted, int | 
     yield from ((started, None) for started in open_.values())
 
 
-def _latest_attempts(ledger: Ledger, run_id: str) -> dict[str, int]:
-    latest: dict[str, int] = {}
-    for event in ledger.events(run_id, types={EventType.TASK_STARTED}):
-        if isinstance(event, TaskStarted):
-            latest[event.task_key] = max(latest.get(event.task_key, 0), event.attempt)
-    return latest
-
-
 def _lines(ledger: Ledger, run_id: str, started: TaskStarted,
            end_seq: int | None) -> Iterator[tuple[int, str]]:
     """The attempt's transcript: each line as printed, a JSON event as its JSON text."""
-    for row in ledger.rows(run_id, task_key=started.task_key, types=_STREAMS,
-                           after_seq=started.seq or 0, until_seq=end_seq):
-        payload = json.loads(row.payload)
-        if row.type == EventType.TASK_EVENT:
-            yield row.seq or 0, json.dumps(payload.get("data"), ensure_ascii=False)
-        else:
-            yield row.seq or 0, str(payload.get("line", ""))
+    for seq, _, text in attempt_lines(ledger, run_id, started.task_key, started.seq or 0,
+                                      end_seq):
+        yield seq, text
 
 
 def _task_file(started: TaskStarted) -> str | None:
@@ -307,8 +298,4 @@ def _flag(run_id: str, started: TaskStarted, rule: Rule, found: list[Evidence]) 
         task_key=started.task_key, attempt=started.attempt, rule=rule.name, why=rule.why,
         evidence=evidence, matches=len(found))
 
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 

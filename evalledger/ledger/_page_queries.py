@@ -16,6 +16,7 @@ is the reader's.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from ._queries import json_object
@@ -121,3 +122,18 @@ def completion_environments(ledger: Ledger, run_id: str, until_seq: int | None =
         [run_id, EventType.TASK_COMPLETED, until_seq if until_seq is not None else 2**62])
     return [(key, attempt if isinstance(attempt, int) else 1, json.loads(info) if info else {})
             for key, attempt, info in rows]
+
+
+def attempt_lines(ledger: Ledger, run_id: str, task_key: str, after_seq: int,
+                  until_seq: int | None) -> Iterator[tuple[int, str, str]]:
+    """An attempt's transcript (the key's rows in ``after_seq < seq <= until_seq``) as
+    (seq, stream, text): each line as printed, a JSON event as its JSON text on stdout.
+    What a regrade's ``output_contains`` and a scan's rules read."""
+    for row in ledger.rows(run_id, task_key=task_key,
+                           types=(EventType.TASK_OUTPUT, EventType.TASK_EVENT),
+                           after_seq=after_seq, until_seq=until_seq):
+        payload = json.loads(row.payload)
+        if row.type == EventType.TASK_EVENT:
+            yield row.seq or 0, "stdout", json.dumps(payload.get("data"), ensure_ascii=False)
+        else:
+            yield row.seq or 0, str(payload.get("stream", "stdout")), str(payload.get("line", ""))
