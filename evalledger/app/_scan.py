@@ -31,7 +31,7 @@ from evalledger.errors import InvalidRequest
 from evalledger.ledger import EventType, Evidence, Ledger, TaskFlagged, TaskStarted
 from evalledger.ledger._page_queries import attempt_lines
 
-from ._regrade import _artifacts_root, _first_line, kept_workspace
+from ._regrade import _artifacts_root, _first_line, _transferred, kept_workspace
 from ._repository import write_snapshot
 from ._settings import open_ledger
 
@@ -99,6 +99,7 @@ def scan(ledger_path: Path | str, run: str, rules_file: Path | None = None,
         run_id = ledger.resolve_run(run)
         outcome = ScanOutcome(run_id)
         root = _artifacts_root(ledger, run_id)
+        transferred = _transferred(ledger, run_id)
         attempts = list(_attempts(ledger, run_id))
         latest: dict[str, int] = {}
         for started, _ in attempts:
@@ -116,6 +117,10 @@ def scan(ledger_path: Path | str, run: str, rules_file: Path | None = None,
                 else:
                     # Only the key's latest attempt left the workspace that is kept.
                     if latest.get(key) != started.attempt:
+                        continue
+                    if transferred:  # its workdir path is another ledger's word
+                        outcome.unchecked.append(f"{key} {rule.name}: the run came from "
+                                                 "elsewhere (merge, import)")
                         continue
                     workspace = kept_workspace(root, key)
                     if workspace is None:

@@ -158,3 +158,18 @@ def test_each_line_is_scanned_as_the_attempt_it_belongs_to(tmp_path: Path) -> No
     outcome = scan(db, "r")
     assert outcome.scanned == 3
     assert [(f.attempt, f.rule) for f in outcome.flags] == [(3, "git-history")]
+
+
+def test_a_run_from_elsewhere_is_scanned_by_its_transcript_alone(
+    hacked_run: Path, tmp_path: Path,
+) -> None:
+    """Its rows name the workdir the tests-edited rule would read: another ledger's
+    word, so that rule does not run; the transcript rules do."""
+    exported = tmp_path / "h.ndjson"
+    assert evalledger(tmp_path, hacked_run, "export", "h", "-o", str(exported)).returncode == 0
+    other = tmp_path / "other.db"
+    assert evalledger(tmp_path, other, "import-events", str(exported)).returncode == 0
+    done = evalledger(tmp_path, other, "scan", "h")
+    rules = {f.rule for f in of_type(events(other, "h"), "task.flagged")}
+    assert rules == {"criteria-read", "git-history"}
+    assert "the run came from elsewhere (merge, import)" in done.stderr
