@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from evalledger.ledger import AnyEvent, Ledger
     from evalledger.ledger._lite import LiteEvent
     from evalledger.ledger._queries import Snapshot
-    from evalledger.projections import ResumeFold, RunSummary
+    from evalledger.projections import FlakyTask, ResumeFold, RunSummary
     from evalledger.projections._fold import Fold
 
 F = TypeVar("F", bound="Fold")
@@ -300,3 +300,24 @@ def list_runs(ledger: Ledger, limit: int) -> list[ListedRun]:
         columns["grader_cost_usd"] = grader["cost_usd"] if grader else 0.0
         listed.append(run)
     return listed
+
+
+def recent_runs(ledger: Ledger, last: int, experiment: str | None = None) -> list[str]:
+    """The newest ``last`` run ids (of ``experiment`` when given), oldest first."""
+    found: list[str] = []
+    for run_id in ledger.run_ids()[::-1]:
+        if len(found) == last:
+            break
+        if experiment is None or load_headline(ledger, run_id).get("experiment_id") == experiment:
+            found.append(run_id)
+    return found[::-1]
+
+
+def flaky_tasks(ledger: Ledger, run_ids: Sequence[str]) -> list[FlakyTask]:
+    """The tasks whose verdict flips across ``run_ids`` (each judged by its default grade
+    set) while their definition and model stay the same (``projections.flaky_history``)."""
+    from evalledger.ledger._queries import task_definitions
+    from evalledger.projections import flaky_history
+
+    return flaky_history((load_summary(ledger, run_id), task_definitions(ledger, run_id))
+                         for run_id in run_ids)

@@ -23,6 +23,9 @@ Gate = Literal["significant-regression", "regression", "never"]
 @click.option("--variants", nargs=2, metavar="X Y",
               help="Compare variant Y against variant X (of RUN_A, or X of RUN_A and Y of "
                    "RUN_B).")
+@click.option("--baseline", metavar="X",
+              help="Compare every other variant (of RUN_B, else RUN_A) against variant X "
+                   "of RUN_A, the p-values adjusted together (Holm).")
 @click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.95,
               show_default=True, help="The intervals' confidence; 1 - it is the test's level.")
 @click.option("--seed", type=int, default=0, show_default=True,
@@ -31,55 +34,59 @@ Gate = Literal["significant-regression", "regression", "never"]
               default="significant-regression", show_default=True,
               help="Exit 1 on a regression McNemar's test finds significant, on any task "
                    "that passed in A and not in B, or never.")
-@click.option("--json", "as_json", is_flag=True, help="The comparison as one JSON object.")
+@click.option("--format", "output", type=click.Choice(["text", "json", "markdown", "junit"]),
+              default="text", show_default=True,
+              help="markdown: a table for a pull request; junit: JUnit XML, a failed test "
+                   "case per significant regression. Each names the test and its p-value.")
+@click.option("--json", "as_json", is_flag=True,
+              help="The comparison as one JSON object (a list with --baseline).")
 @grades_option
 @pass_settings
 def compare(settings: Settings, run_a: str, run_b: str | None, variants: tuple[str, str] | None,
-            confidence: float, seed: int, fail_on: Gate, as_json: bool,
-            grades: str | None) -> None:
+            baseline: str | None, confidence: float, seed: int, fail_on: Gate, output: str,
+            as_json: bool, grades: str | None) -> None:
     """Compare two runs (or two variants) task by task, and say whether B differs from A
     by more than noise.
 
     Tasks are paired by task id, replicates together; each side's pass rate has a
     Wilson interval, the tasks that passed on one side only are tested with McNemar's
     exact test, and a paired bootstrap gives the interval of the difference in pass
-    rate and in mean score.
+    rate and in mean score. With --baseline, several variants are tested at once and
+    their p-values adjusted by Holm's method.
 
     Example:
 
         evalledger compare 20261101-0930 latest --fail-on significant-regression
     """
-    from evalledger.projections import compare_runs
+    from evalledger.projections import compare_runs, compare_to_baseline
+    from evalledger.projections._compare_reports import render_junit, render_markdown, render_text
 
-    if run_b is None and not variants:
-        raise UserError("give RUN_B, or --variants X Y to compare two variants of RUN_A")
+    if run_b is None and not (variants or baseline):
+        raise UserError("give RUN_B, --variants X Y or --baseline X")
+    if variants and baseline:
+        raise UserError("give --variants X Y or --baseline X, not both")
     with settings.open_ledger(read_only=True) as ledger:
         a = rebuild_summary(ledger, resolve_run(ledger, run_a), grades)
         b = a if run_b is None else rebuild_summary(ledger, resolve_run(ledger, run_b), grades)
-    c = compare_runs(a, b, confidence=confidence, seed=seed,
-                     variants=tuple(variants) if variants else None)  # type: ignore[arg-type]
-    if as_json:
-        click.echo(c.model_dump_json(indent=2))
+    if baseline:
+        if baseline not in {v.variant_id for v in a.variants}:
+            raise UserError(f"{a.run_id} has no variant {visible(baseline)}")
+        others = [v.variant_id for v in b.variants if b is not a or v.variant_id != baseline]
+        found = compare_to_baseline(a, b, baseline, others, confidence=confidence, seed=seed)
     else:
-        pct = f"{confidence:.0%}"
-        click.echo(f"compare {visible(c.a.name)} -> {visible(c.b.name)}: {c.pairs} task(s) "
-                   f"both graded ({len(c.only_a)} only in A, {len(c.only_b)} only in B)")
-        for side in (c.a, c.b):
-            i = side.pass_rate_interval
-            click.echo(f"  {visible(side.name)}: {side.tasks_passed}/{c.pairs} passed, "
-                       f"{side.pass_rate:.1%} [{i.low:.1%}, {i.high:.1%}] ({pct} Wilson)")
-        diff = c.pass_rate_difference_interval
-        click.echo(f"  pass rate B - A: {c.pass_rate_difference * 100:+.1f} points"
-                   + (f" [{diff.low * 100:+.1f}, {diff.high * 100:+.1f}] ({pct} paired "
-                      f"bootstrap, seed {c.seed})" if diff else ""))
-        if c.score_difference is not None:
-            s = c.score_difference_interval
-            click.echo(f"  mean score B - A: {c.score_difference:+.3f}"
-                       + (f" [{s.low:+.3f}, {s.high:+.3f}]" if s else ""))
-        click.echo(f"  passed in A only: {c.passed_only_a}, in B only: {c.passed_only_b}; "
-                   f"McNemar exact p = {c.mcnemar_p:.4g}")
-        click.echo(f"verdict: {c.verdict} at {pct}")
-    failed = (c.significant_regression() if fail_on == "significant-regression"
-              else fail_on == "regression" and c.passed_only_a > 0)
+        found = [compare_runs(a, b, confidence=confidence, seed=seed,
+                              variants=tuple(variants) if variants else None)]  # type: ignore[arg-type]
+    if as_json or output == "json":
+        click.echo(found[0].model_dump_json(indent=2) if not baseline else
+                   "[" + ",\n".join(c.model_dump_json(indent=2) for c in found) + "]")
+    elif output == "markdown":
+        click.echo(render_markdown(found), nl=False)
+    elif output == "junit":
+        click.echo(render_junit(found), nl=False)
+    else:
+        for c in found:
+            click.echo("\n".join(render_text(c)))
+    failed = any(c.significant_regression() if fail_on == "significant-regression"
+                 else fail_on == "regression" and c.passed_only_a > 0 for c in found)
     if failed:
         sys.exit(EXIT_TASKS_FAILED)

@@ -33,6 +33,7 @@ COMMANDS = {
     "compare": "_compare",
     "diff": "_diff",
     "events": "_events",
+    "flaky": "_flaky",
     "export": "_transfer",
     "import": "_import:import_runs",
     "import-events": "_transfer:import_events",

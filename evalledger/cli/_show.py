@@ -14,7 +14,9 @@ from evalledger.projections import (
     cost_line,
     error_digest,
     isolation_line,
+    rate_cell,
     status_word,
+    success_cost_line,
     unpriced_line,
     variant_table,
 )
@@ -61,8 +63,14 @@ def show(settings: Settings, run: str, as_json: bool, full_errors: bool,
     if not s.cost_complete:
         click.echo(f"cost is a floor: {unpriced_line(s)}"
                    f"{' (see --pricing)' if s.unpriced else ''}")
+    if per_success := success_cost_line(s):
+        click.echo(f"per success: {per_success}")
     if len(s.variants) > 1 or any(len(v.pass_at_k) > 1 for v in s.variants):
         table(*variant_table(s))
+        for v in s.variants:
+            if v.flaky_tasks:
+                click.echo(f"flaky in {visible(v.variant_id)} (replicates disagree): "
+                           f"{visible(', '.join(v.flaky_tasks))}")
     # A terminal gets each error's digest (the line that says what went wrong); a pipe,
     # where nothing is cut, the whole message.
     shorten = error_digest if sys.stdout.isatty() else str
@@ -87,8 +95,9 @@ def _headline(s: RunSummary, gone: bool) -> str:
         f"run {s.run_id} {status_word(s.status, gone)}{graded}: "
         f"{s.tasks_run}/{s.tasks_planned} run, "
         f"{s.tasks_succeeded} succeeded, {s.tasks_failed} failed, {s.tasks_error} error, "
-        f"{ungraded}{s.tasks_unfinished} unfinished{skipped}; pass rate {s.pass_rate:.1%}; "
-        f"cost {cost}"
+        f"{ungraded}{s.tasks_unfinished} unfinished{skipped}; "
+        f"pass rate {rate_cell(s.pass_rate, s.pass_rate_interval, s.graded)}"
+        f"{' (95% Wilson)' if s.graded else ''}; cost {cost}"
     )
 
 

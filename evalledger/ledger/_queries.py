@@ -239,6 +239,17 @@ def run_boundaries(ledger: Ledger) -> list[Boundary]:
     return [Boundary._make(row) for row in rows]
 
 
+def task_definitions(ledger: Ledger, run_id: str) -> dict[str, tuple[str, str | None]]:
+    """Task key -> the ``definition_hash`` and model its latest ``task.started`` names
+    (by ``json_extract``: no decode of each definition)."""
+    _, rows = ledger.query(
+        "SELECT task_key, json_extract(payload, '$.definition_hash'), "
+        "json_extract(payload, '$.definition.model') FROM events "
+        "WHERE run_id = ? AND type = 'task.started' ORDER BY seq", [run_id])
+    return {key: (str(digest or ""), model if isinstance(model, str) else None)
+            for key, digest, model in rows}
+
+
 __all__ = [
     "Boundary",
     "Snapshot",
@@ -252,5 +263,6 @@ __all__ = [
     "run_seq_span",
     "snapshot_heads",
     "snapshotted_runs",
+    "task_definitions",
     "touched_since",
 ]

@@ -18,11 +18,14 @@ if TYPE_CHECKING:
 
     from ._compare import Comparison as Comparison
     from ._compare import compare_runs as compare_runs
+    from ._compare import compare_to_baseline as compare_to_baseline
     from ._diff import Change as Change
     from ._diff import FailOn as FailOn
     from ._diff import RunDiff as RunDiff
     from ._diff import TaskDiff as TaskDiff
     from ._diff import diff_runs as diff_runs
+    from ._flaky import FlakyTask as FlakyTask
+    from ._flaky import flaky_history as flaky_history
     from ._fold import Fold as Fold
     from ._fold import Projection as Projection
     from ._fold import fold as fold
@@ -32,9 +35,11 @@ if TYPE_CHECKING:
     from ._reports import cost_line as cost_line
     from ._reports import error_digest as error_digest
     from ._reports import isolation_line as isolation_line
+    from ._reports import rate_cell as rate_cell
     from ._reports import render_json as render_json
     from ._reports import render_markdown as render_markdown
     from ._reports import status_word as status_word
+    from ._reports import success_cost_line as success_cost_line
     from ._reports import unpriced_line as unpriced_line
     from ._reports import variant_table as variant_table
     from ._results import ModelUsage as ModelUsage
@@ -60,6 +65,7 @@ if TYPE_CHECKING:
     from ._summary import SummaryFold as SummaryFold
     from ._summary import UnknownGrades as UnknownGrades
     from ._summary import pass_at as pass_at
+    from ._summary import pass_hat as pass_hat
 
 _WHERE = {
     "Change": "_diff",
@@ -68,8 +74,12 @@ _WHERE = {
     "TaskDiff": "_diff",
     "diff_runs": "_diff",
     "compare_runs": "_compare",
+    "compare_to_baseline": "_compare",
+    "pass_hat": "_summary",
     "Comparison": "_compare",
     "Fold": "_fold",
+    "FlakyTask": "_flaky",
+    "flaky_history": "_flaky",
     "Projection": "_fold",
     "fold": "_fold",
     "on": "_fold",
@@ -84,6 +94,8 @@ _WHERE = {
     "status_word": "_reports",
     "unpriced_line": "_reports",
     "variant_table": "_reports",
+    "rate_cell": "_reports",
+    "success_cost_line": "_reports",
     "Drift": "_resume",
     "Partition": "_resume",
     "ResumeFold": "_resume",
@@ -116,6 +128,7 @@ __all__ = [
     "Comparison",
     "Drift",
     "FailOn",
+    "FlakyTask",
     "Fold",
     "ModelUsage",
     "Partition",
@@ -136,21 +149,26 @@ __all__ = [
     "UnknownGrades",
     "VariantStats",
     "compare_runs",
+    "compare_to_baseline",
     "compute_drift",
     "cost_line",
     "diff_runs",
     "error_digest",
     "fingerprint",
+    "flaky_history",
     "fold",
     "isolation_line",
     "on",
     "pass_at",
+    "pass_hat",
     "plan_resume",
+    "rate_cell",
     "render_json",
     "render_junit",
     "render_markdown",
     "shown_status",
     "status_word",
+    "success_cost_line",
     "tag_stats",
     "types_of",
     "unpriced_line",

@@ -28,18 +28,12 @@ from pydantic import BaseModel, ConfigDict
 
 from evalledger.statuses import GRADED, Category
 
+from ._intervals import Interval, fewest_detectable, holm, wilson
 from ._results import RunSummary, TaskRow
 
 Verdict = Literal["significant regression", "significant improvement",
                   "no significant difference", "nothing to compare"]
 RESAMPLES = 4000
-
-
-class Interval(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    low: float
-    high: float
 
 
 class Side(BaseModel):
@@ -74,6 +68,14 @@ class Comparison(BaseModel):
     passed_only_b: int
     mcnemar_p: float
     """McNemar's exact p (two-sided); 1 when no pair is discordant."""
+    adjusted_p: float
+    """The p the verdict reads: ``mcnemar_p``, or Holm's adjustment of it when several
+    variants were compared against one (``correction``)."""
+    correction: Literal["none", "holm"] = "none"
+    detectable_difference: float | None
+    """The smallest difference in pass rate these pairs could show significant at this
+    confidence (``fewest_detectable`` tasks, all flipping one way, over the pairs); None
+    when there are too few pairs for any."""
     pass_rate_difference: float
     """B - A, the mean over pairs of the tasks' pass-rate differences."""
     pass_rate_difference_interval: Interval | None
@@ -84,6 +86,14 @@ class Comparison(BaseModel):
 
     def significant_regression(self) -> bool:
         return self.verdict == "significant regression"
+
+    def corrected(self, adjusted_p: float) -> Comparison:
+        """This comparison as one of several against one side, Holm's ``adjusted_p``
+        deciding its verdict."""
+        return self.model_copy(update={
+            "adjusted_p": round(adjusted_p, 12), "correction": "holm",
+            "verdict": _verdict(self.pairs, adjusted_p, self.confidence, self.passed_only_a,
+                                self.passed_only_b)})
 
 
 @dataclass(frozen=True)
@@ -135,25 +145,41 @@ def compare_runs(a: RunSummary, b: RunSummary, *, confidence: float = 0.95, seed
     p = mcnemar_exact(passed_only_a, passed_only_b)
     rate_diff = [y.rate - x.rate for x, y in zip(pa, pb, strict=True)]
     score_diff = [y.score - x.score for x, y in zip(pa, pb, strict=True)]
-    level = 1 - confidence
-    if not both:
-        verdict: Verdict = "nothing to compare"
-    elif p < level and passed_only_a > passed_only_b:
-        verdict = "significant regression"
-    elif p < level and passed_only_b > passed_only_a:
-        verdict = "significant improvement"
-    else:
-        verdict = "no significant difference"
+    fewest = fewest_detectable(confidence)
     return Comparison(
         a=_side(names[0], pa, confidence), b=_side(names[1], pb, confidence),
         confidence=confidence, seed=seed, pairs=len(both), only_a=only_a, only_b=only_b,
         passed_only_a=passed_only_a, passed_only_b=passed_only_b, mcnemar_p=round(p, 12),
+        adjusted_p=round(p, 12),
+        detectable_difference=round(fewest / len(both), 6) if len(both) >= fewest else None,
         pass_rate_difference=round(_mean(rate_diff), 6) if both else 0.0,
         pass_rate_difference_interval=paired_bootstrap(rate_diff, confidence, seed),
         score_difference=round(_mean(score_diff), 6) if both else None,
         score_difference_interval=paired_bootstrap(score_diff, confidence, seed),
-        verdict=verdict,
+        verdict=_verdict(len(both), p, confidence, passed_only_a, passed_only_b),
     )
+
+
+def compare_to_baseline(a: RunSummary, b: RunSummary, baseline: str, others: Sequence[str],
+                        *, confidence: float = 0.95, seed: int = 0) -> list[Comparison]:
+    """Each of ``others`` (variants of ``b``) against variant ``baseline`` of ``a``: one
+    comparison each, their p-values adjusted together by Holm's method, so that testing
+    several variants does not find a "significant" one by chance."""
+    found = [compare_runs(a, b, confidence=confidence, seed=seed, variants=(baseline, other))
+             for other in others]
+    return [c.corrected(p) for c, p in zip(found, holm([c.mcnemar_p for c in found]),
+                                            strict=True)]
+
+
+def _verdict(pairs: int, p: float, confidence: float, passed_only_a: int,
+             passed_only_b: int) -> Verdict:
+    if not pairs:
+        return "nothing to compare"
+    if p < 1 - confidence and passed_only_a > passed_only_b:
+        return "significant regression"
+    if p < 1 - confidence and passed_only_b > passed_only_a:
+        return "significant improvement"
+    return "no significant difference"
 
 
 def _side(name: str, units: list[_Unit], confidence: float) -> Side:
@@ -166,16 +192,6 @@ def _side(name: str, units: list[_Unit], confidence: float) -> Side:
 
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
-
-
-def wilson(successes: int, trials: int, confidence: float = 0.95) -> Interval:
-    """The Wilson score interval of a proportion (SciPy's); [0, 1] with no trials."""
-    if trials == 0:
-        return Interval(low=0.0, high=1.0)
-    from scipy.stats import binomtest
-
-    found = binomtest(successes, trials).proportion_ci(confidence, method="wilson")
-    return Interval(low=round(float(found.low), 6), high=round(float(found.high), 6))
 
 
 def mcnemar_exact(only_a: int, only_b: int) -> float:

@@ -15,7 +15,8 @@ from typing import Any
 
 from evalledger._text import money, visible
 
-from ._results import RoleUsage, RunSummary, TaskRow
+from ._intervals import Interval
+from ._results import RoleUsage, RunHeadline, RunSummary, TaskRow
 
 
 def render_json(summary: RunSummary) -> str:
@@ -96,11 +97,13 @@ def _counts(s: RunSummary) -> list[str]:
         "## Summary",
         "",
         "| planned | run | succeeded | failed | (token budget) | (cost budget) | error "
-        "| ungraded | unfinished | pass rate |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| ungraded | unfinished | pass rate [95% Wilson] | cost per success |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         f"| {s.tasks_planned} | {s.tasks_run} | {s.tasks_succeeded} | {s.tasks_failed} "
         f"| {s.tasks_token_budget_exceeded} | {s.tasks_cost_budget_exceeded} | {s.tasks_error} "
-        f"| {s.tasks_ungraded} | {s.tasks_unfinished} | {s.pass_rate:.1%} |",
+        f"| {s.tasks_ungraded} | {s.tasks_unfinished} "
+        f"| {rate_cell(s.pass_rate, s.pass_rate_interval, s.graded)} "
+        f"| {_text(success_cost_line(s)) or '-'} |",
     ]
 
 
@@ -277,22 +280,54 @@ def unpriced_line(summary: RunSummary) -> str:
 
 
 def variant_table(summary: RunSummary) -> tuple[list[str], list[list[str]]]:
-    """The per-variant table (``show``, ``run.md``): header and rows, as text."""
+    """The per-variant table (``show``, ``run.md``): header and rows, as text. Every
+    rate with its 95% interval (docs/results.md, "How sure a number is")."""
     most = max((len(v.pass_at_k) for v in summary.variants), default=0)
     ks = [str(k) for k in range(1, most + 1)] if most > 1 else []
     header = ["variant", "tasks", "run", "succeeded", "failed", "error", "ungraded",
-              "pass rate", "mean score ± se", *(f"pass@{k}" for k in ks), "cost",
-              "mean duration"]
+              "pass rate [95%]", "mean score [95%]", *(f"pass@{k} [95%]" for k in ks),
+              *(f"pass^{k}" for k in ks[1:]), *(["flaky"] if ks else []), "cost",
+              "cost/success", "tokens/success", "mean duration"]
     rows = []
     for v in summary.variants:
-        score = "-" if v.mean_score is None else f"{v.mean_score:.3f}" + (
-            "" if v.score_stderr is None else f" ± {v.score_stderr:.3f}")
+        score = "-" if v.mean_score is None else with_interval(
+            f"{v.mean_score:.3f}", v.score_interval, "{:.3f}")
         rows.append([
             v.variant_id, str(v.tasks), str(v.tasks_run), str(v.tasks_succeeded),
             str(v.tasks_failed), str(v.tasks_error), str(v.tasks_ungraded),
-            f"{v.pass_rate:.1%}", score,
-            *(f"{v.pass_at_k[k]:.1%}" if k in v.pass_at_k else "-" for k in ks),
+            rate_cell(v.pass_rate, v.pass_rate_interval, v.graded), score,
+            *(with_interval(f"{v.pass_at_k[k]:.1%}", v.pass_at_k_interval.get(k), "{:.1%}")
+              if k in v.pass_at_k else "-" for k in ks),
+            *(f"{v.pass_hat_k[k]:.1%}" if k in v.pass_hat_k else "-" for k in ks[1:]),
+            *([str(len(v.flaky_tasks))] if ks else []),
             money(v.cost_usd, v.cost_complete),
+            "-" if v.cost_per_success is None else money(v.cost_per_success, v.cost_complete),
+            "-" if v.tokens_per_success is None else f"{v.tokens_per_success:,.0f}",
             "-" if v.mean_duration_seconds is None else f"{v.mean_duration_seconds:.1f}s",
         ])
     return header, rows
+
+
+def with_interval(value: str, interval: Interval | None, spelled: str) -> str:
+    """``value [low, high]``, each end spelled by the format ``spelled``; ``value``
+    alone without an interval."""
+    if interval is None:
+        return value
+    return f"{value} [{spelled.format(interval.low)}, {spelled.format(interval.high)}]"
+
+
+def rate_cell(rate: float, interval: Interval, graded: int) -> str:
+    """A pass rate with its interval; "-" with nothing graded."""
+    return with_interval(f"{rate:.1%}", interval, "{:.1%}") if graded else "-"
+
+
+def success_cost_line(s: RunHeadline) -> str:
+    """What one success cost: the run's cost, and each role's apart when grading had a
+    cost of its own; tokens likewise. "" without a success."""
+    if s.cost_per_success is None:
+        return ""
+    roles = s.cost_per_success_by_role
+    apart = (" (" + ", ".join(f"{role} {money(cost, True)}" for role, cost in roles.items())
+             + ")") if roles.get("grader") else ""
+    return (f"{money(s.cost_per_success, s.cost_complete)} per success{apart}, "
+            f"{s.tokens_per_success:,.0f} tokens per success")

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, computed_field, model_validator
 
 from evalledger.ledger._anchor import Anchor
 from evalledger.ledger._tokens import TokenCounts
 from evalledger.statuses import GRADED, Category, FinalStatus
+
+from ._intervals import CONFIDENCE, Interval, normal_interval, wilson
 
 
 class TaskRow(BaseModel):
@@ -102,13 +104,71 @@ class VariantStats(BaseModel):
     mean_score: float | None
     """Mean weighted score of the graded keys."""
     score_stderr: float | None
-    """Standard error of that mean (sample standard deviation / sqrt(n); n >= 2)."""
+    """Standard error of that mean, clustered by task id (the replicates of a task are
+    not independent); with one replicate per task, stdev / sqrt(n). None below two
+    task ids."""
     pass_at_k: dict[str, float]
     """k -> the unbiased pass@k of Chen et al. (2021), averaged over the variant's task
     ids that have at least k finished replicates; k = 1 .. the most replicates."""
     cost_usd: float
     cost_complete: bool
     mean_duration_seconds: float | None
+    pass_at_k_stderr: dict[str, float] = {}
+    """k -> the standard error of pass@k over its task ids (k with two or more)."""
+    pass_hat_k: dict[str, float] = {}
+    """k -> pass^k: the chance that k replicates of a task *all* pass (unbiased:
+    ``C(c, k) / C(n, k)``), averaged as pass@k is. Consistency, where pass@k is reach."""
+    flaky_tasks: list[str] = []
+    """Task ids whose graded replicates disagree: some succeeded, some did not."""
+    tokens_total: int = 0
+    """Every token of every attempt of the variant's keys."""
+
+    @property
+    def graded(self) -> int:
+        return self.tasks_succeeded + self.tasks_failed + self.tasks_error
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def pass_rate_interval(self) -> Interval:
+        """Wilson's, at 95% (``wilson`` for another level)."""
+        return wilson(self.tasks_succeeded, self.graded, CONFIDENCE)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def score_interval(self) -> Interval | None:
+        """The mean score ± z·its clustered standard error, at 95%."""
+        return self.score_interval_at(CONFIDENCE)
+
+    def score_interval_at(self, confidence: float) -> Interval | None:
+        if self.mean_score is None or self.score_stderr is None:
+            return None
+        return normal_interval(self.mean_score, self.score_stderr, confidence)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def pass_at_k_interval(self) -> dict[str, Interval]:
+        """k -> pass@k ± z·its standard error over task ids, in [0, 1], at 95%."""
+        return self.pass_at_k_interval_at(CONFIDENCE)
+
+    def pass_at_k_interval_at(self, confidence: float) -> dict[str, Interval]:
+        return {k: normal_interval(self.pass_at_k[k], se, confidence, low=0.0, high=1.0)
+                for k, se in self.pass_at_k_stderr.items() if k in self.pass_at_k}
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def cost_per_success(self) -> float | None:
+        """The variant's cost over its succeeded keys; None without one."""
+        return per_success(self.cost_usd, self.tasks_succeeded)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def tokens_per_success(self) -> float | None:
+        return per_success(self.tokens_total, self.tasks_succeeded)
+
+
+def per_success(total: float, succeeded: int) -> float | None:
+    """What each success cost, all attempts' spend included; None without a success."""
+    return round(total / succeeded, 6) if succeeded else None
 
 
 
@@ -165,6 +225,35 @@ class RunHeadline(BaseModel):
     def cost_by_role(self) -> dict[str, float]:
         """Role -> its priced cost (``agent``, ``grader``): they add up to the total."""
         return {r.role: r.cost_usd for r in self.usage_by_role}
+
+    @property
+    def graded(self) -> int:
+        return self.tasks_succeeded + self.tasks_failed + self.tasks_error
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def pass_rate_interval(self) -> Interval:
+        """Wilson's, at 95%, over the graded keys (``wilson`` for another level)."""
+        return wilson(self.tasks_succeeded, self.graded, CONFIDENCE)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def cost_per_success(self) -> float | None:
+        """The run's cost (every attempt's, grading's too) over its succeeded keys."""
+        return per_success(self.total_cost_usd, self.tasks_succeeded)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def cost_per_success_by_role(self) -> dict[str, float]:
+        """Role -> its cost over the succeeded keys: the agent's and grading's apart."""
+        if not self.tasks_succeeded:
+            return {}
+        return {r.role: round(r.cost_usd / self.tasks_succeeded, 6) for r in self.usage_by_role}
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def tokens_per_success(self) -> float | None:
+        return per_success(self.tokens.total, self.tasks_succeeded)
 
 
 
@@ -236,6 +325,13 @@ class TagStats(BaseModel):
     tasks_succeeded: int
     pass_rate: float
     """Succeeded over graded keys with the tag."""
+    tasks_graded: int = 0
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def pass_rate_interval(self) -> Interval:
+        """Wilson's, at 95%."""
+        return wilson(self.tasks_succeeded, self.tasks_graded, CONFIDENCE)
 
 
 def tag_stats(summary: RunSummary) -> list[TagStats]:
@@ -250,7 +346,7 @@ def tag_stats(summary: RunSummary) -> list[TagStats]:
             counts[3] += row.category in GRADED
     return [
         TagStats(tag=tag, tasks=n, tasks_run=run, tasks_succeeded=ok,
-                 pass_rate=round(ok / graded, 6) if graded else 0.0)
+                 pass_rate=round(ok / graded, 6) if graded else 0.0, tasks_graded=graded)
         for tag, (n, run, ok, graded) in sorted(tally.items())
     ]
 

@@ -49,6 +49,7 @@ from evalledger.ledger import (
 from evalledger.statuses import GRADED, Category, FinalStatus
 
 from ._fold import Fold, on
+from ._intervals import clustered_stderr
 from ._results import (
     ModelUsage,
     RoleUsage,
@@ -576,7 +577,10 @@ class SummaryFold(Fold):
 def _variant_stats(variant_id: str, keys: list[_Key]) -> VariantStats:
     done = [k.completed for k in keys if k.completed is not None]
     counts = _tally(done)
-    scores = [c.weighted_score for c in done if c.category in GRADED]
+    graded = [k for k in keys if k.completed is not None and k.completed.category in GRADED]
+    scores = [k.completed.weighted_score for k in graded if k.completed is not None]
+    samples = _samples(keys)
+    at_k, at_k_stderr, hat_k = _by_k(samples)
     return VariantStats(
         variant_id=variant_id,
         tasks=len(keys),
@@ -587,13 +591,21 @@ def _variant_stats(variant_id: str, keys: list[_Key]) -> VariantStats:
         tasks_ungraded=counts[Category.UNGRADED],
         pass_rate=_rate(counts),
         mean_score=_mean(scores),
-        score_stderr=(round(statistics.stdev(scores) / math.sqrt(len(scores)), 6)
-                      if len(scores) >= 2 else None),
-        pass_at_k=_pass_at_k(keys),
+        score_stderr=_round(clustered_stderr(scores, [k.task_id for k in graded])),
+        pass_at_k=at_k,
+        pass_at_k_stderr=at_k_stderr,
+        pass_hat_k=hat_k,
+        flaky_tasks=sorted(t for t, (n, c) in samples.items() if 0 < c < n),
         cost_usd=round(sum(k.spend.cost for k in keys), 10),
         cost_complete=all(k.cost_complete for k in keys),
+        tokens_total=sum(k.spend.input + k.spend.output + k.spend.cache_read
+                         + k.spend.cache_write for k in keys),
         mean_duration_seconds=_mean([c.duration_seconds for c in done]),
     )
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
 
 
 def _tally(done: Iterable[_Done]) -> dict[Category, int]:
@@ -608,27 +620,45 @@ def _mean(values: list[float]) -> float | None:
     return round(statistics.fmean(values), 6) if values else None
 
 
-def _pass_at_k(keys: list[_Key]) -> dict[str, float]:
-    """k -> pass@k averaged over the task ids with at least k graded replicates."""
-    # task id -> (graded replicates, successful ones)
+def _samples(keys: list[_Key]) -> dict[str, tuple[int, int]]:
+    """Task id -> (its graded replicates, the successful ones)."""
     samples: dict[str, list[int]] = {}
     for key in keys:
         if key.completed is not None and key.completed.category in GRADED:
             tally = samples.setdefault(key.task_id, [0, 0])
             tally[0] += 1
             tally[1] += key.completed.category == Category.SUCCEEDED
+    return {task: (n, c) for task, (n, c) in samples.items()}
+
+
+def _by_k(samples: dict[str, tuple[int, int]]
+          ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """k -> pass@k, its standard error over task ids, and pass^k: each averaged over
+    the task ids with at least k graded replicates."""
     most = max((n for n, _ in samples.values()), default=0)
-    pass_at_k = {}
+    at_k, stderr, hat_k = {}, {}, {}
     for k in range(1, most + 1):
-        eligible = [pass_at(n, c, k) for n, c in samples.values() if n >= k]
-        pass_at_k[str(k)] = round(sum(eligible) / len(eligible), 6)
-    return pass_at_k
+        eligible = [(n, c) for n, c in samples.values() if n >= k]
+        reach = [pass_at(n, c, k) for n, c in eligible]
+        at_k[str(k)] = round(statistics.fmean(reach), 6)
+        if len(reach) >= 2:
+            stderr[str(k)] = round(statistics.stdev(reach) / math.sqrt(len(reach)), 6)
+        hat_k[str(k)] = round(statistics.fmean(pass_hat(n, c, k) for n, c in eligible), 6)
+    return at_k, stderr, hat_k
 
 
 def _rate(counts: dict[Category, int]) -> float:
     """Succeeded over graded: an ungraded task is not a failure, nor a success."""
     graded = sum(counts[c] for c in GRADED)
     return round(counts[Category.SUCCEEDED] / graded, 6) if graded else 0.0
+
+
+def pass_hat(n: int, c: int, k: int) -> float:
+    """The unbiased estimate of pass^k, all of k samples passing, from ``n`` samples of
+    which ``c`` passed: ``C(c, k) / C(n, k)`` (Yao et al. 2024, tau-bench)."""
+    if not 0 < k <= n:
+        raise ValueError(f"pass^{k} needs 1 <= k <= n = {n}")
+    return math.comb(c, k) / math.comb(n, k)
 
 
 def pass_at(n: int, c: int, k: int) -> float:

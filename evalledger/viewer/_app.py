@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
@@ -49,6 +49,7 @@ from evalledger.agents import parser_for
 from evalledger.ledger import LedgerError
 from evalledger.projections import (
     RunSummary,
+    compare_runs,
     diff_runs,
     render_junit,
     render_markdown,
@@ -327,7 +328,9 @@ class _Views:
             if run is None:
                 raise HTTPException(404, f"no run {request.path_params[name]!r}")
             runs.append(run.summary())
-        return DiffView.model_construct(result=diff_runs(*runs))
+        # The bootstrap's resamples take a few milliseconds: off the event loop.
+        paired = await anyio.to_thread.run_sync(compare_runs, runs[0], runs[1])
+        return DiffView.model_construct(result=diff_runs(*runs), paired=paired)
 
     # -- pages -----------------------------------------------------------------------------
 
@@ -340,7 +343,8 @@ class _Views:
         if fragment == "live":
             return self._page("_runs_table.html", **context)
         live = _local(str(request.url.include_query_params(fragment="live")))
-        return self._page("runs.html", live_url=live, statuses=RUN_STATUSES, **context)
+        return self._page("runs.html", live_url=live, statuses=RUN_STATUSES,
+                          cost_pass=_runs_cost_pass(listing.runs), **context)
 
     async def run_page(self, request: Request) -> Response:
         fragment = choice(request.query_params, "fragment", ("live",))
@@ -473,7 +477,11 @@ class _Views:
 
     async def diff_page(self, request: Request) -> Response:
         view = await self.diff(request)
-        return self._page("diff.html", result=view.result, tasks=view.tasks_by_change())
+        from evalledger.projections._compare_reports import p_value_line, power_line
+
+        return self._page("diff.html", result=view.result, tasks=view.tasks_by_change(),
+                          paired=view.paired, p_value_line=p_value_line(view.paired),
+                          power_line=power_line(view.paired))
 
     async def error(self, request: Request, exc: Exception) -> Response:
         if isinstance(exc, HTTPException):
@@ -537,6 +545,18 @@ def _usage_chart(attempt: _queries.Attempt, curve: list[tuple[str, int]] | None)
     return _charts.steps(points, "tokens used over the attempt", y_title="tokens",
                          x_title="time since the attempt started",
                          until=max(0.0, _seconds(ended.ts) - start) if ended else None)
+
+
+def _runs_cost_pass(runs: Sequence[ListedRun]) -> Markup | None:
+    """Cost against pass rate for the runs listed, when they are runs of one suite (one
+    experiment id) and two or more have graded tasks; else None."""
+    graded = [r for r in runs if r.graded]
+    if len(graded) < 2 or len({r.experiment_id for r in runs}) != 1:
+        return None
+    return _charts.scatter(
+        [(r.run_id, r.total_cost_usd, r.pass_rate,
+          (r.pass_rate_interval.low, r.pass_rate_interval.high)) for r in graded],
+        "cost against pass rate per run", x_title="cost (USD)", y_title="pass rate")
 
 
 def _seconds(ts: str) -> float:

@@ -64,25 +64,68 @@ def stacked_bars(rows: Sequence[tuple[str, dict[str, int]]], title: str,
 
 
 def bars(items: Sequence[tuple[str, float, str]], title: str, *, maximum: float | None = None,
-         width: int = 640) -> Markup:
-    """Horizontal bars: (label, value, text shown after the bar)."""
+         width: int = 640, errors: Sequence[tuple[float, float] | None] = ()) -> Markup:
+    """Horizontal bars: (label, value, text shown after the bar); ``errors``, one per
+    item where given, an interval drawn as a whisker across its bar (error bars)."""
     if not items:
         return _svg(width, 24, [f'<text x="0" y="14" {_FONT}>no data</text>'], title)
     label_w, bar_h, gap = 160, 16, 6
     # Room after the bars for the longest text (about 7 px a character at 12 px).
     plot_w = max(120, width - label_w - 12 - 7 * max(len(text) for _, _, text in items))
-    top = maximum if maximum is not None else max((v for _, v, _ in items), default=0.0)
+    top = maximum if maximum is not None else max(
+        (max([v, *(e[1] for e in errors[i:i + 1] if e)]) for i, (_, v, _) in enumerate(items)),
+        default=0.0)
     height = max(1, len(items)) * (bar_h + gap)
     body: list[str] = []
     for i, (label, value, text) in enumerate(items):
         y = i * (bar_h + gap)
         w = plot_w * value / top if top > 0 else 0.0
+        end = w
         body.append(
             f'<text x="0" y="{y + 12}" {_FONT}>{escape(label[:24])}</text>'
             f'<rect x="{label_w}" y="{y}" width="{max(w, 0.5):.1f}" height="{bar_h}" '
-            f'fill="{_BAR}"/><text x="{label_w + w + 6:.1f}" y="{y + 12}" {_FONT}>'
-            f"{escape(text)}</text>"
-        )
+            f'fill="{_BAR}"/>')
+        interval = errors[i] if i < len(errors) else None
+        if interval is not None and top > 0:
+            lo, hi = (label_w + plot_w * v / top for v in interval)
+            mid = y + bar_h / 2
+            body.append(
+                f'<path class="error-bar" d="M {lo:.1f} {mid - 4} V {mid + 4} M {lo:.1f} {mid} '
+                f'H {hi:.1f} M {hi:.1f} {mid - 4} V {mid + 4}" stroke="#212121" '
+                f'stroke-width="1.5" fill="none"><title>{escape(text)}</title></path>')
+            end = max(end, hi - label_w)
+        body.append(f'<text x="{label_w + end + 6:.1f}" y="{y + 12}" {_FONT}>'
+                    f"{escape(text)}</text>")
+    return _svg(width, height, body, title)
+
+
+def scatter(points: Sequence[tuple[str, float, float, tuple[float, float] | None]],
+            title: str, *, width: int = 640, height: int = 240, x_title: str = "",
+            y_title: str = "") -> Markup:
+    """(label, x, y, y's interval) points on labelled axes, y from 0 to 1 (a rate), each
+    with a vertical error bar and its label: cost against pass rate."""
+    if not points:
+        return _svg(width, 24, [f'<text x="0" y="14" {_FONT}>no data</text>'], title)
+    left, right, top_m = 56, width - 120, 10
+    bottom = height - 38
+    plot_w, plot_h = right - left, bottom - top_m
+    x_max = max(x for _, x, _, _ in points) or 1.0
+    body: list[str] = []
+    for label, x, y, interval in points:
+        px = left + plot_w * x / x_max
+        py = bottom - plot_h * y
+        if interval is not None:
+            lo, hi = (bottom - plot_h * v for v in interval)
+            body.append(f'<path class="error-bar" d="M {px - 4:.1f} {lo:.1f} H {px + 4:.1f} '
+                        f'M {px:.1f} {lo:.1f} V {hi:.1f} M {px - 4:.1f} {hi:.1f} H '
+                        f'{px + 4:.1f}" stroke="#212121" stroke-width="1.5" fill="none"/>')
+        body.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="4" fill="{_BAR}"><title>'
+                    f"{escape(label)}: {escape(_number(x))}, {y:.1%}</title></circle>"
+                    f'<text x="{px + 7:.1f}" y="{py + 4:.1f}" {_FONT}>{escape(label[:20])}</text>')
+    body += _axes(left, right, top_m, bottom,
+                  x_ticks=[(left + plot_w * f, _number(x_max * f)) for f in (0.0, 0.5, 1.0)],
+                  y_ticks=[(bottom - plot_h * f, f"{f:.0%}") for f in (0.0, 0.5, 1.0)],
+                  x_title=x_title, y_title=y_title, height=height)
     return _svg(width, height, body, title)
 
 

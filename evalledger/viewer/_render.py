@@ -30,7 +30,16 @@ from markupsafe import Markup
 from evalledger._text import money, visible
 from evalledger._version import __version__
 from evalledger.agents import Entry, final_facts, parser_for
-from evalledger.projections import RoleUsage, RunSummary, TaskRow, tag_stats
+from evalledger.projections import (
+    RoleUsage,
+    RunSummary,
+    TaskRow,
+    rate_cell,
+    success_cost_line,
+    tag_stats,
+    variant_table,
+)
+from evalledger.projections._intervals import Interval
 from evalledger.statuses import GRADED, Category, FinalStatus
 
 from . import _charts
@@ -131,12 +140,20 @@ def status_class(row: TaskRow, running: Collection[str] = ()) -> str:
     return f"o-{outcome(row)}"
 
 
-def graded(succeeded: int, graded: int, ungraded: int) -> str:
-    """A pass rate said with what it is of: ``4 of 18 graded (22.2%), 2 ungraded``."""
+def graded(succeeded: int, graded: int, ungraded: int, interval: Interval | None = None
+           ) -> str:
+    """A pass rate said with what it is of: ``4 of 18 graded (22.2% [9.0%, 45.2%]), 2
+    ungraded``, the interval where given."""
     rest = f", {ungraded} ungraded" if ungraded else ""
     if not graded:
         return f"no graded tasks{rest}"
-    return f"{succeeded} of {graded} graded ({succeeded / graded:.1%}){rest}"
+    said = f"{succeeded / graded:.1%}" + (
+        f" [{interval.low:.1%}, {interval.high:.1%}]" if interval is not None else "")
+    return f"{succeeded} of {graded} graded ({said}){rest}"
+
+
+def _ends(interval: Interval) -> tuple[float, float]:
+    return interval.low, interval.high
 
 
 def tag_counts(summary: RunSummary) -> dict[str, tuple[int, int]]:
@@ -176,7 +193,8 @@ def environment() -> Environment:
                        final_facts=final_facts, record=imported_record)
     env.globals.update(url=_url, version=__version__, OUTCOMES=OUTCOMES, graded=graded,
                        tag_counts=tag_counts, role_costs=role_costs,
-                       imported_differences=imported_differences)
+                       imported_differences=imported_differences, variant_table=variant_table,
+                       success_cost_line=success_cost_line, rate_cell=rate_cell)
     return env
 
 
@@ -278,14 +296,20 @@ def run_charts(summary: RunSummary) -> dict[str, Markup]:
     return {
         "outcomes": _charts.stacked_bars(sorted(outcomes.items()), "statuses per variant"),
         "variant_pass": _charts.bars(
-            [(v.variant_id, v.pass_rate, graded(v.tasks_succeeded, v.tasks_succeeded
-                                                + v.tasks_failed + v.tasks_error,
-                                                v.tasks_ungraded)) for v in variants],
-            "pass rate per variant", maximum=1.0),
+            [(v.variant_id, v.pass_rate, graded(v.tasks_succeeded, v.graded, v.tasks_ungraded,
+                                                v.pass_rate_interval)) for v in variants],
+            "pass rate per variant (95% Wilson interval)", maximum=1.0,
+            errors=[_ends(v.pass_rate_interval) if v.graded else None for v in variants]),
         "tag_pass": _charts.bars(
-            [(t.tag, t.pass_rate, graded(t.tasks_succeeded, *by_tag.get(t.tag, (0, 0))))
-             for t in tags],
-            "pass rate per tag", maximum=1.0),
+            [(t.tag, t.pass_rate, graded(t.tasks_succeeded, *by_tag.get(t.tag, (0, 0)),
+                                         t.pass_rate_interval)) for t in tags],
+            "pass rate per tag (95% Wilson interval)", maximum=1.0,
+            errors=[_ends(t.pass_rate_interval) if t.tasks_graded else None for t in tags]),
+        "variant_cost_pass": _charts.scatter(
+            [(v.variant_id, v.cost_usd, v.pass_rate, _ends(v.pass_rate_interval))
+             for v in variants if v.graded],
+            "cost against pass rate per variant", x_title="cost (USD)",
+            y_title="pass rate"),
         "durations": _charts.histogram(
             [r.duration_seconds for r in summary.tasks if r.duration_seconds is not None],
             "task durations", x_title="duration", y_title="tasks"),

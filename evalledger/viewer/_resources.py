@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer
 from starlette.responses import JSONResponse, Response
 
 from evalledger.projections import (
+    Comparison,
     RunDiff,
     RunHeadline,
     RunSummary,
@@ -155,9 +156,13 @@ class DiffView(Resource):
     """``/diff/A/B`` and ``/api/diff/A/B``: what changed from one run to another."""
 
     result: RunDiff
+    paired: Comparison
+    """The same two runs paired by task: is B better than A, or is it noise
+    (``evalledger compare``)."""
 
     def json_response(self) -> Response:
-        return Response(self.result.model_dump_json(), media_type="application/json")
+        return JSONResponse({**self.result.model_dump(mode="json"),
+                             "paired": self.paired.model_dump(mode="json")})
 
     def tasks_by_change(self) -> list[TaskDiff]:
         """The tasks, regressions first, then fixes, changes, additions, removals."""

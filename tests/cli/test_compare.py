@@ -4,9 +4,15 @@ suite of 40 tasks where B flips a few tasks both ways (noise), or fails 15 that 
 from __future__ import annotations
 
 import json
+import re
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+import yaml
+from starlette.testclient import TestClient
+
+from evalledger.viewer import create_app
 
 from .helpers import evalledger, write_tasks
 
@@ -76,7 +82,86 @@ def test_the_text_says_the_numbers_the_json_holds(runs: Path) -> None:
     d = c["pass_rate_difference_interval"]
     assert (f"pass rate B - A: -37.5 points [{d['low'] * 100:+.1f}, {d['high'] * 100:+.1f}] "
             "(95% paired bootstrap, seed 0)") in text
-    assert f"McNemar exact p = {c['mcnemar_p']:.4g}" in text
+    assert f"McNemar's exact test p = {c['mcnemar_p']:.4g}" in text
+    assert ("with 40 paired tasks the smallest difference that could be significant at 95% "
+            "is 15.0 points (6 tasks, all one way)") in text
     assert text.splitlines()[-1] == "verdict: significant regression at 95%"
     # The same seed, the same interval.
     assert compared(runs, "A", "WORSE")[1] == c
+
+
+def test_markdown_and_junit_name_the_test_and_its_p_value(runs: Path) -> None:
+    _, c = compared(runs, "A", "WORSE")
+    md = evalledger(runs.parent, runs, "compare", "A", "WORSE", "--format", "markdown")
+    assert md.returncode == 1
+    assert "McNemar's exact test: p" in md.stdout
+    assert f"| {c['mcnemar_p']:.4g} | **significant regression** at 95% |" in md.stdout
+    for pair, failed in ((("A", "WORSE"), True), (("A", "NOISE"), False)):
+        done = evalledger(runs.parent, runs, "compare", *pair, "--format", "junit")
+        suite = ET.fromstring(done.stdout.split("?>", 1)[1])
+        [case] = suite.iter("testcase")
+        props = {p.get("name"): p.get("value") for p in case.iter("property")}
+        assert props["test"] == "McNemar's exact test"
+        assert float(props["p"]) == pytest.approx(compared(runs, *pair)[1]["mcnemar_p"],
+                                                  rel=1e-5)
+        assert (case.find("failure") is not None) == failed
+        assert suite.get("failures") == ("1" if failed else "0")
+
+
+def test_the_numbers_are_the_same_in_the_cli_the_json_the_html_and_the_viewer(
+    runs: Path, tmp_path: Path
+) -> None:
+    """A run's pass rate interval, and a comparison's statistics, everywhere they show."""
+    summary = json.loads(evalledger(runs.parent, runs, "show", "WORSE", "--json").stdout)
+    i = summary["pass_rate_interval"]
+    said = f"37.5% [{i['low']:.1%}, {i['high']:.1%}]"
+    assert said == "37.5% [24.2%, 53.0%]"  # Wilson's for 15 of 40
+    assert f"pass rate {said} (95% Wilson)" in evalledger(runs.parent, runs, "show",
+                                                           "WORSE").stdout
+    html = tmp_path / "r.html"
+    evalledger(runs.parent, runs, "report", "WORSE", "--format", "html", "-o", str(html))
+    assert f"15 of 40 graded ({said})" in html.read_text()
+    _, c = compared(runs, "A", "WORSE")
+    with TestClient(create_app(runs)) as client:
+        assert f"15 of 40 graded ({said})" in client.get("/runs/WORSE").text
+        assert client.get("/api/runs/WORSE/summary").json()["pass_rate_interval"] == i
+        assert client.get("/api/diff/A/WORSE").json()["paired"] == c
+        page = client.get("/diff/A/WORSE").text
+    assert "Paired by task: significant regression at 95%" in page
+    assert f"McNemar&#39;s exact test p = {c['mcnemar_p']:.4g}" in page
+    d = c["pass_rate_difference_interval"]
+    assert f"[{d['low'] * 100:+.1f}, {d['high'] * 100:+.1f}]" in page
+
+
+def test_several_variants_against_one_are_held_to_holms_correction(tmp_path: Path) -> None:
+    """Three variants against a base, over 24 tasks: one loses 7 (alone p = 0.016, Holm
+    0.047: still significant), one loses 6 (alone p = 0.031: Holm 0.063, not), one none."""
+    flags = tmp_path / "pass"
+    flags.mkdir()
+    lost = {"base": 0, "seven": 7, "six": 6, "same": 0}
+    for variant, n in lost.items():
+        for i in range(n, 24):
+            (flags / f"{variant}-t{i:02d}").touch()
+    write_tasks(tmp_path / "tasks", {
+        f"t{i:02d}": {"command": f'test -e "{flags}/$V-t{i:02d}"',
+                      "success_criteria": [{"type": "exit_code"}]} for i in range(24)})
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump({
+        "experiment_id": "holm", "tasks": ["tasks/"],
+        "variants": [{"variant_id": v, "env": {"V": v}} for v in lost]}))
+    db = tmp_path / "l.db"
+    ran = evalledger(tmp_path, db, "run", "-e", str(tmp_path / "exp.yaml"), "--run-id", "R",
+                     "-j", "8")
+    assert ran.returncode == 1, ran  # some tasks failed, as they should
+    done = evalledger(tmp_path, db, "compare", "R", "--baseline", "base", "--json")
+    found = {c["b"]["name"]: c for c in json.loads(done.stdout)}
+    assert set(found) == {"R/seven", "R/six", "R/same"}
+    assert all(c["correction"] == "holm" for c in found.values())
+    assert found["R/seven"]["mcnemar_p"] == pytest.approx(2 / 2 ** 7)
+    assert found["R/seven"]["adjusted_p"] == pytest.approx(3 * 2 / 2 ** 7)
+    assert found["R/six"]["adjusted_p"] == pytest.approx(2 * 2 / 2 ** 6)
+    assert found["R/same"]["adjusted_p"] == 1.0
+    assert [found[v]["verdict"] for v in ("R/seven", "R/six", "R/same")] == [
+        "significant regression", "no significant difference", "no significant difference"]
+    assert done.returncode == 1  # one of them regressed significantly, corrected or not
+    text = evalledger(tmp_path, db, "compare", "R", "--baseline", "base").stdout
+    assert re.search(r"McNemar's exact test p = 0\.03125, Holm-adjusted p = 0\.0625", text)

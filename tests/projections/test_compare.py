@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import random
-from statistics import NormalDist
 
 import pytest
 from hypothesis import given, settings
@@ -14,7 +13,7 @@ from hypothesis import strategies as st
 
 from evalledger.ledger import NO_TOKENS
 from evalledger.projections import RunSummary, SummaryFold, TaskRow, compare_runs
-from evalledger.projections._compare import mcnemar_exact, paired_bootstrap, wilson
+from evalledger.projections._compare import mcnemar_exact, paired_bootstrap
 from evalledger.statuses import FinalStatus
 
 
@@ -27,21 +26,6 @@ def test_mcnemar_exact_is_the_doubled_binomial_tail_of_the_discordant_pairs(
     tail = sum(math.comb(n, i) for i in range(min(only_a, only_b) + 1)) / 2 ** n
     expected = 1.0 if n == 0 else min(1.0, 2 * tail)
     assert mcnemar_exact(only_a, only_b) == pytest.approx(expected, rel=1e-9, abs=1e-15)
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.integers(1, 500).flatmap(lambda n: st.tuples(st.integers(0, n), st.just(n))),
-       st.sampled_from([0.8, 0.9, 0.95, 0.99]))
-def test_the_wilson_interval_is_its_formula(drawn: tuple[int, int], confidence: float) -> None:
-    k, n = drawn
-    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    found = wilson(k, n, confidence)
-    assert found.low == pytest.approx(max(0.0, centre - half), abs=2e-6)
-    assert found.high == pytest.approx(min(1.0, centre + half), abs=2e-6)
-    assert found.low <= p <= found.high
 
 
 def test_the_paired_bootstrap_covers_the_true_difference_at_about_its_level() -> None:

@@ -417,7 +417,7 @@ def test_runs_with_no_task_only_skipped_files_or_only_interruptions_render(
         assert render_json(live) == render_json(rebuild(db, run_id))
         assert (live.tasks_run, live.tasks_succeeded, live.pass_rate) == (0, 0, 0.0)
         md = render_markdown(live)
-        summary_rows = [r for r in table_rows(md) if len(r) == 10]
+        summary_rows = [r for r in table_rows(md) if len(r) == 11]
         assert len(summary_rows) == 2
         result = invoke(db, "report", run_id)
         assert result.exit_code == 0 and result.stdout == md

@@ -49,6 +49,7 @@ LAYOUTS = {
     ("SummaryFold", 3): "35743baae00875e2",  # + each key's isolation
     ("SummaryFold", 4): "eebb11ee0e03112d",  # its isolation by attempt, not the latest's
     ("SummaryFold", 5): "f51a1d11b3dbd807",  # grade sets (each key's verdict per set), flags
+    ("SummaryFold", 6): "f51a1d11b3dbd807",  # same state; summaries gain pass^k, flaky, tokens
     ("ResumeFold", 2): "488576a01a3d6a5a",
 }
 

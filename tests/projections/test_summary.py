@@ -107,7 +107,8 @@ def test_budget_sub_counts_are_part_of_failed() -> None:
     assert (s.tasks_run, s.tasks_succeeded, s.tasks_failed, s.tasks_error) == (8, 2, 5, 1)
     assert s.tasks_token_budget_exceeded == 2
     assert s.tasks_cost_budget_exceeded == 1
-    assert "| 8 | 8 | 2 | 5 | 2 | 1 | 1 | 0 | 0 | 25.0% |" in render_markdown(s)
+    # 2 of 8 graded: Wilson's 95% interval, 7.1% to 59.1%.
+    assert "| 8 | 8 | 2 | 5 | 2 | 1 | 1 | 0 | 0 | 25.0% [7.1%, 59.1%] |" in render_markdown(s)
 
 
 def test_buckets_that_do_not_add_up_are_refused() -> None:
@@ -305,7 +306,7 @@ def test_markdown_report_says_what_a_reader_needs() -> None:
     assert md.startswith(f"# Run {RUN}\n")
     assert "- Status: **completed** (experiment `exp-7`)" in md
     assert "- Max parallel: 3" in md
-    assert "| 3 | 3 | 1 | 1 | 0 | 0 | 1 | 0 | 0 | 33.3% |" in md
+    assert "| 3 | 3 | 1 | 1 | 0 | 0 | 1 | 0 | 0 | 33.3% [" in md
     assert f"| {key(0)} | SUCCESS | 1.00 | 3.2s | 0 | unknown |" in md
     # An error of several lines: its digest in the row (one row stays one row, no
     # literal \n), the message whole below, line breaks kept.
