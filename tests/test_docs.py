@@ -427,7 +427,8 @@ def fresh(tmp_path: Path) -> Iterator[Ledger]:
 
 def test_every_view_column_is_documented(fresh: Ledger) -> None:
     views = section("ledger.md", "SQL views")
-    for view in ("runs", "task_attempts", "task_results"):
+    for view in ("runs", "task_attempts", "task_results", "task_grades", "task_flags",
+                 "run_pass_rates", "model_pass_rates"):
         columns, _ = fresh.query(f"SELECT * FROM {view} LIMIT 0")
         assert columns, view
         assert not missing(columns, views), view

@@ -422,7 +422,7 @@ def _m0009_isolation_columns(db: Database) -> None:
 # own grading (grade set "original"). A grade set's verdict of an attempt is its latest
 # row of that set and attempt (docs/results.md, "Grade sets"). And every finding of a
 # scan (task.flagged), a row each (docs/results.md, "Flags").
-VIEWS = {
+_VIEWS_10 = {
     **_VIEWS_9,
     "task_grades": """
         SELECT g.run_id, g.task_key,
@@ -458,5 +458,53 @@ VIEWS = {
 
 @MIGRATIONS(name="0010_grades_and_flags")
 def _m0010_grades_and_flags(db: Database) -> None:
-    _recreate_views(db, _VIEWS_9, VIEWS)
+    _recreate_views(db, _VIEWS_9, _VIEWS_10)
     _set_version(db, 10)
+
+
+def _wilson(succeeded: str, graded: str) -> str:
+    """SQL for the 95% Wilson interval's ends of ``succeeded`` of ``graded`` (columns),
+    as ``projections._intervals.wilson`` computes them: rounded to 6 places, in [0, 1],
+    [0, 1] with nothing graded. Needs SQLite's math functions (``sqrt``: 3.35+)."""
+    z2 = f"{_Z95} * {_Z95}"
+    p = f"(1.0 * {succeeded} / {graded})"
+    shrink = f"(1 + {z2} / {graded})"
+    center = f"(({p} + {z2} / (2.0 * {graded})) / {shrink})"
+    half = (f"({_Z95} / {shrink} * sqrt({p} * (1 - {p}) / {graded} "
+            f"+ {z2} / (4.0 * {graded} * {graded})))")
+    return (f"CASE WHEN {graded} > 0 THEN max(0.0, round({center} - {half}, 6)) ELSE 0.0 END "
+            f"AS pass_rate_low, "
+            f"CASE WHEN {graded} > 0 THEN min(1.0, round({center} + {half}, 6)) ELSE 1.0 END "
+            f"AS pass_rate_high")
+
+
+# z for 95%: statistics.NormalDist().inv_cdf(0.975), as the summary's intervals use.
+_Z95 = "1.959963984540054"
+
+# Pass rates with their 95% Wilson interval, from the views' counts: per run (the `runs`
+# view's buckets) and per run and model (`task_results`' model column). The run's own
+# grading, as those views (docs/results.md, "How sure a number is").
+VIEWS = {
+    **_VIEWS_10,
+    "run_pass_rates": f"""
+        SELECT run_id, experiment_id, succeeded, graded,
+               CASE WHEN graded > 0 THEN round(1.0 * succeeded / graded, 6) END AS pass_rate,
+               {_wilson("succeeded", "graded")}
+        FROM (SELECT run_id, experiment_id, tasks_succeeded AS succeeded,
+                     tasks_succeeded + tasks_failed + tasks_error AS graded FROM runs)
+    """,
+    "model_pass_rates": f"""
+        SELECT run_id, model, succeeded, graded,
+               CASE WHEN graded > 0 THEN round(1.0 * succeeded / graded, 6) END AS pass_rate,
+               {_wilson("succeeded", "graded")}
+        FROM (SELECT run_id, model, sum(category = 'succeeded') AS succeeded,
+                     sum(category IN ('succeeded', 'failed', 'error')) AS graded
+              FROM task_results GROUP BY run_id, model)
+    """,
+}
+
+
+@MIGRATIONS(name="0011_pass_rate_intervals")
+def _m0011_pass_rate_intervals(db: Database) -> None:
+    _recreate_views(db, _VIEWS_10, VIEWS)
+    _set_version(db, 11)

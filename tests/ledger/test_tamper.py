@@ -123,8 +123,8 @@ CASES: dict[str, tuple[tuple[str, ...], str]] = {
                                "meta.schema_version is '3'"),
     "meta key added": (("INSERT INTO meta VALUES ('note', 'x')",), "unexpected meta.note"),
     "migration record deleted": (
-        ("DELETE FROM _sqlite_migrations WHERE name = '0010_grades_and_flags'",),
-        "but the ledger's 9 migrations make it 9"),
+        ("DELETE FROM _sqlite_migrations WHERE name = '0011_pass_rate_intervals'",),
+        "but the ledger's 10 migrations make it 10"),
 }
 
 

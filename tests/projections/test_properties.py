@@ -576,6 +576,18 @@ def test_sql_views_equal_the_python_projections(scenario: Scenario) -> None:
                 )
                 assert cost == pytest.approx(summary.total_cost_usd, abs=1e-9)
                 assert experiment_id == summary.experiment_id
+                # The pass rate and its 95% Wilson interval, in SQL as in run.json.
+                [(graded, rate, low, high)] = conn.execute(
+                    "SELECT graded, pass_rate, pass_rate_low, pass_rate_high "
+                    "FROM run_pass_rates WHERE run_id = ?", [rid]).fetchall()
+                interval = summary.pass_rate_interval
+                assert graded == summary.graded
+                assert (rate or 0.0) == pytest.approx(summary.pass_rate, abs=1e-9)
+                assert (low, high) == pytest.approx((interval.low, interval.high), abs=2e-6)
+                by_model = conn.execute(
+                    "SELECT sum(succeeded), sum(graded) FROM model_pass_rates WHERE run_id = ?",
+                    [rid]).fetchone()
+                assert tuple(n or 0 for n in by_model) == (summary.tasks_succeeded, graded)
         finally:
             conn.close()
 
