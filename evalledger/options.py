@@ -36,6 +36,8 @@ _OPERATIONAL = Operational()
 # Typed for the code that needs a default outside a run (the executor's helpers): the
 # fields below use these, so each knob still has exactly one default.
 DEFAULT_KILL_GRACE = 2.0
+# Seconds before the first retry of an infrastructure failure (then twice as long each time).
+DEFAULT_RETRY_BACKOFF = 1.0
 DEFAULT_PRESERVATION_MODE: PreservationMode = "move-on-write"
 
 
@@ -60,6 +62,8 @@ class RunOptions(BaseModel):
     """Seconds a task's processes get between SIGTERM and SIGKILL when it is ended."""
     max_cost_usd: Annotated[float | None, _OPERATIONAL] = Field(default=None, gt=0)
     """Stop dispatching once the run has spent this many USD (a resume may raise it)."""
+    max_infra_failures: Annotated[int | None, _OPERATIONAL] = Field(default=None, ge=1)
+    """Stop dispatching after this many infrastructure failures in a row (none: never)."""
     max_parallel: Annotated[int, _OPERATIONAL] = Field(default=4, ge=1)
     """Tasks at once."""
     model: str | None = None
@@ -83,6 +87,10 @@ class RunOptions(BaseModel):
     require_isolation: Annotated[bool, _OPERATIONAL] = False
     """Refuse to start when a task's isolation cannot run here (instead of running it
     with none, and saying so)."""
+    retries: Annotated[int | None, _OPERATIONAL] = Field(default=None, ge=0, le=20)
+    """Tries again after an infrastructure failure, overriding task files."""
+    retry_backoff: Annotated[float, _OPERATIONAL] = Field(default=DEFAULT_RETRY_BACKOFF, ge=0)
+    """Seconds before the first retry of a task; each next one waits twice as long."""
     sample: int | None = Field(default=None, ge=1)
     """Run only this many of the tasks found (every variant and replicate of each),
     chosen by ``seed``: a reproducible subset."""
@@ -91,6 +99,8 @@ class RunOptions(BaseModel):
     shard: str | None = Field(default=None, pattern=r"^[1-9][0-9]*/[1-9][0-9]*$")
     """``K/N``: run only the K-th of N disjoint shares of the task keys (by a hash of
     each key, the same on every machine); the shards of one run id merge into it."""
+    stall_timeout: float | None = Field(default=None, gt=0)
+    """Seconds without output after which an attempt is stalled, overriding task files."""
     tags: list[str] = []
     """Keep only tasks with ANY of these tags (none: keep all)."""
     timeout: float | None = Field(default=None, gt=0)
@@ -113,6 +123,7 @@ class RunOptions(BaseModel):
 __all__ = [
     "DEFAULT_KILL_GRACE",
     "DEFAULT_PRESERVATION_MODE",
+    "DEFAULT_RETRY_BACKOFF",
     "ExecutorKind",
     "Operational",
     "PreservationMode",

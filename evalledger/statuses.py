@@ -18,6 +18,7 @@ class FinalStatus(StrEnum):
     COST_BUDGET_EXCEEDED = "COST_BUDGET_EXCEEDED"
     ERROR = "ERROR"
     BUILD_FAILED = "BUILD_FAILED"
+    STALLED = "STALLED"
     NOT_GRADED = "NOT_GRADED"
 
     @property
@@ -42,9 +43,33 @@ _CATEGORY: dict[FinalStatus, Category] = {
     FinalStatus.COST_BUDGET_EXCEEDED: Category.FAILED,
     FinalStatus.ERROR: Category.ERROR,
     FinalStatus.BUILD_FAILED: Category.ERROR,
+    # Silent for its stall_timeout and ended for it (docs/tasks.md, "Stalls and retries").
+    FinalStatus.STALLED: Category.ERROR,
     # A task with no success criteria whose command finished: it ran, nothing judged it.
     FinalStatus.NOT_GRADED: Category.UNGRADED,
 }
+class FailureClass(StrEnum):
+    """Who failed an attempt that did not succeed (docs/results.md, "Failure classes")."""
+
+    AGENT = "agent"
+    """It ran and failed its criteria, timed out while working, passed its budget."""
+    INFRA = "infra"
+    """What runs it failed: the sandbox, the process start, a stall, a judge's API."""
+    GRADER = "grader"
+    """A criterion could not be checked for a reason of its own."""
+
+
+def default_class(status: FinalStatus) -> FailureClass | None:
+    """The class of a status when the attempt did not say (recorded before classes, or
+    imported): ERROR, BUILD_FAILED and STALLED are infrastructure's; the other failures
+    the agent's; a success or an ungraded attempt has none."""
+    if status in (FinalStatus.SUCCESS, FinalStatus.NOT_GRADED):
+        return None
+    if status in (FinalStatus.ERROR, FinalStatus.BUILD_FAILED, FinalStatus.STALLED):
+        return FailureClass.INFRA
+    return FailureClass.AGENT
+
+
 # The categories a pass rate is taken over: what was judged.
 GRADED = frozenset({Category.SUCCEEDED, Category.FAILED, Category.ERROR})
 
@@ -55,6 +80,8 @@ class RunStatus(StrEnum):
     COMPLETED = "completed"
     INTERRUPTED = "interrupted"
     BUDGET_STOPPED = "budget_stopped"
+    # Too many infrastructure failures in a row (--max-infra-failures): stopped dispatching.
+    INFRA_STOPPED = "infra_stopped"
 
 
 class ShownStatus(StrEnum):
@@ -68,6 +95,7 @@ class ShownStatus(StrEnum):
     COMPLETED = RunStatus.COMPLETED.value
     INTERRUPTED = RunStatus.INTERRUPTED.value
     BUDGET_STOPPED = RunStatus.BUDGET_STOPPED.value
+    INFRA_STOPPED = RunStatus.INFRA_STOPPED.value
     CUT_OFF = "cut off"
 
     @property

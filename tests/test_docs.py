@@ -25,7 +25,13 @@ from pydantic import BaseModel
 
 import evalledger.ledger
 from evalledger.cli import cli
-from evalledger.cli._errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TASKS_FAILED, EXIT_USAGE
+from evalledger.cli._errors import (
+    EXIT_INFRA_STOPPED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TASKS_FAILED,
+    EXIT_USAGE,
+)
 from evalledger.executor import DEFAULT_KILL_GRACE, MAX_LINE
 from evalledger.hosts import host_info
 from evalledger.ledger import (
@@ -282,7 +288,7 @@ def test_global_options() -> None:
 def test_exit_codes() -> None:
     table = rows(section("cli.md", "Exit codes"))
     assert {int(r[0]) for r in table if r[0].isdigit()} == {
-        EXIT_OK, EXIT_TASKS_FAILED, EXIT_USAGE, EXIT_INTERRUPTED,
+        EXIT_OK, EXIT_TASKS_FAILED, EXIT_USAGE, EXIT_INFRA_STOPPED, EXIT_INTERRUPTED,
     }
 
 

@@ -35,7 +35,7 @@ from evalledger.projections import (
     SummaryFold,
     render_junit,
 )
-from evalledger.statuses import Category
+from evalledger.statuses import Category, RunStatus
 from evalledger.suite import ResolvedTask, Skipped, meets
 
 from ._callbacks import Callbacks
@@ -57,6 +57,9 @@ class Ending(StrEnum):
     """Every task ended as expected, but a task file could not be used."""
     INTERRUPTED = "interrupted"
     """A signal ended the batch; the run is resumable."""
+    INFRA_STOPPED = "infra_stopped"
+    """Too many infrastructure failures in a row (``--max-infra-failures``): the batch
+    stopped dispatching; resume once what broke is mended."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,8 @@ def ending(summary: RunSummary, verdict: Verdict, *, allow_skipped: bool = False
     (unless allowed); interrupted when a signal ended the batch (docs/cli.md)."""
     if interrupted:
         return Ending.INTERRUPTED
+    if summary.status == RunStatus.INFRA_STOPPED:
+        return Ending.INFRA_STOPPED
     if summary.tasks_run < summary.tasks_planned or verdict.unexpected.total():
         return Ending.TASKS_FAILED
     if summary.broken_files and not allow_skipped:

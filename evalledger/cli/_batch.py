@@ -19,7 +19,7 @@ from evalledger.projections import RunSummary, SummaryFold, isolation_line, unpr
 from evalledger.statuses import Category
 from evalledger.suite import ResolvedTask
 
-from ._errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TASKS_FAILED, UserError
+from ._errors import EXIT_INFRA_STOPPED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TASKS_FAILED, UserError
 from ._progress import Display, quiet, say
 
 EXIT_CODES = {
@@ -27,6 +27,7 @@ EXIT_CODES = {
     Ending.TASKS_FAILED: EXIT_TASKS_FAILED,
     Ending.FILES_SKIPPED: EXIT_TASKS_FAILED,
     Ending.INTERRUPTED: EXIT_INTERRUPTED,
+    Ending.INFRA_STOPPED: EXIT_INFRA_STOPPED,
 }
 
 
@@ -113,6 +114,11 @@ def finish(outcome: RunOutcome) -> NoReturn:
         quiet(sys.stdout)
     if outcome.interrupted:
         click.echo(f"run {outcome.run_id} interrupted; resume with: "
+                   f"{resume_command(outcome.ledger, outcome.run_id)}", err=True)
+    elif outcome.ending is Ending.INFRA_STOPPED:
+        click.echo(f"run {outcome.run_id} stopped: infrastructure failures in a row reached "
+                   f"--max-infra-failures ({outcome.summary.tasks_infra} in the run); mend "
+                   f"what broke, then resume with: "
                    f"{resume_command(outcome.ledger, outcome.run_id)}", err=True)
     sys.exit(EXIT_CODES[outcome.ending])
 

@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from typing import Any, TextIO
 
 import click
@@ -24,10 +25,13 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
+    Task,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.text import Text
 
 from evalledger._text import visible
 from evalledger.agents import lines_of, parser_for
@@ -40,6 +44,25 @@ from evalledger.suite import ResolvedTask
 STREAM_WIDTH = 300
 _WATCHED = frozenset({EventType.TASK_STARTED, EventType.TASK_COMPLETED,
                       EventType.TASK_INTERRUPTED, EventType.TASK_USAGE})
+_ENDED = frozenset({EventType.TASK_COMPLETED, EventType.TASK_INTERRUPTED})
+# A running attempt silent this long is named under the bar with its idle time.
+QUIET_SECONDS = 10.0
+
+
+class _Idle(ProgressColumn):
+    """The running attempts silent longest, with how long (computed at each redraw: the
+    time passes without any event to redraw for)."""
+
+    def __init__(self, heard: dict[str, float]) -> None:
+        super().__init__()
+        self._heard = heard
+
+    def render(self, task: Task) -> Text:
+        now = time.monotonic()
+        quiet = sorted((at, key) for key, at in self._heard.items() if now - at >= QUIET_SECONDS)
+        said = ", ".join(f"{visible(key)} {now - at:.0f}s" for at, key in quiet[:3])
+        return Text(f"idle: {said}" + (f" (+{len(quiet) - 3})" if len(quiet) > 3 else "")
+                    if said else "")
 
 
 def task_line(result: TaskCompleted, *, whole: bool = True, note: str = "") -> str:
@@ -76,6 +99,8 @@ class Display:
         self._started = False
         # Per task key, its stream format (told by on_task_start): how its JSON reads.
         self._formats: dict[str, str] = {}
+        # Per running task key, when it last produced anything (time.monotonic()).
+        self._heard: dict[str, float] = {}
         if terminal:
             self.progress = Progress(
                 TextColumn("[bold]{task.description}"),
@@ -85,6 +110,7 @@ class Display:
                 TimeElapsedColumn(),
                 TextColumn("ETA"),
                 TimeRemainingColumn(),
+                _Idle(self._heard),
                 console=Console(stderr=True),
                 transient=False,
             )
@@ -118,7 +144,18 @@ class Display:
             quiet(sys.stderr if err else sys.stdout)
 
     def on_event(self, event: AnyEvent | EventRow) -> None:
-        """An event the live fold has just taken: redraw when it moves the counts."""
+        """An event the live fold has just taken: note who spoke, redraw when it moves
+        the counts, say a stall."""
+        if event.task_key is not None:
+            if event.type in _ENDED:
+                self._heard.pop(event.task_key, None)
+            else:
+                self._heard[event.task_key] = time.monotonic()
+        if event.type == EventType.TASK_STALLED:
+            stalled = event.decode() if isinstance(event, EventRow) else event
+            self.echo(f"[{visible(event.task_key or '')}] stalled: no output for "
+                      f"{getattr(stalled, 'idle_seconds', 0):g}s "
+                      f"({getattr(stalled, 'action', 'kill')})", err=True)
         if event.type in _WATCHED:
             self._refresh()
 

@@ -42,6 +42,20 @@ from ._main import Settings, pass_settings
               show_default=True, help="Reports and artifacts go to OUT/RUN_ID/.")
 @click.option("--timeout", type=PositiveNumber(),
               help="Seconds per task, overriding task files.")
+@click.option("--stall-timeout", type=PositiveNumber(),
+              help="Seconds without any output after which an attempt is stalled "
+                   "(task.stalled; ended as STALLED unless its stall_action is warn), "
+                   "overriding task files.")
+@click.option("--retries", type=click.IntRange(0, 20),
+              help="Try an attempt again this many times after an infrastructure failure "
+                   "(a stall, a sandbox, a process that could not start, a judge's API, a "
+                   "lost Ray node), overriding task files.")
+@click.option("--retry-backoff", type=click.FloatRange(min=0),
+              help="Seconds before a task's first retry; each next waits twice as long "
+                   f"(default {RunOptions.default('retry_backoff')}).")
+@click.option("--max-infra-failures", type=click.IntRange(min=1),
+              help="Stop dispatching after this many infrastructure failures in a row "
+                   "(exit code 3; resume once mended).")
 @click.option("--model", help="The model every task uses, overriding task files and variants.")
 @click.option("--sample", type=click.IntRange(min=1),
               help="Run only N of the tasks found (every variant and replicate of each).")
@@ -84,7 +98,9 @@ from ._main import Settings, pass_settings
 def run(
     settings: Settings, paths: tuple[str, ...], experiment: str | None, tags: tuple[str, ...],
     exclude_tags: tuple[str, ...], max_parallel: int | None, repeats: int | None,
-    run_id: str | None, out: Path, timeout: float | None, model: str | None,
+    run_id: str | None, out: Path, timeout: float | None, stall_timeout: float | None,
+    retries: int | None, retry_backoff: float | None, max_infra_failures: int | None,
+    model: str | None,
     sample: int | None, seed: int | None, shard: str | None, max_cost: float | None,
     preservation_mode: PreservationMode, pricing: str | None, kill_grace: float | None,
     isolation: str | None, require_isolation: bool, no_grade: bool,
@@ -97,7 +113,7 @@ def run(
     PATHS are task files or folders of them. Prints the run id first, a line per
     finished task, and a summary last. Exit code: 0 all succeeded, 1 some task
     failed or errored or a task file could not be used, 2 usage/config/ledger
-    error, 130 interrupted.
+    error, 3 stopped by --max-infra-failures, 130 interrupted.
 
     Example:
 
@@ -114,6 +130,8 @@ def run(
         "sample": sample, "seed": seed, "shard": shard, "executor": executor,
         "ray_address": ray_address, "isolation": isolation,
         "require_isolation": require_isolation or None, "no_grade": no_grade or None,
+        "stall_timeout": stall_timeout, "retries": retries, "retry_backoff": retry_backoff,
+        "max_infra_failures": max_infra_failures,
     }
     # Only what was given: what was not is the model's default (or the experiment's).
     options = RunOptions.model_validate({k: v for k, v in given.items() if v is not None})

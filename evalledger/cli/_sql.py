@@ -50,6 +50,8 @@ _ABOUT = {
     "usage": "one row per task.usage, with the attempt it was reported in",
     "task_grades": "one row per task.graded: a regrade's verdict of an attempt",
     "task_flags": "one row per task.flagged: a scan's finding on an attempt",
+    "run_pass_rates": "one row per run: its pass rate and 95% Wilson interval",
+    "model_pass_rates": "per run and model: the pass rate and 95% Wilson interval",
     "events": "the table: every event, in seq order",
 }
 _VIEWS_MARK = "(the views)"

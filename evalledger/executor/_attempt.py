@@ -30,6 +30,10 @@ from evalledger.ledger import TaskCompleted, TaskInterrupted
 
 from ._writer import EventSink, WriterFailed
 
+# How a ``task.interrupted`` of an attempt whose Ray worker (or node) was lost begins:
+# an infrastructure failure, retried as one (``retries``).
+WORKER_LOST = "worker lost"
+
 
 @dataclass(frozen=True)
 class AttemptOutcome:

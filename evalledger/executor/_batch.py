@@ -39,10 +39,10 @@ from evalledger.ledger import (
 from evalledger.options import PreservationMode, RunOptions
 from evalledger.pricing import DEFAULT_RATES, RateCard
 from evalledger.projections import fingerprint
-from evalledger.statuses import RunStatus
+from evalledger.statuses import FailureClass, RunStatus
 from evalledger.suite import ResolvedTask, Skipped
 
-from ._attempt import AttemptOutcome
+from ._attempt import WORKER_LOST, AttemptOutcome
 from ._marks import batch_mark, kill_marked
 from ._runner import RunContext, run_task
 from ._sandbox import SandboxPool, remove_tree
@@ -342,14 +342,25 @@ async def _run(
         status = RunStatus.COMPLETED
         limiter = trio.CapacityLimiter(max(1, config.max_parallel))
 
+        breaker = _Breaker(config.options.max_infra_failures)
+
         async def one(task: ResolvedTask) -> None:
             attempt = (resume.attempts.get(task.task_key, 0) if resume else 0) + 1
-            outcome = await attempts(
-                task, ctx, attempt, lambda: limiter.release_on_behalf_of(task.task_key)
-            )
-            if outcome.completed is not None:  # else its Ray worker was lost
-                completed.append(outcome.completed)
-                _call(callbacks.on_task_complete, outcome.completed)
+            for retry in range(task.retries + 1):
+                if retry:  # an infrastructure failure: again, after the backoff, in a slot
+                    await trio.sleep(config.options.retry_backoff * 2 ** (retry - 1))
+                    await limiter.acquire_on_behalf_of(task.task_key)
+                    _call(callbacks.on_task_start, task)
+                outcome = await attempts(
+                    task, ctx, attempt, lambda: limiter.release_on_behalf_of(task.task_key)
+                )
+                # An attempt lost before its task.started left no number behind.
+                attempt += outcome.started
+                if outcome.completed is not None:  # else its Ray worker was lost
+                    completed.append(outcome.completed)
+                    _call(callbacks.on_task_complete, outcome.completed)
+                if not breaker.count(_infra(outcome)) or breaker.tripped:
+                    return
 
         # Written directly (the writer is idle until now), under the write lock, only
         # if no other process started or resumed this run since it was read.
@@ -379,6 +390,10 @@ async def _run(
                     if _over_budget(ctx, config):
                         limiter.release_on_behalf_of(task.task_key)
                         status = RunStatus.BUDGET_STOPPED
+                        break
+                    if breaker.tripped:
+                        limiter.release_on_behalf_of(task.task_key)
+                        status = RunStatus.INFRA_STOPPED
                         break
                     _call(callbacks.on_task_start, task)
                     nursery.start_soon(one, task)
@@ -426,6 +441,34 @@ def _opening(
         sandbox_root=str(sandbox_root),
         ledger_id=ledger_id or None,
     )
+
+
+@dataclass
+class _Breaker:
+    """The run's circuit breaker: ``limit`` infrastructure failures in a row (in the order
+    attempts end) trip it, and the batch stops dispatching (``infra_stopped``): when the
+    sandbox, the API or the cluster is broken, the rest of the suite would fail the same
+    way. None: never."""
+
+    limit: int | None
+    in_a_row: int = 0
+
+    def count(self, infra: bool) -> bool:
+        """Count an attempt's end; return ``infra``."""
+        self.in_a_row = self.in_a_row + 1 if infra else 0
+        return infra
+
+    @property
+    def tripped(self) -> bool:
+        return self.limit is not None and self.in_a_row >= self.limit
+
+
+def _infra(outcome: AttemptOutcome) -> bool:
+    """Whether an attempt failed for its infrastructure's sake: its class says so, or its
+    Ray worker (or node) was lost under it."""
+    if outcome.completed is not None:
+        return outcome.completed.failure_class == FailureClass.INFRA
+    return (outcome.interrupted or "").startswith(WORKER_LOST)
 
 
 def _over_budget(ctx: RunContext, config: BatchConfig) -> bool:

@@ -44,6 +44,7 @@ from evalledger.ledger import (
     TaskEmitted,
     TaskIsolation,
     TaskOutput,
+    TaskStalled,
     TaskStarted,
     TaskUsage,
     TokenCounts,
@@ -161,6 +162,26 @@ class _Streams:
     # Under isolation: whether the prelude reported, and what leaked or failed (ERROR).
     probed: bool = False
     isolation_error: str | None = None
+    # Liveness: when the attempt last produced anything (trio time, and the UTC ts of
+    # its event), and why it was ended as stalled.
+    last_activity: float = 0.0
+    last_at: str = ""
+    stalled: str | None = None
+    # The model API failure a claude-code stream was in when it last spoke of its API.
+    api_error: str | None = None
+    _woken: trio.Event | None = None
+
+    def touched(self, ts: str) -> None:
+        """The attempt produced something (lines, JSON events, usage) at ``ts``."""
+        self.last_activity = trio.current_time()
+        self.last_at = ts
+        if self._woken is not None:
+            self._woken.set()
+
+    async def next_activity(self) -> None:
+        """Wait until the attempt produces something again."""
+        self._woken = trio.Event()
+        await self._woken.wait()
 
     def stuck(self, open_pipes: int) -> bool:
         """Whether every open pipe's reader sits waiting and no byte came since last asked."""
@@ -176,6 +197,8 @@ class _Streams:
         events, recorded = self._events(pairs, stream)
         self._keep(recorded, stream)
         await self._send(events)
+        if events:
+            self.touched(events[-1].ts)
         if self.ctx.on_output is not None:
             for event in events:
                 if event.type != EventType.TASK_USAGE:
@@ -192,6 +215,7 @@ class _Streams:
         events: list[AnyEvent | EventRow] = []
         encoded = TaskOutput.encoded
         json_lines = stream == "stdout"
+        claude = self.task.stream_format == "claude-code"
         n = self.last_n
         for event_id, (text, truncated) in zip(new_event_ids(len(pairs)), pairs, strict=True):
             n += 1
@@ -203,6 +227,8 @@ class _Streams:
                 events.append(TaskEmitted(event_id=event_id, run_id=run_id, task_key=key, ts=ts,
                                           data=data, n=n))
                 events += [self._usage_event(usage, ts) for usage in self.meter.observe(data)]
+                if claude:
+                    self._api_health(data)
                 # Also without a usage to record: a claude-code transcript's running
                 # estimate grows with each assistant message.
                 self.check_budget()
@@ -213,6 +239,24 @@ class _Streams:
                 events.append(encoded(run_id, key, ts, stream, text, n, truncated, event_id))
         self.last_n = n
         return events, pairs
+
+    def _api_health(self, data: dict[str, object]) -> None:
+        """Follow what a claude-code stream says of its model API: retrying it
+        (``system``/``api_retry``) until an answer comes (``assistant``), or giving up
+        on it (a ``result`` with ``is_error`` for an overloaded, 429 or 5xx answer).
+        Still failing when the attempt fails: an infrastructure failure."""
+        kind = data.get("type")
+        if kind == "assistant":
+            self.api_error = None
+        elif kind == "system" and data.get("subtype") == "api_retry":
+            self.api_error = (f"api_retry {data.get('attempt')}/{data.get('max_retries')}: "
+                              f"{data.get('error_status')} {data.get('error')}")
+        elif kind == "result" and data.get("is_error") is True:
+            status = data.get("api_error_status")
+            said = f"{data.get('result') or ''} {data.get('terminal_reason') or ''}".lower()
+            if (isinstance(status, int) and (status == 429 or status >= 500)) or (
+                    "overloaded" in said):
+                self.api_error = f"result is_error: {status} {said.strip()[:200]}"
 
     def _keep(self, pairs: list[tuple[str, bool]], stream: str) -> None:
         """Keep the stream's tail for output_contains, at most ``MAX_KEPT_OUTPUT``."""
@@ -385,8 +429,11 @@ async def _attempt(
         await state.book_estimate()
         if state.isolation_error is not None:
             facts = AttemptFacts(error=state.isolation_error)
+        elif state.stalled is not None:
+            facts = AttemptFacts(stalled=state.stalled)
         elif ctx.no_grade:
-            facts = AttemptFacts((), timed_out, task.timeout, state.budget_stop)
+            facts = AttemptFacts((), timed_out, task.timeout, state.budget_stop,
+                                 api_error=state.api_error)
         else:
             grader_env = env
             if jail is not None:  # what was graded; the graders may change it
@@ -410,7 +457,8 @@ async def _attempt(
                     with trio.CancelScope(shield=True):
                         await trio.to_thread.run_sync(
                             functools.partial(_sandbox.remove_tree, graded, ignore_errors=True))
-            facts = AttemptFacts(criteria, timed_out, task.timeout, state.budget_stop)
+            facts = AttemptFacts(criteria, timed_out, task.timeout, state.budget_stop,
+                                 api_error=state.api_error)
         if ctx.preservation_mode != "none":  # kept: what a regrade reads, and checks
             kept_hash = await trio.to_thread.run_sync(_isolation.hash_tree, sandbox,
                                                       abandon_on_cancel=True)
@@ -441,6 +489,7 @@ async def _attempt(
         criteria=list(facts.criteria),
         weighted_score=verdict.score,
         error_message=verdict.error_message,
+        failure_class=verdict.failure_class,
         environment_info=_environment_info(exit_code, meter),
         tokens=meter.totals,
         # Every role's: what the agent spent and what judging it cost.
@@ -663,6 +712,10 @@ async def _execute(
             if not open_pipes:
                 pipes_closed.set()
 
+    # The deadline bounds the command, not the reading of what it wrote: a slow ledger
+    # must not turn output already produced into a TIMEOUT. A stall ends it early too.
+    limit = trio.CancelScope(deadline=deadline)
+    state.touched(utc_now())  # silence is counted from the command's start
     try:
         async with trio.open_nursery() as nursery:
             if probe is not None and jail is not None:
@@ -672,10 +725,12 @@ async def _execute(
                 nursery.start_soon(feed_stdin, (task.prompt or "").encode(), process.stdin)
             nursery.start_soon(read, process.stdout, "stdout", nursery.cancel_scope)
             nursery.start_soon(read, process.stderr, "stderr", nursery.cancel_scope)
-            # The deadline bounds the command, not the reading of what it wrote: a
-            # slow ledger must not turn output already produced into a TIMEOUT.
-            with trio.move_on_at(deadline) as limit:
+            watching = trio.CancelScope()
+            if task.stall_timeout is not None:
+                nursery.start_soon(_watch_stall, task, ctx, state, attempt, limit, watching)
+            with limit:
                 await process.wait()
+            watching.cancel()
             if limit.cancelled_caught:
                 await end_group(process, ctx.kill_grace, ctx.kill_now)
             # The leader is gone; anything it left behind in its group would keep
@@ -708,7 +763,50 @@ async def _execute(
             await ctx.writer.append(TaskIsolation(
                 run_id=ctx.run_id, task_key=task.task_key, attempt=attempt, reason=reason,
                 **jail.record()))
-    return limit.cancelled_caught, process.returncode
+    return limit.cancelled_caught and state.stalled is None, process.returncode
+
+
+async def _watch_stall(task: ResolvedTask, ctx: RunContext, state: _Streams, attempt: int,
+                       command: trio.CancelScope, watching: trio.CancelScope) -> None:
+    """Record a ``task.stalled`` each time the command is silent for its stall_timeout;
+    with ``kill``, end it there (``command``: the scope its wait runs in). Runs under
+    ``watching``, cancelled once the command exited."""
+    assert task.stall_timeout is not None
+    quiet = task.stall_timeout
+    with watching:
+        while True:
+            await trio.sleep_until(state.last_activity + quiet)
+            if state.last_activity + quiet > trio.current_time():
+                continue  # it spoke meanwhile
+            idle = round(trio.current_time() - state.last_activity, 3)
+            last_seq = await trio.to_thread.run_sync(
+                _last_seq, ctx.ledger_path, ctx.run_id, task.task_key, abandon_on_cancel=True)
+            await ctx.writer.append(TaskStalled(
+                run_id=ctx.run_id, task_key=task.task_key, attempt=attempt,
+                action=task.stall_action, idle_seconds=idle, last_n=state.last_n,
+                last_seq=last_seq, last_at=state.last_at))
+            if task.stall_action == "kill":
+                state.stalled = (f"stalled: no output for {idle:g}s (stall_timeout "
+                                 f"{quiet:g}s; last event {state.last_at})")
+                command.cancel()
+                return
+            await state.next_activity()  # warn: once per silence
+
+
+def _last_seq(ledger_path: str | None, run_id: str, task_key: str) -> int | None:
+    """The seq of the task's latest event in the ledger (its task.started at least);
+    None where the ledger cannot be read from here (a Ray worker on another machine)."""
+    from evalledger.ledger import Ledger, LedgerError
+    from evalledger.ledger._queries import task_activity
+
+    if not ledger_path:
+        return None
+    try:
+        with Ledger(ledger_path, read_only=True) as ledger:
+            found = task_activity(ledger, run_id, [task_key]).get(task_key)
+    except LedgerError:
+        return None
+    return found[0] if found else None
 
 
 class _Probe:

@@ -6,6 +6,7 @@ The first that holds wins:
 
 1. the sandbox could not be prepared: ``BUILD_FAILED`` (the command never ran);
 2. the runner itself raised: ``ERROR``;
+2b. the command was silent for its ``stall_timeout`` and ended for it: ``STALLED``;
 3. a live budget was passed: its ``*_BUDGET_EXCEEDED`` (the command was stopped for it,
    so what its criteria saw afterwards is not its doing);
 4. the task's deadline cut something off, the command or a ``run_command`` criterion
@@ -16,6 +17,11 @@ The first that holds wins:
 6. every criterion passed: ``SUCCESS``; else ``FAILURE``, naming what failed.
 
 Invariant: the error message is None exactly for ``SUCCESS`` and ``NOT_GRADED``.
+
+Each failure has a class (docs/results.md, "Failure classes"): 1, 2, 2b and 4b are
+infrastructure's (what runs the agent failed, not the agent), 3, 4 and 6 the agent's;
+but a failure the agent's own stream blames on its model API (an overloaded or 5xx
+answer it gave up on, ``api_error``) is infrastructure's too.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from evalledger.ledger import CriterionResult
-from evalledger.statuses import FinalStatus
+from evalledger.statuses import FailureClass, FinalStatus
 
 from ._criteria import CUT_OFF, NOT_RUN, weighted_score
 
@@ -51,6 +57,10 @@ class AttemptFacts:
     build_failed: str | None = None
     # What the runner raised, as ``Type: message``.
     error: str | None = None
+    # Why the command was ended as stalled (its stall_timeout passed in silence).
+    stalled: str | None = None
+    # The model API error the agent's stream reported giving up on (overloaded, 5xx).
+    api_error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -61,28 +71,37 @@ class Verdict:
     status: FinalStatus
     error_message: str | None
     score: float
+    failure_class: FailureClass | None = None
 
 
 def final_status(facts: AttemptFacts) -> Verdict:
     """Decide how an attempt ended (the order is in the module's docstring)."""
-    status, message = _status(facts)
-    return Verdict(status, message, weighted_score(facts.criteria))
+    status, message, blame = _status(facts)
+    if blame is FailureClass.AGENT and facts.api_error is not None:
+        blame = FailureClass.INFRA
+        message = f"{message} (the agent's model API failed: {facts.api_error})"
+    return Verdict(status, message, weighted_score(facts.criteria), blame)
 
 
-def _status(facts: AttemptFacts) -> tuple[FinalStatus, str | None]:
+_INFRA, _AGENT = FailureClass.INFRA, FailureClass.AGENT
+
+
+def _status(facts: AttemptFacts) -> tuple[FinalStatus, str | None, FailureClass | None]:
     if facts.build_failed is not None:
-        return FinalStatus.BUILD_FAILED, facts.build_failed
+        return FinalStatus.BUILD_FAILED, facts.build_failed, _INFRA
     if facts.error is not None:
-        return FinalStatus.ERROR, facts.error
+        return FinalStatus.ERROR, facts.error, _INFRA
+    if facts.stalled is not None:
+        return FinalStatus.STALLED, facts.stalled, _INFRA
     if facts.budget_stop is not None:
-        return facts.budget_stop
+        return (*facts.budget_stop, _AGENT)
     if facts.command_timed_out or any(c.detail in (CUT_OFF, NOT_RUN) for c in facts.criteria):
-        return FinalStatus.TIMEOUT, f"timed out after {facts.timeout:g}s"
+        return FinalStatus.TIMEOUT, f"timed out after {facts.timeout:g}s", _AGENT
     if errored := [f"{c.type}: {c.detail}" for c in facts.criteria if c.errored]:
-        return FinalStatus.ERROR, "; ".join(errored)
+        return FinalStatus.ERROR, "; ".join(errored), _INFRA
     if not facts.criteria:
-        return FinalStatus.NOT_GRADED, None
+        return FinalStatus.NOT_GRADED, None, None
     failed = [f"{c.type}: {c.detail}" for c in facts.criteria if not c.passed]
     if not failed:
-        return FinalStatus.SUCCESS, None
-    return FinalStatus.FAILURE, "; ".join(failed)
+        return FinalStatus.SUCCESS, None, None
+    return FinalStatus.FAILURE, "; ".join(failed), _AGENT

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from ._events import TaskIsolation as TaskIsolation
     from ._events import TaskOutput as TaskOutput
     from ._events import TaskSkipped as TaskSkipped
+    from ._events import TaskStalled as TaskStalled
     from ._events import TaskStarted as TaskStarted
     from ._events import TaskUsage as TaskUsage
     from ._events import new_event_id as new_event_id
@@ -113,6 +114,7 @@ _WHERE = {
     "TaskGraded": "_events",
     "TaskInterrupted": "_events",
     "TaskIsolation": "_events",
+    "TaskStalled": "_events",
     "TaskOutput": "_events",
     "TaskSkipped": "_events",
     "TaskStarted": "_events",
@@ -180,6 +182,7 @@ __all__ = [
     "TaskIsolation",
     "TaskOutput",
     "TaskSkipped",
+    "TaskStalled",
     "TaskStarted",
     "TaskUsage",
     "TokenCounts",

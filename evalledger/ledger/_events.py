@@ -36,7 +36,7 @@ from pydantic import (
 from pydantic_core import to_json
 
 from evalledger.options import RunOptions
-from evalledger.statuses import Category, FinalStatus, RunStatus
+from evalledger.statuses import Category, FailureClass, FinalStatus, RunStatus
 
 from ._rows import EventRow, EventType
 from ._tokens import TokenCounts, counts_of
@@ -329,9 +329,10 @@ class TaskStarted(_TaskEvent):
     """The resolved task: ``task_id``, ``variant_id``, ``source``, ``description``,
     ``tags``, ``prompt``, ``command``, ``workdir``, ``env``, ``timeout``, ``model``,
     ``stream_format``, ``budget``, ``success_criteria``; and ``expect``, ``isolation``,
-    ``network``, ``env_passthrough``, ``binds``, ``image`` and ``dockerfile`` when the
-    task sets them to other than their defaults (see
-    [tasks.md](tasks.md#the-resolved-definition))."""
+    ``network``, ``env_passthrough``, ``binds``, ``image``, ``dockerfile``,
+    ``stall_timeout`` and ``stall_action`` when the task sets them to other than their
+    defaults (``retries``, like ``ray``, is how it runs, not what it is: never recorded
+    here; see [tasks.md](tasks.md#the-resolved-definition))."""
     definition_hash: str = ""
     """sha256 (hex) of what the definition evaluates: independent of where the suite
     sits on disk and of ``description``, ``tags`` and ``expect`` (earlier versions
@@ -472,6 +473,10 @@ class TaskCompleted(_TaskEvent):
     budget message, the sandbox or runner error."""
     exit_code: int | None = None
     """The command's exit code (-N when killed by signal N); null when it never ran."""
+    failure_class: Annotated[FailureClass | None, Field(exclude_if=_absent)] = None
+    """Who failed, when it did not succeed: ``agent``, ``infra`` or ``grader``
+    ([results.md](results.md#failure-classes)). Left out when it succeeded or nothing
+    judged it; an attempt recorded before classes has its status's class."""
     final_status: FinalStatus
     """One of the [final statuses](results.md#final-statuses-and-categories)."""
     grade_pending: Annotated[bool, Field(exclude_if=_false)] = False
@@ -614,8 +619,33 @@ class TaskInterrupted(_TaskEvent):
 
     type: Literal[EventType.TASK_INTERRUPTED] = EventType.TASK_INTERRUPTED
     reason: str = "interrupted"
-    """``cancelled`` (Ctrl-C, a signal, the batch stopping), or the exception that
-    stopped the attempt (``KeyboardInterrupt: ...``)."""
+    """``cancelled`` (Ctrl-C, a signal, the batch stopping), the exception that stopped
+    the attempt (``KeyboardInterrupt: ...``), or ``worker lost: ...`` (a Ray worker or
+    node gone under it: an infrastructure failure, which ``retries`` try again)."""
+
+
+class TaskStalled(_TaskEvent):
+    """An attempt produced nothing (no output line, JSON event or usage) for its
+    ``stall_timeout`` ([tasks.md](tasks.md#stalls-and-retries)). With ``action: kill``
+    its command is then ended and the attempt is ``STALLED``; with ``warn`` it goes on
+    (and a later stall of it is recorded again)."""
+
+    type: Literal[EventType.TASK_STALLED] = EventType.TASK_STALLED
+    action: Literal["kill", "warn"] = "kill"
+    """``kill`` (the command is then ended and the attempt is ``STALLED``) or ``warn`` (it
+    goes on; a later silence is recorded again)."""
+    attempt: int = 1
+    """The attempt (as in its ``task.started``)."""
+    idle_seconds: float
+    """How long it had been silent: its ``stall_timeout``, or a little more."""
+    last_at: str
+    """When that last event was recorded (ISO 8601 UTC)."""
+    last_n: int = 0
+    """The ``n`` of its last output line or JSON event (0: it printed nothing)."""
+    last_seq: int | None = None
+    """The ``seq`` of its last event before the stall (its ``task.started`` when it
+    printed nothing); null when the ledger could not be read where it ran (a Ray worker
+    on another machine)."""
 
 
 class TaskIsolation(_TaskEvent):
@@ -661,7 +691,7 @@ class RunFinished(_Event):
 
     type: Literal[EventType.RUN_FINISHED] = EventType.RUN_FINISHED
     status: RunStatus
-    """``completed``, ``interrupted`` or ``budget_stopped`` (see
+    """``completed``, ``interrupted``, ``budget_stopped`` or ``infra_stopped`` (see
     [results.md](results.md#run-statuses))."""
 
 
@@ -724,6 +754,7 @@ Event = Annotated[
     | TaskCompleted
     | TaskInterrupted
     | TaskIsolation
+    | TaskStalled
     | TaskGraded
     | RunGraded
     | TaskFlagged
@@ -740,7 +771,8 @@ EVENT_TYPES: dict[str, type[_Event]] = {
     cls.model_fields["type"].default: cls
     for cls in (
         RunStarted, RunResumed, TaskSkipped, TaskStarted, TaskOutput, TaskEmitted,
-        TaskUsage, TaskCompleted, TaskInterrupted, TaskIsolation, TaskGraded, RunGraded,
+        TaskUsage, TaskCompleted, TaskInterrupted, TaskIsolation, TaskStalled, TaskGraded,
+        RunGraded,
         TaskFlagged, RunFinished, RunSnapshot, RunMerged,
     )
 }

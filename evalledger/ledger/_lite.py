@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from evalledger.statuses import Category, FinalStatus
+from evalledger.statuses import Category, FailureClass, FinalStatus
 
 from ._rows import EventRow, EventType
 from ._upcast import UPCASTERS, upcast
@@ -68,6 +68,7 @@ class LiteCompleted(_Lite, kw_only=True, gc=False):
     environment_info: dict[str, Any] = {}
     error_message: str | None = None
     exit_code: int | None = None
+    failure_class: FailureClass | None = None
     final_status: FinalStatus
     grade_pending: bool = False
     tokens: LiteTokens = LiteTokens()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -184,13 +185,27 @@ def import_sources(ledger: Ledger, run_id: str) -> tuple[str | None, dict[str, s
 
 
 def touched_since(ledger: Ledger, after_seq: int, until_seq: int
-                  ) -> list[tuple[str, str | None]]:
+                  ) -> list[tuple[str, str | None, int]]:
     """Each distinct (run id, task key) with an event in ``after_seq < seq <= until_seq``
-    (task key None: a run-level event)."""
+    (task key None: a run-level event), with the seq of its latest one there."""
     _, rows = ledger.query(
-        "SELECT DISTINCT run_id, task_key FROM events WHERE seq > ? AND seq <= ?",
-        [after_seq, until_seq])
-    return [(run_id, key) for run_id, key in rows]
+        "SELECT run_id, task_key, max(seq) FROM events WHERE seq > ? AND seq <= ? "
+        "GROUP BY run_id, task_key", [after_seq, until_seq])
+    return [(run_id, key, seq) for run_id, key, seq in rows]
+
+
+def task_activity(ledger: Ledger, run_id: str, keys: Iterable[str]
+                  ) -> dict[str, tuple[int, str, int | None]]:
+    """Per task key of ``keys``: the seq and ts of its latest event, and the seq of its
+    latest ``task.stalled`` (None without one). One range scan per key."""
+    found: dict[str, tuple[int, str, int | None]] = {}
+    for key in keys:
+        _, rows = ledger.query(
+            "SELECT max(seq), max(ts), max(CASE WHEN type = 'task.stalled' THEN seq END) "
+            "FROM events WHERE run_id = ? AND task_key = ?", [run_id, key])
+        if rows and rows[0][0] is not None:
+            found[key] = (rows[0][0], rows[0][1], rows[0][2])
+    return found
 
 
 def has_task(ledger: Ledger, run_id: str, task_key: str) -> bool:
@@ -263,6 +278,7 @@ __all__ = [
     "run_seq_span",
     "snapshot_heads",
     "snapshotted_runs",
+    "task_activity",
     "task_definitions",
     "touched_since",
 ]

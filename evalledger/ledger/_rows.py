@@ -28,6 +28,7 @@ class EventType(StrEnum):
     TASK_COMPLETED = "task.completed"
     TASK_INTERRUPTED = "task.interrupted"
     TASK_ISOLATION = "task.isolation"
+    TASK_STALLED = "task.stalled"
     TASK_GRADED = "task.graded"
     RUN_GRADED = "run.graded"
     TASK_FLAGGED = "task.flagged"

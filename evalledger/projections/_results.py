@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, computed_field, model_validator
 
 from evalledger.ledger._anchor import Anchor
 from evalledger.ledger._tokens import TokenCounts
-from evalledger.statuses import GRADED, Category, FinalStatus
+from evalledger.statuses import GRADED, Category, FailureClass, FinalStatus
 
 from ._intervals import CONFIDENCE, Interval, normal_interval, wilson
 
@@ -34,6 +34,8 @@ class TaskRow(BaseModel):
     cost_usd: float | None
     cost_complete: bool
     error_message: str | None
+    failure_class: FailureClass | None = None
+    """Who failed it, when it did not succeed: ``agent``, ``infra`` or ``grader``."""
     isolation: str = "none"
     """What confined the attempt it reports, the one that finished, else the latest
     (docs/isolation.md): ``none``, ``bwrap``, or
@@ -267,6 +269,10 @@ class RunSummary(RunHeadline):
     tasks_cost_budget_exceeded: int
     tasks_flagged: int = 0
     """Task keys whose reported attempt a scan flagged (``flags`` on their rows)."""
+    tasks_infra: int = 0
+    """Task keys whose reported attempt failed for its infrastructure's sake
+    (``failure_class: infra``: a stall, a sandbox, a process that could not start, a
+    judge's API): counted in error or failed as their status says."""
     grade_sets: list[str] = ["original"]
     """Every grade set of the run: ``original`` first, then each regrade's name in the
     order of their latest ``run.graded``."""

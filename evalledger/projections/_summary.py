@@ -46,7 +46,7 @@ from evalledger.ledger import (
     TaskUsage,
     TokenCounts,
 )
-from evalledger.statuses import GRADED, Category, FinalStatus
+from evalledger.statuses import GRADED, Category, FailureClass, FinalStatus, default_class
 
 from ._fold import Fold, on
 from ._intervals import clustered_stderr
@@ -128,6 +128,8 @@ class _Done(msgspec.Struct, array_like=True, gc=False):
     error_message: str | None
     environment_info: dict[str, Any]
     grade_pending: bool = False
+    failure_class: FailureClass | None = None
+    """As recorded; for an attempt recorded before classes, its status's."""
 
     @classmethod
     def of(cls, event: TaskCompleted) -> _Done:
@@ -137,13 +139,15 @@ class _Done(msgspec.Struct, array_like=True, gc=False):
                    event.duration_seconds,
                    (t.input_tokens, t.output_tokens, t.cache_read_tokens, t.cache_write_tokens),
                    event.cost_usd, event.cost_complete, event.error_message,
-                   event.environment_info, event.grade_pending)
+                   event.environment_info, event.grade_pending,
+                   event.failure_class or default_class(event.final_status))
 
     def graded(self, grade: _Grade) -> _Done:
         """This completion as ``grade`` judged it: its verdict, the rest as it ran."""
         return msgspec.structs.replace(self, final_status=grade.final_status,
                                        weighted_score=grade.weighted_score,
-                                       error_message=grade.error_message, grade_pending=False)
+                                       error_message=grade.error_message, grade_pending=False,
+                                       failure_class=default_class(grade.final_status))
 
     @property
     def category(self) -> Category:
@@ -505,6 +509,7 @@ class SummaryFold(Fold):
             ],
             grade_sets=[ORIGINAL, *self.grade_sets],
             tasks_flagged=sum(1 for r in rows if r.flags),
+            tasks_infra=sum(1 for r in rows if r.failure_class == FailureClass.INFRA),
             variants=self._variants(list(judged.values())),
             version_consensus=consensus,
             version_drift=drift,
@@ -534,6 +539,7 @@ class SummaryFold(Fold):
             cost_usd=done.cost_usd if done else None,
             cost_complete=done.cost_complete if done else True,
             error_message=done.error_message if done else None,
+            failure_class=done.failure_class if done else None,
             grade_pending=done.grade_pending if done else False,
             flags=key.flagged(),
             isolation=key.isolation(),

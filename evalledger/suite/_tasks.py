@@ -65,6 +65,8 @@ def _not_empty(command: str | list[str]) -> str | list[str]:
 
 # Every replicate is resolved up front: a typo of a few zeros must not eat the memory.
 MAX_REPEATS = 10_000
+# Retries of infrastructure failures: a few cover a flaky API or node; more hide a fault.
+MAX_RETRIES = 20
 
 Command = Annotated[str | list[str], AfterValidator(_not_empty)]
 
@@ -236,6 +238,8 @@ StreamFormat = Literal["native", "claude-code"]
 # What an attempt's command can see and reach (docs/isolation.md).
 Isolation = Literal["none", "bwrap", "docker"]
 Network = Literal["none", "host"]
+# What a stall does (docs/tasks.md, "Stalls and retries").
+StallAction = Literal["kill", "warn"]
 
 # How a task may be expected to end instead of succeeding: a category (``failed``,
 # ``error``) or one final status of those categories, lowercase.
@@ -276,6 +280,15 @@ class TaskSettings(_Strict):
     """Environment variables for the command (text or numbers); merged across layers."""
     timeout: Number | None = Field(default=None, gt=0)
     """Seconds, wall clock, for the whole attempt, criteria included (default 600)."""
+    stall_timeout: Number | None = Field(default=None, gt=0)
+    """Seconds without any output line, JSON event or usage after which the attempt is
+    stalled (default: never): a task.stalled is recorded, then stall_action."""
+    stall_action: StallAction | None = None
+    """What a stall does: kill (default: the attempt ends STALLED, an infra failure) or
+    warn (only the task.stalled event)."""
+    retries: Count | None = Field(default=None, ge=0, le=MAX_RETRIES)
+    """Attempts again after an infrastructure failure (a stall, a sandbox that could not
+    be built, a command that could not start, a judge's API error), in the same run."""
     model: str | None = None
     """The model the command uses: it prices usage lines that carry no cost."""
     stream_format: StreamFormat | None = None
@@ -408,6 +421,8 @@ class Overrides(_Strict):
     """Command-line options: the last word on every task."""
 
     timeout: Number | None = Field(default=None, gt=0)
+    stall_timeout: Number | None = Field(default=None, gt=0)
+    retries: Count | None = Field(default=None, ge=0, le=MAX_RETRIES)
     repeats: Count | None = Field(default=None, ge=1, le=MAX_REPEATS)
     model: str | None = None
     isolation: Isolation | None = None
@@ -431,6 +446,10 @@ class ResolvedTask(_Strict):
     workdir: str | None = None
     env: dict[str, str] = {}
     timeout: float = DEFAULT_TIMEOUT
+    stall_timeout: float | None = None
+    stall_action: StallAction = "kill"
+    # How often an infrastructure failure is tried again: not what the task is.
+    retries: int = 0
     model: str | None = None
     stream_format: StreamFormat = "native"
     budget: Budget = Budget()
@@ -451,7 +470,7 @@ class ResolvedTask(_Strict):
         sits in the run (the keys added since the first version only when they are not
         at their default: a task without them is recorded, and hashed, as before they
         existed)."""
-        left_out = {"task_key", "replicate_index", "ray"}
+        left_out = {"task_key", "replicate_index", "ray", "retries"}
         left_out.update(name for name in _LATER_KEYS
                         if getattr(self, name) == ResolvedTask.model_fields[name].default)
         return self.model_dump(mode="json", exclude=left_out)
@@ -472,7 +491,7 @@ class ResolvedTask(_Strict):
 
 # Keys a definition holds only when not at their default (``ResolvedTask.definition``).
 _LATER_KEYS = ("expect", "isolation", "network", "env_passthrough", "binds", "image",
-               "dockerfile")
+               "dockerfile", "stall_timeout", "stall_action")
 
 
 def comparable(definition: Mapping[str, Any]) -> dict[str, Any]:
@@ -944,5 +963,6 @@ def _anchor_binds(settings: dict[str, Any],
 
 def _overridden(overrides: Overrides) -> dict[str, Any]:
     """The task fields the command line sets (``--timeout``, ``--model``, ``--isolation``)."""
-    return {name: value for name in ("timeout", "model", "isolation")
+    return {name: value for name in ("timeout", "stall_timeout", "retries", "model",
+                                     "isolation")
             if (value := getattr(overrides, name)) is not None}

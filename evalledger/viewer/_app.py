@@ -357,6 +357,7 @@ class _Views:
             rows=table.tasks, table=table.query, total_rows=table.total, pages=table.pages,
             tags=view.tags, at=view.at, first_seq=view.first_seq, last_seq=view.last_seq,
             statuses=[s.value for s in FinalStatus], running=view.running,
+            liveness=run.liveness() if view.at is None else {},
             not_started=sum(1 for r in summary.tasks if r.attempts == 0),
             variant_bound=await self._variant_bound(run, summary, view.at),
             imported=view.imported, previous=previous.run_id if previous else None,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -32,18 +33,26 @@ from anyio.streams.memory import MemoryObjectSendStream
 from evalledger.app._repository import load_folds, status_of
 from evalledger.ledger import (
     AnyEvent,
+    EventType,
     Ledger,
     LedgerError,
     RunNotFound,
     RunStarted,
+    TaskStalled,
     pick_run,
 )
-from evalledger.ledger._queries import imported_runs, run_seq_span, touched_since
+from evalledger.ledger._queries import (
+    imported_runs,
+    run_seq_span,
+    task_activity,
+    touched_since,
+)
 from evalledger.projections import ResumeFold, RunHeadline, RunSummary, SummaryFold
 from evalledger.statuses import ShownStatus
 
-# Everything but the output lines: what the folds read.
-LIFECYCLE = frozenset(SummaryFold.TYPES | ResumeFold.TYPES)
+# Everything but the output lines: what the folds read, and the stalls pages show.
+LIFECYCLE = frozenset(SummaryFold.TYPES | ResumeFold.TYPES | {EventType.TASK_STALLED})
+_ENDED = frozenset({EventType.TASK_COMPLETED, EventType.TASK_INTERRUPTED})
 # Changed tasks listed per notification; past this, "many" tells tabs to refresh.
 MAX_LISTED_TASKS = 500
 
@@ -51,8 +60,8 @@ MAX_LISTED_TASKS = 500
 class RunState:
     """One run's folds, the seqs it spans, and its summary cached by seq."""
 
-    __slots__ = ("_summary", "_summary_seq", "first_seq", "imported", "last_seq", "resume",
-                 "run_id", "summary_fold")
+    __slots__ = ("_heard", "_stalled", "_summary", "_summary_seq", "first_seq", "imported",
+                 "last_seq", "resume", "run_id", "summary_fold")
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
@@ -64,12 +73,34 @@ class RunState:
         self.imported: dict[str, object] | None = None
         self._summary: RunSummary | None = None
         self._summary_seq = -1
+        # Liveness of the running keys: when each last produced anything (its latest
+        # event's seq, and the wall time then), and the seq of its latest task.stalled.
+        self._heard: dict[str, tuple[int, float]] = {}
+        self._stalled: dict[str, int] = {}
 
     def apply(self, event: AnyEvent) -> None:
+        if isinstance(event, TaskStalled):
+            self._stalled[event.task_key] = event.seq or 0
+            return
         self.summary_fold.apply(event)
         self.resume.apply(event)
+        if event.type in _ENDED and event.task_key is not None:
+            self._heard.pop(event.task_key, None)
+            self._stalled.pop(event.task_key, None)
         if isinstance(event, RunStarted) and event.imported is not None:
             self.imported = dict(event.imported)
+
+    def heard(self, key: str, seq: int, at: float) -> None:
+        """Task ``key`` recorded events up to ``seq``, seen at wall time ``at``."""
+        if key in self.summary_fold.running:
+            self._heard[key] = (seq, at)
+
+    def liveness(self) -> dict[str, tuple[float, bool]]:
+        """Per running key: seconds since it last produced anything, and whether it is
+        stalled (a ``task.stalled`` and nothing since: a ``warn`` stall)."""
+        now = time.time()
+        return {key: (max(0.0, now - at), self._stalled.get(key) == seq)
+                for key, (seq, at) in self._heard.items() if key in self.running}
 
     def saw(self, seq: int) -> None:
         self.first_seq = self.first_seq or seq
@@ -116,7 +147,7 @@ class Change:
 class _Read:
     seq: int
     lifecycle: list[AnyEvent] = field(default_factory=list)
-    touched: list[tuple[str, str | None]] = field(default_factory=list)
+    touched: list[tuple[str, str | None, int]] = field(default_factory=list)
     order: list[str] | None = None  # the runs in the ledger's order, when one was added
 
 
@@ -176,6 +207,11 @@ class LedgerState:
                 assert isinstance(summary, SummaryFold) and isinstance(resume, ResumeFold)
                 state.summary_fold, state.resume = summary, resume
                 state.first_seq, state.last_seq = run_seq_span(ledger, run_id, seq)
+                for key, (last, ts, stalled) in task_activity(ledger, run_id,
+                                                              summary.running).items():
+                    state.heard(key, last, _epoch(ts))
+                    if stalled is not None:
+                        state._stalled[key] = stalled
             for run_id, imported in imported_runs(ledger, seq).items():
                 if run_id in self.runs:
                     self.runs[run_id].imported = imported
@@ -202,12 +238,16 @@ class LedgerState:
             if state is None:
                 state = self.runs[event.run_id] = RunState(event.run_id)
             state.apply(event)
-        runs = sorted({run for run, _ in read.touched})
+        runs = sorted({run for run, _, _ in read.touched})
         for run_id in runs:
             state = self.runs.get(run_id)
             if state is not None:
                 state.saw(read.seq)
-        tasks = sorted({(r, k) for r, k in read.touched if k is not None})
+        now = time.time()
+        for run_id, key, seq in read.touched:
+            if key is not None and (state := self.runs.get(run_id)) is not None:
+                state.heard(key, seq, now)
+        tasks = sorted({(r, k) for r, k, _ in read.touched if k is not None})
         if read.order is not None:
             self.order = [r for r in read.order if r in self.runs]
         self.seq = read.seq
@@ -287,3 +327,13 @@ class LedgerState:
 
 def pages(total: int, per_page: int) -> int:
     return max(1, math.ceil(total / per_page))
+
+
+def _epoch(ts: str) -> float:
+    """A ledger ``ts`` (ISO 8601 UTC) as seconds since the epoch; now when unreadable."""
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+    except (TypeError, ValueError):
+        return time.time()

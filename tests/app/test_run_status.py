@@ -145,7 +145,7 @@ def test_what_the_view_says_where_it_cannot_know_liveness() -> None:
     assert {s: s.in_sql for s in ShownStatus} == {
         ShownStatus.RUNNING: "running", ShownStatus.COMPLETED: "completed",
         ShownStatus.INTERRUPTED: "interrupted", ShownStatus.BUDGET_STOPPED: "budget_stopped",
-        ShownStatus.CUT_OFF: "running"}
+        ShownStatus.INFRA_STOPPED: "infra_stopped", ShownStatus.CUT_OFF: "running"}
     assert {s.value for s in RunStatus} < {s.value for s in ShownStatus}
 
 

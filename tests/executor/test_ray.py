@@ -451,6 +451,44 @@ def test_a_lost_node_interrupts_its_task_and_resume_finishes_the_run(
     _verified(cwd, db)
 
 
+def test_with_retries_a_lost_nodes_task_runs_again_on_another_node_in_the_same_run(
+    two_nodes: TwoNodes, tmp_path: Path
+) -> None:
+    cwd = _ready(tmp_path)
+    gate = tmp_path / "gate"
+    victim = two_nodes.add_node(num_cpus=1, resources={"victim": 1})
+    _task(tmp_path / "tasks" / "doomed.yaml", GATED, env={"GATE": str(gate)},
+          ray={"num_cpus": 0, "resources": {"victim": 1}}, retries=2)
+    db = tmp_path / "l.db"
+    driver = _driver(two_nodes.place, cwd, db, "run", str(tmp_path / "tasks"), "--run-id",
+                     "retried", "--retry-backoff", "0", "--executor", "ray", "--ray-address",
+                     two_nodes.address)
+    again = None
+    try:
+        wait_until(lambda: "waiting" in _output_of(db, "retried", "default/doomed/00")
+                   or driver.poll() is not None, "the doomed task's first line")
+        two_nodes.remove_node(victim)
+        # The retry waits for a node with the resource; one comes, and the gate is open.
+        wait_until(lambda: of_type(events(db, "retried"), "task.interrupted")
+                   or driver.poll() is not None, "the lost attempt recorded")
+        gate.write_text("go")
+        again = two_nodes.add_node(num_cpus=1, resources={"victim": 1})
+        code, err = _finish(driver)
+    finally:
+        _stop(driver)
+        if again is not None:
+            two_nodes.remove_node(again)  # the other tests see two nodes
+    assert code == 0, err
+    evs = events(db, "retried")
+    [lost] = of_type(evs, "task.interrupted")
+    assert isinstance(lost, TaskInterrupted) and lost.reason.startswith("worker lost")
+    [done] = of_type(evs, "task.completed")
+    assert isinstance(done, TaskCompleted)
+    assert (done.attempt, done.final_status) == (2, "SUCCESS")
+    assert [e.attempt for e in of_type(evs, "task.started")] == [1, 2]  # type: ignore[attr-defined]
+    _verified(cwd, db)
+
+
 @contextlib.contextmanager
 def _gated_batch(two_nodes: TwoNodes, tmp_path: Path, run_id: str, *options: str,
                  stubborn: bool = False) -> Iterator[tuple[Path, subprocess.Popen[str], str]]:

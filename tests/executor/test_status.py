@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 from evalledger.executor._criteria import CUT_OFF, NOT_RUN
 from evalledger.executor._status import AttemptFacts, BudgetStop, Verdict, final_status
 from evalledger.ledger import CriterionResult
-from evalledger.statuses import FinalStatus
+from evalledger.statuses import FailureClass, FinalStatus
 
 F = FinalStatus
+AGENT, INFRA = FailureClass.AGENT, FailureClass.INFRA
 
 
 def passed(kind: str = "exit_code", weight: float = 1.0) -> CriterionResult:
@@ -34,52 +35,63 @@ CASES: list[tuple[str, AttemptFacts, Verdict]] = [
      Verdict(F.SUCCESS, None, 1.0)),
     ("one of two failed: its detail is the message, the score its weight",
      AttemptFacts([passed(weight=3), failed()], timeout=20),
-     Verdict(F.FAILURE, "file_exists: out.txt does not exist", 0.75)),
+     Verdict(F.FAILURE, "file_exists: out.txt does not exist", 0.75, AGENT)),
     ("every failure is named, in order",
      AttemptFacts([failed(), failed("exit_code", "exit code 1, expected 0")]),
      Verdict(F.FAILURE, "file_exists: out.txt does not exist; exit_code: exit code 1, "
-             "expected 0", 0.0)),
+             "expected 0", 0.0, AGENT)),
     ("no criteria and the command ran to its end: nothing judges it",
      AttemptFacts([], timeout=20),
      Verdict(F.NOT_GRADED, None, 0.0)),
     ("the command ran past its deadline, whatever its criteria said",
      AttemptFacts([passed()], command_timed_out=True, timeout=20),
-     Verdict(F.TIMEOUT, "timed out after 20s", 1.0)),
+     Verdict(F.TIMEOUT, "timed out after 20s", 1.0, AGENT)),
     ("no criteria does not hide a timeout",
      AttemptFacts([], command_timed_out=True, timeout=0.5),
-     Verdict(F.TIMEOUT, "timed out after 0.5s", 0.0)),
+     Verdict(F.TIMEOUT, "timed out after 0.5s", 0.0, AGENT)),
     ("a run_command the deadline cut off is a timeout of the task",
      AttemptFacts([passed(), failed("run_command", CUT_OFF)], timeout=30),
-     Verdict(F.TIMEOUT, "timed out after 30s", 0.5)),
+     Verdict(F.TIMEOUT, "timed out after 30s", 0.5, AGENT)),
     ("a run_command not started past the deadline too",
      AttemptFacts([failed("run_command", NOT_RUN)], timeout=30),
-     Verdict(F.TIMEOUT, "timed out after 30s", 0.0)),
+     Verdict(F.TIMEOUT, "timed out after 30s", 0.0, AGENT)),
     ("a budget stop outranks the timeout and the criteria",
      AttemptFacts([failed()], command_timed_out=True, timeout=20, budget_stop=TOKENS),
-     Verdict(F.TOKEN_BUDGET_EXCEEDED, "used 120 tokens, budget 100", 0.0)),
+     Verdict(F.TOKEN_BUDGET_EXCEEDED, "used 120 tokens, budget 100", 0.0, AGENT)),
     ("the cost budget says what was spent",
      AttemptFacts([passed()], timeout=20, budget_stop=COST),
-     Verdict(F.COST_BUDGET_EXCEEDED, "spent $0.2000, budget $0.1000", 1.0)),
+     Verdict(F.COST_BUDGET_EXCEEDED, "spent $0.2000, budget $0.1000", 1.0, AGENT)),
     ("the runner's own error outranks what the command did",
      AttemptFacts([failed()], command_timed_out=True, budget_stop=COST,
                   error="OSError: [Errno 28] No space left on device"),
-     Verdict(F.ERROR, "OSError: [Errno 28] No space left on device", 0.0)),
+     Verdict(F.ERROR, "OSError: [Errno 28] No space left on device", 0.0, INFRA)),
     ("a judge that could not answer: an error, never a verdict, named",
      AttemptFacts([passed(), CriterionResult(type="llm_judge", passed=False, errored=True,
                                              detail="the judge did not answer in 60s")],
                   timeout=20),
-     Verdict(F.ERROR, "llm_judge: the judge did not answer in 60s", 0.5)),
+     Verdict(F.ERROR, "llm_judge: the judge did not answer in 60s", 0.5, INFRA)),
     ("a timeout outranks a judge that could not answer",
      AttemptFacts([CriterionResult(type="llm_judge", passed=False, errored=True, detail="x")],
                   command_timed_out=True, timeout=20),
-     Verdict(F.TIMEOUT, "timed out after 20s", 0.0)),
+     Verdict(F.TIMEOUT, "timed out after 20s", 0.0, AGENT)),
     ("a sandbox that could not be prepared: the command never ran",
      AttemptFacts(build_failed="workdir /nope is not a folder"),
-     Verdict(F.BUILD_FAILED, "workdir /nope is not a folder", 0.0)),
+     Verdict(F.BUILD_FAILED, "workdir /nope is not a folder", 0.0, INFRA)),
     ("a build failure outranks everything",
      AttemptFacts([passed()], command_timed_out=True, budget_stop=TOKENS,
                   build_failed="cannot prepare the sandbox from w: disk full", error="E: e"),
-     Verdict(F.BUILD_FAILED, "cannot prepare the sandbox from w: disk full", 1.0)),
+     Verdict(F.BUILD_FAILED, "cannot prepare the sandbox from w: disk full", 1.0, INFRA)),
+    ("silent past its stall_timeout: stalled, infrastructure's",
+     AttemptFacts([failed()], timeout=20, stalled="stalled: no output for 30s"),
+     Verdict(F.STALLED, "stalled: no output for 30s", 0.0, INFRA)),
+    ("a failure while its model API was failing: infrastructure's, said so",
+     AttemptFacts([failed("exit_code", "exit code 1, expected 0")], timeout=20,
+                  api_error="api_retry 10/10: 529 overloaded"),
+     Verdict(F.FAILURE, "exit_code: exit code 1, expected 0 (the agent's model API failed: "
+             "api_retry 10/10: 529 overloaded)", 0.0, INFRA)),
+    ("a success whatever its API went through",
+     AttemptFacts([passed()], timeout=20, api_error="api_retry 1/10: 529 overloaded"),
+     Verdict(F.SUCCESS, None, 1.0)),
 ]
 
 

@@ -53,6 +53,7 @@ from evalledger.ledger import (
     TaskIsolation,
     TaskOutput,
     TaskSkipped,
+    TaskStalled,
     TaskStarted,
     TaskUsage,
     TokenCounts,
@@ -61,7 +62,7 @@ from evalledger.ledger import (
 )
 from evalledger.ledger._events import decode_row, encode_payload
 from evalledger.options import RunOptions
-from evalledger.statuses import Category, FinalStatus, RunStatus
+from evalledger.statuses import Category, FailureClass, FinalStatus, RunStatus
 
 RUN_IDS = ("run-a", "run-b", "run-c")
 TASK_KEYS = ("alpha", "beta", "gamma/1")
@@ -514,6 +515,7 @@ REPRESENTATIVE: dict[str, Any] = {
         workspace_hash="ab" * 32,  # left out of the payload when None
         kept_hash="cd" * 32,  # so is this
         grade_pending=True,  # left out when false
+        failure_class=FailureClass.AGENT,  # left out when None
     ),
     "task.graded": TaskGraded(
         run_id="r", task_key="k", attempt=2, category=Category.SUCCEEDED, cost_usd=0.25,
@@ -531,6 +533,9 @@ REPRESENTATIVE: dict[str, Any] = {
         run_id="r", complete=False, criteria_from="recorded", graded=3, grades="strict",
         only=["default/a*"], refused=[RefusedGrade(task_key="k2", reason="its workspace is gone")]),
     "task.interrupted": TaskInterrupted(run_id="r", task_key="k", reason="SIGINT"),
+    "task.stalled": TaskStalled(run_id="r", task_key="k", action="warn", attempt=2,
+                                idle_seconds=30.5, last_at="2026-01-01T00:00:00Z", last_n=7,
+                                last_seq=41),
     "task.isolation": TaskIsolation(
         run_id="r", task_key="k", asked="bwrap", attempt=2, backend="none",
         binds=["/a/b"], image="sha256:" + "cd" * 32, network="host",

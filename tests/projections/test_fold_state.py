@@ -49,7 +49,7 @@ LAYOUTS = {
     ("SummaryFold", 3): "35743baae00875e2",  # + each key's isolation
     ("SummaryFold", 4): "eebb11ee0e03112d",  # its isolation by attempt, not the latest's
     ("SummaryFold", 5): "f51a1d11b3dbd807",  # grade sets (each key's verdict per set), flags
-    ("SummaryFold", 6): "f51a1d11b3dbd807",  # same state; summaries gain pass^k, flaky, tokens
+    ("SummaryFold", 6): "6cc3fc943741c75f",  # failure classes; summaries gain pass^k, flaky
     ("ResumeFold", 2): "488576a01a3d6a5a",
 }
 
@@ -160,13 +160,20 @@ SUMMARY_FOLD_5 = {
     **SUMMARY_FOLD_2, "grade_sets": [], "latest_complete": None,
     "keys": [[*k[:7], [*k[7], False], k[8], {}, {}, {}] for k in SUMMARY_FOLD_2["keys"]],
 }
+# Version 6 adds each completion's failure class, last in its list (its status's for
+# these events, recorded before classes: none for SUCCESS, agent for TIMEOUT).
+SUMMARY_FOLD_6 = {
+    **SUMMARY_FOLD_5,
+    "keys": [[*k[:7], [*k[7], cls], *k[8:]]
+             for k, cls in zip(SUMMARY_FOLD_5["keys"], (None, "agent"), strict=True)],
+}
 
 
-def test_a_version_5_summary_fold_state_restores_as_it_was_written() -> None:
+def test_a_version_6_summary_fold_state_restores_as_it_was_written() -> None:
     events = _events()
     live = fold(SummaryFold(RUN), events)
-    assert json.dumps(live.state(), sort_keys=True) == json.dumps(SUMMARY_FOLD_5, sort_keys=True)
-    restored = SummaryFold.restore(RUN, json.loads(json.dumps(SUMMARY_FOLD_5)))
+    assert json.dumps(live.state(), sort_keys=True) == json.dumps(SUMMARY_FOLD_6, sort_keys=True)
+    restored = SummaryFold.restore(RUN, json.loads(json.dumps(SUMMARY_FOLD_6)))
     assert json.dumps(restored.state()) == json.dumps(live.state())
     assert render_json(restored.summary()) == render_json(live.summary())
 

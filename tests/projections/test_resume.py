@@ -75,7 +75,8 @@ OPERATIONAL_OPTIONS = RunOptions.operational()
 
 def test_how_a_run_executes_is_operational() -> None:
     expected = {"max_parallel", "out", "cwd", "preservation_mode", "max_cost_usd", "kill_grace",
-                "executor", "ray_address", "require_isolation", "no_grade"}
+                "executor", "ray_address", "require_isolation", "no_grade", "retries",
+                "retry_backoff", "max_infra_failures"}
     assert expected == OPERATIONAL_OPTIONS
 
 
@@ -259,7 +260,7 @@ def test_retry_errors_moves_exactly_the_error_category(ledger: Ledger, status: F
         RunFinished(run_id=RUN, status=RunStatus.COMPLETED),
     ])
     assert state.partition().kept == [key(0)]
-    is_error = status in (FinalStatus.ERROR, FinalStatus.BUILD_FAILED)
+    is_error = status in (FinalStatus.ERROR, FinalStatus.BUILD_FAILED, FinalStatus.STALLED)
     retry = state.partition(retry_errors=True)
     assert retry.to_run == ([key(0)] if is_error else [])
     assert retry.kept == ([] if is_error else [key(0)])

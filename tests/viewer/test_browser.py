@@ -176,7 +176,7 @@ success_criteria: [{{type: exit_code}}]
 
 @contextmanager
 def _gated_run(
-    db: Path, tmp_path: Path, run_id: str
+    db: Path, tmp_path: Path, run_id: str, extra: str = ""
 ) -> Iterator[tuple[subprocess.Popen[str], Path]]:
     """An ``evalledger run`` process whose one task prints ``waiting`` and holds until the
     gate file exists; the caller opens the gate. Whatever happens, the gate is opened and
@@ -184,7 +184,7 @@ def _gated_run(
     suite = tmp_path / run_id
     suite.mkdir()
     gate = tmp_path / f"{run_id}.gate"
-    (suite / "gated.yaml").write_text(GATED.format(gate=gate), encoding="utf-8")
+    (suite / "gated.yaml").write_text(GATED.format(gate=gate) + extra, encoding="utf-8")
     runner = _evalledger("--ledger", str(db), "run", str(suite), "--run-id", run_id,
                          "--out", str(tmp_path / "runs"), cwd=tmp_path,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -220,6 +220,28 @@ def test_pages_follow_a_run_written_by_another_process(
         page.wait_for_selector(".lead .st-completed")
         assert page.evaluate("window.evalledgerLoadedAt") == loaded
         _shot(page, tmp_path, "run-live")
+        assert runner.wait(PATIENCE) == 0
+
+
+def test_a_silent_task_shows_the_stalled_pill_live_and_loses_it_when_it_speaks(
+    server: tuple[str, Path], page: Any, tmp_path: Path
+) -> None:
+    """A warn stall: the task goes on, the run page marks it stalled without a reload;
+    once it prints again (and ends), the pill is gone."""
+    url, db = server
+    with _gated_run(db, tmp_path, "quiet-run",
+                    "stall_timeout: 0.5\nstall_action: warn\n") as (runner, gate):
+        _wait_for_lines(url + "/api/runs/quiet-run/transcript/default/gated/00")
+        page.goto(url + "/runs/quiet-run")
+        page.wait_for_selector("body[data-streaming='1']")
+        loaded = page.evaluate("window.evalledgerLoadedAt")
+        row = page.locator("tr[data-task='default/gated/00']")
+        expect(row.locator(".pill.stalled")).to_have_text("stalled")
+        assert page.evaluate("window.evalledgerLoadedAt") == loaded
+        _shot(page, tmp_path, "stalled-live")
+        gate.write_text("go")
+        expect(row.locator(".pill.o-succeeded")).to_have_text("SUCCESS")
+        assert row.locator(".pill.stalled").count() == 0
         assert runner.wait(PATIENCE) == 0
 
 

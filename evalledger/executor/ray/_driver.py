@@ -36,7 +36,7 @@ from evalledger.errors import Unavailable
 from evalledger.ledger import AnyEvent, EventRow, EventType, TaskCompleted, TaskUsage
 from evalledger.suite import ResolvedTask
 
-from .._attempt import AttemptOutcome, run_attempt
+from .._attempt import WORKER_LOST, AttemptOutcome, run_attempt
 from .._marks import MARKER_VAR, ray_mark
 from .._runner import RunContext
 from .._sandbox import remove_tree
@@ -322,7 +322,7 @@ class RayExecutor:
 def _lost(task: ResolvedTask, started: bool, error: BaseException) -> AttemptOutcome:
     """The attempt cannot finish: ``task.interrupted`` if it had started (``resume``
     runs it again), else nothing was recorded and ``resume`` runs it as new."""
-    reason = f"worker lost: {first_line(error)}"
+    reason = f"{WORKER_LOST}: {first_line(error)}"
     if started:
         log.warning("%s: %s", task.task_key, reason)
     else:

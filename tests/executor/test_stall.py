@@ -1,0 +1,197 @@
+"""Stalls, failure classes, retries of infrastructure failures and the circuit breaker,
+with real processes and a real ledger (docs/tasks.md, "Stalls and retries")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from evalledger.executor import Callbacks
+from evalledger.ledger import AnyEvent, Ledger, TaskCompleted, TaskEmitted, TaskOutput, TaskStalled
+from evalledger.projections import SummaryFold, fold
+from evalledger.statuses import FailureClass, FinalStatus, RunStatus
+from tests.processes import still_alive
+
+from .test_batch import PATIENCE, config, events, make_task, of_type, py, run, script
+
+# Prints a line (and its pid to argv[1]), then hangs: a hung API call, a dead sandbox.
+HANGS = """\
+import sys, time
+open(sys.argv[1], "w").write(str(__import__("os").getpid()))
+print("working", flush=True)
+time.sleep(600)
+"""
+
+# Prints, then waits in silence until argv[1] exists, then prints again and ends well.
+RECOVERS = """\
+import os, sys, time
+print("a", flush=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.01)
+print("b", flush=True)
+"""
+
+
+def test_an_agent_that_prints_then_hangs_is_stalled_and_ended_before_its_timeout(
+    tmp_path: Path,
+) -> None:
+    pidfile = tmp_path / "pid"
+    task = make_task("hangs", py(script(tmp_path, "hangs", HANGS), pidfile), timeout=PATIENCE * 4,
+                     stall_timeout=0.5)
+    with Ledger(tmp_path / "l.db") as ledger:
+        run(ledger, [task], config(tmp_path))
+        evs = events(ledger)
+    [stalled] = of_type(evs, TaskStalled)
+    [line] = of_type(evs, TaskOutput)
+    # Its evidence: the last thing it said, where the ledger holds it, and when.
+    assert (stalled.action, stalled.attempt, stalled.last_n) == ("kill", 1, line.n)
+    assert stalled.last_seq == line.seq and stalled.last_at == line.ts
+    assert 0.5 <= stalled.idle_seconds < PATIENCE
+    [done] = of_type(evs, TaskCompleted)
+    assert done.final_status is FinalStatus.STALLED and done.category == "error"
+    assert done.failure_class is FailureClass.INFRA
+    assert done.error_message and done.error_message.startswith("stalled: no output for")
+    assert done.duration_seconds < PATIENCE  # its timeout was four times that
+    assert not still_alive([int(pidfile.read_text())])
+    summary = fold(SummaryFold("run-1"), evs).summary()
+    assert (summary.tasks_infra, summary.tasks[0].failure_class) == (1, FailureClass.INFRA)
+
+
+def test_a_warned_stall_is_recorded_and_the_attempt_goes_on(tmp_path: Path) -> None:
+    go = tmp_path / "go"
+
+    def on_event(event: AnyEvent) -> None:  # the stall is in the ledger: let it speak
+        if isinstance(event, TaskStalled):
+            go.touch()
+
+    task = make_task("recovers", py(script(tmp_path, "recovers", RECOVERS), go),
+                     timeout=PATIENCE, stall_timeout=0.3, stall_action="warn")
+    with Ledger(tmp_path / "l.db") as ledger:
+        run(ledger, [task], config(tmp_path), Callbacks(on_event=on_event))
+        evs = events(ledger)
+    [stalled] = of_type(evs, TaskStalled)
+    assert (stalled.action, stalled.last_n) == ("warn", 1)
+    [done] = of_type(evs, TaskCompleted)
+    assert done.final_status is FinalStatus.SUCCESS and done.failure_class is None
+    assert [e.line for e in of_type(evs, TaskOutput)] == ["a", "b"]
+
+
+def test_a_json_event_or_a_line_is_what_keeps_an_attempt_alive(tmp_path: Path) -> None:
+    """Steady output, every line well within the stall timeout: never stalled."""
+    talks = script(tmp_path, "talks", "import time\nfor i in range(8):\n"
+                   "    print('{\"i\": %d}' % i if i % 2 else i, flush=True)\n"
+                   "    time.sleep(0.05)\n")
+    task = make_task("talks", py(talks), stall_timeout=PATIENCE)
+    with Ledger(tmp_path / "l.db") as ledger:
+        run(ledger, [task], config(tmp_path))
+        evs = events(ledger)
+    assert not of_type(evs, TaskStalled)
+    assert len(of_type(evs, TaskEmitted)) == 4
+    assert of_type(evs, TaskCompleted)[0].final_status is FinalStatus.SUCCESS
+
+
+def test_a_command_that_cannot_start_twice_is_retried_and_its_third_attempt_counts(
+    tmp_path: Path,
+) -> None:
+    agent = tmp_path / "bin" / "agent"
+    failures: list[TaskCompleted] = []
+
+    def on_event(event: AnyEvent) -> None:
+        # Committed before the batch hears of it: the second failure mends the machine.
+        if isinstance(event, TaskCompleted) and event.failure_class is FailureClass.INFRA:
+            failures.append(event)
+            if len(failures) == 2:
+                agent.parent.mkdir()
+                agent.write_text("#!/bin/sh\necho started\n")
+                agent.chmod(0o755)
+
+    task = make_task("flaky", [str(agent)], retries=3)
+    with Ledger(tmp_path / "l.db") as ledger:
+        result = run(ledger, [task], config(tmp_path, retry_backoff=0.0),
+                     Callbacks(on_event=on_event))
+        evs = events(ledger)
+    ended = of_type(evs, TaskCompleted)
+    assert [(e.attempt, e.final_status, e.failure_class) for e in ended] == [
+        (1, FinalStatus.ERROR, FailureClass.INFRA), (2, FinalStatus.ERROR, FailureClass.INFRA),
+        (3, FinalStatus.SUCCESS, None)]
+    assert "No such file or directory" in (ended[0].error_message or "")
+    assert [e.attempt for e in evs if e.type == "task.started"] == [1, 2, 3]
+    assert result.status is RunStatus.COMPLETED
+    [row] = fold(SummaryFold("run-1"), evs).summary().tasks
+    assert (row.final_status, row.attempts, row.failure_class) == (FinalStatus.SUCCESS, 3, None)
+
+
+def test_an_agent_failure_is_never_retried(tmp_path: Path) -> None:
+    task = make_task("fails", ["false"], retries=3)
+    with Ledger(tmp_path / "l.db") as ledger:
+        run(ledger, [task], config(tmp_path, retry_backoff=0.0))
+        [done] = of_type(events(ledger), TaskCompleted)
+    assert (done.attempt, done.final_status, done.failure_class) == (
+        1, FinalStatus.FAILURE, FailureClass.AGENT)
+
+
+def test_the_breaker_stops_dispatching_after_infrastructure_fails_in_a_row(
+    tmp_path: Path,
+) -> None:
+    missing = str(tmp_path / "no-such-agent")
+    tasks = [make_task(f"t{i}", [missing]) for i in range(6)]
+    with Ledger(tmp_path / "l.db") as ledger:
+        result = run(ledger, tasks, config(tmp_path, max_parallel=1, max_infra_failures=2))
+        ended = of_type(events(ledger), TaskCompleted)
+    assert result.status is RunStatus.INFRA_STOPPED
+    # Two in a row trip it; an attempt dispatched as the second ended may still run.
+    assert 2 <= len(ended) <= 3
+    assert all(e.failure_class is FailureClass.INFRA for e in ended)
+
+
+def test_a_success_between_infrastructure_failures_resets_the_breaker(tmp_path: Path) -> None:
+    missing = str(tmp_path / "no-such-agent")
+    tasks = [make_task("a", [missing]), make_task("b", ["true"]), make_task("c", [missing]),
+             make_task("d", ["true"])]
+    with Ledger(tmp_path / "l.db") as ledger:
+        result = run(ledger, tasks, config(tmp_path, max_parallel=1, max_infra_failures=2))
+        ended = of_type(events(ledger), TaskCompleted)
+    assert result.status is RunStatus.COMPLETED
+    assert len(ended) == 4
+
+
+def _claude(lines: list[dict[str, object]], exit_code: int) -> str:
+    """A script that prints these stream-json lines (Claude Code's shapes), then exits."""
+    import json
+
+    return (f"import sys\nfor line in {[json.dumps(x) for x in lines]!r}:\n"
+            f"    print(line, flush=True)\nsys.exit({exit_code})\n")
+
+
+INIT = {"type": "system", "subtype": "init", "model": "claude-sonnet-4-5", "session_id": "s"}
+RETRY = {"type": "system", "subtype": "api_retry", "attempt": 10, "max_retries": 10,
+         "retry_delay_ms": 500, "error_status": 529, "error": "overloaded"}
+SPOKE = {"type": "assistant", "message": {"model": "claude-sonnet-4-5", "content": [
+    {"type": "text", "text": "I will fix it."}], "usage": {"input_tokens": 10,
+                                                           "output_tokens": 5}}}
+GAVE_UP = {"type": "result", "subtype": "success", "is_error": True,
+           "terminal_reason": "api_error", "api_error_status": 529,
+           "result": "API Error: 529 Overloaded", "num_turns": 1}
+FAILED = {"type": "result", "subtype": "success", "is_error": False, "result": "done",
+          "num_turns": 2}
+
+
+def test_claude_codes_overloaded_api_makes_a_failure_infrastructures(tmp_path: Path) -> None:
+    tasks = [
+        make_task("gave-up", py(script(tmp_path, "gave_up", _claude(
+            [INIT, RETRY, RETRY, GAVE_UP], 1))), stream_format="claude-code", retries=0),
+        make_task("mid-retry", py(script(tmp_path, "mid_retry", _claude(
+            [INIT, SPOKE, RETRY], 1))), stream_format="claude-code"),
+        # Retried, answered, then failed on its own: the agent's failure.
+        make_task("own-fault", py(script(tmp_path, "own_fault", _claude(
+            [INIT, RETRY, SPOKE, FAILED], 1))), stream_format="claude-code"),
+    ]
+    with Ledger(tmp_path / "l.db") as ledger:
+        run(ledger, tasks, config(tmp_path))
+        ended = {e.task_key.split("/")[1]: e for e in of_type(events(ledger), TaskCompleted)}
+    assert {k: (e.final_status, e.failure_class) for k, e in ended.items()} == {
+        "gave-up": (FinalStatus.FAILURE, FailureClass.INFRA),
+        "mid-retry": (FinalStatus.FAILURE, FailureClass.INFRA),
+        "own-fault": (FinalStatus.FAILURE, FailureClass.AGENT)}
+    assert "(the agent's model API failed: result is_error: 529" in (
+        ended["gave-up"].error_message or "")
+    assert "api_retry 10/10: 529 overloaded" in (ended["mid-retry"].error_message or "")
