@@ -131,16 +131,18 @@ def _current(ledger: Ledger, run_id: str, kind: str, snapshots: bool) -> Snapsho
 
 
 def load_summary(ledger: Ledger, run_id: str, *, snapshots: bool = True,
-                 grades: str | None = None) -> RunSummary:
+                 grades: str | None = None, count_infra: bool = False) -> RunSummary:
     """The run's summary (without its anchor) as grade set ``grades`` judges it
-    (default: the latest complete one): a finished run's default is read from its
-    snapshot, any other is folded.
+    (default: the latest complete one), its rates counting infrastructure failures
+    when ``count_infra``: a finished run's default is read from its snapshot, any other
+    is folded.
 
     Raises:
         UnknownGrades: the run has no grade set of that name (an ``EvalledgerError``
             once the caller says so: ``grades_of``).
     """
-    snap = None if grades is not None else _current(ledger, run_id, "summary", snapshots)
+    snap = (None if grades is not None or count_infra
+            else _current(ledger, run_id, "summary", snapshots))
     if snap is not None:
         from evalledger.projections import RunSummary
 
@@ -155,7 +157,7 @@ def load_summary(ledger: Ledger, run_id: str, *, snapshots: bool = True,
 
     fold = load_fold(ledger, SummaryFold, run_id, snapshots=snapshots)
     try:
-        return fold.summary(grades)
+        return fold.summary(grades, count_infra=count_infra)
     except UnknownGrades as e:
         raise InvalidRequest(str(e)) from None
 

@@ -38,12 +38,23 @@ def resolve_run(ledger: Ledger, spec: str) -> str:
     return ledger.resolve_run(spec)
 
 
-def rebuild_summary(ledger: Ledger, run_id: str, grades: str | None = None) -> RunSummary:
+def rebuild_summary(ledger: Ledger, run_id: str, grades: str | None = None,
+                    count_infra: bool = False) -> RunSummary:
     """The run's summary as ``run.json`` holds it (as grade set ``grades`` judges it:
-    default, the latest complete one), anchored in the ledger."""
+    default, the latest complete one; its rates counting infrastructure failures when
+    ``count_infra``), anchored in the ledger."""
     from evalledger.app._repository import load_summary
 
-    return load_summary(ledger, run_id, grades=grades).anchored(ledger.anchor(run_id))
+    return load_summary(ledger, run_id, grades=grades,
+                        count_infra=count_infra).anchored(ledger.anchor(run_id))
+
+
+# The option of every reader that shows rates.
+count_infra_option = click.option(
+    "--count-infra", is_flag=True,
+    help="Count infrastructure failures (failure class infra: a stall, a sandbox, a "
+         "process that could not start, a judge's API) in the pass rates; by default they "
+         "are left out, and said how many.")
 
 
 # The option of every reader that shows verdicts.

@@ -10,7 +10,7 @@ import click
 
 from evalledger._text import visible
 
-from ._common import grades_option, rebuild_summary, resolve_run
+from ._common import count_infra_option, grades_option, rebuild_summary, resolve_run
 from ._errors import EXIT_TASKS_FAILED, UserError
 from ._main import Settings, pass_settings
 
@@ -41,10 +41,11 @@ Gate = Literal["significant-regression", "regression", "never"]
 @click.option("--json", "as_json", is_flag=True,
               help="The comparison as one JSON object (a list with --baseline).")
 @grades_option
+@count_infra_option
 @pass_settings
 def compare(settings: Settings, run_a: str, run_b: str | None, variants: tuple[str, str] | None,
             baseline: str | None, confidence: float, seed: int, fail_on: Gate, output: str,
-            as_json: bool, grades: str | None) -> None:
+            as_json: bool, grades: str | None, count_infra: bool) -> None:
     """Compare two runs (or two variants) task by task, and say whether B differs from A
     by more than noise.
 
@@ -66,8 +67,9 @@ def compare(settings: Settings, run_a: str, run_b: str | None, variants: tuple[s
     if variants and baseline:
         raise UserError("give --variants X Y or --baseline X, not both")
     with settings.open_ledger(read_only=True) as ledger:
-        a = rebuild_summary(ledger, resolve_run(ledger, run_a), grades)
-        b = a if run_b is None else rebuild_summary(ledger, resolve_run(ledger, run_b), grades)
+        a = rebuild_summary(ledger, resolve_run(ledger, run_a), grades, count_infra)
+        b = a if run_b is None else rebuild_summary(ledger, resolve_run(ledger, run_b), grades,
+                                                    count_infra)
     if baseline:
         if baseline not in {v.variant_id for v in a.variants}:
             raise UserError(f"{a.run_id} has no variant {visible(baseline)}")

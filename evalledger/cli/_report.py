@@ -10,7 +10,13 @@ import click
 from evalledger._files import same_file
 from evalledger.app._reports import FORMATS, render_report, write_text
 
-from ._common import grades_option, is_cut_off, rebuild_summary, resolve_run
+from ._common import (
+    count_infra_option,
+    grades_option,
+    is_cut_off,
+    rebuild_summary,
+    resolve_run,
+)
 from ._errors import UserError
 from ._main import Settings, pass_settings
 
@@ -24,9 +30,10 @@ from ._main import Settings, pass_settings
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Write to this file instead of stdout.")
 @grades_option
+@count_infra_option
 @pass_settings
 def report(settings: Settings, run: str, format_: str, output: Path | None,
-           grades: str | None) -> None:
+           grades: str | None, count_infra: bool) -> None:
     """Rebuild a run's report by replaying its events; nothing is re-run.
 
     RUN is a run id, a unique prefix of one, or `latest`. The JSON report is the
@@ -41,7 +48,7 @@ def report(settings: Settings, run: str, format_: str, output: Path | None,
     if output is not None and same_file(output, settings.ledger_path):
         raise UserError(f"-o {output} is the ledger itself; choose another file")
     with settings.open_ledger(read_only=True) as ledger:
-        summary = rebuild_summary(ledger, resolve_run(ledger, run), grades)
+        summary = rebuild_summary(ledger, resolve_run(ledger, run), grades, count_infra)
         text = render_report(ledger, summary, format_,
                              cut_off=is_cut_off(ledger, summary.run_id, summary.status))
     if output is None:

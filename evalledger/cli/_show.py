@@ -13,6 +13,7 @@ from evalledger.projections import (
     TaskRow,
     cost_line,
     error_digest,
+    infra_note,
     isolation_line,
     rate_cell,
     status_word,
@@ -21,7 +22,13 @@ from evalledger.projections import (
     variant_table,
 )
 
-from ._common import grades_option, is_cut_off, rebuild_summary, resolve_run
+from ._common import (
+    count_infra_option,
+    grades_option,
+    is_cut_off,
+    rebuild_summary,
+    resolve_run,
+)
 from ._main import Settings, pass_settings
 from ._tables import table
 
@@ -34,9 +41,10 @@ from ._tables import table
                    "(a terminal's table shows each error's first and last line; a pipe gets "
                    "them whole).")
 @grades_option
+@count_infra_option
 @pass_settings
 def show(settings: Settings, run: str, as_json: bool, full_errors: bool,
-         grades: str | None) -> None:
+         grades: str | None, count_infra: bool) -> None:
     """Show a run's summary, rebuilt from the ledger.
 
     RUN is a run id, a unique prefix of one, or `latest` (the newest by start time).
@@ -46,7 +54,7 @@ def show(settings: Settings, run: str, as_json: bool, full_errors: bool,
         evalledger show latest
     """
     with settings.open_ledger(read_only=True) as ledger:
-        s = rebuild_summary(ledger, resolve_run(ledger, run), grades)
+        s = rebuild_summary(ledger, resolve_run(ledger, run), grades, count_infra)
         gone = is_cut_off(ledger, s.run_id, s.status)
     if gone:
         click.echo(f"warning: the process running {s.run_id} is gone (it crashed or was "
@@ -97,7 +105,7 @@ def _headline(s: RunSummary, gone: bool) -> str:
         f"{s.tasks_succeeded} succeeded, {s.tasks_failed} failed, {s.tasks_error} error, "
         f"{ungraded}{s.tasks_unfinished} unfinished{skipped}; "
         f"pass rate {rate_cell(s.pass_rate, s.pass_rate_interval, s.graded)}"
-        f"{' (95% Wilson)' if s.graded else ''}; cost {cost}"
+        f"{' (95% Wilson)' if s.graded else ''}{infra_note(s)}; cost {cost}"
     )
 
 

@@ -481,25 +481,47 @@ def _wilson(succeeded: str, graded: str) -> str:
 # z for 95%: statistics.NormalDist().inv_cdf(0.975), as the summary's intervals use.
 _Z95 = "1.959963984540054"
 
-# Pass rates with their 95% Wilson interval, from the views' counts: per run (the `runs`
-# view's buckets) and per run and model (`task_results`' model column). The run's own
-# grading, as those views (docs/results.md, "How sure a number is").
+# Each attempt's failure class (docs/results.md, "Failure classes"): as its completion
+# recorded it, else its status's (recorded before classes, or imported).
+_FAILURE_CLASS = """,
+               COALESCE(json_extract(c.payload, '$.failure_class'),
+                        CASE WHEN json_extract(c.payload, '$.final_status')
+                                  IN ('ERROR', 'BUILD_FAILED', 'STALLED') THEN 'infra'
+                             WHEN json_extract(c.payload, '$.final_status')
+                                  IN ('FAILURE', 'TIMEOUT', 'MAX_TURNS_EXHAUSTED',
+                                      'TOKEN_BUDGET_EXCEEDED', 'COST_BUDGET_EXCEEDED')
+                             THEN 'agent' END) AS failure_class
+"""
+
+# Pass rates with their 95% Wilson interval, per run and per run and model (the model
+# column of `task_results`): succeeded over graded, infrastructure failures left out as
+# the summary leaves them (docs/results.md, "How sure a number is"). The run's own
+# grading, as those views.
+_COUNTED = """sum(category = 'succeeded') AS succeeded,
+                     sum(category IN ('succeeded', 'failed', 'error')
+                         AND failure_class IS NOT 'infra') AS graded,
+                     sum(category IN ('succeeded', 'failed', 'error')
+                         AND failure_class IS 'infra') AS infra"""
 VIEWS = {
     **_VIEWS_10,
+    "task_attempts": _VIEWS_10["task_attempts"].replace(
+        """               json_extract(c.payload, '$.workspace_hash') AS workspace_hash
+""", """               json_extract(c.payload, '$.workspace_hash') AS workspace_hash"""
+        + _FAILURE_CLASS),
     "run_pass_rates": f"""
-        SELECT run_id, experiment_id, succeeded, graded,
-               CASE WHEN graded > 0 THEN round(1.0 * succeeded / graded, 6) END AS pass_rate,
-               {_wilson("succeeded", "graded")}
-        FROM (SELECT run_id, experiment_id, tasks_succeeded AS succeeded,
-                     tasks_succeeded + tasks_failed + tasks_error AS graded FROM runs)
+        SELECT r.run_id, r.experiment_id, COALESCE(t.succeeded, 0) AS succeeded,
+               COALESCE(t.graded, 0) AS graded, COALESCE(t.infra, 0) AS infra,
+               CASE WHEN t.graded > 0 THEN round(1.0 * t.succeeded / t.graded, 6) END
+                 AS pass_rate,
+               {_wilson("t.succeeded", "t.graded")}
+        FROM runs r LEFT JOIN (SELECT run_id, {_COUNTED} FROM task_results GROUP BY run_id) t
+          ON t.run_id = r.run_id
     """,
     "model_pass_rates": f"""
-        SELECT run_id, model, succeeded, graded,
+        SELECT run_id, model, succeeded, graded, infra,
                CASE WHEN graded > 0 THEN round(1.0 * succeeded / graded, 6) END AS pass_rate,
                {_wilson("succeeded", "graded")}
-        FROM (SELECT run_id, model, sum(category = 'succeeded') AS succeeded,
-                     sum(category IN ('succeeded', 'failed', 'error')) AS graded
-              FROM task_results GROUP BY run_id, model)
+        FROM (SELECT run_id, model, {_COUNTED} FROM task_results GROUP BY run_id, model)
     """,
 }
 

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ._junit import render_junit as render_junit
     from ._reports import cost_line as cost_line
     from ._reports import error_digest as error_digest
+    from ._reports import infra_note as infra_note
     from ._reports import isolation_line as isolation_line
     from ._reports import rate_cell as rate_cell
     from ._reports import render_json as render_json
@@ -91,6 +92,7 @@ _WHERE = {
     "render_json": "_reports",
     "render_markdown": "_reports",
     "isolation_line": "_reports",
+    "infra_note": "_reports",
     "status_word": "_reports",
     "unpriced_line": "_reports",
     "variant_table": "_reports",
@@ -157,6 +159,7 @@ __all__ = [
     "fingerprint",
     "flaky_history",
     "fold",
+    "infra_note",
     "isolation_line",
     "on",
     "pass_at",

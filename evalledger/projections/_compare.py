@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from evalledger.statuses import GRADED, Category
+from evalledger.statuses import GRADED, Category, FailureClass
 
 from ._intervals import Interval, fewest_detectable, holm, wilson
 from ._results import RunSummary, TaskRow
@@ -113,11 +113,14 @@ class _Unit:
         return self.succeeded * 2 > self.graded
 
 
-def _units(rows: Sequence[TaskRow], variant: str | None, by_variant: bool) -> dict[str, _Unit]:
+def _units(rows: Sequence[TaskRow], variant: str | None, by_variant: bool,
+           count_infra: bool) -> dict[str, _Unit]:
     found: dict[str, list[TaskRow]] = {}
     for row in rows:
         if row.category not in GRADED or (variant is not None and row.variant_id != variant):
             continue
+        if row.failure_class == FailureClass.INFRA and not count_infra:
+            continue  # a broken sandbox measures no agent: not a pair's evidence
         unit = f"{row.variant_id}/{row.task_id}" if by_variant else row.task_id
         found.setdefault(unit, []).append(row)
     return {unit: _Unit(len(graded), sum(r.category == Category.SUCCEEDED for r in graded),
@@ -132,8 +135,8 @@ def compare_runs(a: RunSummary, b: RunSummary, *, confidence: float = 0.95, seed
     if not 0 < confidence < 1:
         raise ValueError(f"a confidence is between 0 and 1, not {confidence}")
     by_variant = variants is None and len({r.variant_id for r in (*a.tasks, *b.tasks)}) > 1
-    units_a = _units(a.tasks, variants[0] if variants else None, by_variant)
-    units_b = _units(b.tasks, variants[1] if variants else None, by_variant)
+    units_a = _units(a.tasks, variants[0] if variants else None, by_variant, a.infra_counted)
+    units_b = _units(b.tasks, variants[1] if variants else None, by_variant, b.infra_counted)
     both = sorted(units_a.keys() & units_b.keys())
     pa = [units_a[u] for u in both]
     pb = [units_b[u] for u in both]

@@ -104,6 +104,7 @@ def _counts(s: RunSummary) -> list[str]:
         f"| {s.tasks_ungraded} | {s.tasks_unfinished} "
         f"| {rate_cell(s.pass_rate, s.pass_rate_interval, s.graded)} "
         f"| {_text(success_cost_line(s)) or '-'} |",
+        *(["", f"Pass rates:{_text(infra_note(s))}."] if s.tasks_infra else []),
     ]
 
 
@@ -314,6 +315,17 @@ def with_interval(value: str, interval: Interval | None, spelled: str) -> str:
     if interval is None:
         return value
     return f"{value} [{spelled.format(interval.low)}, {spelled.format(interval.high)}]"
+
+
+def infra_note(s: RunHeadline) -> str:
+    """What a pass rate says of infrastructure failures: how many it leaves out, or that
+    it counts them; "" without any."""
+    if not s.tasks_infra:
+        return ""
+    if s.infra_counted:
+        return f" ({s.tasks_infra} infrastructure failure(s) counted)"
+    return (f" ({s.tasks_infra} infrastructure failure(s) left out; --count-infra counts "
+            "them)")
 
 
 def rate_cell(rate: float, interval: Interval, graded: int) -> str:

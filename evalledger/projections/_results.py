@@ -102,9 +102,11 @@ class VariantStats(BaseModel):
     tasks_error: int
     tasks_ungraded: int
     pass_rate: float
-    """Succeeded over graded (succeeded + failed + error)."""
+    """Succeeded over graded (succeeded + failed + error), infrastructure failures left
+    out unless ``infra_counted``."""
     mean_score: float | None
-    """Mean weighted score of the graded keys."""
+    """Mean weighted score of the graded keys (infrastructure failures left out, as for
+    every rate here)."""
     score_stderr: float | None
     """Standard error of that mean, clustered by task id (the replicates of a task are
     not independent); with one replicate per task, stdev / sqrt(n). None below two
@@ -124,10 +126,17 @@ class VariantStats(BaseModel):
     """Task ids whose graded replicates disagree: some succeeded, some did not."""
     tokens_total: int = 0
     """Every token of every attempt of the variant's keys."""
+    tasks_infra: int = 0
+    """Graded keys whose reported attempt failed for its infrastructure's sake."""
+    infra_counted: bool = False
+    """Whether the rates count those (``--count-infra``); by default they leave them out."""
 
     @property
     def graded(self) -> int:
-        return self.tasks_succeeded + self.tasks_failed + self.tasks_error
+        """What the rates are taken over: the graded keys, less infrastructure failures
+        unless they are counted."""
+        infra = 0 if self.infra_counted else self.tasks_infra
+        return self.tasks_succeeded + self.tasks_failed + self.tasks_error - infra
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -216,6 +225,13 @@ class RunHeadline(BaseModel):
     grades: str = "original"
     """The grade set whose verdicts these counts are: ``original`` (the run's own
     grading) or a ``regrade``'s name. By default the latest complete one."""
+    tasks_infra: int = 0
+    """Task keys whose reported attempt failed for its infrastructure's sake
+    (``failure_class: infra``: a stall, a sandbox, a process that could not start, a
+    judge's API): counted in error or failed as their status says, and left out of
+    every rate (``pass_rate``, its interval, the variants') unless ``infra_counted``."""
+    infra_counted: bool = False
+    """Whether the rates count infrastructure failures (``--count-infra``)."""
 
     @classmethod
     def listed(cls) -> frozenset[str]:
@@ -230,7 +246,10 @@ class RunHeadline(BaseModel):
 
     @property
     def graded(self) -> int:
-        return self.tasks_succeeded + self.tasks_failed + self.tasks_error
+        """What the pass rate is taken over: the graded keys, less infrastructure failures
+        unless they are counted."""
+        infra = 0 if self.infra_counted else self.tasks_infra
+        return self.tasks_succeeded + self.tasks_failed + self.tasks_error - infra
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -269,10 +288,6 @@ class RunSummary(RunHeadline):
     tasks_cost_budget_exceeded: int
     tasks_flagged: int = 0
     """Task keys whose reported attempt a scan flagged (``flags`` on their rows)."""
-    tasks_infra: int = 0
-    """Task keys whose reported attempt failed for its infrastructure's sake
-    (``failure_class: infra``: a stall, a sandbox, a process that could not start, a
-    judge's API): counted in error or failed as their status says."""
     grade_sets: list[str] = ["original"]
     """Every grade set of the run: ``original`` first, then each regrade's name in the
     order of their latest ``run.graded``."""
@@ -341,7 +356,8 @@ class TagStats(BaseModel):
 
 
 def tag_stats(summary: RunSummary) -> list[TagStats]:
-    """Pass rate per tag, by the summary's rows (a key counts under each of its tags)."""
+    """Pass rate per tag, by the summary's rows (a key counts under each of its tags;
+    infrastructure failures are left out of the rates as the summary leaves them)."""
     tally: dict[str, list[int]] = {}
     for row in summary.tasks:
         for tag in dict.fromkeys(row.tags):
@@ -349,7 +365,8 @@ def tag_stats(summary: RunSummary) -> list[TagStats]:
             counts[0] += 1
             counts[1] += row.category is not None
             counts[2] += row.category == Category.SUCCEEDED
-            counts[3] += row.category in GRADED
+            counts[3] += row.category in GRADED and (summary.infra_counted
+                                                     or row.failure_class != FailureClass.INFRA)
     return [
         TagStats(tag=tag, tasks=n, tasks_run=run, tasks_succeeded=ok,
                  pass_rate=round(ok / graded, 6) if graded else 0.0, tasks_graded=graded)

@@ -436,15 +436,18 @@ class SummaryFold(Fold):
         return _tally(k.completed for k in self._judged(self._grades(grades))
                       if k.completed is not None)
 
-    def headline(self, grades: str | None = None) -> RunHeadline:
+    def headline(self, grades: str | None = None, *, count_infra: bool = False) -> RunHeadline:
         """The run in one line, without building a row per task (the runs list), as
-        grade set ``grades`` judges it (default: ``default_grades``).
+        grade set ``grades`` judges it (default: ``default_grades``); its rates leave
+        infrastructure failures out unless ``count_infra``.
 
         Raises:
             UnknownGrades: the run has no grade set of that name.
         """
         grades = self._grades(grades)
-        counts = self.counts(grades)
+        judged = self._judged(grades)
+        counts = _tally(k.completed for k in judged if k.completed is not None)
+        infra = _infra(judged)
         run = sum(counts.values())
         return RunHeadline(
             run_id=self.run_id,
@@ -462,7 +465,9 @@ class SummaryFold(Fold):
             tasks_error=counts[Category.ERROR],
             tasks_ungraded=counts[Category.UNGRADED],
             tasks_unfinished=len(self.planned) - run,
-            pass_rate=_rate(counts),
+            pass_rate=_rate(counts, 0 if count_infra else infra),
+            tasks_infra=infra,
+            infra_counted=count_infra,
             tokens=self.spend.tokens,
             total_cost_usd=round(self.spend.cost, 10),
             cost_complete=self.spend.complete and not self.cost_gap,
@@ -481,14 +486,14 @@ class SummaryFold(Fold):
             for name, spend in sorted(roles.items(), key=lambda i: (i[0] != "agent", i[0]))
         ]
 
-    def summary(self, grades: str | None = None) -> RunSummary:
+    def summary(self, grades: str | None = None, *, count_infra: bool = False) -> RunSummary:
         """The run's summary as grade set ``grades`` judges it (default:
         ``default_grades``).
 
         Raises:
             UnknownGrades: the run has no grade set of that name.
         """
-        head = self.headline(grades)
+        head = self.headline(grades, count_infra=count_infra)
         judged = {key.task_key: key for key in self._judged(head.grades)}
         # Every planned key has a row: one that never started has no attempts.
         rows = [self._row(judged[k]) if k in judged else _unstarted(k)
@@ -509,8 +514,7 @@ class SummaryFold(Fold):
             ],
             grade_sets=[ORIGINAL, *self.grade_sets],
             tasks_flagged=sum(1 for r in rows if r.flags),
-            tasks_infra=sum(1 for r in rows if r.failure_class == FailureClass.INFRA),
-            variants=self._variants(list(judged.values())),
+            variants=self._variants(list(judged.values()), count_infra),
             version_consensus=consensus,
             version_drift=drift,
             fingerprint_drift=list(self.drift),
@@ -545,11 +549,12 @@ class SummaryFold(Fold):
             isolation=key.isolation(),
         )
 
-    def _variants(self, keys: list[_Key]) -> list[VariantStats]:
+    def _variants(self, keys: list[_Key], count_infra: bool) -> list[VariantStats]:
         by_variant: dict[str, list[_Key]] = {}
         for key in keys:
             by_variant.setdefault(key.variant_id, []).append(key)
-        return [_variant_stats(name, keys) for name, keys in sorted(by_variant.items())]
+        return [_variant_stats(name, keys, count_infra)
+                for name, keys in sorted(by_variant.items())]
 
     def _versions(self) -> tuple[dict[str, Any], dict[str, dict[str, int]]]:
         # Values are compared as JSON: null and "None", 3 and "3" differ.
@@ -580,12 +585,16 @@ class SummaryFold(Fold):
         return consensus, drift
 
 
-def _variant_stats(variant_id: str, keys: list[_Key]) -> VariantStats:
+def _variant_stats(variant_id: str, keys: list[_Key], count_infra: bool = False
+                   ) -> VariantStats:
     done = [k.completed for k in keys if k.completed is not None]
     counts = _tally(done)
-    graded = [k for k in keys if k.completed is not None and k.completed.category in GRADED]
+    infra = _infra(keys)
+    # What the rates are taken over: infrastructure failures measure no agent.
+    graded = [k for k in keys if k.completed is not None and k.completed.category in GRADED
+              and (count_infra or k.completed.failure_class != FailureClass.INFRA)]
     scores = [k.completed.weighted_score for k in graded if k.completed is not None]
-    samples = _samples(keys)
+    samples = _samples(graded)
     at_k, at_k_stderr, hat_k = _by_k(samples)
     return VariantStats(
         variant_id=variant_id,
@@ -595,7 +604,9 @@ def _variant_stats(variant_id: str, keys: list[_Key]) -> VariantStats:
         tasks_failed=counts[Category.FAILED],
         tasks_error=counts[Category.ERROR],
         tasks_ungraded=counts[Category.UNGRADED],
-        pass_rate=_rate(counts),
+        pass_rate=_rate(counts, 0 if count_infra else infra),
+        tasks_infra=infra,
+        infra_counted=count_infra,
         mean_score=_mean(scores),
         score_stderr=_round(clustered_stderr(scores, [k.task_id for k in graded])),
         pass_at_k=at_k,
@@ -653,10 +664,17 @@ def _by_k(samples: dict[str, tuple[int, int]]
     return at_k, stderr, hat_k
 
 
-def _rate(counts: dict[Category, int]) -> float:
-    """Succeeded over graded: an ungraded task is not a failure, nor a success."""
-    graded = sum(counts[c] for c in GRADED)
+def _rate(counts: dict[Category, int], infra: int = 0) -> float:
+    """Succeeded over graded, less ``infra`` infrastructure failures: an ungraded task is
+    not a failure, nor a success, and a broken sandbox measures no agent."""
+    graded = sum(counts[c] for c in GRADED) - infra
     return round(counts[Category.SUCCEEDED] / graded, 6) if graded else 0.0
+
+
+def _infra(keys: Iterable[_Key]) -> int:
+    """The keys whose counted attempt is an infrastructure failure."""
+    return sum(1 for k in keys if k.completed is not None
+               and k.completed.failure_class == FailureClass.INFRA)
 
 
 def pass_hat(n: int, c: int, k: int) -> float:

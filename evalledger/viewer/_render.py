@@ -34,13 +34,14 @@ from evalledger.projections import (
     RoleUsage,
     RunSummary,
     TaskRow,
+    infra_note,
     rate_cell,
     success_cost_line,
     tag_stats,
     variant_table,
 )
 from evalledger.projections._intervals import Interval
-from evalledger.statuses import GRADED, Category, FinalStatus
+from evalledger.statuses import Category, FinalStatus
 
 from . import _charts
 from ._ansi import ansi_html
@@ -157,13 +158,14 @@ def _ends(interval: Interval) -> tuple[float, float]:
 
 
 def tag_counts(summary: RunSummary) -> dict[str, tuple[int, int]]:
-    """Per tag, its graded and ungraded keys (the split ``tag_stats`` rates by)."""
+    """Per tag, its graded keys (as ``tag_stats`` rates by: infrastructure failures
+    left out unless counted) and its ungraded ones."""
+    graded = {t.tag: t.tasks_graded for t in tag_stats(summary)}
     counts: dict[str, tuple[int, int]] = {}
     for row in summary.tasks:
         for tag in dict.fromkeys(row.tags):
-            done, ungraded = counts.get(tag, (0, 0))
-            counts[tag] = (done + (row.category in GRADED),
-                           ungraded + (row.category == Category.UNGRADED))
+            ungraded = counts.get(tag, (0, 0))[1]
+            counts[tag] = (graded.get(tag, 0), ungraded + (row.category == Category.UNGRADED))
     return counts
 
 
@@ -194,7 +196,8 @@ def environment() -> Environment:
     env.globals.update(url=_url, version=__version__, OUTCOMES=OUTCOMES, graded=graded,
                        tag_counts=tag_counts, role_costs=role_costs,
                        imported_differences=imported_differences, variant_table=variant_table,
-                       success_cost_line=success_cost_line, rate_cell=rate_cell)
+                       success_cost_line=success_cost_line, rate_cell=rate_cell,
+                       infra_note=infra_note)
     return env
 
 

@@ -53,3 +53,31 @@ def test_stall_and_retries_from_the_command_line(tmp_path: Path) -> None:
     stalls = evalledger(tmp_path, db, "sql", "SELECT count(*) FROM events "
                         "WHERE type = 'task.stalled'").stdout.split()
     assert stalls[-1] == "1"
+
+
+def test_pass_rates_leave_infrastructure_failures_out_and_say_so(tmp_path: Path) -> None:
+    """Two succeed, one fails its criteria, one cannot start: 2 of 3, the fourth said."""
+    write_tasks(tmp_path / "tasks", {
+        "ok1": {"command": "true", "success_criteria": [{"type": "exit_code"}]},
+        "ok2": {"command": "true", "success_criteria": [{"type": "exit_code"}]},
+        "bad": {"command": "false", "success_criteria": [{"type": "exit_code"}]},
+        "broken": {"command": [str(tmp_path / "missing")],
+                   "success_criteria": [{"type": "exit_code"}]}})
+    db = tmp_path / "l.db"
+    evalledger(tmp_path, db, "run", str(tmp_path / "tasks"), "--run-id", "r")
+    shown = evalledger(tmp_path, db, "show", "r").stdout.splitlines()[0]
+    assert ("pass rate 66.7% [20.8%, 93.9%] (95% Wilson) (1 infrastructure failure(s) left "
+            "out; --count-infra counts them)") in shown
+    counted = evalledger(tmp_path, db, "show", "r", "--count-infra").stdout.splitlines()[0]
+    assert "pass rate 50.0% [15.0%, 85.0%] (95% Wilson) (1 infrastructure failure(s) " \
+           "counted)" in counted
+    rows = evalledger(tmp_path, db, "sql", "SELECT graded, infra, pass_rate, pass_rate_low "
+                      "FROM run_pass_rates", "--format", "json").stdout
+    assert json.loads(rows) == {"graded": 3, "infra": 1, "pass_rate": 0.666667,
+                                "pass_rate_low": 0.20766}  # show's 20.8%
+    classes = evalledger(tmp_path, db, "sql", "SELECT task_key, failure_class FROM "
+                         "task_results ORDER BY task_key", "--format", "json").stdout
+    assert {r["task_key"]: r["failure_class"]
+            for r in map(json.loads, classes.splitlines())} == {
+        "default/bad/00": "agent", "default/broken/00": "infra", "default/ok1/00": None,
+        "default/ok2/00": None}

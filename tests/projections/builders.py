@@ -48,9 +48,10 @@ def interrupted(k: str, run_id: str = RUN) -> TaskInterrupted:
     return TaskInterrupted(run_id=run_id, task_key=k, reason="cancelled")
 
 
-def summarize(events: list[AnyEvent], run_id: str = RUN) -> RunSummary:
+def summarize(events: list[AnyEvent], run_id: str = RUN, *, count_infra: bool = False
+              ) -> RunSummary:
     """The summary folded live, event by event."""
-    return fold(SummaryFold(run_id), events).summary()
+    return fold(SummaryFold(run_id), events).summary(count_infra=count_infra)
 
 
 def rebuilt(ledger: Ledger, run_id: str = RUN) -> RunSummary:

@@ -107,8 +107,11 @@ def test_budget_sub_counts_are_part_of_failed() -> None:
     assert (s.tasks_run, s.tasks_succeeded, s.tasks_failed, s.tasks_error) == (8, 2, 5, 1)
     assert s.tasks_token_budget_exceeded == 2
     assert s.tasks_cost_budget_exceeded == 1
-    # 2 of 8 graded: Wilson's 95% interval, 7.1% to 59.1%.
-    assert "| 8 | 8 | 2 | 5 | 2 | 1 | 1 | 0 | 0 | 25.0% [7.1%, 59.1%] |" in render_markdown(s)
+    # The ERROR is an infrastructure failure: 2 of 7 graded, Wilson's 95% interval.
+    assert s.tasks_infra == 1 and s.graded == 7
+    assert "| 8 | 8 | 2 | 5 | 2 | 1 | 1 | 0 | 0 | 28.6% [8.2%, 64.1%] |" in render_markdown(s)
+    counted = summarize(events, count_infra=True)
+    assert (counted.pass_rate, counted.graded, counted.tasks_infra) == (0.25, 8, 1)
 
 
 def test_buckets_that_do_not_add_up_are_refused() -> None:
@@ -306,7 +309,10 @@ def test_markdown_report_says_what_a_reader_needs() -> None:
     assert md.startswith(f"# Run {RUN}\n")
     assert "- Status: **completed** (experiment `exp-7`)" in md
     assert "- Max parallel: 3" in md
-    assert "| 3 | 3 | 1 | 1 | 0 | 0 | 1 | 0 | 0 | 33.3% [" in md
+    # The ERROR measures no agent: left out of the rate, and said so.
+    assert "| 3 | 3 | 1 | 1 | 0 | 0 | 1 | 0 | 0 | 50.0% [9.5%, 90.5%] |" in md
+    assert ("Pass rates: (1 infrastructure failure(s) left out; --count-infra counts "
+            "them).") in md
     assert f"| {key(0)} | SUCCESS | 1.00 | 3.2s | 0 | unknown |" in md
     # An error of several lines: its digest in the row (one row stays one row, no
     # literal \n), the message whole below, line breaks kept.
@@ -418,7 +424,7 @@ SPEC_COLUMNS = {
         "started_at", "completed_at", "final_status", "category", "duration_seconds",
         "input_tokens", "output_tokens", "cost_usd", "error_message",
         "tags", "model", "cache_read_tokens", "cache_write_tokens", "weighted_score",
-        "exit_code", "isolation", "workspace_hash",
+        "exit_code", "isolation", "workspace_hash", "failure_class",
     ],
     "usage": [
         "run_id", "task_key", "attempt", "ts", "model", "input_tokens", "output_tokens",
