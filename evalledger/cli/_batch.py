@@ -119,7 +119,7 @@ def finish(outcome: RunOutcome) -> NoReturn:
         click.echo(f"run {outcome.run_id} stopped: infrastructure failures in a row reached "
                    f"--max-infra-failures ({outcome.summary.tasks_infra} in the run); mend "
                    f"what broke, then resume with: "
-                   f"{resume_command(outcome.ledger, outcome.run_id)}", err=True)
+                   f"{resume_command(outcome.ledger, outcome.run_id)} --retry-errors", err=True)
     sys.exit(EXIT_CODES[outcome.ending])
 
 

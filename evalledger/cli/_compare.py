@@ -74,6 +74,9 @@ def compare(settings: Settings, run_a: str, run_b: str | None, variants: tuple[s
         if baseline not in {v.variant_id for v in a.variants}:
             raise UserError(f"{a.run_id} has no variant {visible(baseline)}")
         others = [v.variant_id for v in b.variants if b is not a or v.variant_id != baseline]
+        if not others:
+            raise UserError(f"{b.run_id} has no variant but {visible(baseline)} to compare "
+                            "with it")
         found = compare_to_baseline(a, b, baseline, others, confidence=confidence, seed=seed)
     else:
         found = [compare_runs(a, b, confidence=confidence, seed=seed,

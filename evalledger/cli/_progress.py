@@ -59,7 +59,9 @@ class _Idle(ProgressColumn):
 
     def render(self, task: Task) -> Text:
         now = time.monotonic()
-        quiet = sorted((at, key) for key, at in self._heard.items() if now - at >= QUIET_SECONDS)
+        # A copy first: rich redraws from its own thread while the batch changes the dict.
+        heard = list(self._heard.items())
+        quiet = sorted((at, key) for key, at in heard if now - at >= QUIET_SECONDS)
         said = ", ".join(f"{visible(key)} {now - at:.0f}s" for at, key in quiet[:3])
         return Text(f"idle: {said}" + (f" (+{len(quiet) - 3})" if len(quiet) > 3 else "")
                     if said else "")
@@ -149,7 +151,7 @@ class Display:
         if event.task_key is not None:
             if event.type in _ENDED:
                 self._heard.pop(event.task_key, None)
-            else:
+            elif event.type != EventType.TASK_STALLED:  # a stall is no sign of life
                 self._heard[event.task_key] = time.monotonic()
         if event.type == EventType.TASK_STALLED:
             stalled = event.decode() if isinstance(event, EventRow) else event

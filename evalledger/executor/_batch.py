@@ -13,11 +13,12 @@ running process groups, records ``task.interrupted`` for each running task and
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import secrets
 import tempfile
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -350,16 +351,21 @@ async def _run(
                 if retry:  # an infrastructure failure: again, after the backoff, in a slot
                     await trio.sleep(config.options.retry_backoff * 2 ** (retry - 1))
                     await limiter.acquire_on_behalf_of(task.task_key)
+                    if breaker.tripped or _over_budget(ctx, config):
+                        limiter.release_on_behalf_of(task.task_key)
+                        return
                     _call(callbacks.on_task_start, task)
-                outcome = await attempts(
-                    task, ctx, attempt, lambda: limiter.release_on_behalf_of(task.task_key)
-                )
+                with breaker.ending() as ends:
+                    outcome = await attempts(
+                        task, ctx, attempt,
+                        lambda: ends.release(limiter.release_on_behalf_of, task.task_key))
+                    ends.count(_infra(outcome))
                 # An attempt lost before its task.started left no number behind.
                 attempt += outcome.started
                 if outcome.completed is not None:  # else its Ray worker was lost
                     completed.append(outcome.completed)
                     _call(callbacks.on_task_complete, outcome.completed)
-                if not breaker.count(_infra(outcome)) or breaker.tripped:
+                if not _infra(outcome) or breaker.tripped:
                     return
 
         # Written directly (the writer is idle until now), under the write lock, only
@@ -391,6 +397,9 @@ async def _run(
                         limiter.release_on_behalf_of(task.task_key)
                         status = RunStatus.BUDGET_STOPPED
                         break
+                    # With a breaker: the attempts that freed a slot are counted first,
+                    # so that N in a row stop dispatching at once.
+                    await breaker.settled()
                     if breaker.tripped:
                         limiter.release_on_behalf_of(task.task_key)
                         status = RunStatus.INFRA_STOPPED
@@ -443,24 +452,70 @@ def _opening(
     )
 
 
-@dataclass
 class _Breaker:
     """The run's circuit breaker: ``limit`` infrastructure failures in a row (in the order
     attempts end) trip it, and the batch stops dispatching (``infra_stopped``): when the
     sandbox, the API or the cluster is broken, the rest of the suite would fail the same
-    way. None: never."""
+    way. None: never.
 
-    limit: int | None
-    in_a_row: int = 0
+    An attempt frees its slot before its end is committed (the next task starts
+    meanwhile), so it is counted a little later: with a limit, dispatching waits for
+    the ends of the attempts that freed a slot (``settled``)."""
 
-    def count(self, infra: bool) -> bool:
-        """Count an attempt's end; return ``infra``."""
-        self.in_a_row = self.in_a_row + 1 if infra else 0
-        return infra
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.in_a_row = 0
+        self._uncounted = 0
+        self._counted = trio.Event()
 
     @property
     def tripped(self) -> bool:
         return self.limit is not None and self.in_a_row >= self.limit
+
+    @contextlib.contextmanager
+    def ending(self) -> Iterator[_Ending]:
+        """One attempt: its slot freed through ``release``, its end given to ``count``
+        (an attempt that raised counts as no infrastructure failure)."""
+        ends = _Ending(self)
+        try:
+            yield ends
+        finally:
+            ends.count(False)
+
+    def _released(self) -> None:
+        self._uncounted += 1
+
+    def _count(self, infra: bool, released: bool) -> None:
+        self.in_a_row = self.in_a_row + 1 if infra else 0
+        if released:
+            self._uncounted -= 1
+            if not self._uncounted:
+                self._counted.set()
+                self._counted = trio.Event()
+
+    async def settled(self) -> None:
+        """Wait until every attempt that freed a slot has been counted (with a limit)."""
+        while self.limit is not None and self._uncounted:
+            await self._counted.wait()
+
+
+class _Ending:
+    """One attempt's end, as the breaker counts it: once."""
+
+    def __init__(self, breaker: _Breaker) -> None:
+        self._breaker = breaker
+        self._released = False
+        self._counted = False
+
+    def release(self, free: Callable[[str], None], key: str) -> None:
+        self._released = True
+        self._breaker._released()
+        free(key)
+
+    def count(self, infra: bool) -> None:
+        if not self._counted:
+            self._counted = True
+            self._breaker._count(infra, self._released)
 
 
 def _infra(outcome: AttemptOutcome) -> bool:

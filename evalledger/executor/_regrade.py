@@ -37,8 +37,9 @@ from ._runner import command_env, isolation_backend, make_jail
 from ._sandbox import copy_workspace, remove_tree
 from ._status import AttemptFacts, BudgetStop, Verdict, final_status
 
-# What grading cannot change: how the attempt ended before any criterion ran.
-_KEPT = frozenset({FinalStatus.BUILD_FAILED, FinalStatus.ERROR})
+# What grading cannot change: how the attempt ended before any criterion ran (a stalled
+# command was ended halfway: what it left is not its result).
+_KEPT = frozenset({FinalStatus.BUILD_FAILED, FinalStatus.ERROR, FinalStatus.STALLED})
 _BUDGETS = frozenset({FinalStatus.TOKEN_BUDGET_EXCEEDED, FinalStatus.COST_BUDGET_EXCEEDED,
                       FinalStatus.MAX_TURNS_EXHAUSTED})
 

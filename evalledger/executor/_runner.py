@@ -167,6 +167,8 @@ class _Streams:
     last_activity: float = 0.0
     last_at: str = ""
     stalled: str | None = None
+    # Sends under way: a reader held up by a busy ledger is not a silent command.
+    sending: int = 0
     # The model API failure a claude-code stream was in when it last spoke of its API.
     api_error: str | None = None
     _woken: trio.Event | None = None
@@ -178,10 +180,10 @@ class _Streams:
         if self._woken is not None:
             self._woken.set()
 
-    async def next_activity(self) -> None:
-        """Wait until the attempt produces something again."""
+    def arm(self) -> trio.Event:
+        """An event set when the attempt next produces something."""
         self._woken = trio.Event()
-        await self._woken.wait()
+        return self._woken
 
     def stuck(self, open_pipes: int) -> bool:
         """Whether every open pipe's reader sits waiting and no byte came since last asked."""
@@ -196,9 +198,13 @@ class _Streams:
         """Record one read's worth of lines (and any usage they report) in one send."""
         events, recorded = self._events(pairs, stream)
         self._keep(recorded, stream)
-        await self._send(events)
-        if events:
+        if events:  # it spoke: before the send, which a busy ledger may hold up
             self.touched(events[-1].ts)
+        self.sending += 1
+        try:
+            await self._send(events)
+        finally:
+            self.sending -= 1
         if self.ctx.on_output is not None:
             for event in events:
                 if event.type != EventType.TASK_USAGE:
@@ -778,6 +784,10 @@ async def _watch_stall(task: ResolvedTask, ctx: RunContext, state: _Streams, att
             await trio.sleep_until(state.last_activity + quiet)
             if state.last_activity + quiet > trio.current_time():
                 continue  # it spoke meanwhile
+            if state.sending:  # its lines wait on the ledger: not silence
+                await trio.sleep(quiet)
+                continue
+            spoke = state.arm()  # armed before recording: what it says meanwhile counts
             idle = round(trio.current_time() - state.last_activity, 3)
             last_seq = await trio.to_thread.run_sync(
                 _last_seq, ctx.ledger_path, ctx.run_id, task.task_key, abandon_on_cancel=True)
@@ -790,7 +800,7 @@ async def _watch_stall(task: ResolvedTask, ctx: RunContext, state: _Streams, att
                                  f"{quiet:g}s; last event {state.last_at})")
                 command.cancel()
                 return
-            await state.next_activity()  # warn: once per silence
+            await spoke.wait()  # warn: once per silence
 
 
 def _last_seq(ledger_path: str | None, run_id: str, task_key: str) -> int | None:

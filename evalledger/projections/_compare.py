@@ -63,6 +63,9 @@ class Comparison(BaseModel):
     only_a: list[str]
     """Tasks only A graded (task ids, ``variant/task`` across variants)."""
     only_b: list[str]
+    infra_left_out: int = 0
+    """Rows (of both sides) whose attempt failed for its infrastructure's sake: no
+    evidence either way, left out unless the summaries count them (``--count-infra``)."""
     passed_only_a: int
     """Discordant pairs: tasks that passed in A and not in B."""
     passed_only_b: int
@@ -114,18 +117,21 @@ class _Unit:
 
 
 def _units(rows: Sequence[TaskRow], variant: str | None, by_variant: bool,
-           count_infra: bool) -> dict[str, _Unit]:
+           count_infra: bool) -> tuple[dict[str, _Unit], int]:
+    """The units of one side, and how many infrastructure failures were left out."""
     found: dict[str, list[TaskRow]] = {}
+    left_out = 0
     for row in rows:
         if row.category not in GRADED or (variant is not None and row.variant_id != variant):
             continue
         if row.failure_class == FailureClass.INFRA and not count_infra:
-            continue  # a broken sandbox measures no agent: not a pair's evidence
+            left_out += 1  # a broken sandbox measures no agent: not a pair's evidence
+            continue
         unit = f"{row.variant_id}/{row.task_id}" if by_variant else row.task_id
         found.setdefault(unit, []).append(row)
     return {unit: _Unit(len(graded), sum(r.category == Category.SUCCEEDED for r in graded),
                         sum(r.weighted_score or 0.0 for r in graded) / len(graded))
-            for unit, graded in found.items()}
+            for unit, graded in found.items()}, left_out
 
 
 def compare_runs(a: RunSummary, b: RunSummary, *, confidence: float = 0.95, seed: int = 0,
@@ -135,8 +141,10 @@ def compare_runs(a: RunSummary, b: RunSummary, *, confidence: float = 0.95, seed
     if not 0 < confidence < 1:
         raise ValueError(f"a confidence is between 0 and 1, not {confidence}")
     by_variant = variants is None and len({r.variant_id for r in (*a.tasks, *b.tasks)}) > 1
-    units_a = _units(a.tasks, variants[0] if variants else None, by_variant, a.infra_counted)
-    units_b = _units(b.tasks, variants[1] if variants else None, by_variant, b.infra_counted)
+    units_a, infra_a = _units(a.tasks, variants[0] if variants else None, by_variant,
+                              a.infra_counted)
+    units_b, infra_b = _units(b.tasks, variants[1] if variants else None, by_variant,
+                              b.infra_counted)
     both = sorted(units_a.keys() & units_b.keys())
     pa = [units_a[u] for u in both]
     pb = [units_b[u] for u in both]
@@ -152,6 +160,7 @@ def compare_runs(a: RunSummary, b: RunSummary, *, confidence: float = 0.95, seed
     return Comparison(
         a=_side(names[0], pa, confidence), b=_side(names[1], pb, confidence),
         confidence=confidence, seed=seed, pairs=len(both), only_a=only_a, only_b=only_b,
+        infra_left_out=infra_a + infra_b,
         passed_only_a=passed_only_a, passed_only_b=passed_only_b, mcnemar_p=round(p, 12),
         adjusted_p=round(p, 12),
         detectable_difference=round(fewest / len(both), 6) if len(both) >= fewest else None,

@@ -33,6 +33,9 @@ def render_text(c: Comparison) -> list[str]:
     pct = f"{c.confidence:.0%}"
     lines = [f"compare {visible(c.a.name)} -> {visible(c.b.name)}: {c.pairs} task(s) both "
              f"graded ({len(c.only_a)} only in A, {len(c.only_b)} only in B)"]
+    if c.infra_left_out:
+        lines.append(f"  {c.infra_left_out} infrastructure failure(s) left out of the pairs "
+                     "(--count-infra counts them)")
     for side in (c.a, c.b):
         i = side.pass_rate_interval
         lines.append(f"  {visible(side.name)}: {side.tasks_passed}/{c.pairs} passed, "

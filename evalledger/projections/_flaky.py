@@ -5,7 +5,7 @@ A task is the same measurement in two runs when its variant, task id, ``definiti
 (the command, criteria, workdir, environment: what it evaluates) and model are the
 same. Each graded replicate of it in each run is one verdict; a task with both a
 success and a failure (or error) among them is flaky: a flip there is noise, not a
-regression or a fix.
+regression or a fix. Infrastructure failures are no verdict and are left out.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 
 from pydantic import BaseModel, ConfigDict
 
-from evalledger.statuses import GRADED, Category
+from evalledger.statuses import GRADED, Category, FailureClass
 
 from ._results import RunSummary
 
@@ -45,8 +45,9 @@ def flaky_history(runs: Iterable[tuple[RunSummary, Mapping[str, tuple[str, str |
     seen: dict[tuple[str, str, str, str | None], tuple[dict[str, int], dict[str, int]]] = {}
     for summary, definitions in runs:
         for row in summary.tasks:
-            if row.category not in GRADED or row.task_key not in definitions:
-                continue
+            if (row.category not in GRADED or row.task_key not in definitions
+                    or row.failure_class == FailureClass.INFRA):
+                continue  # an infrastructure failure is no verdict of the agent's
             digest, model = definitions[row.task_key]
             passed, failed = seen.setdefault((row.variant_id, row.task_id, digest, model),
                                              ({}, {}))

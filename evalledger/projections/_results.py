@@ -153,7 +153,9 @@ class VariantStats(BaseModel):
     def score_interval_at(self, confidence: float) -> Interval | None:
         if self.mean_score is None or self.score_stderr is None:
             return None
-        return normal_interval(self.mean_score, self.score_stderr, confidence)
+        # A weighted score lies in [0, 1]: so does its interval.
+        return normal_interval(self.mean_score, self.score_stderr, confidence, low=0.0,
+                               high=1.0)
 
     @computed_field  # type: ignore[prop-decorator]
     @property

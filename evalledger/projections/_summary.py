@@ -144,10 +144,13 @@ class _Done(msgspec.Struct, array_like=True, gc=False):
 
     def graded(self, grade: _Grade) -> _Done:
         """This completion as ``grade`` judged it: its verdict, the rest as it ran."""
+        blame = default_class(grade.final_status)
+        if blame is FailureClass.AGENT and self.failure_class is FailureClass.INFRA:
+            blame = FailureClass.INFRA  # its model API failed it: no grading changes that
         return msgspec.structs.replace(self, final_status=grade.final_status,
                                        weighted_score=grade.weighted_score,
                                        error_message=grade.error_message, grade_pending=False,
-                                       failure_class=default_class(grade.final_status))
+                                       failure_class=blame)
 
     @property
     def category(self) -> Category:

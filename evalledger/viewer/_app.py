@@ -552,7 +552,8 @@ def _runs_cost_pass(runs: Sequence[ListedRun]) -> Markup | None:
     """Cost against pass rate for the runs listed, when they are runs of one suite (one
     experiment id) and two or more have graded tasks; else None."""
     graded = [r for r in runs if r.graded]
-    if len(graded) < 2 or len({r.experiment_id for r in runs}) != 1:
+    if len(graded) < 2 or {r.experiment_id for r in runs} in ({None}, set()) or len(
+            {r.experiment_id for r in runs}) != 1:
         return None
     return _charts.scatter(
         [(r.run_id, r.total_cost_usd, r.pass_rate,

@@ -92,15 +92,18 @@ class RunState:
 
     def heard(self, key: str, seq: int, at: float) -> None:
         """Task ``key`` recorded events up to ``seq``, seen at wall time ``at``."""
-        if key in self.summary_fold.running:
-            self._heard[key] = (seq, at)
+        if key not in self.summary_fold.running:
+            return
+        if self._stalled.get(key) == seq and key in self._heard:
+            at = self._heard[key][1]  # its own task.stalled: no sign of life
+        self._heard[key] = (seq, at)
 
     def liveness(self) -> dict[str, tuple[float, bool]]:
         """Per running key: seconds since it last produced anything, and whether it is
         stalled (a ``task.stalled`` and nothing since: a ``warn`` stall)."""
-        now = time.time()
+        now, running = time.time(), self.running
         return {key: (max(0.0, now - at), self._stalled.get(key) == seq)
-                for key, (seq, at) in self._heard.items() if key in self.running}
+                for key, (seq, at) in self._heard.items() if key in running}
 
     def saw(self, seq: int) -> None:
         self.first_seq = self.first_seq or seq
