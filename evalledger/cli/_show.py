@@ -16,6 +16,7 @@ from evalledger.projections import (
     infra_note,
     isolation_line,
     rate_cell,
+    status_text,
     status_word,
     success_cost_line,
     unpriced_line,
@@ -112,7 +113,7 @@ def _headline(s: RunSummary, gone: bool) -> str:
 def _task_cells(r: TaskRow, shorten: Callable[[str], str]) -> tuple[object, ...]:
     """One row of the task table; None where there is nothing to say (the table's dash)."""
     return (
-        r.task_key, _status_cell(r),
+        r.task_key, status_text(r),
         f"{r.weighted_score:.2f}" if r.weighted_score is not None else None,
         f"{r.duration_seconds:.1f}s" if r.duration_seconds is not None else None,
         r.tokens.total, money(r.cost_usd, r.cost_complete) if r.final_status else None,
@@ -120,10 +121,6 @@ def _task_cells(r: TaskRow, shorten: Callable[[str], str]) -> tuple[object, ...]
     )
 
 
-def _status_cell(r: TaskRow) -> str:
-    if r.final_status is None:
-        return "UNFINISHED"
-    return f"{r.final_status.value} (pending)" if r.grade_pending else r.final_status.value
 
 
 def _echo_full_errors(rows: Iterable[TaskRow]) -> None:

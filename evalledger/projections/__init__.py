@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from ._reports import rate_cell as rate_cell
     from ._reports import render_json as render_json
     from ._reports import render_markdown as render_markdown
+    from ._reports import status_text as status_text
     from ._reports import status_word as status_word
     from ._reports import success_cost_line as success_cost_line
     from ._reports import unpriced_line as unpriced_line
@@ -94,6 +95,7 @@ _WHERE = {
     "isolation_line": "_reports",
     "infra_note": "_reports",
     "status_word": "_reports",
+    "status_text": "_reports",
     "unpriced_line": "_reports",
     "variant_table": "_reports",
     "rate_cell": "_reports",
@@ -170,6 +172,7 @@ __all__ = [
     "render_junit",
     "render_markdown",
     "shown_status",
+    "status_text",
     "status_word",
     "success_cost_line",
     "tag_stats",

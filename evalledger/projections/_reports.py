@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from evalledger._text import money, visible
+from evalledger.statuses import FailureClass
 
 from ._intervals import Interval
 from ._results import RoleUsage, RunHeadline, RunSummary, TaskRow
@@ -128,8 +129,21 @@ def _tasks(s: RunSummary) -> list[str]:
     ]
 
 
+def status_text(row: TaskRow) -> str:
+    """A row's status as reports print it: its final status, ``(pending)`` when a
+    ``--no-grade`` run left it for a regrade, ``(infra)`` when its infrastructure failed
+    it (left out of the rates); ``UNFINISHED`` without one."""
+    if row.final_status is None:
+        return "UNFINISHED"
+    if row.grade_pending:
+        return f"{row.final_status.value} (pending)"
+    if row.failure_class == FailureClass.INFRA:
+        return f"{row.final_status.value} (infra)"
+    return row.final_status.value
+
+
 def _task_row(row: TaskRow) -> str:
-    status = row.final_status.value if row.final_status else "UNFINISHED"
+    status = status_text(row)
     score = f"{row.weighted_score:.2f}" if row.weighted_score is not None else "-"
     duration = f"{row.duration_seconds:.1f}s" if row.duration_seconds is not None else "-"
     return (f"| {_cell(row.task_key)} | {status} | {score} | {duration} | {row.tokens.total} "

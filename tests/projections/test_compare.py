@@ -28,6 +28,18 @@ def test_mcnemar_exact_is_the_doubled_binomial_tail_of_the_discordant_pairs(
     assert mcnemar_exact(only_a, only_b) == pytest.approx(expected, rel=1e-9, abs=1e-15)
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 40), st.integers(0, 40), st.integers(0, 40), st.integers(0, 40))
+def test_mcnemar_exact_is_statsmodels(both: int, only_a: int, only_b: int, neither: int) -> None:
+    """statsmodels' exact McNemar on the 2x2 table of the pairs (A passed / not by B
+    passed / not): the concordant cells change nothing."""
+    from statsmodels.stats.contingency_tables import mcnemar
+
+    expected = mcnemar([[both, only_a], [only_b, neither]], exact=True).pvalue
+    assert mcnemar_exact(only_a, only_b) == pytest.approx(min(1.0, expected), rel=1e-9,
+                                                           abs=1e-15)
+
+
 def test_the_paired_bootstrap_covers_the_true_difference_at_about_its_level() -> None:
     """300 simulated comparisons of 40 tasks whose pass rates differ by 0.075 on average
     (each task's difference in -1, -0.5, 0, 0.5, 1): the share of 95% intervals that hold

@@ -316,7 +316,7 @@ def test_markdown_report_says_what_a_reader_needs() -> None:
     assert f"| {key(0)} | SUCCESS | 1.00 | 3.2s | 0 | unknown |" in md
     # An error of several lines: its digest in the row (one row stays one row, no
     # literal \n), the message whole below, line breaks kept.
-    assert f"| {key(1)} | ERROR | 0.00 | 0.0s | 0 | unknown | sandbox … vanished |" in md
+    assert f"| {key(1)} | ERROR (infra) | 0.00 | 0.0s | 0 | unknown | sandbox … vanished |" in md
     assert f"## Errors in full\n\n- `{key(1)}`:\n\n  ```\n  sandbox\n  vanished\n  ```\n" in md
     assert "Cost is a floor: 1 task(s)" in md
     assert "## Skipped task files" in md
