@@ -479,7 +479,7 @@ def _wilson(succeeded: str, graded: str) -> str:
 
 
 # z for 95%: statistics.NormalDist().inv_cdf(0.975), as the summary's intervals use.
-_Z95 = "1.959963984540054"
+_Z95 = "1.9599639845400536"
 
 # Each attempt's failure class (docs/results.md, "Failure classes"): as its completion
 # recorded it, else its status's (recorded before classes, or imported).

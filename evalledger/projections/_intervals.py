@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Sequence
-from statistics import NormalDist
 
 from pydantic import BaseModel, ConfigDict
 
 CONFIDENCE = 0.95
+# NormalDist().inv_cdf(0.975): the z every default interval uses, without importing
+# ``statistics`` (9 ms cold) on the path of every read command.
+_Z = {CONFIDENCE: 1.9599639845400536}
 
 
 class Interval(BaseModel):
@@ -36,6 +38,10 @@ def z_value(confidence: float) -> float:
     """The two-sided normal quantile of ``confidence`` (1.96 at 95%)."""
     if not 0 < confidence < 1:
         raise ValueError(f"a confidence is between 0 and 1, not {confidence}")
+    if confidence in _Z:
+        return _Z[confidence]
+    from statistics import NormalDist
+
     return NormalDist().inv_cdf(0.5 + confidence / 2)
 
 

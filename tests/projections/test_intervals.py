@@ -125,3 +125,9 @@ def test_pass_hat_k_and_pass_at_k_are_the_shares_of_k_subsets(drawn: tuple[int, 
     subsets = list(itertools.combinations(samples, k))
     assert pass_hat(n, c, k) == pytest.approx(sum(all(s) for s in subsets) / len(subsets))
     assert pass_at(n, c, k) == pytest.approx(sum(any(s) for s in subsets) / len(subsets))
+
+
+def test_the_default_z_is_the_normal_quantile() -> None:
+    from statistics import NormalDist
+
+    assert z_value(0.95) == NormalDist().inv_cdf(0.975)
