@@ -17,7 +17,7 @@ from functools import partial
 from types import MappingProxyType
 from typing import Any
 
-from . import _claude_code
+from . import _claude_code, _codex
 from ._conversation import Entry as Entry
 from ._conversation import FinalResult as FinalResult
 from ._conversation import Line as Line
@@ -35,11 +35,13 @@ from ._conversation import brief as brief
 from ._conversation import final_facts as final_facts
 from ._conversation import lines_of as lines_of
 
-PARSERS: Mapping[str, Parser] = MappingProxyType({"claude-code": _claude_code.parse})
+PARSERS: Mapping[str, Parser] = MappingProxyType({"claude-code": _claude_code.parse,
+                                                  "codex": _codex.parse})
 """stream_format -> the parser of its JSON lines."""
 
 USAGE_PARSERS: Mapping[str, Parser] = MappingProxyType(
-    {"claude-code": partial(_claude_code.parse, blocks=False)})
+    {"claude-code": partial(_claude_code.parse, blocks=False),
+     "codex": partial(_codex.parse, blocks=False)})
 """stream_format -> its parser without the messages' content: the session, each line's
 model, message id and usage, the final result (what the executor meters usage by)."""
 

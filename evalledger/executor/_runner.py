@@ -26,6 +26,7 @@ import itertools
 import logging
 import os
 import platform
+import re
 import secrets
 import time
 from collections import deque
@@ -138,6 +139,13 @@ class RunContext:
             log.exception("stream callback failed for %s; ignored", event.task_key)
 
 
+# The stream formats whose lines say how their model API fares (``_api_health``).
+_API_FORMATS = frozenset({"claude-code", "codex"})
+# What a failed turn says when its model API, not the agent, failed it.
+_API_TROUBLE = re.compile(r"overloaded|rate.?limit|\b(429|5\d\d)\b|stream disconnected",
+                          re.IGNORECASE)
+
+
 @dataclass
 class _Streams:
     """One attempt's reading state: what it has recorded of its two pipes."""
@@ -221,7 +229,7 @@ class _Streams:
         events: list[AnyEvent | EventRow] = []
         encoded = TaskOutput.encoded
         json_lines = stream == "stdout"
-        claude = self.task.stream_format == "claude-code"
+        claude = self.task.stream_format in _API_FORMATS
         n = self.last_n
         for event_id, (text, truncated) in zip(new_event_ids(len(pairs)), pairs, strict=True):
             n += 1
@@ -247,11 +255,16 @@ class _Streams:
         return events, pairs
 
     def _api_health(self, data: dict[str, object]) -> None:
-        """Follow what a claude-code stream says of its model API: retrying it
-        (``system``/``api_retry``) until an answer comes (``assistant``), or giving up
-        on it (a ``result`` with ``is_error`` for an overloaded, 429 or 5xx answer).
-        Still failing when the attempt fails: an infrastructure failure."""
+        """Follow what an agent's stream says of its model API: retrying it (Claude
+        Code's ``system``/``api_retry``, Codex's ``error`` "Reconnecting...") until an
+        answer comes (an ``assistant`` message, an ``item.completed``), or giving up on
+        it (a ``result`` with ``is_error`` for an overloaded, 429 or 5xx answer; a
+        ``turn.failed`` saying so). Still failing when the attempt fails: an
+        infrastructure failure."""
         kind = data.get("type")
+        if self.task.stream_format == "codex":
+            self._codex_api_health(kind, data)
+            return
         if kind == "assistant":
             self.api_error = None
         elif kind == "system" and data.get("subtype") == "api_retry":
@@ -263,6 +276,17 @@ class _Streams:
             if (isinstance(status, int) and (status == 429 or status >= 500)) or (
                     "overloaded" in said):
                 self.api_error = f"result is_error: {status} {said.strip()[:200]}"
+
+    def _codex_api_health(self, kind: object, data: dict[str, object]) -> None:
+        if kind == "item.completed":
+            self.api_error = None
+        elif kind == "error" and "reconnecting" in str(data.get("message")).lower():
+            self.api_error = f"error: {str(data.get('message'))[:200]}"
+        elif kind == "turn.failed":
+            error = data.get("error")
+            said = str(error.get("message") if isinstance(error, dict) else error)
+            if _API_TROUBLE.search(said):
+                self.api_error = f"turn.failed: {said[:200]}"
 
     def _keep(self, pairs: list[tuple[str, bool]], stream: str) -> None:
         """Keep the stream's tail for output_contains, at most ``MAX_KEPT_OUTPUT``."""

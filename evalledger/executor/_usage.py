@@ -134,6 +134,8 @@ class UsageMeter:
             return _NONE
         if self.stream_format == "claude-code":
             return self._claude_code(data)
+        if self.stream_format == "codex":
+            return self._codex(data)
         if data.get("type") != "usage":
             return _NONE
         model = data.get("model") if isinstance(data.get("model"), str) else self.model
@@ -190,6 +192,19 @@ class UsageMeter:
                 self._account(usage)
             return usages
         return _NONE
+
+    def _codex(self, data: dict[str, Any]) -> tuple[Usage, ...]:
+        """A Codex transcript: each ``turn.completed`` reports its turn's usage (no model,
+        no cost): booked to the task's model, priced from the rate card."""
+        entry = read_usage("codex", data)
+        step = entry.steps[0] if entry is not None and entry.steps else None
+        if not (isinstance(step, FinalResult) and step.tokens is not None):
+            return _NONE
+        if self.model:
+            self.models_used.add(self.model)
+        usage = self._priced(self.model, None, _counts(step.tokens))
+        self._account(usage)
+        return (usage,)
 
     def _message(self, key: str, model: str | None, tokens: TokenCounts) -> None:
         """A message's (latest) usage: the estimate of its model, and only that, moves."""

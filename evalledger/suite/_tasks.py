@@ -234,7 +234,7 @@ _RAY_BUILTIN_RESOURCES = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": "memor
                           "object_store_memory": "not per task"}
 
 
-StreamFormat = Literal["native", "claude-code"]
+StreamFormat = Literal["native", "claude-code", "codex"]
 # What an attempt's command can see and reach (docs/isolation.md).
 Isolation = Literal["none", "bwrap", "docker"]
 Network = Literal["none", "host"]
@@ -292,7 +292,8 @@ class TaskSettings(_Strict):
     model: str | None = None
     """The model the command uses: it prices usage lines that carry no cost."""
     stream_format: StreamFormat | None = None
-    """How stdout's JSON lines are read: native (default) or claude-code (stream-json)."""
+    """How stdout's JSON lines are read: native (default), claude-code (stream-json) or
+    codex (exec --json)."""
     budget: Budget | None = None
     """Limits enforced live: max_tokens, max_cost_usd."""
     ray: RayResources | None = None
