@@ -67,6 +67,8 @@ def parse(data: Mapping[str, Any], *, blocks: bool = True) -> Entry:
         if not blocks:
             return Entry("assistant", ())
         return Entry("assistant", _item(str(kind), item), message_id=_id(item, "id"))
+    if kind == "turn.started":
+        return Entry("other", ())  # nothing to read: its turn's items and end follow
     if kind == "error":
         return Entry("other", (Note("error", _text(data.get("message"))),))
     return Entry("other", (Note(_text(kind) or "event", _json(data)),))

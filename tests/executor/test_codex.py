@@ -154,8 +154,8 @@ def test_a_turn_failed_on_its_model_api_is_an_infrastructure_failure(tmp_path: P
 def test_the_conversation_reads_as_steps() -> None:
     steps = [s for line in TRANSCRIPT for s in (read_line("codex", line) or _none()).steps]
     kinds = [type(s).__name__ for s in steps]
-    assert kinds == ["SessionStart", "Note", "Thinking", "ToolCall", "ToolResult", "ToolCall",
-                     "ToolResult", "FinalResult", "Note", "ToolCall", "ToolResult", "Text",
+    assert kinds == ["SessionStart", "Thinking", "ToolCall", "ToolResult", "ToolCall",
+                     "ToolResult", "FinalResult", "ToolCall", "ToolResult", "Text",
                      "FinalResult"]
     calls = [s for s in steps if isinstance(s, ToolCall)]
     assert [(c.name, c.input) for c in calls] == [
