@@ -70,6 +70,15 @@ def default_class(status: FinalStatus) -> FailureClass | None:
     return FailureClass.AGENT
 
 
+def left_out(category: Category | None, failure_class: FailureClass | None) -> bool:
+    """Whether a verdict is left out of the rates (docs/results.md, "Failure classes"):
+    an infrastructure failure the runner saw itself, in the error category (a sandbox,
+    a process that could not start, a stall, a judge's API). A failure the agent's own
+    stream blames on its model API is classed infra and retried, but stays in the rates:
+    a printed line is the agent's word, not evidence."""
+    return failure_class == FailureClass.INFRA and category == Category.ERROR
+
+
 # The categories a pass rate is taken over: what was judged.
 GRADED = frozenset({Category.SUCCEEDED, Category.FAILED, Category.ERROR})
 

@@ -498,10 +498,9 @@ _FAILURE_CLASS = """,
 # the summary leaves them (docs/results.md, "How sure a number is"). The run's own
 # grading, as those views.
 _COUNTED = """sum(category = 'succeeded') AS succeeded,
-                     sum(category IN ('succeeded', 'failed', 'error')
-                         AND failure_class IS NOT 'infra') AS graded,
-                     sum(category IN ('succeeded', 'failed', 'error')
-                         AND failure_class IS 'infra') AS infra"""
+                     sum(category IN ('succeeded', 'failed')
+                         OR (category = 'error' AND failure_class IS NOT 'infra')) AS graded,
+                     sum(category = 'error' AND failure_class IS 'infra') AS infra"""
 VIEWS = {
     **_VIEWS_10,
     "task_attempts": _VIEWS_10["task_attempts"].replace(

@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from evalledger.statuses import GRADED, Category, FailureClass
+from evalledger.statuses import GRADED, Category, left_out
 
 from ._intervals import Interval, fewest_detectable, holm, wilson
 from ._results import RunSummary, TaskRow
@@ -120,18 +120,18 @@ def _units(rows: Sequence[TaskRow], variant: str | None, by_variant: bool,
            count_infra: bool) -> tuple[dict[str, _Unit], int]:
     """The units of one side, and how many infrastructure failures were left out."""
     found: dict[str, list[TaskRow]] = {}
-    left_out = 0
+    dropped = 0
     for row in rows:
         if row.category not in GRADED or (variant is not None and row.variant_id != variant):
             continue
-        if row.failure_class == FailureClass.INFRA and not count_infra:
-            left_out += 1  # a broken sandbox measures no agent: not a pair's evidence
+        if left_out(row.category, row.failure_class) and not count_infra:
+            dropped += 1  # a broken sandbox measures no agent: not a pair's evidence
             continue
         unit = f"{row.variant_id}/{row.task_id}" if by_variant else row.task_id
         found.setdefault(unit, []).append(row)
     return {unit: _Unit(len(graded), sum(r.category == Category.SUCCEEDED for r in graded),
                         sum(r.weighted_score or 0.0 for r in graded) / len(graded))
-            for unit, graded in found.items()}, left_out
+            for unit, graded in found.items()}, dropped
 
 
 def compare_runs(a: RunSummary, b: RunSummary, *, confidence: float = 0.95, seed: int = 0,

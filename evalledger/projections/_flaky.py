@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 
 from pydantic import BaseModel, ConfigDict
 
-from evalledger.statuses import GRADED, Category, FailureClass
+from evalledger.statuses import GRADED, Category, left_out
 
 from ._results import RunSummary
 
@@ -46,7 +46,7 @@ def flaky_history(runs: Iterable[tuple[RunSummary, Mapping[str, tuple[str, str |
     for summary, definitions in runs:
         for row in summary.tasks:
             if (row.category not in GRADED or row.task_key not in definitions
-                    or row.failure_class == FailureClass.INFRA):
+                    or left_out(row.category, row.failure_class)):
                 continue  # an infrastructure failure is no verdict of the agent's
             digest, model = definitions[row.task_key]
             passed, failed = seen.setdefault((row.variant_id, row.task_id, digest, model),

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, computed_field, model_validator
 
 from evalledger.ledger._anchor import Anchor
 from evalledger.ledger._tokens import TokenCounts
-from evalledger.statuses import GRADED, Category, FailureClass, FinalStatus
+from evalledger.statuses import GRADED, Category, FailureClass, FinalStatus, left_out
 
 from ._intervals import CONFIDENCE, Interval, normal_interval, wilson
 
@@ -228,10 +228,10 @@ class RunHeadline(BaseModel):
     """The grade set whose verdicts these counts are: ``original`` (the run's own
     grading) or a ``regrade``'s name. By default the latest complete one."""
     tasks_infra: int = 0
-    """Task keys whose reported attempt failed for its infrastructure's sake
-    (``failure_class: infra``: a stall, a sandbox, a process that could not start, a
-    judge's API): counted in error or failed as their status says, and left out of
-    every rate (``pass_rate``, its interval, the variants') unless ``infra_counted``."""
+    """Task keys whose reported attempt the runner saw fail for its infrastructure's
+    sake (``statuses.left_out``: a stall, a sandbox, a process that could not start, a
+    judge's API): counted in error, and left out of every rate (``pass_rate``, its
+    interval, the variants') unless ``infra_counted``."""
     infra_counted: bool = False
     """Whether the rates count infrastructure failures (``--count-infra``)."""
 
@@ -367,8 +367,8 @@ def tag_stats(summary: RunSummary) -> list[TagStats]:
             counts[0] += 1
             counts[1] += row.category is not None
             counts[2] += row.category == Category.SUCCEEDED
-            counts[3] += row.category in GRADED and (summary.infra_counted
-                                                     or row.failure_class != FailureClass.INFRA)
+            counts[3] += row.category in GRADED and (
+                summary.infra_counted or not left_out(row.category, row.failure_class))
     return [
         TagStats(tag=tag, tasks=n, tasks_run=run, tasks_succeeded=ok,
                  pass_rate=round(ok / graded, 6) if graded else 0.0, tasks_graded=graded)

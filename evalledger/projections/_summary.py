@@ -46,7 +46,14 @@ from evalledger.ledger import (
     TaskUsage,
     TokenCounts,
 )
-from evalledger.statuses import GRADED, Category, FailureClass, FinalStatus, default_class
+from evalledger.statuses import (
+    GRADED,
+    Category,
+    FailureClass,
+    FinalStatus,
+    default_class,
+    left_out,
+)
 
 from ._fold import Fold, on
 from ._intervals import clustered_stderr
@@ -595,7 +602,8 @@ def _variant_stats(variant_id: str, keys: list[_Key], count_infra: bool = False
     infra = _infra(keys)
     # What the rates are taken over: infrastructure failures measure no agent.
     graded = [k for k in keys if k.completed is not None and k.completed.category in GRADED
-              and (count_infra or k.completed.failure_class != FailureClass.INFRA)]
+              and (count_infra or not left_out(k.completed.category,
+                                               k.completed.failure_class))]
     scores = [k.completed.weighted_score for k in graded if k.completed is not None]
     samples = _samples(graded)
     at_k, at_k_stderr, hat_k = _by_k(samples)
@@ -677,7 +685,7 @@ def _rate(counts: dict[Category, int], infra: int = 0) -> float:
 def _infra(keys: Iterable[_Key]) -> int:
     """The keys whose counted attempt is an infrastructure failure."""
     return sum(1 for k in keys if k.completed is not None
-               and k.completed.failure_class == FailureClass.INFRA)
+               and left_out(k.completed.category, k.completed.failure_class))
 
 
 def pass_hat(n: int, c: int, k: int) -> float:

@@ -179,7 +179,8 @@ def test_claude_codes_overloaded_api_makes_a_failure_infrastructures(tmp_path: P
     ]
     with Ledger(tmp_path / "l.db") as ledger:
         run(ledger, tasks, config(tmp_path))
-        ended = {e.task_key.split("/")[1]: e for e in of_type(events(ledger), TaskCompleted)}
+        evs = events(ledger)
+        ended = {e.task_key.split("/")[1]: e for e in of_type(evs, TaskCompleted)}
     assert {k: (e.final_status, e.failure_class) for k, e in ended.items()} == {
         "gave-up": (FinalStatus.FAILURE, FailureClass.INFRA),
         "mid-retry": (FinalStatus.FAILURE, FailureClass.INFRA),
@@ -187,6 +188,9 @@ def test_claude_codes_overloaded_api_makes_a_failure_infrastructures(tmp_path: P
     assert "(the agent's model API failed: result is_error: 529" in (
         ended["gave-up"].error_message or "")
     assert "api_retry 10/10: 529 overloaded" in (ended["mid-retry"].error_message or "")
+    # Retried as infra, but the agent's word is no evidence: its failures stay in the rates.
+    summary = fold(SummaryFold("run-1"), evs).summary()
+    assert (summary.tasks_infra, summary.graded, summary.pass_rate) == (0, 3, 0.0)
 
 
 def test_a_stalled_attempt_is_never_regraded() -> None:
