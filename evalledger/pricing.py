@@ -63,6 +63,7 @@ BUILTIN_RATES: dict[str, Rate] = {
     "o4-mini": _r(1.10, 4.40, None, 0.275),
     "gemini-2.5-pro": _r(1.25, 10, None, 0.31),
     "gemini-2.5-flash": _r(0.30, 2.50, None, 0.075),
+    "gemini-2.5-flash-lite": _r(0.10, 0.40, None, 0.025),
 }
 
 _PROVIDER = re.compile(r"^(?:[a-z0-9_-]+/)+")

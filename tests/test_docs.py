@@ -210,7 +210,8 @@ def test_events_md_documents_no_type_the_code_lacks() -> None:
 def test_recorded_definition_and_host() -> None:
     started = section("events.md", "`task.started`")
     # `ray` is where an attempt may run, not what it is: outside the definition.
-    assert not missing(set(ResolvedTask.model_fields) - {"task_key", "replicate_index", "ray"},
+    assert not missing(set(ResolvedTask.model_fields) - {"task_key", "replicate_index", "ray",
+                                                         "agent_version_command"},
                        started)
     assert not missing(host_info(), section("events.md", "`run.started`"))
 

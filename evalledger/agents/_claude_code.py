@@ -13,8 +13,6 @@ read as a step is kept as a ``Note`` with its JSON (a newer CLI, an older reader
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,9 +28,11 @@ from ._conversation import (
     ToolCall,
     ToolResult,
 )
-
-# Beyond any real usage: a count this large is garbage, not a count (as the executor has it).
-_MAX_TOKENS = 2**53
+from ._fields import as_json as _json
+from ._fields import count as _count
+from ._fields import number as _number
+from ._fields import text as _text
+from ._fields import text_or_none as _text_or_none
 
 
 def parse(data: Mapping[str, Any], *, blocks: bool = True) -> Entry:
@@ -147,33 +147,3 @@ def _tool_name(tool: Any) -> str:
     if isinstance(tool, Mapping):
         return _text(tool.get("name")) or "tool"
     return _text(tool)
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if value is None:
-        return ""
-    return _json(value)
-
-
-def _text_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) and value >= 0 else None
-
-
-def _count(value: Any) -> int | None:
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_TOKENS:
-        return value
-    return None
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)

@@ -27,7 +27,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ._claude_code import _count, _json, _text
 from ._conversation import (
     Entry,
     FinalResult,
@@ -40,6 +39,9 @@ from ._conversation import (
     ToolCall,
     ToolResult,
 )
+from ._fields import as_json as _json
+from ._fields import count as _count
+from ._fields import text as _text
 
 _TOOLS = frozenset({"command_execution", "file_change", "mcp_tool_call", "web_search"})
 # The tool items Codex announces with an ``item.started`` before they complete.
@@ -68,7 +70,7 @@ def parse(data: Mapping[str, Any], *, blocks: bool = True) -> Entry:
             return Entry("assistant", ())
         return Entry("assistant", _item(str(kind), item), message_id=_id(item, "id"))
     if kind == "turn.started":
-        return Entry("other", ())  # nothing to read: its turn's items and end follow
+        return Entry("assistant", ())  # the model is at work: its items and end follow
     if kind == "error":
         return Entry("other", (Note("error", _text(data.get("message"))),))
     return Entry("other", (Note(_text(kind) or "event", _json(data)),))

@@ -1,7 +1,8 @@
 """What an agent's transcript says, whoever wrote it: one typed model of a conversation.
 
 An agent CLI prints one JSON object per line as it works. A parser for its
-``stream_format`` (``_claude_code`` today) reads each line into an ``Entry``: who
+``stream_format`` (``_claude_code``, ``_codex``, ``_gemini``, ``_opencode``) reads each
+line into an ``Entry``: who
 speaks (the session, the assistant, the user side that carries tool results, the final
 result) and its ``steps``: text, thinking, a tool call with its input, a tool's result,
 the final result with its cost and turns. Every reader (the viewer's conversation, the
@@ -101,6 +102,8 @@ class FinalResult:
     turns: int | None = None
     duration_seconds: float | None = None
     tokens: Tokens | None = None
+    models: tuple[tuple[str, Tokens], ...] = ()
+    """The totals per model, where the agent says them (Gemini CLI's stats)."""
 
 
 @dataclass(frozen=True, slots=True)

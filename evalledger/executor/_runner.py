@@ -26,7 +26,6 @@ import itertools
 import logging
 import os
 import platform
-import re
 import secrets
 import time
 from collections import deque
@@ -37,6 +36,7 @@ from pathlib import Path
 import trio
 
 from evalledger._version import __version__
+from evalledger.agents import api_health
 from evalledger.ledger import (
     AnyEvent,
     EventRow,
@@ -59,6 +59,7 @@ from evalledger.suite import AgentJudge, ResolvedTask, RunCommand
 
 from . import _sandbox
 from . import isolation as _isolation
+from ._agent_version import AgentVersions
 from ._attempt import AttemptOutcome, run_attempt
 from ._criteria import Evidence, evaluate
 from ._judges import Judging
@@ -123,6 +124,8 @@ class RunContext:
     ledger_path: str | None = None
     # The batch's canary (``isolation.make_canary``), made by its first confined attempt.
     canary: str | None = None
+    # The agents' versions asked so far (``agent_version_command``), once per batch.
+    agent_versions: AgentVersions = field(default_factory=AgentVersions)
     # Numbers the attempts' marks: shared by every attempt the context runs.
     _marks_made: Iterator[int] = field(default_factory=itertools.count)
 
@@ -137,13 +140,6 @@ class RunContext:
             self.on_output(event)
         except Exception:
             log.exception("stream callback failed for %s; ignored", event.task_key)
-
-
-# The stream formats whose lines say how their model API fares (``_api_health``).
-_API_FORMATS = frozenset({"claude-code", "codex"})
-# What a failed turn says when its model API, not the agent, failed it.
-_API_TROUBLE = re.compile(r"overloaded|rate.?limit|\b(429|5\d\d)\b|stream disconnected",
-                          re.IGNORECASE)
 
 
 @dataclass
@@ -229,7 +225,7 @@ class _Streams:
         events: list[AnyEvent | EventRow] = []
         encoded = TaskOutput.encoded
         json_lines = stream == "stdout"
-        claude = self.task.stream_format in _API_FORMATS
+        agent = self.task.stream_format != "native"
         n = self.last_n
         for event_id, (text, truncated) in zip(new_event_ids(len(pairs)), pairs, strict=True):
             n += 1
@@ -241,7 +237,7 @@ class _Streams:
                 events.append(TaskEmitted(event_id=event_id, run_id=run_id, task_key=key, ts=ts,
                                           data=data, n=n))
                 events += [self._usage_event(usage, ts) for usage in self.meter.observe(data)]
-                if claude:
+                if agent:
                     self._api_health(data)
                 # Also without a usage to record: a claude-code transcript's running
                 # estimate grows with each assistant message.
@@ -256,37 +252,15 @@ class _Streams:
 
     def _api_health(self, data: dict[str, object]) -> None:
         """Follow what an agent's stream says of its model API: retrying it (Claude
-        Code's ``system``/``api_retry``, Codex's ``error`` "Reconnecting...") until an
-        answer comes (an ``assistant`` message, an ``item.completed``), or giving up on
-        it (a ``result`` with ``is_error`` for an overloaded, 429 or 5xx answer; a
-        ``turn.failed`` saying so). Still failing when the attempt fails: an
+        Code's ``system``/``api_retry``, Codex's ``error`` "Reconnecting...", Gemini
+        CLI's ``error`` warnings) until an answer comes (an ``assistant`` message, an
+        ``item.completed``, a ``message``, a ``step_finish``), or giving up on it (a
+        result or a failed turn saying the API was overloaded, rate-limited or answered
+        5xx; OpenCode's ``APIError``). Still failing when the attempt fails: an
         infrastructure failure."""
-        kind = data.get("type")
-        if self.task.stream_format == "codex":
-            self._codex_api_health(kind, data)
-            return
-        if kind == "assistant":
-            self.api_error = None
-        elif kind == "system" and data.get("subtype") == "api_retry":
-            self.api_error = (f"api_retry {data.get('attempt')}/{data.get('max_retries')}: "
-                              f"{data.get('error_status')} {data.get('error')}")
-        elif kind == "result" and data.get("is_error") is True:
-            status = data.get("api_error_status")
-            said = f"{data.get('result') or ''} {data.get('terminal_reason') or ''}".lower()
-            if (isinstance(status, int) and (status == 429 or status >= 500)) or (
-                    "overloaded" in said):
-                self.api_error = f"result is_error: {status} {said.strip()[:200]}"
-
-    def _codex_api_health(self, kind: object, data: dict[str, object]) -> None:
-        if kind == "item.completed":
-            self.api_error = None
-        elif kind == "error" and "reconnecting" in str(data.get("message")).lower():
-            self.api_error = f"error: {str(data.get('message'))[:200]}"
-        elif kind == "turn.failed":
-            error = data.get("error")
-            said = str(error.get("message") if isinstance(error, dict) else error)
-            if _API_TROUBLE.search(said):
-                self.api_error = f"turn.failed: {said[:200]}"
+        said = api_health(self.meter.format, data)
+        if said is not None:
+            self.api_error = said or None
 
     def _keep(self, pairs: list[tuple[str, bool]], stream: str) -> None:
         """Keep the stream's tail for output_contains, at most ``MAX_KEPT_OUTPUT``."""
@@ -381,11 +355,15 @@ def _static_environment() -> dict[str, object]:
     }
 
 
-def _environment_info(exit_code: int | None, meter: UsageMeter) -> dict[str, object]:
+def _environment_info(exit_code: int | None, meter: UsageMeter,
+                      agent_version: str | None) -> dict[str, object]:
     """What ran the attempt: this evalledger and Python, the versions the command
-    stated, and the models it used (several: joined, sorted)."""
+    stated (and its ``agent_version_command`` printed), and the models it used
+    (several: joined, sorted)."""
     info: dict[str, object] = {**meter.versions, **_static_environment(),
                                "exit_code": exit_code}
+    if agent_version is not None:
+        info["agent_version"] = agent_version
     if meter.models_used:
         info["model"] = ", ".join(sorted(meter.models_used))
     return info
@@ -448,9 +426,11 @@ async def _attempt(
     exit_code: int | None = None
     workspace_hash: str | None = None
     kept_hash: str | None = None
+    agent_version: str | None = None
     judging = Judging(functools.partial(_record_judge, state), ctx.rates, ctx.base_env,
                       Path(task.workdir) if task.workdir else None)
     try:
+        agent_version = await ctx.agent_versions.version(task, ctx.base_env)
         sandbox = await _make_sandbox(task, ctx, artifacts)
         jail = await _confine(task, ctx, sandbox, attempt)
         env, marker = _command_env(task, ctx, sandbox, jail)
@@ -520,7 +500,7 @@ async def _attempt(
         weighted_score=verdict.score,
         error_message=verdict.error_message,
         failure_class=verdict.failure_class,
-        environment_info=_environment_info(exit_code, meter),
+        environment_info=_environment_info(exit_code, meter, agent_version),
         tokens=meter.totals,
         # Every role's: what the agent spent and what judging it cost.
         cost_usd=(meter.cost_usd + judging.cost_usd

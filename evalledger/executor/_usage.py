@@ -1,21 +1,29 @@
-"""Token usage and cost from a task's JSON lines, in both stream formats.
+"""Token usage and cost from a task's JSON lines, in every stream format.
 
-The formats are described in docs/tasks.md ("What a task emits").
+The formats are described in docs/tasks.md ("What a task emits"); each agent format's
+lines are read by its one parser in ``evalledger.agents`` (which the viewer reads
+transcripts with).
 
 ``native``: every ``{"type": "usage", ...}`` line is a delta, recorded as it comes.
 A missing ``cost_usd`` is priced from the rate card; an unpriced model gives
 ``None``, never 0.
 
-``claude-code``: the Claude Code CLI's ``stream-json``, each line read by the one parser
-of it (``evalledger.agents``, which the viewer reads transcripts with). Assistant messages carry
-per-message usage and name their model (the same message id may repeat across
-content blocks, so the last report per id counts); summed per model and priced
-from the rate card, that is the running estimate that enforces budgets live. The
-final ``{"type": "result", ...}`` line gives the totals and is what is recorded:
-one usage per model of its ``modelUsage`` (Claude Code 2.x: the main model and a
-small one), or, from an older CLI without it, its ``usage`` and ``total_cost_usd``
-booked to the model in use. An attempt that ends without a result line (timeout,
-budget stop, cancellation) records the estimate instead, per model, marked as one.
+``claude-code``: assistant messages carry per-message usage and name their model
+(the same message id may repeat across content blocks, so the last report per id
+counts); summed per model and priced from the rate card, that is the running
+estimate that enforces budgets live. The final ``result`` line gives the totals and
+is what is recorded: one usage per model of its ``modelUsage``, or, from an older CLI
+without it, its ``usage`` and ``total_cost_usd`` booked to the model in use. An
+attempt that ends without a result line records the estimate instead, per model,
+marked as one.
+
+``codex``, ``gemini``, ``opencode``: usage is reported as each turn (a session, a
+step) ends, and recorded then: per model where the stream says it (Gemini CLI), else
+for the model in use; at the cost reported (OpenCode), else priced. Nothing is
+estimated between reports: an attempt that ends with a turn begun and not reported
+records a usage of unknown tokens and cost, so its cost is a floor.
+
+``auto``: the format of the first line whose shape names one (``format_of``).
 
 Invariant: every usage ``observe`` returns or ``finish`` hands over is accounted in
 ``totals`` / ``cost_usd`` exactly once; the estimate never is until it is handed over.
@@ -27,7 +35,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from evalledger.agents import FinalResult, SessionStart, Tokens, read_usage
+from evalledger.agents import FinalResult, SessionStart, Tokens, format_of, read_usage
 from evalledger.ledger import NO_TOKENS, TokenCounts
 from evalledger.pricing import DEFAULT_RATES, RateCard
 
@@ -117,6 +125,10 @@ class UsageMeter:
         self.versions: dict[str, str] = {}
         # Models a usage report or a message named: what was actually used.
         self.models_used: set[str] = set()
+        # stream_format auto: the format the first line that names one named.
+        self.detected: str | None = None
+        # A format reporting usage per turn: the model worked since the last report.
+        self._unreported = False
 
     @property
     def live_tokens(self) -> int:
@@ -127,15 +139,27 @@ class UsageMeter:
     def live_cost_usd(self) -> float:
         return self.cost_usd + sum(c for c in self._estimate_costs.values() if c)
 
+    @property
+    def format(self) -> str:
+        """The stream format the lines are read in: ``auto``'s as detected (native
+        until a line names one)."""
+        return self.detected or ("native" if self.stream_format == "auto"
+                                 else self.stream_format)
+
     def observe(self, data: dict[str, Any]) -> tuple[Usage, ...]:
         """A JSON line arrived; return the usage to record now (often none)."""
         if data.get("type") == "version":
             self.versions.update(_texts(data))
             return _NONE
-        if self.stream_format == "claude-code":
+        if self.stream_format == "auto" and self.detected is None:
+            self.detected = format_of(data)
+            if self.detected is not None:
+                self.versions["stream_format"] = self.detected
+        stream_format = self.format
+        if stream_format == "claude-code":
             return self._claude_code(data)
-        if self.stream_format == "codex":
-            return self._codex(data)
+        if stream_format in REPORTED_FORMATS:
+            return self._reported(stream_format, data)
         if data.get("type") != "usage":
             return _NONE
         model = data.get("model") if isinstance(data.get("model"), str) else self.model
@@ -149,11 +173,16 @@ class UsageMeter:
 
     def finish(self) -> tuple[Usage, ...]:
         """The attempt is over, however it ended: the running estimate still to record,
-        one usage per model, each marked as an estimate (none for ``native``)."""
+        one usage per model, each marked as an estimate (none for ``native``); for a
+        format that reports usage per turn, a turn begun and never reported as a usage
+        of unknown tokens and cost (the cost is then a floor, never a $0 guess)."""
         estimate = tuple(
             Usage(model, tokens, self._estimate_costs[model], estimate=True)
             for model, tokens in self._by_model.items() if tokens.total
         )
+        if self._unreported:
+            estimate += (Usage(self.model, NO_TOKENS, None, estimate=True),)
+            self._unreported = False
         self._clear_estimate()
         for usage in estimate:
             self._account(usage)
@@ -175,7 +204,7 @@ class UsageMeter:
             if step.model is not None:
                 self.model = step.model
             if step.version is not None:
-                self.versions["claude_code_version"] = step.version
+                self.versions[_VERSION_NAMES["claude-code"]] = step.version
         elif entry.role == "assistant":
             if entry.model is not None:
                 self.model = entry.model
@@ -193,18 +222,40 @@ class UsageMeter:
             return usages
         return _NONE
 
-    def _codex(self, data: dict[str, Any]) -> tuple[Usage, ...]:
-        """A Codex transcript: each ``turn.completed`` reports its turn's usage (no model,
-        no cost): booked to the task's model, priced from the rate card."""
-        entry = read_usage("codex", data)
-        step = entry.steps[0] if entry is not None and entry.steps else None
-        if not (isinstance(step, FinalResult) and step.tokens is not None):
+    def _reported(self, stream_format: str, data: dict[str, Any]) -> tuple[Usage, ...]:
+        """A Codex, Gemini CLI or OpenCode transcript: usage comes as each turn (a
+        session, a step) ends, for the model the stream names (else the task's), at the
+        cost it reports (else priced from the rate card)."""
+        entry = read_usage(stream_format, data)
+        if entry is None:  # the format has a parser: never None, but say so to mypy
             return _NONE
+        if entry.role != "result" and entry.role != "other":
+            self._unreported = True  # the model is at work: usage is owed
+        usages: list[Usage] = []
+        for step in entry.steps:
+            if isinstance(step, SessionStart):
+                if step.model is not None:
+                    self.model = step.model
+                if step.version is not None:
+                    self.versions[_VERSION_NAMES[stream_format]] = step.version
+            elif isinstance(step, FinalResult) and step.tokens is not None:
+                usages += self._reported_usages(step)
+                self._unreported = False
+        for usage in usages:
+            self._account(usage)
+        return tuple(usages)
+
+    def _reported_usages(self, final: FinalResult) -> list[Usage]:
+        if final.models:  # Gemini CLI's stats per model: each priced on its own
+            self.models_used.update(model for model, _ in final.models)
+            return [self._priced(model, None, _counts(tokens)) for model, tokens in final.models]
+        assert final.tokens is not None
         if self.model:
             self.models_used.add(self.model)
-        usage = self._priced(self.model, None, _counts(step.tokens))
-        self._account(usage)
-        return (usage,)
+        cost = final.cost_usd
+        if cost == 0 and final.tokens.total:
+            cost = None  # OpenCode's $0 for tokens: a model it has no price for
+        return [self._priced(self.model, cost, _counts(final.tokens))]
 
     def _message(self, key: str, model: str | None, tokens: TokenCounts) -> None:
         """A message's (latest) usage: the estimate of its model, and only that, moves."""
@@ -276,7 +327,13 @@ def _close_rounding_gap(usages: list[Usage], total: float) -> None:
 
 
 # environment_info names a version line may not set: they are the runner's own.
-_RESERVED = frozenset({"type", "exit_code", "evalledger", "python", "platform", "model"})
+_RESERVED = frozenset({"type", "exit_code", "evalledger", "python", "platform", "model",
+                       "stream_format", "agent_version"})
+# Where a format's stream states the agent's version: environment_info's name for it.
+_VERSION_NAMES = {"claude-code": "claude_code_version", "codex": "codex_version",
+                  "gemini": "gemini_cli_version", "opencode": "opencode_version"}
+# The formats whose usage is reported as each turn ends, not estimated per message.
+REPORTED_FORMATS = frozenset({"codex", "gemini", "opencode"})
 
 
 def _texts(data: dict[str, Any]) -> dict[str, str]:

@@ -331,8 +331,9 @@ class TaskStarted(_TaskEvent):
     ``stream_format``, ``budget``, ``success_criteria``; and ``expect``, ``isolation``,
     ``network``, ``env_passthrough``, ``binds``, ``image``, ``dockerfile``,
     ``stall_timeout`` and ``stall_action`` when the task sets them to other than their
-    defaults (``retries``, like ``ray``, is how it runs, not what it is: never recorded
-    here; see [tasks.md](tasks.md#the-resolved-definition))."""
+    defaults (``retries`` and ``agent_version_command``, like ``ray``, are how it runs,
+    not what it is: never recorded here; see
+    [tasks.md](tasks.md#the-resolved-definition))."""
     definition_hash: str = ""
     """sha256 (hex) of what the definition evaluates: independent of where the suite
     sits on disk and of ``description``, ``tags`` and ``expect`` (earlier versions
@@ -466,8 +467,10 @@ class TaskCompleted(_TaskEvent):
     """Wall time of the attempt, sandbox to criteria."""
     environment_info: JsonObject = {}
     """``evalledger`` (version), ``python``, ``platform``, and ``exit_code``; what the
-    command stated (a version line, Claude Code's init) and ``model`` when it used any;
-    with ``--executor ray``, ``ray_node_id`` and ``hostname``: where the attempt ran."""
+    command stated (a version line; ``claude_code_version``, ``gemini_cli_version`` from
+    the agent's stream), ``agent_version`` (what ``agent_version_command`` printed),
+    ``stream_format`` (the one ``auto`` found) and ``model`` when it used any; with
+    ``--executor ray``, ``ray_node_id`` and ``hostname``: where the attempt ran."""
     error_message: str | None = None
     """Why it did not succeed: failed criteria's details, ``timed out after 20s``, a
     budget message, the sandbox or runner error."""

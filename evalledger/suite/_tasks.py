@@ -234,7 +234,7 @@ _RAY_BUILTIN_RESOURCES = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": "memor
                           "object_store_memory": "not per task"}
 
 
-StreamFormat = Literal["native", "claude-code", "codex"]
+StreamFormat = Literal["native", "claude-code", "codex", "gemini", "opencode", "auto"]
 # What an attempt's command can see and reach (docs/isolation.md).
 Isolation = Literal["none", "bwrap", "docker"]
 Network = Literal["none", "host"]
@@ -292,8 +292,13 @@ class TaskSettings(_Strict):
     model: str | None = None
     """The model the command uses: it prices usage lines that carry no cost."""
     stream_format: StreamFormat | None = None
-    """How stdout's JSON lines are read: native (default), claude-code (stream-json) or
-    codex (exec --json)."""
+    """How stdout's JSON lines are read: native (default), claude-code (stream-json),
+    codex (exec --json), gemini (stream-json), opencode (run --format json) or auto
+    (told by the first line that names one)."""
+    agent_version_command: str | None = None
+    """A shell command printing the agent's version (``codex --version``): run once per
+    batch, in the task's folder, and its first line recorded as ``agent_version`` in
+    each attempt's ``environment_info`` (where version drift is found)."""
     budget: Budget | None = None
     """Limits enforced live: max_tokens, max_cost_usd."""
     ray: RayResources | None = None
@@ -453,6 +458,8 @@ class ResolvedTask(_Strict):
     retries: int = 0
     model: str | None = None
     stream_format: StreamFormat = "native"
+    # How the agent's version is found, not what the task is: outside the definition.
+    agent_version_command: str | None = None
     budget: Budget = Budget()
     # Where it may run, not what it is: outside the definition (no drift).
     ray: RayResources = RayResources()
@@ -471,7 +478,7 @@ class ResolvedTask(_Strict):
         sits in the run (the keys added since the first version only when they are not
         at their default: a task without them is recorded, and hashed, as before they
         existed)."""
-        left_out = {"task_key", "replicate_index", "ray", "retries"}
+        left_out = {"task_key", "replicate_index", "ray", "retries", "agent_version_command"}
         left_out.update(name for name in _LATER_KEYS
                         if getattr(self, name) == ResolvedTask.model_fields[name].default)
         return self.model_dump(mode="json", exclude=left_out)

@@ -4,7 +4,6 @@ run of a script that replays it."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,8 @@ from evalledger.ledger import Ledger, TaskCompleted, TaskEmitted, TaskOutput, Ta
 from evalledger.pricing import DEFAULT_RATES
 from evalledger.statuses import FailureClass, FinalStatus
 
-from .test_batch import config, events, make_task, of_type, py, run, script
+from .replay import replay
+from .test_batch import config, events, make_task, of_type, run
 
 # Two turns of `codex exec --json` (0.5x: usage per turn, cached input a part of input,
 # reasoning a part of output), a command that fails then one that passes, a file change.
@@ -58,12 +58,7 @@ TURNS = [(315, 122, 24448), (606, 58, 24704)]
 
 
 def _agent(tmp_path: Path, lines: list[Any], exit_code: int = 0) -> list[str]:
-    """A command that prints ``lines`` (JSON objects, or text as it is), then exits."""
-    body = "\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines)
-    transcript = tmp_path / "transcript.jsonl"
-    transcript.write_text(body + "\n")
-    return py(script(tmp_path, "codex", f"import sys\nsys.stdout.write(open("
-                                        f"{str(transcript)!r}).read())\nsys.exit({exit_code})\n"))
+    return replay(tmp_path, lines, exit_code)
 
 
 def _price(fresh: int, output: int, cached: int) -> float:
