@@ -15,6 +15,7 @@ from evalledger.projections import (
     error_digest,
     infra_note,
     isolation_line,
+    model_table,
     rate_cell,
     status_text,
     status_word,
@@ -80,6 +81,8 @@ def show(settings: Settings, run: str, as_json: bool, full_errors: bool,
             if v.flaky_tasks:
                 click.echo(f"flaky in {visible(v.variant_id)} (replicates disagree): "
                            f"{visible(', '.join(v.flaky_tasks))}")
+    if len(s.usage_by_model) > 1:
+        table(*model_table(s))
     # A terminal gets each error's digest (the line that says what went wrong); a pipe,
     # where nothing is cut, the whole message.
     shorten = error_digest if sys.stdout.isatty() else str

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from ._reports import error_digest as error_digest
     from ._reports import infra_note as infra_note
     from ._reports import isolation_line as isolation_line
+    from ._reports import model_table as model_table
     from ._reports import rate_cell as rate_cell
     from ._reports import render_json as render_json
     from ._reports import render_markdown as render_markdown
@@ -97,6 +98,7 @@ _WHERE = {
     "status_word": "_reports",
     "status_text": "_reports",
     "unpriced_line": "_reports",
+    "model_table": "_reports",
     "variant_table": "_reports",
     "rate_cell": "_reports",
     "success_cost_line": "_reports",
@@ -163,6 +165,7 @@ __all__ = [
     "fold",
     "infra_note",
     "isolation_line",
+    "model_table",
     "on",
     "pass_at",
     "pass_hat",

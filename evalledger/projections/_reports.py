@@ -165,6 +165,10 @@ def _tokens_and_cost(s: RunSummary) -> list[str]:
         lines.append(f"- Cost is a floor: {s.tasks_cost_incomplete} task(s) "
                      f"{'used ' if s.unpriced else 'with '}{unpriced_line(s)}"
                      f"{' (see `--pricing`)' if s.unpriced else ''}.")
+    if len(s.usage_by_model) > 1:  # one model: the totals above say it all
+        header, rows = model_table(s)
+        lines += ["", "| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1),
+                  *("| " + " | ".join(_cell(c) for c in row) + " |" for row in rows)]
     return lines
 
 
@@ -320,6 +324,16 @@ def variant_table(summary: RunSummary) -> tuple[list[str], list[list[str]]]:
             "-" if v.tokens_per_success is None else f"{v.tokens_per_success:,.0f}",
             "-" if v.mean_duration_seconds is None else f"{v.mean_duration_seconds:.1f}s",
         ])
+    return header, rows
+
+
+def model_table(summary: RunSummary) -> tuple[list[str], list[list[str]]]:
+    """What each model used and cost (``show``, ``run.md``): header and rows, as text."""
+    header = ["model", "input", "output", "cache read", "cache write", "cost"]
+    rows = [[m.model or "(not named)", f"{m.tokens.input_tokens:,}",
+             f"{m.tokens.output_tokens:,}", f"{m.tokens.cache_read_tokens:,}",
+             f"{m.tokens.cache_write_tokens:,}", money(m.cost_usd, m.cost_complete)]
+            for m in summary.usage_by_model]
     return header, rows
 
 
