@@ -68,7 +68,11 @@ def parse(data: Mapping[str, Any], *, blocks: bool = True) -> Entry:
     if kind in ("item.started", "item.updated", "item.completed") and isinstance(item, Mapping):
         if not blocks:
             return Entry("assistant", ())
-        return Entry("assistant", _item(str(kind), item), message_id=_id(item, "id"))
+        steps = _item(str(kind), item)
+        # A command's or a call's result alone is the tool's word, as Claude Code's are.
+        if steps and all(isinstance(s, ToolResult) for s in steps):
+            return Entry("user", steps, message_id=_id(item, "id"))
+        return Entry("assistant", steps, message_id=_id(item, "id"))
     if kind == "turn.started":
         return Entry("assistant", ())  # the model is at work: its items and end follow
     if kind == "error":

@@ -59,6 +59,9 @@ class Text:
 
     kind: ClassVar[Literal["text"]] = "text"
     text: str
+    delta: bool = False
+    """One chunk of a longer text, the rest in the lines that follow (Gemini CLI
+    streams its answers so): a reader may join consecutive chunks."""
 
 
 @dataclass(frozen=True, slots=True)

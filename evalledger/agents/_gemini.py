@@ -69,7 +69,7 @@ def tokens(stats: Mapping[str, Any]) -> Tokens:
 
 def _content(kind: str, data: Mapping[str, Any]) -> tuple[Text | ToolCall | ToolResult, ...]:
     if kind == "message":
-        return (Text(text(data.get("content"))),)
+        return (Text(text(data.get("content")), delta=data.get("delta") is True),)
     call_id = text_or_none(data.get("tool_id"))
     if kind == "tool_use":
         return (ToolCall(text(data.get("tool_name")) or "tool", data.get("parameters", {}),

@@ -14,6 +14,7 @@ colour (``_ansi``: escaped text in spans of fixed classes).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Collection, Mapping, Sequence
@@ -29,7 +30,7 @@ from markupsafe import Markup
 
 from evalledger._text import money, visible
 from evalledger._version import __version__
-from evalledger.agents import Entry, final_facts, parser_for
+from evalledger.agents import Entry, Text, final_facts, parser_for
 from evalledger.projections import (
     RoleUsage,
     RunSummary,
@@ -384,8 +385,23 @@ def conversation(rows: Sequence[Line | AttemptMark],
             continue
         parser = parsers.get(row.attempt)
         entry = parser(row.data) if parser is not None and row.data is not None else None
+        last = items[-1] if items else None
+        if isinstance(last, Said) and _chunks(last.entry) and _chunks(entry):
+            # An answer streamed in chunks reads as one message (its lines apart in raw).
+            assert last.entry is not None and entry is not None
+            joined = "".join(s.text for s in (*last.entry.steps, *entry.steps)
+                             if isinstance(s, Text))
+            items[-1] = Said(last.line, dataclasses.replace(
+                last.entry, steps=(Text(joined, delta=True),)))
+            continue
         items.append(Said(row, entry))
     return items
+
+
+def _chunks(entry: Entry | None) -> bool:
+    """``entry`` is the assistant's chunk of a streamed answer, and nothing else."""
+    return (entry is not None and entry.role == "assistant" and bool(entry.steps)
+            and all(isinstance(s, Text) and s.delta for s in entry.steps))
 
 
 def result_text(text: str) -> tuple[str, int]:

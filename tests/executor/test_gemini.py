@@ -186,7 +186,9 @@ def test_the_conversation_reads_as_steps() -> None:
         (False, c.call_id) for c in calls[:1]] + [(True, calls[1].call_id),
                                                    (False, calls[2].call_id)]
     assert results[1].text == "File not found: /w/nope.py"
-    assert [s.text for s in steps if isinstance(s, Text)][-1] == "Fixed the divisor in mean()."
+    texts = [s for s in steps if isinstance(s, Text)]
+    assert texts[-1] == Text("Fixed the divisor in mean().", delta=True)
+    assert not texts[0].delta  # the user's prompt: whole
     [final] = [s for s in steps if isinstance(s, FinalResult)]
     assert (final.subtype, final.duration_seconds) == ("success", 18.45)
     assert final.tokens == Tokens(input=4112, output=717, cache_read=8192)

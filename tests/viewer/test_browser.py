@@ -65,11 +65,9 @@ def _evalledger(*args: str, **kwargs: Any) -> subprocess.Popen[str]:
                             **kwargs)
 
 
-@pytest.fixture
-def server(suite: Suite, tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """A viewer process over a copy of the suite's ledger; yields its URL and the copy."""
-    db = tmp_path / "ledger.db"
-    shutil.copy(suite.db, db)
+@contextmanager
+def _viewer(db: Path) -> Iterator[str]:
+    """An ``evalledger view`` process over ``db``; yields its URL, stops it with Ctrl-C."""
     process = _evalledger("--ledger", str(db), "view", "--port", "0",
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -79,13 +77,22 @@ def server(suite: Suite, tmp_path: Path) -> Iterator[tuple[str, Path]]:
         line = process.stdout.readline()
         url = re.search(r"http://\S+", line)
         assert url, line
-        yield url.group(0).rstrip("/"), db
+        yield url.group(0).rstrip("/")
     finally:
         process.send_signal(signal.SIGINT)
         try:
             assert process.wait(PATIENCE) == 0
         finally:
             process.kill()
+
+
+@pytest.fixture
+def server(suite: Suite, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A viewer process over a copy of the suite's ledger; yields its URL and the copy."""
+    db = tmp_path / "ledger.db"
+    shutil.copy(suite.db, db)
+    with _viewer(db) as url:
+        yield url, db
 
 
 @pytest.fixture(scope="module")
@@ -269,21 +276,8 @@ def scenes_server(scenes: Scenes, tmp_path: Path) -> Iterator[str]:
     """A viewer process over a copy of the first-hour ledger (``scenes``); yields its URL."""
     db = tmp_path / "scenes.db"
     copy_ledger(scenes.db, db)
-    process = _evalledger("--ledger", str(db), "view", "--port", "0",
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        assert process.stdout is not None
-        ready, _, _ = select.select([process.stdout], [], [], PATIENCE)
-        assert ready, "the viewer printed no URL"
-        url = re.search(r"http://\S+", process.stdout.readline())
-        assert url
-        yield url.group(0).rstrip("/")
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            assert process.wait(PATIENCE) == 0
-        finally:
-            process.kill()
+    with _viewer(db) as url:
+        yield url
 
 
 def _both_widths(page: Any, tmp_path: Path, name: str) -> None:
@@ -437,3 +431,36 @@ def test_ansi_colour_is_shown_as_colour_and_markup_as_text(
     expect(page.locator("details#t-1[open] pre.tail")).to_contain_text(
         "assistant: I will run the tests first.")
     _both_widths(page, tmp_path, "report")
+
+
+# -- issue 27: each agent's conversation, read from its own stream format ----------------------
+
+AGENTS_EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "agents"
+# What each agent's fix-mean conversation shows first and last, in its own words.
+FIRST_TOOL = {"claude-code": "Bash", "codex": "shell", "gemini": "run_shell_command",
+              "opencode": "bash"}
+LAST_RESULT = {"claude-code": "success, $0.0331, 6 turns", "codex": "turn completed",
+               "gemini": "success", "opencode": "step stop, $0.0"}
+
+
+def test_each_agents_conversation_reads_in_the_browser(
+    browser: Any, page: Any, tmp_path: Path
+) -> None:
+    folder = tmp_path / "agents"
+    shutil.copytree(AGENTS_EXAMPLE, folder)
+    db = tmp_path / "agents.db"
+    done = subprocess.run([sys.executable, "-m", "evalledger.cli", "--ledger", str(db), "run",
+                           "-e", "experiment.yaml", "--out", str(tmp_path / "out")],
+                          cwd=folder, capture_output=True, text=True, timeout=PATIENCE * 4)
+    assert done.returncode == 1, done.stderr  # three tasks fail, by design
+    run_id = done.stdout.splitlines()[0]
+    with _viewer(db) as url:
+        for agent, tool in FIRST_TOOL.items():
+            page.goto(f"{url}/runs/{run_id}/tasks/{agent}/fix-mean/00")
+            said = page.locator(".conversation .msg")
+            expect(said.first).to_be_visible()
+            expect(page.locator(".conversation .tool b").first).to_have_text(tool)
+            expect(page.locator(".conversation .msg.m-result").last).to_contain_text(
+                LAST_RESULT[agent])
+            expect(page.locator(".conversation .m-raw")).to_have_count(0)
+            _shot(page, tmp_path, f"conversation-{agent}")
