@@ -20,11 +20,9 @@ from typing import Any
 from ._opencode import error_text
 
 # What a failed turn says when its model API, not the agent, failed it.
-_API_TROUBLE = re.compile(
-    r"overloaded|rate.?limit|\b(429|5\d\d)\b|stream disconnected|"
-    r"resource.?exhausted|unavailable|quota",
-    re.IGNORECASE,
-)
+_API_TROUBLE = re.compile(r"overloaded|rate.?limit|\b(429|5\d\d)\b|stream disconnected|"
+                          r"resource.?exhausted|service.?unavailable|quota metric|current quota",
+                          re.IGNORECASE)
 
 
 def _claude_code(kind: object, data: Mapping[str, Any]) -> str | None:

@@ -93,6 +93,7 @@ def _item(kind: str, item: Mapping[str, Any]) -> tuple[Step, ...]:
     """An item's steps: text and reasoning once complete; a tool's call when it starts,
     its result when it completes (both for one seen only complete)."""
     what = item.get("type")
+    what = what if isinstance(what, str) else None  # any other JSON: no known item
     call_id = _id(item, "id")
     done = kind == "item.completed"
     if what == "agent_message":

@@ -58,8 +58,9 @@ def tokens(raw: Mapping[str, Any]) -> Tokens:
     """A step's ``tokens`` as token counts (see the module's docstring)."""
     cache = raw.get("cache")
     cache = cache if isinstance(cache, Mapping) else {}
-    return Tokens(input=count(raw.get("input")) or 0,
-                  output=(count(raw.get("output")) or 0) + (count(raw.get("reasoning")) or 0),
+    # Summed, the two could pass any real count: then they are garbage, as either would be.
+    output = count((count(raw.get("output")) or 0) + (count(raw.get("reasoning")) or 0))
+    return Tokens(input=count(raw.get("input")) or 0, output=output or 0,
                   cache_read=count(cache.get("read")) or 0,
                   cache_write=count(cache.get("write")) or 0)
 

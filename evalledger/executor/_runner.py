@@ -313,6 +313,8 @@ class _Streams:
                 FinalStatus.COST_BUDGET_EXCEEDED,
                 f"spent ${self.meter.live_cost_usd:.4f}, budget ${budget.max_cost_usd:.4f}",
             )
+        if self.budget_stop is not None:
+            self.meter.stopped()  # it is ended: what it did since its last report is owed
 
 
 async def _record_stream(stream: trio.abc.ReceiveStream, name: str, state: _Streams,
@@ -362,6 +364,8 @@ def _environment_info(exit_code: int | None, meter: UsageMeter,
     (several: joined, sorted)."""
     info: dict[str, object] = {**meter.versions, **_static_environment(),
                                "exit_code": exit_code}
+    if meter.stream_format == "auto":
+        info["stream_format"] = meter.format  # the one found (native: none named one)
     if agent_version is not None:
         info["agent_version"] = agent_version
     if meter.models_used:
@@ -417,6 +421,8 @@ async def _attempt(
     task: ResolvedTask, ctx: RunContext, attempt: int, state: _Streams
 ) -> AttemptOutcome:
     """Sandbox, command, criteria; every exception but cancellation is an outcome."""
+    # Asked before the clock starts: the agent's version is no part of its attempt.
+    agent_version = await ctx.agent_versions.version(task, ctx.base_env)
     began = time.monotonic()
     # The timeout is wall clock for the whole task (docs/tasks.md): sandbox, command,
     # criteria.
@@ -426,11 +432,9 @@ async def _attempt(
     exit_code: int | None = None
     workspace_hash: str | None = None
     kept_hash: str | None = None
-    agent_version: str | None = None
     judging = Judging(functools.partial(_record_judge, state), ctx.rates, ctx.base_env,
                       Path(task.workdir) if task.workdir else None)
     try:
-        agent_version = await ctx.agent_versions.version(task, ctx.base_env)
         sandbox = await _make_sandbox(task, ctx, artifacts)
         jail = await _confine(task, ctx, sandbox, attempt)
         env, marker = _command_env(task, ctx, sandbox, jail)

@@ -153,8 +153,6 @@ class UsageMeter:
             return _NONE
         if self.stream_format == "auto" and self.detected is None:
             self.detected = format_of(data)
-            if self.detected is not None:
-                self.versions["stream_format"] = self.detected
         stream_format = self.format
         if stream_format == "claude-code":
             return self._claude_code(data)
@@ -246,16 +244,32 @@ class UsageMeter:
         return tuple(usages)
 
     def _reported_usages(self, final: FinalResult) -> list[Usage]:
-        if final.models:  # Gemini CLI's stats per model: each priced on its own
-            self.models_used.update(model for model, _ in final.models)
-            return [self._priced(model, None, _counts(tokens)) for model, tokens in final.models]
         assert final.tokens is not None
+        usages: list[Usage] = []
+        rest = final.tokens
+        if final.models:  # Gemini CLI's stats per model: each priced on its own
+            for model, tokens in final.models:
+                self.models_used.add(model)
+                usages.append(self._priced(model, None, _counts(tokens)))
+                rest = rest - tokens
+            # What the totals hold beyond the models listed (an entry that could not be
+            # read) is the session's model's: booked, not dropped.
+            rest = Tokens(max(0, rest.input), max(0, rest.output), max(0, rest.cache_read),
+                          max(0, rest.cache_write))
+            if not rest.total:
+                return usages
         if self.model:
             self.models_used.add(self.model)
         cost = final.cost_usd
-        if cost == 0 and final.tokens.total:
+        if cost == 0 and rest.total:
             cost = None  # OpenCode's $0 for tokens: a model it has no price for
-        return [self._priced(self.model, cost, _counts(final.tokens))]
+        return [*usages, self._priced(self.model, cost, _counts(rest))]
+
+    def stopped(self) -> None:
+        """The command was stopped (a budget): in a format that reports usage as each
+        turn ends, what it did after its last report is owed, and never will be."""
+        if self.format in REPORTED_FORMATS:
+            self._unreported = True
 
     def _message(self, key: str, model: str | None, tokens: TokenCounts) -> None:
         """A message's (latest) usage: the estimate of its model, and only that, moves."""

@@ -79,6 +79,7 @@ class LiteUsage(_Lite, kw_only=True, gc=False):
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     cost_usd: float | None = None
+    estimate: bool = False
     input_tokens: int = 0
     model: str | None = None
     output_tokens: int = 0

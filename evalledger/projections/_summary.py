@@ -89,6 +89,14 @@ def isolation_label(backend: str, asked: str | None) -> str:
 _NOT_VERSIONS = frozenset({"exit_code"})
 
 
+def unreported_turn(usage: TaskUsage) -> bool:
+    """``usage`` books a turn its agent never reported (docs/tasks.md, "Usage and cost"):
+    an estimate of no tokens at no known cost."""
+    return (usage.estimate and usage.cost_usd is None and not usage.input_tokens
+            and not usage.output_tokens and not usage.cache_read_tokens
+            and not usage.cache_write_tokens)
+
+
 class _Spend(msgspec.Struct, array_like=True, gc=False):
     """Token and cost accumulator; an unpriced usage turns it into a floor.
 
@@ -320,8 +328,15 @@ class SummaryFold(Fold):
 
     @on(TaskUsage)
     def _task_usage(self, event: TaskUsage) -> None:
-        self.spend.add(event)
         key = self.keys.get(event.task_key)
+        if unreported_turn(event):
+            # Spend never reported (a turn cut off), not a model without a price: the
+            # cost is a floor for want of spend, as an incomplete task.completed says.
+            self.cost_gap = self.unreported = True
+            if key is not None:
+                key.cost_gap = True
+            return
+        self.spend.add(event)
         if key is not None:
             key.spend.add(event)
         if event.model:

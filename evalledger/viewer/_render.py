@@ -379,22 +379,37 @@ def conversation(rows: Sequence[Line | AttemptMark],
     attempt's stream format (``agents``); other lines as they are."""
     parsers = {t.number: parser_for(t.stream_format) for t in tries}
     items: list[Said | AttemptMark] = []
+    chunks: list[str] = []  # the streamed answer the last item began, joined once it ends
+
+    def joined() -> None:
+        last = items[-1]
+        assert isinstance(last, Said) and last.entry is not None
+        items[-1] = Said(last.line, dataclasses.replace(
+            last.entry, steps=(Text("".join(chunks), delta=True),)))
+        chunks.clear()
+
     for row in rows:
+        entry = None
+        if not isinstance(row, AttemptMark):
+            parser = parsers.get(row.attempt)
+            entry = parser(row.data) if parser is not None and row.data is not None else None
+        if _chunks(entry) and chunks:
+            # An answer streamed in chunks reads as one message (its lines apart in raw).
+            assert entry is not None
+            chunks += [s.text for s in entry.steps if isinstance(s, Text)]
+            continue
+        if len(chunks) > 1:
+            joined()
+        chunks.clear()
         if isinstance(row, AttemptMark):
             items.append(row)
             continue
-        parser = parsers.get(row.attempt)
-        entry = parser(row.data) if parser is not None and row.data is not None else None
-        last = items[-1] if items else None
-        if isinstance(last, Said) and _chunks(last.entry) and _chunks(entry):
-            # An answer streamed in chunks reads as one message (its lines apart in raw).
-            assert last.entry is not None and entry is not None
-            joined = "".join(s.text for s in (*last.entry.steps, *entry.steps)
-                             if isinstance(s, Text))
-            items[-1] = Said(last.line, dataclasses.replace(
-                last.entry, steps=(Text(joined, delta=True),)))
-            continue
         items.append(Said(row, entry))
+        if _chunks(entry):
+            assert entry is not None
+            chunks += [s.text for s in entry.steps if isinstance(s, Text)]
+    if len(chunks) > 1:
+        joined()
     return items
 
 

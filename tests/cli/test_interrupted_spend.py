@@ -6,7 +6,8 @@ results) pauses mid-transcript waiting on a file that never comes; a native-form
 agent beside it has printed its usage deltas and waits too. Ctrl-C (SIGINT to the
 runner process) ends both. Each interrupted attempt must have its spend in the
 ledger, before its ``task.interrupted``, and the README's "spend of interrupted
-attempts" query must return it.
+attempts" query must return it. Codex, Gemini CLI and OpenCode agents stopped mid-turn
+beside them book what they reported and the turn under way as unknown.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import yaml
 
 from evalledger.ledger import Ledger, TaskEmitted, TaskInterrupted, TaskUsage, TokenCounts
 from evalledger.pricing import DEFAULT_RATES
+from tests.executor import test_codex, test_gemini, test_opencode
 from tests.ledger.test_audit_queries import QUERIES
 
 from .helpers import PATIENCE, events, spawn, wait_for_events, wait_until
@@ -133,6 +135,18 @@ DELTAS = [
 ]
 
 
+# The agents that report usage as each turn ends, each stopped in its second turn (Gemini
+# CLI: in its one session): what they reported is booked, and the turn under way as
+# unknown (no tokens, no cost: the attempt's cost a floor, never a guess).
+CODEX = [*test_codex.TRANSCRIPT[:9]]  # turn 1 done, turn 2's command started
+GEMINI = [test_gemini.INIT, *test_gemini.BODY]  # no result yet
+OPENCODE = [*test_opencode.TRANSCRIPT[:6]]  # step 1 done, step 2 under way
+MODELS = {"codex": "gpt-5", "opencode": "anthropic/claude-sonnet-4-5"}
+AGENTS: list[tuple[str, str, list[dict[str, Any]]]] = [
+    ("claude", "claude-code", BEFORE), ("native", "native", DELTAS),
+    ("codex", "codex", CODEX), ("gemini", "gemini", GEMINI), ("opencode", "opencode", OPENCODE)]
+
+
 def _suite(root: Path) -> tuple[Path, dict[str, Path]]:
     tasks = root / "suite"
     tasks.mkdir()
@@ -141,7 +155,7 @@ def _suite(root: Path) -> tuple[Path, dict[str, Path]]:
     agent = tasks / "agent.py"
     agent.write_text(AGENT, encoding="utf-8")
     paused = {}
-    for name, fmt, before in (("claude", "claude-code", BEFORE), ("native", "native", DELTAS)):
+    for name, fmt, before in AGENTS:
         (notes / f"{name}-before.json").write_text(json.dumps(before), encoding="utf-8")
         (notes / f"{name}-after.json").write_text(json.dumps(AFTER if fmt != "native" else []),
                                                  encoding="utf-8")
@@ -149,7 +163,8 @@ def _suite(root: Path) -> tuple[Path, dict[str, Path]]:
         argv = [sys.executable, str(agent), str(notes / f"{name}-before.json"),
                 str(paused[name]), str(notes / f"{name}.go"), str(notes / f"{name}-after.json")]
         task = {"command": argv, "stream_format": fmt, "timeout": 600,
-                "success_criteria": [{"type": "exit_code", "equals": 0}]}
+                "success_criteria": [{"type": "exit_code", "equals": 0}],
+                **({"model": MODELS[fmt]} if fmt in MODELS else {})}
         (tasks / f"{name}.yaml").write_text(yaml.safe_dump(task), encoding="utf-8")
     return tasks, paused
 
@@ -176,12 +191,13 @@ def test_ctrl_c_books_the_spend_of_every_interrupted_attempt(tmp_path: Path) -> 
     its deltas; the README's interrupted-spend query missed the first entirely."""
     tasks, paused = _suite(tmp_path)
     db = tmp_path / "l.db"
-    proc = spawn(tmp_path, db, "run", str(tasks), "-j", "2", "--run-id", RUN)
+    proc = spawn(tmp_path, db, "run", str(tasks), "-j", str(len(AGENTS)), "--run-id", RUN)
     try:
         wait_until(lambda: all(p.exists() for p in paused.values()) or proc.poll() is not None,
                    "both agents to pause")
         # Every line they printed is committed: what the test expects is known.
-        wait_for_events(db, RUN, "task.event", at_least=len(BEFORE) + len(DELTAS), proc=proc)
+        wait_for_events(db, RUN, "task.event", at_least=sum(len(a[2]) for a in AGENTS),
+                        proc=proc)
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=PATIENCE)
     finally:
@@ -216,9 +232,19 @@ def test_ctrl_c_books_the_spend_of_every_interrupted_attempt(tmp_path: Path) -> 
     assert [(u.input_tokens, u.output_tokens, u.estimate) for u in deltas] == [
         (1200, 300, False), (1500, 90, False)]
 
+    # The per-turn formats: what they reported, then the turn under way as unknown.
+    booked = {name: [(u.input_tokens, u.cost_usd is None, u.estimate) for u in evs
+                     if isinstance(u, TaskUsage) and u.task_key == f"default/{name}/00"]
+              for name in ("codex", "gemini", "opencode")}
+    assert booked == {"codex": [(315, False, False), (0, True, True)],
+                      "gemini": [(0, True, True)],
+                      "opencode": [(1520, False, False), (0, True, True)]}
+
     # The README's audit finds both.
     with Ledger(db, read_only=True) as ledger:
-        rows = ledger.query(QUERIES["spend of interrupted attempts"], {"run": RUN})[1]
+        found = ledger.query(QUERIES["spend of interrupted attempts"], {"run": RUN})[1]
+    assert [row[0] for row in found] == sorted(f"default/{a[0]}/00" for a in AGENTS)
+    rows = [row for row in found if row[0] in (claude, native)]
     cost = {key: sum(u.cost_usd or 0.0 for u in us) for key, us in
             ((claude, usages), (native, deltas))}
     assert [(k, n, t) for k, n, _, t in rows] == [

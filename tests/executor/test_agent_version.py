@@ -52,3 +52,29 @@ def test_it_is_no_part_of_what_the_task_is(tmp_path: Path) -> None:
     one, other = _task(tmp_path, "t", "codex --version"), _task(tmp_path, "t", "codex -V")
     assert "agent_version_command" not in one.definition()
     assert one.definition_hash == other.definition_hash
+
+
+def test_it_is_asked_before_the_attempts_clock_starts(tmp_path: Path) -> None:
+    """A slow answer is no part of the attempt: it cannot make the agent time out."""
+    task = _task(tmp_path, "t", "sleep 1.5; echo 1.0", timeout=1)
+    with Ledger(tmp_path / "l.db") as ledger:
+        run(ledger, [task], config(tmp_path))
+        [done] = of_type(events(ledger), TaskCompleted)
+    assert (done.final_status.value, done.environment_info["agent_version"]) == (
+        "SUCCESS", "1.0")
+
+
+# Says "together" when the other question was asked while this one was: each marks its
+# start, then looks for the other's for up to 20 s.
+SIDE_BY_SIDE = ("touch {me}; for i in $(seq 200); do [ -e {other} ] && echo together && exit; "
+                "sleep 0.1; done; echo alone")
+
+
+def test_different_questions_are_asked_side_by_side(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.asked", tmp_path / "b.asked"
+    tasks = [_task(tmp_path, "a", SIDE_BY_SIDE.format(me=a, other=b)),
+             _task(tmp_path, "b", SIDE_BY_SIDE.format(me=b, other=a))]
+    with Ledger(tmp_path / "l.db") as ledger:
+        run(ledger, tasks, config(tmp_path, max_parallel=2))
+        done = of_type(events(ledger), TaskCompleted)
+    assert [d.environment_info["agent_version"] for d in done] == ["together"] * 2

@@ -12,10 +12,11 @@ import pytest
 
 from evalledger.agents import FinalResult, Text, Thinking, Tokens, ToolCall, ToolResult, read_line
 from evalledger.ledger import Ledger, TaskCompleted, TaskEmitted, TaskOutput, TaskUsage
+from evalledger.projections import SummaryFold, fold, unpriced_line
 from evalledger.statuses import FailureClass, FinalStatus
 
 from .replay import replay
-from .test_batch import config, events, make_task, of_type, run
+from .test_batch import RUN, config, events, make_task, of_type, run
 
 SESSION = "ses_5b7e2d1c8ffeQz3kR1vT9wXy"
 T = 1764496800000
@@ -122,9 +123,12 @@ def test_a_token_budget_stops_it_at_the_step_that_passed_it(tmp_path: Path) -> N
         evs = events(ledger)
     [done] = of_type(evs, TaskCompleted)
     assert done.final_status is FinalStatus.TOKEN_BUDGET_EXCEEDED
-    # Step one is 14,082 tokens, step two brings 13,418 more: read no further.
-    assert [u.input_tokens for u in of_type(evs, TaskUsage)] == [1520, 310]
+    # Step one is 14,082 tokens, step two brings 13,418 more: read no further. What it
+    # did after it was stopped is owed (unknown): the cost is a floor.
+    assert [(u.input_tokens, u.estimate) for u in of_type(evs, TaskUsage)] == [
+        (1520, False), (310, False), (0, True)]
     assert len(of_type(evs, TaskEmitted)) == 8
+    assert not done.cost_complete
 
 
 def test_an_interrupted_step_leaves_the_cost_a_floor(tmp_path: Path) -> None:
@@ -141,6 +145,10 @@ def test_an_interrupted_step_leaves_the_cost_a_floor(tmp_path: Path) -> None:
         (0.019422, False), (None, True)]
     assert done.cost_usd is None and not done.cost_complete
     assert done.tokens.input_tokens == 1520
+    # Said as spend never reported, not as a model without a price (it has one).
+    summary = fold(SummaryFold(RUN), evs).summary()
+    assert (summary.unpriced, summary.unreported) == ([], True)
+    assert unpriced_line(summary) == "spend never reported in full (an attempt stopped mid-turn)"
 
 
 def test_garbage_and_a_cut_line_are_recorded_as_text_and_the_rest_is_read(

@@ -50,6 +50,7 @@ LAYOUTS = {
     ("SummaryFold", 4): "eebb11ee0e03112d",  # its isolation by attempt, not the latest's
     ("SummaryFold", 5): "f51a1d11b3dbd807",  # grade sets (each key's verdict per set), flags
     ("SummaryFold", 6): "6cc3fc943741c75f",  # failure classes; summaries gain pass^k, flaky
+    ("SummaryFold", 7): "6cc3fc943741c75f",  # a turn never reported is spend unknown, not unpriced
     ("ResumeFold", 2): "488576a01a3d6a5a",
 }
 
