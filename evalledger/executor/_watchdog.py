@@ -188,10 +188,20 @@ def watch(token: str, root: str, shared: str = "", last: str = "") -> None:
         return
     # The attempts, and a local Ray started for the batch (its processes carry the mark).
     marks = (batch_mark(token), ray_mark(token))
+    kill_marked(*marks, prefix=True)
+    # Cleaned at once, then again after the sweep for one spawned at that very moment:
+    # a watchdog that is itself ended meanwhile (a Ray node reaping orphans) has done
+    # the work by then, not left it to a sweep that never came.
+    _clean_up(token, root, shared, last)
     quiet_until = time.monotonic() + SWEEP_SECONDS
     while time.monotonic() < quiet_until:
         kill_marked(*marks, prefix=True)
         time.sleep(0.1)
+    _clean_up(token, root, shared, last)
+
+
+def _clean_up(token: str, root: str, shared: str, last: str) -> None:
+    """Remove the batch's containers, its folder and (the last sibling gone) the shared one."""
     # Containers outlive the `docker run` clients just killed: removed by the batch's label.
     if root and os.path.exists(os.path.join(root, DOCKER_MARK)):
         remove_containers(token)
