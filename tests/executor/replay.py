@@ -8,6 +8,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from evalledger.executor import BatchConfig
+from evalledger.ledger import AnyEvent, Ledger
+from evalledger.suite import ResolvedTask
+
+from .test_batch import events, run
+
 
 def replay(tmp_path: Path, lines: Sequence[Any], exit_code: int = 0, *,
            hang: bool = False, name: str = "transcript") -> list[str]:
@@ -19,3 +25,10 @@ def replay(tmp_path: Path, lines: Sequence[Any], exit_code: int = 0, *,
     transcript.write_text(body + "\n", encoding="utf-8")
     then = "exec sleep 3600" if hang else f"exit {exit_code}"
     return ["/bin/sh", "-c", f"cat {shlex.quote(str(transcript))}; {then}"]
+
+
+def ran(tmp_path: Path, tasks: Sequence[ResolvedTask], cfg: BatchConfig) -> list[AnyEvent]:
+    """Run ``tasks`` as one batch into a new ledger in ``tmp_path``; the run's events."""
+    with Ledger(tmp_path / "l.db") as ledger:
+        run(ledger, tasks, cfg)
+        return events(ledger)

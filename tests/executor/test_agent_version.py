@@ -9,7 +9,8 @@ from pathlib import Path
 from evalledger.ledger import Ledger, TaskCompleted
 from evalledger.projections import SummaryFold, fold
 
-from .test_batch import RUN, config, events, make_task, of_type, run
+from .replay import ran
+from .test_batch import RUN, config, make_task, of_type, run
 
 
 def _task(tmp_path: Path, name: str, ask: str, **fields: object):  # type: ignore[no-untyped-def]
@@ -22,18 +23,14 @@ def test_it_is_asked_once_per_batch_and_recorded_by_every_attempt(tmp_path: Path
     # Each run of the command adds a line to asked.txt (in the task's folder).
     ask = "echo asked >> asked.txt; printf '\\n  codex-cli 0.46.0  \\nmore\\n'"
     tasks = [_task(tmp_path, f"t{i}", ask) for i in range(4)]
-    with Ledger(tmp_path / "l.db") as ledger:
-        run(ledger, tasks, config(tmp_path, max_parallel=4))
-        done = of_type(events(ledger), TaskCompleted)
+    done = of_type(ran(tmp_path, tasks, config(tmp_path, max_parallel=4)), TaskCompleted)
     assert [d.environment_info["agent_version"] for d in done] == ["codex-cli 0.46.0"] * 4
     assert (tmp_path / "asked.txt").read_text() == "asked\n"
 
 
 def test_a_failing_command_is_recorded_as_what_it_said(tmp_path: Path) -> None:
     task = _task(tmp_path, "t", "echo 'gemini: command not found' >&2; exit 127")
-    with Ledger(tmp_path / "l.db") as ledger:
-        run(ledger, [task], config(tmp_path))
-        [done] = of_type(events(ledger), TaskCompleted)
+    [done] = of_type(ran(tmp_path, [task], config(tmp_path)), TaskCompleted)
     assert done.environment_info["agent_version"] == (
         "unknown: exit 127: gemini: command not found")
     assert done.final_status.value == "SUCCESS"  # the version is a fact, not a verdict
@@ -57,9 +54,7 @@ def test_it_is_no_part_of_what_the_task_is(tmp_path: Path) -> None:
 def test_it_is_asked_before_the_attempts_clock_starts(tmp_path: Path) -> None:
     """A slow answer is no part of the attempt: it cannot make the agent time out."""
     task = _task(tmp_path, "t", "sleep 1.5; echo 1.0", timeout=1)
-    with Ledger(tmp_path / "l.db") as ledger:
-        run(ledger, [task], config(tmp_path))
-        [done] = of_type(events(ledger), TaskCompleted)
+    [done] = of_type(ran(tmp_path, [task], config(tmp_path)), TaskCompleted)
     assert (done.final_status.value, done.environment_info["agent_version"]) == (
         "SUCCESS", "1.0")
 
@@ -74,7 +69,5 @@ def test_different_questions_are_asked_side_by_side(tmp_path: Path) -> None:
     a, b = tmp_path / "a.asked", tmp_path / "b.asked"
     tasks = [_task(tmp_path, "a", SIDE_BY_SIDE.format(me=a, other=b)),
              _task(tmp_path, "b", SIDE_BY_SIDE.format(me=b, other=a))]
-    with Ledger(tmp_path / "l.db") as ledger:
-        run(ledger, tasks, config(tmp_path, max_parallel=2))
-        done = of_type(events(ledger), TaskCompleted)
+    done = of_type(ran(tmp_path, tasks, config(tmp_path, max_parallel=2)), TaskCompleted)
     assert [d.environment_info["agent_version"] for d in done] == ["together"] * 2

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from evalledger.ledger import Ledger, TaskCompleted, TaskUsage
+from evalledger.ledger import TaskCompleted, TaskUsage
 from tests.agents.test_detect import TRANSCRIPTS
 
-from .replay import replay
-from .test_batch import config, events, make_task, of_type, run
+from .replay import ran, replay
+from .test_batch import config, make_task, of_type
 
 MODELS = {"claude-code": None, "codex": "gpt-5", "gemini": None,
           "opencode": "anthropic/claude-sonnet-4-5"}
@@ -24,9 +24,7 @@ def test_auto_books_what_the_format_it_found_books(tmp_path: Path, stream_format
     told = make_task("told", command, stream_format=stream_format,
                      model=MODELS[stream_format])
     found = make_task("found", command, stream_format="auto", model=MODELS[stream_format])
-    with Ledger(tmp_path / "l.db") as ledger:
-        run(ledger, [told, found], config(tmp_path))
-        evs = events(ledger)
+    evs = ran(tmp_path, [told, found], config(tmp_path))
 
     def booked(key: str) -> list[tuple[object, ...]]:
         return [(u.model, u.input_tokens, u.output_tokens, u.cache_read_tokens,
@@ -43,9 +41,7 @@ def test_auto_books_what_the_format_it_found_books(tmp_path: Path, stream_format
 def test_a_native_stream_is_found_native(tmp_path: Path) -> None:
     lines = [{"type": "usage", "model": "gpt-5", "input_tokens": 100, "output_tokens": 10}]
     task = make_task("n", replay(tmp_path, lines), stream_format="auto")
-    with Ledger(tmp_path / "l.db") as ledger:
-        run(ledger, [task], config(tmp_path))
-        evs = events(ledger)
+    evs = ran(tmp_path, [task], config(tmp_path))
     [usage] = of_type(evs, TaskUsage)
     assert (usage.model, usage.input_tokens) == ("gpt-5", 100)
     [done] = of_type(evs, TaskCompleted)

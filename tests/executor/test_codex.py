@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from evalledger.agents import FinalResult, Text, Thinking, ToolCall, ToolResult, read_line
-from evalledger.ledger import Ledger, TaskCompleted, TaskEmitted, TaskOutput, TaskUsage
+from evalledger.ledger import TaskCompleted, TaskEmitted, TaskOutput, TaskUsage
 from evalledger.pricing import DEFAULT_RATES
 from evalledger.statuses import FailureClass, FinalStatus
 
-from .replay import replay
-from .test_batch import config, events, make_task, of_type, run
+from .replay import ran, replay
+from .test_batch import config, make_task, of_type
 
 # Two turns of `codex exec --json` (0.5x: usage per turn, cached input a part of input,
 # reasoning a part of output), a command that fails then one that passes, a file change.
@@ -70,9 +70,7 @@ def _price(fresh: int, output: int, cached: int) -> float:
 def test_usage_per_turn_is_priced_for_the_tasks_model(tmp_path: Path) -> None:
     task = make_task("codex", _agent(tmp_path, TRANSCRIPT), stream_format="codex",
                      model="gpt-5")
-    with Ledger(tmp_path / "l.db") as ledger:
-        run(ledger, [task], config(tmp_path))
-        evs = events(ledger)
+    evs = ran(tmp_path, [task], config(tmp_path))
     usages = of_type(evs, TaskUsage)
     assert [(u.input_tokens, u.output_tokens, u.cache_read_tokens, u.model)
             for u in usages] == [(*t, "gpt-5") for t in TURNS]
@@ -96,18 +94,14 @@ def _counts(turn: tuple[int, int, int]) -> Any:
 def test_an_unpriced_model_leaves_the_cost_unknown_never_zero(tmp_path: Path) -> None:
     task = make_task("codex", _agent(tmp_path, TRANSCRIPT), stream_format="codex",
                      model="gpt-99-unknown")
-    with Ledger(tmp_path / "l.db") as ledger:
-        run(ledger, [task], config(tmp_path))
-        [done] = of_type(events(ledger), TaskCompleted)
+    [done] = of_type(ran(tmp_path, [task], config(tmp_path)), TaskCompleted)
     assert done.cost_usd is None and not done.cost_complete
 
 
 def test_a_token_budget_stops_it_at_the_turn_that_passed_it(tmp_path: Path) -> None:
     task = make_task("codex", _agent(tmp_path, TRANSCRIPT), stream_format="codex",
                      model="gpt-5", budget={"max_tokens": 20000})
-    with Ledger(tmp_path / "l.db") as ledger:
-        run(ledger, [task], config(tmp_path))
-        evs = events(ledger)
+    evs = ran(tmp_path, [task], config(tmp_path))
     [done] = of_type(evs, TaskCompleted)
     assert done.final_status is FinalStatus.TOKEN_BUDGET_EXCEEDED
     # The first turn's usage, and nothing read after the line that passed the budget;
@@ -124,9 +118,7 @@ def test_garbage_and_a_cut_line_are_recorded_as_text_and_the_rest_is_read(
     lines: list[Any] = [TRANSCRIPT[0], "not json at all", '{"type": "turn.completed", "us',
                         *TRANSCRIPT[1:]]
     task = make_task("codex", _agent(tmp_path, lines), stream_format="codex", model="gpt-5")
-    with Ledger(tmp_path / "l.db") as ledger:
-        run(ledger, [task], config(tmp_path))
-        evs = events(ledger)
+    evs = ran(tmp_path, [task], config(tmp_path))
     assert [o.line for o in of_type(evs, TaskOutput)] == [
         "not json at all", '{"type": "turn.completed", "us']
     assert [u.input_tokens for u in of_type(evs, TaskUsage)] == [315, 606]
@@ -140,9 +132,7 @@ def test_a_turn_failed_on_its_model_api_is_an_infrastructure_failure(tmp_path: P
                                                          "status: 503 Service Unavailable"}}]
     task = make_task("codex", _agent(tmp_path, lines, exit_code=1), stream_format="codex",
                      model="gpt-5")
-    with Ledger(tmp_path / "l.db") as ledger:
-        run(ledger, [task], config(tmp_path))
-        [done] = of_type(events(ledger), TaskCompleted)
+    [done] = of_type(ran(tmp_path, [task], config(tmp_path)), TaskCompleted)
     assert (done.final_status, done.failure_class) == (FinalStatus.FAILURE,
                                                        FailureClass.INFRA)
     assert "(the agent's model API failed: turn.failed: exceeded retry limit" in (

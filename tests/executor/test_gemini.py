@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from evalledger.agents import FinalResult, Text, Tokens, ToolCall, ToolResult, read_line
-from evalledger.ledger import Ledger, TaskCompleted, TaskEmitted, TaskOutput, TaskUsage
+from evalledger.ledger import TaskCompleted, TaskEmitted, TaskOutput, TaskUsage
 from evalledger.pricing import DEFAULT_RATES
 from evalledger.statuses import FailureClass, FinalStatus
 
-from .replay import replay
-from .test_batch import config, events, make_task, of_type, run
+from .replay import ran, replay
+from .test_batch import config, make_task, of_type
 
 TS = "2026-11-30T10:00:00.000Z"
 INIT = {"type": "init", "timestamp": TS, "session_id": "5d2f6a8e-61b4-4c8e-9d0c-2b7e1f3a9c41",
@@ -77,9 +77,7 @@ def _counts(fresh: int, output: int, cached: int) -> Any:
 
 def test_usage_per_model_is_priced_and_the_version_recorded(tmp_path: Path) -> None:
     task = make_task("gemini", replay(tmp_path, TRANSCRIPT), stream_format="gemini")
-    with Ledger(tmp_path / "l.db") as ledger:
-        run(ledger, [task], config(tmp_path))
-        evs = events(ledger)
+    evs = ran(tmp_path, [task], config(tmp_path))
     usages = of_type(evs, TaskUsage)
     assert {u.model: (u.input_tokens, u.output_tokens, u.cache_read_tokens)
             for u in usages} == PER_MODEL
@@ -100,9 +98,7 @@ def test_an_older_cli_without_models_books_its_totals_to_the_sessions_model(
     init = {k: v for k, v in INIT.items() if k != "cli_version"}
     task = make_task("gemini", replay(tmp_path, [init, *BODY, {**RESULT, "stats": stats}]),
                      stream_format="gemini", model="not-this-one")
-    with Ledger(tmp_path / "l.db") as ledger:
-        run(ledger, [task], config(tmp_path))
-        evs = events(ledger)
+    evs = ran(tmp_path, [task], config(tmp_path))
     [usage] = of_type(evs, TaskUsage)
     # 12304 - 8192 fresh, 8192 cached, 13021 - 12304 = 717 out.
     assert (usage.model, usage.input_tokens, usage.cache_read_tokens, usage.output_tokens) == (
@@ -116,9 +112,7 @@ def test_a_cost_budget_stops_a_second_session_at_its_result(tmp_path: Path) -> N
     is stopped at the first result that passes the budget, and nothing after it is read."""
     task = make_task("gemini", replay(tmp_path, TRANSCRIPT * 3, hang=True),
                      stream_format="gemini", budget={"max_cost_usd": 0.02}, timeout=3600)
-    with Ledger(tmp_path / "l.db") as ledger:
-        run(ledger, [task], config(tmp_path))
-        evs = events(ledger)
+    evs = ran(tmp_path, [task], config(tmp_path))
     [done] = of_type(evs, TaskCompleted)
     assert done.final_status is FinalStatus.COST_BUDGET_EXCEEDED
     assert len(of_type(evs, TaskEmitted)) == 2 * len(TRANSCRIPT)
@@ -135,9 +129,7 @@ def test_an_interrupted_session_leaves_its_cost_unknown_never_zero(tmp_path: Pat
     complete."""
     task = make_task("gemini", replay(tmp_path, [INIT, *BODY], hang=True),
                      stream_format="gemini", timeout=2)
-    with Ledger(tmp_path / "l.db") as ledger:
-        run(ledger, [task], config(tmp_path))
-        evs = events(ledger)
+    evs = ran(tmp_path, [task], config(tmp_path))
     [done] = of_type(evs, TaskCompleted)
     assert done.final_status is FinalStatus.TIMEOUT
     [usage] = of_type(evs, TaskUsage)
@@ -151,9 +143,7 @@ def test_garbage_and_a_cut_line_are_recorded_as_text_and_the_rest_is_read(
     lines: list[Any] = [INIT, "\x1b[31mnot json\x1b[0m", '{"type": "result", "stats": {"tot',
                         *BODY, RESULT]
     task = make_task("gemini", replay(tmp_path, lines), stream_format="gemini")
-    with Ledger(tmp_path / "l.db") as ledger:
-        run(ledger, [task], config(tmp_path))
-        evs = events(ledger)
+    evs = ran(tmp_path, [task], config(tmp_path))
     assert [o.line for o in of_type(evs, TaskOutput)] == [
         "\x1b[31mnot json\x1b[0m", '{"type": "result", "stats": {"tot']
     assert sorted(u.model for u in of_type(evs, TaskUsage)) == sorted(PER_MODEL)
@@ -167,9 +157,7 @@ def test_a_quota_error_from_the_model_api_is_an_infrastructure_failure(tmp_path:
                   "input": 0, "duration_ms": 2100, "tool_calls": 0, "models": {}}}
     task = make_task("gemini", replay(tmp_path, [INIT, BODY[0], failed], exit_code=1),
                      stream_format="gemini")
-    with Ledger(tmp_path / "l.db") as ledger:
-        run(ledger, [task], config(tmp_path))
-        [done] = of_type(events(ledger), TaskCompleted)
+    [done] = of_type(ran(tmp_path, [task], config(tmp_path)), TaskCompleted)
     assert (done.final_status, done.failure_class) == (FinalStatus.FAILURE, FailureClass.INFRA)
     assert "429 RESOURCE_EXHAUSTED" in (done.error_message or "")
 

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from evalledger.agents import FinalResult, Text, Thinking, Tokens, ToolCall, ToolResult, read_line
-from evalledger.ledger import Ledger, TaskCompleted, TaskEmitted, TaskOutput, TaskUsage
+from evalledger.ledger import TaskCompleted, TaskEmitted, TaskOutput, TaskUsage
 from evalledger.projections import SummaryFold, fold, unpriced_line
 from evalledger.statuses import FailureClass, FinalStatus
 
-from .replay import replay
-from .test_batch import RUN, config, events, make_task, of_type, run
+from .replay import ran, replay
+from .test_batch import RUN, config, make_task, of_type
 
 SESSION = "ses_5b7e2d1c8ffeQz3kR1vT9wXy"
 T = 1764496800000
@@ -82,9 +82,7 @@ def test_each_step_is_booked_at_the_cost_opencode_reports(tmp_path: Path) -> Non
     task = make_task("opencode", replay(tmp_path, TRANSCRIPT), stream_format="opencode",
                      model=MODEL, agent_version_command="echo 1.0.118")
     task = task.model_copy(update={"source": str(tmp_path / "opencode.yaml")})
-    with Ledger(tmp_path / "l.db") as ledger:
-        run(ledger, [task], config(tmp_path))
-        evs = events(ledger)
+    evs = ran(tmp_path, [task], config(tmp_path))
     usages = of_type(evs, TaskUsage)
     assert [(u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens,
              u.cost_usd) for u in usages] == STEPS
@@ -106,9 +104,8 @@ def test_a_step_opencode_priced_at_zero_is_priced_from_the_rate_card(tmp_path: P
                        model=MODEL)
     unknown = make_task("unknown", replay(tmp_path, free, name="b"), stream_format="opencode",
                         model="someone/model-without-a-price")
-    with Ledger(tmp_path / "l.db") as ledger:
-        run(ledger, [priced, unknown], config(tmp_path))
-        done = {e.task_key: e for e in of_type(events(ledger), TaskCompleted)}
+    evs = ran(tmp_path, [priced, unknown], config(tmp_path))
+    done = {e.task_key: e for e in of_type(evs, TaskCompleted)}
     assert done[priced.task_key].cost_usd == pytest.approx(sum(s[4] for s in STEPS), abs=1e-9)
     assert done[unknown.task_key].cost_usd is None
     assert not done[unknown.task_key].cost_complete
@@ -118,9 +115,7 @@ def test_a_token_budget_stops_it_at_the_step_that_passed_it(tmp_path: Path) -> N
     task = make_task("opencode", replay(tmp_path, TRANSCRIPT, hang=True),
                      stream_format="opencode", model=MODEL, budget={"max_tokens": 20000},
                      timeout=3600)
-    with Ledger(tmp_path / "l.db") as ledger:
-        run(ledger, [task], config(tmp_path))
-        evs = events(ledger)
+    evs = ran(tmp_path, [task], config(tmp_path))
     [done] = of_type(evs, TaskCompleted)
     assert done.final_status is FinalStatus.TOKEN_BUDGET_EXCEEDED
     # Step one is 14,082 tokens, step two brings 13,418 more: read no further. What it
@@ -136,9 +131,7 @@ def test_an_interrupted_step_leaves_the_cost_a_floor(tmp_path: Path) -> None:
     did not is booked as unknown, so the cost is a floor, not a total."""
     task = make_task("opencode", replay(tmp_path, TRANSCRIPT[:6], hang=True),
                      stream_format="opencode", model=MODEL, timeout=2)
-    with Ledger(tmp_path / "l.db") as ledger:
-        run(ledger, [task], config(tmp_path))
-        evs = events(ledger)
+    evs = ran(tmp_path, [task], config(tmp_path))
     [done] = of_type(evs, TaskCompleted)
     assert done.final_status is FinalStatus.TIMEOUT
     assert [(u.cost_usd, u.estimate) for u in of_type(evs, TaskUsage)] == [
@@ -157,9 +150,7 @@ def test_garbage_and_a_cut_line_are_recorded_as_text_and_the_rest_is_read(
                         *TRANSCRIPT[1:]]
     task = make_task("opencode", replay(tmp_path, lines), stream_format="opencode",
                      model=MODEL)
-    with Ledger(tmp_path / "l.db") as ledger:
-        run(ledger, [task], config(tmp_path))
-        evs = events(ledger)
+    evs = ran(tmp_path, [task], config(tmp_path))
     assert [o.line for o in of_type(evs, TaskOutput)] == [
         "Error: \x00 not json", '{"type":"step_finish","ti']
     assert len(of_type(evs, TaskUsage)) == 3
@@ -171,9 +162,7 @@ def test_an_api_error_is_an_infrastructure_failure(tmp_path: Path) -> None:
                                      "isRetryable": True}}}
     task = make_task("opencode", replay(tmp_path, [TRANSCRIPT[0], error], exit_code=1),
                      stream_format="opencode", model=MODEL)
-    with Ledger(tmp_path / "l.db") as ledger:
-        run(ledger, [task], config(tmp_path))
-        [done] = of_type(events(ledger), TaskCompleted)
+    [done] = of_type(ran(tmp_path, [task], config(tmp_path)), TaskCompleted)
     assert (done.final_status, done.failure_class) == (FinalStatus.FAILURE, FailureClass.INFRA)
     assert "APIError 529: Overloaded" in (done.error_message or "")
 
