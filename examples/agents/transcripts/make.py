@@ -120,7 +120,7 @@ def claude_code(task: str, plan: Plan) -> list[dict[str, Any]]:
                 content = [block]
             else:
                 calls += 1
-                name, args = _claude_tool(action)
+                name, args = _tool("claude-code", action)
                 content = [{"type": "tool_use", "id": f"toolu_{task[:3]}{calls:03d}",
                             "name": name, "input": args}]
             lines.append({"type": "assistant", "message": {
@@ -214,7 +214,7 @@ def gemini(task: str, plan: Plan) -> list[dict[str, Any]]:
                                   "content": chunk, "delta": True})
                 continue
             calls += 1
-            name, args = _gemini_tool(action)
+            name, args = _tool("gemini", action)
             tool_id = f"{name}-17644968{calls:05d}-a{calls}f"
             lines.append({"type": "tool_use", "timestamp": ts, "tool_name": name,
                           "tool_id": tool_id, "parameters": args})
@@ -273,7 +273,7 @@ def opencode(task: str, plan: Plan) -> list[dict[str, Any]]:
                      time=when)
                 continue
             calls += 1
-            name, args = _opencode_tool(action)
+            name, args = _tool("opencode", action)
             line("tool_use", at + 100 * n, id=f"prt_{mid}_{n}", messageID=mid, type="tool",
                  callID=f"toolu_01{task[:3]}{calls:02d}", tool=name, state={
                      "status": "completed", "input": args,
@@ -294,34 +294,27 @@ def opencode(task: str, plan: Plan) -> list[dict[str, Any]]:
     return lines
 
 
-def _claude_tool(action: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
+# Each CLI's tools for running a command, editing a file and writing one: its name and
+# the names of its fields (the path, then the old and new text, or the content).
+TOOLS = {
+    "claude-code": (("Bash", "command"), ("Edit", "file_path", "old_string", "new_string"),
+                    ("Write", "file_path", "content")),
+    "gemini": (("run_shell_command", "command"),
+               ("replace", "file_path", "old_string", "new_string"),
+               ("write_file", "file_path", "content")),
+    "opencode": (("bash", "command"), ("edit", "filePath", "oldString", "newString"),
+                 ("write", "filePath", "content")),
+}
+
+
+def _tool(agent: str, action: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
+    run, edit, write = TOOLS[agent]
     kind = action[0]
     if kind == "run":
-        return "Bash", {"command": action[1], "description": "Run it"}
+        return run[0], {run[1]: action[1], "description": "Run it"}
     if kind == "edit":
-        return "Edit", {"file_path": f"/work/{action[1]}", "old_string": action[2],
-                        "new_string": action[3]}
-    return "Write", {"file_path": f"/work/{action[1]}", "content": action[2]}
-
-
-def _gemini_tool(action: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
-    kind = action[0]
-    if kind == "run":
-        return "run_shell_command", {"command": action[1], "description": "Run it"}
-    if kind == "edit":
-        return "replace", {"file_path": f"/work/{action[1]}", "old_string": action[2],
-                           "new_string": action[3]}
-    return "write_file", {"file_path": f"/work/{action[1]}", "content": action[2]}
-
-
-def _opencode_tool(action: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
-    kind = action[0]
-    if kind == "run":
-        return "bash", {"command": action[1], "description": "Run it"}
-    if kind == "edit":
-        return "edit", {"filePath": f"/work/{action[1]}", "oldString": action[2],
-                        "newString": action[3]}
-    return "write", {"filePath": f"/work/{action[1]}", "content": action[2]}
+        return edit[0], {edit[1]: f"/work/{action[1]}", edit[2]: action[2], edit[3]: action[3]}
+    return write[0], {write[1]: f"/work/{action[1]}", write[2]: action[2]}
 
 
 def _output(action: tuple[Any, ...]) -> str:
