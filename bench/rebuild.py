@@ -92,24 +92,26 @@ class LegacyTask(BaseModel):
     definition: dict[str, object]
 
 
-def build(root: Path, tasks: int, lines: int, *, files: bool = True) -> tuple[Path, Path]:
+def record_run(ledger: Ledger, run_id: str, tasks: int, lines: int,
+               folder: Path | None = None) -> None:
+    """One finished run of ``tasks`` tasks of ``lines`` output lines each, then its
+    snapshot, appended as the executor appends them; with ``folder``, the replaced
+    design's task.json files too."""
     rng = random.Random(7)
-    ledger_path, folder = root / f"ledger-{lines}.db", root / f"runs-{lines}"
     keys = [f"default/t{i:05d}/00" for i in range(tasks)]
-    ledger = Ledger(ledger_path)
-    ledger.append([RunStarted(run_id=RUN, planned=keys, max_parallel=8)])
+    ledger.append([RunStarted(run_id=run_id, planned=keys, max_parallel=8)])
     for i, key in enumerate(keys):
         status = rng.choice(STATUSES)
         finished = i % 50 != 49  # 2% unfinished: the resume partition has work to do
         ts = utc_now()
-        batch: list = [TaskStarted(run_id=RUN, task_key=key, task_id=f"t{i:05d}",
+        batch: list = [TaskStarted(run_id=run_id, task_key=key, task_id=f"t{i:05d}",
                                    definition=DEFINITION, definition_hash="h" * 64)]
-        batch.append(TaskUsage(run_id=RUN, task_key=key, model="claude-sonnet-4-5",
+        batch.append(TaskUsage(run_id=run_id, task_key=key, model="claude-sonnet-4-5",
                                input_tokens=1000 + i, output_tokens=200, cost_usd=0.006))
-        batch += [TaskOutput.encoded(RUN, key, ts, "stdout", f"line {n} of task {i}", n, False)
+        batch += [TaskOutput.encoded(run_id, key, ts, "stdout", f"line {n} of task {i}", n, False)
                   for n in range(1, lines + 1)]
         completed = TaskCompleted(
-            run_id=RUN, task_key=key, final_status=status, category=status.category,
+            run_id=run_id, task_key=key, final_status=status, category=status.category,
             exit_code=0, duration_seconds=12.5, weighted_score=1.0 if status == "SUCCESS" else 0.5,
             environment_info={"python": "3.11.7", "evalledger": "0.1.0", "exit_code": 0},
             tokens=TokenCounts(input_tokens=1000 + i, output_tokens=200), cost_usd=0.006,
@@ -117,7 +119,7 @@ def build(root: Path, tasks: int, lines: int, *, files: bool = True) -> tuple[Pa
         if finished:
             batch.append(completed)
         ledger.append(batch)
-        if finished and files:
+        if finished and folder is not None:
             legacy = LegacyTask(
                 task_key=key, task_id=f"t{i:05d}", variant_id="default", replicate_index=0,
                 definition=DEFINITION, **completed.model_dump(
@@ -127,8 +129,14 @@ def build(root: Path, tasks: int, lines: int, *, files: bool = True) -> tuple[Pa
             target = folder / "default" / f"t{i:05d}" / "00" / "task.json"
             target.parent.mkdir(parents=True)
             target.write_text(legacy.model_dump_json(indent=2))
-    ledger.append([RunFinished(run_id=RUN, status="completed")])
-    write_snapshot(ledger, RUN)
+    ledger.append([RunFinished(run_id=run_id, status="completed")])
+    write_snapshot(ledger, run_id)
+
+
+def build(root: Path, tasks: int, lines: int, *, files: bool = True) -> tuple[Path, Path]:
+    ledger_path, folder = root / f"ledger-{lines}.db", root / f"runs-{lines}"
+    ledger = Ledger(ledger_path)
+    record_run(ledger, RUN, tasks, lines, folder if files else None)
     ledger.close()
     if not files:
         return ledger_path, folder

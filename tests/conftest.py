@@ -33,6 +33,8 @@ def _private_temp(tmp_path_factory: pytest.TempPathFactory,
                   monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     folder = tmp_path_factory.mktemp("tmp", numbered=True)
     monkeypatch.setenv("TMPDIR", str(folder))
+    # Verified-through anchors (app/_verified.py): each test's own, never the user's.
+    monkeypatch.setenv("EVALLEDGER_STATE_DIR", str(folder / "state"))
     monkeypatch.setattr(tempfile, "tempdir", str(folder))
     yield folder
 

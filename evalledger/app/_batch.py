@@ -27,7 +27,7 @@ import trio
 
 from evalledger.executor import BatchConfig, BatchResult, Resume, run_batch
 from evalledger.executor import Callbacks as Hooks
-from evalledger.ledger import AnyEvent, EventRow, EventType, Ledger, TaskCompleted
+from evalledger.ledger import AnyEvent, EventRow, EventType, Ledger, TaskCompleted, VerifyReport
 from evalledger.projections import (
     ResumePlan,
     RunSummary,
@@ -42,6 +42,7 @@ from ._callbacks import Callbacks
 from ._reports import write_reports, write_text
 from ._repository import snapshot_finished
 from ._settings import RunSettings
+from ._verified import check_after
 
 
 class Ending(StrEnum):
@@ -60,6 +61,9 @@ class Ending(StrEnum):
     INFRA_STOPPED = "infra_stopped"
     """Too many infrastructure failures in a row (``--max-infra-failures``): the batch
     stopped dispatching; resume once what broke is mended."""
+    LEDGER_BROKEN = "ledger_broken"
+    """The run's closing check found the ledger not intact (``RunOutcome.ledger_check``):
+    its results cannot be trusted until ``evalledger verify`` says what is wrong."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,9 @@ class RunOutcome:
     """Whether a batch ran: False for a resume that found nothing to run."""
     plan: ResumePlan | None = None
     """For a resume, its plan: what it kept, ran, added, and the drift it found."""
+    ledger_check: VerifyReport | None = None
+    """The closing check of the ledger (``verify`` of the rows from the last verified
+    anchor, else from the run's own first row, on): None when no batch ran."""
 
     @property
     def interrupted(self) -> bool:
@@ -150,6 +157,7 @@ def execute(
     a run id said always names a run that is in the ledger.
     """
     live = live or SummaryFold(config.run_id)
+    before = ledger.last_seq()
     total = len(set(live.planned) | {t.task_key for t in tasks})
     expected = {t.task_key: t.expect for t in tasks if t.expect is not None}
     hooks = _hooks(config.run_id, live, total, expected, callbacks, announce=announce)
@@ -162,6 +170,9 @@ def execute(
         snapshot_finished(ledger, config.run_id)
     # Nothing claims an anchor in a ledger deleted after the batch's last commit.
     ledger.check_file()
+    # What this run wrote (and anything written beside it) is checked before anyone reads
+    # its results: an edit behind the run's back shows now, not at the next audit.
+    check = check_after(ledger, before)
     summary = live.summary().anchored(ledger.anchor(config.run_id))
     # What the ledger recorded, not what the files say now: a resume's kept keys were
     # judged by the expectation of their own attempt.
@@ -173,9 +184,9 @@ def execute(
         reports["junit"] = junit
     return RunOutcome(
         run_id=config.run_id, summary=summary, verdict=verdict, ledger=ledger.path,
-        ending=ending(summary, verdict, allow_skipped=settings.allow_skipped,
-                      interrupted=result is None),
-        reports=reports,
+        ending=(ending(summary, verdict, allow_skipped=settings.allow_skipped,
+                       interrupted=result is None) if check.ok else Ending.LEDGER_BROKEN),
+        reports=reports, ledger_check=check,
     )
 
 

@@ -13,13 +13,20 @@ import click
 
 from evalledger._text import money
 from evalledger.app import DEFAULT_LEDGER, Callbacks, Ending, RunOutcome, Verdict
-from evalledger.ledger import AnyEvent, EventRow, TaskCompleted
+from evalledger.ledger import AnyEvent, EventRow, TaskCompleted, VerifyReport
 from evalledger.options import ExecutorKind
 from evalledger.projections import RunSummary, SummaryFold, isolation_line, unpriced_line
 from evalledger.statuses import Category
 from evalledger.suite import ResolvedTask
 
-from ._errors import EXIT_INFRA_STOPPED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TASKS_FAILED, UserError
+from ._errors import (
+    EXIT_INFRA_STOPPED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TASKS_FAILED,
+    EXIT_USAGE,
+    UserError,
+)
 from ._progress import Display, quiet, say
 
 EXIT_CODES = {
@@ -28,6 +35,7 @@ EXIT_CODES = {
     Ending.FILES_SKIPPED: EXIT_TASKS_FAILED,
     Ending.INTERRUPTED: EXIT_INTERRUPTED,
     Ending.INFRA_STOPPED: EXIT_INFRA_STOPPED,
+    Ending.LEDGER_BROKEN: EXIT_USAGE,
 }
 
 
@@ -109,10 +117,19 @@ def finish(outcome: RunOutcome) -> NoReturn:
     try:
         click.echo(summary_line(outcome.summary, outcome.verdict))
         click.echo(f"isolation: {isolation_line(outcome.summary)}", err=True)
+        if outcome.ledger_check is not None and outcome.ledger_check.ok:
+            click.echo(f"ledger: intact, {checked_line(outcome.ledger_check)}", err=True)
         click.echo(f"reports: {' '.join(reports)}")
     except BrokenPipeError:  # `run ... | head`: the run is recorded; the reader left
         quiet(sys.stdout)
-    if outcome.interrupted:
+    check = outcome.ledger_check
+    if check is not None and not check.ok:
+        for line in check.lines():
+            click.echo(f"ledger check: {line}", err=True)
+        click.echo(f"the ledger is not intact after run {outcome.run_id}: its results "
+                   f"cannot be trusted; see `evalledger --ledger {outcome.ledger} verify`",
+                   err=True)
+    elif outcome.interrupted:
         click.echo(f"run {outcome.run_id} interrupted; resume with: "
                    f"{resume_command(outcome.ledger, outcome.run_id)}", err=True)
     elif outcome.ending is Ending.INFRA_STOPPED:
@@ -131,6 +148,12 @@ def resume_command(ledger: Path, run_id: str) -> str:
     if ledger != Path(DEFAULT_LEDGER):
         words += ["--ledger", str(ledger)]
     return shlex.join([*words, "resume", run_id])
+
+
+def checked_line(report: VerifyReport) -> str:
+    """What a check read: ``412 events after seq 1033 checked`` or ``46 events checked``."""
+    since = f" after seq {report.since.seq}" if report.since is not None else ""
+    return f"{report.events} events{since} checked through seq {report.last_seq}"
 
 
 def summary_line(s: RunSummary, verdict: Verdict) -> str:

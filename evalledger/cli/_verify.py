@@ -9,7 +9,6 @@ from pathlib import Path
 import click
 
 from evalledger.ledger import Anchor, utc_now
-from evalledger.ledger import verify as verify_ledger
 
 from ._errors import EXIT_OK, EXIT_TASKS_FAILED, UserError
 from ._main import Settings, pass_settings
@@ -19,11 +18,15 @@ from ._main import Settings, pass_settings
 @click.option("--anchor", "anchors", multiple=True, type=click.Path(dir_okay=False),
               help="A checkpoint file or a run.json: fail unless the ledger still holds that "
                    "exact history up to its seq. Repeatable.")
+@click.option("--since", metavar="FILE|last",
+              help="Check only what came after an anchor: a checkpoint file, a run.json, or "
+                   "`last` (where the last check that found this ledger intact got to). The "
+                   "ledger must still hold it; the rows after it are read, not the rest.")
 @click.option("--deep", is_flag=True,
               help="Replay runs through the full event models (every field validated) to "
                    "check the snapshots, instead of the partial decoding rebuilds use.")
 @pass_settings
-def verify(settings: Settings, anchors: tuple[str, ...], deep: bool) -> None:
+def verify(settings: Settings, anchors: tuple[str, ...], since: str | None, deep: bool) -> None:
     """Check that the ledger is intact: storage, hash chain, seq gaps, payloads, schema,
     snapshots.
 
@@ -37,18 +40,28 @@ def verify(settings: Settings, anchors: tuple[str, ...], deep: bool) -> None:
     per problem. Exits 0 when intact, 1 when something was found, 2 when the ledger
     cannot be read at all.
 
+    An intact ledger's last row is recorded as verified through (in
+    ~/.local/state/evalledger); `--since last` then reads only what came after it,
+    as each run's closing check does.
+
     Example:
 
         evalledger verify --anchor checkpoints/2026-11-30.json --anchor runs/R/run.json
+        evalledger verify --since last
     """
-    from evalledger.app._snapshot_check import SnapshotCheck
+    from evalledger.app._verified import check_ledger, verified_through
 
     pinned = [Anchor.load(path) for path in anchors]
-    # The snapshot check is the read side's (the ledger layer cannot import folds); it
-    # runs inside verify's read transaction, so it reads the state the chain was read in.
-    snapshots = SnapshotCheck(deep=deep)
     with settings.open_ledger(read_only=True) as ledger:
-        report = verify_ledger(ledger, pinned, checks=[snapshots])
+        start = None
+        if since == "last":
+            start = verified_through(ledger)
+            if start is None:
+                raise UserError(f"{ledger.path} has no record of an earlier check that found it "
+                                "intact: run `evalledger verify` once")
+        elif since is not None:
+            start = Anchor.load(since)
+        report, snapshots = check_ledger(ledger, since=start, anchors=pinned, deep=deep)
     lines = report.lines()
     if deep:
         ignored = (f", {snapshots.ignored} of another fold version ignored"

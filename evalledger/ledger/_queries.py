@@ -83,13 +83,13 @@ def latest_snapshot(ledger: Ledger, run_id: str, kind: str, version: int,
 
 
 class SnapshotHead(NamedTuple):
-    """The fields that place a stored snapshot, read without parsing its value."""
+    """The fields that place a stored snapshot, read without its value (``payload_at``
+    reads that, one snapshot at a time: a large run's are megabytes each)."""
 
     through_seq: int
     seq: int
     kind: str
     fold_version: int
-    payload: str
 
 
 # The first fields of a snapshot's canonical payload: what orders the snapshots of a run
@@ -104,35 +104,48 @@ def snapshot_heads(ledger: Ledger, run_id: str) -> list[SnapshotHead]:
     Why by bytes: as ``latest_snapshot``, the canonical payload's first fields are read
     by a pattern, so checking a run's snapshots parses each value once, not twice.
     """
-    heads = (_head(row.payload, row.seq or 0)
-             for row in ledger.rows(run_id, types=[EventType.RUN_SNAPSHOT])
-             if row.task_key is None)
+    _, rows = ledger.query(
+        f"SELECT seq, CASE WHEN typeof(payload) = 'text' THEN substr(payload, 1, {_HEAD_CHARS}) "
+        "ELSE payload END FROM events WHERE run_id = ? AND type = ? AND task_key IS NULL",
+        [run_id, EventType.RUN_SNAPSHOT])
+    heads = (_head(ledger, start, seq) for seq, start in rows)
     return sorted(head for head in heads if head is not None)
 
 
-def _head(payload: Any, seq: int) -> SnapshotHead | None:
-    if not isinstance(payload, str):
+def payload_at(ledger: Ledger, seq: int) -> Any:
+    """The stored payload of the row at ``seq`` (None: no such row)."""
+    _, rows = ledger.query("SELECT payload FROM events WHERE seq = ?", [seq])
+    return rows[0][0] if rows else None
+
+
+# Enough of a payload for _HEAD: the fields before the value (a kind is a short name).
+_HEAD_CHARS = 512
+
+
+def _head(ledger: Ledger, start: Any, seq: int) -> SnapshotHead | None:
+    if not isinstance(start, str):
         return None
-    match = _HEAD.match(payload)
+    match = _HEAD.match(start)
     try:
         if match is not None:
             version, kind, through = int(match[1]), json.loads(match[2]), int(match[3])
         else:  # not canonical (verify names it): read it whole
-            data = json.loads(payload)
+            data = json.loads(payload_at(ledger, seq))
             version, kind, through = data["fold_version"], data["kind"], data["through_seq"]
     except (ValueError, KeyError, TypeError):
         return None
     if not (type(version) is int and type(through) is int and isinstance(kind, str)):
         return None
-    return SnapshotHead(through, seq, kind, version, payload)
+    return SnapshotHead(through, seq, kind, version)
 
 
-def snapshotted_runs(ledger: Ledger) -> list[object]:
-    """Every run id that has a run-level snapshot, as stored (a forged row may hold a
-    BLOB where a run id belongs: the caller skips what is not a ``str``)."""
+def snapshotted_runs(ledger: Ledger, *, after_seq: int = 0) -> list[object]:
+    """Every run id that has a run-level snapshot (stored after ``after_seq``), as stored
+    (a forged row may hold a BLOB where a run id belongs: the caller skips what is not a
+    ``str``)."""
     _, rows = ledger.query(
-        "SELECT DISTINCT run_id FROM events WHERE type = ? AND task_key IS NULL",
-        [EventType.RUN_SNAPSHOT])
+        "SELECT DISTINCT run_id FROM events WHERE type = ? AND task_key IS NULL AND seq > ?",
+        [EventType.RUN_SNAPSHOT, after_seq])
     return [run_id for (run_id,) in rows]
 
 

@@ -26,11 +26,9 @@ from __future__ import annotations
 
 import uuid
 
-from sqlite_utils import Database
-from sqlite_utils.migrations import Migrations
-
 from ._events import utc_now
 from ._rows import LIFECYCLE_WHERE, LIFECYCLE_WHERE_3
+from ._sqlite_utils import Database, Migrations
 
 APPEND_ONLY_MESSAGE = "events are append-only"
 TRIGGERS = ("events_no_update", "events_no_delete")

@@ -48,11 +48,11 @@ from ._version import SCHEMA_VERSION
 
 if TYPE_CHECKING:  # pydantic and sqlite-utils are imported where used: start-up time
     from pydantic import ValidationError
-    from sqlite_utils import Database
 
     from ._anchor import Anchor
     from ._events import AnyEvent
     from ._lite import LiteEvent
+    from ._sqlite_utils import Database
 
 DEFAULT_BUSY_TIMEOUT = 30.0
 PAGE_SIZE = 8192
@@ -189,7 +189,7 @@ class Ledger:
     @property
     def db(self) -> Database:
         """The connection as a sqlite-utils ``Database`` (for migrations and tests)."""
-        from sqlite_utils import Database
+        from ._sqlite_utils import Database
 
         return Database(self._conn)
 
@@ -253,9 +253,8 @@ class Ledger:
             self._switch_to_wal()
         conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
         if self._migrations_pending():
-            from sqlite_utils import Database
-
             from ._schema import MIGRATIONS
+            from ._sqlite_utils import Database
 
             db = Database(conn)
             if not tables:

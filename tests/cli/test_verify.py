@@ -709,3 +709,66 @@ def test_checkpoint_refuses_to_write_over_the_ledger(invoke: Invoke, ledger_file
     assert out.exit_code == 2, out
     assert "is the ledger itself" in out.stderr
     assert ledger_file.read_bytes() == content
+
+
+# -- since: what is new since the last check that found the ledger intact ---------------------
+
+
+def _append_run(path: Path, run: str) -> None:
+    with Ledger(path) as ledger:
+        ledger.append([RunStarted(run_id=run, planned=["t1"], ledger_id=ledger.ledger_id),
+                       TaskStarted(run_id=run, task_key="t1", task_id="t1"),
+                       TaskOutput(run_id=run, task_key="t1", line="again", n=1)])
+
+
+def test_since_last_reads_only_what_came_after_the_last_intact_check(
+        invoke: Invoke, ledger_file: Path) -> None:
+    first = _verify(invoke, ledger_file)
+    assert first.exit_code == 0, first
+    _append_run(ledger_file, "run-2")
+
+    out = invoke("--ledger", str(ledger_file), "verify", "--since", "last")
+
+    assert out.exit_code == 0, out
+    assert out.stdout.startswith(f"OK: {ledger_file}: 3 events after seq 6 (verified up to "
+                                 "there at "), out.stdout
+    assert out.stdout.rstrip().endswith(f"last hash {_last_hash(ledger_file)}")
+    # The check went on from the anchor: the next one starts where it ended.
+    again = invoke("--ledger", str(ledger_file), "verify", "--since", "last")
+    assert " 0 events after seq 9 " in again.stdout, again
+
+
+def test_since_last_sees_an_edit_after_the_anchor_and_a_rewrite_before_it(
+        invoke: Invoke, ledger_file: Path) -> None:
+    assert _verify(invoke, ledger_file).exit_code == 0
+    _append_run(ledger_file, "run-2")
+    _tamper(ledger_file, "UPDATE events SET ts = '2026-01-01T00:00:00Z' WHERE seq = 8",
+            drop="events_no_update")
+
+    out = invoke("--ledger", str(ledger_file), "verify", "--since", "last")
+
+    assert out.exit_code == 1, out
+    assert "hash chain broken at seq 8: the row was changed after it was written" in out.stdout
+    # Rewriting the verified prefix, its hashes and all, shows at the anchor.
+    _tamper(ledger_file, "UPDATE events SET hash = ? WHERE seq = 6", ["f" * 64])
+    out = invoke("--ledger", str(ledger_file), "verify", "--since", "last")
+    assert out.exit_code == 1, out
+    assert f"hash {'f' * 64} where the anchor has" in out.stdout, out.stdout
+
+
+def test_a_failed_check_records_nothing(invoke: Invoke, ledger_file: Path) -> None:
+    _tamper(ledger_file, "UPDATE events SET ts = 'x' WHERE seq = 2", drop="events_no_update")
+    assert _verify(invoke, ledger_file).exit_code == 1
+    out = invoke("--ledger", str(ledger_file), "verify", "--since", "last")
+    assert out.exit_code == 2, out
+    assert out.stderr.strip() == (f"Error: {ledger_file} has no record of an earlier check that "
+                                  "found it intact: run `evalledger verify` once"), out.stderr
+
+
+def test_since_a_checkpoint_file(invoke: Invoke, ledger_file: Path, tmp_path: Path) -> None:
+    assert invoke("--ledger", str(ledger_file), "checkpoint", "-o",
+                  str(tmp_path / "cp.json")).exit_code == 0
+    _append_run(ledger_file, "run-2")
+    out = invoke("--ledger", str(ledger_file), "verify", "--since", str(tmp_path / "cp.json"))
+    assert out.exit_code == 0, out
+    assert ": 3 events after seq 6 " in out.stdout, out.stdout

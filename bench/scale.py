@@ -1,0 +1,145 @@
+"""The ledger at scale: 10^4- and 10^5-task runs, what each read command costs on them.
+
+Builds (with ``bench/rebuild.py``'s builder: one finished run, each task a
+task.started, a task.usage, M output lines and a task.completed, then the run's
+snapshot, as the executor writes them) a ledger of ``--small`` tasks and one of
+``--large`` tasks (defaults 10,000 and 100,000, 100 lines each), then times, each
+command in a fresh process (its wall time and peak RSS, from ``wait4``):
+
+- ``verify`` and ``verify --deep`` (events per second, peak RSS: flat means the
+  same RSS on both ledgers);
+- ``verify --since`` after a 1,000-task run is appended on top of the large
+  ledger, from the anchor a full ``verify`` left (what a user runs after each run);
+- ``runs``, ``show latest``, ``report latest --format json``, and the SQL pass rate
+  per model;
+- the ledger's bytes per event and per task.
+
+Lines scripts read: ``verify large: 512,345 events/s, peak 97.1 MiB`` and
+``ratio verify RSS large/small: 1.01``. Run: python bench/scale.py [--small N]
+[--large N] [--lines M] [--keep DIR] (``--keep`` builds once and reuses). Not part
+of the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# Runs a command and prints the peak RSS of the largest process of its tree (the command
+# and whatever it started and waited for: verify's part processes): RUSAGE_CHILDREN of a
+# small process that has only that tree below it.
+_TREE_PEAK = ("import resource, subprocess, sys\n"
+              "code = subprocess.call(sys.argv[1:])\n"
+              "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)\n"
+              "sys.exit(code)\n")
+
+
+def measured(*args: str, env: dict[str, str] | None = None) -> tuple[float, float, str]:
+    """``evalledger ARGS`` in a fresh process: (seconds, the peak RSS in MiB of the largest
+    process it ran as, itself or a part process it started, its stdout)."""
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", _TREE_PEAK, sys.executable, "-m",
+                           "evalledger.cli", *args], env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    *err, peak = done.stderr.strip().splitlines()
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"evalledger {' '.join(args)}: exit {done.returncode}: {err}")
+    return seconds, int(peak) / 1024, done.stdout
+
+
+def ledger_of(root: Path, tasks: int, lines: int) -> Path:
+    path = root / f"ledger-{lines}.db"
+    wanted = root / f"{tasks}"
+    target = wanted / path.name
+    if target.exists():
+        return target
+    wanted.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    # In a child: a forked child counts its parent's pages in its peak RSS until it execs,
+    # so this process stays small for the measurements after.
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from rebuild import build; "
+            "from pathlib import Path; build(Path(sys.argv[2]), int(sys.argv[3]), "
+            "int(sys.argv[4]), files=False)")
+    subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent), str(wanted),
+                    str(tasks), str(lines)], check=True)
+    print(f"built {tasks:,} tasks x {lines} lines in {time.perf_counter() - start:.0f}s")
+    return target
+
+
+def events_in(path: Path) -> int:
+    # sqlite3 alone: what this process imports, every child it spawns counts in its peak
+    # RSS (vfork: the child's peak includes its parent's until it execs).
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+        return int(conn.execute("SELECT max(seq) FROM events").fetchone()[0])
+
+
+def since_after_a_run(root: Path, large: Path, lines: int) -> None:
+    """``verify --since last`` once a 1,000-task run is appended to (a copy of) the large
+    ledger that a full verify found intact: what a user runs after each run."""
+    copy = root / "since" / large.name
+    copy.parent.mkdir(exist_ok=True)
+    shutil.copyfile(large, copy)
+    env = {**os.environ, "EVALLEDGER_STATE_DIR": str(root / "since" / "state")}
+    s, _, out = measured("--ledger", str(copy), "verify", env=env)
+    assert out.startswith("OK"), out
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from rebuild import record_run; "
+            "from evalledger.ledger import Ledger; "
+            "ledger = Ledger(sys.argv[2]); record_run(ledger, 'on-top', 1000, int(sys.argv[3])); "
+            "ledger.close()")
+    subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent), str(copy),
+                    str(lines)], check=True)
+    s2, rss, out = measured("--ledger", str(copy), "verify", "--since", "last", env=env)
+    assert out.startswith("OK"), out
+    print(f"verify --since last after a 1,000-task run on top of the large ledger: "
+          f"{s2:.2f}s, peak {rss:.1f} MiB (the full verify before it: {s:.1f}s)")
+    print(f"ratio verify full/since: {s / s2:.0f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--small", type=int, default=10_000)
+    parser.add_argument("--large", type=int, default=100_000)
+    parser.add_argument("--lines", type=int, default=100)
+    parser.add_argument("--keep", type=Path, help="build the ledgers here once, reuse them")
+    args = parser.parse_args()
+    print(f"load average at start: {os.getloadavg()[0]:.2f}")
+    with tempfile.TemporaryDirectory() as raw:
+        root = args.keep or Path(raw)
+        # The verified-through anchors verify records: the bench's own, not the user's.
+        os.environ["EVALLEDGER_STATE_DIR"] = str(Path(raw) / "state")
+        figures: dict[str, dict[str, float]] = {}
+        for name, tasks in (("small", args.small), ("large", args.large)):
+            path = ledger_of(root, tasks, args.lines)
+            n = events_in(path)
+            size = path.stat().st_size
+            f = figures[name] = {"events": n}
+            print(f"{name}: {tasks:,} tasks, {n:,} events, {size / 2**20:.0f} MiB: "
+                  f"{size / n:.0f} B/event, {size / tasks:,.0f} B/task")
+            db = ["--ledger", str(path)]
+            for label, cmd in (("verify", ["verify"]), ("verify --deep", ["verify", "--deep"])):
+                s, rss, out = measured(*db, *cmd)
+                assert out.startswith("OK"), out
+                f[label] = rss
+                print(f"{label} {name}: {n / s:,.0f} events/s ({s:.2f}s), peak {rss:.1f} MiB")
+            for label, cmd in (("runs", ["runs"]), ("show", ["show", "latest"]),
+                               ("report json", ["report", "latest", "--format", "json"]),
+                               ("sql pass rate per model",
+                                ["sql", "SELECT * FROM model_pass_rates"])):
+                s, rss, _ = measured(*db, *cmd)
+                print(f"{label} {name}: {s:.2f}s, peak {rss:.1f} MiB")
+        for label in ("verify", "verify --deep"):
+            print(f"ratio {label} RSS large/small: "
+                  f"{figures['large'][label] / figures['small'][label]:.2f}")
+        since_after_a_run(root, ledger_of(root, args.large, args.lines), args.lines)
+    print(f"load average at end: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
