@@ -78,7 +78,9 @@ _json_string = json.encoder.encode_basestring
 Check = Callable[[Ledger], Iterable[str]]
 """A check of what is derived from the events: called with the ledger inside verify's
 read transaction, it returns one line per problem (``evalledger.app._snapshot_check.
-SnapshotCheck`` is one, for snapshots)."""
+SnapshotCheck`` is one, for snapshots). A check may then hold ``vouched``, the seqs of
+``run.snapshot`` rows whose stored text it found to be exactly what this version writes
+(valid and canonical by construction): verify does not parse those payloads again."""
 
 
 @dataclass
@@ -212,7 +214,9 @@ def verify_events(ledger: Ledger) -> VerifyReport:
     laundered or a payload no fold can read kept for good. Its schema may be older."""
     with ledger.read_transaction():
         report = VerifyReport(path=str(ledger.path), schema_version=ledger.schema_version)
-        report.schema += _check_rows(ledger, report).identity.changed()
+        walk = _check_rows(ledger, report)
+        _check_snapshot_rows(ledger, walk.snapshots, report)
+        report.schema += walk.identity.changed()
         return report
 
 
@@ -240,9 +244,19 @@ def _verify(ledger: Ledger, anchors: list[Anchor], checks: list[Check],
     for check in checks:
         for line in check(ledger):
             report.problem(report.derived, line)
+    vouched = set().union(*(getattr(check, "vouched", ()) for check in checks))
+    _check_snapshot_rows(ledger, [s for s in walk.snapshots if s not in vouched], report)
     for seq, anchor in wanted:
         _check_anchor(anchor, ledger.ledger_id, _stored_hash(ledger, seq), last, report)
     return report
+
+
+def _check_snapshot_rows(ledger: Ledger, seqs: list[int], report: VerifyReport) -> None:
+    """The payload check of ``run.snapshot`` rows the walk left for later (one at a time:
+    a large run's are tens of MB each)."""
+    for seq in seqs:
+        for row in ledger.rows(after_seq=seq - 1, until_seq=seq):
+            _checked_payload(row, seq, report)
 
 
 def _stored_hash(ledger: Ledger, seq: int) -> str | None:
@@ -326,6 +340,9 @@ class _Part:
     # run.started / run.merged rows whose payload validated, with the ledger id a
     # run.started recorded: identity is judged in seq order over all parts.
     identity: list[tuple[EventRow, str | None]] = field(default_factory=list)
+    # run.snapshot rows whose payload check waits for the snapshot check (which may find
+    # each exactly as this version writes it: then it is not parsed twice).
+    snapshots: list[int] = field(default_factory=list)
 
     def to_json(self) -> bytes:
         report = self.report
@@ -333,7 +350,8 @@ class _Part:
             "events": report.events, "problems_total": report.problems_total,
             **{name: getattr(report, name) for name in _LISTS},
             "first_seq": self.first_seq, "last_seq": self.last_seq,
-            "last_hash": self.last_hash, "identity": self.identity}).encode()
+            "last_hash": self.last_hash, "identity": self.identity,
+            "snapshots": self.snapshots}).encode()
 
     @classmethod
     def from_json(cls, text: bytes) -> _Part:
@@ -343,7 +361,8 @@ class _Part:
         for name in _LISTS:  # JSON has no tuples: a pair comes back a list
             setattr(report, name, [tuple(i) if isinstance(i, list) else i for i in data[name]])
         return cls(report, data["first_seq"], data["last_seq"], data["last_hash"],
-                   [(EventRow(*row), recorded) for row, recorded in data["identity"]])
+                   [(EventRow(*row), recorded) for row, recorded in data["identity"]],
+                   data["snapshots"])
 
 
 @dataclass
@@ -352,6 +371,7 @@ class _Walk:
 
     identity: _Identity
     last_seq: int = 0
+    snapshots: list[int] = field(default_factory=list)  # their payloads not yet checked
 
 
 def _check_rows(ledger: Ledger, report: VerifyReport,
@@ -416,6 +436,7 @@ def _merge(parts: list[_Part], since: tuple[int, str], report: VerifyReport,
             mine += getattr(found, name)[:MAX_LISTED - len(mine)]
         for row, recorded in part.identity:
             identity.see(row, recorded)
+        walk.snapshots += part.snapshots
         if part.first_seq:
             prev_seq, prev_hash = part.last_seq, part.last_hash
     report.last_hash = prev_hash
@@ -454,7 +475,7 @@ def _check_part(ledger: Ledger, lo: int, hi: int, start: tuple[int, str] | None)
         start = (int(before[0][0]), str(before[0][1])) if before else (0, GENESIS)
     prev_seq, prev_hash = start
     plain_output = _plain_output
-    output_type = EventType.TASK_OUTPUT.value
+    output_type, snapshot_type = EventType.TASK_OUTPUT.value, EventType.RUN_SNAPSHOT.value
     events = 0
     for row in ledger._fetch(_ROWS, [lo, hi]):
         event_id, run_id, task_key, type_, ts, payload, seq, hash_ = row
@@ -472,8 +493,11 @@ def _check_part(ledger: Ledger, lo: int, hi: int, start: tuple[int, str] | None)
             report.problem(report.broken_links, seq)
         # An output line as the runner writes it validates and is canonical: shown
         # without its model. Anything else gets the full check.
-        if not (type_ == output_type and texts
-                and plain_output(event_id, run_id, task_key, ts, payload)):
+        if type_ == snapshot_type and texts and task_key is None and _clean(event_id, run_id,
+                                                                             ts):
+            part.snapshots.append(seq)
+        elif not (type_ == output_type and texts
+                  and plain_output(event_id, run_id, task_key, ts, payload)):
             full = EventRow(event_id, run_id, task_key, type_, ts, payload, seq, hash_)
             event = _checked_payload(full, seq, report)
             if event is not None and type_ in _IDENTITY_TYPES:
@@ -519,15 +543,21 @@ class _Output(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 _decode_output = msgspec.json.Decoder(_Output).decode
 
 
+def _clean(event_id: str, run_id: str, ts: str) -> bool:
+    """Whether these envelope columns are what every event's model accepts: not empty,
+    no line break."""
+    envelope = f"{event_id}{run_id}{ts}"
+    return bool(event_id and run_id and ts) and "\n" not in envelope and "\r" not in envelope
+
+
 def _plain_output(event_id: str, run_id: str, task_key: str | None, ts: str,
                   payload: str) -> bool:
     """Whether a ``task.output`` row (its columns text) is exactly what the runner writes
     (``TaskOutput.encoded``): then it validates and is canonical JSON, and no model
     needs building (a property test holds this to the full check). False says only
     "not shown here": the full check decides."""
-    envelope = f"{event_id}{run_id}{task_key}{ts}"
-    if not (event_id and run_id and task_key and ts and "\n" not in envelope
-            and "\r" not in envelope):
+    if not (task_key and _clean(event_id, run_id, ts) and "\n" not in task_key
+            and "\r" not in task_key):
         return False
     try:
         out = _decode_output(payload)

@@ -203,3 +203,43 @@ def test_since_an_anchor_of_another_ledger_fails(db_path: Path) -> None:
     other = _anchor_at(db_path, 5).model_copy(update={"ledger_id": str(uuid.uuid4())})
     lines = _since(db_path, other)
     assert lines[0].startswith("FAILED") and "anchored in ledger" in lines[1], lines
+
+
+# -- snapshots: parsed once --------------------------------------------------------------------
+
+
+def _rechained(path: Path, seq: int, payload: str) -> None:
+    """Row ``seq`` given ``payload`` and every hash from there recomputed, behind the
+    triggers' back: a valid chain over a changed row."""
+    from evalledger.ledger._chain import chain_rows
+
+    with Ledger(path, read_only=True) as ledger:
+        rows = list(ledger.rows(after_seq=seq - 1))
+        prev = ledger.anchor(until_seq=seq - 1)
+    assert prev is not None
+    rows[0] = rows[0]._replace(payload=payload)
+    for new_seq, *_, new_payload, new_hash in chain_rows(prev.hash, seq, rows):
+        _behind_triggers(path, "UPDATE events SET payload = ?, hash = ? WHERE seq = ?",
+                         [new_payload, new_hash, new_seq])
+
+
+def test_a_snapshot_respelled_and_rechained_is_named_once(db_path: Path) -> None:
+    from evalledger.app._repository import write_snapshot
+    from evalledger.app._snapshot_check import SnapshotCheck
+
+    _ledger(db_path)
+    with Ledger(db_path) as ledger:
+        write_snapshot(ledger, RUN)
+    with Ledger(db_path, read_only=True) as ledger:
+        check = SnapshotCheck()
+        assert verify(ledger, checks=[check]).ok
+        snapshots = [r.seq for r in ledger.rows(types=["run.snapshot"])]
+        # Every snapshot as this version writes it: none was parsed a second time.
+        assert check.vouched == set(snapshots) and snapshots
+        payload = next(ledger.rows(after_seq=snapshots[0] - 1)).payload
+    _rechained(db_path, snapshots[0], json.dumps(json.loads(payload), indent=1))
+    with Ledger(db_path, read_only=True) as ledger:
+        check = SnapshotCheck()
+        report = verify(ledger, checks=[check])
+    assert snapshots[0] not in check.vouched
+    assert report.noncanonical == [snapshots[0]] and not report.broken_links, report.lines()
