@@ -12,6 +12,8 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
+import pytest
+
 from evalledger.app._verified import check_ledger, verified_through
 from evalledger.ledger import Ledger
 
@@ -86,4 +88,28 @@ def test_a_check_from_another_anchor_does_not_move_the_record(tmp_path: Path) ->
     with Ledger(db, read_only=True) as ledger:
         report, _ = check_ledger(ledger, since=earlier)
         assert not report.ok  # the unexpected meta key
+        assert verified_through(ledger) == recorded
+
+
+def test_many_rows_written_beside_a_run_are_left_to_verify(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import evalledger.app._verified as verified
+    from evalledger.ledger import RunStarted, TaskOutput
+
+    db = tmp_path / "evalledger.db"
+    tasks = _suite(tmp_path, ["true"])
+    assert evalledger(tmp_path, db, "run", str(tasks)).returncode == 0
+    with Ledger(db) as ledger:  # another writer: a merge, an import
+        recorded = verified_through(ledger)
+        ledger.append([RunStarted(run_id="other", planned=["k"], ledger_id=ledger.ledger_id),
+                       *(TaskOutput(run_id="other", task_key="k", line=str(n), n=n)
+                         for n in range(1, 21))])
+        before = ledger.last_seq()
+    monkeypatch.setattr(verified, "BESIDE", 5)
+
+    out = evalledger(tmp_path, db, "run", str(tasks))
+
+    assert out.returncode == 0, out
+    assert f" events after seq {before} checked through seq " in out.err_lines[-1], out.stderr
+    with Ledger(db, read_only=True) as ledger:
         assert verified_through(ledger) == recorded

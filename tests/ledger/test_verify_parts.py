@@ -243,3 +243,13 @@ def test_a_snapshot_respelled_and_rechained_is_named_once(db_path: Path) -> None
         report = verify(ledger, checks=[check])
     assert snapshots[0] not in check.vouched
     assert report.noncanonical == [snapshots[0]] and not report.broken_links, report.lines()
+
+
+def test_a_part_whose_process_cannot_start_is_checked_here(db_path: Path) -> None:
+    _ledger(db_path)
+    _behind_triggers(db_path, TAMPERS["edit a line"][0], [30])
+    whole = _report_lines(db_path, 1)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(verify_module.sys, "executable", str(db_path.parent / "no-python"))
+        assert _report_lines(db_path, 3) == whole
+    assert "hash chain broken at seq 30: the row was changed after it was written" in whole
