@@ -162,6 +162,68 @@ def load_summary(ledger: Ledger, run_id: str, *, snapshots: bool = True,
         raise InvalidRequest(str(e)) from None
 
 
+@dataclass(frozen=True)
+class SummaryPage:
+    """A run's summary holding only its first task rows (``summary.tasks``), with what
+    the others say that a reader of the page still needs."""
+
+    summary: RunSummary
+    rows: int
+    """How many task rows the run has in all."""
+    isolation: dict[str, int]
+    """What confined its tasks, by how many (``isolation_line``'s counts)."""
+
+
+def load_summary_page(ledger: Ledger, run_id: str, limit: int, *, grades: str | None = None,
+                      count_infra: bool = False) -> SummaryPage:
+    """The run's summary (as ``load_summary``) with only its first ``limit`` task rows.
+
+    A finished run's rows are cut out of its snapshot without building the others (a
+    100,000-task run's summary is 44 MB of JSON, its rows as models 400 MB): each of
+    those is read for its isolation alone. Any other run (or a snapshot this reader
+    cannot cut) is folded whole, then cut."""
+    from evalledger.projections import isolation_counts
+
+    snap = (None if grades is not None or count_infra
+            else _current(ledger, run_id, "summary", True))
+    page = _page(snap.payload, limit) if snap is not None else None
+    if page is not None:
+        return page
+    summary = load_summary(ledger, run_id, grades=grades, count_infra=count_infra)
+    return SummaryPage(summary.model_copy(update={"tasks": summary.tasks[:limit]}),
+                       len(summary.tasks), isolation_counts(summary.tasks))
+
+
+def _page(payload: str, limit: int) -> SummaryPage | None:
+    import msgspec
+
+    from evalledger.projections import RunSummary
+
+    class Confined(msgspec.Struct):  # the fields isolation_counts reads
+        attempts: int
+        isolation: str = "none"
+
+    confined = msgspec.json.Decoder(Confined).decode
+    try:
+        # The payload whole, not its value cut out: no 44 MB copy.
+        snapshot = msgspec.json.decode(payload, type=dict[str, msgspec.Raw])
+        fields = msgspec.json.decode(snapshot["value"], type=dict[str, msgspec.Raw])
+        rows = msgspec.json.decode(fields.pop("tasks", b"[]"), type=list[msgspec.Raw])
+        data = {name: msgspec.json.decode(raw) for name, raw in fields.items()}
+        data["tasks"] = [msgspec.json.decode(raw) for raw in rows[:limit]]
+        summary = RunSummary.model_validate(data)
+        isolation: dict[str, int] = {}
+        for raw in rows:
+            row = confined(raw)
+            if row.attempts:
+                isolation[row.isolation] = isolation.get(row.isolation, 0) + 1
+    except (msgspec.DecodeError, ValueError, KeyError):  # damaged (verify names it): fold
+        return None
+    if not _known_status(summary.status):
+        return None
+    return SummaryPage(summary, len(rows), isolation)
+
+
 def load_headline(ledger: Ledger, run_id: str, *, snapshots: bool = True) -> dict[str, Any]:
     """The run's ``RunHeadline`` as JSON data: a finished run's is read from its
     snapshot without importing a model (what ``runs`` lists, for every run)."""

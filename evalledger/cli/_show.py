@@ -34,6 +34,10 @@ from ._common import (
 from ._main import Settings, pass_settings
 from ._tables import table
 
+# Task rows `show` prints by default: every row of a run people read in a terminal, a
+# page of one of 100,000 tasks (whose other rows are then not even decoded).
+ROWS = 1000
+
 
 @click.command()
 @click.argument("run")
@@ -42,10 +46,14 @@ from ._tables import table
               help="Also print every error message whole, line breaks kept, below the table "
                    "(a terminal's table shows each error's first and last line; a pipe gets "
                    "them whole).")
+@click.option("--limit", type=click.IntRange(min=0), default=ROWS, show_default=True,
+              help="Print at most this many task rows, in task order (0: every row). A "
+                   "larger run's other rows are not even read: `--limit 0` or `report "
+                   "--format json` has them all.")
 @grades_option
 @count_infra_option
 @pass_settings
-def show(settings: Settings, run: str, as_json: bool, full_errors: bool,
+def show(settings: Settings, run: str, as_json: bool, full_errors: bool, limit: int,
          grades: str | None, count_infra: bool) -> None:
     """Show a run's summary, rebuilt from the ledger.
 
@@ -56,7 +64,18 @@ def show(settings: Settings, run: str, as_json: bool, full_errors: bool,
         evalledger show latest
     """
     with settings.open_ledger(read_only=True) as ledger:
-        s = rebuild_summary(ledger, resolve_run(ledger, run), grades, count_infra)
+        run_id = resolve_run(ledger, run)
+        rows: int | None = None
+        confined: dict[str, int] | None = None
+        if as_json or limit == 0:
+            s = rebuild_summary(ledger, run_id, grades, count_infra)
+        else:
+            from evalledger.app._repository import load_summary_page
+
+            page = load_summary_page(ledger, run_id, limit, grades=grades,
+                                     count_infra=count_infra)
+            s, rows, confined = page.summary.anchored(ledger.anchor(run_id)), page.rows, \
+                page.isolation
         gone = is_cut_off(ledger, s.run_id, s.status)
     if gone:
         click.echo(f"warning: the process running {s.run_id} is gone (it crashed or was "
@@ -66,7 +85,7 @@ def show(settings: Settings, run: str, as_json: bool, full_errors: bool,
         return
     click.echo(_headline(s, gone))
     # On stderr with the other notes: a pipe's stdout stays the counts and the table.
-    click.echo(f"isolation: {isolation_line(s)}", err=True)
+    click.echo(f"isolation: {isolation_line(s, confined)}", err=True)
     # As `run` says them: on stderr, so a pipe's stdout stays the counts and the table.
     for k in s.skipped_tasks:
         click.echo(f"skipped {visible(k.path)}: {visible(k.reason)}", err=True)
@@ -88,6 +107,9 @@ def show(settings: Settings, run: str, as_json: bool, full_errors: bool,
     shorten = error_digest if sys.stdout.isatty() else str
     table(["task", "status", "score", "duration", "tokens", "cost", "error"],
           [_task_cells(r, shorten) for r in s.tasks])
+    if rows is not None and rows > len(s.tasks):
+        click.echo(f"{len(s.tasks):,} of {rows:,} task rows shown (--limit 0: all of them)",
+                   err=True)
     for r in s.tasks:  # findings, not verdicts: beside the table, on stderr
         if r.flags:
             click.echo(f"flagged {visible(r.task_key)}: {visible(', '.join(r.flags))} "

@@ -41,7 +41,16 @@ class Snapshot:
 
     seq: int
     through_seq: int
-    value: str
+    payload: str
+    """The whole canonical payload; ``value`` is its last field's text."""
+    start: int
+    """Where ``value`` begins in ``payload`` (it ends before the payload's last brace)."""
+
+    @property
+    def value(self) -> str:
+        """The value's JSON text (a copy cut out of ``payload``: for a reader that needs a
+        ``str``; ``payload`` and ``start`` spare a large one the copy)."""
+        return self.payload[self.start:-1]
 
 
 def _prefix(kind: str, version: int) -> str:
@@ -79,7 +88,7 @@ def latest_snapshot(ledger: Ledger, run_id: str, kind: str, version: int,
         # (through_seq 10**9, past the ledger's end) is forged or damaged. Not believed:
         # the run is replayed (verify names it).
         return None
-    return Snapshot(seq, through_seq, payload[comma + len(',"value":'):-1])
+    return Snapshot(seq, through_seq, payload, comma + len(',"value":'))
 
 
 class SnapshotHead(NamedTuple):

@@ -681,14 +681,28 @@ class Ledger:
         """The run's newest run-level row of ``type_`` (at or before ``until_seq``) whose
         payload text starts with ``payload_prefix``. Payloads are canonical JSON (keys
         sorted, no spaces): a prefix names the values of the first fields exactly."""
-        sql = (f"SELECT {_COLUMNS} FROM events WHERE type = ? AND run_id = ? "
-               "AND task_key IS NULL AND seq <= ? AND substr(payload, 1, ?) = ? "
-               "ORDER BY seq DESC LIMIT 1")
-        params = [type_, run_id, until_seq if until_seq is not None else 2**62,
-                  len(payload_prefix), payload_prefix]
+        # The candidates by index, each payload's first bytes read through a blob handle,
+        # the one row that matches read whole: substr() in SQL would load every
+        # candidate's payload whole (a 100,000-task run's summary snapshot is 44 MB),
+        # and SQLite would hold two copies of the one read.
+        prefix = payload_prefix.encode()
         with self._translate():
-            row = self._conn.execute(sql, params).fetchone()
-        return None if row is None else _new_row(EventRow, row)
+            seqs = [seq for (seq,) in self._conn.execute(
+                "SELECT seq FROM events WHERE type = ? AND run_id = ? AND task_key IS NULL "
+                "AND seq <= ? ORDER BY seq DESC",
+                [type_, run_id, until_seq if until_seq is not None else 2**62])]
+            for seq in seqs:
+                try:
+                    with self._conn.blobopen("events", "payload", seq, readonly=True) as blob:
+                        if blob.read(len(prefix)) != prefix:
+                            continue
+                except sqlite3.OperationalError:  # a number stored as the payload: no match
+                    continue
+                row = self._conn.execute(f"SELECT {_COLUMNS} FROM events WHERE seq = ?",
+                                         [seq]).fetchone()
+                if row is not None and isinstance(row[5], str):  # a BLOB is no payload
+                    return _new_row(EventRow, row)
+        return None
 
     def query(
         self, sql: str, params: Sequence[Any] = ()

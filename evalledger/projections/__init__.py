@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ._reports import cost_line as cost_line
     from ._reports import error_digest as error_digest
     from ._reports import infra_note as infra_note
+    from ._reports import isolation_counts as isolation_counts
     from ._reports import isolation_line as isolation_line
     from ._reports import model_table as model_table
     from ._reports import rate_cell as rate_cell
@@ -93,6 +94,7 @@ _WHERE = {
     "error_digest": "_reports",
     "render_json": "_reports",
     "render_markdown": "_reports",
+    "isolation_counts": "_reports",
     "isolation_line": "_reports",
     "infra_note": "_reports",
     "status_word": "_reports",
@@ -164,6 +166,7 @@ __all__ = [
     "flaky_history",
     "fold",
     "infra_note",
+    "isolation_counts",
     "isolation_line",
     "model_table",
     "on",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from evalledger._text import money, visible
@@ -76,13 +76,20 @@ def _heading(s: RunSummary, cut_off: bool) -> list[str]:
     ]
 
 
-def isolation_line(s: RunSummary) -> str:
-    """What confined the tasks, by how many (their latest attempts): the same words in
-    ``show``, ``run`` and run.md. ``none`` is named for what it is."""
+def isolation_counts(rows: Iterable[TaskRow]) -> dict[str, int]:
+    """How many rows (that ran) each isolation confined: what ``isolation_line`` says."""
     counts: dict[str, int] = {}
-    for row in s.tasks:
+    for row in rows:
         if row.attempts:
             counts[row.isolation] = counts.get(row.isolation, 0) + 1
+    return counts
+
+
+def isolation_line(s: RunSummary, counts: Mapping[str, int] | None = None) -> str:
+    """What confined the tasks, by how many (their latest attempts; ``counts`` when the
+    summary holds only some of its rows): the same words in ``show``, ``run`` and
+    run.md. ``none`` is named for what it is."""
+    counts = isolation_counts(s.tasks) if counts is None else counts
     if not counts:
         return "-"
     said = ", ".join(f"{name} ({n} task{'s' if n != 1 else ''})"

@@ -127,3 +127,30 @@ def test_snapshots_claiming_events_past_their_own_seq_are_ignored_by_runs_show_a
     last = forged[-1]
     assert all(line.endswith(f"claims events that come after it: the ledger ends at seq {last}")
                for line in named.values()), out.stdout
+
+
+@pytest.mark.parametrize("stored", ["CAST(payload AS BLOB)", "42"])
+def test_a_snapshot_payload_that_is_no_text_is_passed_over(
+    entry_point: EntryPoint, db_path: Path, stored: str,
+) -> None:
+    """A payload stored as a BLOB or a number (a hand edit behind the triggers) is no
+    snapshot a reader can use: it reads the run as if it had none, without a traceback."""
+    import sqlite3
+    from contextlib import closing
+
+    with Ledger(db_path) as ledger:
+        record_run(ledger, "run-1", {KEYS[0]: FinalStatus.SUCCESS, KEYS[1]: FinalStatus.FAILURE})
+        write_snapshot(ledger, "run-1")
+    before = call(entry_point, db_path, "show", "run-1")
+    assert before.returncode == 0, before
+    with closing(sqlite3.connect(db_path, isolation_level=None)) as conn:
+        conn.execute("DROP TRIGGER events_no_update")
+        changed = conn.execute(
+            f"UPDATE events SET payload = {stored} WHERE type = 'run.snapshot'").rowcount
+    assert changed == 4, "the run has its four snapshots"
+
+    after = call(entry_point, db_path, "show", "run-1")
+
+    assert after.returncode == 0, after
+    assert "Traceback" not in after.stderr
+    assert after.stdout == before.stdout

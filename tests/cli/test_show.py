@@ -141,3 +141,51 @@ def test_a_run_whose_process_is_gone_is_cut_off_in_show_runs_and_report(tmp_path
     # run.json keeps the ledger's word, byte for byte as `run` would write it.
     as_json = cli(tmp_path, "--ledger", str(db), "report", "killed", "--format", "json")
     assert json.loads(as_json.stdout)["status"] == "running"
+
+
+# -- a run too long to print -------------------------------------------------------------------
+
+
+def _big_run(db: Path, tasks: int, *, finished: bool = True) -> list[str]:
+    """A run of ``tasks`` keys (every third FAILURE, the rest SUCCESS), snapshotted as a
+    finished run is; its keys in task order."""
+    from evalledger.app._repository import write_snapshot
+    from evalledger.ledger import RunFinished, TaskCompleted
+    from evalledger.statuses import FinalStatus, RunStatus
+
+    keys = [f"default/t{i:03d}/00" for i in range(tasks)]
+    events: list = [RunStarted(run_id="big", planned=keys)]
+    for i, key in enumerate(keys):
+        status = FinalStatus.FAILURE if i % 3 == 0 else FinalStatus.SUCCESS
+        events += [TaskStarted(run_id="big", task_key=key, task_id=f"t{i:03d}"),
+                   TaskCompleted(run_id="big", task_key=key, final_status=status,
+                                 category=status.category, exit_code=0,
+                                 error_message="wrong answer" if i % 3 == 0 else None)]
+    if finished:
+        events.append(RunFinished(run_id="big", status=RunStatus.COMPLETED))
+    with Ledger(db) as ledger:
+        ledger.append(events)
+        if finished:
+            write_snapshot(ledger, "big")
+    return keys
+
+
+@pytest.mark.parametrize("finished", [True, False], ids=["from the snapshot", "folded"])
+def test_show_prints_a_page_of_a_long_run_and_says_so(tmp_path: Path, finished: bool) -> None:
+    db = tmp_path / "l.db"
+    keys = _big_run(db, 30, finished=finished)
+
+    page = cli(tmp_path, "--ledger", str(db), "show", "big", "--limit", "7")
+    whole = cli(tmp_path, "--ledger", str(db), "show", "big", "--limit", "0")
+
+    assert page.returncode == whole.returncode == 0, (page, whole)
+    rows = [line.split("\t")[0] for line in page.stdout.splitlines() if line.startswith("default/")]
+    assert rows == keys[:7]
+    assert [line.split("\t")[0] for line in whole.stdout.splitlines()
+            if line.startswith("default/")] == keys
+    # What is said of the whole run is the same: counts, cost, what confined its tasks.
+    assert page.stdout.splitlines()[0] == whole.stdout.splitlines()[0]
+    assert "isolation: none (30 tasks)" in page.stderr and "isolation: none (30 tasks)" in (
+        whole.stderr)
+    assert "7 of 30 task rows shown (--limit 0: all of them)" in page.stderr
+    assert "task rows shown" not in whole.stderr
