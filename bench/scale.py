@@ -10,8 +10,8 @@ command in a fresh process (its wall time and peak RSS, from ``wait4``):
   same RSS on both ledgers);
 - ``verify --since`` after a 1,000-task run is appended on top of the large
   ledger, from the anchor a full ``verify`` left (what a user runs after each run);
-- ``runs``, ``show latest``, ``report latest --format json``, and the SQL pass rate
-  per model;
+- ``runs``, ``show latest`` (its first 1,000 task rows) and ``show latest --limit 0``
+  (every row), ``report latest --format json``, and the SQL pass rate per model;
 - the ledger's bytes per event and per task.
 
 Lines scripts read: ``verify large: 512,345 events/s, peak 97.1 MiB`` and
@@ -129,6 +129,7 @@ def main() -> None:
                 f[label] = rss
                 print(f"{label} {name}: {n / s:,.0f} events/s ({s:.2f}s), peak {rss:.1f} MiB")
             for label, cmd in (("runs", ["runs"]), ("show", ["show", "latest"]),
+                               ("show every row", ["show", "latest", "--limit", "0"]),
                                ("report json", ["report", "latest", "--format", "json"]),
                                ("sql pass rate per model",
                                 ["sql", "SELECT * FROM model_pass_rates"])):

@@ -506,8 +506,13 @@ def test_a_container_the_deadline_stops_before_it_is_up_is_a_timeout(
     done = {e.task_key: e for e in of_type(evs, "task.completed")}
     records = {e.task_key: e for e in of_type(evs, "task.isolation")}
     assert done["default/slow/00"].final_status == "TIMEOUT"
-    assert records["default/slow/00"].reason == "stopped before docker reported its probes"
-    assert records["default/slow/00"].probes == {}
+    slow = records["default/slow/00"]
+    if slow.probes:
+        # A warm daemon can bring the container up while the stopped client is ended:
+        # its probes reached the pipe before it closed, and were read from it.
+        assert slow.reason is None, slow
+    else:
+        assert slow.reason == "stopped before docker reported its probes", slow
     # The prelude ran (probes reported), then the exec failed: the command's own exit.
     assert done["default/broken/00"].final_status == "FAILURE"
     assert done["default/broken/00"].exit_code == 127
