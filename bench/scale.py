@@ -86,7 +86,7 @@ def since_after_a_run(root: Path, large: Path, lines: int) -> None:
     copy = root / "since" / large.name
     copy.parent.mkdir(exist_ok=True)
     shutil.copyfile(large, copy)
-    env = {**os.environ, "EVALLEDGER_STATE_DIR": str(root / "since" / "state")}
+    env = {**os.environ, "EVALLEDGER_STATE_DIR": os.environ["EVALLEDGER_STATE_DIR"] + "-since"}
     s, _, out = measured("--ledger", str(copy), "verify", env=env)
     assert out.startswith("OK"), out
     code = ("import sys; sys.path.insert(0, sys.argv[1]); from rebuild import record_run; "

@@ -6,7 +6,8 @@ Every ``evalledger verify`` that finds a ledger intact records an anchor of its 
 ledger file. ``verify --since last`` starts from it: the ledger must still hold that
 row with that hash (a rewritten or cut history fails there), then only the rows after
 it are read. A run ends by the same check, from that anchor when there is one, else
-from the row before its own first event; a check from the anchor moves it on.
+from the row before its own first event; a check from the anchor moves it on. A full
+check holds the ledger to the recorded anchor as to any other: a cut tail shows.
 
 The anchor is only as safe as the folder it is in: a task run with ``isolation:
 none`` runs as the user and can reach it (docs/ledger.md, "Verify"). A checkpoint
@@ -67,8 +68,14 @@ def check_ledger(ledger: Ledger, *, since: Anchor | None = None, anchors: list[A
     from ._snapshot_check import SnapshotCheck
 
     snapshots = SnapshotCheck(deep=deep, after_seq=since.seq if since is not None else 0)
-    report = verify(ledger, anchors or [], checks=[snapshots], since=since)
-    if since is None or since == verified_through(ledger):
+    recorded = verified_through(ledger)
+    pinned = list(anchors or [])
+    if since is None and recorded is not None:
+        # What an earlier check found here is an anchor like any other: a ledger restored
+        # from an older copy, or cut, no longer holds it (delete the record to start anew).
+        pinned.append(recorded)
+    report = verify(ledger, pinned, checks=[snapshots], since=since)
+    if since is None or since == recorded:
         _record(ledger, report)
     return report, snapshots
 

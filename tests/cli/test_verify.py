@@ -772,3 +772,22 @@ def test_since_a_checkpoint_file(invoke: Invoke, ledger_file: Path, tmp_path: Pa
     out = invoke("--ledger", str(ledger_file), "verify", "--since", str(tmp_path / "cp.json"))
     assert out.exit_code == 0, out
     assert ": 3 events after seq 6 " in out.stdout, out.stdout
+
+
+def test_a_tail_cut_after_an_intact_check_fails_the_next_full_verify(
+        invoke: Invoke, ledger_file: Path) -> None:
+    """Without an anchor of your own, a cut tail is a valid chain: the record of the last
+    check that found the ledger intact is one (kept outside the ledger)."""
+    assert _verify(invoke, ledger_file).exit_code == 0
+    with closing(_raw(ledger_file)) as conn:
+        trigger = conn.execute("SELECT sql FROM sqlite_master "
+                               "WHERE name = 'events_no_delete'").fetchone()[0]
+        conn.execute("DROP TRIGGER events_no_delete")
+        conn.execute("DELETE FROM events WHERE seq >= 5")
+        conn.execute(trigger)
+
+    out = _verify(invoke, ledger_file)
+
+    assert out.exit_code == 1, out
+    assert "anchor: seq 6 (" in out.stdout and "the ledger ends at seq 4: its tail was cut" in (
+        out.stdout), out.stdout
