@@ -69,12 +69,10 @@ def check_ledger(ledger: Ledger, *, since: Anchor | None = None, anchors: list[A
 
     snapshots = SnapshotCheck(deep=deep, after_seq=since.seq if since is not None else 0)
     recorded = verified_through(ledger)
-    pinned = list(anchors or [])
-    if since is None and recorded is not None:
-        # What an earlier check found here is an anchor like any other: a ledger restored
-        # from an older copy, or cut, no longer holds it (delete the record to start anew).
-        pinned.append(recorded)
-    report = verify(ledger, pinned, checks=[snapshots], since=since)
+    # What an earlier check found here is an anchor like any other: a ledger restored
+    # from an older copy, or cut, no longer holds it (delete the record to start anew).
+    report = verify(ledger, anchors or [], checks=[snapshots], since=since,
+                    recorded=recorded if since is None else None)
     if since is None or since == recorded:
         _record(ledger, report)
     return report, snapshots

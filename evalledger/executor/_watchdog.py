@@ -66,6 +66,8 @@ MARKER_MAX = 4096
 # After the runner died: keep killing marked processes this long, so that one the
 # runner was spawning at that very moment is caught too.
 SWEEP_SECONDS = 2.0
+# After a docker batch's runner died: keep removing its containers this long.
+DOCKER_SETTLE_SECONDS = 10.0
 
 
 def _remove(root: str) -> None:
@@ -192,12 +194,19 @@ def watch(token: str, root: str, shared: str = "", last: str = "") -> None:
     # Cleaned at once, then again after the sweep for one spawned at that very moment:
     # a watchdog that is itself ended meanwhile (a Ray node reaping orphans) has done
     # the work by then, not left it to a sweep that never came.
+    docker = bool(root) and os.path.exists(os.path.join(root, DOCKER_MARK))
     _clean_up(token, root, shared, last)
-    quiet_until = time.monotonic() + SWEEP_SECONDS
-    while time.monotonic() < quiet_until:
+    died = time.monotonic()
+    while time.monotonic() < died + SWEEP_SECONDS:
         kill_marked(*marks, prefix=True)
         time.sleep(0.1)
     _clean_up(token, root, shared, last)
+    # dockerd finishes a `create` its killed client asked for whenever it gets to it: on
+    # a busy daemon, seconds later (a container left "Created", seen under two suites'
+    # load). Its label still names the batch.
+    while docker and time.monotonic() < died + DOCKER_SETTLE_SECONDS:
+        time.sleep(0.5)
+        remove_containers(token)
 
 
 def _clean_up(token: str, root: str, shared: str, last: str) -> None:

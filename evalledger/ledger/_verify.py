@@ -191,7 +191,8 @@ class VerifyReport:
 
 
 def verify(ledger: Ledger, anchors: Iterable[Anchor] = (), *,
-           checks: Iterable[Check] = (), since: Anchor | None = None) -> VerifyReport:
+           checks: Iterable[Check] = (), since: Anchor | None = None,
+           recorded: Anchor | None = None) -> VerifyReport:
     """SQLite's ``quick_check`` of the file, the hash chain over every row, what the schema
     promises (gapless seqs, text envelopes, payloads that validate and are canonical
     JSON, the tables, indexes, triggers, views and meta this version creates), each of
@@ -201,9 +202,12 @@ def verify(ledger: Ledger, anchors: Iterable[Anchor] = (), *,
     ``since``: an anchor of a prefix verified before. The ledger must still hold it
     (as any anchor); then only the rows after it are walked, their chain going on from
     its hash, and the file's ``quick_check`` (a read of every page) is left out: the
-    cost is that of what is new. ``checks`` are the caller's to narrow the same way."""
+    cost is that of what is new. ``checks`` are the caller's to narrow the same way.
+
+    ``recorded``: the anchor an earlier check that found this ledger intact left (kept
+    by the caller): held like ``anchors``, but not counted among them."""
     with ledger.read_transaction():
-        return _verify(ledger, list(anchors), list(checks), since)
+        return _verify(ledger, list(anchors), list(checks), since, recorded)
 
 
 def verify_events(ledger: Ledger) -> VerifyReport:
@@ -221,13 +225,15 @@ def verify_events(ledger: Ledger) -> VerifyReport:
 
 
 def _verify(ledger: Ledger, anchors: list[Anchor], checks: list[Check],
-            since: Anchor | None) -> VerifyReport:
+            since: Anchor | None, recorded: Anchor | None) -> VerifyReport:
     report = VerifyReport(path=str(ledger.path), schema_version=ledger.schema_version,
                           since=since)
     meta, first_migration = _check_schema(ledger, report)
     last = ledger.last_seq()
     wanted = sorted({a.seq: a for a in anchors}.items())
     report.anchors_checked = len(wanted)
+    if recorded is not None:
+        wanted.append((recorded.seq, recorded))
     if since is not None:
         problems = len(report.anchors)
         _check_anchor(since, ledger.ledger_id, _stored_hash(ledger, since.seq), last, report)
