@@ -34,6 +34,7 @@ the batch's label.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -71,8 +72,25 @@ DOCKER_SETTLE_SECONDS = 10.0
 
 
 def _remove(root: str) -> None:
-    # rm walks a tree of any depth without following symlinks out of it.
-    subprocess.run(["rm", "-rf", "--", root], capture_output=True, check=False)
+    """Remove a batch's folder, its marker last: a tree that cannot be removed whole now
+    (a process still dying in it writes one more file) keeps its proof, so the next
+    cleanup (the watchdog's second, the next run's sweep) may still remove it. Removed
+    marker first, such a folder was left for good, unprovable."""
+    try:
+        inside = [os.path.join(root, name) for name in os.listdir(root) if name != MARKER]
+    except OSError:
+        return
+    if inside:
+        # rm walks a tree of any depth without following symlinks out of it.
+        subprocess.run(["rm", "-rf", "--", *inside], capture_output=True, check=False)
+    try:
+        if any(name != MARKER for name in os.listdir(root)):
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(root, MARKER))
+        os.rmdir(root)
+    except OSError:
+        return
 
 
 def make_folder(folder: Path, token: str, *, shared: bool = False) -> None:

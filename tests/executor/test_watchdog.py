@@ -452,3 +452,31 @@ def _wait_for(check: Callable[[], bool], what: str) -> None:
     while not check():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.02)
+
+
+def test_a_folder_that_cannot_be_removed_whole_keeps_its_proof(tmp_path: Path) -> None:
+    """A batch folder whose tree cannot be removed at once (here a mount point inside it:
+    rm empties it and cannot remove it; in life, a process still dying in it) keeps its
+    marker, so the next cleanup can still prove it is the batch's and finish the job."""
+    from evalledger.executor._watchdog import MARKER, _remove, make_folder, proven
+
+    if os.geteuid() != 0:
+        pytest.skip("a mount point inside the folder needs root")
+    token = secrets.token_hex(8)
+    folder = tmp_path / f"evalledger-r-{token}"
+    make_folder(folder, token)
+    (folder / "attempt" / "busy").mkdir(parents=True)
+    (folder / "attempt" / "left.txt").write_text("x")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(folder / "attempt" / "busy")],
+                             capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        _remove(str(folder))
+        assert (folder / MARKER).exists() and (folder / "attempt" / "busy").exists()
+        assert not (folder / "attempt" / "left.txt").exists()
+        assert proven(str(folder), token, str(tmp_path))
+    finally:
+        subprocess.run(["umount", str(folder / "attempt" / "busy")], check=True)
+    _remove(str(folder))
+    assert not folder.exists()
