@@ -237,6 +237,8 @@ def _clean_up(token: str, root: str, shared: str, last: str) -> None:
     temp = tempfile.gettempdir()
     if root and proven(root, token, shared or temp):
         _remove(root)
+    elif root:
+        _remove_unmarked(root)
     # A Ray node's batch folder names the batch's token; a worker's, ``<token>-<pid>``.
     if shared and proven(shared, token.rsplit("-", 1)[0], temp):
         try:
@@ -245,6 +247,26 @@ def _clean_up(token: str, root: str, shared: str, last: str) -> None:
             return  # gone already
         if not any(_alive(pid) for pid in siblings):
             _remove(shared)
+
+
+def _remove_unmarked(root: str) -> None:
+    """The folder of a runner killed while making it (``make_folder``: between the
+    ``mkdir`` and its marker's first byte): empty, or holding only an empty marker.
+    Nothing in it to prove, and nothing to lose: ``rmdir`` removes only an empty folder."""
+    try:
+        names = os.listdir(root)
+        if names == [MARKER]:
+            marker = os.path.join(root, MARKER)
+            info = os.lstat(marker)
+            if not (stat.S_ISREG(info.st_mode) and info.st_size == 0
+                    and info.st_uid == os.getuid()):
+                return
+            os.unlink(marker)
+        elif names:
+            return
+        os.rmdir(root)
+    except OSError:
+        return
 
 
 def _alive(pid: str) -> bool:

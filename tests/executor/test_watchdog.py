@@ -13,6 +13,7 @@ import secrets
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -480,3 +481,26 @@ def test_a_folder_that_cannot_be_removed_whole_keeps_its_proof(tmp_path: Path) -
         subprocess.run(["umount", str(folder / "attempt" / "busy")], check=True)
     _remove(str(folder))
     assert not folder.exists()
+
+
+@pytest.mark.parametrize("inside", ["nothing", "an empty marker", "a file", "a marker"])
+def test_a_folder_its_runner_died_making_is_removed_and_no_other(inside: str) -> None:
+    """A runner killed between ``mkdir`` and its marker's first byte leaves an empty
+    folder (or one holding an empty marker): nothing to prove, nothing to lose, removed.
+    A folder holding anything else without a proof of this token is left alone."""
+    from evalledger.executor._watchdog import MARKER, _clean_up, make_folder
+
+    token = secrets.token_hex(8)
+    folder = Path(tempfile.gettempdir()) / f"evalledger-r-{token}"  # where batches make it
+    if inside == "a marker":
+        make_folder(folder, secrets.token_hex(8))  # another batch's
+    else:
+        folder.mkdir(mode=0o700)
+    if inside == "an empty marker":
+        (folder / MARKER).touch()
+    elif inside == "a file":
+        (folder / "data.txt").write_text("keep me")
+
+    _clean_up(token, str(folder), "", "")
+
+    assert folder.exists() is (inside in ("a file", "a marker"))
