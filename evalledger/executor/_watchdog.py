@@ -75,22 +75,31 @@ def _remove(root: str) -> None:
     """Remove a batch's folder, its marker last: a tree that cannot be removed whole now
     (a process still dying in it writes one more file) keeps its proof, so the next
     cleanup (the watchdog's second, the next run's sweep) may still remove it. Removed
-    marker first, such a folder was left for good, unprovable."""
+    marker first, such a folder was left for good, unprovable.
+
+    The folder is reached through one descriptor, opened without following a link: a
+    folder swapped for a link to elsewhere after ``proven`` is never the one emptied."""
     try:
-        inside = [os.path.join(root, name) for name in os.listdir(root) if name != MARKER]
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return
-    if inside:
-        # rm walks a tree of any depth without following symlinks out of it.
-        subprocess.run(["rm", "-rf", "--", *inside], capture_output=True, check=False)
     try:
-        if any(name != MARKER for name in os.listdir(root)):
+        inside = [name for name in os.listdir(fd) if name != MARKER]
+        if inside:
+            # rm walks a tree of any depth without following symlinks out of it; it is
+            # given the entries through this descriptor (/proc/self/fd: rm's own copy).
+            subprocess.run(["rm", "-rf", "--", *(f"/proc/self/fd/{fd}/{n}" for n in inside)],
+                           pass_fds=(fd,), capture_output=True, check=False)
+        if any(name != MARKER for name in os.listdir(fd)):
             return
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(root, MARKER))
-        os.rmdir(root)
+            os.unlink(MARKER, dir_fd=fd)
     except OSError:
         return
+    finally:
+        os.close(fd)
+    with contextlib.suppress(OSError):
+        os.rmdir(root)  # a link put in its place meanwhile is no directory: ENOTDIR
 
 
 def make_folder(folder: Path, token: str, *, shared: bool = False) -> None:

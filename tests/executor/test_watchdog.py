@@ -504,3 +504,19 @@ def test_a_folder_its_runner_died_making_is_removed_and_no_other(inside: str) ->
     _clean_up(token, str(folder), "", "")
 
     assert folder.exists() is (inside in ("a file", "a marker"))
+
+
+def test_a_batch_folder_swapped_for_a_link_empties_nothing(tmp_path: Path) -> None:
+    """Between ``proven`` and the removal, whoever can write the temp folder may put a
+    link to elsewhere in the batch folder's place: what the link points at is kept."""
+    from evalledger.executor._watchdog import _remove
+
+    elsewhere = tmp_path / "home"
+    (elsewhere / "work").mkdir(parents=True)
+    (elsewhere / "work" / "thesis.tex").write_text("years of it")
+    swapped = tmp_path / "evalledger-r-0123456789abcdef"
+    swapped.symlink_to(elsewhere)
+
+    _remove(str(swapped))
+
+    assert (elsewhere / "work" / "thesis.tex").read_text() == "years of it"
