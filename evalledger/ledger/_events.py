@@ -379,13 +379,19 @@ class TaskOutput(_TaskEvent):
         event_id: str | None = None,
     ) -> EventRow:
         """This event in stored form, without building the model (the hot path)."""
-        payload = f'{{"line":{_json_string(line)},"n":{n}'
-        if stream != "stdout":
-            payload += f',"stream":"{stream}"'
-        payload += ',"truncated":true}' if truncated else "}"
+        payload = output_payload(line, n, stream, truncated)
         # tuple.__new__ skips the NamedTuple's Python-level __new__: half the cost.
         return _new_tuple(EventRow, (event_id or new_event_id(), run_id, task_key,
                                      EventType.TASK_OUTPUT, ts, payload, None, None))
+
+
+def output_payload(line: str, n: int, stream: str, truncated: bool) -> str:
+    """The canonical payload of a ``task.output``: what the runner stores for a line, and
+    what verify expects an output line to read back as."""
+    payload = f'{{"line":{_json_string(line)},"n":{n}'
+    if stream != "stdout":
+        payload += f',"stream":"{stream}"'
+    return payload + (',"truncated":true}' if truncated else "}")
 
 
 class TaskEmitted(_TaskEvent):

@@ -31,6 +31,7 @@ broken (a merged ``run.started`` seen without the ``run.merged`` that explains i
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
 import subprocess
@@ -52,7 +53,7 @@ from pydantic_core import from_json, to_json
 from ._anchor import Anchor
 from ._chain import GENESIS, link
 from ._errors import LedgerError
-from ._events import AnyEvent, decode_row
+from ._events import AnyEvent, decode_row, output_payload
 from ._rows import EventRow, EventType
 from ._schema import MIGRATIONS, TRIGGERS
 from ._sqlite_utils import Database
@@ -72,8 +73,6 @@ MIGRATION_SLACK = timedelta(minutes=1)
 _UTC_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?(Z|\+00:00)")
 _STORAGE_CLASS = {bytes: "BLOB", int: "INTEGER", float: "REAL", str: "TEXT"}
 _ENVELOPE = ("event_id", "run_id", "task_key", "type", "ts")
-# The escaping of strings pydantic-core applies (ensure_ascii off): as TaskOutput.encoded.
-_json_string = json.encoder.encode_basestring
 
 Check = Callable[[Ledger], Iterable[str]]
 """A check of what is derived from the events: called with the ledger inside verify's
@@ -412,8 +411,6 @@ def _check_rows(ledger: Ledger, report: VerifyReport,
 
 def _cpus() -> int:
     """The CPUs this process may run on."""
-    import os
-
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
@@ -510,8 +507,9 @@ def _check_part(ledger: Ledger, lo: int, hi: int, start: tuple[int, str] | None)
             event_id, run_id, task_key, type_, ts, payload, seq, hash_ = _as_text(row)
         if link(prev_hash, seq, event_id, run_id, task_key, type_, ts, payload) != hash_:
             report.problem(report.broken_links, seq)
-        # An output line as the runner writes it validates and is canonical: shown
-        # without its model. Anything else gets the full check.
+        # A snapshot's payload is checked after the snapshot check, which may vouch for
+        # it (_check_snapshot_rows); an output line as the runner writes it validates and
+        # is canonical, shown without its model. Anything else gets the full check.
         if type_ == snapshot_type and texts and task_key is None and _clean(event_id, run_id,
                                                                              ts):
             part.snapshots.append(seq)
@@ -560,6 +558,7 @@ class _Output(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 
 
 _decode_output = msgspec.json.Decoder(_Output).decode
+_STREAMS = ("stdout", "stderr")  # TaskOutput.stream's Literal
 
 
 def _clean(event_id: str, run_id: str, ts: str) -> bool:
@@ -582,12 +581,8 @@ def _plain_output(event_id: str, run_id: str, task_key: str | None, ts: str,
         out = _decode_output(payload)
     except msgspec.DecodeError:
         return False
-    text = f'{{"line":{_json_string(out.line)},"n":{out.n}'
-    if out.stream == "stderr":
-        text += ',"stream":"stderr"'
-    elif out.stream != "stdout":
-        return False
-    return (text + (',"truncated":true}' if out.truncated else "}")) == payload
+    return (out.stream in _STREAMS
+            and output_payload(out.line, out.n, out.stream, out.truncated) == payload)
 
 
 def _storage_classes(row: EventRow) -> str:
