@@ -57,7 +57,7 @@ from ._events import AnyEvent, decode_row, output_payload
 from ._rows import EventRow, EventType
 from ._schema import MIGRATIONS, TRIGGERS
 from ._sqlite_utils import Database
-from ._store import Ledger, _first_error
+from ._store import Ledger, _file_id, _first_error
 from ._version import SCHEMA_VERSION
 
 MAX_LISTED = 20
@@ -276,6 +276,7 @@ class _StorageCheck:
 
     def __init__(self, ledger: Ledger) -> None:
         self._path, self._damage = ledger.path, list[str]()
+        self._file = _file_id(str(ledger.path))
         self._thread = threading.Thread(target=self._run, name="verify quick_check",
                                         daemon=True)
         self._thread.start()
@@ -283,6 +284,10 @@ class _StorageCheck:
     def _run(self) -> None:
         try:
             with Ledger(self._path, read_only=True) as ledger:
+                if _file_id(str(self._path)) != self._file:
+                    self._damage.append("another file was put in the ledger's place while "
+                                        "verify read it: its pages were not checked")
+                    return
                 _, checked = ledger.query("PRAGMA quick_check")
             self._damage += [str(r[0]) for r in checked if r[0] != "ok"]
         except LedgerError as e:
@@ -392,8 +397,10 @@ def _check_rows(ledger: Ledger, report: VerifyReport,
     last = ledger.last_seq()
     parts = _parts(since[0], last)
     # The other parts first, each in a fresh interpreter (never a fork of a process that
-    # may run threads, never a re-import of the caller's __main__ as multiprocessing does).
-    workers = [_start_part(ledger.path, lo, hi) for lo, hi in parts[1:]]
+    # may run threads, never a re-import of the caller's __main__ as multiprocessing does),
+    # each told which file this is: it refuses another put in the ledger's place.
+    file = _file_id(str(ledger.path)) if len(parts) > 1 else None
+    workers = [_start_part(ledger.path, file, lo, hi) for lo, hi in parts[1:]]
     try:
         lo, hi = parts[0]
         results = [_check_part(ledger, lo, hi, since)]
@@ -451,14 +458,18 @@ def _merge(parts: list[_Part], since: tuple[int, str], report: VerifyReport,
     return walk
 
 
-def _start_part(path: Path, lo: int, hi: int) -> subprocess.Popen[bytes] | None:
-    """A process checking the rows ``lo < seq <= hi`` (``python -m
-    evalledger.ledger._verify_part``), its findings as JSON on its stdout; None when
-    none could be started."""
+def _start_part(path: Path, file: tuple[int, int] | None, lo: int, hi: int
+                ) -> subprocess.Popen[bytes] | None:
+    """A process checking the rows ``lo < seq <= hi`` of ``file`` (``(st_dev, st_ino)``)
+    (``python -m evalledger.ledger._verify_part``), its findings as JSON on its stdout;
+    None when none could be started (or the file is gone)."""
+    if file is None:
+        return None
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "evalledger.ledger._verify_part", str(path), str(lo),
-             str(hi)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            [sys.executable, "-m", "evalledger.ledger._verify_part", str(path),
+             ":".join(map(str, file)), str(lo), str(hi)],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     except OSError:
         return None
 

@@ -258,3 +258,24 @@ def test_a_part_whose_process_cannot_start_is_checked_here(db_path: Path) -> Non
         patch.setattr(verify_module.sys, "executable", str(db_path.parent / "no-python"))
         assert _report_lines(db_path, 3) == whole
     assert "hash chain broken at seq 30: the row was changed after it was written" in whole
+
+
+def test_a_part_refuses_a_file_put_in_the_ledgers_place(db_path: Path) -> None:
+    """A part process is told which file verify reads (device and inode): one that opens
+    another under the ledger's name (swapped in meanwhile: a copy without the edit) exits
+    without a word, and verify checks that part itself in the file it began with."""
+    import subprocess
+    import sys
+
+    _ledger(db_path)
+    _behind_triggers(db_path, TAMPERS["edit a line"][0], [30])
+    file = db_path.stat()
+    refused = subprocess.run(
+        [sys.executable, "-m", "evalledger.ledger._verify_part", str(db_path),
+         f"{file.st_dev}:{file.st_ino + 1}", "16", "32"], capture_output=True, check=False)
+    assert (refused.returncode, refused.stdout) == (3, b"")
+    whole = _report_lines(db_path, 1)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(verify_module, "_file_id", lambda path: (file.st_dev, file.st_ino + 1))
+        assert _report_lines(db_path, 3) == whole
+    assert "hash chain broken at seq 30: the row was changed after it was written" in whole
