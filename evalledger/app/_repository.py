@@ -197,7 +197,7 @@ def load_summary_page(ledger: Ledger, run_id: str, limit: int, *, grades: str | 
 def _page(payload: str, limit: int) -> SummaryPage | None:
     import msgspec
 
-    from evalledger.projections import RunSummary
+    from evalledger.projections import RunSummary, isolation_counts
 
     class Confined(msgspec.Struct):  # the fields isolation_counts reads
         attempts: int
@@ -212,11 +212,7 @@ def _page(payload: str, limit: int) -> SummaryPage | None:
         data = {name: msgspec.json.decode(raw) for name, raw in fields.items()}
         data["tasks"] = [msgspec.json.decode(raw) for raw in rows[:limit]]
         summary = RunSummary.model_validate(data)
-        isolation: dict[str, int] = {}
-        for raw in rows:
-            row = confined(raw)
-            if row.attempts:
-                isolation[row.isolation] = isolation.get(row.isolation, 0) + 1
+        isolation = isolation_counts(confined(raw) for raw in rows)
     except (msgspec.DecodeError, ValueError, KeyError):  # damaged (verify names it): fold
         return None
     if not _known_status(summary.status):

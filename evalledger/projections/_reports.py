@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from evalledger._text import money, visible
 from evalledger.statuses import FailureClass
@@ -76,7 +76,17 @@ def _heading(s: RunSummary, cut_off: bool) -> list[str]:
     ]
 
 
-def isolation_counts(rows: Iterable[TaskRow]) -> dict[str, int]:
+class Confined(Protocol):
+    """What ``isolation_counts`` reads of a row: a ``TaskRow``, or those two fields of one
+    read alone (``show``'s page of a long run)."""
+
+    @property
+    def attempts(self) -> int: ...
+    @property
+    def isolation(self) -> str: ...
+
+
+def isolation_counts(rows: Iterable[Confined]) -> dict[str, int]:
     """How many rows (that ran) each isolation confined: what ``isolation_line`` says."""
     counts: dict[str, int] = {}
     for row in rows:
