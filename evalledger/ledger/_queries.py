@@ -114,10 +114,9 @@ def snapshot_heads(ledger: Ledger, run_id: str) -> list[SnapshotHead]:
     by a pattern, so checking a run's snapshots parses each value once, not twice.
     """
     _, rows = ledger.query(
-        f"SELECT seq, CASE WHEN typeof(payload) = 'text' THEN substr(payload, 1, {_HEAD_CHARS}) "
-        "ELSE payload END FROM events WHERE run_id = ? AND type = ? AND task_key IS NULL",
-        [run_id, EventType.RUN_SNAPSHOT])
-    heads = (_head(ledger, start, seq) for seq, start in rows)
+        "SELECT seq FROM events WHERE run_id = ? AND type = ? AND task_key IS NULL "
+        "AND typeof(payload) = 'text'", [run_id, EventType.RUN_SNAPSHOT])
+    heads = (_head(ledger, ledger.payload_start(seq, _HEAD_BYTES), seq) for (seq,) in rows)
     return sorted(head for head in heads if head is not None)
 
 
@@ -128,13 +127,15 @@ def payload_at(ledger: Ledger, seq: int) -> Any:
 
 
 # Enough of a payload for _HEAD: the fields before the value (a kind is a short name).
-_HEAD_CHARS = 512
+_HEAD_BYTES = 512
 
 
-def _head(ledger: Ledger, start: Any, seq: int) -> SnapshotHead | None:
-    if not isinstance(start, str):
+def _head(ledger: Ledger, start: bytes | None, seq: int) -> SnapshotHead | None:
+    if start is None:
         return None
-    match = _HEAD.match(start)
+    # Cut at a byte count: a character split at the end is past the head, or the head is
+    # longer than this and the payload is read whole below.
+    match = _HEAD.match(start.decode("utf-8", "replace"))
     try:
         if match is not None:
             version, kind, through = int(match[1]), json.loads(match[2]), int(match[3])

@@ -689,20 +689,26 @@ class Ledger:
         with self._translate():
             seqs = [seq for (seq,) in self._conn.execute(
                 "SELECT seq FROM events WHERE type = ? AND run_id = ? AND task_key IS NULL "
-                "AND seq <= ? ORDER BY seq DESC",
+                "AND seq <= ? AND typeof(payload) = 'text' ORDER BY seq DESC",
                 [type_, run_id, until_seq if until_seq is not None else 2**62])]
             for seq in seqs:
-                try:
-                    with self._conn.blobopen("events", "payload", seq, readonly=True) as blob:
-                        if blob.read(len(prefix)) != prefix:
-                            continue
-                except sqlite3.OperationalError:  # a number stored as the payload: no match
-                    continue
-                row = self._conn.execute(f"SELECT {_COLUMNS} FROM events WHERE seq = ?",
-                                         [seq]).fetchone()
-                if row is not None and isinstance(row[5], str):  # a BLOB is no payload
-                    return _new_row(EventRow, row)
+                if self.payload_start(seq, len(prefix)) == prefix:
+                    row = self._conn.execute(f"SELECT {_COLUMNS} FROM events WHERE seq = ?",
+                                             [seq]).fetchone()
+                    return None if row is None else _new_row(EventRow, row)
         return None
+
+    def payload_start(self, seq: int, size: int) -> bytes | None:
+        """The first ``size`` bytes (UTF-8) of the text payload at ``seq``, read through a
+        blob handle: the payload is never loaded whole (``substr()`` would). None when
+        there is no such row. ``typeof(payload)`` in SQL tells text from a forged BLOB or
+        number without loading it either."""
+        with self._translate():
+            try:
+                with self._conn.blobopen("events", "payload", seq, readonly=True) as blob:
+                    return blob.read(size)
+            except sqlite3.OperationalError:  # no such row, or a number stored there
+                return None
 
     def query(
         self, sql: str, params: Sequence[Any] = ()
