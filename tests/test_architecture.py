@@ -16,7 +16,7 @@ import evalledger
 
 PACKAGE = Path(evalledger.__file__).parent
 
-DOMAIN = {"errors", "_values", "_text", "_files", "_lazy", "_version", "statuses", "options",
+DOMAIN = {"errors", "_values", "_text", "_files", "_lazy", "_gc", "_version", "statuses", "options",
           "hosts"}
 # The rank of each layer: lower layers never import higher ones.
 RANKS = {

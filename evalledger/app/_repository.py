@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from evalledger._gc import collector_paused
 from evalledger.errors import InvalidRequest
 from evalledger.ledger import EventType
 from evalledger.ledger._queries import latest_snapshot
@@ -80,7 +81,10 @@ def _restored(ledger: Ledger, run_id: str, cls: type[F], snapshots: bool,
     snap = (latest_snapshot(ledger, run_id, FOLD_KINDS[cls.__name__], cls.VERSION,
                             until_seq=until_seq) if snapshots else None)
     if snap is not None and (until_seq is None or snap.through_seq <= until_seq):
-        restored = restore_fold(cls, run_id, snap.value)
+        try:
+            restored = restore_fold(cls, run_id, snap.value)
+        except ValueError:  # packed, and does not unpack (verify names it): replay
+            restored = None
         if restored is not None:
             return restored, snap.through_seq
     return cls(run_id), 0
@@ -147,7 +151,8 @@ def load_summary(ledger: Ledger, run_id: str, *, snapshots: bool = True,
         from evalledger.projections import RunSummary
 
         try:
-            summary = RunSummary.model_validate_json(snap.value)
+            with collector_paused():  # a row per key: see evalledger._gc
+                summary = RunSummary.model_validate_json(snap.value)
         except ValueError:  # a damaged snapshot (verify --deep names it): fold instead
             pass
         else:
@@ -186,7 +191,7 @@ def load_summary_page(ledger: Ledger, run_id: str, limit: int, *, grades: str | 
 
     snap = (None if grades is not None or count_infra
             else _current(ledger, run_id, "summary", True))
-    page = _page(snap.payload, limit) if snap is not None else None
+    page = _page(snap, limit) if snap is not None else None
     if page is not None:
         return page
     summary = load_summary(ledger, run_id, grades=grades, count_infra=count_infra)
@@ -194,7 +199,7 @@ def load_summary_page(ledger: Ledger, run_id: str, limit: int, *, grades: str | 
                        len(summary.tasks), isolation_counts(summary.tasks))
 
 
-def _page(payload: str, limit: int) -> SummaryPage | None:
+def _page(snap: Snapshot, limit: int) -> SummaryPage | None:
     import msgspec
 
     from evalledger.projections import RunSummary, isolation_counts
@@ -205,9 +210,10 @@ def _page(payload: str, limit: int) -> SummaryPage | None:
 
     confined = msgspec.json.Decoder(Confined).decode
     try:
-        # The payload whole, not its value cut out: no 44 MB copy.
-        snapshot = msgspec.json.decode(payload, type=dict[str, msgspec.Raw])
-        fields = msgspec.json.decode(snapshot["value"], type=dict[str, msgspec.Raw])
+        # A plain value is decoded in the payload whole, not cut out: no 44 MB copy.
+        value = (snap.value if snap.packed else
+                 msgspec.json.decode(snap.payload, type=dict[str, msgspec.Raw])["value"])
+        fields = msgspec.json.decode(value, type=dict[str, msgspec.Raw])
         rows = msgspec.json.decode(fields.pop("tasks", b"[]"), type=list[msgspec.Raw])
         data = {name: msgspec.json.decode(raw) for name, raw in fields.items()}
         data["tasks"] = [msgspec.json.decode(raw) for raw in rows[:limit]]

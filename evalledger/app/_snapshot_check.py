@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from evalledger.ledger import EventType
+from evalledger.ledger._packed import PATTERN, PackedError, is_packed, unpack
 from evalledger.ledger._queries import (
     SnapshotHead,
     payload_at,
@@ -109,20 +110,41 @@ class SnapshotCheck:
     def _same(self, ledger: Ledger, head: SnapshotHead, value: dict[str, Any],
               run_id: str) -> bool:
         """Whether the stored snapshot holds ``value``. First as text: the canonical
-        payload of ``value``, encoded straight from it (no copy of it made, no parse of
-        the stored one: a 100,000-task run's summary is 44 MB of JSON); what differs as
-        text is compared as data (a payload in another spelling, which verify names
-        apart, or a float msgspec spells ``1e+20`` where the ledger has ``1e20``)."""
+        JSON of ``value``, encoded straight from it (no copy of it made, no parse of
+        the stored one: a 100,000-task run's summary is 44 MB of JSON), against the
+        stored value's text, unpacked if packed; what differs as text is compared as
+        data (a payload in another spelling, which verify names apart, or a float
+        msgspec spells ``1e+20`` where the ledger has ``1e20``)."""
         payload = payload_at(ledger, head.seq)
-        written = None if self.deep else _written(head, value)
-        if written is not None and written == payload:
-            # Canonical as written, unless a float is spelled 1e+20 (msgspec) where the
-            # ledger's spelling is 1e20 (pydantic-core): then verify reads it whole.
-            if not _EXPONENT.search(written):
-                self.vouched.add(head.seq)
+        if not self.deep and isinstance(payload, str) and self._same_text(head, value,
+                                                                          payload):
             return True
         stored = self._value(payload, run_id)
         return stored is not None and as_json(value) == stored
+
+    def _same_text(self, head: SnapshotHead, value: dict[str, Any], payload: str) -> bool:
+        written = _written(value)
+        start = _head_text(head)
+        if written is None or not payload.startswith(start) or not payload.endswith("}"):
+            return False
+        stored = payload[len(start):-1]
+        if is_packed(stored[1:-1]) and stored.endswith('"'):
+            packed = stored[1:-1]
+            try:
+                same = re.fullmatch(PATTERN, packed) is not None and unpack(packed) == written
+            except PackedError:
+                return False
+            # Valid and canonical as stored: the packed string is base64 (nothing to escape).
+            if same:
+                self.vouched.add(head.seq)
+            return same
+        if stored.encode() != written:
+            return False
+        # Canonical as written, unless a float is spelled 1e+20 (msgspec) where the
+        # ledger's spelling is 1e20 (pydantic-core): then verify reads it whole.
+        if not _EXPONENT.search(stored):
+            self.vouched.add(head.seq)
+        return True
 
     def _value(self, payload: Any, run_id: str) -> Any:
         """The snapshot's ``value`` as JSON data; None when the payload is not a snapshot
@@ -135,31 +157,52 @@ class SnapshotCheck:
                                  payload).decode()
             except ValueError:
                 return None
-            return as_json(event.value) if isinstance(event, RunSnapshot) else None
+            if not isinstance(event, RunSnapshot):
+                return None
+            return _unpacked(event.value) if is_packed(event.value) else as_json(event.value)
         from pydantic_core import from_json
 
         try:
             data = from_json(payload)
         except ValueError:
             return None
-        return data.get("value") if isinstance(data, dict) else None
+        return _unpacked(data.get("value")) if isinstance(data, dict) else None
 
 
 _EXPONENT = re.compile(r"\de\+")
 
 
-def _written(head: SnapshotHead, value: dict[str, Any]) -> str | None:
-    """The canonical payload of a snapshot of ``value`` (keys sorted at every level, no
-    spaces), as the ledger stores it; None when msgspec cannot encode it."""
+def _unpacked(value: Any) -> Any:
+    """A snapshot's stored value as JSON data, unpacked if packed (None: does not
+    unpack)."""
+    if not is_packed(value):
+        return value
+    from pydantic_core import from_json
+
+    try:
+        return from_json(unpack(value))
+    except ValueError:  # PackedError included
+        return None
+
+
+def _head_text(head: SnapshotHead) -> str:
+    """A snapshot's canonical payload up to its value."""
+    import msgspec
+
+    kind = msgspec.json.encode(head.kind).decode()
+    return (f'{{"fold_version":{head.fold_version},"kind":{kind},'
+            f'"through_seq":{head.through_seq},"value":')
+
+
+def _written(value: dict[str, Any]) -> bytes | None:
+    """The canonical JSON of ``value`` (keys sorted at every level, no spaces), as a
+    snapshot stores it (packed: before packing); None when msgspec cannot encode it."""
     import msgspec
 
     try:
-        body = msgspec.json.encode(value, order="sorted").decode()
+        return msgspec.json.encode(value, order="sorted")
     except (TypeError, msgspec.EncodeError):
         return None
-    kind = msgspec.json.encode(head.kind).decode()
-    return (f'{{"fold_version":{head.fold_version},"kind":{kind},'
-            f'"through_seq":{head.through_seq},"value":{body}}}')
 
 
 class _Replay:

@@ -38,6 +38,7 @@ from pydantic_core import to_json
 from evalledger.options import RunOptions
 from evalledger.statuses import Category, FailureClass, FinalStatus, RunStatus
 
+from ._packed import PATTERN as _PACKED
 from ._rows import EventRow, EventType
 from ._tokens import TokenCounts, counts_of
 from ._upcast import UPCASTERS, upcast
@@ -165,6 +166,9 @@ def _agent(value: object) -> bool:
 # old harness's run folders): left out of the payload when None, as every native event
 # has it.
 Imported = Annotated[JsonObject | None, Field(exclude_if=_absent)]
+
+# A large snapshot value, compressed (see _packed).
+Packed = Annotated[str, StringConstraints(pattern=_PACKED)]
 
 # Envelope text goes into the hash chain "\n"-framed (see _chain), so no newlines.
 _Line = Annotated[str, StringConstraints(min_length=1, pattern=r"^[^\n\r]*$")]
@@ -723,9 +727,10 @@ class RunSnapshot(_Event):
     through_seq: int
     """The seq of the last event folded into it (the run's ``run.finished``): always
     before the snapshot's own seq."""
-    value: JsonObject
-    """The state or summary. The fold states' layout is internal to their
-    ``fold_version``."""
+    value: JsonObject | Packed
+    """The state or summary; a large one packed: the string ``zstd:`` followed by the
+    base64 of a zstd frame of its JSON (``evalledger.ledger._packed``). The fold
+    states' layout is internal to their ``fold_version``."""
 
 
 class RunMerged(_Event):

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from ._packed import PREFIX, unpack
 from ._rows import EventType
 
 if TYPE_CHECKING:
@@ -47,9 +48,20 @@ class Snapshot:
     """Where ``value`` begins in ``payload`` (it ends before the payload's last brace)."""
 
     @property
-    def value(self) -> str:
-        """The value's JSON text (a copy cut out of ``payload``: for a reader that needs a
-        ``str``; ``payload`` and ``start`` spare a large one the copy)."""
+    def packed(self) -> bool:
+        """Whether the value is stored packed (``_packed``): a JSON string, not an object."""
+        return self.payload.startswith(f'"{PREFIX}', self.start)
+
+    @property
+    def value(self) -> str | bytes:
+        """The value's JSON text: a copy cut out of ``payload``, or the packed value
+        unpacked (UTF-8 bytes); ``payload`` and ``start`` spare a large plain one the copy.
+
+        Raises:
+            PackedError: a packed value that does not unpack (verify names the row).
+        """
+        if self.packed:
+            return unpack(self.payload[self.start:-1])
         return self.payload[self.start:-1]
 
 

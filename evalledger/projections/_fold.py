@@ -84,6 +84,31 @@ class Fold:
 
     @classmethod
     def restore(cls, run_id: str, state: dict[str, Any]) -> Self:
+        """The fold whose ``state()`` this is.
+
+        Raises:
+            ValueError: it is not a state of this fold (``msgspec.ValidationError``).
+        """
+        import msgspec
+
+        return cls._restored(run_id, msgspec.convert(state, cls.STATE or dict))
+
+    @classmethod
+    def restore_json(cls, run_id: str, text: str | bytes) -> Self:
+        """``restore`` from the state's JSON text (what a snapshot stores), decoded
+        straight into its typed shape: no dict of a 100,000-task run's state built
+        first and converted after.
+
+        Raises:
+            ValueError: it is not a state of this fold (``msgspec.DecodeError``).
+        """
+        import msgspec
+
+        return cls._restored(run_id, msgspec.json.decode(text, type=cls.STATE or dict))
+
+    @classmethod
+    def _restored(cls, run_id: str, state: Any) -> Self:
+        """The fold from its state, decoded and checked as ``STATE``."""
         raise NotImplementedError
 
     def apply(self, event: AnyEvent | EventRow | LiteEvent) -> None:

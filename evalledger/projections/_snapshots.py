@@ -17,9 +17,10 @@ version is a ledger query (``evalledger.ledger._queries.latest_snapshot``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from evalledger._gc import collector_paused
 
 if TYPE_CHECKING:
     from evalledger.ledger import RunSnapshot
@@ -39,13 +40,14 @@ HEADLINE_KEYS = frozenset({
 FOLD_KINDS = {"SummaryFold": "summary_fold", "ResumeFold": "resume_fold"}
 
 
-def restore_fold(cls: type[F], run_id: str, value: str) -> F | None:
+def restore_fold(cls: type[F], run_id: str, value: str | bytes) -> F | None:
     """The fold restored from a snapshot's value; None when the value does not fit (a
     damaged or forged snapshot: the run is replayed instead, and ``verify --deep``
     names the snapshot)."""
     try:
-        return cls.restore(run_id, json.loads(value))
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+        with collector_paused():  # a 100,000-task state is a million objects: evalledger._gc
+            return cls.restore_json(run_id, value)
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError):  # DecodeError too
         return None
 
 
@@ -66,9 +68,10 @@ def snapshot_events(run_id: str, through_seq: int, summary: SummaryFold,
                     resume: ResumeFold) -> list[RunSnapshot]:
     """The ``run.snapshot`` events of these folds, both through ``through_seq``."""
     from evalledger.ledger import RunSnapshot
+    from evalledger.ledger._packed import pack
 
     return [RunSnapshot(run_id=run_id, kind=kind, fold_version=version,
-                        through_seq=through_seq, value=make())
+                        through_seq=through_seq, value=pack(make()))
             for kind, (version, make) in snapshot_kinds(summary, resume).items()]
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 import msgspec
 
+from evalledger._gc import collector_paused
 from evalledger.ledger import (
     NO_TOKENS,
     RunFinished,
@@ -313,8 +314,7 @@ class SummaryFold(Fold):
         return msgspec.to_builtins(state)  # type: ignore[no-any-return]
 
     @classmethod
-    def restore(cls, run_id: str, state: dict[str, Any]) -> SummaryFold:
-        s = msgspec.convert(state, _State)  # checked: a damaged snapshot raises
+    def _restored(cls, run_id: str, s: _State) -> SummaryFold:
         fold = cls(run_id)
         fold.by_model, fold.by_role = dict(s.by_model), dict(s.by_role)
         fold.cost_gap, fold.drift, fold.experiment_id = s.cost_gap, s.drift, s.experiment_id
@@ -518,6 +518,10 @@ class SummaryFold(Fold):
         Raises:
             UnknownGrades: the run has no grade set of that name.
         """
+        with collector_paused():  # a row per key: see evalledger._gc
+            return self._summary(grades, count_infra)
+
+    def _summary(self, grades: str | None, count_infra: bool) -> RunSummary:
         head = self.headline(grades, count_infra=count_infra)
         judged = {key.task_key: key for key in self._judged(head.grades)}
         # Every planned key has a row: one that never started has no attempts.

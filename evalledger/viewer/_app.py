@@ -53,21 +53,23 @@ from evalledger.projections import (
     diff_runs,
     render_junit,
     render_markdown,
-    tag_stats,
 )
 from evalledger.statuses import FinalStatus, ShownStatus
 
 from . import _charts, _queries
 from ._hosts import HostGate, HostRule
+from ._memo import per_summary
 from ._params import BadParameter, choice, whole
 from ._render import (
     STATIC,
     AttemptMark,
     TableQuery,
     conversation,
+    not_started,
     render,
     run_charts,
     segment,
+    summary_tags,
     with_marks,
 )
 from ._report import report_html
@@ -193,7 +195,10 @@ class _Views:
                         at: int | None) -> RunSummary:
         """``summary`` as ``run.json`` holds it: with the anchor read from the ledger."""
         anchor = await self._read(lambda ledger: ledger.anchor(run.run_id, until_seq=at))
-        return summary.anchored(anchor)
+        # The same anchored copy while the anchor is the same: what is made from it (the
+        # summary API's JSON) is then made once.
+        key = ("anchored", None if anchor is None else anchor.model_dump_json())
+        return per_summary(summary, key, lambda: summary.anchored(anchor))
 
     async def _folded(self, run: RunState, at: int | None) -> _queries.Past:
         if at is None or at >= self.state.seq:
@@ -263,14 +268,14 @@ class _Views:
         return RunView.model_construct(
             run_id=run.run_id, status_shown=run.shown_status if at is None else summary.status,
             first_seq=run.first_seq, last_seq=run.last_seq, imported=run.imported,
-            summary=summary, tags=tag_stats(summary), at=at, running=past.running)
+            summary=summary, tags=summary_tags(summary), at=at, running=past.running)
 
     async def tasks(self, request: Request) -> TaskTable:
         """A page of a run's task table (now, or as of ``?at=``), as ``?outcome= &tag=
         &variant= &q= &sort= &dir= &page=`` ask (``TableQuery``)."""
         table = TableQuery.parse(request.query_params)
         run = self._run(request)
-        rows = table.select((await self._folded(run, self._at(request, run))).summary.tasks)
+        rows = table.rows_of((await self._folded(run, self._at(request, run))).summary)
         start = (table.page - 1) * TASKS_PER_PAGE
         return TaskTable.model_construct(
             total=len(rows), page=table.page, pages=pages(len(rows), TASKS_PER_PAGE),
@@ -358,7 +363,7 @@ class _Views:
             tags=view.tags, at=view.at, first_seq=view.first_seq, last_seq=view.last_seq,
             statuses=[s.value for s in FinalStatus], running=view.running,
             liveness=run.liveness() if view.at is None else {},
-            not_started=sum(1 for r in summary.tasks if r.attempts == 0),
+            not_started=not_started(summary),
             variant_bound=await self._variant_bound(run, summary, view.at),
             imported=view.imported, previous=previous.run_id if previous else None,
             others=[r.run_id for r in self.state.newest_first()

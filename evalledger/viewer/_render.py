@@ -34,6 +34,7 @@ from evalledger.agents import Entry, Text, final_facts, parser_for
 from evalledger.projections import (
     RoleUsage,
     RunSummary,
+    TagStats,
     TaskRow,
     infra_note,
     rate_cell,
@@ -46,6 +47,7 @@ from evalledger.statuses import Category, FinalStatus
 
 from . import _charts
 from ._ansi import ansi_html
+from ._memo import per_summary
 from ._params import choice, whole
 from ._queries import Attempt, Line
 
@@ -160,8 +162,12 @@ def _ends(interval: Interval) -> tuple[float, float]:
 
 def tag_counts(summary: RunSummary) -> dict[str, tuple[int, int]]:
     """Per tag, its graded keys (as ``tag_stats`` rates by: infrastructure failures
-    left out unless counted) and its ungraded ones."""
-    graded = {t.tag: t.tasks_graded for t in tag_stats(summary)}
+    left out unless counted) and its ungraded ones (counted once per summary)."""
+    return per_summary(summary, "tag_counts", lambda: _tag_counts(summary))
+
+
+def _tag_counts(summary: RunSummary) -> dict[str, tuple[int, int]]:
+    graded = {t.tag: t.tasks_graded for t in summary_tags(summary)}
     counts: dict[str, tuple[int, int]] = {}
     for row in summary.tasks:
         for tag in dict.fromkeys(row.tags):
@@ -252,6 +258,13 @@ class TableQuery:
             values["page"] = None
         return values
 
+    def rows_of(self, summary: RunSummary) -> list[TaskRow]:
+        """The summary's rows this query keeps, in its order: selected once per summary
+        and query (every page of a table reads the same selection)."""
+        key = ("rows", self.outcome, self.tag, self.variant, self.text, self.sort,
+               self.descending)
+        return per_summary(summary, key, lambda: self.select(summary.tasks))
+
     def select(self, rows: Sequence[TaskRow]) -> list[TaskRow]:
         """The rows this query keeps, in its order."""
         chosen = [r for r in rows if self.keeps(r)]
@@ -288,14 +301,29 @@ _SORT_KEYS: dict[str, Any] = {
 }
 
 
+def summary_tags(summary: RunSummary) -> list[TagStats]:
+    """``tag_stats`` of the summary, computed once per summary (``per_summary``)."""
+    return per_summary(summary, "tag_stats", lambda: tag_stats(summary))
+
+
+def not_started(summary: RunSummary) -> int:
+    """The summary's tasks with no attempt yet, counted once per summary."""
+    return per_summary(summary, "not_started",
+                       lambda: sum(1 for r in summary.tasks if r.attempts == 0))
+
+
 def run_charts(summary: RunSummary) -> dict[str, Markup]:
-    """The run page's charts, from its summary."""
+    """The run page's charts, from its summary (made once per summary)."""
+    return per_summary(summary, "charts", lambda: _run_charts(summary))
+
+
+def _run_charts(summary: RunSummary) -> dict[str, Markup]:
     outcomes: dict[str, dict[str, int]] = {}
     for row in summary.tasks:
         counts = outcomes.setdefault(row.variant_id, dict.fromkeys(OUTCOMES, 0))
         counts[outcome(row)] += 1
     variants = summary.variants
-    tags = tag_stats(summary)
+    tags = summary_tags(summary)
     by_tag = tag_counts(summary)
     return {
         "outcomes": _charts.stacked_bars(sorted(outcomes.items()), "statuses per variant"),

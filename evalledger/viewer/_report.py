@@ -11,10 +11,10 @@ Every task's section is open, so a link from the task table lands on what it nam
 from __future__ import annotations
 
 from evalledger.ledger import Ledger
-from evalledger.projections import RunSummary, tag_stats
+from evalledger.projections import RunSummary
 
 from . import _queries
-from ._render import TableQuery, render, run_charts, stylesheet
+from ._render import TableQuery, not_started, render, run_charts, stylesheet, summary_tags
 
 TAIL_LINES = 20
 TAIL_CHARS = 2000
@@ -26,9 +26,9 @@ def report_html(ledger: Ledger, summary: RunSummary) -> str:
     return render(
         "run.html", mode="file", summary=summary, status=summary.status,
         charts=run_charts(summary), rows=summary.tasks, table=TableQuery(), tails=tails,
-        tags=tag_stats(summary), css=stylesheet(), at=None, total_rows=len(summary.tasks),
+        tags=summary_tags(summary), css=stylesheet(), at=None, total_rows=len(summary.tasks),
         pages=1, tail_lines=TAIL_LINES, tail_chars=TAIL_CHARS, running=frozenset(),
-        not_started=sum(1 for r in summary.tasks if r.attempts == 0),
+        not_started=not_started(summary),
         variant_bound=_queries.variant_bound(ledger, summary),
         imported=_queries.imported(ledger, summary.run_id),
     )

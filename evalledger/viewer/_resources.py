@@ -33,6 +33,7 @@ from evalledger.projections import (
     render_json,
 )
 
+from ._memo import per_summary
 from ._queries import Attempt, Line
 from ._render import TableQuery
 
@@ -149,7 +150,8 @@ class SummaryView(Resource):
     summary: RunSummary
 
     def json_response(self) -> Response:
-        return Response(render_json(self.summary), media_type="application/json")
+        body = per_summary(self.summary, "json", lambda: render_json(self.summary).encode())
+        return Response(body, media_type="application/json")
 
 
 class DiffView(Resource):

@@ -9,6 +9,7 @@ and believe one through a plausible seq (docs/results.md, "Snapshots").
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from collections.abc import Iterator
@@ -17,10 +18,19 @@ from pathlib import Path
 import pytest
 
 from evalledger.app._repository import write_snapshot
-from evalledger.ledger import AnyEvent, Ledger, TaskCompleted
+from evalledger.ledger import (
+    AnyEvent,
+    Ledger,
+    RunFinished,
+    RunSnapshot,
+    RunStarted,
+    TaskCompleted,
+    TaskStarted,
+    TokenCounts,
+)
 from evalledger.projections import ResumeFold, SummaryFold, fold
-from evalledger.projections._snapshots import snapshot_events
-from evalledger.statuses import FinalStatus
+from evalledger.projections._snapshots import snapshot_events, snapshot_kinds
+from evalledger.statuses import FinalStatus, RunStatus
 
 from .helpers import EntryPoint, Result, _env
 from .test_query import KEYS, record_run
@@ -154,3 +164,90 @@ def test_a_snapshot_payload_that_is_no_text_is_passed_over(
     assert after.returncode == 0, after
     assert "Traceback" not in after.stderr
     assert after.stdout == before.stdout
+
+
+def record_large_run(db: Path, run_id: str, tasks: int) -> list[str]:
+    """A finished run of ``tasks`` tasks, every third failed: its summary snapshot is
+    large enough to be stored packed. Returns its task keys."""
+    keys = [f"default/t{i:03}/00" for i in range(tasks)]
+    events: list = [RunStarted(run_id=run_id, planned=keys, max_parallel=2)]
+    for i, key in enumerate(keys):
+        status = FinalStatus.FAILURE if i % 3 == 0 else FinalStatus.SUCCESS
+        events += [
+            TaskStarted(run_id=run_id, task_key=key, task_id=key.split("/")[1]),
+            TaskCompleted(run_id=run_id, task_key=key, final_status=status,
+                          category=status.category, duration_seconds=2.0,
+                          weighted_score=1.0 if status == FinalStatus.SUCCESS else 0.0,
+                          tokens=TokenCounts(input_tokens=10), cost_usd=0.5),
+        ]
+    events.append(RunFinished(run_id=run_id, status=RunStatus.COMPLETED))
+    with Ledger(db) as ledger:
+        ledger.append(events)
+        assert write_snapshot(ledger, run_id)
+    return keys
+
+
+def stored_values(db: Path) -> dict[str, str]:
+    """Each stored snapshot's kind and the first characters of its value."""
+    import sqlite3
+    from contextlib import closing
+
+    with closing(sqlite3.connect(db)) as conn:
+        rows = conn.execute("SELECT payload FROM events WHERE type = 'run.snapshot'")
+        return {json.loads(p)["kind"]: p[p.index('"value":') + 8:][:6] for (p,) in rows}
+
+
+def test_a_large_run_s_snapshots_are_packed_read_and_a_forged_packed_one_is_caught(
+    entry_point: EntryPoint, db_path: Path,
+) -> None:
+    keys = record_large_run(db_path, "run-1", 120)
+    assert stored_values(db_path) == {"summary_fold": '"zstd:', "resume_fold": '"zstd:',
+                                      "summary": '"zstd:', "headline": '{"cost'}
+    assert call(entry_point, db_path, "verify").returncode == 0
+    shown = call(entry_point, db_path, "show", "run-1", "--json")
+    assert shown.returncode == 0, shown
+    statuses = {t["task_key"]: t["final_status"] for t in json.loads(shown.stdout)["tasks"]}
+    assert statuses == {k: "FAILURE" if i % 3 == 0 else "SUCCESS" for i, k in enumerate(keys)}
+
+    forged = forge(db_path, "run-1", {keys[0]: FinalStatus.SUCCESS})
+
+    # Believed by the readers, as a plain one would be: the packed summary is what `show`
+    # reads (a replay would say FAILURE).
+    assert listed(entry_point, db_path)["run-1"]["tasks_failed"] == 39
+    shown = call(entry_point, db_path, "show", "run-1", "--json")
+    assert json.loads(shown.stdout)["tasks"][0]["final_status"] == "SUCCESS", shown
+    for args in (("verify",), ("verify", "--deep")):
+        out = call(entry_point, db_path, *args)
+        assert out.returncode == 1, out
+        named = snapshot_lines(out)
+        assert sorted(named) == forged, out.stdout
+        assert all("differs from a full replay of the run" in line for line in named.values())
+        assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("value", [
+    "zstd:AAAA",
+    "zstd:" + base64.b64encode(b"\x28\xb5\x2f\xfd\xe0" + (1 << 40).to_bytes(8, "little")
+                               + b"\x01\x00\x00").decode(),
+], ids=["not-a-frame", "claims-a-terabyte"])
+def test_a_packed_value_that_does_not_unpack_is_replayed_past_and_named(
+    entry_point: EntryPoint, db_path: Path, value: str,
+) -> None:
+    record_large_run(db_path, "run-1", 120)
+    before = [call(entry_point, db_path, *args) for args in (("show", "run-1"), ("runs",))]
+    with Ledger(db_path) as ledger:
+        through = ledger.last_lifecycle_seq("run-1")
+        bad = ledger.append([RunSnapshot(run_id="run-1", kind=kind, fold_version=version,
+                                         through_seq=through, value=value)
+                             for kind, (version, _) in snapshot_kinds(
+                                 SummaryFold("run-1"), ResumeFold("run-1")).items()
+                             if kind != "headline"])
+
+    after = [call(entry_point, db_path, *args) for args in (("show", "run-1"), ("runs",))]
+
+    assert [(a.returncode, a.stdout) for a in after] == [(b.returncode, b.stdout)
+                                                       for b in before]
+    out = call(entry_point, db_path, "verify")
+    assert out.returncode == 1, out
+    assert sorted(snapshot_lines(out)) == bad, out.stdout
+    assert all("Traceback" not in r.stderr for r in [*after, out])

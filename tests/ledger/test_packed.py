@@ -1,0 +1,66 @@
+"""Packed snapshot values: what is packed reads back as the same data, what is small
+stays plain, and what does not unpack is refused with a ``PackedError``, never a
+traceback of zstd's or an allocation a forged header asks for."""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+
+import pytest
+import zstandard
+from hypothesis import given
+from hypothesis import strategies as st
+
+from evalledger.ledger._packed import PACK_FROM, PackedError, is_packed, pack, unpack
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=8), inner,
+                                                                  max_size=6),
+    max_leaves=60)
+
+
+@given(st.dictionaries(st.text(max_size=12), _json, max_size=30), st.integers(0, 300))
+def test_what_is_packed_unpacks_to_the_same_data_and_small_values_stay_plain(
+    value: dict, padding: int,
+) -> None:
+    value = {**value, "rows": ["x" * 40] * padding}
+    stored = pack(value)
+    if len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()) < PACK_FROM:
+        assert stored is value
+    else:
+        assert is_packed(stored)
+        assert json.loads(unpack(stored)) == value
+        assert json.loads(unpack(json.dumps(stored))) == value  # as cut out of a payload
+
+
+def test_a_large_value_is_much_smaller_packed() -> None:
+    value = {"tasks": [{"task_key": f"default/t{i}/00", "final_status": "SUCCESS",
+                        "weighted_score": 1.0, "attempts": 1} for i in range(2000)]}
+    plain = len(json.dumps(value, separators=(",", ":")))
+    packed = pack(value)
+    assert isinstance(packed, str)
+    assert len(packed) * 10 < plain, (len(packed), plain)
+
+
+def _frame_claiming(size: int) -> bytes:
+    # Magic, a descriptor saying single segment with an 8-byte content size, the size,
+    # then one last raw block of no bytes.
+    return b"\x28\xb5\x2f\xfd" + bytes([0xE0]) + struct.pack("<Q", size) + b"\x01\x00\x00"
+
+
+@pytest.mark.parametrize("stored", [
+    "plain text",
+    "zstd:not base64!",
+    "zstd:" + base64.b64encode(b"not a frame at all").decode(),
+    "zstd:" + base64.b64encode(_frame_claiming(1 << 40)).decode(),
+    "zstd:" + base64.b64encode(_frame_claiming(64)).decode(),
+    "zstd:" + base64.b64encode(zstandard.ZstdCompressor().compress(b'{"a": 1}' * 999)[:-6]
+                               ).decode(),
+], ids=["no-prefix", "not-base64", "not-a-frame", "claims-a-terabyte", "short-of-its-claim",
+        "cut-off"])
+def test_what_does_not_unpack_is_a_packed_error(stored: str) -> None:
+    with pytest.raises(PackedError):
+        unpack(stored)
