@@ -300,6 +300,48 @@ def test_a_writer_in_another_process_shows_up_through_the_event_stream(
         assert int(tail.headers["x-last-seq"]) > 0
 
 
+def test_what_a_page_made_from_a_summary_changes_when_the_run_does(
+    suite: Suite, tmp_path: Path
+) -> None:
+    """The summary API, the run page and its table are made once per summary: a run that
+    records more is a new summary, and every one of them says so."""
+    from evalledger.ledger import RunFinished, RunStarted, TaskCompleted, TaskStarted
+    from evalledger.statuses import Category, FinalStatus
+
+    db = tmp_path / "copy.db"
+    shutil.copy(suite.db, db)
+    key = "default/late/00"
+    with Ledger(db) as ledger:
+        ledger.append([RunStarted(run_id="growing", planned=[key]),
+                       TaskStarted(run_id="growing", task_key=key, task_id="late")])
+    with TestClient(create_app(db, interval=0.05, keepalive=0.2)) as client:
+        before = client.get("/api/runs/growing/summary").json()
+        assert [t["final_status"] for t in before["tasks"]] == [None]
+        assert client.get("/api/runs/growing/summary").json() == before  # made once, kept
+        assert "growing" in client.get("/runs/growing").text
+        assert client.get("/api/runs/growing/tasks", params={"outcome": "succeeded"}
+                          ).json()["total"] == 0
+        with client.stream("GET", "/api/stream") as stream:
+            lines = stream.iter_lines()
+            assert next(lines) == "event: hello"
+            with Ledger(db) as ledger:
+                ledger.append([TaskCompleted(run_id="growing", task_key=key,
+                                             final_status=FinalStatus.SUCCESS,
+                                             category=Category.SUCCEEDED, weighted_score=1.0),
+                               RunFinished(run_id="growing", status="completed")])
+            deadline = time.monotonic() + PATIENCE
+            for line in lines:  # a keep-alive comment comes at least every 0.2 s
+                if line.startswith("data: ") and "growing" in line:
+                    break
+                assert time.monotonic() < deadline, "no change came through the stream"
+
+        after = client.get("/api/runs/growing/summary").json()
+        assert [t["final_status"] for t in after["tasks"]] == ["SUCCESS"]
+        assert after["tasks_succeeded"] == 1 and after["status"] == "completed"
+        assert client.get("/api/runs/growing/tasks", params={"outcome": "succeeded"}
+                          ).json()["total"] == 1
+
+
 # -- every query parameter out of range is a 400 with a one-line reason ----------------------
 
 NOT_NUMBERS = ["x", "1.5", " 1", "1_0", "1e3", "0x10", "\u0663", str(2**63), "9" * 5000]
