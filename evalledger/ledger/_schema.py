@@ -527,3 +527,12 @@ VIEWS = {
 def _m0011_pass_rate_intervals(db: Database) -> None:
     _recreate_views(db, _VIEWS_10, VIEWS)
     _set_version(db, 11)
+
+
+@MIGRATIONS(name="0012_packed_snapshots")
+def _m0012_packed_snapshots(db: Database) -> None:
+    # No table changes: run.snapshot values may be stored packed from here on
+    # (_packed.py). An older evalledger would take a packed value for a damaged row
+    # (its verify would fail a sound ledger): the version makes it refuse the file,
+    # saying to upgrade. Snapshots stored before stay plain; readers take both.
+    _set_version(db, 12)

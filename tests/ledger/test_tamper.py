@@ -123,8 +123,8 @@ CASES: dict[str, tuple[tuple[str, ...], str]] = {
                                "meta.schema_version is '3'"),
     "meta key added": (("INSERT INTO meta VALUES ('note', 'x')",), "unexpected meta.note"),
     "migration record deleted": (
-        ("DELETE FROM _sqlite_migrations WHERE name = '0011_pass_rate_intervals'",),
-        "but the ledger's 10 migrations make it 10"),
+        ("DELETE FROM _sqlite_migrations WHERE name = '0012_packed_snapshots'",),
+        "but the ledger's 11 migrations make it 11"),
 }
 
 
