@@ -71,3 +71,16 @@ def unpack(packed: str | bytes) -> bytes:
         return zstandard.ZstdDecompressor().decompress(frame, max_output_size=size)
     except (binascii.Error, zstandard.ZstdError) as e:
         raise PackedError(f"a packed value does not unpack: {e}") from e
+
+
+def sql_unpack(value: str | bytes | int | float | None) -> str | bytes | int | float | None:
+    """``evalledger_unpack(x)`` in SQL (every connection a ``Ledger`` opens: ``evalledger
+    sql``, the viewer, the Python API): a packed value's JSON text; any other value as it
+    is; NULL for a packed value that does not unpack. So ``evalledger_unpack(
+    json_extract(payload, '$.value'))`` reads any snapshot's value."""
+    if not isinstance(value, str) or not is_packed(value):
+        return value
+    try:
+        return unpack(value).decode()
+    except (PackedError, UnicodeDecodeError):
+        return None

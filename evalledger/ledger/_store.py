@@ -43,6 +43,7 @@ from ._errors import (
     RunConflict,
     RunNotFound,
 )
+from ._packed import sql_unpack
 from ._rows import LIFECYCLE_WHERE, LIFECYCLE_WHERE_3, UNFOLDED_TYPES, EventRow, EventType
 from ._version import SCHEMA_VERSION
 
@@ -206,6 +207,7 @@ class Ledger:
                 target, uri=self.read_only, timeout=self.busy_timeout, isolation_level=None,
                 check_same_thread=False,
             )
+            self._conn.create_function("evalledger_unpack", 1, sql_unpack, deterministic=True)
         try:
             with self._translate():
                 self._prepare(durable)

@@ -208,6 +208,13 @@ def test_a_large_run_s_snapshots_are_packed_read_and_a_forged_packed_one_is_caug
     assert shown.returncode == 0, shown
     statuses = {t["task_key"]: t["final_status"] for t in json.loads(shown.stdout)["tasks"]}
     assert statuses == {k: "FAILURE" if i % 3 == 0 else "SUCCESS" for i, k in enumerate(keys)}
+    # Readable with SQL through evalledger_unpack (docs/ledger.md).
+    sql = call(entry_point, db_path, "sql", "--format", "json",
+               "SELECT json_extract(evalledger_unpack(json_extract(payload, '$.value')), "
+               "'$.tasks_planned') AS planned FROM events "
+               "WHERE type = 'run.snapshot' AND json_extract(payload, '$.kind') = 'summary'")
+    assert sql.returncode == 0, sql
+    assert [json.loads(line) for line in sql.out_lines] == [{"planned": 120}]
 
     forged = forge(db_path, "run-1", {keys[0]: FinalStatus.SUCCESS})
 

@@ -7,12 +7,14 @@ from __future__ import annotations
 import base64
 import json
 import struct
+from pathlib import Path
 
 import pytest
 import zstandard
 from hypothesis import given
 from hypothesis import strategies as st
 
+from evalledger.ledger import Ledger
 from evalledger.ledger._packed import PACK_FROM, PackedError, is_packed, pack, unpack
 
 _json = st.recursive(
@@ -64,3 +66,21 @@ def _frame_claiming(size: int) -> bytes:
 def test_what_does_not_unpack_is_a_packed_error(stored: str) -> None:
     with pytest.raises(PackedError):
         unpack(stored)
+
+
+def test_evalledger_unpack_in_sql_reads_a_packed_value_and_passes_the_rest(
+    tmp_path: Path,
+) -> None:
+    value = {"tasks": [{"task_key": f"default/t{i}/00"} for i in range(300)]}
+    packed = pack(value)
+    assert is_packed(packed)
+    with Ledger(tmp_path / "ledger.db") as ledger:
+        _, rows = ledger.query(
+            "SELECT evalledger_unpack(?), evalledger_unpack(?), evalledger_unpack(?), "
+            "evalledger_unpack(NULL), evalledger_unpack(3), "
+            "json_extract(evalledger_unpack(?), '$.tasks[299].task_key')",
+            [packed, '{"plain": 1}', "zstd:AAAA", packed])
+    unpacked, plain, damaged, null, number, key = rows[0]
+    assert json.loads(unpacked) == value
+    assert (plain, damaged, null, number, key) == ('{"plain": 1}', None, None, 3,
+                                                   "default/t299/00")
