@@ -219,7 +219,8 @@ def _page(snap: Snapshot, limit: int) -> SummaryPage | None:
         data["tasks"] = [msgspec.json.decode(raw) for raw in rows[:limit]]
         summary = RunSummary.model_validate(data)
         isolation = isolation_counts(confined(raw) for raw in rows)
-    except (msgspec.DecodeError, ValueError, KeyError):  # damaged (verify names it): fold
+    # Damaged or forged (verify names it; RecursionError: nested a million deep): fold.
+    except (msgspec.DecodeError, ValueError, KeyError, RecursionError):
         return None
     if not _known_status(summary.status):
         return None
@@ -233,7 +234,7 @@ def load_headline(ledger: Ledger, run_id: str, *, snapshots: bool = True) -> dic
     if snap is not None:
         try:
             value = json.loads(snap.value)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested a million deep
             value = None
         if (isinstance(value, dict) and value.keys() >= HEADLINE_KEYS
                 and _known_status(value["status"])):

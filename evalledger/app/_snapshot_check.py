@@ -128,13 +128,12 @@ class SnapshotCheck:
         if written is None or not payload.startswith(start) or not payload.endswith("}"):
             return False
         stored = payload[len(start):-1]
-        if is_packed(stored[1:-1]) and stored.endswith('"'):
-            packed = stored[1:-1]
+        if _QUOTED_PACKED.fullmatch(stored):
             try:
-                same = re.fullmatch(PATTERN, packed) is not None and unpack(packed) == written
+                same = unpack(stored[1:-1]) == written
             except PackedError:
                 return False
-            # Valid and canonical as stored: the packed string is base64 (nothing to escape).
+            # Valid and canonical as stored: one JSON string, of base64 (nothing escaped).
             if same:
                 self.vouched.add(head.seq)
             return same
@@ -170,6 +169,8 @@ class SnapshotCheck:
 
 
 _EXPONENT = re.compile(r"\de\+")
+# A packed value as a payload stores it: a JSON string of the packed form, quotes and all.
+_QUOTED_PACKED = re.compile('"' + PATTERN.removeprefix("^").removesuffix("$") + '"')
 
 
 def _unpacked(value: Any) -> Any:

@@ -1,11 +1,13 @@
 """Large derived values stored compressed inside canonical JSON.
 
 A ``run.snapshot``'s value is the largest payload a ledger holds (a 500-task run's
-summary is 217 KB, a 100,000-task run's 44 MB), and it is derived data: nothing reads it
-with SQL. Stored as the string ``zstd:`` + base64 of a zstd frame of the value's JSON,
-it is 13 times smaller, and the payload is still one canonical JSON object: the hash
-chain, export and merge carry it as it is, and the fields before it (``fold_version``,
-``kind``, ``through_seq``) are still read as a prefix.
+summary is 217 KB, a 100,000-task run's 44 MB), and it is derived data: no view reads
+it (``evalledger_unpack`` in SQL does, for whoever asks). Stored as the string
+``zstd:`` + base64 of a zstd frame of the value's JSON, it is 13 to 58 times smaller,
+and the payload is still one canonical JSON object: the hash chain covers it as it is
+(``export`` and ``merge`` leave snapshots out: a destination makes its own), and the
+fields before it (``fold_version``, ``kind``, ``through_seq``) are still read as a
+prefix.
 
 Small values stay plain (a headline: ``runs`` reads one per run, and a frame of a few
 hundred bytes saves nothing). Readers take either form.
@@ -23,9 +25,11 @@ PREFIX = "zstd:"
 PATTERN = r"^zstd:[A-Za-z0-9+/]*={0,2}$"
 # Below this many bytes of JSON a value is stored plain.
 PACK_FROM = 4096
-# A frame's declared size is believed only up to this: a forged header must not make a
-# reader allocate what it claims (a 100,000-task summary is 44 MB).
+# A frame's declared size is believed only up to this, and only up to _MAX_RATIO times
+# the frame: a forged row must not make a reader allocate what it claims. Real values:
+# a 100,000-task summary is 44 MB, 58 times its frame (the most measured).
 _MAX_SIZE = 1 << 30
+_MAX_RATIO = 1024
 
 
 class PackedError(ValueError):
@@ -66,11 +70,17 @@ def unpack(packed: str | bytes) -> bytes:
     try:
         frame = base64.b64decode(body[len(PREFIX):], validate=True)
         size = zstandard.frame_content_size(frame)
-        if not 0 <= size <= _MAX_SIZE:
+        if not 0 <= size <= min(_MAX_SIZE, _MAX_RATIO * len(frame)):
             raise PackedError("a packed value's frame does not declare a plausible size")
-        return zstandard.ZstdDecompressor().decompress(frame, max_output_size=size)
+        # One frame and nothing after it: decompress() would ignore a second frame,
+        # which a reader following the format (`zstd -d`) would append to the value.
+        reader = zstandard.ZstdDecompressor().decompressobj()
+        text = reader.decompress(frame)
     except (binascii.Error, zstandard.ZstdError) as e:
         raise PackedError(f"a packed value does not unpack: {e}") from e
+    if not reader.eof or reader.unused_data or len(text) != size:
+        raise PackedError("a packed value is not one whole frame of its declared size")
+    return text
 
 
 def sql_unpack(value: str | bytes | int | float | None) -> str | bytes | int | float | None:

@@ -87,7 +87,8 @@ class Fold:
         """The fold whose ``state()`` this is.
 
         Raises:
-            ValueError: it is not a state of this fold (``msgspec.ValidationError``).
+            ValueError: it is not a state of this fold (``msgspec.ValidationError``);
+                KeyError for a value a table of the fold does not hold.
         """
         import msgspec
 
@@ -100,7 +101,8 @@ class Fold:
         first and converted after.
 
         Raises:
-            ValueError: it is not a state of this fold (``msgspec.DecodeError``).
+            ValueError: it is not a state of this fold (``msgspec.DecodeError``);
+                KeyError for a value a table of the fold does not hold.
         """
         import msgspec
 

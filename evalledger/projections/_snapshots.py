@@ -47,7 +47,8 @@ def restore_fold(cls: type[F], run_id: str, value: str | bytes) -> F | None:
     try:
         with collector_paused():  # a 100,000-task state is a million objects: evalledger._gc
             return cls.restore_json(run_id, value)
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError):  # DecodeError too
+    # DecodeError is a ValueError; RecursionError: a forged value nested a million deep.
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError):
         return None
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
@@ -54,3 +55,23 @@ def per_summary(summary: object, key: Hashable, make: Callable[[], T]) -> T:
         value = make()
     with _lock:
         return values.setdefault(key, value)  # type: ignore[no-any-return]
+
+
+def recent_per_summary(summary: object, family: str, key: Hashable, make: Callable[[], T],
+                       *, keep: int = 8) -> T:
+    """As ``per_summary``, for keys a request names freely (a task table's filter text):
+    of ``family``, only the ``keep`` most recently asked are kept, so a crawler's ten
+    thousand queries hold no more than eight selections of a run's rows."""
+    recent = per_summary(summary, (family,), OrderedDict[Hashable, Any])
+    with _lock:
+        if key in recent:
+            recent.move_to_end(key)
+            return recent[key]  # type: ignore[no-any-return]
+    with collector_paused():
+        value = make()
+    with _lock:
+        recent[key] = value
+        recent.move_to_end(key)
+        while len(recent) > keep:
+            recent.popitem(last=False)
+    return value

@@ -47,7 +47,7 @@ from evalledger.statuses import Category, FinalStatus
 
 from . import _charts
 from ._ansi import ansi_html
-from ._memo import per_summary
+from ._memo import per_summary, recent_per_summary
 from ._params import choice, whole
 from ._queries import Attempt, Line
 
@@ -260,10 +260,10 @@ class TableQuery:
 
     def rows_of(self, summary: RunSummary) -> list[TaskRow]:
         """The summary's rows this query keeps, in its order: selected once per summary
-        and query (every page of a table reads the same selection)."""
-        key = ("rows", self.outcome, self.tag, self.variant, self.text, self.sort,
-               self.descending)
-        return per_summary(summary, key, lambda: self.select(summary.tasks))
+        and query while it is among the recent ones (every page of a table reads the
+        same selection)."""
+        key = (self.outcome, self.tag, self.variant, self.text, self.sort, self.descending)
+        return recent_per_summary(summary, "rows", key, lambda: self.select(summary.tasks))
 
     def select(self, rows: Sequence[TaskRow]) -> list[TaskRow]:
         """The rows this query keeps, in its order."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +21,8 @@ import pytest
 from evalledger.app._repository import write_snapshot
 from evalledger.ledger import (
     AnyEvent,
+    EventRow,
+    EventType,
     Ledger,
     RunFinished,
     RunSnapshot,
@@ -258,3 +261,80 @@ def test_a_packed_value_that_does_not_unpack_is_replayed_past_and_named(
     assert out.returncode == 1, out
     assert sorted(snapshot_lines(out)) == bad, out.stdout
     assert all("Traceback" not in r.stderr for r in [*after, out])
+
+
+def _summary_row(db: Path) -> EventRow:
+    with Ledger(db) as ledger:
+        return next(r for r in ledger.rows(types=[EventType.RUN_SNAPSHOT])
+                    if '"kind":"summary"' in r.payload)
+
+
+def _append_payload(db: Path, like: EventRow, payload: str) -> list[int]:
+    """A row like ``like`` with another payload, appended as any writer appends (the
+    chain stays whole: only the payload's own check can tell)."""
+    with Ledger(db) as ledger:
+        return ledger.append([EventRow(str(uuid.uuid4()), like.run_id, like.task_key,
+                                       like.type, like.ts, payload, None, None)])
+
+
+@pytest.mark.parametrize("instead", ["X", "[", "\\"])
+def test_a_packed_value_without_its_opening_quote_is_no_json_and_verify_says_so(
+    entry_point: EntryPoint, db_path: Path, instead: str,
+) -> None:
+    record_large_run(db_path, "run-1", 120)
+    row = _summary_row(db_path)
+    at = row.payload.index('"value":') + len('"value":')
+    assert row.payload[at:at + 6] == '"zstd:'
+    [bad] = _append_payload(db_path, row, row.payload[:at] + instead + row.payload[at + 1:])
+
+    out = call(entry_point, db_path, "verify")
+
+    assert out.returncode == 1, out
+    assert f"seq {bad}: payload does not validate" in out.stdout, out.stdout
+
+
+def test_a_second_frame_after_a_packed_value_is_not_believed(
+    entry_point: EntryPoint, db_path: Path,
+) -> None:
+    """zstd's one-shot decompress stops at the first frame; ``zstd -d`` reads on. A
+    value with a frame appended is not the value the chain's writer stored."""
+    import zstandard
+
+    record_large_run(db_path, "run-1", 120)
+    row = _summary_row(db_path)
+    at = row.payload.index('"zstd:') + len('"zstd:')
+    frame = base64.b64decode(row.payload[at:-2])
+    extra = zstandard.ZstdCompressor(write_content_size=True).compress(b'{"tasks_failed":0}')
+    packed = base64.b64encode(frame + extra).decode()
+    [bad] = _append_payload(db_path, row, row.payload[:at] + packed + '"}')
+
+    for args in (("verify",), ("verify", "--deep")):
+        out = call(entry_point, db_path, *args)
+        assert out.returncode == 1, out
+        assert bad in snapshot_lines(out), out.stdout
+
+
+@pytest.mark.parametrize("kind", ["headline", "summary_fold"])
+def test_a_packed_value_nested_a_million_deep_is_passed_over(
+    entry_point: EntryPoint, db_path: Path, kind: str,
+) -> None:
+    """Packed, a value nested a million arrays deep is a few dozen bytes: the readers
+    that parse it replay the run instead of failing with a RecursionError."""
+    import zstandard
+
+    record_large_run(db_path, "run-1", 120)
+    before = [call(entry_point, db_path, *args) for args in (("show", "run-1"), ("runs",))]
+    deep = zstandard.ZstdCompressor(write_content_size=True).compress(
+        b"[" * 1_000_000 + b"]" * 1_000_000)
+    value = "zstd:" + base64.b64encode(deep).decode()
+    with Ledger(db_path) as ledger:
+        through = ledger.last_lifecycle_seq("run-1")
+        version = snapshot_kinds(SummaryFold("run-1"), ResumeFold("run-1"))[kind][0]
+        ledger.append([RunSnapshot(run_id="run-1", kind=kind, fold_version=version,
+                                   through_seq=through, value=value)])
+
+    after = [call(entry_point, db_path, *args) for args in (("show", "run-1"), ("runs",))]
+
+    assert [(a.returncode, a.stdout) for a in after] == [(b.returncode, b.stdout)
+                                                       for b in before]
+    assert all("Traceback" not in a.stderr for a in after)

@@ -84,3 +84,12 @@ def test_evalledger_unpack_in_sql_reads_a_packed_value_and_passes_the_rest(
     assert json.loads(unpacked) == value
     assert (plain, damaged, null, number, key) == ('{"plain": 1}', None, None, 3,
                                                    "default/t299/00")
+
+
+def test_a_frame_that_claims_far_more_than_values_compress_to_is_refused_unread() -> None:
+    """Real values compress 13 to 58 times; 4 MiB of spaces, 20,000 times. A reader never
+    allocates what a small forged row claims."""
+    frame = zstandard.ZstdCompressor(write_content_size=True).compress(b" " * (4 << 20))
+    assert len(frame) * 1024 < 4 << 20
+    with pytest.raises(PackedError, match="plausible size"):
+        unpack("zstd:" + base64.b64encode(frame).decode())
