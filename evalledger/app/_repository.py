@@ -123,15 +123,36 @@ def load_fold(ledger: Ledger, cls: type[F], run_id: str, *, snapshots: bool = Tr
 # -- summaries and headlines -------------------------------------------------------------------
 
 
-def _current(ledger: Ledger, run_id: str, kind: str, snapshots: bool) -> Snapshot | None:
+def _current(ledger: Ledger, run_id: str, kind: str, snapshots: bool, *,
+             until_seq: int | None = None) -> Snapshot | None:
     """The run's snapshot of ``kind`` (made by this summary code) if no lifecycle event
-    of the run came after it. Imports no fold: what ``runs`` and ``show`` read first."""
+    of the run came after it (up to ``until_seq``). Imports no fold: what ``runs`` and
+    ``show`` read first."""
     if not snapshots:
         return None
-    snap = latest_snapshot(ledger, run_id, kind, SUMMARY_VERSION)
-    if snap is None or ledger.last_lifecycle_seq(run_id) > snap.through_seq:
+    snap = latest_snapshot(ledger, run_id, kind, SUMMARY_VERSION, until_seq=until_seq)
+    if snap is None or ledger.last_lifecycle_seq(run_id, until_seq=until_seq) > snap.through_seq:
         return None
     return snap
+
+
+def snapshot_summary(ledger: Ledger, run_id: str, *, until_seq: int | None = None
+                     ) -> RunSummary | None:
+    """The run's summary (without its anchor) read from its snapshot, if one is current
+    as of ``until_seq`` (no lifecycle event of the run after it) and sound; else None.
+    A 100,000-task run's in 0.9 s, against 1.9 s to build it from its fold (the viewer
+    reads it in a worker thread: its event loop builds nothing that large)."""
+    snap = _current(ledger, run_id, "summary", True, until_seq=until_seq)
+    if snap is None:
+        return None
+    from evalledger.projections import RunSummary
+
+    try:
+        with collector_paused():  # a row per key: see evalledger._gc
+            summary = RunSummary.model_validate_json(snap.value)
+    except ValueError:  # a damaged snapshot (verify --deep names it): fold instead
+        return None
+    return summary if _known_status(summary.status) else None
 
 
 def load_summary(ledger: Ledger, run_id: str, *, snapshots: bool = True,
@@ -145,19 +166,10 @@ def load_summary(ledger: Ledger, run_id: str, *, snapshots: bool = True,
         UnknownGrades: the run has no grade set of that name (an ``EvalledgerError``
             once the caller says so: ``grades_of``).
     """
-    snap = (None if grades is not None or count_infra
-            else _current(ledger, run_id, "summary", snapshots))
-    if snap is not None:
-        from evalledger.projections import RunSummary
-
-        try:
-            with collector_paused():  # a row per key: see evalledger._gc
-                summary = RunSummary.model_validate_json(snap.value)
-        except ValueError:  # a damaged snapshot (verify --deep names it): fold instead
-            pass
-        else:
-            if _known_status(summary.status):
-                return summary
+    if grades is None and not count_infra and snapshots:
+        read = snapshot_summary(ledger, run_id)
+        if read is not None:
+            return read
     from evalledger.projections import SummaryFold, UnknownGrades
 
     fold = load_fold(ledger, SummaryFold, run_id, snapshots=snapshots)

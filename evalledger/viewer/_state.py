@@ -110,10 +110,21 @@ class RunState:
         self.last_seq = max(self.last_seq, seq)
 
     def summary(self) -> RunSummary:
-        if self._summary_seq != self.last_seq or self._summary is None:
+        if not self.has_summary:
             self._summary = self.summary_fold.summary()
             self._summary_seq = self.last_seq
-        return self._summary
+        return self._summary  # type: ignore[return-value]
+
+    @property
+    def has_summary(self) -> bool:
+        """Whether the summary as of ``last_seq`` is made already."""
+        return self._summary is not None and self._summary_seq == self.last_seq
+
+    def adopt(self, summary: RunSummary, seq: int) -> None:
+        """Take ``summary``, read elsewhere as of ``seq``, as the run's summary: unless
+        the run has changed since (an event folded meanwhile: its fold makes it)."""
+        if seq == self.last_seq:
+            self._summary, self._summary_seq = summary, seq
 
     def headline(self) -> RunHeadline:
         return self.summary_fold.headline()

@@ -342,6 +342,39 @@ def test_what_a_page_made_from_a_summary_changes_when_the_run_does(
                           ).json()["total"] == 1
 
 
+def test_a_finished_run_s_pages_read_its_summary_as_show_does(tmp_path: Path) -> None:
+    """A run that is over is read from its summary snapshot (in a worker thread), as
+    ``show`` and ``report`` read it: a summary snapshot alone that says otherwise than
+    the run's fold (forged: ``verify`` names it) is what every reader shows."""
+    from evalledger.projections import ResumeFold
+    from evalledger.projections._snapshots import snapshot_events
+    from evalledger.statuses import FinalStatus
+    from tests.cli.test_forged_snapshots import record_large_run
+
+    db = tmp_path / "ledger.db"
+    keys = record_large_run(db, "run-1", 120)
+    with Ledger(db) as ledger:
+        lied = [e.model_copy(update={"final_status": FinalStatus.SUCCESS,
+                                     "category": FinalStatus.SUCCESS.category})
+                if e.type == "task.completed" and e.task_key == keys[0] else e
+                for e in ledger.events("run-1")]
+        summary, resume = fold(SummaryFold("run-1"), lied), fold(ResumeFold("run-1"), lied)
+        through = ledger.last_lifecycle_seq("run-1")
+        ledger.append([e for e in snapshot_events("run-1", through, summary, resume)
+                       if e.kind == "summary"])
+    shown = subprocess.run([sys.executable, "-m", "evalledger.cli", "--ledger", str(db),
+                            "show", "run-1", "--json"], capture_output=True, text=True)
+    assert json.loads(shown.stdout)["tasks"][0]["final_status"] == "SUCCESS", shown.stderr
+
+    with TestClient(create_app(db)) as client:
+        row = client.get("/api/runs/run-1/tasks", params={"q": keys[0]}).json()["tasks"][0]
+        api = client.get("/api/runs/run-1/summary").json()
+
+    assert row["final_status"] == "SUCCESS"
+    assert api["tasks"][0]["final_status"] == "SUCCESS"
+    assert api["tasks_failed"] == json.loads(shown.stdout)["tasks_failed"]
+
+
 # -- every query parameter out of range is a 400 with a one-line reason ----------------------
 
 NOT_NUMBERS = ["x", "1.5", " 1", "1_0", "1e3", "0x10", "\u0663", str(2**63), "9" * 5000]
