@@ -140,8 +140,8 @@ def sql(settings: Settings, query: str, params: dict[str, str], format_: str) ->
 
     (the views)
 
-    A snapshot's value of 4 KiB or more is stored packed (`"zstd:..."`):
-    `evalledger_unpack(json_extract(payload, '$.value'))` reads any as JSON.
+    A snapshot's value of 4 KiB or more is stored packed (`"zstd:..."`): the SQL
+    function `evalledger_unpack(value)` reads any as JSON (docs/ledger.md).
 
     Example:
 
