@@ -3,7 +3,7 @@
 A ``run.snapshot``'s value is the largest payload a ledger holds (a 500-task run's
 summary is 217 KB, a 100,000-task run's 44 MB), and it is derived data: no view reads
 it (``evalledger_unpack`` in SQL does, for whoever asks). Stored as the string
-``zstd:`` + base64 of a zstd frame of the value's JSON, it is 13 to 58 times smaller,
+``zstd:`` + base64 of a zstd frame of the value's JSON, it is 3 to 58 times smaller,
 and the payload is still one canonical JSON object: the hash chain covers it as it is
 (``export`` and ``merge`` leave snapshots out: a destination makes its own), and the
 fields before it (``fold_version``, ``kind``, ``through_seq``) are still read as a
