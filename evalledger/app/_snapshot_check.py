@@ -112,38 +112,31 @@ class SnapshotCheck:
         """Whether the stored snapshot holds ``value``. First as text: the canonical
         JSON of ``value``, encoded straight from it (no copy of it made, no parse of
         the stored one: a 100,000-task run's summary is 44 MB of JSON), against the
-        stored value's text, unpacked if packed; what differs as text is compared as
-        data (a payload in another spelling, which verify names apart, or a float
-        msgspec spells ``1e+20`` where the ledger has ``1e20``)."""
+        stored value's text. A packed value is its JSON as msgspec wrote it, so it holds
+        ``value`` only as those very bytes (the same data spelled otherwise inside a
+        frame, ``true`` for ``1`` or keys twice, is no snapshot this code writes). What
+        differs as text in a plain value is compared as data (a payload in another
+        spelling, which verify names apart, or a float msgspec spells ``1e+20`` where
+        the ledger has ``1e20``)."""
         payload = payload_at(ledger, head.seq)
-        if not self.deep and isinstance(payload, str) and self._same_text(head, value,
-                                                                          payload):
-            return True
-        stored = self._value(payload, run_id)
-        return stored is not None and as_json(value) == stored
-
-    def _same_text(self, head: SnapshotHead, value: dict[str, Any], payload: str) -> bool:
-        written = _written(value)
-        start = _head_text(head)
-        if written is None or not payload.startswith(start) or not payload.endswith("}"):
-            return False
-        stored = payload[len(start):-1]
-        if _QUOTED_PACKED.fullmatch(stored):
+        stored = _stored_value(head, payload)
+        if stored is not None and _QUOTED_PACKED.fullmatch(stored):
             try:
-                same = unpack(stored[1:-1]) == written
+                same = unpack(stored) == _written(value)
             except PackedError:
                 return False
             # Valid and canonical as stored: one JSON string, of base64 (nothing escaped).
-            if same:
+            if same and not self.deep:
                 self.vouched.add(head.seq)
             return same
-        if stored.encode() != written:
-            return False
-        # Canonical as written, unless a float is spelled 1e+20 (msgspec) where the
-        # ledger's spelling is 1e20 (pydantic-core): then verify reads it whole.
-        if not _EXPONENT.search(stored):
-            self.vouched.add(head.seq)
-        return True
+        if not self.deep and stored is not None and stored.encode() == _written(value):
+            # Canonical as written, unless a float is spelled 1e+20 (msgspec) where the
+            # ledger's spelling is 1e20 (pydantic-core): then verify reads it whole.
+            if not _EXPONENT.search(stored):
+                self.vouched.add(head.seq)
+            return True
+        data = self._value(payload, run_id)
+        return data is not None and not is_packed(data) and as_json(value) == data
 
     def _value(self, payload: Any, run_id: str) -> Any:
         """The snapshot's ``value`` as JSON data; None when the payload is not a snapshot
@@ -156,16 +149,14 @@ class SnapshotCheck:
                                  payload).decode()
             except ValueError:
                 return None
-            if not isinstance(event, RunSnapshot):
-                return None
-            return _unpacked(event.value) if is_packed(event.value) else as_json(event.value)
+            return as_json(event.value) if isinstance(event, RunSnapshot) else None
         from pydantic_core import from_json
 
         try:
             data = from_json(payload)
         except ValueError:
             return None
-        return _unpacked(data.get("value")) if isinstance(data, dict) else None
+        return data.get("value") if isinstance(data, dict) else None
 
 
 _EXPONENT = re.compile(r"\de\+")
@@ -173,17 +164,13 @@ _EXPONENT = re.compile(r"\de\+")
 _QUOTED_PACKED = re.compile('"' + PATTERN.removeprefix("^").removesuffix("$") + '"')
 
 
-def _unpacked(value: Any) -> Any:
-    """A snapshot's stored value as JSON data, unpacked if packed (None: does not
-    unpack)."""
-    if not is_packed(value):
-        return value
-    from pydantic_core import from_json
-
-    try:
-        return from_json(unpack(value))
-    except ValueError:  # PackedError included
+def _stored_value(head: SnapshotHead, payload: object) -> str | None:
+    """The text of the stored value, when the payload is ``head``'s canonical fields and
+    then it (else None: compared as data, and verify's row check names the spelling)."""
+    start = _head_text(head)
+    if not isinstance(payload, str) or not payload.startswith(start) or payload[-1:] != "}":
         return None
+    return payload[len(start):-1]
 
 
 def _head_text(head: SnapshotHead) -> str:

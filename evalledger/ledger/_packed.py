@@ -62,7 +62,10 @@ def unpack(packed: str | bytes) -> bytes:
     """
     if isinstance(packed, str):
         packed = packed.encode("ascii", "replace")
-    body = packed.strip(b'"')
+    quoted = packed[:1] == b'"'
+    if quoted != (packed[-1:] == b'"' and len(packed) > 1):
+        raise PackedError("not a packed value")  # one quote, not a pair
+    body = packed[1:-1] if quoted else packed
     if not body.startswith(PREFIX.encode()):
         raise PackedError("not a packed value")
     import zstandard

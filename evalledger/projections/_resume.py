@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 
 _CATEGORIES = {c.value: c for c in Category}
 
+
 class Partition(BaseModel):
     model_config = ConfigDict(frozen=True)
 

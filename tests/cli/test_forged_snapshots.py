@@ -338,3 +338,35 @@ def test_a_packed_value_nested_a_million_deep_is_passed_over(
     assert [(a.returncode, a.stdout) for a in after] == [(b.returncode, b.stdout)
                                                        for b in before]
     assert all("Traceback" not in a.stderr for a in after)
+
+
+@pytest.mark.parametrize("respell", ["spaced", "true-for-1"])
+def test_a_packed_value_spelled_otherwise_inside_its_frame_is_not_believed(
+    entry_point: EntryPoint, db_path: Path, respell: str,
+) -> None:
+    """A packed value is its JSON as msgspec writes it: the same data spelled otherwise
+    (spaces, ``true`` where the replay has ``1``: equal in Python, read otherwise by a
+    reader) is no snapshot this code writes, and verify says so."""
+    import zstandard
+
+    from evalledger.ledger._packed import unpack
+
+    record_large_run(db_path, "run-1", 120)
+    row = _summary_row(db_path)
+    at = row.payload.index('"zstd:')
+    text = unpack(row.payload[at:-1]).decode()
+    data = json.loads(text)
+    if respell == "spaced":
+        text = json.dumps(data, sort_keys=True, indent=1)
+    else:
+        assert data["tasks_planned"] == 120 and data["tasks"][1]["attempts"] == 1
+        text = text.replace('"attempts":1,', '"attempts":true,', 1)
+    assert json.loads(text) == data  # the same data to Python's eyes
+    frame = zstandard.ZstdCompressor(write_content_size=True).compress(text.encode())
+    [bad] = _append_payload(db_path, row, row.payload[:at] + '"zstd:'
+                            + base64.b64encode(frame).decode() + '"}')
+
+    for args in (("verify",), ("verify", "--deep")):
+        out = call(entry_point, db_path, *args)
+        assert out.returncode == 1, out
+        assert bad in snapshot_lines(out), out.stdout

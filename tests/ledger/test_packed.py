@@ -61,8 +61,10 @@ def _frame_claiming(size: int) -> bytes:
     "zstd:" + base64.b64encode(_frame_claiming(64)).decode(),
     "zstd:" + base64.b64encode(zstandard.ZstdCompressor().compress(b'{"a": 1}' * 999)[:-6]
                                ).decode(),
+    '"' + pack({"rows": ["x" * 40] * 200}),  # type: ignore[operator]
+    '""' + pack({"rows": ["x" * 40] * 200}) + '""',  # type: ignore[operator]
 ], ids=["no-prefix", "not-base64", "not-a-frame", "claims-a-terabyte", "short-of-its-claim",
-        "cut-off"])
+        "cut-off", "one-quote", "two-pairs-of-quotes"])
 def test_what_does_not_unpack_is_a_packed_error(stored: str) -> None:
     with pytest.raises(PackedError):
         unpack(stored)
