@@ -262,20 +262,28 @@ def _remove_unmarked(root: str) -> None:
     """The folder of a runner killed while making it (``make_folder``: between the
     ``mkdir`` and its marker's first byte): empty, or holding only an empty marker.
     Nothing in it to prove, and nothing to lose: ``rmdir`` removes only an empty folder."""
+    # Through one descriptor opened without following a link, as _remove: a folder
+    # swapped for a link meanwhile never has the link's target's marker unlinked.
     try:
-        names = os.listdir(root)
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        names = os.listdir(fd)
         if names == [MARKER]:
-            marker = os.path.join(root, MARKER)
-            info = os.lstat(marker)
+            info = os.lstat(MARKER, dir_fd=fd)
             if not (stat.S_ISREG(info.st_mode) and info.st_size == 0
                     and info.st_uid == os.getuid()):
                 return
-            os.unlink(marker)
+            os.unlink(MARKER, dir_fd=fd)
         elif names:
             return
-        os.rmdir(root)
     except OSError:
         return
+    finally:
+        os.close(fd)
+    with contextlib.suppress(OSError):
+        os.rmdir(root)  # a link put in its place meanwhile is no directory: ENOTDIR
 
 
 def _alive(pid: str) -> bool:

@@ -520,3 +520,21 @@ def test_a_batch_folder_swapped_for_a_link_empties_nothing(tmp_path: Path) -> No
     _remove(str(swapped))
 
     assert (elsewhere / "work" / "thesis.tex").read_text() == "years of it"
+
+
+def test_an_unmarked_folder_swapped_for_a_link_unlinks_nothing_there(tmp_path: Path) -> None:
+    """The cleanup of a folder its runner died making reads it through a descriptor
+    opened without following a link: a link in its place, to a folder holding only an
+    empty file of the marker's name (another batch's, just made), leaves that file."""
+    from evalledger.executor._watchdog import MARKER, _clean_up
+
+    elsewhere = tmp_path / "another-batch"
+    elsewhere.mkdir()
+    (elsewhere / MARKER).touch()
+    swapped = tmp_path / "evalledger-r-0123456789abcdef"
+    swapped.symlink_to(elsewhere)
+
+    _clean_up(secrets.token_hex(8), str(swapped), "", "")
+
+    assert (elsewhere / MARKER).exists()
+    assert swapped.is_symlink()
