@@ -6,7 +6,8 @@ Totals that include unpriced usage are floors, and say so (``cost_complete``).
 Names are normalised before lookup: provider prefixes (``anthropic/``,
 ``bedrock/``, ``openai/``...), region prefixes of Bedrock inference profiles
 (``us.``, ``eu.``, ``apac.``), Bedrock's ``anthropic.`` vendor prefix, version
-suffixes (``-v1:0``) and dated snapshots (``-20250929``) are dropped, so
+suffixes (``-v1:0``), Claude Code's context suffix (``[1m]``) and dated snapshots
+(``-20250929``) are dropped, so
 ``bedrock/us.anthropic.claude-sonnet-4-5-20250929-v1:0`` prices as
 ``claude-sonnet-4-5``.
 """
@@ -41,17 +42,44 @@ def _r(i: float, o: float, cw: float | None = None, cr: float | None = None) -> 
     return Rate(input=i, output=o, cache_write=cw, cache_read=cr)
 
 
-# Public list prices (USD / 1M tokens) as of late 2025. Cache writes are the
-# 5-minute tier for Anthropic; OpenAI has no cache-write charge (input rate applies).
+# List prices (USD / 1M tokens). Cache writes are the 5-minute tier for Anthropic;
+# OpenAI has no cache-write charge (input rate applies).
+#
+# Anthropic's: as the model catalog inside Claude Code 2.1.332 (the prices the CLI itself
+# reports costs by) listed them on 2026-12-03. Its default models are here: claude-opus-4-8
+# (2.1.197) and claude-opus-5-5 (2.1.332). claude-haiku-5-5 costs more above 100,000 prompt
+# tokens a call; priced here at its base rate (the CLI's own costUSD, when it reports one,
+# is what is recorded). OpenAI's and Google's: public list prices as of late 2025. Codex
+# 0.171.0's default model (gpt-6.2-sol) has no public price we could confirm: a task that
+# runs it names its rate in a pricing file (docs/tasks.md, "Usage and cost").
+PRICES_TAKEN = "2026-12-03"
 BUILTIN_RATES: dict[str, Rate] = {
+    "claude-opus-5-5": _r(4, 20, 5, 0.20),
+    "claude-opus-5": _r(5, 25, 6.25, 0.50),
+    "claude-opus-4-8": _r(5, 25, 6.25, 0.50),
+    "claude-opus-4-7": _r(5, 25, 6.25, 0.50),
+    "claude-opus-4-6": _r(5, 25, 6.25, 0.50),
     "claude-opus-4-5": _r(5, 25, 6.25, 0.50),
     "claude-opus-4-1": _r(15, 75, 18.75, 1.50),
     "claude-opus-4": _r(15, 75, 18.75, 1.50),
+    "claude-opus-4-0": _r(15, 75, 18.75, 1.50),
+    "claude-sonnet-5-5": _r(2, 10, 2.50, 0.10),
+    "claude-sonnet-5": _r(2, 10, 2.50, 0.20),
+    "claude-sonnet-4-6": _r(3, 15, 3.75, 0.30),
     "claude-sonnet-4-5": _r(3, 15, 3.75, 0.30),
     "claude-sonnet-4": _r(3, 15, 3.75, 0.30),
+    "claude-sonnet-4-0": _r(3, 15, 3.75, 0.30),
     "claude-3-7-sonnet": _r(3, 15, 3.75, 0.30),
+    "claude-3-5-sonnet": _r(3, 15, 3.75, 0.30),
+    "claude-haiku-5-5": _r(0.10, 0.50, 0.125, 0.01),
     "claude-haiku-4-5": _r(1, 5, 1.25, 0.10),
     "claude-3-5-haiku": _r(0.80, 4, 1.00, 0.08),
+    "claude-fable-5-2": _r(8, 40, 10, 0.20),
+    "claude-fable-5-1": _r(10, 50, 12.50, 0.25),
+    "claude-fable-5": _r(10, 50, 12.50, 1.00),
+    "claude-mythos-5-2": _r(8, 40, 10, 0.20),
+    "claude-mythos-5-1": _r(10, 50, 12.50, 0.25),
+    "claude-mythos-5": _r(10, 50, 12.50, 1.00),
     "gpt-5": _r(1.25, 10, None, 0.125),
     "gpt-5-mini": _r(0.25, 2, None, 0.025),
     "gpt-5-nano": _r(0.05, 0.40, None, 0.005),
@@ -70,7 +98,8 @@ _PROVIDER = re.compile(r"^(?:[a-z0-9_-]+/)+")
 _REGION = re.compile(r"^(?:us|eu|apac|au|ca|jp|global)\.")
 _VENDOR = re.compile(r"^(?:anthropic|openai|meta|mistral|amazon|google)\.")
 # Bedrock's "-v1:0" (with the colon only: "deepseek-v3" is a model, not a suffix).
-_SUFFIX = re.compile(r"(?:-v\d+:\d+|@\d{8}|-\d{8}|-\d{4}-\d{2}-\d{2}|-latest)$")
+# Claude Code's "[1m]" (the 1M-token context) is a suffix too: one model, one price.
+_SUFFIX = re.compile(r"(?:-v\d+:\d+|@\d{8}|-\d{8}|-\d{4}-\d{2}-\d{2}|-latest|\[\w+\])$")
 
 
 class PricingError(EvalledgerError, ValueError):

@@ -3,6 +3,8 @@
 ``busybox``: Debian's static busybox and its applets, nothing else (a shell, coreutils,
 ``nc``, ``setsid``). ``python``: that, plus this machine's ``/usr/bin/python3`` with its
 standard library and the shared libraries it links (what the example agent needs).
+``agent``: busybox, plus ``/bin/bash`` and the shared libraries of bash and of the
+binaries named (a real agent CLI, bound in at run time, needs those and a shell).
 Each is tagged by a hash of what went into it, so a second build is a lookup.
 """
 
@@ -50,8 +52,9 @@ def _copy(source: str, root: Path) -> None:
         shutil.copy2(os.path.realpath(source), target)
 
 
-def build(kind: str) -> str:
-    """The tag of the ``kind`` image (``busybox`` or ``python``), built if missing.
+def build(kind: str, binaries: tuple[str, ...] = ()) -> str:
+    """The tag of the ``kind`` image (``busybox``, ``python`` or ``agent`` for
+    ``binaries``), built if missing.
 
     Raises:
         RuntimeError: the build failed (with docker's words).
@@ -60,6 +63,9 @@ def build(kind: str) -> str:
     if kind == "python":
         version = os.path.basename(os.path.realpath(PYTHON))  # python3.11
         files += [PYTHON, f"/usr/lib/{version}", *_libraries(PYTHON)]
+    if kind == "agent":
+        files += ["/bin/bash", *sorted({lib for binary in ("/bin/bash", *binaries)
+                                        for lib in _libraries(binary)})]
     # What went in, and how (this file): a changed recipe is a new image.
     digest = hashlib.sha256(repr([(f, os.stat(f).st_mtime_ns) for f in files]).encode()
                             + Path(__file__).read_bytes())

@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 
 @dataclass
@@ -46,7 +46,29 @@ def openai_answer(text: str, prompt_tokens: int = 1000, completion_tokens: int =
                                  "completion_tokens": completion_tokens}})
 
 
-class FakeApi:
+class LoopbackServer:
+    """A real HTTP server on a free loopback port, in a thread, while the ``with`` lasts;
+    its handler quiet (no log line per request)."""
+
+    def serve(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> Self:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class FakeApi(LoopbackServer):
     """Serves ``script`` in order (the last reply again once it runs out); ``seen`` holds
     each request as it came."""
 
@@ -82,21 +104,7 @@ class FakeApi:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def __enter__(self) -> FakeApi:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.serve(Handler)
 
 
 def serving() -> Iterator[FakeApi]:

@@ -4,7 +4,9 @@ One JSON object a line: ``system`` (``init``: the model, the tools, the CLI's ve
 ``assistant`` (a message's content blocks: ``text``, ``thinking``, ``tool_use``; its
 ``usage``, repeated on every line of one message id), ``user`` (``tool_result`` blocks,
 ``is_error`` when the tool failed), and a last ``result`` (``subtype``, ``is_error``,
-``total_cost_usd``, ``num_turns``, ``duration_ms``, ``result``, ``usage``). docs/tasks.md
+``total_cost_usd``, ``num_turns``, ``duration_ms``, ``result``, ``usage``, and
+``modelUsage`` per model); with ``--include-partial-messages`` also ``stream_event``
+(the model API's events: a message's start and its real output count). docs/tasks.md
 ("What a task emits") describes what evalledger records of it.
 
 A line of any other shape, or a field of a wrong type, is not an error: what cannot be
@@ -44,11 +46,13 @@ def parse(data: Mapping[str, Any], *, blocks: bool = True) -> Entry:
     if kind == "system" and data.get("subtype", "init") == "init":
         return _session(data)
     if kind == "assistant" and isinstance(message, Mapping):
-        return _assistant(message, blocks)
+        return _assistant(message, blocks, _text_or_none(data.get("parent_tool_use_id")))
     if kind == "user" and isinstance(message, Mapping):
         return Entry("user", _blocks(message.get("content")) if blocks else ())
     if kind == "result":
         return _result(data)
+    if kind == "stream_event":
+        return _stream_event(data)
     label = f"{kind}: {data.get('subtype')}" if kind == "system" else _text(kind) or "event"
     return Entry("other", (Note(label, _json(data)),))
 
@@ -62,7 +66,7 @@ def _session(data: Mapping[str, Any]) -> Entry:
                                               data.get("claude_code_version"))),))
 
 
-def _assistant(message: Mapping[str, Any], blocks: bool) -> Entry:
+def _assistant(message: Mapping[str, Any], blocks: bool, thread: str | None) -> Entry:
     """An ``assistant`` line: its message's blocks, id, model and usage so far."""
     usage = message.get("usage")
     return Entry(
@@ -70,7 +74,28 @@ def _assistant(message: Mapping[str, Any], blocks: bool) -> Entry:
         message_id=_text_or_none(message.get("id")),
         model=_text_or_none(message.get("model")),
         usage=tokens(usage) if isinstance(usage, Mapping) else None,
+        thread=thread,
     )
+
+
+def _stream_event(data: Mapping[str, Any]) -> Entry:
+    """A ``stream_event`` line (``--include-partial-messages``): the model API's own
+    event. A message's start says its id, model and input usage; its ``message_delta``
+    its real output count (the assistant lines carry the start's). The deltas between
+    are left out: the assistant line that follows holds the message whole."""
+    event = data.get("event")
+    if not isinstance(event, Mapping):
+        return Entry("other")
+    thread = _text_or_none(data.get("parent_tool_use_id"))
+    kind = event.get("type")
+    if kind == "message_start" and isinstance(message := event.get("message"), Mapping):
+        return _assistant(message, False, thread)
+    if kind == "message_delta" and isinstance(usage := event.get("usage"), Mapping):
+        output = _count(usage.get("output_tokens"))
+        if output is not None:
+            return Entry("assistant", message_id=_text_or_none(data.get("api_message_id")),
+                         output_final=output, thread=thread)
+    return Entry("other")
 
 
 def _result(data: Mapping[str, Any]) -> Entry:

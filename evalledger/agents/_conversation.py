@@ -132,7 +132,15 @@ class Entry:
     """The assistant message this line belongs to (a message may span several lines)."""
     model: str | None = None
     usage: Tokens | None = None
-    """The usage this line reports for its message (the last report of a message counts)."""
+    """The usage this line reports for its message: counts only grow within a message,
+    so each count of a message is its largest report."""
+    output_final: int | None = None
+    """The message's output count as its stream ended (Anthropic's ``message_delta``):
+    its assistant lines repeat the count its start reported (1); this is the real one."""
+    thread: str | None = None
+    """The conversation the line belongs to where one agent holds several (a Claude
+    Code subagent's: the tool call that started it). A line that ends a message without
+    naming it (``output_final``) ends the one last started in its thread."""
 
 
 Parser = Callable[[Mapping[str, Any]], Entry]
@@ -153,6 +161,7 @@ class RunningUsage:
     # Invariant: the sum of _messages, kept as they change rather than re-added on every
     # read (a curve reads the total after each of thousands of messages).
     _estimate: Tokens = Tokens()
+    _started: dict[str | None, str] = field(default_factory=dict)
 
     @property
     def total(self) -> Tokens:
@@ -160,19 +169,48 @@ class RunningUsage:
 
     def add(self, entry: Entry) -> bool:
         """Count ``entry``; True when the total moved."""
-        if entry.usage is not None:
-            key = entry.message_id or f"#{len(self._messages)}"
+        key = message_key(entry, self._started, len(self._messages))
+        if key is not None:
             previous = self._messages.get(key, Tokens())
-            self._messages[key] = entry.usage
-            self._estimate = self._estimate + entry.usage - previous
-            return True
+            now = merged(previous, entry)
+            self._messages[key] = now
+            self._estimate = self._estimate + now - previous
+            return now != previous
         final = next((s for s in entry.steps if isinstance(s, FinalResult)), None)
         if final is None:
             return False
         self.finished = self.total if final.tokens is None else self.finished + final.tokens
         self._messages.clear()
+        self._started.clear()
         self._estimate = Tokens()
         return True
+
+
+def message_key(entry: Entry, started: dict[str | None, str], count: int) -> str | None:
+    """The message whose usage ``entry`` reports (None: it reports none). ``started``
+    maps each thread to its message last started, kept here: an end that names no
+    message is its thread's last one's."""
+    if entry.usage is not None:
+        key = entry.message_id or f"#{count}"
+        started[entry.thread] = key
+        return key
+    if entry.output_final is not None:
+        return entry.message_id or started.get(entry.thread)
+    return None
+
+
+def merged(previous: Tokens, entry: Entry) -> Tokens:
+    """A message's usage with one more report of it: each count the largest reported
+    (a message's counts only grow; its lines may come in any order), its output the
+    final count once its end says it."""
+    now = previous if entry.usage is None else Tokens(
+        max(previous.input, entry.usage.input), max(previous.output, entry.usage.output),
+        max(previous.cache_read, entry.usage.cache_read),
+        max(previous.cache_write, entry.usage.cache_write))
+    if entry.output_final is not None:
+        now = Tokens(now.input, max(now.output, entry.output_final), now.cache_read,
+                     now.cache_write)
+    return now
 
 
 # -- as plain text: the readable feed and the report's tail ------------------------------------

@@ -190,6 +190,12 @@ def execute(
     )
 
 
+def unread_hint(task_key: str, unread: str) -> str:
+    """One line for a task whose agent's lines its ``stream_format`` does not read."""
+    return (f"hint: {task_key} printed {unread} JSON lines that stream_format native does "
+            f"not read: its cost is unknown; set `stream_format: {unread}` (or `auto`)")
+
+
 def _hooks(run_id: str, live: SummaryFold, total: int, expected: Mapping[str, str],
            callbacks: Callbacks, *, announce: bool) -> Hooks:
     """The executor's hooks: the live fold fed first, then the caller told."""
@@ -199,9 +205,15 @@ def _hooks(run_id: str, live: SummaryFold, total: int, expected: Mapping[str, st
             callbacks.run_named(run_id)
         callbacks.batch_started(run_id, live, total)
 
+    hinted: set[str] = set()
+
     def task_completed(result: TaskCompleted) -> None:
         expect = expected.get(result.task_key)
         callbacks.task_completed(result, expect, meets(expect, result.final_status))
+        unread = result.environment_info.get("unread_format")
+        if isinstance(unread, str) and unread not in hinted:
+            hinted.add(unread)
+            callbacks.notice(unread_hint(result.task_key, unread))
 
     def event(event: AnyEvent | EventRow) -> None:
         live.apply(event)

@@ -76,9 +76,15 @@ def rate_card(pricing: str | None) -> RateCard:
     return DEFAULT_RATES.with_file(pricing) if pricing else DEFAULT_RATES
 
 
+# Formats whose agent reports what it spent, per model: the card prices only an attempt
+# cut off before its report (an estimate, a floor either way).
+_SELF_PRICED = frozenset({"claude-code"})
+
+
 def unpriced(tasks: list[ResolvedTask], rates: RateCard, callbacks: Callbacks) -> list[str]:
-    """The models the tasks name that the card does not price, each said."""
-    models = rates.unpriced(t.model for t in tasks)
+    """The models the tasks name that the card does not price, each said; a model only
+    agents that report their own cost run is not one."""
+    models = rates.unpriced(t.model for t in tasks if t.stream_format not in _SELF_PRICED)
     for model in models:
         callbacks.notice(f"warning: no price for model {model!r}: its cost will be unknown")
     return models

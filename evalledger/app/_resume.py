@@ -14,10 +14,19 @@ from collections.abc import Collection
 from dataclasses import replace
 from typing import Any
 
-from evalledger.executor import BatchConfig
+from evalledger.executor import BatchConfig, owed
 from evalledger.hosts import running_pid
-from evalledger.ledger import EventType, Ledger
+from evalledger.ledger import (
+    EventType,
+    Ledger,
+    TaskEmitted,
+    TaskInterrupted,
+    TaskStarted,
+    TaskUsage,
+    utc_now,
+)
 from evalledger.options import RunOptions
+from evalledger.pricing import RateCard
 from evalledger.projections import (
     Drift,
     ResumeFold,
@@ -86,6 +95,9 @@ def resume_run(run: str, request: ResumeRequest | None = None,
         callbacks.notice(f"resuming {len(plan.to_run)} task(s), keeping "
                          f"{len(plan.partition.kept)}")
         rates = rate_card(plan.options.pricing)
+        if _close_lost_attempts(ledger, state, live, rates, callbacks):
+            (state, live), _ = load_folds(ledger, run_id, ResumeFold, SummaryFold)
+            assert isinstance(state, ResumeFold) and isinstance(live, SummaryFold)
         config = BatchConfig(
             run_id=run_id, options=plan.options, experiment_id=plan.tasks.experiment_id,
             rates=rates, unpriced_models=unpriced(plan.tasks.tasks, rates, callbacks),
@@ -94,6 +106,44 @@ def resume_run(run: str, request: ResumeRequest | None = None,
         outcome = execute(ledger, plan.tasks.tasks, [], config, settings, callbacks,
                           resume=plan, live=live)
     return replace(outcome, plan=plan)
+
+
+def _close_lost_attempts(ledger: Ledger, state: ResumeFold, live: SummaryFold,
+                         rates: RateCard, callbacks: Callbacks) -> bool:
+    """Close the attempts the run's dead process left started without an end: each gets
+    what its recorded lines show it spent beyond what was booked (its agent's running
+    estimate, a floor: docs/tasks.md, "Usage and cost") and a ``task.interrupted``, as if
+    it had been interrupted. Appended only if nobody started or resumed the run since it
+    was read. True when something was appended."""
+    closing: list[TaskUsage | TaskInterrupted] = []
+    for task_key in sorted(live.running):
+        started: TaskStarted | None = None
+        lines: list[dict[str, Any]] = []
+        for event in ledger.events(state.run_id, task_key=task_key,
+                                   types={EventType.TASK_STARTED, EventType.TASK_EVENT}):
+            if isinstance(event, TaskStarted):
+                started, lines = event, []
+            elif isinstance(event, TaskEmitted) and isinstance(event.data, dict):
+                lines.append(event.data)
+        if started is None:
+            continue
+        definition = started.definition
+        model = definition.get("model")
+        stream_format = definition.get("stream_format")
+        ts = utc_now()
+        for usage in owed(stream_format if isinstance(stream_format, str) else "native",
+                          model if isinstance(model, str) else None, lines, rates):
+            closing.append(TaskUsage(run_id=state.run_id, task_key=task_key, ts=ts,
+                                     model=usage.model, cost_usd=usage.cost_usd,
+                                     estimate=usage.estimate, **dict(usage.tokens)))
+        closing.append(TaskInterrupted(
+            run_id=state.run_id, task_key=task_key, ts=ts,
+            reason="runner lost: the process that ran it ended without recording its end"))
+        callbacks.notice(f"{task_key}: attempt {started.attempt} was lost with the run's "
+                         "process; what its lines show it spent is booked as an estimate")
+    if closing:
+        ledger.append(closing, if_run_at=(state.run_id, state.boundary_seq))
+    return bool(closing)
 
 
 def _plan(ledger: Ledger, state: ResumeFold, live: SummaryFold, request: ResumeRequest,

@@ -32,6 +32,7 @@ from ._lines import MAX_LINE as MAX_LINE
 from ._process import DEFAULT_KILL_GRACE as DEFAULT_KILL_GRACE
 from ._runner import RunContext as RunContext
 from ._runner import run_task as run_task
+from ._usage import owed as owed
 from ._writer import LedgerWriter as LedgerWriter
 from ._writer import WriterFailed as WriterFailed
 from ._writer import open_writer as open_writer
@@ -48,6 +49,7 @@ __all__ = [
     "RunContext",
     "WriterFailed",
     "open_writer",
+    "owed",
     "run_batch",
     "run_task",
 ]

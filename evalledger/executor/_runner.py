@@ -366,6 +366,8 @@ def _environment_info(exit_code: int | None, meter: UsageMeter,
                                "exit_code": exit_code}
     if meter.stream_format == "auto":
         info["stream_format"] = meter.format  # the one found (native: none named one)
+    if meter.unread_format is not None:
+        info["unread_format"] = meter.unread_format
     if agent_version is not None:
         info["agent_version"] = agent_version
     if meter.models_used:

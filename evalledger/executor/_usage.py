@@ -9,13 +9,17 @@ A missing ``cost_usd`` is priced from the rate card; an unpriced model gives
 ``None``, never 0.
 
 ``claude-code``: assistant messages carry per-message usage and name their model
-(the same message id may repeat across content blocks, so the last report per id
-counts); summed per model and priced from the rate card, that is the running
-estimate that enforces budgets live. The final ``result`` line gives the totals and
-is what is recorded: one usage per model of its ``modelUsage``, or, from an older CLI
-without it, its ``usage`` and ``total_cost_usd`` booked to the model in use. An
-attempt that ends without a result line records the estimate instead, per model,
-marked as one.
+(the same message id may repeat across content blocks; each count of a message is its
+largest report); summed per model and priced from the rate card, that is the running
+estimate that enforces budgets live. An assistant line carries the output count of its
+message's start (1): with ``--include-partial-messages`` the ``stream_event`` lines
+add each message's real output count as it ends, and the estimate is exact for every
+message that ended. The final ``result`` line gives the totals and is what is
+recorded: one usage per model of its ``modelUsage``, or, from an older CLI without it,
+its ``usage`` and ``total_cost_usd`` booked to the model in use. An attempt that ends
+without a result line records the estimate instead, per model, marked as one, and its
+cost is a floor (``cost_complete`` false): a message cut off, or a call the stream never
+showed, is not in it.
 
 ``codex``, ``gemini``, ``opencode``: usage is reported as each turn (a session, a
 step) ends, and recorded then: per model where the stream says it (Gemini CLI), else
@@ -25,6 +29,11 @@ records a usage of unknown tokens and cost, so its cost is a floor.
 
 ``auto``: the format of the first line whose shape names one (``format_of``).
 
+No silent zero: a ``native`` task whose lines are an agent's reporting its spend (their
+shape names its format, and read so they carry usage or a session's totals) reads no
+usage from them; its attempt records a usage of unknown tokens and
+cost (the cost is a floor, never $0) and names the format in ``unread_format``.
+
 Invariant: every usage ``observe`` returns or ``finish`` hands over is accounted in
 ``totals`` / ``cost_usd`` exactly once; the estimate never is until it is handed over.
 """
@@ -32,10 +41,12 @@ Invariant: every usage ``observe`` returns or ``finish`` hands over is accounted
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from evalledger.agents import FinalResult, SessionStart, Tokens, format_of, read_usage
+from evalledger.agents._conversation import merged, message_key
 from evalledger.ledger import NO_TOKENS, TokenCounts
 from evalledger.pricing import DEFAULT_RATES, RateCard
 
@@ -114,10 +125,11 @@ class UsageMeter:
         self.totals = NO_TOKENS
         self.cost_usd = 0.0  # the priced part; a floor when cost_complete is False
         self.cost_complete = True
-        # claude-code, until a result line arrives: each message's last report (by id)
-        # with its model, and their sums per model (kept as they change, not re-added:
-        # a long transcript has thousands of messages).
-        self._messages: dict[str, tuple[str | None, TokenCounts]] = {}
+        # claude-code, until a result line arrives: each message's usage (by id) with its
+        # model, and their sums per model (kept as they change, not re-added: a long
+        # transcript has thousands of messages); the message last started per thread.
+        self._messages: dict[str, tuple[str | None, Tokens]] = {}
+        self._started: dict[str | None, str] = {}
         self._by_model: dict[str | None, TokenCounts] = {}
         self._estimate_tokens = 0
         self._estimate_costs: dict[str | None, float | None] = {}
@@ -129,6 +141,8 @@ class UsageMeter:
         self.detected: str | None = None
         # A format reporting usage per turn: the model worked since the last report.
         self._unreported = False
+        # native: the agent format the lines are in, which native does not read.
+        self.unread_format: str | None = None
 
     @property
     def live_tokens(self) -> int:
@@ -159,6 +173,8 @@ class UsageMeter:
         if stream_format in REPORTED_FORMATS:
             return self._reported(stream_format, data)
         if data.get("type") != "usage":
+            if self.unread_format is None and stream_format == "native":
+                self._unread(data)
             return _NONE
         model = data.get("model") if isinstance(data.get("model"), str) else self.model
         if model:
@@ -168,6 +184,19 @@ class UsageMeter:
         usage = self._priced(model, data.get("cost_usd"), tokens)
         self._account(usage)
         return (usage,)
+
+    def _unread(self, data: dict[str, Any]) -> None:
+        """A native task's line: one an agent wrote reporting what it spent (a message's
+        usage, a turn's or a session's totals) means the task's spend is unread."""
+        found = format_of(data)
+        if found is None or found == "native":
+            return
+        entry = read_usage(found, data)
+        if entry is not None and (entry.usage is not None or any(
+                isinstance(s, FinalResult) and (s.tokens is not None or s.cost_usd is not None)
+                for s in entry.steps)):
+            self.unread_format = found
+            self._unreported = True  # what it spent is owed, and unknown
 
     def finish(self) -> tuple[Usage, ...]:
         """The attempt is over, however it ended: the running estimate still to record,
@@ -207,9 +236,12 @@ class UsageMeter:
             if entry.model is not None:
                 self.model = entry.model
                 self.models_used.add(entry.model)
-            if entry.usage is not None:
-                self._message(entry.message_id or f"#{len(self._messages)}", self.model,
-                              _counts(entry.usage))
+            key = message_key(entry, self._started, len(self._messages))
+            if key is not None:
+                model, before = self._messages.get(key, (self.model, Tokens()))
+                # A message's end names no model: it is its start's.
+                self._message(key, self.model if entry.usage is not None else model,
+                              merged(before, entry))
         elif isinstance(step, FinalResult):
             usages = self._per_model(data) or (self._session_total(step),)
             # A command may run the CLI again (plan, then implement): later messages
@@ -271,12 +303,14 @@ class UsageMeter:
         if self.format in REPORTED_FORMATS:
             self._unreported = True
 
-    def _message(self, key: str, model: str | None, tokens: TokenCounts) -> None:
-        """A message's (latest) usage: the estimate of its model, and only that, moves."""
+    def _message(self, key: str, model: str | None, tokens: Tokens) -> None:
+        """A message's usage now: the estimate of its model, and only that, moves."""
         if (previous := self._messages.get(key)) is not None:
-            self._move_estimate(previous[0], previous[1], remove=True)
+            if previous == (model, tokens):
+                return
+            self._move_estimate(previous[0], _counts(previous[1]), remove=True)
         self._messages[key] = (model, tokens)
-        self._move_estimate(model, tokens)
+        self._move_estimate(model, _counts(tokens))
 
     def _move_estimate(self, model: str | None, tokens: TokenCounts, *,
                        remove: bool = False) -> None:
@@ -288,6 +322,7 @@ class UsageMeter:
 
     def _clear_estimate(self) -> None:
         self._messages.clear()
+        self._started.clear()
         self._by_model.clear()
         self._estimate_costs.clear()
         self._estimate_tokens = 0
@@ -321,12 +356,26 @@ class UsageMeter:
 
     def _account(self, usage: Usage) -> None:
         self.totals = self.totals + usage.tokens
+        if usage.estimate:  # what the stream did not show is not in it: a floor
+            self.cost_complete = False
         if usage.cost_usd is None:
             self.cost_complete = False
         elif math.isfinite(total := self.cost_usd + usage.cost_usd):
             self.cost_usd = total
         else:  # the sum of finite garbage overflowed: the total is not known
             self.cost_complete = False
+
+
+def owed(stream_format: str, model: str | None, lines: Iterable[dict[str, Any]],
+         rates: RateCard = DEFAULT_RATES) -> tuple[Usage, ...]:
+    """What an attempt whose runner died spent beyond what was recorded, from the JSON
+    lines it recorded: its running estimate, as ``finish`` would have booked it had the
+    attempt been interrupted. What the lines reported as they came (a result line, a
+    turn's usage) was recorded with them and is not in it."""
+    meter = UsageMeter(stream_format, model, rates)
+    for data in lines:
+        meter.observe(data)
+    return meter.finish()
 
 
 def _close_rounding_gap(usages: list[Usage], total: float) -> None:
@@ -342,7 +391,7 @@ def _close_rounding_gap(usages: list[Usage], total: float) -> None:
 
 # environment_info names a version line may not set: they are the runner's own.
 _RESERVED = frozenset({"type", "exit_code", "evalledger", "python", "platform", "model",
-                       "stream_format", "agent_version"})
+                       "stream_format", "agent_version", "unread_format"})
 # Where a format's stream states the agent's version: environment_info's name for it.
 _VERSION_NAMES = {"claude-code": "claude_code_version", "codex": "codex_version",
                   "gemini": "gemini_cli_version", "opencode": "opencode_version"}

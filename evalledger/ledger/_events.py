@@ -270,7 +270,8 @@ class RunStarted(_Event):
     one's process died, and only when the folder proves it is that batch's (its marker
     file names the batch's token and pid: docs/ledger.md, "Dead batches")."""
     unpriced_models: list[str] = []
-    """Models named by tasks that have no price on the rate card."""
+    """Models named by tasks that have no price on the rate card (a ``claude-code``
+    task's model is not: the CLI reports its cost)."""
 
 
 class RunResumed(_Event):
@@ -430,7 +431,8 @@ class TaskUsage(_TaskEvent):
     attempt ended (timed out, stopped by a budget, interrupted, ...) before a result line
     covered its messages, so their usage is summed and priced from the rate card (see
     [tasks.md](tasks.md#usage-and-cost)). Left out when ``false``, as in every usage
-    recorded before this field. It counts in every total like any other usage."""
+    recorded before this field. It counts in every total like any other usage, and makes
+    its attempt's cost a floor (``cost_complete`` false)."""
     input_tokens: int = 0
     """Input tokens."""
     model: str | None = None
@@ -479,8 +481,10 @@ class TaskCompleted(_TaskEvent):
     """``evalledger`` (version), ``python``, ``platform``, and ``exit_code``; what the
     command stated (a version line; ``claude_code_version``, ``gemini_cli_version`` from
     the agent's stream), ``agent_version`` (what ``agent_version_command`` printed),
-    ``stream_format`` (the one ``auto`` found) and ``model`` when it used any; with
-    ``--executor ray``, ``ray_node_id`` and ``hostname``: where the attempt ran."""
+    ``stream_format`` (the one ``auto`` found), ``unread_format`` (a ``native`` task
+    whose lines are an agent's: the format that would read them; its cost is unknown)
+    and ``model`` when it used any; with ``--executor ray``, ``ray_node_id`` and
+    ``hostname``: where the attempt ran."""
     error_message: str | None = None
     """Why it did not succeed: failed criteria's details, ``timed out after 20s``, a
     budget message, the sandbox or runner error."""
@@ -633,8 +637,10 @@ class TaskInterrupted(_TaskEvent):
     type: Literal[EventType.TASK_INTERRUPTED] = EventType.TASK_INTERRUPTED
     reason: str = "interrupted"
     """``cancelled`` (Ctrl-C, a signal, the batch stopping), the exception that stopped
-    the attempt (``KeyboardInterrupt: ...``), or ``worker lost: ...`` (a Ray worker or
-    node gone under it: an infrastructure failure, which ``retries`` try again)."""
+    the attempt (``KeyboardInterrupt: ...``), ``worker lost: ...`` (a Ray worker or
+    node gone under it: an infrastructure failure, which ``retries`` try again), or
+    ``runner lost: ...`` (appended by ``resume``: the run's process died with the attempt
+    started, its end never recorded; what its lines show it spent is booked with it)."""
 
 
 class TaskStalled(_TaskEvent):

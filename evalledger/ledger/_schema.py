@@ -499,7 +499,7 @@ _COUNTED = """sum(category = 'succeeded') AS succeeded,
                      sum(category IN ('succeeded', 'failed')
                          OR (category = 'error' AND failure_class IS NOT 'infra')) AS graded,
                      sum(category = 'error' AND failure_class IS 'infra') AS infra"""
-VIEWS = {
+_VIEWS_11 = {
     **_VIEWS_10,
     "task_attempts": _VIEWS_10["task_attempts"].replace(
         """               json_extract(c.payload, '$.workspace_hash') AS workspace_hash
@@ -525,7 +525,7 @@ VIEWS = {
 
 @MIGRATIONS(name="0011_pass_rate_intervals")
 def _m0011_pass_rate_intervals(db: Database) -> None:
-    _recreate_views(db, _VIEWS_10, VIEWS)
+    _recreate_views(db, _VIEWS_10, _VIEWS_11)
     _set_version(db, 11)
 
 
@@ -536,3 +536,23 @@ def _m0012_packed_snapshots(db: Database) -> None:
     # (its verify would fail a sound ledger): the version makes it refuse the file,
     # saying to upgrade. Snapshots stored before stay plain; readers take both.
     _set_version(db, 12)
+
+
+# An estimate (task.usage with estimate: true: an attempt cut off before its agent
+# reported its spend) is a floor, priced or not: the run's cost is then not complete, as
+# the summary counts it (docs/tasks.md, "Usage and cost").
+VIEWS = {
+    **_VIEWS_11,
+    "runs": _VIEWS_11["runs"].replace(
+        """                              AND json_extract(u.payload, '$.cost_usd') IS NULL)
+""", """                              AND (json_extract(u.payload, '$.cost_usd') IS NULL
+                                   OR json_extract(u.payload, '$.estimate') = 1))
+"""),
+}
+assert VIEWS["runs"] != _VIEWS_11["runs"]
+
+
+@MIGRATIONS(name="0013_estimates_are_floors")
+def _m0013_estimates_are_floors(db: Database) -> None:
+    _recreate_views(db, _VIEWS_11, VIEWS)
+    _set_version(db, 13)

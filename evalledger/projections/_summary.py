@@ -99,7 +99,8 @@ def unreported_turn(usage: TaskUsage) -> bool:
 
 
 class _Spend(msgspec.Struct, array_like=True, gc=False):
-    """Token and cost accumulator; an unpriced usage turns it into a floor.
+    """Token and cost accumulator; an unpriced usage or an estimate (what an attempt cut
+    off had shown of its spend) turns it into a floor.
 
     Counts are plain ints, not a ``TokenCounts`` per usage: a rebuild adds 10,000s of them.
     """
@@ -116,9 +117,9 @@ class _Spend(msgspec.Struct, array_like=True, gc=False):
         self.output += usage.output_tokens
         self.cache_read += usage.cache_read_tokens
         self.cache_write += usage.cache_write_tokens
-        if usage.cost_usd is None:
+        if usage.cost_usd is None or usage.estimate:
             self.complete = False
-        else:
+        if usage.cost_usd is not None:
             self.cost += usage.cost_usd
 
     @property

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from evalledger.executor._usage import Usage, UsageMeter
+from evalledger.executor._usage import Usage, UsageMeter, owed
 from evalledger.ledger import TokenCounts
 from evalledger.pricing import (
     BUILTIN_RATES,
@@ -203,7 +203,7 @@ def test_claude_code_repeated_message_id_counts_its_last_report() -> None:
                             cost_usd=price(MODEL, input_tokens=13, output_tokens=57))
     assert totals(meter) == {"input_tokens": 13, "output_tokens": 57, "cache_read_tokens": 0,
                             "cache_write_tokens": 0}
-    assert meter.cost_complete
+    assert meter.cost_complete is False  # an estimate is a floor
     assert meter.finish() == ()  # recorded once
 
 
@@ -329,7 +329,7 @@ def test_claude_code_estimate_is_kept_per_model() -> None:
         used(HAIKU, small, estimate=True, input_tokens=1000, output_tokens=50),
     )
     assert meter.live_tokens == meter.totals.total == 1072
-    assert meter.cost_usd == pytest.approx(main + small)
+    assert meter.cost_usd == pytest.approx(main + small) and meter.cost_complete is False
 
 
 def test_claude_code_model_usage_gives_one_usage_per_model() -> None:
@@ -572,3 +572,97 @@ def test_claude_codes_init_line_states_its_version_and_messages_their_model() ->
     meter.observe(assistant("m2", input_tokens=1))
     assert meter.versions == {"claude_code_version": "2.0.14"}
     assert meter.models_used == {"claude-haiku-4-5", MODEL}
+
+
+# -- claude-code: partial messages (--include-partial-messages) ---------------------------------
+
+
+def stream_event(event: dict[str, Any], *, parent: str | None = None,
+                 message_id: str | None = None) -> dict[str, Any]:
+    data: dict[str, Any] = {"type": "stream_event", "event": event, "session_id": "s",
+                            "parent_tool_use_id": parent}
+    if message_id is not None:
+        data["api_message_id"] = message_id
+    return data
+
+
+def message_start(msg_id: str, model: str = MODEL, **raw: int) -> dict[str, Any]:
+    return {"type": "message_start", "message": {"id": msg_id, "model": model,
+                                                  "usage": {"output_tokens": 1, **raw}}}
+
+
+def message_delta(output: int) -> dict[str, Any]:
+    return {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+            "usage": {"output_tokens": output}}
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["cli-2.1.197", "api_message_id"])
+def test_claude_code_message_delta_gives_each_message_its_real_output(named: bool) -> None:
+    """The assistant line repeats its start's output (1); the message's message_delta,
+    matched by api_message_id or as its thread's last started message, has the real
+    count. A subagent's message (another thread) interleaved keeps its own."""
+    meter = UsageMeter("claude-code", None)
+    meter.observe(init())
+    meter.observe(stream_event(message_start("m1", input_tokens=4, cache_write_input_tokens=0)))
+    meter.observe(stream_event(message_start("h1", HAIKU, input_tokens=143), parent="toolu_1"))
+    meter.observe(assistant("m1", input_tokens=4, output_tokens=1))
+    meter.observe(stream_event(message_delta(87), message_id="m1" if named else None))
+    meter.observe(stream_event(message_delta(7), parent="toolu_1",
+                               message_id="h1" if named else None))
+    assert meter.live_tokens == 4 + 87 + 143 + 7
+    main, small = meter.finish()
+    assert (main.model, main.tokens.output_tokens) == (MODEL, 87)
+    assert (small.model, small.tokens) == (HAIKU, TokenCounts(input_tokens=143, output_tokens=7))
+    assert meter.cost_complete is False  # an estimate, however exact: a floor
+
+
+def test_claude_code_a_message_counts_are_its_largest_reports_in_any_order() -> None:
+    in_order, shuffled = UsageMeter("claude-code", None), UsageMeter("claude-code", None)
+    lines = [stream_event(message_start("m1", input_tokens=10)),
+             assistant("m1", input_tokens=10, output_tokens=1),
+             stream_event(message_delta(50))]
+    for line in lines:
+        in_order.observe(line)
+    for line in (lines[0], lines[2], lines[1]):
+        shuffled.observe(line)
+    assert in_order.live_tokens == shuffled.live_tokens == 60
+
+
+# -- no silent zero ---------------------------------------------------------------------------
+
+
+def test_native_reading_an_agent_stream_books_its_cost_unknown() -> None:
+    meter = UsageMeter("native", SONNET)
+    assert meter.observe(init()) == ()  # an init line reports no spend: not yet
+    assert meter.unread_format is None
+    assert meter.observe(assistant("m1", input_tokens=10, output_tokens=5)) == ()
+    assert meter.unread_format == "claude-code"
+    assert meter.finish() == (used(SONNET, None, estimate=True),)
+    assert meter.cost_complete is False and meter.finish() == ()
+
+
+def test_native_lines_shaped_like_an_agent_but_reporting_no_spend_are_not_unread() -> None:
+    """The smoke example's agent prints {"type": "tool_use", ...} (Gemini CLI's shape)
+    beside its own usage lines: nothing of its spend is unread."""
+    meter = UsageMeter("native", SONNET)
+    meter.observe({"type": "tool_use", "tool": "write_file", "path": "add.py"})
+    meter.observe({"type": "error", "message": "a log line"})
+    meter.observe(usage(input_tokens=10, output_tokens=5))
+    assert meter.unread_format is None and meter.finish() == () and meter.cost_complete
+
+
+def test_owed_is_the_estimate_the_recorded_lines_show() -> None:
+    """A lost attempt's lines: what was reported (the first session's result) is not
+    owed again; the messages after it are."""
+    lines = [init(), assistant("m1", input_tokens=10, output_tokens=5),
+             result(0.01, input_tokens=10, output_tokens=5),
+             assistant("m2", input_tokens=3, output_tokens=1)]
+    (estimate,) = owed("claude-code", None, lines)
+    assert estimate == used(MODEL, price(MODEL, input_tokens=3, output_tokens=1),
+                            estimate=True, input_tokens=3, output_tokens=1)
+    assert owed("native", None, [usage(input_tokens=5)]) == ()
+
+
+def test_claude_code_context_suffix_prices_as_its_model() -> None:
+    assert normalize_model("claude-opus-4-8[1m]") == "claude-opus-4-8"
+    assert rate_for("claude-opus-4-8[1m]") == rate_for("claude-opus-4-8") is not None

@@ -51,6 +51,7 @@ LAYOUTS = {
     ("SummaryFold", 5): "f51a1d11b3dbd807",  # grade sets (each key's verdict per set), flags
     ("SummaryFold", 6): "6cc3fc943741c75f",  # failure classes; summaries gain pass^k, flaky
     ("SummaryFold", 7): "6cc3fc943741c75f",  # a turn never reported is spend unknown, not unpriced
+    ("SummaryFold", 8): "6cc3fc943741c75f",  # an estimate is a floor, priced or not
     ("ResumeFold", 2): "488576a01a3d6a5a",
 }
 

@@ -1,0 +1,410 @@
+"""The real Claude Code and Codex CLIs (pinned, from npm: tests/real_agents.py) run as
+task commands through ``evalledger run``, offline, against local fake model APIs that
+stream as the real ones do (tests/fake_agent_api.py). What the ledger recorded is
+checked against the truth: the usage each answer reported (the server's word) and the
+CLI's own result line.
+
+Each agent writes ``answer.txt`` with its own shell tool, as the scripted model asks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import threading
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from evalledger.ledger import Ledger, TaskCompleted, TaskEmitted, TaskUsage, TokenCounts
+from evalledger.pricing import DEFAULT_RATES, normalize_model
+from evalledger.statuses import FinalStatus
+from tests.cli.helpers import PATIENCE, evalledger, spawn, wait_until
+from tests.docker_images import build
+from tests.fake_agent_api import FakeAgentApi, Served, Turn, Usage
+from tests.real_agents import PINNED, require
+
+OPUS = "claude-opus-4-8"  # Claude Code 2.1.197's default model
+HAIKU = "claude-haiku-4-5-20251001"  # what its subagent asks for as "haiku"
+CODEX_MODEL = "gpt-6.2-sol"  # Codex 0.171.0's default model
+# Keeps the CLI offline and quiet (no telemetry, no update check); IS_SANDBOX lets it
+# skip its permission prompts as root.
+CLAUDE_ENV = {"IS_SANDBOX": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+              "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1",
+              "ANTHROPIC_API_KEY": "sk-ant-test"}
+CRITERIA = [{"type": "file_contains", "path": "answer.txt", "includes": ["42"]}]
+# Two turns, as the issue's run: a shell call, then the answer.
+TOOL = Usage(input=4, output=87, cache_read=0, cache_write=14876)
+FINAL = Usage(input=6, output=5, cache_read=14876, cache_write=312)
+
+
+def script(*, hold: threading.Event | None = None, subagent: bool = False) -> list[Turn]:
+    first = (Turn(tool="Agent", usage=TOOL, input={
+        "description": "Write the answer", "prompt": "Write 42 to answer.txt.",
+        "subagent_type": "general-purpose", "model": "haiku"}) if subagent
+        else Turn(command="echo 42 > answer.txt", usage=TOOL))
+    return [first, Turn(text="I wrote 42 to answer.txt.", usage=FINAL, hold=hold)]
+
+
+SUBAGENT = [Turn(command="echo 42 > answer.txt", usage=Usage(143, 7)),
+            Turn(text="Wrote it.", usage=Usage(150, 9))]
+
+
+def claude_task(folder: Path, api: FakeAgentApi, *, version: str | None = None,
+                flags: str = "", **fields: Any) -> dict[str, Any]:
+    binary = require("claude", version)
+    return {
+        "command": f"{binary} -p --output-format stream-json --verbose "
+                   f"--dangerously-skip-permissions {flags}",
+        "prompt": "Write 42 to answer.txt.",
+        "stream_format": "claude-code",
+        "env": {**CLAUDE_ENV, "ANTHROPIC_BASE_URL": api.url, "HOME": str(folder / "home")},
+        "success_criteria": CRITERIA, "timeout": 60, **fields}
+
+
+def write(folder: Path, **tasks: dict[str, Any]) -> Path:
+    (folder / "home").mkdir(parents=True, exist_ok=True)
+    out = folder / "tasks"
+    out.mkdir(exist_ok=True)
+    for name, fields in tasks.items():
+        (out / f"{name}.yaml").write_text(yaml.safe_dump(fields), encoding="utf-8")
+    return out
+
+
+def only_run(db: Path) -> str:
+    with Ledger(db, read_only=True) as ledger:
+        (run,) = ledger.run_ids()
+    return run
+
+
+def recorded(db: Path) -> tuple[dict[str, TokenCounts], list[TaskUsage], list[TaskCompleted],
+                                list[dict[str, Any]]]:
+    """The run's usage summed per model (normalised), its usage events, its completions
+    and the JSON lines its commands printed."""
+    with Ledger(db, read_only=True) as ledger:
+        evs = list(ledger.events(only_run(db)))
+    usages = [e for e in evs if isinstance(e, TaskUsage)]
+    by_model: dict[str, TokenCounts] = defaultdict(lambda: TokenCounts())
+    for u in usages:
+        by_model[normalize_model(u.model or "")] += u.tokens
+    return (dict(by_model), usages, [e for e in evs if isinstance(e, TaskCompleted)],
+            [e.data for e in evs if isinstance(e, TaskEmitted)])
+
+
+def truth(served: list[Served], *, finished: bool = True) -> dict[str, TokenCounts]:
+    """What the server answered, summed per model: the calls it finished (or all)."""
+    by_model: dict[str, TokenCounts] = defaultdict(lambda: TokenCounts())
+    for call in served:
+        if call.finished or not finished:
+            by_model[normalize_model(call.model)] += counts(call.usage)
+    return dict(by_model)
+
+
+def counts(usage: Usage) -> TokenCounts:
+    return TokenCounts(input_tokens=usage.input, output_tokens=usage.output,
+                       cache_read_tokens=usage.cache_read, cache_write_tokens=usage.cache_write)
+
+
+def result_line(lines: list[dict[str, Any]]) -> dict[str, Any]:
+    (result,) = [line for line in lines if line.get("type") == "result"]
+    return result
+
+
+def show(cwd: Path, db: Path) -> dict[str, Any]:
+    out = evalledger(cwd, db, "show", only_run(db), "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("subagent", [False, True], ids=["alone", "subagent-on-haiku"])
+def test_claude_code_usage_is_what_each_model_was_answered(tmp_path: Path,
+                                                          subagent: bool) -> None:
+    """Tokens exact per model; the cost the CLI's own, to 1e-9; a subagent on a second
+    model booked to that model; the CLI's default model priced (no "no price" warning)."""
+    db = tmp_path / "l.db"
+    with FakeAgentApi(script(subagent=subagent), main_model=OPUS, side=SUBAGENT) as api:
+        tasks = write(tmp_path, answer=claude_task(tmp_path, api))
+        out = evalledger(tmp_path, db, "run", str(tasks))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "no price" not in out.stderr
+    by_model, usages, (done,), lines = recorded(db)
+    assert done.final_status == FinalStatus.SUCCESS
+    assert by_model == truth(api.served) and len(by_model) == 1 + subagent
+    assert all(call.finished for call in api.served)
+    cli = result_line(lines)
+    assert done.cost_complete and done.cost_usd is not None
+    assert math.isclose(done.cost_usd, cli["total_cost_usd"], rel_tol=0, abs_tol=1e-9)
+    # The rate card prices each model as the CLI does.
+    for model, tokens in by_model.items():
+        [reported] = [u.cost_usd for u in usages if normalize_model(u.model or "") == model]
+        assert reported is not None
+        assert math.isclose(DEFAULT_RATES.price(model, tokens) or -1, reported, abs_tol=1e-9)
+    assert done.environment_info["claude_code_version"] == PINNED["claude"][1][0]
+    summary = show(tmp_path, db)
+    assert summary["cost_complete"] and summary["models"] == sorted(
+        {u.model for u in usages if u.model})
+
+
+@pytest.mark.parametrize(("ending", "flags"), [
+    ("ctrl-c", ""), ("ctrl-c", "--include-partial-messages"),
+    ("timeout", "--include-partial-messages")])
+def test_claude_code_cut_off_books_what_its_stream_showed_as_a_floor(
+        tmp_path: Path, ending: str, flags: str) -> None:
+    """The second answer is held after its start; the attempt ends there (Ctrl-C to the
+    runner, or its timeout). What the stream showed is booked, marked an estimate and a
+    floor. With --include-partial-messages the first call is exact (its output 87 from
+    its message_delta) and the second's input is in; without, each message shows only
+    its start (output 1)."""
+    db = tmp_path / "l.db"
+    partial = bool(flags)
+    hold = threading.Event()
+    with FakeAgentApi(script(hold=hold), main_model=OPUS) as api:
+        tasks = write(tmp_path, answer=claude_task(
+            tmp_path, api, flags=flags, timeout=8 if ending == "timeout" else 60))
+        if ending == "timeout":
+            out = evalledger(tmp_path, db, "run", str(tasks))
+            assert out.returncode == 1, out.stdout + out.stderr
+        else:
+            proc = spawn(tmp_path, db, "run", str(tasks))
+            assert api.holding.wait(PATIENCE), "the agent never asked for its second answer"
+            # What the stream shows of the held answer is recorded before the signal.
+            shown = "msg_0002" if partial else "msg_0001"
+            wait_until(lambda: any(shown in json.dumps(line) for line in _lines(db)),
+                       f"{shown} recorded")
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=PATIENCE)
+        assert api.holding.is_set()
+    by_model, usages, completed, _ = recorded(db)
+    if ending == "timeout":
+        assert [c.final_status for c in completed] == [FinalStatus.TIMEOUT]
+        assert not completed[0].cost_complete
+    first, held = api.served
+    assert first.finished and not held.finished
+    exact = counts(first.usage) if partial else counts(first.usage).model_copy(
+        update={"output_tokens": 1})
+    started = counts(held.usage).model_copy(update={"output_tokens": 1})
+    assert by_model == {OPUS: exact + started if partial else exact}
+    assert usages and all(u.estimate for u in usages)
+    summary = show(tmp_path, db)
+    assert summary["cost_complete"] is False
+    assert summary["total_cost_usd"] == pytest.approx(
+        DEFAULT_RATES.price(OPUS, by_model[OPUS]), abs=1e-9)
+
+
+def _lines(db: Path) -> list[dict[str, Any]]:
+    try:
+        with Ledger(db, read_only=True) as ledger:
+            return [e.data for r in ledger.run_ids() for e in ledger.events(r)
+                    if isinstance(e, TaskEmitted)]
+    except Exception:  # not created yet
+        return []
+
+
+def test_claude_code_budget_sees_each_message_real_output_as_it_ends(tmp_path: Path) -> None:
+    """A token budget between what the first message's start says (14,881) and what it
+    used (14,967, its message_delta): the attempt is stopped as that message ends, by
+    the exact figure."""
+    db = tmp_path / "l.db"
+    hold = threading.Event()
+    with FakeAgentApi(script(hold=hold), main_model=OPUS) as api:
+        tasks = write(tmp_path, answer=claude_task(
+            tmp_path, api, flags="--include-partial-messages", budget={"max_tokens": 14_900}))
+        out = evalledger(tmp_path, db, "run", str(tasks))
+    assert out.returncode == 1, out.stdout + out.stderr
+    by_model, _, (done,), _ = recorded(db)
+    assert done.final_status == FinalStatus.TOKEN_BUDGET_EXCEEDED, done.error_message
+    assert by_model[OPUS].output_tokens == TOOL.output  # the real count, not the start's 1
+    assert done.tokens.total >= 14_900 and not done.cost_complete
+
+
+def test_codex_usage_is_what_it_was_answered(tmp_path: Path) -> None:
+    """Codex names no model and no cost: the task's model, priced from the card (here
+    a pricing file); input as fresh plus cached, as the Responses API counts it."""
+    binary = require("codex")
+    db = tmp_path / "l.db"
+    codex_home = tmp_path / "codex"
+    codex_home.mkdir()
+    turns = [Turn(command="echo 42 > answer.txt", usage=Usage(9342, 38, 9088)),
+             Turn(text="I wrote 42 to answer.txt.", usage=Usage(0, 32))]
+    pricing = tmp_path / "prices.yaml"
+    pricing.write_text(f"{CODEX_MODEL}: {{input: 2, output: 12, cache_read: 0.2}}\n")
+    with FakeAgentApi(turns, main_model=CODEX_MODEL) as api:
+        (codex_home / "config.toml").write_text(
+            'model_provider = "fake"\n[model_providers.fake]\nname = "fake"\n'
+            f'base_url = "{api.url}/v1"\nwire_api = "responses"\nenv_key = "FAKE_API_KEY"\n')
+        tasks = write(tmp_path, answer={
+            "command": f"{binary} exec --json --skip-git-repo-check "
+                       "--dangerously-bypass-approvals-and-sandbox -",
+            "prompt": "Write 42 to answer.txt.", "stream_format": "codex",
+            "model": CODEX_MODEL, "agent_version_command": f"{binary} --version",
+            "env": {"CODEX_HOME": str(codex_home), "FAKE_API_KEY": "sk-test",
+                    "HOME": str(tmp_path / "home")},
+            "success_criteria": CRITERIA, "timeout": 60})
+        out = evalledger(tmp_path, db, "run", str(tasks), "--pricing", str(pricing))
+    assert out.returncode == 0, out.stdout + out.stderr
+    by_model, usages, (done,), _ = recorded(db)
+    assert done.final_status == FinalStatus.SUCCESS
+    assert by_model == truth(api.served)
+    assert [u.model for u in usages] == [CODEX_MODEL]  # one turn, one turn.completed
+    assert done.cost_complete and done.cost_usd == pytest.approx(
+        (9342 * 2 + 70 * 12 + 9088 * 0.2) / 1e6, abs=1e-12)
+    assert PINNED["codex"][1][0] in str(done.environment_info["agent_version"])
+
+
+def test_claude_code_json_read_as_native_is_no_silent_zero(tmp_path: Path) -> None:
+    """A Claude Code task without its stream_format: no $0, a floor, and one line
+    naming the format that reads it."""
+    db = tmp_path / "l.db"
+    with FakeAgentApi(script(), main_model=OPUS) as api:
+        task = claude_task(tmp_path, api)
+        del task["stream_format"]
+        out = evalledger(tmp_path, db, "run", str(write(tmp_path, answer=task)))
+    assert out.returncode == 0, out.stdout + out.stderr
+    [hint] = [line for line in out.err_lines if line.startswith("hint:")]
+    assert "stream_format: claude-code" in hint
+    _, usages, (done,), _ = recorded(db)
+    assert done.environment_info["unread_format"] == "claude-code"
+    assert not done.cost_complete and [u.cost_usd for u in usages] == [None]
+    assert show(tmp_path, db)["cost_complete"] is False
+
+
+def test_two_pinned_claude_code_versions_are_told_apart(tmp_path: Path) -> None:
+    """One experiment, a variant per pinned CLI version: each attempt records its
+    version, the summary calls them drift, and each books its tokens exactly."""
+    old, new = PINNED["claude"][1]
+    db = tmp_path / "l.db"
+    turns = script() + script()
+    with FakeAgentApi(turns, main_model=OPUS) as api:
+        tasks = write(tmp_path, answer={"prompt": "Write 42 to answer.txt.",
+                                        "success_criteria": CRITERIA})
+        variants = []
+        for version in (old, new):
+            fields = claude_task(tmp_path, api, version=version, flags="--model " + OPUS)
+            variants.append({"variant_id": f"cli-{version}", **{
+                k: fields[k] for k in ("command", "stream_format", "env")}})
+        experiment = tmp_path / "experiment.yaml"
+        experiment.write_text(yaml.safe_dump({
+            "experiment_id": "versions", "tasks": [str(tasks)], "max_parallel": 1,
+            "variants": variants}), encoding="utf-8")
+        out = evalledger(tmp_path, db, "run", "-e", str(experiment))
+    assert out.returncode == 0, out.stdout + out.stderr
+    by_model, _, completed, _ = recorded(db)
+    assert sorted(c.environment_info["claude_code_version"] for c in completed) == [old, new]
+    assert by_model == truth(api.served)
+    drift = show(tmp_path, db)["version_drift"]
+    assert drift["claude_code_version"] == {old: 1, new: 1}
+
+
+def test_claude_code_killed_runner_then_resume_books_the_lost_attempt(tmp_path: Path) -> None:
+    """The runner is killed (SIGKILL) while the agent waits for its second answer; resume
+    runs the task again. The lost attempt's spend, as far as its recorded stream shows
+    it, is booked as an estimate: the run's cost is a floor, never the second attempt's
+    alone."""
+    db = tmp_path / "l.db"
+    hold = threading.Event()
+    with FakeAgentApi(script(hold=hold), main_model=OPUS) as api:
+        tasks = write(tmp_path, answer=claude_task(tmp_path, api))
+        proc = spawn(tmp_path, db, "run", str(tasks))
+        assert api.holding.wait(PATIENCE), "the agent never asked for its second answer"
+        wait_until(lambda: any("msg_0001" in json.dumps(line) for line in _lines(db)),
+                   "msg_0001 recorded")
+        proc.kill()
+        proc.communicate(timeout=PATIENCE)
+        api.script = script()
+        out = evalledger(tmp_path, db, "resume", only_run(db))
+    assert out.returncode == 0, out.stdout + out.stderr
+    by_model, usages, completed, _ = recorded(db)
+    assert [c.final_status for c in completed] == [FinalStatus.SUCCESS]
+    first, _, *again = api.served
+    lost = counts(first.usage).model_copy(update={"output_tokens": 1})
+    assert by_model == {OPUS: lost + truth(again)[OPUS]}
+    assert [u.estimate for u in usages] == [True, False]  # the lost attempt's, the rerun's
+    assert show(tmp_path, db)["cost_complete"] is False
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "docker"])
+def test_claude_code_runs_confined(tmp_path: Path, backend: str,
+                                   request: pytest.FixtureRequest) -> None:
+    """The real CLI under ``isolation: bwrap`` and ``docker`` (an image of busybox, bash
+    and the libraries the CLI links, built here): its binary bound in read-only, its
+    key passed through by name, the fake API reached over the host's network. It works
+    in its workspace, and its usage is booked as outside."""
+    db = tmp_path / "l.db"
+    binary = require("claude").resolve()
+    confined: dict[str, Any] = {"isolation": backend}
+    if backend == "bwrap":
+        request.getfixturevalue("bwrap")
+    else:
+        request.getfixturevalue("docker_images")
+        confined["image"] = build("agent", (str(binary),))
+    with FakeAgentApi(script(), main_model=OPUS) as api:
+        task = claude_task(tmp_path, api)
+        env = {k: v for k, v in task["env"].items() if k not in ("HOME", "ANTHROPIC_API_KEY")}
+        task.update(command=task["command"].replace(str(require("claude")), '"$CLAUDE"'),
+                    network="host", binds={"CLAUDE": str(binary)}, env=env,
+                    env_passthrough=["ANTHROPIC_API_KEY"], **confined)
+        out = evalledger(tmp_path, db, "run", str(write(tmp_path, answer=task)),
+                         env={"ANTHROPIC_API_KEY": "sk-ant-passed"})
+    assert out.returncode == 0, out.stdout + out.stderr
+    by_model, _, (done,), lines = recorded(db)
+    assert done.final_status == FinalStatus.SUCCESS
+    assert by_model == truth(api.served)
+    assert math.isclose(done.cost_usd or -1, result_line(lines)["total_cost_usd"], abs_tol=1e-9)
+    assert {r["headers"].get("x-api-key") for r in api.requests} == {"sk-ant-passed"}
+    assert not (tmp_path / "home" / ".claude").exists()  # its HOME was the sandbox's /tmp
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "agents"
+
+
+def test_the_real_agents_example_runs_both_clis_as_written(tmp_path: Path) -> None:
+    """examples/agents/real-agents.yaml as a user runs it (the CLIs on PATH, the keys and
+    Codex's config in the environment), each CLI pointed at a fake API: every command,
+    flag and prompt-on-stdin of the example works with the pinned CLIs, and each
+    variant's usage is what its API answered. The scripted model writes no solution:
+    the tasks fail their criteria (exit 1)."""
+    claude, codex = require("claude"), require("codex")
+    folder = tmp_path / "example"
+    shutil.copytree(EXAMPLE, folder)
+    db = tmp_path / "l.db"
+    codex_home = tmp_path / "codex"
+    codex_home.mkdir()
+    (tmp_path / "home").mkdir()
+    anthropic_turns = [turn for _ in range(3) for turn in script()]
+    openai_turns = [turn for _ in range(3) for turn in (
+        Turn(command="echo 42 > answer.txt", usage=Usage(900, 30, 8000)),
+        Turn(text="Done.", usage=Usage(50, 10, 8900)))]
+    with FakeAgentApi(anthropic_turns, main_model="claude-sonnet-4-5") as anthropic, \
+            FakeAgentApi(openai_turns, main_model="gpt-5") as openai:
+        (codex_home / "config.toml").write_text(
+            'model_provider = "fake"\n[model_providers.fake]\nname = "fake"\n'
+            f'base_url = "{openai.url}/v1"\nwire_api = "responses"\n'
+            'env_key = "OPENAI_API_KEY"\n')
+        env = {"PATH": f"{claude.parent}:{codex.parent}:{os.environ['PATH']}",
+               "ANTHROPIC_BASE_URL": anthropic.url, "ANTHROPIC_API_KEY": "sk-ant-test",
+               "OPENAI_API_KEY": "sk-test", "CODEX_HOME": str(codex_home),
+               "HOME": str(tmp_path / "home"), "DISABLE_TELEMETRY": "1"}
+        out = evalledger(folder, db, "run", "-e", "real-agents.yaml", env=env)
+    assert out.returncode == 1, out.stdout + out.stderr
+    with Ledger(db, read_only=True) as ledger:
+        evs = list(ledger.events(only_run(db)))
+    done = {e.task_key: e for e in evs if isinstance(e, TaskCompleted)}
+    assert len(done) == 6 and all(d.final_status == FinalStatus.FAILURE for d in done.values())
+    spent: dict[str, TokenCounts] = defaultdict(lambda: TokenCounts())
+    for u in (e for e in evs if isinstance(e, TaskUsage)):
+        spent[u.task_key.split("/")[0]] += u.tokens
+    assert spent["claude-code"] == sum(truth(anthropic.served).values(), TokenCounts())
+    assert spent["codex"] == sum(truth(openai.served).values(), TokenCounts())
+    for key, completed in done.items():
+        info = completed.environment_info
+        assert completed.cost_complete, key
+        if key.startswith("claude-code/"):
+            assert info["claude_code_version"] == PINNED["claude"][1][0]
+        else:
+            assert PINNED["codex"][1][0] in str(info["agent_version"])
