@@ -99,8 +99,7 @@ def unreported_turn(usage: TaskUsage) -> bool:
 
 
 class _Spend(msgspec.Struct, array_like=True, gc=False):
-    """Token and cost accumulator; an unpriced usage or an estimate (what an attempt cut
-    off had shown of its spend) turns it into a floor.
+    """Token and cost accumulator; an unpriced usage turns it into a floor.
 
     Counts are plain ints, not a ``TokenCounts`` per usage: a rebuild adds 10,000s of them.
     """
@@ -117,9 +116,9 @@ class _Spend(msgspec.Struct, array_like=True, gc=False):
         self.output += usage.output_tokens
         self.cache_read += usage.cache_read_tokens
         self.cache_write += usage.cache_write_tokens
-        if usage.cost_usd is None or usage.estimate:
+        if usage.cost_usd is None:
             self.complete = False
-        if usage.cost_usd is not None:
+        else:
             self.cost += usage.cost_usd
 
     @property
@@ -338,6 +337,12 @@ class SummaryFold(Fold):
                 key.cost_gap = True
             return
         self.spend.add(event)
+        if event.estimate:
+            # What the stream showed before the attempt was cut off (priced, or not):
+            # the spend is a floor for want of the agent's report, as an unreported turn.
+            self.cost_gap = self.unreported = True
+            if key is not None:
+                key.cost_gap = True
         if key is not None:
             key.spend.add(event)
         if event.model:

@@ -170,6 +170,8 @@ def test_claude_code_cut_off_books_what_its_stream_showed_as_a_floor(
         if ending == "timeout":
             out = evalledger(tmp_path, db, "run", str(tasks))
             assert out.returncode == 1, out.stdout + out.stderr
+            # The run's line says the cost is a floor, and why.
+            assert "cost ≥ $" in out.stdout and "spend never reported in full" in out.stdout
         else:
             proc = spawn(tmp_path, db, "run", str(tasks))
             assert api.holding.wait(PATIENCE), "the agent never asked for its second answer"
@@ -223,29 +225,37 @@ def test_claude_code_budget_sees_each_message_real_output_as_it_ends(tmp_path: P
     assert done.tokens.total >= 14_900 and not done.cost_complete
 
 
+def codex_task(folder: Path, api: FakeAgentApi, **fields: Any) -> dict[str, Any]:
+    """Codex pointed at ``api`` by a config of its own (``CODEX_HOME``), model named."""
+    binary = require("codex")
+    home = folder / "codex"
+    home.mkdir(exist_ok=True)
+    (home / "config.toml").write_text(
+        'model_provider = "fake"\n[model_providers.fake]\nname = "fake"\n'
+        f'base_url = "{api.url}/v1"\nwire_api = "responses"\nenv_key = "FAKE_API_KEY"\n')
+    return {
+        "command": f"{binary} exec --json --skip-git-repo-check "
+                   "--dangerously-bypass-approvals-and-sandbox -",
+        "prompt": "Write 42 to answer.txt.", "stream_format": "codex",
+        "model": CODEX_MODEL, "agent_version_command": f"{binary} --version",
+        "env": {"CODEX_HOME": str(home), "FAKE_API_KEY": "sk-test",
+                "HOME": str(folder / "home")},
+        "success_criteria": CRITERIA, "timeout": 60, **fields}
+
+
+def codex_script(hold: threading.Event | None = None) -> list[Turn]:
+    return [Turn(command="echo 42 > answer.txt", usage=Usage(9342, 38, 9088)),
+            Turn(text="I wrote 42 to answer.txt.", usage=Usage(0, 32), hold=hold)]
+
+
 def test_codex_usage_is_what_it_was_answered(tmp_path: Path) -> None:
     """Codex names no model and no cost: the task's model, priced from the card (here
     a pricing file); input as fresh plus cached, as the Responses API counts it."""
-    binary = require("codex")
     db = tmp_path / "l.db"
-    codex_home = tmp_path / "codex"
-    codex_home.mkdir()
-    turns = [Turn(command="echo 42 > answer.txt", usage=Usage(9342, 38, 9088)),
-             Turn(text="I wrote 42 to answer.txt.", usage=Usage(0, 32))]
     pricing = tmp_path / "prices.yaml"
     pricing.write_text(f"{CODEX_MODEL}: {{input: 2, output: 12, cache_read: 0.2}}\n")
-    with FakeAgentApi(turns, main_model=CODEX_MODEL) as api:
-        (codex_home / "config.toml").write_text(
-            'model_provider = "fake"\n[model_providers.fake]\nname = "fake"\n'
-            f'base_url = "{api.url}/v1"\nwire_api = "responses"\nenv_key = "FAKE_API_KEY"\n')
-        tasks = write(tmp_path, answer={
-            "command": f"{binary} exec --json --skip-git-repo-check "
-                       "--dangerously-bypass-approvals-and-sandbox -",
-            "prompt": "Write 42 to answer.txt.", "stream_format": "codex",
-            "model": CODEX_MODEL, "agent_version_command": f"{binary} --version",
-            "env": {"CODEX_HOME": str(codex_home), "FAKE_API_KEY": "sk-test",
-                    "HOME": str(tmp_path / "home")},
-            "success_criteria": CRITERIA, "timeout": 60})
+    with FakeAgentApi(codex_script(), main_model=CODEX_MODEL) as api:
+        tasks = write(tmp_path, answer=codex_task(tmp_path, api))
         out = evalledger(tmp_path, db, "run", str(tasks), "--pricing", str(pricing))
     assert out.returncode == 0, out.stdout + out.stderr
     by_model, usages, (done,), _ = recorded(db)
@@ -255,6 +265,26 @@ def test_codex_usage_is_what_it_was_answered(tmp_path: Path) -> None:
     assert done.cost_complete and done.cost_usd == pytest.approx(
         (9342 * 2 + 70 * 12 + 9088 * 0.2) / 1e6, abs=1e-12)
     assert PINNED["codex"][1][0] in str(done.environment_info["agent_version"])
+
+
+def test_codex_cut_off_mid_turn_books_the_turn_unknown(tmp_path: Path) -> None:
+    """Codex reports a turn's usage only as the turn ends: Ctrl-C while its second answer
+    is pending leaves the turn unreported, booked as unknown (a floor), never $0."""
+    db = tmp_path / "l.db"
+    hold = threading.Event()
+    with FakeAgentApi(codex_script(hold), main_model=CODEX_MODEL) as api:
+        proc = spawn(tmp_path, db, "run", str(write(tmp_path, answer=codex_task(tmp_path, api))))
+        assert api.holding.wait(PATIENCE), "Codex never asked for its second answer"
+        wait_until(lambda: any(line.get("type") == "item.completed" for line in _lines(db)),
+                   "the shell call recorded")
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=PATIENCE)
+    _, usages, completed, _ = recorded(db)
+    assert completed == []  # interrupted
+    assert [(u.model, u.tokens.total, u.cost_usd, u.estimate) for u in usages] == [
+        (CODEX_MODEL, 0, None, True)]
+    summary = show(tmp_path, db)
+    assert summary["cost_complete"] is False and summary["total_cost_usd"] == 0
 
 
 def test_claude_code_json_read_as_native_is_no_silent_zero(tmp_path: Path) -> None:
