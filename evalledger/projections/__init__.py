@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from ._diff import RunDiff as RunDiff
     from ._diff import TaskDiff as TaskDiff
     from ._diff import diff_runs as diff_runs
+    from ._digest import error_digest as error_digest
     from ._flaky import FlakyTask as FlakyTask
     from ._flaky import flaky_history as flaky_history
     from ._fold import Fold as Fold
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
     from ._fold import types_of as types_of
     from ._junit import render_junit as render_junit
     from ._reports import cost_line as cost_line
-    from ._reports import error_digest as error_digest
     from ._reports import infra_note as infra_note
     from ._reports import isolation_counts as isolation_counts
     from ._reports import isolation_line as isolation_line
@@ -91,7 +91,7 @@ _WHERE = {
     "render_junit": "_junit",
     "shown_status": "_status",
     "cost_line": "_reports",
-    "error_digest": "_reports",
+    "error_digest": "_digest",
     "render_json": "_reports",
     "render_markdown": "_reports",
     "isolation_counts": "_reports",

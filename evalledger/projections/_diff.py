@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from evalledger.statuses import Category
 
+from ._digest import error_digest
 from ._results import RunSummary, TaskRow
 
 Change = Literal["regression", "fix", "changed", "not_run", "added", "removed", "unchanged"]
@@ -38,6 +39,9 @@ class TaskDiff(BaseModel):
     (docs/isolation.md): not the same measurement; None when it is the same."""
     flags: list[str] = []
     """The rules a scan flagged B's attempt with (``evalledger scan``)."""
+    why: str = ""
+    """Why B's attempt did not succeed, in one line (A's when the key is only in A):
+    ``error_digest`` of its ``error_message``; "" when it succeeded."""
 
 
 class RunDiff(BaseModel):
@@ -96,6 +100,7 @@ def diff_runs(a: RunSummary, b: RunSummary) -> RunDiff:
     tasks = []
     for key in sorted(rows_a.keys() | rows_b.keys()):
         ra, rb = rows_a.get(key), rows_b.get(key)
+        reported = rb or ra
         tasks.append(TaskDiff(
             task_key=key,
             change=_change(ra, rb),
@@ -107,6 +112,7 @@ def diff_runs(a: RunSummary, b: RunSummary) -> RunDiff:
             isolation=(f"{ra.isolation} → {rb.isolation}" if ra and rb and ra.attempts
                        and rb.attempts and ra.isolation != rb.isolation else None),
             flags=list(rb.flags) if rb else [],
+            why=error_digest(reported.error_message if reported else None),
         ))
     counts = dict.fromkeys(get_args(Change), 0)
     for t in tasks:

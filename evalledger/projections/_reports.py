@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from evalledger._text import money, visible
 from evalledger.statuses import FailureClass
 
+from ._digest import error_digest as error_digest
 from ._intervals import Interval
 from ._results import RoleUsage, RunHeadline, RunSummary, TaskRow
 
@@ -247,40 +248,6 @@ def status_word(status: str, cut_off: bool) -> str:
     from ._status import shown_status
 
     return shown_status(status, lambda: cut_off).value
-
-
-# A line that only separates (``=====``, ``-----``, ``^^^^`` under a traceback's code).
-_RULE = re.compile(r"[\s=\-_*~#^.]*")
-# A test runner's closing banner: ``===== 1 failed, 2 passed in 0.12s =====``.
-_BANNER = re.compile(r"[=\-_*]{3,}\s.*\s[=\-_*]{3,}")
-# How much of a long first line a digest keeps: enough to say which check failed and
-# how (``run_command: exit code 1: ...``); the last line is what is kept whole.
-_LEAD = 100
-
-
-def error_digest(message: str) -> str:
-    """The part of an error message a person reads first, on one line: its first line
-    (which check failed, with what exit code) and its last meaningful line, where a
-    traceback or a test runner says what went wrong (``AssertionError: add(2, 3) ==
-    6``), joined by `` … ``. Separator lines and a test runner's closing banner are
-    passed over for the line before them. A message of one line is itself, whole; a
-    first line longer than 100 characters is cut at a word (the last line never is).
-
-    What ``show`` and ``run`` print in a terminal and what run.md's task table holds;
-    the message itself is in the ledger, in ``show``'s and ``run``'s output through a
-    pipe, and in run.md's "Errors in full".
-    """
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
-    if len(lines) <= 1:
-        return lines[0] if lines else message.strip()
-    first, rest = lines[0], lines[1:]
-    meaningful = [line for line in rest if not _RULE.fullmatch(line)]
-    plain = [line for line in meaningful if not _BANNER.fullmatch(line)]
-    last = (plain or meaningful or rest)[-1]
-    if len(first) > _LEAD:
-        cut = first.rfind(" ", 0, _LEAD)
-        first = first[:cut if cut > _LEAD // 2 else _LEAD].rstrip()
-    return f"{first} … {last}"
 
 
 def cost_line(total_cost_usd: float, cost_complete: bool,

@@ -26,7 +26,7 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import anyio
 from markupsafe import Markup
@@ -66,6 +66,7 @@ from ._render import (
     AttemptMark,
     TableQuery,
     conversation,
+    neighbours,
     not_started,
     render,
     run_charts,
@@ -369,6 +370,7 @@ class _Views:
         context = dict(
             summary=summary, status=view.status_shown, charts=run_charts(summary),
             rows=table.tasks, table=table.query, total_rows=table.total, pages=table.pages,
+            listed=table.query.as_list(),
             tags=view.tags, at=view.at, first_seq=view.first_seq, last_seq=view.last_seq,
             statuses=[s.value for s in FinalStatus], running=view.running,
             liveness=run.liveness() if view.at is None else {},
@@ -442,6 +444,7 @@ class _Views:
         if fragment == "tail":
             return self._tail(page, task.attempts, view)
         here = f"/runs/{segment(task.run_id)}/tasks/{segment(task.task_key)}"
+        nav, listed = await self._neighbours(request, task)
         rows = await self._marked(task, page)
         return self._page(
             "task.html", run_id=task.run_id, task_key=task.task_key, page=page,
@@ -451,8 +454,18 @@ class _Views:
             items=conversation(rows, task.attempts) if view == "conversation" else [],
             follow=not page.search and not page.more_after, after_seq=page.after,
             tail_url=url_with(f"{here}?fragment=tail", view=view),
-            attempts_url=f"{here}?fragment=attempts", planned=task.planned, **attempts,
+            attempts_url=f"{here}?fragment=attempts", planned=task.planned, nav=nav,
+            listed=listed, **attempts,
         )
+
+    async def _neighbours(self, request: Request,
+                          task: TaskView) -> tuple[Any, TableQuery]:
+        """Where the task sits in the run's task table as the page was opened from it
+        (``?list=``: that table's filters and order; the whole table by key without)."""
+        listed = TableQuery.parse(dict(parse_qsl(request.query_params.get("list", ""))))
+        run = self._run(request)
+        summary = (await self._folded(run, None)).summary
+        return neighbours(listed.rows_of(summary), task.task_key), listed
 
     def _tail(self, page: Transcript, tries: list[_queries.Attempt], view: str) -> Response:
         """What a live task page appends: the rows after the last one it shows."""

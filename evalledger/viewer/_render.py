@@ -36,6 +36,7 @@ from evalledger.projections import (
     RunSummary,
     TagStats,
     TaskRow,
+    error_digest,
     infra_note,
     rate_cell,
     success_cost_line,
@@ -199,13 +200,17 @@ def environment() -> Environment:
                        when=when, visible=visible, outcome=outcome, status=status_of,
                        status_class=status_class, segment=segment, ansi=ansi_html,
                        tool_input=tool_input, result_text=result_text,
-                       final_facts=final_facts, record=imported_record)
+                       final_facts=final_facts, record=imported_record, digest=_digest)
     env.globals.update(url=_url, version=__version__, OUTCOMES=OUTCOMES, graded=graded,
                        tag_counts=tag_counts, role_costs=role_costs,
                        imported_differences=imported_differences, variant_table=variant_table,
                        success_cost_line=success_cost_line, rate_cell=rate_cell,
                        infra_note=infra_note)
     return env
+
+
+def _digest(message: str | None) -> str:
+    return visible(error_digest(message))
 
 
 def render(template: str, **context: Any) -> str:
@@ -288,6 +293,43 @@ class TableQuery:
         text = self.text.lower()
         return not text or text in row.task_key.lower() or text in (
             row.error_message or "").lower()
+
+
+    def as_list(self) -> str:
+        """This query (its filters and order, not its page) as one URL parameter's value:
+        how a task page knows the list it was opened from (its neighbours, the way back)."""
+        return urlencode({k: v for k, v in self.params(page=1).items()
+                          if v not in (None, "", 0, False)})
+
+
+@dataclass(frozen=True)
+class Neighbours:
+    """Where a task sits in the list it was opened from: the keys before and after it,
+    and the nearest failures (failed or error) each way."""
+
+    index: int
+    total: int
+    previous: str | None = None
+    next: str | None = None
+    previous_failure: str | None = None
+    next_failure: str | None = None
+
+
+def neighbours(rows: Sequence[TaskRow], task_key: str) -> Neighbours | None:
+    """``task_key``'s neighbours in ``rows`` (None when it is not among them)."""
+    keys = [r.task_key for r in rows]
+    try:
+        at = keys.index(task_key)
+    except ValueError:
+        return None
+    failed = [outcome(r) in ("failed", "error") for r in rows]
+    before = [i for i in range(at) if failed[i]]
+    after = [i for i in range(at + 1, len(rows)) if failed[i]]
+    return Neighbours(
+        index=at, total=len(rows), previous=keys[at - 1] if at else None,
+        next=keys[at + 1] if at + 1 < len(keys) else None,
+        previous_failure=keys[before[-1]] if before else None,
+        next_failure=keys[after[0]] if after else None)
 
 
 _SORT_KEYS: dict[str, Any] = {

@@ -85,7 +85,7 @@ def test_show_in_a_terminal_prints_the_line_that_matters(made: Made) -> None:
     assert code == 0, lines
     text = "\n".join(lines)
     assert LAST_LINE in text and "\\n" not in text, text
-    assert "run_command: exit code 1: Traceback (most recent call last): … " + LAST_LINE in text
+    assert "run_command ✗ " + LAST_LINE in text  # the line that says what failed
     full = "\n".join(in_terminal(made.cwd, "--ledger", str(made.db), "show", "r1",
                                  "--full-errors", columns=200)[1])
     # Below the table, the message whole, its lines as they were.
@@ -95,7 +95,7 @@ def test_show_in_a_terminal_prints_the_line_that_matters(made: Made) -> None:
 def test_run_md_has_the_last_line_and_no_literal_newline(made: Made) -> None:
     md = (made.cwd / "runs" / "r1" / "run.md").read_text(encoding="utf-8")
     [row] = [line for line in md.splitlines() if line.startswith(f"| {FAILING} ")]
-    assert row.endswith(f"… {LAST_LINE} |"), row
+    assert row.endswith(f"| run_command ✗ {LAST_LINE} |"), row
     assert "\\n" not in md
     # The whole traceback, as it was, below the table.
     assert '  File "<string>", line 8, in check' in md.split("## Errors in full", 1)[1]

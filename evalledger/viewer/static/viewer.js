@@ -15,6 +15,17 @@
     if (event.target.id === "at") { event.target.form.submit(); }
   });
 
+  // Keys walk the list a task page was opened from: j / k the next and previous
+  // failure, the arrow keys the next and previous task (each a link marked data-key).
+  document.addEventListener("keydown", function (event) {
+    if (event.altKey || event.ctrlKey || event.metaKey || event.shiftKey) { return; }
+    const target = event.target;
+    if (target && (target.isContentEditable ||
+                   /^(INPUT|TEXTAREA|SELECT)$/.test(target.tagName))) { return; }
+    const link = document.querySelector('a[data-key="' + event.key + '"]');
+    if (link) { event.preventDefault(); window.location.assign(link.href); }
+  });
+
   const stream = body.dataset.stream;
   if (!stream || !window.EventSource) { return; }
   const run = body.dataset.run || null;

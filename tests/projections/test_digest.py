@@ -1,0 +1,64 @@
+"""``error_digest``: why an attempt did not succeed, in one line."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from evalledger.projections import error_digest
+from evalledger.projections._digest import LIMIT
+
+PYTEST = """run_command: exit code 1: \
+============================= test session starts ==============================
+platform linux -- Python 3.11.7, pytest-9.2.0
+rootdir: /tmp/evalledger-sandbox-k2j3/work
+collected 1 item
+
+test_stats.py F                                                          [100%]
+
+=================================== FAILURES ===================================
+_________________________________ test_median __________________________________
+
+    def test_median():
+>       assert median([]) is None
+E       AssertionError: assert 0 is None
+E        +  where 0 = median([])
+
+/tmp/evalledger-sandbox-k2j3/work/test_stats.py:4: AssertionError
+=========================== short test summary info ============================
+FAILED test_stats.py::test_median - AssertionError: assert 0 is None
+============================== 1 failed in 0.02s ==============================="""
+
+
+def test_a_pytest_failure_reads_as_its_assertion() -> None:
+    assert error_digest(PYTEST) == "run_command \u2717 AssertionError: assert 0 is None"
+
+
+def test_a_model_api_failure_is_the_reason() -> None:
+    said = ("file_contains: answer.txt is not a file (the agent's model API failed: result "
+            "is_error: 529 overloaded_error Overloaded)")
+    assert error_digest(said) == ("model API failed: result is_error: 529 overloaded_error "
+                                  "Overloaded")
+
+
+def test_the_first_failed_criterion_and_how_many_more() -> None:
+    said = ("file_contains: answer.txt is not a file; run_command: exit code 2: Traceback "
+            "(most recent call last):\n  File \"/tmp/s/x.py\", line 1\nValueError: a; b")
+    assert error_digest(said) == "file_contains \u2717 answer.txt is not a file (+1 more)"
+
+
+def test_temporary_paths_are_shown_by_their_last_part() -> None:
+    said = "run_command: exit code 1: cat: /tmp/evalledger-x/work/out.txt: No such file"
+    assert error_digest(said) == "run_command \u2717 cat: \u2026/out.txt: No such file"
+
+
+def test_a_message_without_a_telling_line_keeps_its_first_and_last() -> None:
+    assert error_digest("timed out after 20s") == "timed out after 20s"
+    assert error_digest("sandbox\n=====\nvanished") == "sandbox \u2026 vanished"
+    assert error_digest(None) == error_digest("  ") == ""
+
+
+@given(st.text(max_size=2000))
+def test_a_digest_is_one_line_within_the_limit(message: str) -> None:
+    digest = error_digest(message)
+    assert len(digest.splitlines()) <= 1 and len(digest) <= LIMIT

@@ -1,0 +1,120 @@
+"""Reading failures in the browser: why each failed in one line, and the keys that walk
+from one failure to the next (Debian's Chromium, driven by Playwright; skipped, or in CI
+failed, where they are missing: see test_browser.py).
+
+The ledger: one run of four tasks made by a real ``evalledger run`` (in this process) —
+a real pytest failing under a ``run_command`` criterion, a pretend Claude Code whose model
+API answers 529 until it gives up, a task whose output lacks what its criterion wants,
+and one that succeeds.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.cli.helpers import evalledger
+
+from .test_browser import _viewer, browser, expect, page  # noqa: F401 (fixtures)
+
+RUN = "failures-1"
+# A Claude Code session whose model API is overloaded: two retries, then its result.
+OVERLOADED = [
+    {"type": "system", "subtype": "init", "model": "claude-sonnet-4-5", "session_id": "s",
+     "tools": ["Bash"], "claude_code_version": "2.1.197"},
+    {"type": "system", "subtype": "api_retry", "attempt": 1, "max_retries": 2,
+     "error_status": 529, "error": "overloaded_error"},
+    {"type": "system", "subtype": "api_retry", "attempt": 2, "max_retries": 2,
+     "error_status": 529, "error": "overloaded_error"},
+    {"type": "result", "subtype": "success", "is_error": True, "api_error_status": 529,
+     "result": "API Error: 529 Overloaded", "session_id": "s", "total_cost_usd": 0,
+     "num_turns": 1, "usage": {"input_tokens": 0, "output_tokens": 0}},
+]
+STATS_TEST = "def test_median():\n    assert 0 is None\n"
+
+
+@pytest.fixture(scope="module")
+def failures(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A viewer over the run (its URL)."""
+    root = tmp_path_factory.mktemp("failures")
+    tasks, project = root / "tasks", root / "project"
+    tasks.mkdir()
+    project.mkdir()
+    (project / "test_stats.py").write_text(STATS_TEST, encoding="utf-8")
+    transcript = root / "overloaded.jsonl"
+    transcript.write_text("".join(json.dumps(line) + "\n" for line in OVERLOADED))
+    pytest_cmd = (f"{sys.executable} -m pytest -q -p no:cacheprovider -p no:randomly "
+                  "test_stats.py")
+    for name, fields in {
+        "pytest-fails": {"command": "true", "workdir": str(project), "success_criteria": [
+            {"type": "run_command", "command": pytest_cmd}]},
+        "api-529": {"command": f"cat {transcript}; exit 1", "stream_format": "claude-code",
+                    "success_criteria": [{"type": "file_exists", "path": "answer.txt"}]},
+        "lacks-yes": {"command": "echo nope", "success_criteria": [
+            {"type": "output_contains", "includes": ["yes"]}]},
+        "ok": {"command": "true", "success_criteria": [{"type": "exit_code"}]},
+    }.items():
+        (tasks / f"{name}.yaml").write_text(yaml.safe_dump({"timeout": 60, **fields}))
+    db = root / "l.db"
+    done = evalledger(root, db, "run", str(tasks), "--run-id", RUN)
+    assert done.returncode == 1, done.stdout + done.stderr
+    with _viewer(db) as url:
+        yield url
+
+
+def test_each_failure_says_why_in_one_line(failures: str, page: Any) -> None:  # noqa: F811
+    page.goto(f"{failures}/runs/{RUN}")
+    why = {key: page.text_content(f"tr[data-task='{key}'] td.why").strip()
+           for key in ("default/pytest-fails/00", "default/api-529/00",
+                       "default/lacks-yes/00", "default/ok/00")}
+    assert why == {
+        "default/pytest-fails/00": "run_command \u2717 assert 0 is None",  # pytest's E line
+        "default/api-529/00": "model API failed: result is_error: 529 api error: 529 "
+                              "overloaded",
+        "default/lacks-yes/00": "output_contains \u2717 output lacks ['yes']",
+        "default/ok/00": ""}, why
+    # The whole message is a hover away, and the task's header says the same line.
+    whole = page.get_attribute("tr[data-task='default/pytest-fails/00'] td.why", "title")
+    assert "\nFAILED test_stats.py::test_median - assert 0 is None\n" in whole
+    # The 529 is searchable in the table's filter.
+    page.fill("input[name=q]", "529")
+    page.press("input[name=q]", "Enter")
+    page.wait_for_url("**q=529**")
+    assert page.locator("table.tasks tbody tr[data-task]").count() == 1
+    page.click("tr[data-task='default/api-529/00'] a")
+    expect(page.locator("p.lead .why")).to_have_text(why["default/api-529/00"])
+
+
+def test_keys_walk_the_failures_and_the_crumbs_lead_back(failures: str, page: Any) -> None:  # noqa: F811
+    page.goto(f"{failures}/runs/{RUN}")
+    page.keyboard.press("Tab")  # the first Tab: the skip link
+    expect(page.locator("a.skip")).to_be_focused()
+    expect(page.locator("a.skip")).to_have_text("skip to the task table")
+    page.click("tr[data-task='default/api-529/00'] a")
+    expect(page.locator("h1")).to_have_text("default/api-529/00")
+    for key, shown in (("j", "default/lacks-yes/00"), ("j", "default/pytest-fails/00"),
+                       ("k", "default/lacks-yes/00")):
+        page.keyboard.press(key)
+        expect(page.locator("h1")).to_have_text(shown)
+    page.keyboard.press("ArrowRight")  # the next task, failed or not
+    expect(page.locator("h1")).to_have_text("default/ok/00")
+    expect(page.locator("nav.walk .at")).to_have_text("3 of 4")
+    page.click("nav.crumbs a.back")
+    expect(page.locator("table.tasks")).to_be_visible()
+
+
+def test_the_walk_follows_the_filtered_list(failures: str, page: Any) -> None:  # noqa: F811
+    page.goto(f"{failures}/runs/{RUN}?outcome=failed&sort=key&dir=desc")
+    first = page.locator("table.tasks tbody tr[data-task] a").first
+    first.click()
+    expect(page.locator("h1")).to_have_text("default/pytest-fails/00")
+    expect(page.locator("nav.walk .at")).to_have_text("1 of 3")
+    page.keyboard.press("j")
+    expect(page.locator("h1")).to_have_text("default/lacks-yes/00")
+    page.click("nav.crumbs a.back")
+    page.wait_for_url("**outcome=failed**")
