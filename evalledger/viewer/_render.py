@@ -205,6 +205,7 @@ def environment() -> Environment:
                        tag_counts=tag_counts, role_costs=role_costs,
                        imported_differences=imported_differences, variant_table=variant_table,
                        success_cost_line=success_cost_line, rate_cell=rate_cell,
+                       task_matrix=task_matrix,
                        infra_note=infra_note)
     return env
 
@@ -330,6 +331,46 @@ def neighbours(rows: Sequence[TaskRow], task_key: str) -> Neighbours | None:
         next=keys[at + 1] if at + 1 < len(keys) else None,
         previous_failure=keys[before[-1]] if before else None,
         next_failure=keys[after[0]] if after else None)
+
+
+@dataclass(frozen=True)
+class MatrixRow:
+    """One task id across the variants: each variant's replicates, in order (None where
+    a variant has no such task), and how much they disagree."""
+
+    task_id: str
+    cells: tuple[tuple[TaskRow, ...] | None, ...]
+    disagreement: float
+
+
+@dataclass(frozen=True)
+class Matrix:
+    variants: tuple[str, ...]
+    rows: tuple[MatrixRow, ...]
+    total: int
+    """Task ids in the run (``rows`` may hold fewer: the most disagreeing first)."""
+
+
+def task_matrix(summary: RunSummary, most: int = 200) -> Matrix | None:
+    """The run's task ids by variant, the ones whose outcomes disagree most first (then
+    by id); None when there is nothing to cross (one variant, one replicate each)."""
+    variants = tuple(sorted({r.variant_id for r in summary.tasks}))
+    by_id: dict[str, dict[str, list[TaskRow]]] = {}
+    for row in summary.tasks:
+        by_id.setdefault(row.task_id, {}).setdefault(row.variant_id, []).append(row)
+    if len(variants) < 2 and all(len(v) < 2 for cells in by_id.values() for v in cells.values()):
+        return None
+    rows = []
+    for task_id, cells in by_id.items():
+        outcomes = [outcome(r) for rs in cells.values() for r in rs]
+        passed = sum(o == "succeeded" for o in outcomes)
+        # 0 when every outcome is one (all passed, or none did); 1 at an even split.
+        disagreement = 2 * min(passed, len(outcomes) - passed) / len(outcomes)
+        rows.append(MatrixRow(task_id, tuple(
+            tuple(sorted(cells[v], key=lambda r: r.replicate_index)) if v in cells else None
+            for v in variants), round(disagreement, 6)))
+    rows.sort(key=lambda r: (-r.disagreement, r.task_id))
+    return Matrix(variants, tuple(rows[:most]), len(rows))
 
 
 _SORT_KEYS: dict[str, Any] = {

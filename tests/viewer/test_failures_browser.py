@@ -22,7 +22,7 @@ from tests.cli.helpers import evalledger
 
 from .test_browser import _viewer, browser, expect, page  # noqa: F401 (fixtures)
 
-RUN = "failures-1"
+RUN, CROSSED = "failures-1", "crossed-1"
 # A Claude Code session whose model API is overloaded: two retries, then its result.
 OVERLOADED = [
     {"type": "system", "subtype": "init", "model": "claude-sonnet-4-5", "session_id": "s",
@@ -62,6 +62,19 @@ def failures(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         (tasks / f"{name}.yaml").write_text(yaml.safe_dump({"timeout": 60, **fields}))
     db = root / "l.db"
     done = evalledger(root, db, "run", str(tasks), "--run-id", RUN)
+    assert done.returncode == 1, done.stdout + done.stderr
+    # Two variants, two replicates each: "flaky" fails its second replicate in "a".
+    crossed = root / "crossed"
+    crossed.mkdir()
+    for name in ("flaky", "steady"):
+        (crossed / f"{name}.yaml").write_text(yaml.safe_dump({
+            "timeout": 60, "success_criteria": [{"type": "exit_code"}]}))
+    (root / "experiment.yaml").write_text(yaml.safe_dump({
+        "experiment_id": "crossed", "tasks": ["crossed/"], "repeats": 2, "variants": [
+            {"variant_id": "a", "command": 'case "$EVALLEDGER_TASK_KEY" in a/flaky/01) '
+                                           'exit 1;; esac'},
+            {"variant_id": "b", "command": "true"}]}))
+    done = evalledger(root, db, "run", "-e", str(root / "experiment.yaml"), "--run-id", CROSSED)
     assert done.returncode == 1, done.stdout + done.stderr
     with _viewer(db) as url:
         yield url
@@ -118,3 +131,19 @@ def test_the_walk_follows_the_filtered_list(failures: str, page: Any) -> None:  
     expect(page.locator("h1")).to_have_text("default/lacks-yes/00")
     page.click("nav.crumbs a.back")
     page.wait_for_url("**outcome=failed**")
+
+
+def test_the_matrix_puts_the_flaky_cell_first(failures: str, page: Any) -> None:  # noqa: F811
+    page.goto(f"{failures}/runs/{CROSSED}")
+    matrix = page.locator("table.matrix")
+    expect(matrix).to_be_visible()
+    assert [th.strip() for th in matrix.locator("thead th").all_text_contents()] == [
+        "task", "a", "b"]
+    rows = matrix.locator("tbody tr")
+    assert rows.locator("td:first-child").all_text_contents() == ["flaky", "steady"]
+    flaky = rows.first.locator("td.cell").first
+    assert "flaky" in (flaky.get_attribute("class") or "")
+    assert flaky.text_content() == "\u25cf\u25cb"  # replicate 00 succeeded, 01 failed
+    assert rows.nth(1).locator("td.cell").all_text_contents() == ["\u25cf\u25cf"] * 2
+    flaky.locator("a.o-failed").click()
+    expect(page.locator("h1")).to_have_text("a/flaky/01")
