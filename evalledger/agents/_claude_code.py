@@ -15,6 +15,7 @@ read as a step is kept as a ``Note`` with its JSON (a newer CLI, an older reader
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -89,13 +90,13 @@ def _stream_event(data: Mapping[str, Any]) -> Entry:
     thread = _text_or_none(data.get("parent_tool_use_id"))
     kind = event.get("type")
     if kind == "message_start" and isinstance(message := event.get("message"), Mapping):
-        return _assistant(message, False, thread)
+        return dataclasses.replace(_assistant(message, False, thread), partial=True)
     if kind == "message_delta" and isinstance(usage := event.get("usage"), Mapping):
         output = _count(usage.get("output_tokens"))
         if output is not None:
             return Entry("assistant", message_id=_text_or_none(data.get("api_message_id")),
-                         output_final=output, thread=thread)
-    return Entry("other")
+                         output_final=output, thread=thread, partial=True)
+    return Entry("other", partial=True)
 
 
 def _result(data: Mapping[str, Any]) -> Entry:

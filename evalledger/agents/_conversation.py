@@ -137,6 +137,9 @@ class Entry:
     output_final: int | None = None
     """The message's output count as its stream ended (Anthropic's ``message_delta``):
     its assistant lines repeat the count its start reported (1); this is the real one."""
+    partial: bool = False
+    """A part of a message the lines after it hold whole (a Claude Code ``stream_event``):
+    counted by usage, not shown as a message of its own."""
     thread: str | None = None
     """The conversation the line belongs to where one agent holds several (a Claude
     Code subagent's: the tool call that started it). A line that ends a message without

@@ -111,6 +111,19 @@ def usage_lines(ledger: Ledger, run_id: str, task_key: str) -> list[tuple[int, s
             for seq, ts, data in rows]
 
 
+def result_lines(ledger: Ledger, run_id: str) -> list[tuple[str, int, Any]]:
+    """``(task_key, seq, data)`` of the run's JSON lines an agent ends a session or a turn
+    with (Claude Code's and Gemini CLI's ``result``, Codex's ``turn.completed`` and
+    ``turn.failed``), in seq order: what each attempt's agent said of how it ended."""
+    _, rows = ledger.query(
+        f"SELECT task_key, seq, {json_object('$.data')} FROM events WHERE run_id = ? "
+        "AND type = ? AND (instr(payload, '\"type\":\"result\"') > 0 "
+        "OR instr(payload, '\"type\":\"turn.') > 0) ORDER BY seq",
+        [run_id, EventType.TASK_EVENT])
+    return [(key, seq, json.loads(data) if data is not None else None)
+            for key, seq, data in rows]
+
+
 def completion_environments(ledger: Ledger, run_id: str, until_seq: int | None = None,
                             ) -> list[tuple[str, int, dict[str, Any]]]:
     """``(task_key, attempt, environment_info)`` of each of the run's completions up to

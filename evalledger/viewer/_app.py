@@ -50,6 +50,7 @@ from evalledger.app._repository import snapshot_summary
 from evalledger.ledger import LedgerError
 from evalledger.projections import (
     RunSummary,
+    TaskRow,
     compare_runs,
     diff_runs,
     render_junit,
@@ -62,6 +63,7 @@ from ._hosts import HostGate, HostRule
 from ._memo import per_summary
 from ._params import BadParameter, choice, whole
 from ._render import (
+    CLAIMED,
     STATIC,
     AttemptMark,
     TableQuery,
@@ -285,7 +287,8 @@ class _Views:
         &variant= &q= &sort= &dir= &page=`` ask (``TableQuery``)."""
         table = TableQuery.parse(request.query_params)
         run = self._run(request)
-        rows = table.rows_of((await self._folded(run, self._at(request, run))).summary)
+        rows = await self._rows(table, run,
+                                (await self._folded(run, self._at(request, run))).summary)
         start = (table.page - 1) * TASKS_PER_PAGE
         return TaskTable.model_construct(
             total=len(rows), page=table.page, pages=pages(len(rows), TASKS_PER_PAGE),
@@ -465,7 +468,18 @@ class _Views:
         listed = TableQuery.parse(dict(parse_qsl(request.query_params.get("list", ""))))
         run = self._run(request)
         summary = (await self._folded(run, None)).summary
-        return neighbours(listed.rows_of(summary), task.task_key), listed
+        return neighbours(await self._rows(listed, run, summary), task.task_key), listed
+
+    async def _rows(self, table: TableQuery, run: RunState,
+                    summary: RunSummary) -> list[TaskRow]:
+        """The rows ``table`` keeps; for ``claimed``, those whose agent said it ended well
+        (read from the transcripts, once per summary)."""
+        rows = table.rows_of(summary)
+        if table.outcome != CLAIMED:
+            return rows
+        claimed = await self._read(lambda ledger: per_summary(
+            summary, "claimed_success", lambda: _queries.claimed_success(ledger, run.run_id)))
+        return [r for r in rows if r.task_key in claimed]
 
     def _tail(self, page: Transcript, tries: list[_queries.Attempt], view: str) -> Response:
         """What a live task page appends: the rows after the last one it shows."""
@@ -490,12 +504,14 @@ class _Views:
 
     async def _attempt_context(self, task: TaskView) -> dict[str, Any]:
         tries = task.attempts
-        curves = {}
+        reading = _queries.Reading()
         if any(parser_for(t.stream_format) for t in tries):  # else nothing to read
-            curves = await self._read(_queries.usage_curves, task.run_id, task.task_key,
-                                      tries)
+            reading = await self._read(_queries.usage_curves, task.run_id, task.task_key,
+                                       tries)
+        curves = reading.curves
         return dict(
             row=task.row, tries=tries, running=task.running, run_status=task.run_status,
+            finals=reading.finals,
             usage_charts={t.number: _usage_chart(t, curves.get(t.number)) for t in tries
                           if t.usage or curves.get(t.number)},
             definitions={t.number: json.dumps(t.started.definition, indent=2,

@@ -15,7 +15,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
-from evalledger.agents import USAGE_PARSERS, Parser, RunningUsage, lines_of, parser_for
+from evalledger.agents import (
+    PARSERS,
+    USAGE_PARSERS,
+    Entry,
+    FinalResult,
+    Parser,
+    RunningUsage,
+    lines_of,
+    parser_for,
+)
 from evalledger.app._repository import load_fold
 from evalledger.ledger import (
     AnyEvent,
@@ -32,6 +41,7 @@ from evalledger.ledger import (
 )
 from evalledger.ledger._page_queries import (
     completion_environments,
+    result_lines,
     run_imported,
     task_lifecycle,
     transcript_row_before,
@@ -253,30 +263,58 @@ def _fit(newest_first: Iterable[TailLine], room: int, kept: list[TailLine]) -> i
     return room
 
 
-def usage_curves(ledger: Ledger, run_id: str, task_key: str, tries: list[Attempt],
-                 ) -> dict[int, list[tuple[str, int]]]:
+@dataclass(frozen=True)
+class Reading:
+    """What a task page reads of its attempts' transcripts besides the lines it shows."""
+
+    curves: dict[int, list[tuple[str, int]]] = field(default_factory=dict)
+    """Per attempt: ``(ts, tokens so far)`` each time a line moved the running count."""
+    finals: dict[int, FinalResult] = field(default_factory=dict)
+    """Per attempt: the last session end its agent reported (its claim)."""
+
+
+def usage_curves(ledger: Ledger, run_id: str, task_key: str, tries: list[Attempt]) -> Reading:
     """Per attempt whose transcript is a conversation (``agents``): ``(ts, tokens so far)``
     each time one of its lines moved the running count, by the executor's rule
-    (``RunningUsage``). Such an agent reports its totals once, at the end; its messages
-    report usage as they arrive, so this is the curve a recorded ``task.usage`` is not.
+    (``RunningUsage``), and the last result its agent reported. Such an agent reports
+    its totals once, at the end; its messages report usage as they arrive, so this is
+    the curve a recorded ``task.usage`` is not.
 
-    One range scan of the key's JSON events, of those that mention usage at all.
+    One range scan of the key's JSON events, of those that mention usage at all (a
+    result line does).
     """
     # Usage only: the messages' content is not read (what the executor meters by).
     parsers = {t.number: USAGE_PARSERS.get(t.stream_format) for t in tries}
     if not any(parsers.values()):
-        return {}
+        return Reading()
     tallies: dict[int, RunningUsage] = {}
-    curves: dict[int, list[tuple[str, int]]] = {}
+    reading = Reading()
     for seq, ts, data in usage_lines(ledger, run_id, task_key):
         number = attempt_at(tries, seq)
         parser = parsers.get(number) if number is not None else None
         if parser is None or number is None or not isinstance(data, dict):
             continue
+        entry = parser(data)
         tally = tallies.setdefault(number, RunningUsage())
-        if tally.add(parser(data)):
-            curves.setdefault(number, []).append((ts, tally.total.total))
-    return curves
+        if tally.add(entry):
+            reading.curves.setdefault(number, []).append((ts, tally.total.total))
+        if (final := final_of(entry)) is not None:
+            reading.finals[number] = final
+    return reading
+
+
+def final_of(entry: Entry) -> FinalResult | None:
+    return next((s for s in entry.steps if isinstance(s, FinalResult)), None)
+
+
+def claimed_success(ledger: Ledger, run_id: str) -> frozenset[str]:
+    """The run's task keys whose agent last said it ended well (a result or a turn's end
+    not marked an error), read by each line's own shape (``auto``)."""
+    said: dict[str, bool] = {}
+    for key, _, data in result_lines(ledger, run_id):
+        if isinstance(data, dict) and (final := final_of(PARSERS["auto"](data))) is not None:
+            said[key] = not final.is_error
+    return frozenset(key for key, well in said.items() if well)
 
 
 def variant_bound(ledger: Ledger, summary: RunSummary, until_seq: int | None = None,

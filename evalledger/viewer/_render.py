@@ -15,6 +15,7 @@ colour (``_ansi``: escaped text in spans of fixed classes).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
 from collections.abc import Collection, Mapping, Sequence
@@ -60,7 +61,9 @@ SORTS = ("key", "status", "score", "duration", "tokens", "cost", "attempts")
 # The task table's status filter: a bucket, or a final status (as its menu lists them).
 # "flagged": the rows a scan flagged (docs/results.md, "Flags"), whatever their status.
 FLAGGED = "flagged"
-TABLE_OUTCOMES = (*OUTCOMES, *(s.value for s in FinalStatus), FLAGGED)
+# "claimed": the agent said it ended well, and the grader did not pass it.
+CLAIMED = "claimed"
+TABLE_OUTCOMES = (*OUTCOMES, *(s.value for s in FinalStatus), FLAGGED, CLAIMED)
 
 
 def spend(value: float | None, complete: bool, tokens: int) -> str:
@@ -200,12 +203,13 @@ def environment() -> Environment:
                        when=when, visible=visible, outcome=outcome, status=status_of,
                        status_class=status_class, segment=segment, ansi=ansi_html,
                        tool_input=tool_input, result_text=result_text,
-                       final_facts=final_facts, record=imported_record, digest=_digest)
+                       final_facts=final_facts, record=imported_record, digest=_digest,
+                       folded=folded)
     env.globals.update(url=_url, version=__version__, OUTCOMES=OUTCOMES, graded=graded,
                        tag_counts=tag_counts, role_costs=role_costs,
                        imported_differences=imported_differences, variant_table=variant_table,
                        success_cost_line=success_cost_line, rate_cell=rate_cell,
-                       task_matrix=task_matrix,
+                       task_matrix=task_matrix, tool_shown=tool_shown,
                        infra_note=infra_note)
     return env
 
@@ -285,6 +289,9 @@ class TableQuery:
         """Whether ``row`` passes every filter of this query."""
         if self.outcome == FLAGGED:
             if not row.flags:
+                return False
+        elif self.outcome == CLAIMED:  # what the agent said is the caller's to read
+            if row.category not in (Category.FAILED, Category.ERROR):
                 return False
         elif self.outcome and self.outcome not in (outcome(row), status_of(row)):
             return False
@@ -533,6 +540,77 @@ def _chunks(entry: Entry | None) -> bool:
 def result_text(text: str) -> tuple[str, int]:
     """A tool's result as shown: its start, and how many characters were left out."""
     return text[:MAX_SHOWN_RESULT], max(0, len(text) - MAX_SHOWN_RESULT)
+
+
+# Lines of a tool's input or result shown at once; the rest one click away.
+FOLD_LINES = 12
+# The tools whose input is a command line, by the name each agent gives its shell.
+_SHELLS = frozenset({"bash", "shell", "run_shell_command", "exec_command", "local_shell"})
+_EDITS = frozenset({"edit", "str_replace", "replace", "str_replace_based_edit_tool"})
+# Diff lines shown of one edit: a rewrite of a whole file is the ledger's to hold.
+MAX_DIFF_LINES = 400
+
+
+@dataclass(frozen=True)
+class ToolShown:
+    """A tool call as a person reads it: a command line (``shell``), an edit as a diff,
+    a file written (its content) or read (its path), else its input as text."""
+
+    kind: str
+    text: str = ""
+    path: str | None = None
+    note: str = ""
+    diff: tuple[tuple[str, str], ...] = ()
+
+
+def tool_shown(name: str, value: Any) -> ToolShown:
+    """How ``name``'s call with ``value`` reads: by what the tool does (Claude Code's
+    Bash, Edit, MultiEdit, Write, Read; any agent's shell), else as ``tool_input``."""
+    kind = name.lower()
+    if isinstance(value, Mapping):
+        command = value.get("command", value.get("cmd"))
+        if kind in _SHELLS and isinstance(command, str | list):
+            line = command if isinstance(command, str) else " ".join(map(str, command))
+            return ToolShown("shell", line)
+        path = next((v for k in ("file_path", "path", "filePath", "notebook_path")
+                     if isinstance(v := value.get(k), str)), None)
+        old, new = value.get("old_string"), value.get("new_string")
+        if kind in _EDITS and isinstance(old, str) and isinstance(new, str):
+            return ToolShown("diff", path=path, diff=_diff_lines(old, new))
+        edits = value.get("edits")
+        if kind == "multiedit" and isinstance(edits, list):
+            lines: list[tuple[str, str]] = []
+            for edit in edits:
+                if isinstance(edit, Mapping) and isinstance(edit.get("old_string"), str) \
+                        and isinstance(edit.get("new_string"), str):
+                    lines += _diff_lines(edit["old_string"], edit["new_string"])
+            return ToolShown("diff", path=path, diff=tuple(lines[:MAX_DIFF_LINES]),
+                             note=f"{len(edits)} edits")
+        if kind == "write" and isinstance(value.get("content"), str):
+            content = value["content"]
+            return ToolShown("file", content, path,
+                             f"{len(content.splitlines()):,} lines written")
+        if kind == "read" and path is not None:
+            span = [f"{k} {value[k]}" for k in ("offset", "limit") if k in value]
+            return ToolShown("read", path=path, note=", ".join(map(str, span)))
+    return ToolShown("input", tool_input(value))
+
+
+def _diff_lines(old: str, new: str) -> tuple[tuple[str, str], ...]:
+    """An edit as a unified diff's lines, each with its kind (add, del, hunk, ctx)."""
+    kinds = {"+": "add", "-": "del", "@": "hunk"}
+    lines = difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=2)
+    shown = [(kinds.get(line[:1], "ctx"), line) for line in lines
+             if not line.startswith(("--- ", "+++ "))]
+    return tuple(shown[:MAX_DIFF_LINES])
+
+
+def folded(text: str, most: int = FOLD_LINES) -> tuple[str, str, int]:
+    """``text``'s first ``most`` lines, the rest, and how many lines the rest holds."""
+    lines = text.split("\n")
+    if len(lines) <= most + 2:  # folding two lines away saves nothing
+        return text, "", 0
+    return "\n".join(lines[:most]), "\n".join(lines[most:]), len(lines) - most
 
 
 def tool_input(value: Any) -> str:

@@ -11,6 +11,7 @@ and one that succeeds.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -36,6 +37,28 @@ OVERLOADED = [
      "num_turns": 1, "usage": {"input_tokens": 0, "output_tokens": 0}},
 ]
 STATS_TEST = "def test_median():\n    assert 0 is None\n"
+# A Claude Code session that runs the tests (30 lines of output), edits a file, and
+# claims it worked.
+EDITING = [
+    {"type": "system", "subtype": "init", "model": "claude-sonnet-4-5", "session_id": "e",
+     "tools": ["Bash", "Edit"], "claude_code_version": "2.1.197"},
+    {"type": "assistant", "message": {"id": "m1", "model": "claude-sonnet-4-5", "content": [
+        {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "pytest -q"}}],
+        "usage": {"input_tokens": 100, "output_tokens": 20}}},
+    {"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "t1",
+                                               "content": "\n".join(f"line {i}" for i in
+                                                                    range(1, 31))}]}},
+    {"type": "assistant", "message": {"id": "m2", "model": "claude-sonnet-4-5", "content": [
+        {"type": "tool_use", "id": "t2", "name": "Edit", "input": {
+            "file_path": "/work/stats.py", "old_string": "def median(xs):\n    return 0\n",
+            "new_string": "def median(xs):\n    return None\n"}}],
+        "usage": {"input_tokens": 150, "output_tokens": 30}}},
+    {"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "t2",
+                                               "content": "The file was updated."}]}},
+    {"type": "result", "subtype": "success", "is_error": False, "result": "Fixed: all tests "
+     "pass now.", "session_id": "e", "total_cost_usd": 0.002, "num_turns": 2,
+     "usage": {"input_tokens": 250, "output_tokens": 50}},
+]
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +71,8 @@ def failures(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     (project / "test_stats.py").write_text(STATS_TEST, encoding="utf-8")
     transcript = root / "overloaded.jsonl"
     transcript.write_text("".join(json.dumps(line) + "\n" for line in OVERLOADED))
+    editing = root / "editing.jsonl"
+    editing.write_text("".join(json.dumps(line) + "\n" for line in EDITING))
     pytest_cmd = (f"{sys.executable} -m pytest -q -p no:cacheprovider -p no:randomly "
                   "test_stats.py")
     for name, fields in {
@@ -58,6 +83,8 @@ def failures(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "lacks-yes": {"command": "echo nope", "success_criteria": [
             {"type": "output_contains", "includes": ["yes"]}]},
         "ok": {"command": "true", "success_criteria": [{"type": "exit_code"}]},
+        "claims": {"command": f"cat {editing}", "stream_format": "claude-code",
+                   "success_criteria": [{"type": "file_exists", "path": "stats.py"}]},
     }.items():
         (tasks / f"{name}.yaml").write_text(yaml.safe_dump({"timeout": 60, **fields}))
     db = root / "l.db"
@@ -110,13 +137,13 @@ def test_keys_walk_the_failures_and_the_crumbs_lead_back(failures: str, page: An
     expect(page.locator("a.skip")).to_have_text("skip to the task table")
     page.click("tr[data-task='default/api-529/00'] a")
     expect(page.locator("h1")).to_have_text("default/api-529/00")
-    for key, shown in (("j", "default/lacks-yes/00"), ("j", "default/pytest-fails/00"),
-                       ("k", "default/lacks-yes/00")):
+    for key, shown in (("j", "default/claims/00"), ("j", "default/lacks-yes/00"),
+                       ("j", "default/pytest-fails/00"), ("k", "default/lacks-yes/00")):
         page.keyboard.press(key)
         expect(page.locator("h1")).to_have_text(shown)
     page.keyboard.press("ArrowRight")  # the next task, failed or not
     expect(page.locator("h1")).to_have_text("default/ok/00")
-    expect(page.locator("nav.walk .at")).to_have_text("3 of 4")
+    expect(page.locator("nav.walk .at")).to_have_text("4 of 5")
     page.click("nav.crumbs a.back")
     expect(page.locator("table.tasks")).to_be_visible()
 
@@ -126,7 +153,7 @@ def test_the_walk_follows_the_filtered_list(failures: str, page: Any) -> None:  
     first = page.locator("table.tasks tbody tr[data-task] a").first
     first.click()
     expect(page.locator("h1")).to_have_text("default/pytest-fails/00")
-    expect(page.locator("nav.walk .at")).to_have_text("1 of 3")
+    expect(page.locator("nav.walk .at")).to_have_text("1 of 4")
     page.keyboard.press("j")
     expect(page.locator("h1")).to_have_text("default/lacks-yes/00")
     page.click("nav.crumbs a.back")
@@ -147,3 +174,54 @@ def test_the_matrix_puts_the_flaky_cell_first(failures: str, page: Any) -> None:
     assert rows.nth(1).locator("td.cell").all_text_contents() == ["\u25cf\u25cf"] * 2
     flaky.locator("a.o-failed").click()
     expect(page.locator("h1")).to_have_text("a/flaky/01")
+
+
+def test_the_conversation_reads_as_commands_and_diffs(failures: str, page: Any) -> None:  # noqa: F811
+    page.goto(f"{failures}/runs/{RUN}/tasks/default/claims/00")
+    expect(page.locator(".conversation pre.shell")).to_have_text("pytest -q")
+    # 30 lines of output: 12 shown, the rest folded one click away.
+    result = page.locator(".tool-result").first
+    assert result.locator("pre").first.text_content().splitlines()[-1] == "line 12"
+    more = result.locator("details.more")
+    expect(more.locator("summary")).to_have_text("18 more lines")
+    more.locator("summary").click()
+    expect(more.locator("pre")).to_contain_text("line 30")
+    diff = page.locator(".tool.t-diff")
+    expect(diff.locator(".path")).to_have_text("/work/stats.py")
+    assert diff.locator(".d-del").all_text_contents() == ["-    return 0"]
+    assert diff.locator(".d-add").all_text_contents() == ["+    return None"]
+
+
+def test_the_agents_claim_stands_beside_the_graders_verdict(failures: str, page: Any) -> None:  # noqa: F811
+    page.goto(f"{failures}/runs/{RUN}/tasks/default/claims/00")
+    claim = page.locator("p.claim")
+    expect(claim).to_have_class(re.compile(r"\bmismatch\b"))
+    expect(claim).to_contain_text("the agent said: it worked")
+    expect(claim).to_contain_text("Fixed: all tests pass now.")
+    expect(claim).to_contain_text("the grader: FAILURE: file_exists \u2717 stats.py")
+    # The run's table keeps, under "claimed success, not passed", only such tasks: not
+    # the 529 (its agent said it failed), not the ones without an agent.
+    page.goto(f"{failures}/runs/{RUN}")
+    page.select_option("select[name=outcome]", "claimed")  # no submit: it filters
+    page.wait_for_url("**outcome=claimed**")
+    expect(page.locator("table.tasks tbody tr[data-task]")).to_have_count(1)
+    expect(page.locator("table.tasks tbody tr[data-task]")).to_have_attribute(
+        "data-task", "default/claims/00")
+
+
+def test_typing_in_the_filter_narrows_the_table(failures: str, page: Any) -> None:  # noqa: F811
+    page.goto(f"{failures}/runs/{RUN}")
+    rows = page.locator("table.tasks tbody tr[data-task]")
+    expect(rows).to_have_count(5)
+    loaded = page.evaluate("window.evalledgerLoadedAt")
+    box = page.locator("input[name=q]")
+    box.click()
+    page.keyboard.type("lacks")
+    expect(rows).to_have_count(1)
+    expect(rows).to_have_attribute("data-task", "default/lacks-yes/00")
+    page.keyboard.type("-no")  # still typing: the caret stayed in the box
+    expect(rows).to_have_count(0)
+    expect(box).to_be_focused()
+    expect(box).to_have_value("lacks-no")
+    assert page.evaluate("window.evalledgerLoadedAt") == loaded  # never reloaded
+    assert page.url.endswith("?q=lacks-no")

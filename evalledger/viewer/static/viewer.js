@@ -15,6 +15,46 @@
     if (event.target.id === "at") { event.target.form.submit(); }
   });
 
+  // The task table filters as you type or choose: the table (the live region) is
+  // fetched for the form's query and swapped in, the address follows, the caret stays.
+  let typing = null;
+  async function filterTasks(form) {
+    const query = new URLSearchParams(new FormData(form));
+    for (const [name, value] of Array.from(query.entries())) {
+      if (!value) { query.delete(name); }
+    }
+    const address = form.getAttribute("action") + (query.toString() ? "?" + query : "");
+    const live = address + (query.toString() ? "&" : "?") + "fragment=live";
+    const response = await fetch(live, { credentials: "same-origin" });
+    if (!response.ok) { return; }
+    const focused = document.activeElement && document.activeElement.name;
+    const region = document.getElementById("live");
+    region.innerHTML = await response.text();
+    history.replaceState(null, "", address);
+    body.dataset.live = live;
+    const again = focused && region.querySelector('form.task-filter [name="' + focused + '"]');
+    if (again) {
+      again.focus();
+      if (again.setSelectionRange && again.type === "search") {
+        again.setSelectionRange(again.value.length, again.value.length);
+      }
+    }
+  }
+  document.addEventListener("input", function (event) {
+    const form = event.target.form;
+    if (!form || !form.classList.contains("task-filter") || event.target.type !== "search") {
+      return;
+    }
+    clearTimeout(typing);
+    typing = setTimeout(function () { filterTasks(form); }, 250);
+  });
+  document.addEventListener("change", function (event) {
+    const form = event.target.form;
+    if (form && form.classList.contains("task-filter") && event.target.tagName === "SELECT") {
+      filterTasks(form);
+    }
+  });
+
   // Keys walk the list a task page was opened from: j / k the next and previous
   // failure, the arrow keys the next and previous task (each a link marked data-key).
   document.addEventListener("keydown", function (event) {
