@@ -1,6 +1,6 @@
 """The real agent CLIs the tests run, pinned: installed from npm into a cache folder
 (``python -m tests.real_agents install``, which ``.ci/run`` does), found there by the
-tests. Nothing else is downloaded: the CLIs talk to local fake model APIs
+tests; and axe-core, the accessibility checker the browser tests run in the pages. Nothing else is downloaded: the CLIs talk to local fake model APIs
 (``tests/fake_agent_api.py``).
 
 The cache is ``$EVALLEDGER_AGENTS_DIR``, else ``~/.cache/evalledger-tests/agents``; one
@@ -20,6 +20,8 @@ PINNED: dict[str, tuple[str, tuple[str, ...]]] = {
     "claude": ("@anthropic-ai/claude-code", ("2.1.197", "2.1.332")),
     "codex": ("@openai/codex", ("0.171.0",)),
 }
+# The accessibility checker the browser tests run in the pages (a script, no CLI).
+AXE = ("axe-core", "4.14.1")
 
 
 def cache_dir() -> Path:
@@ -61,28 +63,44 @@ def require(name: str, version: str | None = None) -> Path:
     return binary(name, version)
 
 
+def axe_script() -> Path:
+    """axe-core's script, as the browser tests inject it into a page (it may be missing)."""
+    package, version = AXE
+    return cache_dir() / f"{package}@{version}" / "node_modules" / package / "axe.min.js"
+
+
+def _npm_install(npm: str, spec: str, target: Path, done: Path) -> None:
+    """``npm install spec`` into ``target``, whole or not at all (``done``: the file that
+    says it is whole, under the folder being made)."""
+    shutil.rmtree(target, ignore_errors=True)
+    partial = target.with_name(target.name + f".partial-{os.getpid()}")
+    subprocess.run([npm, "install", "--no-audit", "--no-fund", "--loglevel=error",
+                    "--prefix", str(partial), spec], check=True)
+    if not (partial / done.relative_to(target)).exists():
+        sys.exit(f"{spec} installed without {done.name}")
+    try:
+        partial.rename(target)
+    except OSError:  # another copy installed it first
+        shutil.rmtree(partial, ignore_errors=True)
+    print(f"installed {spec} in {target}")
+
+
 def install() -> None:
     """npm-install every pinned version not installed yet (a folder is complete once its
-    CLI answers ``--version``: an interrupted install is made again)."""
+    CLI answers ``--version``: an interrupted install is made again), and axe-core."""
     npm = shutil.which("npm")
     if npm is None:
         sys.exit("npm is not installed: the real-agent tests need Node.js and npm")
+    script = axe_script()
+    if not script.exists():
+        _npm_install(npm, "@".join(AXE), script.parents[2], script)
     for name, (package, versions) in PINNED.items():
         for version in versions:
-            target = folder(name, version)
-            if _answers(binary(name, version), version):
-                continue
-            shutil.rmtree(target, ignore_errors=True)
-            partial = target.with_name(target.name + f".partial-{os.getpid()}")
-            subprocess.run([npm, "install", "--no-audit", "--no-fund", "--loglevel=error",
-                            "--prefix", str(partial), f"{package}@{version}"], check=True)
-            if not _answers(partial / "node_modules" / ".bin" / name, version):
-                sys.exit(f"{package}@{version} installed but does not answer --version")
-            try:
-                partial.rename(target)
-            except OSError:  # another copy installed it first
-                shutil.rmtree(partial, ignore_errors=True)
-            print(f"installed {package}@{version} in {target}")
+            if not _answers(binary(name, version), version):
+                _npm_install(npm, f"{package}@{version}", folder(name, version),
+                             binary(name, version))
+                if not _answers(binary(name, version), version):
+                    sys.exit(f"{package}@{version} installed but does not answer --version")
 
 
 def _answers(path: Path, version: str) -> bool:

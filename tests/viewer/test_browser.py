@@ -139,6 +139,32 @@ def _wait_for_lines(api: str) -> None:
         time.sleep(0.05)
 
 
+def axe_violations(browser: Any, url: str) -> list[str]:
+    """What axe-core (from npm: tests/real_agents.py) finds wrong on the page at ``url``,
+    a line per rule broken; it fails, or skips outside CI, where axe-core is missing.
+    Injected through a context that bypasses the page's policy (the app's allows its own
+    script only)."""
+    from tests.real_agents import axe_script
+
+    script = axe_script()
+    if not script.exists():
+        why = f"axe-core is not installed ({script}): python -m tests.real_agents install"
+        if os.environ.get("EVALLEDGER_REQUIRE_BROWSER"):
+            pytest.fail(f"required here: {why}")
+        pytest.skip(why)
+    context = browser.new_context(viewport={"width": 1400, "height": 900}, bypass_csp=True)
+    try:
+        page = context.new_page()
+        page.goto(url)
+        page.add_script_tag(path=str(script))
+        found: list[str] = page.evaluate("""async () => (await axe.run()).violations.map(
+            v => `${v.id} (${v.impact}): ${v.nodes.map(n => n.target.join(" "))
+                                               .slice(0, 5).join(", ")}`)""")
+        return found
+    finally:
+        context.close()
+
+
 def _shot(page: Any, tmp_path: Path, name: str) -> None:
     folder = Path(os.environ.get("EVALLEDGER_SCREENSHOTS") or tmp_path)
     folder.mkdir(parents=True, exist_ok=True)
@@ -464,3 +490,13 @@ def test_each_agents_conversation_reads_in_the_browser(
                 LAST_RESULT[agent])
             expect(page.locator(".conversation .m-raw")).to_have_count(0)
             _shot(page, tmp_path, f"conversation-{agent}")
+
+
+@pytest.mark.parametrize("path", [
+    "/", f"/runs/{FIRST}", f"/runs/{SECOND}", f"/runs/{IMPORTED}", f"/diff/{FIRST}/{SECOND}",
+    f"/runs/{FIRST}/tasks/{AGENT_KEY}", f"/runs/{FIRST}/tasks/{AGENT_KEY}?view=raw",
+    f"/runs/{FIRST}/tasks/alpha/colours/00"])
+def test_axe_finds_no_violation_on_the_first_hour_pages(
+    scenes_server: str, browser: Any, path: str
+) -> None:
+    assert axe_violations(browser, scenes_server + path) == []

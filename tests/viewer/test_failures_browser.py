@@ -21,7 +21,7 @@ import yaml
 
 from tests.cli.helpers import evalledger
 
-from .test_browser import _viewer, browser, expect, page  # noqa: F401 (fixtures)
+from .test_browser import _viewer, axe_violations, browser, expect, page  # noqa: F401
 
 RUN, CROSSED = "failures-1", "crossed-1"
 # A Claude Code session whose model API is overloaded: two retries, then its result.
@@ -225,3 +225,10 @@ def test_typing_in_the_filter_narrows_the_table(failures: str, page: Any) -> Non
     expect(box).to_have_value("lacks-no")
     assert page.evaluate("window.evalledgerLoadedAt") == loaded  # never reloaded
     assert page.url.endswith("?q=lacks-no")
+
+
+@pytest.mark.parametrize("path", [
+    "/", f"/runs/{RUN}", f"/runs/{CROSSED}", f"/runs/{RUN}/tasks/default/claims/00",
+    f"/runs/{RUN}/tasks/default/pytest-fails/00", f"/diff/{RUN}/{CROSSED}"])
+def test_axe_finds_no_violation(failures: str, browser: Any, path: str) -> None:  # noqa: F811
+    assert axe_violations(browser, failures + path) == []
