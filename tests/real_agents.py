@@ -1,6 +1,7 @@
 """The real agent CLIs the tests run, pinned: installed from npm into a cache folder
 (``python -m tests.real_agents install``, which ``.ci/run`` does), found there by the
-tests; and axe-core, the accessibility checker the browser tests run in the pages. Nothing else is downloaded: the CLIs talk to local fake model APIs
+tests; and axe-core, the accessibility checker the browser tests run in the pages.
+Nothing else is downloaded: the CLIs talk to local fake model APIs
 (``tests/fake_agent_api.py``).
 
 The cache is ``$EVALLEDGER_AGENTS_DIR``, else ``~/.cache/evalledger-tests/agents``; one
