@@ -47,6 +47,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from evalledger.agents import parser_for
 from evalledger.app._repository import snapshot_summary
+from evalledger.app._workspace import workspace_changes
 from evalledger.ledger import LedgerError
 from evalledger.projections import (
     RunSummary,
@@ -448,6 +449,8 @@ class _Views:
             return self._tail(page, task.attempts, view)
         here = f"/runs/{segment(task.run_id)}/tasks/{segment(task.task_key)}"
         nav, listed = await self._neighbours(request, task)
+        changes = (await self._read(workspace_changes, task.run_id, task.task_key)
+                   if task.attempts and not task.running else None)
         rows = await self._marked(task, page)
         return self._page(
             "task.html", run_id=task.run_id, task_key=task.task_key, page=page,
@@ -458,7 +461,7 @@ class _Views:
             follow=not page.search and not page.more_after, after_seq=page.after,
             tail_url=url_with(f"{here}?fragment=tail", view=view),
             attempts_url=f"{here}?fragment=attempts", planned=task.planned, nav=nav,
-            listed=listed, **attempts,
+            listed=listed, changes=changes, **attempts,
         )
 
     async def _neighbours(self, request: Request,

@@ -15,7 +15,6 @@ colour (``_ansi``: escaped text in spans of fixed classes).
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import math
 from collections.abc import Collection, Mapping, Sequence
@@ -32,6 +31,7 @@ from markupsafe import Markup
 from evalledger._text import money, visible
 from evalledger._version import __version__
 from evalledger.agents import Entry, Text, final_facts, parser_for
+from evalledger.app._workspace import diff_lines
 from evalledger.projections import (
     RoleUsage,
     RunSummary,
@@ -598,11 +598,7 @@ def tool_shown(name: str, value: Any) -> ToolShown:
 
 def _diff_lines(old: str, new: str) -> tuple[tuple[str, str], ...]:
     """An edit as a unified diff's lines, each with its kind (add, del, hunk, ctx)."""
-    kinds = {"+": "add", "-": "del", "@": "hunk"}
-    lines = difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=2)
-    shown = [(kinds.get(line[:1], "ctx"), line) for line in lines
-             if not line.startswith(("--- ", "+++ "))]
-    return tuple(shown[:MAX_DIFF_LINES])
+    return diff_lines(old.splitlines(), new.splitlines(), context=2, most=MAX_DIFF_LINES)
 
 
 def folded(text: str, most: int = FOLD_LINES) -> tuple[str, str, int]:

@@ -71,6 +71,12 @@ def failures(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     (project / "test_stats.py").write_text(STATS_TEST, encoding="utf-8")
     transcript = root / "overloaded.jsonl"
     transcript.write_text("".join(json.dumps(line) + "\n" for line in OVERLOADED))
+    edited = root / "edited"
+    edited.mkdir()
+    (edited / "a.py").write_text("print('one')\n")
+    (edited / "b.py").write_text("x = 1\n")
+    (edited / "gone.txt").write_text("bye\n")
+    (edited / "same.txt").write_text("kept\n")
     editing = root / "editing.jsonl"
     editing.write_text("".join(json.dumps(line) + "\n" for line in EDITING))
     pytest_cmd = (f"{sys.executable} -m pytest -q -p no:cacheprovider -p no:randomly "
@@ -83,6 +89,9 @@ def failures(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "lacks-yes": {"command": "echo nope", "success_criteria": [
             {"type": "output_contains", "includes": ["yes"]}]},
         "ok": {"command": "true", "success_criteria": [{"type": "exit_code"}]},
+        "edits": {"command": "sed -i s/one/uno/ a.py && echo 'x = 2' >> b.py && "
+                             "echo new > new.py && rm gone.txt",
+                  "workdir": str(edited), "success_criteria": [{"type": "exit_code"}]},
         "claims": {"command": f"cat {editing}", "stream_format": "claude-code",
                    "success_criteria": [{"type": "file_exists", "path": "stats.py"}]},
     }.items():
@@ -143,7 +152,7 @@ def test_keys_walk_the_failures_and_the_crumbs_lead_back(failures: str, page: An
         expect(page.locator("h1")).to_have_text(shown)
     page.keyboard.press("ArrowRight")  # the next task, failed or not
     expect(page.locator("h1")).to_have_text("default/ok/00")
-    expect(page.locator("nav.walk .at")).to_have_text("4 of 5")
+    expect(page.locator("nav.walk .at")).to_have_text("5 of 6")
     page.click("nav.crumbs a.back")
     expect(page.locator("table.tasks")).to_be_visible()
 
@@ -212,7 +221,7 @@ def test_the_agents_claim_stands_beside_the_graders_verdict(failures: str, page:
 def test_typing_in_the_filter_narrows_the_table(failures: str, page: Any) -> None:  # noqa: F811
     page.goto(f"{failures}/runs/{RUN}")
     rows = page.locator("table.tasks tbody tr[data-task]")
-    expect(rows).to_have_count(5)
+    expect(rows).to_have_count(6)
     loaded = page.evaluate("window.evalledgerLoadedAt")
     box = page.locator("input[name=q]")
     box.click()
@@ -232,3 +241,16 @@ def test_typing_in_the_filter_narrows_the_table(failures: str, page: Any) -> Non
     f"/runs/{RUN}/tasks/default/pytest-fails/00", f"/diff/{RUN}/{CROSSED}"])
 def test_axe_finds_no_violation(failures: str, browser: Any, path: str) -> None:  # noqa: F811
     assert axe_violations(browser, failures + path) == []
+
+
+def test_files_changed_shows_what_the_agent_did_to_its_workspace(failures: str, page: Any) -> None:  # noqa: F811
+    page.goto(f"{failures}/runs/{RUN}/tasks/default/edits/00")
+    panel = page.locator("section.changes")
+    expect(panel.locator("p.lead")).to_have_text("1 added, 1 removed, 2 modified, 1 unchanged")
+    files = {f.locator(".path").text_content(): f for f in panel.locator("details.file").all()}
+    assert sorted(files) == ["a.py", "b.py", "gone.txt", "new.py"]
+    assert files["a.py"].locator(".d-del").all_text_contents() == ["-print('one')"]
+    assert files["a.py"].locator(".d-add").all_text_contents() == ["+print('uno')"]
+    assert files["b.py"].locator(".d-add").all_text_contents() == ["+x = 2"]
+    assert files["new.py"].locator(".d-add").all_text_contents() == ["+new"]
+    expect(files["gone.txt"].locator(".pill")).to_have_text("removed")

@@ -1,0 +1,181 @@
+"""What an agent changed: a task's kept workspace against the folder it started from.
+
+A run keeps each key's latest workspace under ``<out>/<run_id>/artifacts/<task_key>``
+(``run.started`` says where); the task's ``workdir`` (as its ``task.started`` recorded
+it) is what the attempt began with. ``workspace_changes`` lists the files added, removed
+and modified, with a unified diff of each modified text file.
+
+The workspace is the agent's work, so read as an adversary's: nothing is followed out of
+it (a link is named as a link, never read), a file is read through a descriptor opened
+without following a link, and what is shown is bounded (files, bytes a file, diff lines).
+A run that came from another ledger (``merge``, an import) names another machine's
+paths: nothing is read for it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import os
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evalledger.errors import InvalidRequest
+from evalledger.ledger import EventType, Ledger, TaskStarted
+
+from ._regrade import _artifacts_root, _transferred, kept_workspace
+
+MOST_FILES = 200
+MOST_BYTES = 1 << 20  # a file larger is named, not diffed
+MOST_LINES = 400  # diff lines of one file
+
+
+@dataclass(frozen=True)
+class FileChange:
+    path: str
+    kind: str
+    """``added``, ``removed`` or ``modified``."""
+    diff: tuple[tuple[str, str], ...] = ()
+    """The unified diff's lines, each with its kind (``add``, ``del``, ``hunk``, ``ctx``)."""
+    note: str = ""
+    """Why no diff is shown: ``binary``, ``a link``, ``larger than 1 MiB``, ``cut``."""
+
+
+@dataclass(frozen=True)
+class WorkspaceChanges:
+    files: list[FileChange] = field(default_factory=list)
+    unchanged: int = 0
+    more: int = 0
+    """Changed files beyond the ``MOST_FILES`` listed."""
+    why_not: str = ""
+    """Why nothing could be compared (no workdir, the workspace not kept, ...)."""
+
+
+def workspace_changes(ledger: Ledger, run_id: str, task_key: str) -> WorkspaceChanges:
+    """The key's kept workspace against the workdir its latest attempt started from."""
+    started = None
+    for event in ledger.events(run_id, task_key=task_key, types={EventType.TASK_STARTED}):
+        if isinstance(event, TaskStarted):
+            started = event
+    if started is None:
+        return WorkspaceChanges(why_not="the task has not started")
+    if _transferred(ledger, run_id):
+        return WorkspaceChanges(why_not="the run came from another ledger: its paths are "
+                                        "another machine's")
+    workdir = started.definition.get("workdir")
+    try:
+        kept = kept_workspace(_artifacts_root(ledger, run_id), task_key)
+    except InvalidRequest:  # no run.started says where
+        kept = None
+    if kept is None or not kept.is_dir() or kept.is_symlink():
+        return WorkspaceChanges(why_not="its workspace was not kept (--preservation-mode "
+                                        "none), or is gone")
+    original = Path(workdir) if isinstance(workdir, str) else None
+    if original is not None and not original.is_dir():
+        return WorkspaceChanges(why_not=f"its starting folder {original} is gone")
+    return compare(original, kept)
+
+
+def compare(original: Path | None, kept: Path) -> WorkspaceChanges:
+    """``kept`` against ``original`` (None: the attempt started from an empty folder)."""
+    before = _files(original) if original is not None else {}
+    after = _files(kept)
+    changes: list[FileChange] = []
+    unchanged = 0
+    for path in sorted(before.keys() | after.keys()):
+        if path not in after:
+            changes.append(FileChange(path, "removed"))
+        elif path not in before:
+            changes.append(_added(kept, path, after[path]))
+        elif before[path] != after[path]:
+            changes.append(_modified(original, kept, path, before[path], after[path]))
+        else:
+            unchanged += 1
+    return WorkspaceChanges(changes[:MOST_FILES], unchanged, max(0, len(changes) - MOST_FILES))
+
+
+def _files(root: Path) -> dict[str, str]:
+    """Every file under ``root`` by relative path: its sha256 (``large:`` before it for
+    one over ``MOST_BYTES``), or ``link:`` and where a link points (never followed)."""
+    found: dict[str, str] = {}
+    for top, folders, names in os.walk(root):  # os.walk follows no link into a folder
+        folders.sort()
+        for name in names:
+            path = os.path.join(top, name)
+            relative = os.path.relpath(path, root).replace(os.sep, "/")
+            if relative.startswith(".git/"):
+                continue
+            info = os.lstat(path)
+            if stat.S_ISLNK(info.st_mode):
+                found[relative] = "link:" + os.readlink(path)
+            elif stat.S_ISREG(info.st_mode):
+                found[relative] = _digest(path, large=info.st_size > MOST_BYTES)
+    return found
+
+
+def _open(path: str) -> int:
+    # No link followed, no FIFO waited on: the agent made this tree.
+    return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+
+
+def _digest(path: str, *, large: bool) -> str:
+    with os.fdopen(_open(path), "rb") as f:
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
+    return f"large:{digest}" if large else digest
+
+
+def _read(path: str) -> bytes:
+    with os.fdopen(_open(path), "rb") as f:
+        return f.read(MOST_BYTES + 1)
+
+
+def _text(root: Path, path: str) -> list[str] | None:
+    """A file's lines, or None when it is no text (a NUL in it, not UTF-8)."""
+    data = _read(str(root / path))
+    if b"\0" in data[:8192]:
+        return None
+    try:
+        return data.decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        return None
+
+
+def _why_not(digest: str) -> str:
+    if digest.startswith("link:"):
+        return f"a link to {digest[5:]} (not followed)"
+    return "larger than 1 MiB" if digest.startswith("large:") else ""
+
+
+def _added(kept: Path, path: str, digest: str) -> FileChange:
+    if note := _why_not(digest):
+        return FileChange(path, "added", note=note)
+    lines = _text(kept, path)
+    if lines is None:
+        return FileChange(path, "added", note="binary")
+    return FileChange(path, "added", diff_lines([], lines))
+
+
+def _modified(original: Path | None, kept: Path, path: str, before: str,
+              after: str) -> FileChange:
+    if note := (_why_not(after) or _why_not(before)):
+        return FileChange(path, "modified", note=note)
+    assert original is not None
+    old, new = _text(original, path), _text(kept, path)
+    if old is None or new is None:
+        return FileChange(path, "modified", note="binary")
+    return FileChange(path, "modified", diff_lines(old, new))
+
+
+def diff_lines(old: Sequence[str], new: Sequence[str], *, context: int = 3,
+               most: int = MOST_LINES) -> tuple[tuple[str, str], ...]:
+    """``old`` to ``new`` as a unified diff's lines, each with its kind (``add``,
+    ``del``, ``hunk``, ``ctx``); past ``most`` lines, one saying how many more."""
+    kinds = {"+": "add", "-": "del", "@": "hunk"}
+    shown = [(kinds.get(line[:1], "ctx"), line)
+             for line in difflib.unified_diff(old, new, lineterm="", n=context)
+             if not line.startswith(("--- ", "+++ "))]
+    if len(shown) > most:
+        shown = [*shown[:most], ("hunk", f"\u2026 {len(shown) - most} more lines")]
+    return tuple(shown)

@@ -1,0 +1,67 @@
+"""``workspace_changes``: a kept workspace against the folder its attempt started from,
+read as an adversary's tree (real files, links and FIFOs in a temporary folder)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+
+from evalledger.app._workspace import MOST_BYTES, compare, workspace_changes
+from evalledger.ledger import Ledger
+from tests.cli.helpers import evalledger
+
+
+def test_added_removed_modified_and_unchanged(tmp_path: Path) -> None:
+    before, after = tmp_path / "before", tmp_path / "after"
+    before.mkdir()
+    after.mkdir()
+    (before / "same.txt").write_text("same\n")
+    (after / "same.txt").write_text("same\n")
+    (before / "edit.py").write_text("a = 1\nb = 2\n")
+    (after / "edit.py").write_text("a = 1\nb = 3\n")
+    (before / "gone.txt").write_text("x\n")
+    (after / "sub").mkdir()
+    (after / "sub" / "new.py").write_text("print(1)\n")
+    changes = compare(before, after)
+    assert [(f.path, f.kind) for f in changes.files] == [
+        ("edit.py", "modified"), ("gone.txt", "removed"), ("sub/new.py", "added")]
+    assert changes.unchanged == 1
+    assert [line for kind, line in changes.files[0].diff if kind in ("add", "del")] == [
+        "-b = 2", "+b = 3"]
+
+
+def test_links_fifos_binaries_and_large_files_are_named_never_read(tmp_path: Path) -> None:
+    after = tmp_path / "after"
+    after.mkdir()
+    (after / "secret").symlink_to("/etc/passwd")
+    os.mkfifo(after / "pipe")  # opened, it would wait for a writer forever
+    (after / "blob.bin").write_bytes(b"\0\1\2" * 10)
+    (after / "big.txt").write_bytes(b"x" * (MOST_BYTES + 1))
+    changes = compare(None, after)
+    shown = {f.path: (f.kind, f.note, f.diff) for f in changes.files}
+    assert shown == {
+        "secret": ("added", "a link to /etc/passwd (not followed)", ()),
+        "blob.bin": ("added", "binary", ()),
+        "big.txt": ("added", "larger than 1 MiB", ())}  # the FIFO is no file: left out
+    assert "root:" not in repr(changes)
+
+
+def test_a_run_names_its_kept_workspace_and_starting_folder(tmp_path: Path) -> None:
+    start = tmp_path / "start"
+    start.mkdir()
+    (start / "a.txt").write_text("one\n")
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "edit.yaml").write_text(yaml.safe_dump({
+        "command": "echo two > a.txt", "workdir": str(start),
+        "success_criteria": [{"type": "exit_code"}]}))
+    db = tmp_path / "l.db"
+    done = evalledger(tmp_path, db, "run", str(tasks), "--run-id", "r1")
+    assert done.returncode == 0, done.stderr
+    with Ledger(db, read_only=True) as ledger:
+        changes = workspace_changes(ledger, "r1", "default/edit/00")
+        unknown = workspace_changes(ledger, "r1", "default/none/00")
+    assert [(f.path, f.kind) for f in changes.files] == [("a.txt", "modified")]
+    assert unknown.why_not == "the task has not started" and not unknown.files
