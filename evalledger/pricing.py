@@ -99,7 +99,7 @@ _REGION = re.compile(r"^(?:us|eu|apac|au|ca|jp|global)\.")
 _VENDOR = re.compile(r"^(?:anthropic|openai|meta|mistral|amazon|google)\.")
 # Bedrock's "-v1:0" (with the colon only: "deepseek-v3" is a model, not a suffix).
 # Claude Code's "[1m]" (the 1M-token context) is a suffix too: one model, one price.
-_SUFFIX = re.compile(r"(?:-v\d+:\d+|@\d{8}|-\d{8}|-\d{4}-\d{2}-\d{2}|-latest|\[\w+\])$")
+_SUFFIX = re.compile(r"(?:-v\d+:\d+|@\d{8}|-\d{8}|-\d{4}-\d{2}-\d{2}|-latest|\[\d+[km]\])$")
 
 
 class PricingError(EvalledgerError, ValueError):

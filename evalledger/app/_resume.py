@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from evalledger.executor import BatchConfig, owed
-from evalledger.hosts import running_pid
+from evalledger.hosts import run_ended, running_pid
 from evalledger.ledger import (
     EventType,
     Ledger,
@@ -26,7 +26,7 @@ from evalledger.ledger import (
     utc_now,
 )
 from evalledger.options import RunOptions
-from evalledger.pricing import RateCard
+from evalledger.pricing import DEFAULT_RATES, PricingError
 from evalledger.projections import (
     Drift,
     ResumeFold,
@@ -83,6 +83,10 @@ def resume_run(run: str, request: ResumeRequest | None = None,
         # Both folds from one pass over the run (through its snapshot).
         (state, live), _ = load_folds(ledger, run_id, ResumeFold, SummaryFold)
         assert isinstance(state, ResumeFold) and isinstance(live, SummaryFold)
+        # First, so the plan (its budget) counts what the lost attempts spent.
+        if _close_lost_attempts(ledger, state, live, callbacks):
+            (state, live), _ = load_folds(ledger, run_id, ResumeFold, SummaryFold)
+            assert isinstance(state, ResumeFold) and isinstance(live, SummaryFold)
         plan = _plan(ledger, state, live, request, callbacks)
         callbacks.run_named(run_id)
         if not plan.has_work:
@@ -95,9 +99,6 @@ def resume_run(run: str, request: ResumeRequest | None = None,
         callbacks.notice(f"resuming {len(plan.to_run)} task(s), keeping "
                          f"{len(plan.partition.kept)}")
         rates = rate_card(plan.options.pricing)
-        if _close_lost_attempts(ledger, state, live, rates, callbacks):
-            (state, live), _ = load_folds(ledger, run_id, ResumeFold, SummaryFold)
-            assert isinstance(state, ResumeFold) and isinstance(live, SummaryFold)
         config = BatchConfig(
             run_id=run_id, options=plan.options, experiment_id=plan.tasks.experiment_id,
             rates=rates, unpriced_models=unpriced(plan.tasks.tasks, rates, callbacks),
@@ -109,36 +110,59 @@ def resume_run(run: str, request: ResumeRequest | None = None,
 
 
 def _close_lost_attempts(ledger: Ledger, state: ResumeFold, live: SummaryFold,
-                         rates: RateCard, callbacks: Callbacks) -> bool:
+                         callbacks: Callbacks) -> bool:
     """Close the attempts the run's dead process left started without an end: each gets
     what its recorded lines show it spent beyond what was booked (its agent's running
-    estimate, a floor: docs/tasks.md, "Usage and cost") and a ``task.interrupted``, as if
-    it had been interrupted. Appended only if nobody started or resumed the run since it
-    was read. True when something was appended."""
+    estimate, a floor: docs/tasks.md, "Usage and cost"), unless the runner booked it
+    before it died, and a ``task.interrupted``, as if it had been interrupted.
+
+    Only once no process can add to the run: a run whose process lives (here) is refused
+    by the plan; one recorded on another host cannot be checked from here, and is left
+    as it is. The events' ids are the attempt's (its ``task.started``'s, suffixed): two
+    resumes racing append them once. True when something was appended."""
+    if not live.running:
+        return False
+    if not run_ended(state.host, state.finished):
+        if running_pid(state.host, state.finished) is None:  # another host's
+            callbacks.notice(f"{len(live.running)} attempt(s) left started by host "
+                             f"{state.host.get('hostname')!r} are not closed: whether its "
+                             "process still runs cannot be told from here")
+        return False
+    try:
+        rates = rate_card(state.config.pricing)
+    except PricingError:  # the file is gone: the built-in card prices what it can
+        rates = DEFAULT_RATES
     closing: list[TaskUsage | TaskInterrupted] = []
     for task_key in sorted(live.running):
         started: TaskStarted | None = None
         lines: list[dict[str, Any]] = []
-        for event in ledger.events(state.run_id, task_key=task_key,
-                                   types={EventType.TASK_STARTED, EventType.TASK_EVENT}):
+        booked = False  # the runner booked its estimate before it died (while grading)
+        for event in ledger.events(state.run_id, task_key=task_key, types={
+                EventType.TASK_STARTED, EventType.TASK_EVENT, EventType.TASK_USAGE}):
             if isinstance(event, TaskStarted):
-                started, lines = event, []
+                started, lines, booked = event, [], False
             elif isinstance(event, TaskEmitted) and isinstance(event.data, dict):
                 lines.append(event.data)
+            elif isinstance(event, TaskUsage) and event.estimate:
+                booked = True
         if started is None:
             continue
         definition = started.definition
         model = definition.get("model")
         stream_format = definition.get("stream_format")
+        owing = () if booked else owed(
+            stream_format if isinstance(stream_format, str) else "native",
+            model if isinstance(model, str) else None, lines, rates)
         ts = utc_now()
-        for usage in owed(stream_format if isinstance(stream_format, str) else "native",
-                          model if isinstance(model, str) else None, lines, rates):
-            closing.append(TaskUsage(run_id=state.run_id, task_key=task_key, ts=ts,
-                                     model=usage.model, cost_usd=usage.cost_usd,
-                                     estimate=usage.estimate, **dict(usage.tokens)))
+        for n, usage in enumerate(owing):
+            closing.append(TaskUsage(
+                event_id=f"{started.event_id}-lost-{n}", run_id=state.run_id,
+                task_key=task_key, ts=ts, model=usage.model, cost_usd=usage.cost_usd,
+                estimate=usage.estimate, **dict(usage.tokens)))
         closing.append(TaskInterrupted(
-            run_id=state.run_id, task_key=task_key, ts=ts,
-            reason="runner lost: the process that ran it ended without recording its end"))
+            event_id=f"{started.event_id}-lost", run_id=state.run_id, task_key=task_key,
+            ts=ts, reason="runner lost: the process that ran it ended without recording "
+                          "its end"))
         callbacks.notice(f"{task_key}: attempt {started.attempt} was lost with the run's "
                          "process; what its lines show it spent is booked as an estimate")
     if closing:

@@ -509,8 +509,9 @@ async def _attempt(
         environment_info=_environment_info(exit_code, meter, agent_version),
         tokens=meter.totals,
         # Every role's: what the agent spent and what judging it cost.
+        # A floor (an estimate) is still a cost; unpriced usage is none.
         cost_usd=(meter.cost_usd + judging.cost_usd
-                  if meter.cost_complete and judging.cost_complete else None),
+                  if meter.priced and judging.cost_complete else None),
         cost_complete=meter.cost_complete and judging.cost_complete,
         workspace_hash=workspace_hash,
         kept_hash=kept_hash,

@@ -16,7 +16,9 @@ message's start (1): with ``--include-partial-messages`` the ``stream_event`` li
 add each message's real output count as it ends, and the estimate is exact for every
 message that ended. The final ``result`` line gives the totals and is what is
 recorded: one usage per model of its ``modelUsage``, or, from an older CLI without it,
-its ``usage`` and ``total_cost_usd`` booked to the model in use. An attempt that ends
+its ``usage`` and ``total_cost_usd`` booked to the model in use. Its totals are its
+process's so far: a second result line of one session (the CLI took another turn when a
+background task ended) books only what is new. An attempt that ends
 without a result line records the estimate instead, per model, marked as one, and its
 cost is a floor (``cost_complete`` false): a message cut off, or a call the stream never
 showed, is not in it.
@@ -125,6 +127,7 @@ class UsageMeter:
         self.totals = NO_TOKENS
         self.cost_usd = 0.0  # the priced part; a floor when cost_complete is False
         self.cost_complete = True
+        self.priced = True  # every usage had a price (an estimate's too): cost_usd is one
         # claude-code, until a result line arrives: each message's usage (by id) with its
         # model, and their sums per model (kept as they change, not re-added: a long
         # transcript has thousands of messages); the message last started per thread.
@@ -133,6 +136,9 @@ class UsageMeter:
         self._by_model: dict[str | None, TokenCounts] = {}
         self._estimate_tokens = 0
         self._estimate_costs: dict[str | None, float | None] = {}
+        # claude-code: each session's last result line's totals per model (a later result
+        # line of the same process repeats them, plus what is new).
+        self._results: dict[str, dict[str | None, Usage]] = {}
         # Versions the command stated ({"type": "version", ...}; Claude Code's init line).
         self.versions: dict[str, str] = {}
         # Models a usage report or a message named: what was actually used.
@@ -243,7 +249,8 @@ class UsageMeter:
                 self._message(key, self.model if entry.usage is not None else model,
                               merged(before, entry))
         elif isinstance(step, FinalResult):
-            usages = self._per_model(data) or (self._session_total(step),)
+            totals = self._per_model(data) or (self._session_total(step),)
+            usages = self._since_last_result(data.get("session_id"), totals)
             # A command may run the CLI again (plan, then implement): later messages
             # start a new estimate rather than re-counting this session's.
             self._clear_estimate()
@@ -251,6 +258,31 @@ class UsageMeter:
                 self._account(usage)
             return usages
         return _NONE
+
+    def _since_last_result(self, session: object,
+                           totals: tuple[Usage, ...]) -> tuple[Usage, ...]:
+        """A result line's totals are its process's so far: a CLI that takes another turn
+        after its result (a background task ended) prints a second result line holding
+        the first's spend too. What is new since the session's last result line is booked;
+        totals lower than before are a new process's (the session resumed): booked whole."""
+        if not isinstance(session, str):
+            return totals  # a line naming no session is a session of its own
+        before = self._results.get(session, {})
+        self._results[session] = {u.model: u for u in totals}
+        if any(u.model in before and not _covers(u, before[u.model]) for u in totals):
+            return totals
+        new = []
+        for usage in totals:
+            old = before.get(usage.model)
+            if old is None:
+                new.append(usage)
+                continue
+            tokens = _minus(usage.tokens, old.tokens)
+            cost = (None if usage.cost_usd is None or old.cost_usd is None
+                    else max(0.0, usage.cost_usd - old.cost_usd))
+            if tokens.total or cost:
+                new.append(Usage(usage.model, tokens, cost))
+        return tuple(new)
 
     def _reported(self, stream_format: str, data: dict[str, Any]) -> tuple[Usage, ...]:
         """A Codex, Gemini CLI or OpenCode transcript: usage comes as each turn (a
@@ -359,11 +391,11 @@ class UsageMeter:
         if usage.estimate:  # what the stream did not show is not in it: a floor
             self.cost_complete = False
         if usage.cost_usd is None:
-            self.cost_complete = False
+            self.cost_complete = self.priced = False
         elif math.isfinite(total := self.cost_usd + usage.cost_usd):
             self.cost_usd = total
         else:  # the sum of finite garbage overflowed: the total is not known
-            self.cost_complete = False
+            self.cost_complete = self.priced = False
 
 
 def owed(stream_format: str, model: str | None, lines: Iterable[dict[str, Any]],
@@ -376,6 +408,14 @@ def owed(stream_format: str, model: str | None, lines: Iterable[dict[str, Any]],
     for data in lines:
         meter.observe(data)
     return meter.finish()
+
+
+def _covers(now: Usage, before: Usage) -> bool:
+    """Whether ``now`` holds ``before``: no count of it lower (the same process's totals)."""
+    a, b = now.tokens, before.tokens
+    return (a.input_tokens >= b.input_tokens and a.output_tokens >= b.output_tokens
+            and a.cache_read_tokens >= b.cache_read_tokens
+            and a.cache_write_tokens >= b.cache_write_tokens)
 
 
 def _close_rounding_gap(usages: list[Usage], total: float) -> None:

@@ -466,9 +466,10 @@ class TaskCompleted(_TaskEvent):
     category: Category
     """``succeeded``, ``failed`` or ``error``; always the category of ``final_status``."""
     cost_complete: bool = True
-    """False when some usage of this attempt had no price, or (an imported attempt) when
-    the old harness knew its spend was not all recorded (a TIMEOUT: the turn it killed).
-    Either way the run's cost is a floor."""
+    """False when some usage of this attempt had no price, when its spend was estimated
+    (``task.usage`` with ``estimate: true``: the attempt was cut off before its agent
+    reported), or (an imported attempt) when the old harness knew its spend was not all
+    recorded (a TIMEOUT: the turn it killed). Either way the run's cost is a floor."""
     cost_usd: float | None = None
     """The attempt's cost in USD, every role's usage together; null when some usage had
     no price (a floor when only spend was missing)."""

@@ -92,10 +92,14 @@ def transcript_row_before(ledger: Ledger, run_id: str, task_key: str, seq: int) 
 
 def transcript_tail(ledger: Ledger, run_id: str, task_key: str, after: int,
                     limit: int) -> list[EventRow]:
-    """The task's last ``limit`` transcript rows after seq ``after``, newest first."""
+    """The task's last ``limit`` transcript rows after seq ``after``, newest first;
+    Claude Code's partial-message lines (``stream_event``) left out: the lines after
+    them hold each message whole, and a tail of them would show nothing."""
     _, rows = ledger.query(
         f"SELECT {_COLUMNS} FROM events WHERE run_id = ? AND task_key = ? AND seq > ? "
-        f"AND {_TRANSCRIPT} ORDER BY seq DESC LIMIT ?", [run_id, task_key, after, limit])
+        f"AND {_TRANSCRIPT} AND NOT (type = ? AND instr(payload, "
+        "'\"type\":\"stream_event\"') > 0) ORDER BY seq DESC LIMIT ?",
+        [run_id, task_key, after, EventType.TASK_EVENT, limit])
     return [EventRow(*row) for row in rows]
 
 

@@ -666,3 +666,29 @@ def test_owed_is_the_estimate_the_recorded_lines_show() -> None:
 def test_claude_code_context_suffix_prices_as_its_model() -> None:
     assert normalize_model("claude-opus-4-8[1m]") == "claude-opus-4-8"
     assert rate_for("claude-opus-4-8[1m]") == rate_for("claude-opus-4-8") is not None
+
+
+def test_claude_code_a_second_result_of_one_session_books_what_is_new() -> None:
+    """Both pinned CLIs print a second result line when they take another turn after
+    their result (a background command ended): its totals are the process's so far."""
+    meter = UsageMeter("claude-code", None)
+
+    def said(cost: float, tokens: int, session: str = "s1") -> dict[str, Any]:
+        return {"type": "result", "session_id": session, "total_cost_usd": cost,
+                "modelUsage": {MODEL: {"inputTokens": tokens, "costUSD": cost}}}
+
+    (first,) = meter.observe(said(0.003, 300))
+    (second,) = meter.observe(said(0.0045, 450))
+    assert (first.tokens.input_tokens, second.tokens.input_tokens) == (300, 150)
+    assert second.cost_usd == pytest.approx(0.0015)
+    assert meter.observe(said(0.0045, 450)) == ()  # the same totals again: nothing new
+    (other,) = meter.observe(said(0.002, 200, session="s2"))  # another process
+    assert other.tokens.input_tokens == 200
+    (resumed,) = meter.observe(said(0.001, 100))  # s1 again, lower: a new process
+    assert resumed.tokens.input_tokens == 100
+    assert meter.totals.input_tokens == 300 + 150 + 200 + 100
+
+
+def test_only_a_context_size_suffix_is_dropped() -> None:
+    assert normalize_model("claude-opus-4-8[1m]") == "claude-opus-4-8"
+    assert normalize_model("my-model[v2]") == "my-model[v2]"  # a name, not a context size

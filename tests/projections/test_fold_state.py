@@ -52,6 +52,7 @@ LAYOUTS = {
     ("SummaryFold", 6): "6cc3fc943741c75f",  # failure classes; summaries gain pass^k, flaky
     ("SummaryFold", 7): "6cc3fc943741c75f",  # a turn never reported is spend unknown, not unpriced
     ("SummaryFold", 8): "6cc3fc943741c75f",  # an estimate is a floor, priced or not
+    ("SummaryFold", 9): "6cc3fc943741c75f",  # an estimate is unreported spend, not unpriced
     ("ResumeFold", 2): "488576a01a3d6a5a",
 }
 
