@@ -254,3 +254,19 @@ def test_files_changed_shows_what_the_agent_did_to_its_workspace(failures: str, 
     assert files["b.py"].locator(".d-add").all_text_contents() == ["+x = 2"]
     assert files["new.py"].locator(".d-add").all_text_contents() == ["+new"]
     expect(files["gone.txt"].locator(".pill")).to_have_text("removed")
+
+
+def test_a_narrow_screen_shows_task_cards_and_folds_long_errors(
+        failures: str, page: Any) -> None:  # noqa: F811
+    page.set_viewport_size({"width": 400, "height": 900})
+    page.goto(f"{failures}/runs/{RUN}")
+    row = page.locator("tr[data-task='default/pytest-fails/00']")
+    assert row.evaluate("r => getComputedStyle(r).display") == "block"
+    assert row.locator("td[data-label=score]").evaluate(
+        "td => getComputedStyle(td, '::before').content") == '"score "'
+    assert page.evaluate("document.documentElement.scrollWidth") <= 400
+    page.goto(f"{failures}/runs/{RUN}/tasks/default/pytest-fails/00")
+    folded = page.locator("#attempt-1 td.err details.more")
+    expect(folded.locator("summary")).to_have_text("run_command \u2717 assert 0 is None")
+    folded.locator("summary").click()
+    expect(folded).to_contain_text("FAILED test_stats.py::test_median")
