@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
-from evalledger.ledger import Ledger, TaskCompleted, TaskInterrupted
+from evalledger.ledger import Ledger, TaskCompleted, TaskInterrupted, TaskUsage
 
 from ..cli.helpers import (
     PATIENCE,
@@ -189,6 +189,10 @@ def _task(path: Path, command: str | list[str], **fields: Any) -> None:
     data.setdefault("success_criteria", [{"type": "exit_code", "equals": 0}])
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+
+
+CUT_OFF = {"type": "assistant", "message": {"id": "m1", "model": "claude-sonnet-4-5",
+           "usage": {"input_tokens": 1000, "output_tokens": 100}, "content": []}}
 
 
 # Prints "waiting", then holds until the file named by $GATE exists. SIGTERM (a graceful
@@ -409,8 +413,11 @@ def test_a_lost_node_interrupts_its_task_and_resume_finishes_the_run(
     cwd = _ready(tmp_path)
     gate = tmp_path / "gate"
     victim = two_nodes.add_node(num_cpus=1, resources={"victim": 1})
-    _task(tmp_path / "tasks" / "doomed.yaml", GATED, env={"GATE": str(gate)},
-          ray={"num_cpus": 0, "resources": {"victim": 1}})
+    # A Claude Code message cut off with the node: 1,100 tokens its stream showed.
+    speaks = [GATED[0], GATED[1], f"print({json.dumps(json.dumps(CUT_OFF))}, flush=True)\n"
+              + GATED[2]]
+    _task(tmp_path / "tasks" / "doomed.yaml", speaks, env={"GATE": str(gate)},
+          stream_format="claude-code", ray={"num_cpus": 0, "resources": {"victim": 1}})
     # Pinned to the head: it must not land on the node that goes away.
     _task(tmp_path / "tasks" / "fine.yaml", "echo fine",
           ray={"num_cpus": 0, "resources": {"head": 1}})
@@ -432,6 +439,9 @@ def test_a_lost_node_interrupts_its_task_and_resume_finishes_the_run(
     interrupted = of_type(evs, "task.interrupted")
     assert [(e.task_key, e.reason.split(":")[0]) for e in interrupted
             if isinstance(e, TaskInterrupted)] == [("default/doomed/00", "worker lost")]
+    # What its stream showed is booked, as an interrupted attempt here books it: a floor.
+    assert [(u.task_key, u.tokens.total, u.estimate) for u in of_type(evs, "task.usage")
+            if isinstance(u, TaskUsage)] == [("default/doomed/00", 1100, True)]
     assert [e.task_key for e in of_type(evs, "task.completed")] == ["default/fine/00"]
     assert of_type(evs, "run.finished")[0].status == "completed"
     # The lost worker's watchdog ended the task's process on the node that went away.

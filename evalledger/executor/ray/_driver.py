@@ -33,13 +33,24 @@ from typing import Any
 import trio
 
 from evalledger.errors import Unavailable
-from evalledger.ledger import AnyEvent, EventRow, EventType, TaskCompleted, TaskUsage
+from evalledger.ledger import (
+    AnyEvent,
+    EventRow,
+    EventType,
+    TaskCompleted,
+    TaskEmitted,
+    TaskStarted,
+    TaskUsage,
+    utc_now,
+)
+from evalledger.pricing import RateCard
 from evalledger.suite import ResolvedTask
 
 from .._attempt import WORKER_LOST, AttemptOutcome, run_attempt
 from .._marks import MARKER_VAR, ray_mark
 from .._runner import RunContext
 from .._sandbox import remove_tree
+from .._usage import UsageMeter
 from ._common import GET_TIMEOUT, POLL, first_line, import_ray
 from ._packing import pack, unpack
 from ._worker import MAX_ARTIFACTS_BYTES, Shipped, WorkerSpec, attempt_on_worker, sweep_node
@@ -77,6 +88,10 @@ class _RemoteAttempt:
     stop: threading.Event = field(default_factory=threading.Event)
     started: bool = False  # its task.started arrived (and is recorded)
     completed: TaskCompleted | None = None  # held back, committed as its end
+    # The attempt's JSON lines as recorded, read as the worker's meter read them: what it
+    # owes if the worker is lost before it booked its estimate (``booked``).
+    meter: UsageMeter | None = None
+    booked: bool = False
 
 
 class RayExecutor:
@@ -285,7 +300,8 @@ class RayExecutor:
                 kind, value = item
                 if kind == "events":
                     remote.started = True
-                    remote.completed = await _append_rows(ctx, value) or remote.completed
+                    remote.completed = (await _append_rows(ctx, value, remote)
+                                        or remote.completed)
                 else:
                     await _keep_artifacts(task, ctx, value)
         except (ray.exceptions.RayError, ValueError, TypeError) as e:
@@ -293,14 +309,14 @@ class RayExecutor:
                 raise
             await self._stop(remote)  # the worker may live on: stop what it runs
             if remote.completed is None:
-                return _lost(task, remote.started, e)
+                return await _lost_booked(task, ctx, remote, e)
             # Lost on the way back with the sandbox: the result stands.
             log.warning("%s: the sandbox did not come back (%s)", task.task_key,
                         first_line(e))
         if remote.completed is None:
             # The stream ended without one: count it as a lost worker, not a result.
-            return _lost(task, remote.started,
-                         RuntimeError("the attempt ended without a result"))
+            return await _lost_booked(task, ctx, remote,
+                                      RuntimeError("the attempt ended without a result"))
         return AttemptOutcome(remote.completed)
 
     async def _interrupted(self, remote: _RemoteAttempt, reason: str) -> AttemptOutcome:
@@ -330,7 +346,23 @@ def _lost(task: ResolvedTask, started: bool, error: BaseException) -> AttemptOut
     return AttemptOutcome(interrupted=reason, started=started)
 
 
-async def _append_rows(ctx: RunContext, rows: list[tuple[Any, ...]]) -> TaskCompleted | None:
+async def _lost_booked(task: ResolvedTask, ctx: RunContext, remote: _RemoteAttempt,
+                       error: BaseException) -> AttemptOutcome:
+    """``_lost``, after booking what the attempt's recorded lines show it spent and its
+    worker never booked (its running estimate, a floor), as an interrupted attempt
+    here books it."""
+    owed = (remote.meter.finish() if remote.started and not remote.booked
+            and remote.meter is not None else ())
+    if owed:
+        ts = utc_now()
+        await ctx.writer.append(*(TaskUsage(
+            run_id=ctx.run_id, task_key=task.task_key, ts=ts, model=u.model,
+            cost_usd=u.cost_usd, estimate=u.estimate, **dict(u.tokens)) for u in owed))
+    return _lost(task, remote.started, error)
+
+
+async def _append_rows(ctx: RunContext, rows: list[tuple[Any, ...]],
+                       remote: _RemoteAttempt | None = None) -> TaskCompleted | None:
     """Append a batch of the worker's rows; hold back a ``task.completed`` (the attempt's
     end, committed last by ``run_attempt``) and return it.
 
@@ -345,11 +377,26 @@ async def _append_rows(ctx: RunContext, rows: list[tuple[Any, ...]]) -> TaskComp
     if events:
         await ctx.writer.append(*events)
     for sent in events:
+        if remote is not None:
+            _meter(remote, sent, ctx.rates)
         if isinstance(sent, TaskUsage):
             ctx.spent_usd += sent.cost_usd or 0.0
         elif ctx.on_output is not None and sent.type != EventType.TASK_STARTED:
             ctx.notify_output(sent.decode() if isinstance(sent, EventRow) else sent)
     return completed
+
+
+def _meter(remote: _RemoteAttempt, sent: AnyEvent | EventRow, rates: RateCard) -> None:
+    """Read one recorded event of the attempt as its worker's meter did."""
+    if isinstance(sent, TaskStarted):
+        definition = sent.definition
+        stream_format, model = definition.get("stream_format"), definition.get("model")
+        remote.meter = UsageMeter(stream_format if isinstance(stream_format, str) else "native",
+                                  model if isinstance(model, str) else None, rates)
+    elif isinstance(sent, TaskEmitted) and isinstance(sent.data, dict) and remote.meter:
+        remote.meter.observe(sent.data)  # what it reports was booked by the worker
+    elif isinstance(sent, TaskUsage) and sent.estimate:
+        remote.booked = True
 
 
 def _typed(row: EventRow) -> AnyEvent | EventRow:
