@@ -147,18 +147,11 @@ def _close_lost_attempts(ledger: Ledger, state: ResumeFold, live: SummaryFold,
                 booked = True
         if started is None:
             continue
-        definition = started.definition
-        model = definition.get("model")
-        stream_format = definition.get("stream_format")
-        owing = () if booked else owed(
-            stream_format if isinstance(stream_format, str) else "native",
-            model if isinstance(model, str) else None, lines, rates)
+        owing = () if booked else owed(started.definition, lines, rates)
         ts = utc_now()
-        for n, usage in enumerate(owing):
-            closing.append(TaskUsage(
-                event_id=f"{started.event_id}-lost-{n}", run_id=state.run_id,
-                task_key=task_key, ts=ts, model=usage.model, cost_usd=usage.cost_usd,
-                estimate=usage.estimate, **dict(usage.tokens)))
+        closing += [usage.event(state.run_id, task_key, ts,
+                                event_id=f"{started.event_id}-lost-{n}")
+                    for n, usage in enumerate(owing)]
         closing.append(TaskInterrupted(
             event_id=f"{started.event_id}-lost", run_id=state.run_id, task_key=task_key,
             ts=ts, reason="runner lost: the process that ran it ended without recording "

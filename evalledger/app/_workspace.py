@@ -102,7 +102,8 @@ def _files(root: Path) -> dict[str, str]:
     found: dict[str, str] = {}
     for top, folders, names in os.walk(root):  # os.walk follows no link into a folder
         folders.sort()
-        for name in names:
+        # A link to a folder is listed among the folders, and not entered: named here.
+        for name in [*(f for f in folders if os.path.islink(os.path.join(top, f))), *names]:
             path = os.path.join(top, name)
             relative = os.path.relpath(path, root).replace(os.sep, "/")
             if relative.startswith(".git/"):

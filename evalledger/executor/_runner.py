@@ -283,10 +283,7 @@ class _Streams:
 
     def _usage_event(self, usage: Usage, ts: str) -> TaskUsage:
         self.ctx.spent_usd += usage.cost_usd or 0.0
-        return TaskUsage(
-            run_id=self.ctx.run_id, task_key=self.task.task_key, ts=ts, model=usage.model,
-            cost_usd=usage.cost_usd, estimate=usage.estimate, **dict(usage.tokens),
-        )
+        return usage.event(self.ctx.run_id, self.task.task_key, ts)
 
     async def book_estimate(self) -> None:
         """Record the meter's running estimate (one usage per model), if it has one.

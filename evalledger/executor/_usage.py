@@ -43,13 +43,13 @@ Invariant: every usage ``observe`` returns or ``finish`` hands over is accounted
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from evalledger.agents import FinalResult, SessionStart, Tokens, format_of, read_usage
 from evalledger.agents._conversation import merged, message_key
-from evalledger.ledger import NO_TOKENS, TokenCounts
+from evalledger.ledger import NO_TOKENS, TaskUsage, TokenCounts
 from evalledger.pricing import DEFAULT_RATES, RateCard
 
 
@@ -61,6 +61,14 @@ class Usage:
     # Summed from a claude-code transcript's messages and priced from the rate card,
     # because no result line came: not what the CLI itself reported.
     estimate: bool = False
+
+    def event(self, run_id: str, task_key: str, ts: str, *,
+              event_id: str | None = None) -> TaskUsage:
+        """This usage as the ``task.usage`` that records it."""
+        ids = {} if event_id is None else {"event_id": event_id}
+        return TaskUsage(run_id=run_id, task_key=task_key, ts=ts, model=self.model,
+                         cost_usd=self.cost_usd, estimate=self.estimate,
+                         **dict(self.tokens), **ids)
 
 
 # Beyond any real usage, and beyond what a float (so SQLite, so a cost) can hold
@@ -398,13 +406,21 @@ class UsageMeter:
             self.cost_complete = self.priced = False
 
 
-def owed(stream_format: str, model: str | None, lines: Iterable[dict[str, Any]],
+def meter_for(definition: Mapping[str, Any], rates: RateCard = DEFAULT_RATES) -> UsageMeter:
+    """A meter for an attempt as its ``task.started`` recorded it (its stream format and
+    model), to read its recorded lines again as its runner read them."""
+    stream_format, model = definition.get("stream_format"), definition.get("model")
+    return UsageMeter(stream_format if isinstance(stream_format, str) else "native",
+                      model if isinstance(model, str) else None, rates)
+
+
+def owed(definition: Mapping[str, Any], lines: Iterable[dict[str, Any]],
          rates: RateCard = DEFAULT_RATES) -> tuple[Usage, ...]:
     """What an attempt whose runner died spent beyond what was recorded, from the JSON
     lines it recorded: its running estimate, as ``finish`` would have booked it had the
     attempt been interrupted. What the lines reported as they came (a result line, a
     turn's usage) was recorded with them and is not in it."""
-    meter = UsageMeter(stream_format, model, rates)
+    meter = meter_for(definition, rates)
     for data in lines:
         meter.observe(data)
     return meter.finish()

@@ -36,6 +36,7 @@ def test_links_fifos_binaries_and_large_files_are_named_never_read(tmp_path: Pat
     after = tmp_path / "after"
     after.mkdir()
     (after / "secret").symlink_to("/etc/passwd")
+    (after / "etc").symlink_to("/etc")  # a folder: named, not entered
     os.mkfifo(after / "pipe")  # opened, it would wait for a writer forever
     (after / "blob.bin").write_bytes(b"\0\1\2" * 10)
     (after / "big.txt").write_bytes(b"x" * (MOST_BYTES + 1))
@@ -43,6 +44,7 @@ def test_links_fifos_binaries_and_large_files_are_named_never_read(tmp_path: Pat
     shown = {f.path: (f.kind, f.note, f.diff) for f in changes.files}
     assert shown == {
         "secret": ("added", "a link to /etc/passwd (not followed)", ()),
+        "etc": ("added", "a link to /etc (not followed)", ()),
         "blob.bin": ("added", "binary", ()),
         "big.txt": ("added", "larger than 1 MiB", ())}  # the FIFO is no file: left out
     assert "root:" not in repr(changes)

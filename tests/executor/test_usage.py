@@ -657,10 +657,10 @@ def test_owed_is_the_estimate_the_recorded_lines_show() -> None:
     lines = [init(), assistant("m1", input_tokens=10, output_tokens=5),
              result(0.01, input_tokens=10, output_tokens=5),
              assistant("m2", input_tokens=3, output_tokens=1)]
-    (estimate,) = owed("claude-code", None, lines)
+    (estimate,) = owed({"stream_format": "claude-code"}, lines)
     assert estimate == used(MODEL, price(MODEL, input_tokens=3, output_tokens=1),
                             estimate=True, input_tokens=3, output_tokens=1)
-    assert owed("native", None, [usage(input_tokens=5)]) == ()
+    assert owed({}, [usage(input_tokens=5)]) == ()
 
 
 def test_claude_code_context_suffix_prices_as_its_model() -> None:

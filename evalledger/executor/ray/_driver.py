@@ -50,7 +50,7 @@ from .._attempt import WORKER_LOST, AttemptOutcome, run_attempt
 from .._marks import MARKER_VAR, ray_mark
 from .._runner import RunContext
 from .._sandbox import remove_tree
-from .._usage import UsageMeter
+from .._usage import UsageMeter, meter_for
 from ._common import GET_TIMEOUT, POLL, first_line, import_ray
 from ._packing import pack, unpack
 from ._worker import MAX_ARTIFACTS_BYTES, Shipped, WorkerSpec, attempt_on_worker, sweep_node
@@ -355,9 +355,7 @@ async def _lost_booked(task: ResolvedTask, ctx: RunContext, remote: _RemoteAttem
             and remote.meter is not None else ())
     if owed:
         ts = utc_now()
-        await ctx.writer.append(*(TaskUsage(
-            run_id=ctx.run_id, task_key=task.task_key, ts=ts, model=u.model,
-            cost_usd=u.cost_usd, estimate=u.estimate, **dict(u.tokens)) for u in owed))
+        await ctx.writer.append(*(u.event(ctx.run_id, task.task_key, ts) for u in owed))
     return _lost(task, remote.started, error)
 
 
@@ -389,10 +387,7 @@ async def _append_rows(ctx: RunContext, rows: list[tuple[Any, ...]],
 def _meter(remote: _RemoteAttempt, sent: AnyEvent | EventRow, rates: RateCard) -> None:
     """Read one recorded event of the attempt as its worker's meter did."""
     if isinstance(sent, TaskStarted):
-        definition = sent.definition
-        stream_format, model = definition.get("stream_format"), definition.get("model")
-        remote.meter = UsageMeter(stream_format if isinstance(stream_format, str) else "native",
-                                  model if isinstance(model, str) else None, rates)
+        remote.meter = meter_for(sent.definition, rates)
     elif isinstance(sent, TaskEmitted) and isinstance(sent.data, dict) and remote.meter:
         remote.meter.observe(sent.data)  # what it reports was booked by the worker
     elif isinstance(sent, TaskUsage) and sent.estimate:
