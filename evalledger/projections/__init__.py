@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ._diff import TaskDiff as TaskDiff
     from ._diff import diff_runs as diff_runs
     from ._digest import error_digest as error_digest
+    from ._digest import failure_kinds as failure_kinds
     from ._flaky import FlakyTask as FlakyTask
     from ._flaky import flaky_history as flaky_history
     from ._fold import Fold as Fold
@@ -92,6 +93,7 @@ _WHERE = {
     "shown_status": "_status",
     "cost_line": "_reports",
     "error_digest": "_digest",
+    "failure_kinds": "_digest",
     "render_json": "_reports",
     "render_markdown": "_reports",
     "isolation_counts": "_reports",
@@ -162,6 +164,7 @@ __all__ = [
     "cost_line",
     "diff_runs",
     "error_digest",
+    "failure_kinds",
     "fingerprint",
     "flaky_history",
     "fold",

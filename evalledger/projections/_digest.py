@@ -56,6 +56,28 @@ def error_digest(error_message: str | None, *, limit: int = LIMIT) -> str:
     return _fit(said, limit)
 
 
+# The kind of a failure whose agent's model API gave up under it (``failure_kinds``).
+MODEL_API = "model API"
+
+
+def failure_kinds(status: str | None, error_message: str | None) -> tuple[str, ...]:
+    """What kinds of failure an attempt that did not succeed had, best first: ``model
+    API`` when its agent's model API gave up; each failed criterion's type for a
+    ``FAILURE`` (``run_command``, ``file_exists``); else its status (``TIMEOUT``,
+    ``ERROR``). Empty for a success, an attempt not graded and one not finished.
+
+    What the viewer's bar of failure kinds counts and its ``kind`` filter matches: a
+    task whose two criteria failed is of both kinds.
+    """
+    if status in (None, "SUCCESS", "NOT_GRADED"):
+        return ()
+    text = (error_message or "").strip()
+    kinds = [MODEL_API] if _API.search(text) else []
+    criteria = [kind for kind, _ in _criteria(text) if kind] if status == "FAILURE" else []
+    kinds += criteria or [status]
+    return tuple(dict.fromkeys(kinds))
+
+
 def _criteria(text: str) -> list[tuple[str, str]]:
     """The message's failed criteria as (type, detail); one untyped part when it names
     none (a timeout, an error, a budget)."""

@@ -57,7 +57,7 @@ from evalledger.projections import (
     render_junit,
     render_markdown,
 )
-from evalledger.statuses import FinalStatus, ShownStatus
+from evalledger.statuses import ShownStatus
 
 from . import _charts, _queries
 from ._hosts import HostGate, HostRule
@@ -376,7 +376,7 @@ class _Views:
             rows=table.tasks, table=table.query, total_rows=table.total, pages=table.pages,
             listed=table.query.as_list(),
             tags=view.tags, at=view.at, first_seq=view.first_seq, last_seq=view.last_seq,
-            statuses=[s.value for s in FinalStatus], running=view.running,
+            running=view.running,
             liveness=run.liveness() if view.at is None else {},
             not_started=not_started(summary),
             variant_bound=await self._variant_bound(run, summary, view.at),
@@ -467,7 +467,8 @@ class _Views:
     async def _neighbours(self, request: Request,
                           task: TaskView) -> tuple[Any, TableQuery]:
         """Where the task sits in the run's task table as the page was opened from it
-        (``?list=``: that table's filters and order; the whole table by key without)."""
+        (``?list=``: that table's filters and order; the whole table, failures first,
+        without)."""
         listed = TableQuery.parse(dict(parse_qsl(request.query_params.get("list", ""))))
         run = self._run(request)
         summary = (await self._folded(run, None)).summary
@@ -477,12 +478,11 @@ class _Views:
                     summary: RunSummary) -> list[TaskRow]:
         """The rows ``table`` keeps; for ``claimed``, those whose agent said it ended well
         (read from the transcripts, once per summary)."""
-        rows = table.rows_of(summary)
-        if table.outcome != CLAIMED:
-            return rows
+        if CLAIMED not in table.outcomes:
+            return table.rows_of(summary)
         claimed = await self._read(lambda ledger: per_summary(
             summary, "claimed_success", lambda: _queries.claimed_success(ledger, run.run_id)))
-        return [r for r in rows if r.task_key in claimed]
+        return table.rows_of(summary, claimed)
 
     def _tail(self, page: Transcript, tries: list[_queries.Attempt], view: str) -> Response:
         """What a live task page appends: the rows after the last one it shows."""

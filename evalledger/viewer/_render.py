@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -38,12 +38,14 @@ from evalledger.projections import (
     TagStats,
     TaskRow,
     error_digest,
+    failure_kinds,
     infra_note,
     rate_cell,
     success_cost_line,
     tag_stats,
     variant_table,
 )
+from evalledger.projections._digest import MODEL_API
 from evalledger.projections._intervals import Interval
 from evalledger.statuses import Category, FinalStatus
 
@@ -57,7 +59,10 @@ HERE = Path(__file__).parent
 STATIC = HERE / "static"
 DASH = "\u2013"  # an en dash: no value
 OUTCOMES = ("succeeded", "failed", "error", "ungraded", "unfinished")
-SORTS = ("key", "status", "score", "duration", "tokens", "cost", "attempts")
+SORTS = ("failures", "key", "status", "score", "duration", "tokens", "cost", "attempts")
+# The task table's order when it is not asked for one: errors and failures first (a
+# person opens a run to read them), then the rest; by key within each.
+DEFAULT_SORT = "failures"
 # The task table's status filter: a bucket, or a final status (as its menu lists them).
 # "flagged": the rows a scan flagged (docs/results.md, "Flags"), whatever their status.
 FLAGGED = "flagged"
@@ -139,6 +144,43 @@ def status_of(row: TaskRow, running: Collection[str] = ()) -> str:
     return "NOT STARTED" if row.attempts == 0 else "UNFINISHED"
 
 
+def _has_outcome(row: TaskRow, wanted: str, claimed: Collection[str]) -> bool:
+    """Whether ``row`` is of the status ``wanted`` (a table's status filter)."""
+    if wanted == FLAGGED:
+        return bool(row.flags)
+    if wanted == CLAIMED:  # the agent said it ended well, and the grader did not pass it
+        return row.category in (Category.FAILED, Category.ERROR) and row.task_key in claimed
+    return wanted in (outcome(row), status_of(row))
+
+
+def kinds_of(row: TaskRow) -> tuple[str, ...]:
+    """``failure_kinds`` of a row."""
+    status = row.final_status.value if row.final_status is not None else None
+    return failure_kinds(status, row.error_message)
+
+
+def kind_label(kind: str) -> str:
+    """A failure kind as the bar names it: ``run_command ✗``, ``TIMEOUT``, ``model API
+    failed``."""
+    if kind == MODEL_API:
+        return "model API failed"
+    return kind if kind.isupper() else f"{visible(kind)} \u2717"
+
+
+def kind_counts(summary: RunSummary) -> list[tuple[str, int]]:
+    """How many of the run's tasks had each kind of failure, the most first (counted
+    once per summary): the run page's bar of failure kinds."""
+    def count() -> list[tuple[str, int]]:
+        counts: dict[str, int] = {}
+        for row in summary.tasks:
+            if row.category in (Category.FAILED, Category.ERROR):
+                for kind in kinds_of(row):
+                    counts[kind] = counts.get(kind, 0) + 1
+        return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+    return per_summary(summary, "kind_counts", count)
+
+
 def status_class(row: TaskRow, running: Collection[str] = ()) -> str:
     """The pill's class of ``status_of``."""
     if row.final_status is None and row.task_key in running:
@@ -209,7 +251,8 @@ def environment() -> Environment:
                        tag_counts=tag_counts, role_costs=role_costs,
                        imported_differences=imported_differences, variant_table=variant_table,
                        success_cost_line=success_cost_line, rate_cell=rate_cell,
-                       task_matrix=task_matrix, tool_shown=tool_shown,
+                       task_matrix=task_matrix, tool_shown=tool_shown, kind_counts=kind_counts,
+                       kind_label=kind_label,
                        infra_note=infra_note)
     return env
 
@@ -230,54 +273,87 @@ def stylesheet() -> Markup:
 # -- the run page ----------------------------------------------------------------------------
 
 
+@runtime_checkable
+class _MultiMapping(Protocol):
+    """A query string that can hold a name more than once (Starlette's)."""
+
+    def getlist(self, key: str) -> list[str]: ...
+
+
 @dataclass(frozen=True)
 class TableQuery:
     """How the run page's task table is filtered, sorted and paged (its URL query)."""
 
-    outcome: str = ""
+    outcomes: tuple[str, ...] = ()
+    """The statuses kept (any of them); none: every status."""
+    kind: str = ""
+    """A failure kind (``failure_kinds``): a failed criterion's type, a status, or
+    ``model API``."""
     tag: str = ""
     variant: str = ""
     text: str = ""
-    sort: str = "key"
+    sort: str = DEFAULT_SORT
     descending: bool = False
     page: int = 1
 
+    @property
+    def outcome(self) -> str:
+        """The statuses as one parameter's value (``failed,error``)."""
+        return ",".join(self.outcomes)
+
+    @property
+    def filtered(self) -> bool:
+        return bool(self.outcomes or self.kind or self.tag or self.variant or self.text)
+
     @classmethod
     def parse(cls, query: Mapping[str, str]) -> TableQuery:
-        """The table a URL asks for.
+        """The table a URL asks for: ``outcome`` repeated (as a form's boxes send it) or
+        comma-separated (as the page's links spell it).
 
         Raises:
             BadParameter: a status, sort key, direction or page out of range (tags,
-                variants and text are free: an unknown one matches nothing).
+                variants, kinds and text are free: an unknown one matches nothing).
         """
+        given = query.getlist("outcome") if isinstance(query, _MultiMapping) else [
+            query.get("outcome", "")]
+        outcomes = [choice({"outcome": one}, "outcome", TABLE_OUTCOMES)
+                    for value in given for one in value.split(",")]
         return cls(
-            outcome=choice(query, "outcome", TABLE_OUTCOMES), tag=query.get("tag", ""),
+            outcomes=tuple(dict.fromkeys(o for o in outcomes if o)),
+            kind=query.get("kind", ""), tag=query.get("tag", ""),
             variant=query.get("variant", ""), text=query.get("q", ""),
-            sort=choice(query, "sort", SORTS, "key"),
+            sort=choice(query, "sort", SORTS, DEFAULT_SORT),
             descending=choice(query, "dir", ("asc", "desc")) == "desc",
             page=whole(query, "page", 1, low=1),
         )
 
     def params(self, **changes: Any) -> dict[str, Any]:
         """This query as URL parameters, with ``changes`` applied (and defaults left out)."""
-        values: dict[str, Any] = {"outcome": self.outcome, "tag": self.tag, "variant": self.variant,
-                  "q": self.text, "sort": "" if self.sort == "key" else self.sort,
-                  "dir": "desc" if self.descending else "", "page": self.page}
+        values: dict[str, Any] = {
+            "outcome": self.outcome, "kind": self.kind, "tag": self.tag,
+            "variant": self.variant, "q": self.text,
+            "sort": "" if self.sort == DEFAULT_SORT else self.sort,
+            "dir": "desc" if self.descending else "", "page": self.page}
         values.update(changes)
         if values.get("page") == 1:
             values["page"] = None
         return values
 
-    def rows_of(self, summary: RunSummary) -> list[TaskRow]:
+    def rows_of(self, summary: RunSummary,
+                claimed: Collection[str] = frozenset()) -> list[TaskRow]:
         """The summary's rows this query keeps, in its order: selected once per summary
         and query while it is among the recent ones (every page of a table reads the
-        same selection)."""
-        key = (self.outcome, self.tag, self.variant, self.text, self.sort, self.descending)
-        return recent_per_summary(summary, "rows", key, lambda: self.select(summary.tasks))
+        same selection). ``claimed``: the keys whose agent said it ended well (read
+        from the transcripts, once per summary)."""
+        key = (self.outcomes, self.kind, self.tag, self.variant, self.text, self.sort,
+               self.descending)
+        return recent_per_summary(summary, "rows", key,
+                                  lambda: self.select(summary.tasks, claimed))
 
-    def select(self, rows: Sequence[TaskRow]) -> list[TaskRow]:
+    def select(self, rows: Sequence[TaskRow],
+               claimed: Collection[str] = frozenset()) -> list[TaskRow]:
         """The rows this query keeps, in its order."""
-        chosen = [r for r in rows if self.keeps(r)]
+        chosen = [r for r in rows if self.keeps(r, claimed)]
         key = _SORT_KEYS[self.sort]
         # Unknown values (an unfinished task's score) sort last either way.
         known = [r for r in chosen if key(r) is not None]
@@ -285,15 +361,12 @@ class TableQuery:
         known.sort(key=lambda r: (key(r), r.task_key), reverse=self.descending)
         return known + unknown
 
-    def keeps(self, row: TaskRow) -> bool:
-        """Whether ``row`` passes every filter of this query."""
-        if self.outcome == FLAGGED:
-            if not row.flags:
-                return False
-        elif self.outcome == CLAIMED:  # what the agent said is the caller's to read
-            if row.category not in (Category.FAILED, Category.ERROR):
-                return False
-        elif self.outcome and self.outcome not in (outcome(row), status_of(row)):
+    def keeps(self, row: TaskRow, claimed: Collection[str] = frozenset()) -> bool:
+        """Whether ``row`` passes every filter of this query: any of its statuses, and
+        each other filter."""
+        if self.outcomes and not any(_has_outcome(row, o, claimed) for o in self.outcomes):
+            return False
+        if self.kind and self.kind not in kinds_of(row):
             return False
         if (self.tag and self.tag not in row.tags) or (
                 self.variant and row.variant_id != self.variant):
@@ -301,7 +374,6 @@ class TableQuery:
         text = self.text.lower()
         return not text or text in row.task_key.lower() or text in (
             row.error_message or "").lower()
-
 
     def as_list(self) -> str:
         """This query (its filters and order, not its page) as one URL parameter's value:
@@ -380,7 +452,9 @@ def task_matrix(summary: RunSummary, most: int = 200) -> Matrix | None:
     return Matrix(variants, tuple(rows[:most]), len(rows))
 
 
+_FAILURES_FIRST = {"error": 0, "failed": 1, "unfinished": 2, "ungraded": 3, "succeeded": 4}
 _SORT_KEYS: dict[str, Any] = {
+    "failures": lambda r: _FAILURES_FIRST[outcome(r)],
     "key": lambda r: r.task_key,
     "status": status_of,
     "score": lambda r: r.weighted_score,

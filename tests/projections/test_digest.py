@@ -5,8 +5,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from evalledger.projections import error_digest
-from evalledger.projections._digest import LIMIT
+from evalledger.projections import error_digest, failure_kinds
+from evalledger.projections._digest import LIMIT, MODEL_API
+from evalledger.statuses import FinalStatus
 
 PYTEST = """run_command: exit code 1: \
 ============================= test session starts ==============================
@@ -62,3 +63,33 @@ def test_a_message_without_a_telling_line_keeps_its_first_and_last() -> None:
 def test_a_digest_is_one_line_within_the_limit(message: str) -> None:
     digest = error_digest(message)
     assert len(digest.splitlines()) <= 1 and len(digest) <= LIMIT
+
+
+# -- failure_kinds: what the viewer's bar counts and its filter matches ----------------------
+
+
+def test_a_failure_is_of_each_criterion_that_failed() -> None:
+    said = ("file_contains: answer.txt is not a file; run_command: exit code 2: x; "
+            "file_contains: b.txt lacks 'y'")
+    assert failure_kinds("FAILURE", said) == ("file_contains", "run_command")
+    assert failure_kinds("FAILURE", PYTEST) == ("run_command",)
+
+
+def test_a_model_api_failure_comes_first_and_the_status_stands_for_no_criterion() -> None:
+    said = ("file_exists: answer.txt is not a file (the agent's model API failed: result "
+            "is_error: 529)")
+    assert failure_kinds("FAILURE", said) == (MODEL_API, "file_exists")
+    assert failure_kinds("ERROR", "command not found (the agent's model API failed: 500)"
+                         ) == (MODEL_API, "ERROR")
+    assert failure_kinds("TIMEOUT", "timed out after 20s") == ("TIMEOUT",)
+    assert failure_kinds("FAILURE", "exited 1") == ("FAILURE",)
+
+
+@given(st.sampled_from([*FinalStatus, None]), st.none() | st.text(max_size=300))
+def test_only_an_attempt_that_failed_has_kinds_and_it_has_some(
+        status: FinalStatus | None, message: str | None) -> None:
+    kinds = failure_kinds(status and status.value, message)
+    if status in (None, FinalStatus.SUCCESS, FinalStatus.NOT_GRADED):
+        assert kinds == ()
+    else:
+        assert kinds and len(set(kinds)) == len(kinds) and kinds[-1] != MODEL_API

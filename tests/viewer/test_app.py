@@ -20,6 +20,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount, Route
 from starlette.testclient import TestClient
 
+from evalledger._text import money
 from evalledger.ledger import Ledger
 from evalledger.projections import SummaryFold, fold, render_json
 from evalledger.viewer import create_app
@@ -75,8 +76,11 @@ def test_run_page_headline_equals_run_json(client: TestClient, suite: Suite) -> 
     for field in ("tasks_run", "tasks_succeeded", "tasks_failed", "tasks_error"):
         assert re.search(rf'data-count="{field}">{expected[field]}<', html), field
     assert f'data-count="pass_rate">{expected["pass_rate"]:.1%}<' in html
+    per_success = money(expected["cost_per_success"], expected["cost_complete"])
+    assert expected["cost_per_success"] and (
+        f'data-count="cost_per_success">{per_success}<' in html)
     # Charts are server-rendered SVG; the variants table and tags are there.
-    assert html.count("<svg") == 6
+    assert html.count('class="chart"') == 6  # the bars of failure kinds are not charts
     assert "statuses per variant" in html and "pass rate per tag" in html
     assert ">weird<" in html and ">fast<" in html
 
@@ -126,6 +130,25 @@ def test_the_task_table_filters_sorts_and_pages(client: TestClient, suite: Suite
     assert client.get(api, params={"page": 2}).json()["tasks"] == []
     html = client.get(f"/runs/{suite.first}", params={"outcome": "FAILURE"}).text
     assert "default/fails/00" in html and "default/ok/00</a>" not in html
+    # Several statuses: repeated (as a form's boxes send them) or comma-separated (as
+    # the page's links spell them), any of them kept; the first of the rest, failures.
+    either = [t["task_key"] for t in listing["tasks"]
+              if t["category"] in ("failed", "succeeded")]
+    for params in ({"outcome": ["failed", "succeeded"]}, {"outcome": "failed,succeeded"}):
+        kept = [t["task_key"] for t in client.get(api, params=params).json()["tasks"]]
+        assert kept == either and {"default/fails/00", "default/ok/00"} <= set(kept)
+    everything = [t["task_key"] for t in listing["tasks"]]
+    categories = [t["category"] for t in listing["tasks"]]
+    first_success = categories.index("succeeded")
+    assert all(c in ("failed", "error") for c in categories[:first_success]), categories
+    assert everything == [t["task_key"] for t in client.get(
+        api, params={"sort": "failures"}).json()["tasks"]]
+    by_key = [t["task_key"] for t in client.get(api, params={"sort": "key"}).json()["tasks"]]
+    assert by_key == sorted(everything)
+    # A failure kind: the failed criterion's type (or the status) of each failure.
+    kind = client.get(api, params={"kind": "output_contains"}).json()["tasks"]
+    assert kind and all("output_contains" in t["error_message"] for t in kind)
+    assert client.get(api, params={"kind": "nothing-like-it"}).json()["total"] == 0
 
 
 def test_a_task_page_shows_attempts_criteria_and_lines(client: TestClient, suite: Suite) -> None:

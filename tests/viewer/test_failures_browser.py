@@ -150,8 +150,10 @@ def test_keys_walk_the_failures_and_the_crumbs_lead_back(failures: str, page: An
                        ("j", "default/pytest-fails/00"), ("k", "default/lacks-yes/00")):
         page.keyboard.press(key)
         expect(page.locator("h1")).to_have_text(shown)
-    page.keyboard.press("ArrowRight")  # the next task, failed or not
-    expect(page.locator("h1")).to_have_text("default/ok/00")
+    # The list is the table's, failures first: after them, the ones that succeeded.
+    for shown in ("default/pytest-fails/00", "default/edits/00"):
+        page.keyboard.press("ArrowRight")  # the next task, failed or not
+        expect(page.locator("h1")).to_have_text(shown)
     expect(page.locator("nav.walk .at")).to_have_text("5 of 6")
     page.click("nav.crumbs a.back")
     expect(page.locator("table.tasks")).to_be_visible()
@@ -211,11 +213,46 @@ def test_the_agents_claim_stands_beside_the_graders_verdict(failures: str, page:
     # The run's table keeps, under "claimed success, not passed", only such tasks: not
     # the 529 (its agent said it failed), not the ones without an agent.
     page.goto(f"{failures}/runs/{RUN}")
-    page.select_option("select[name=outcome]", "claimed")  # no submit: it filters
+    page.check("input[name=outcome][value=claimed]")  # no submit: it filters
     page.wait_for_url("**outcome=claimed**")
     expect(page.locator("table.tasks tbody tr[data-task]")).to_have_count(1)
     expect(page.locator("table.tasks tbody tr[data-task]")).to_have_attribute(
         "data-task", "default/claims/00")
+
+
+def test_failures_come_first_with_a_bar_of_their_kinds(failures: str, page: Any) -> None:  # noqa: F811
+    page.goto(f"{failures}/runs/{RUN}")
+    rows = page.locator("table.tasks tbody tr[data-task]")
+    assert [r.get_attribute("data-task") for r in rows.all()] == [
+        "default/api-529/00", "default/claims/00", "default/lacks-yes/00",
+        "default/pytest-fails/00", "default/edits/00", "default/ok/00"]
+    expect(page.locator("p.count")).to_contain_text("failures first")
+    # Each kind with how many tasks failed so (the 529's task also lacked its file).
+    kinds = page.locator("nav.kinds .kind")
+    assert [" ".join(k.split()) for k in kinds.all_text_contents()] == [
+        "file_exists \u2717 2", "model API failed 1", "output_contains \u2717 1",
+        "run_command \u2717 1"]
+    kinds.nth(0).click()
+    page.wait_for_url("**kind=file_exists**")
+    assert [r.get_attribute("data-task") for r in rows.all()] == [
+        "default/api-529/00", "default/claims/00"]
+    expect(page.locator("nav.kinds a.kind.on")).to_have_attribute("aria-current", "true")
+    # Several statuses at once, as they are ticked: no submit, no reload.
+    page.goto(f"{failures}/runs/{RUN}")
+    loaded = page.evaluate("window.evalledgerLoadedAt")
+    page.check("input[name=outcome][value=succeeded]")
+    expect(rows).to_have_count(2)
+    page.check("input[name=outcome][value=claimed]")
+    expect(rows).to_have_count(3)
+    assert [r.get_attribute("data-task") for r in rows.all()] == [
+        "default/claims/00", "default/edits/00", "default/ok/00"]
+    expect(page.locator("input[name=outcome][value=claimed]")).to_be_focused()
+    assert page.evaluate("window.evalledgerLoadedAt") == loaded
+    assert "outcome=succeeded&outcome=claimed" in page.url
+    page.click("tr[data-task='default/edits/00'] a")  # its walk is that list
+    expect(page.locator("nav.walk .at")).to_have_text("2 of 3")
+    page.keyboard.press("k")
+    expect(page.locator("h1")).to_have_text("default/claims/00")
 
 
 def test_typing_in_the_filter_narrows_the_table(failures: str, page: Any) -> None:  # noqa: F811

@@ -27,12 +27,14 @@
     const live = address + (query.toString() ? "&" : "?") + "fragment=live";
     const response = await fetch(live, { credentials: "same-origin" });
     if (!response.ok) { return; }
-    const focused = document.activeElement && document.activeElement.name;
+    const active = document.activeElement;
+    const focused = active && active.name &&
+      '[name="' + active.name + '"]' + (active.type === "checkbox" ? '[value="' + active.value + '"]' : "");
     const region = document.getElementById("live");
     region.innerHTML = await response.text();
     history.replaceState(null, "", address);
     body.dataset.live = live;
-    const again = focused && region.querySelector('form.task-filter [name="' + focused + '"]');
+    const again = focused && region.querySelector("form.task-filter " + focused);
     if (again) {
       again.focus();
       if (again.setSelectionRange && again.type === "search") {
@@ -50,7 +52,8 @@
   });
   document.addEventListener("change", function (event) {
     const form = event.target.form;
-    if (form && form.classList.contains("task-filter") && event.target.tagName === "SELECT") {
+    if (form && form.classList.contains("task-filter") &&
+        (event.target.tagName === "SELECT" || event.target.type === "checkbox")) {
       filterTasks(form);
     }
   });
