@@ -48,19 +48,22 @@ def run_imported(ledger: Ledger, run_id: str) -> dict[str, Any] | None:
 
 
 def transcript_rows(
-    ledger: Ledger, run_id: str, task_key: str, *, after: int | None = None,
+    ledger: Ledger, run_id: str, task_key: str | None, *, after: int | None = None,
     before: int | None = None, limit: int = 500, search: str | None = None,
 ) -> tuple[list[EventRow], bool]:
     """Up to ``limit`` transcript rows of a task (output lines and JSON events) in seq
     order, and whether there are more beyond them (after the page, or before it when
-    paging backwards).
+    paging backwards); ``task_key`` None: of every task of the run.
 
     ``after``: the rows after that seq (0 or None: from the first); ``before``: the rows
     before that seq (``-1`` or 0: the last rows). ``search`` keeps only rows whose
     text holds it.
     """
-    where = ["run_id = ?", "task_key = ?", _TRANSCRIPT]
-    params: list[Any] = [run_id, task_key]
+    where = ["run_id = ?", _TRANSCRIPT]
+    params: list[Any] = [run_id]
+    if task_key is not None:
+        where.insert(1, "task_key = ?")
+        params.append(task_key)
     if search:
         # Payloads are JSON: look for the text as JSON spells it inside a string.
         where.append("instr(payload, ?) > 0")

@@ -29,19 +29,28 @@ _FLAGS = {1: "b", 2: "d", 3: "i", 4: "u"}
 _FLAGS_OFF = {22: ("b", "d"), 23: ("i",), 24: ("u",)}
 
 
-def ansi_html(text: str, *, newlines: bool = False) -> Markup:
-    """``text`` as HTML: coloured spans for its SGR sequences, everything escaped."""
+def ansi_html(text: str, *, newlines: bool = False, mark: str = "") -> Markup:
+    """``text`` as HTML: coloured spans for its SGR sequences, everything escaped; each
+    ``mark`` in it (a search's text) inside ``<mark>`` (within one colour's run)."""
     if "\x1b[" not in text:  # nearly every line: as the plain filter would show it
-        return escape(visible(text, newlines=newlines))
+        return Markup(_marked(visible(text, newlines=newlines), mark))
     out: list[str] = []
     state = _State()
     start = 0
     for match in _SGR.finditer(text):
-        out.append(state.wrap(text[start:match.start()], newlines))
+        out.append(state.wrap(text[start:match.start()], newlines, mark))
         state.apply(match.group(1))
         start = match.end()
-    out.append(state.wrap(text[start:], newlines))
+    out.append(state.wrap(text[start:], newlines, mark))
     return Markup("".join(out))
+
+
+def _marked(shown: str, mark: str) -> str:
+    """``shown`` escaped, each ``mark`` in it wrapped in ``<mark>``: split before
+    escaping, so a mark never lands inside an entity."""
+    if not mark or mark not in shown:
+        return str(escape(shown))
+    return f"<mark>{escape(mark)}</mark>".join(str(escape(part)) for part in shown.split(mark))
 
 
 class _State:
@@ -52,10 +61,10 @@ class _State:
         self.bg: int | None = None
         self.flags: set[str] = set()
 
-    def wrap(self, chunk: str, newlines: bool) -> str:
+    def wrap(self, chunk: str, newlines: bool, mark: str = "") -> str:
         if not chunk:
             return ""
-        shown = str(escape(visible(chunk, newlines=newlines)))
+        shown = _marked(visible(chunk, newlines=newlines), mark)
         classes = [f"a-{flag}" for flag in sorted(self.flags)]
         if self.fg is not None:
             classes.append(f"a-fg{self.fg}")

@@ -84,6 +84,7 @@ from ._resources import (
     Resource,
     RunList,
     RunView,
+    SearchView,
     SummaryView,
     TaskTable,
     TaskView,
@@ -94,6 +95,8 @@ from ._state import LedgerState, RunState, pages
 RUNS_PER_PAGE = 50
 TASKS_PER_PAGE = 100
 LINES_PER_PAGE = 500
+# A run-wide search shows this many matching lines at most (the first, in seq order).
+SEARCH_LINES = 500
 MAX_LINES_PER_PAGE = 5000
 # A run's status as the runs page shows it (and filters by it).
 RUN_STATUSES = tuple(s.value for s in ShownStatus)
@@ -144,6 +147,7 @@ def create_app(ledger_path: str | Path, *, token: str | None = None,
         Route("/runs/{run_id}/report.html", views.download),
         Route("/runs/{run_id}/junit.xml", views.download),
         Route("/runs/{run_id}/tasks/{task_key:path}", views.task_page),
+        Route("/runs/{run_id}/search", views.search_page),
         Route("/diff/{run_a}/{run_b}", views.diff_page),
         Route("/compare", views.compare),
         # The JSON twin of each resource: the same data function, rendered as JSON.
@@ -153,6 +157,7 @@ def create_app(ledger_path: str | Path, *, token: str | None = None,
         Route("/api/runs/{run_id}/tasks", _as_json(views.tasks)),
         Route("/api/runs/{run_id}/tasks/{task_key:path}", _as_json(views.task)),
         Route("/api/runs/{run_id}/transcript/{task_key:path}", _as_json(views.transcript)),
+        Route("/api/runs/{run_id}/search", _as_json(views.search)),
         Route("/api/diff/{run_a}/{run_b}", _as_json(views.diff)),
         Route("/api/stream", views.stream),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
@@ -339,6 +344,16 @@ class _Views:
             more_before=page.more_before, more_after=page.more_after, lines=page.lines,
             search=search, after=after)
 
+    async def search(self, request: Request) -> SearchView:
+        """Every transcript line of a run that holds ``?q=`` (the first
+        ``SEARCH_LINES``), by task; nothing is read for an empty ``q``."""
+        run = self._run(request)
+        q = request.query_params.get("q", "")
+        found = (await self._read(_queries.search_run, run.run_id, q, limit=SEARCH_LINES)
+                 if q else _queries.RunSearch([], 0, False))
+        return SearchView.model_construct(run_id=run.run_id, q=q, lines=found.lines,
+                                          more=found.more, tasks=found.tasks)
+
     async def diff(self, request: Request) -> DiffView:
         """What changed from run A to run B (``/diff/A/B``), by their summaries now."""
         runs = []
@@ -388,6 +403,10 @@ class _Views:
             return self._page("_run_live.html", **context)
         live = _local(str(request.url.include_query_params(fragment="live")))
         return self._page("run.html", live_url=live, **context)
+
+    async def search_page(self, request: Request) -> Response:
+        view = await self.search(request)
+        return self._page("search.html", found=view)
 
     async def compare(self, request: Request) -> Response:
         """``/compare?run=A&run=B``: the diff of two runs, the older first (as the runs

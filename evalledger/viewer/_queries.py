@@ -201,6 +201,43 @@ def _line(row: EventRow, starts: list[int], numbers: list[int]) -> Line:
                 str(payload.get("line", "")), truncated=bool(payload.get("truncated")))
 
 
+@dataclass
+class Found:
+    """A task's lines that hold what a run-wide search looked for."""
+
+    task_key: str
+    lines: list[Line]
+
+
+@dataclass
+class RunSearch:
+    """What a search of every transcript of a run found: per task, in the order of its
+    first match; ``more``: matches beyond the ones read."""
+
+    tasks: list[Found]
+    lines: int
+    more: bool
+
+
+def search_run(ledger: Ledger, run_id: str, text: str, *, limit: int = 500) -> RunSearch:
+    """The first ``limit`` transcript lines of the run that hold ``text`` (as typed: case
+    matters, as in a task's own search), by task."""
+    rows, more = transcript_rows(ledger, run_id, None, search=text, limit=limit)
+    starts: dict[str, tuple[list[int], list[int]]] = {}
+    if rows:
+        for event in ledger.events(run_id, types={EventType.TASK_STARTED}):
+            if isinstance(event, TaskStarted):
+                seqs, numbers = starts.setdefault(event.task_key, ([], []))
+                seqs.append(event.seq or 0)
+                numbers.append(event.attempt)
+    found: dict[str, Found] = {}
+    for row in rows:
+        key = row.task_key or ""
+        seqs, numbers = starts.get(key, ([], []))
+        found.setdefault(key, Found(key, [])).lines.append(_line(row, seqs, numbers))
+    return RunSearch(list(found.values()), len(rows), more)
+
+
 class TailLine(NamedTuple):
     """A line of the report's transcript tail: what it is (stdout, stderr, json, or a
     conversation line's kind: assistant, tool, result, ...) and its text."""

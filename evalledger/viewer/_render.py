@@ -246,7 +246,7 @@ def environment() -> Environment:
                        status_class=status_class, segment=segment, ansi=ansi_html,
                        tool_input=tool_input, result_text=result_text,
                        final_facts=final_facts, record=imported_record, digest=_digest,
-                       folded=folded)
+                       folded=folded, around=around)
     env.globals.update(url=_url, version=__version__, OUTCOMES=OUTCOMES, graded=graded,
                        tag_counts=tag_counts, role_costs=role_costs,
                        imported_differences=imported_differences, variant_table=variant_table,
@@ -255,6 +255,17 @@ def environment() -> Environment:
                        kind_label=kind_label,
                        infra_note=infra_note)
     return env
+
+
+def around(text: str, mark: str, width: int = 240) -> str:
+    """``text`` cut to about ``width`` characters around the first ``mark`` in it (a
+    search's long line: the part that holds what was looked for), its cuts marked."""
+    if len(text) <= width:
+        return text
+    at = max(text.find(mark), 0) if mark else 0
+    start = max(0, min(at - width // 3, len(text) - width))
+    end = start + width
+    return ("\u2026" if start else "") + text[start:end] + ("\u2026" if end < len(text) else "")
 
 
 def _digest(message: str | None) -> str:

@@ -34,7 +34,7 @@ from evalledger.projections import (
 )
 
 from ._memo import per_summary
-from ._queries import Attempt, Line
+from ._queries import Attempt, Found, Line
 from ._render import TableQuery
 
 
@@ -141,6 +141,17 @@ class Transcript(Resource):
     @property
     def last_seq(self) -> int:
         return self.lines[-1].seq if self.lines else 0
+
+
+class SearchView(Resource):
+    """``/runs/RUN/search?q=`` and ``/api/runs/RUN/search``: the run's transcript lines
+    that hold a text, by task (the first ``lines`` of them; ``more``: there are more)."""
+
+    run_id: str
+    q: str
+    lines: int
+    more: bool
+    tasks: list[Found]
 
 
 class SummaryView(Resource):

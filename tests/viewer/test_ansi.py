@@ -50,3 +50,17 @@ def test_whatever_the_input_only_our_spans_are_markup(text: str) -> None:
     assert "\x1b" not in shown and "\x07" not in shown and "\u202e" not in shown
     # What is left once the spans go is the text without its SGR sequences, spelled out.
     assert html.unescape(bare) == visible(re.sub(r"\x1b\[[0-9;:]{0,64}m", "", text))
+
+
+def test_a_search_is_marked_in_what_is_shown_never_inside_an_escape() -> None:
+    assert ansi_html("a<b>a", mark="a") == "<mark>a</mark>&lt;b&gt;<mark>a</mark>"
+    assert ansi_html("fish & chips", mark="amp") == "fish &amp; chips"
+    assert ansi_html("\x1b[31mred fail\x1b[0m ok", mark="fail") == (
+        '<span class="a-fg1">red <mark>fail</mark></span> ok')
+    assert ansi_html("nothing here", mark="") == "nothing here"
+
+
+@given(st.text(max_size=200), st.text(min_size=1, max_size=5))
+def test_marking_changes_no_text(text: str, mark: str) -> None:
+    shown = str(ansi_html(text, mark=mark))
+    assert shown.replace("<mark>", "").replace("</mark>", "") == str(ansi_html(text))

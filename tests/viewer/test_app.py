@@ -151,6 +151,28 @@ def test_the_task_table_filters_sorts_and_pages(client: TestClient, suite: Suite
     assert client.get(api, params={"kind": "nothing-like-it"}).json()["total"] == 0
 
 
+def test_a_search_of_every_transcript_finds_each_line_by_task(
+    client: TestClient, suite: Suite
+) -> None:
+    api = f"/api/runs/{suite.first}/search"
+    found = client.get(api, params={"q": "oops"}).json()
+    assert [t["task_key"] for t in found["tasks"]] == ["default/ok/00"]
+    assert [line["text"] for line in found["tasks"][0]["lines"]] == ["oops"]
+    assert (found["lines"], found["more"]) == (1, False)
+    # The first 500 lines of the run that hold it, and a word that there are more.
+    many = client.get(api, params={"q": "line"}).json()
+    assert (many["lines"], many["more"]) == (500, True)
+    assert client.get(api, params={"q": "OOPS"}).json()["lines"] == 0  # case matters
+    assert client.get(api).json() == {"run_id": suite.first, "q": "", "lines": 0,
+                                      "more": False, "tasks": []}
+    page = client.get(f"/runs/{suite.first}/search", params={"q": "oops"}).text
+    assert "<mark>oops</mark>" in page and "1 line in 1 task hold" in page
+    # A task's own search marks what it found.
+    task = client.get(f"/runs/{suite.first}/tasks/default/ok/00",
+                      params={"q": "oop", "view": "raw"}).text
+    assert "<mark>oop</mark>s" in task
+
+
 def test_a_task_page_shows_attempts_criteria_and_lines(client: TestClient, suite: Suite) -> None:
     html = client.get(f"/runs/{suite.first}/tasks/default/ok/00").text
     assert "Attempt 1" in html and "exit_code" in html
@@ -207,7 +229,7 @@ def test_a_long_transcript_is_paged_and_searchable(client: TestClient, suite: Su
     html = client.get(f"/runs/{suite.first}/tasks/default/long/00").text
     assert html.count('<tr class="ln-stdout"') == 500 and "next →" in html
     searched = client.get(f"/runs/{suite.first}/tasks/default/long/00?q=of+1200").text
-    assert "line 7 of 1200" in searched
+    assert "line 7 <mark>of 1200</mark>" in searched
 
 
 def test_a_claude_code_transcript_reads_as_a_conversation(
@@ -417,6 +439,7 @@ PARAMETERS: dict[str, dict[str, list[str]]] = {
     "/runs/{run_id}/junit.xml": {"at": AT},
     "/runs/{run_id}/tasks/{task_key:path}": {**TRANSCRIPT, "view": ["nope"],
                                              "fragment": ["nope", "live"]},
+    "/runs/{run_id}/search": {},
     "/diff/{run_a}/{run_b}": {},
     "/compare": {},
     "/api/runs": {"page": PAGE, "status": ["nope"]},
@@ -426,6 +449,7 @@ PARAMETERS: dict[str, dict[str, list[str]]] = {
     "/api/runs/{run_id}/tasks/{task_key:path}": {},
     "/api/runs/{run_id}/transcript/{task_key:path}": {
         **TRANSCRIPT, "limit": [*NOT_NUMBERS, "0", "-1", "-2", "5001"]},
+    "/api/runs/{run_id}/search": {},
     "/api/diff/{run_a}/{run_b}": {},
     "/api/stream": {},
     "/static": {},

@@ -131,8 +131,8 @@ def test_each_failure_says_why_in_one_line(failures: str, page: Any) -> None:  #
     whole = page.get_attribute("tr[data-task='default/pytest-fails/00'] td.why", "title")
     assert "\nFAILED test_stats.py::test_median - assert 0 is None\n" in whole
     # The 529 is searchable in the table's filter.
-    page.fill("input[name=q]", "529")
-    page.press("input[name=q]", "Enter")
+    page.fill("form.task-filter input[name=q]", "529")
+    page.press("form.task-filter input[name=q]", "Enter")
     page.wait_for_url("**q=529**")
     assert page.locator("table.tasks tbody tr[data-task]").count() == 1
     page.click("tr[data-task='default/api-529/00'] a")
@@ -255,12 +255,28 @@ def test_failures_come_first_with_a_bar_of_their_kinds(failures: str, page: Any)
     expect(page.locator("h1")).to_have_text("default/claims/00")
 
 
+def test_a_search_of_every_transcript_marks_what_it_found(failures: str, page: Any) -> None:  # noqa: F811
+    page.goto(f"{failures}/runs/{RUN}")
+    page.fill("form.search-all input[name=q]", "Overloaded")
+    page.press("form.search-all input[name=q]", "Enter")
+    page.wait_for_url("**/search?q=Overloaded")
+    found = page.locator("section.found")
+    expect(found).to_have_count(1)
+    expect(found).to_have_attribute("data-task", "default/api-529/00")
+    expect(page.locator("p.count")).to_contain_text("1 line in 1 task hold")
+    expect(found.locator("mark")).to_have_text(["Overloaded"])
+    found.locator("h2 a").click()  # the task's own lines that hold it, marked
+    expect(page.locator("h1")).to_have_text("default/api-529/00")
+    expect(page.locator("table.lines tbody tr[data-seq]")).to_have_count(1)
+    expect(page.locator("table.lines mark")).to_have_text(["Overloaded"])
+
+
 def test_typing_in_the_filter_narrows_the_table(failures: str, page: Any) -> None:  # noqa: F811
     page.goto(f"{failures}/runs/{RUN}")
     rows = page.locator("table.tasks tbody tr[data-task]")
     expect(rows).to_have_count(6)
     loaded = page.evaluate("window.evalledgerLoadedAt")
-    box = page.locator("input[name=q]")
+    box = page.locator("form.task-filter input[name=q]")
     box.click()
     page.keyboard.type("lacks")
     expect(rows).to_have_count(1)
@@ -275,7 +291,8 @@ def test_typing_in_the_filter_narrows_the_table(failures: str, page: Any) -> Non
 
 @pytest.mark.parametrize("path", [
     "/", f"/runs/{RUN}", f"/runs/{CROSSED}", f"/runs/{RUN}/tasks/default/claims/00",
-    f"/runs/{RUN}/tasks/default/pytest-fails/00", f"/diff/{RUN}/{CROSSED}"])
+    f"/runs/{RUN}/tasks/default/pytest-fails/00", f"/diff/{RUN}/{CROSSED}",
+    f"/runs/{RUN}/search?q=529", f"/runs/{RUN}/tasks/default/api-529/00?q=529&view=raw"])
 def test_axe_finds_no_violation(failures: str, browser: Any, path: str) -> None:  # noqa: F811
     assert axe_violations(browser, failures + path) == []
 
