@@ -552,6 +552,10 @@ class Said:
     line: Line
     entry: Entry | None
     kind: str = "said"
+    elapsed: float | None = None
+    """Seconds from its attempt's start to this line (None: a time unreadable)."""
+    took: float | None = None
+    """Seconds from the line shown before it in the same attempt (or the start)."""
 
     @property
     def seq(self) -> int:
@@ -581,13 +585,15 @@ def conversation(rows: Sequence[Line | AttemptMark],
     """Transcript rows as a conversation: each JSON line read by the parser of its
     attempt's stream format (``agents``); other lines as they are."""
     parsers = {t.number: parser_for(t.stream_format) for t in tries}
+    began = {t.number: _seconds(t.started.ts) for t in tries}
+    latest: dict[int, float | None] = dict(began)  # per attempt, its last item's time
     items: list[Said | AttemptMark] = []
     chunks: list[str] = []  # the streamed answer the last item began, joined once it ends
 
     def joined() -> None:
         last = items[-1]
         assert isinstance(last, Said) and last.entry is not None
-        items[-1] = Said(last.line, dataclasses.replace(
+        items[-1] = dataclasses.replace(last, entry=dataclasses.replace(
             last.entry, steps=(Text("".join(chunks), delta=True),)))
         chunks.clear()
 
@@ -607,13 +613,27 @@ def conversation(rows: Sequence[Line | AttemptMark],
         if isinstance(row, AttemptMark):
             items.append(row)
             continue
-        items.append(Said(row, entry))
+        at, start, before = _seconds(row.ts), began.get(row.attempt), latest.get(row.attempt)
+        items.append(Said(row, entry, elapsed=_between(start, at), took=_between(before, at)))
+        latest[row.attempt] = at
         if _chunks(entry):
             assert entry is not None
             chunks += [s.text for s in entry.steps if isinstance(s, Text)]
     if len(chunks) > 1:
         joined()
     return items
+
+
+def _seconds(ts: str | None) -> float | None:
+    """A ledger ``ts`` (ISO 8601) as seconds since the epoch; None when unreadable."""
+    try:
+        return datetime.fromisoformat(str(ts).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _between(earlier: float | None, later: float | None) -> float | None:
+    return None if earlier is None or later is None else max(0.0, later - earlier)
 
 
 def _chunks(entry: Entry | None) -> bool:

@@ -255,6 +255,15 @@ def test_failures_come_first_with_a_bar_of_their_kinds(failures: str, page: Any)
     expect(page.locator("h1")).to_have_text("default/claims/00")
 
 
+def test_a_long_criterion_detail_is_folded_under_its_reason(failures: str, page: Any) -> None:  # noqa: F811
+    page.goto(f"{failures}/runs/{RUN}/tasks/default/pytest-fails/00")
+    detail = page.locator("table.criteria tr.fail details.more")
+    expect(detail.locator("summary")).to_have_text("run_command \u2717 assert 0 is None")
+    assert detail.get_attribute("open") is None
+    detail.locator("summary").click()
+    expect(detail).to_contain_text("FAILED test_stats.py::test_median - assert 0 is None")
+
+
 def test_a_search_of_every_transcript_marks_what_it_found(failures: str, page: Any) -> None:  # noqa: F811
     page.goto(f"{failures}/runs/{RUN}")
     page.fill("form.search-all input[name=q]", "Overloaded")
