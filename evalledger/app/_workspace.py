@@ -46,15 +46,27 @@ class FileChange:
 @dataclass(frozen=True)
 class WorkspaceChanges:
     files: list[FileChange] = field(default_factory=list)
+    """The changed files of the page asked for (``MOST_FILES`` a page), by path."""
     unchanged: int = 0
-    more: int = 0
-    """Changed files beyond the ``MOST_FILES`` listed."""
+    changed: int = 0
+    """Every changed file, listed or not."""
+    start: int = 0
+    """How many changed files come before the ones listed."""
+    kinds: dict[str, int] = field(default_factory=dict)
+    """How many files were added, removed and modified, listed or not."""
     why_not: str = ""
     """Why nothing could be compared (no workdir, the workspace not kept, ...)."""
 
+    @property
+    def more(self) -> int:
+        """Changed files after the ones listed."""
+        return max(0, self.changed - self.start - len(self.files))
 
-def workspace_changes(ledger: Ledger, run_id: str, task_key: str) -> WorkspaceChanges:
-    """The key's kept workspace against the workdir its latest attempt started from."""
+
+def workspace_changes(ledger: Ledger, run_id: str, task_key: str, *, page: int = 1,
+                      most: int = MOST_FILES) -> WorkspaceChanges:
+    """The key's kept workspace against the workdir its latest attempt started from: the
+    ``page``-th ``most`` of its changed files."""
     started = None
     for event in ledger.events(run_id, task_key=task_key, types={EventType.TASK_STARTED}):
         if isinstance(event, TaskStarted):
@@ -75,25 +87,37 @@ def workspace_changes(ledger: Ledger, run_id: str, task_key: str) -> WorkspaceCh
     original = Path(workdir) if isinstance(workdir, str) else None
     if original is not None and not original.is_dir():
         return WorkspaceChanges(why_not=f"its starting folder {original} is gone")
-    return compare(original, kept)
+    return compare(original, kept, page=page, most=most)
 
 
-def compare(original: Path | None, kept: Path) -> WorkspaceChanges:
-    """``kept`` against ``original`` (None: the attempt started from an empty folder)."""
+def compare(original: Path | None, kept: Path, *, page: int = 1,
+            most: int = MOST_FILES) -> WorkspaceChanges:
+    """``kept`` against ``original`` (None: the attempt started from an empty folder):
+    every file classed by its digest, and only the ``page``-th ``most`` of the changed
+    ones read for their diffs."""
     before = _files(original) if original is not None else {}
     after = _files(kept)
-    changes: list[FileChange] = []
-    unchanged = 0
+    changed: list[tuple[str, str]] = []
     for path in sorted(before.keys() | after.keys()):
         if path not in after:
-            changes.append(FileChange(path, "removed"))
+            changed.append((path, "removed"))
         elif path not in before:
-            changes.append(_added(kept, path, after[path]))
+            changed.append((path, "added"))
         elif before[path] != after[path]:
-            changes.append(_modified(original, kept, path, before[path], after[path]))
+            changed.append((path, "modified"))
+    start = (page - 1) * most
+    files = []
+    for path, kind in changed[start:start + most]:
+        if kind == "removed":
+            files.append(FileChange(path, kind))
+        elif kind == "added":
+            files.append(_added(kept, path, after[path]))
         else:
-            unchanged += 1
-    return WorkspaceChanges(changes[:MOST_FILES], unchanged, max(0, len(changes) - MOST_FILES))
+            files.append(_modified(original, kept, path, before[path], after[path]))
+    kinds = {kind: sum(1 for _, k in changed if k == kind)
+             for kind in ("added", "removed", "modified")}
+    return WorkspaceChanges(files, len(before.keys() & after.keys()) - kinds["modified"],
+                            len(changed), start, kinds)
 
 
 def _files(root: Path) -> dict[str, str]:

@@ -468,7 +468,9 @@ class _Views:
             return self._tail(page, task.attempts, view)
         here = f"/runs/{segment(task.run_id)}/tasks/{segment(task.task_key)}"
         nav, listed = await self._neighbours(request, task)
-        changes = (await self._read(workspace_changes, task.run_id, task.task_key)
+        files_page = whole(params, "files", 1, low=1)
+        changes = (await self._read(workspace_changes, task.run_id, task.task_key,
+                                    page=files_page)
                    if task.attempts and not task.running else None)
         rows = await self._marked(task, page)
         return self._page(
@@ -480,7 +482,7 @@ class _Views:
             follow=not page.search and not page.more_after, after_seq=page.after,
             tail_url=url_with(f"{here}?fragment=tail", view=view),
             attempts_url=f"{here}?fragment=attempts", planned=task.planned, nav=nav,
-            listed=listed, changes=changes, **attempts,
+            listed=listed, changes=changes, files_page=files_page, **attempts,
         )
 
     async def _neighbours(self, request: Request,

@@ -51,6 +51,7 @@ from evalledger.statuses import Category, FinalStatus
 
 from . import _charts
 from ._ansi import ansi_html
+from ._highlight import highlighted
 from ._memo import per_summary, recent_per_summary
 from ._params import choice, whole
 from ._queries import Attempt, Line
@@ -246,7 +247,8 @@ def environment() -> Environment:
                        status_class=status_class, segment=segment, ansi=ansi_html,
                        tool_input=tool_input, result_text=result_text,
                        final_facts=final_facts, record=imported_record, digest=_digest,
-                       folded=folded, around=around)
+                       folded=folded, around=around,
+                       highlighted=highlighted)
     env.globals.update(url=_url, version=__version__, OUTCOMES=OUTCOMES, graded=graded,
                        tag_counts=tag_counts, role_costs=role_costs,
                        imported_differences=imported_differences, variant_table=variant_table,

@@ -6,18 +6,26 @@ network. Each task carries the tail of its latest attempt's transcript: its last
 ``TAIL_LINES`` lines, whole lines as many as fit in ``TAIL_CHARS`` characters, an agent's
 JSON lines read as its conversation (docs/cli.md, "report"); the ledger holds the rest.
 Every task's section is open, so a link from the task table lands on what it names.
+The first ``CHANGED_TASKS`` tasks that did not succeed (errors and failures, as the table
+puts them first) also say which files their agent changed (``app/_workspace``: the kept
+workspace against its starting folder), the first ``CHANGED_FILES`` of them with their
+diffs folded; the viewer's task page has every file of every task.
 """
 
 from __future__ import annotations
 
+from evalledger.app._workspace import WorkspaceChanges, workspace_changes
 from evalledger.ledger import Ledger
 from evalledger.projections import RunSummary
+from evalledger.statuses import Category
 
 from . import _queries
 from ._render import TableQuery, not_started, render, run_charts, stylesheet, summary_tags
 
 TAIL_LINES = 20
 TAIL_CHARS = 2000
+CHANGED_TASKS = 50
+CHANGED_FILES = 20
 
 
 def report_html(ledger: Ledger, summary: RunSummary) -> str:
@@ -31,4 +39,16 @@ def report_html(ledger: Ledger, summary: RunSummary) -> str:
         not_started=not_started(summary),
         variant_bound=_queries.variant_bound(ledger, summary),
         imported=_queries.imported(ledger, summary.run_id),
+        changes=_changes(ledger, summary), changed_tasks=CHANGED_TASKS,
+        changed_files=CHANGED_FILES,
     )
+
+
+def _changes(ledger: Ledger, summary: RunSummary) -> dict[str, WorkspaceChanges]:
+    """What the agents of the first ``CHANGED_TASKS`` tasks that did not succeed
+    changed, by key; none where nothing could be compared."""
+    failed = [r.task_key for r in TableQuery().select(summary.tasks)
+              if r.category in (Category.FAILED, Category.ERROR)][:CHANGED_TASKS]
+    found = {key: workspace_changes(ledger, summary.run_id, key, most=CHANGED_FILES)
+             for key in failed}
+    return {key: changes for key, changes in found.items() if not changes.why_not}

@@ -67,3 +67,22 @@ def test_a_run_names_its_kept_workspace_and_starting_folder(tmp_path: Path) -> N
         unknown = workspace_changes(ledger, "r1", "default/none/00")
     assert [(f.path, f.kind) for f in changes.files] == [("a.txt", "modified")]
     assert unknown.why_not == "the task has not started" and not unknown.files
+
+
+def test_a_large_tree_is_paged(tmp_path: Path) -> None:
+    before, after = tmp_path / "before", tmp_path / "after"
+    before.mkdir()
+    after.mkdir()
+    for i in range(25):
+        (before / f"f{i:02}.txt").write_text("old\n")
+        (after / f"f{i:02}.txt").write_text("new\n" if i % 2 else "old\n")
+        (after / f"n{i:02}.txt").write_text("added\n")
+    pages = [compare(before, after, page=n, most=10) for n in (1, 2, 3, 4)]
+    assert [len(p.files) for p in pages] == [10, 10, 10, 7]  # 12 modified + 25 added
+    assert [p.start for p in pages] == [0, 10, 20, 30] and pages[3].more == 0
+    assert pages[0].more == 27 and {p.changed for p in pages} == {37}
+    assert pages[0].kinds == {"added": 25, "removed": 0, "modified": 12}
+    assert pages[0].unchanged == 13
+    listed = [f.path for p in pages for f in p.files]
+    assert listed == sorted(listed) and len(set(listed)) == 37
+    assert compare(before, after, page=9, most=10).files == []

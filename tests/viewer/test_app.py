@@ -438,7 +438,7 @@ PARAMETERS: dict[str, dict[str, list[str]]] = {
     "/runs/{run_id}/report.html": {"at": AT},
     "/runs/{run_id}/junit.xml": {"at": AT},
     "/runs/{run_id}/tasks/{task_key:path}": {**TRANSCRIPT, "view": ["nope"],
-                                             "fragment": ["nope", "live"]},
+                                             "fragment": ["nope", "live"], "files": PAGE},
     "/runs/{run_id}/search": {},
     "/diff/{run_a}/{run_b}": {},
     "/compare": {},

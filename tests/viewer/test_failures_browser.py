@@ -317,6 +317,14 @@ def test_files_changed_shows_what_the_agent_did_to_its_workspace(failures: str, 
     assert files["b.py"].locator(".d-add").all_text_contents() == ["+x = 2"]
     assert files["new.py"].locator(".d-add").all_text_contents() == ["+new"]
     expect(files["gone.txt"].locator(".pill")).to_have_text("removed")
+    # Python in Python's colours: the builtin, the string, the number; each visibly so.
+    added = files["a.py"].locator(".d-add")
+    assert added.locator(".hl-nb").all_text_contents() == ["print"]
+    assert added.locator(".hl-s").all_text_contents() == ["'uno'"]
+    assert files["b.py"].locator(".d-add .hl-m").all_text_contents() == ["2"]
+    plain, string = (added.evaluate("e => getComputedStyle(e).color"),
+                     added.locator(".hl-s").evaluate("e => getComputedStyle(e).color"))
+    assert plain != string
 
 
 def test_a_narrow_screen_shows_task_cards_and_folds_long_errors(
@@ -329,7 +337,7 @@ def test_a_narrow_screen_shows_task_cards_and_folds_long_errors(
         "td => getComputedStyle(td, '::before').content") == '"score "'
     assert page.evaluate("document.documentElement.scrollWidth") <= 400
     page.goto(f"{failures}/runs/{RUN}/tasks/default/pytest-fails/00")
-    folded = page.locator("#attempt-1 td.err details.more")
+    folded = page.locator("#attempt-1 table.kv td.err details.more")
     expect(folded.locator("summary")).to_have_text("run_command \u2717 assert 0 is None")
     folded.locator("summary").click()
     expect(folded).to_contain_text("FAILED test_stats.py::test_median")

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from starlette.testclient import TestClient
 
 from evalledger.ledger import (
@@ -22,6 +23,7 @@ from evalledger.ledger import (
 )
 from evalledger.statuses import FinalStatus
 from evalledger.viewer import create_app
+from tests.cli.helpers import evalledger
 
 from .scenes import AGENT_KEY, FIRST, IMPORTED, SECOND, Scenes
 
@@ -223,6 +225,51 @@ def test_a_model_that_differs_within_a_variant_is_still_drift(tmp_path: Path) ->
         ledger.append(events)
     with TestClient(create_app(db)) as client:
         assert "model differs" in client.get("/runs/r").text
+
+
+def test_a_task_that_changed_many_files_pages_them(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "many.yaml").write_text(yaml.safe_dump({
+        "command": "for i in $(seq 100 304); do echo $i > f$i.py; done",
+        "success_criteria": [{"type": "exit_code"}]}))
+    db = tmp_path / "ledger.db"
+    done = evalledger(tmp_path, db, "run", str(tasks), "--run-id", "many")
+    assert done.returncode == 0, done.stderr
+    with TestClient(create_app(db)) as client:
+        first = client.get("/runs/many/tasks/default/many/00").text
+        second = client.get("/runs/many/tasks/default/many/00", params={"files": 2}).text
+    assert "205 added, 0 removed, 0 modified; files 1\u2013200 of the 205 changed shown" in first
+    assert first.count('<details class="file') == 200 and "files=2#files-changed" in first
+    assert "f100.py" in first and "f300.py" not in first
+    assert "files 201\u2013205 of the 205 changed shown" in second
+    assert second.count('<details class="file') == 5 and "f304.py" in second
+    assert "files=1#files-changed" in second and "files=3" not in second
+
+
+def test_the_report_shows_what_each_failed_tasks_agent_changed(tmp_path: Path) -> None:
+    start = tmp_path / "start"
+    start.mkdir()
+    (start / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    for name, command in (("breaks", "sed -i 's/a + b/a - b/' calc.py; exit 1"),
+                          ("fine", "echo '# ok' >> calc.py")):
+        (tasks / f"{name}.yaml").write_text(yaml.safe_dump({
+            "command": command, "workdir": str(start),
+            "success_criteria": [{"type": "exit_code"}]}))
+    db = tmp_path / "ledger.db"
+    done = evalledger(tmp_path, db, "run", str(tasks), "--run-id", "r", "--out",
+                      str(tmp_path / "runs"))
+    assert done.returncode == 1, done.stderr
+    report = (tmp_path / "runs" / "r" / "report.html").read_text(encoding="utf-8")
+    broke = _section(report, "default/breaks/00</span></summary>", "</section>\n</details>")
+    assert "Files changed" in broke and "0 added, 0 removed, 1 modified" in broke
+    # Its diff, in Python's colours, folded under the file's name.
+    assert '<span class="d-del">-    <span class="hl-k">return</span> a + b</span>' in broke
+    assert '<span class="d-add">+    <span class="hl-k">return</span> a - b</span>' in broke
+    fine = _section(report, "default/fine/00</span></summary>", "</details>")
+    assert "Files changed" not in fine  # it succeeded: the viewer has it
 
 
 def test_the_headline_has_its_spaces_and_run_ids_do_not_break(client: TestClient) -> None:

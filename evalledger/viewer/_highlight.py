@@ -1,0 +1,84 @@
+"""Syntax colour for a diff a page shows, by its file's name.
+
+Pygments (already here: rich depends on it) lexes the diff's kept, added and removed
+lines as one text, so a string or a comment spanning lines keeps its colour. Each token
+becomes a span whose class comes from a fixed table (``hl-k`` a keyword, ``hl-s`` a
+string, ...), never from the input, and every character is escaped after ``visible``
+has spelled out control characters: the same safety as the rest of a transcript. A
+file Pygments does not know, a diff too large to be worth it, or a lexer that did not
+give the text back as it was, is shown plain. Loaded on first use: start-up matters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import PurePosixPath
+from typing import Any
+
+from markupsafe import Markup, escape
+
+from evalledger._text import visible
+
+# Past this many characters a diff is shown plain: lexing it would cost more than it shows.
+MOST_CHARS = 200_000
+_CODE = ("add", "del", "ctx")  # a diff's line kinds that hold code (not a hunk header)
+
+
+def highlighted(diff: Sequence[tuple[str, str]], path: str | None) -> list[tuple[str, Markup]]:
+    """``diff`` (``diff_lines``' kinds and lines) as HTML, each code line's text in spans
+    of its tokens' classes, its ``+``/``-``/space marker kept."""
+    plain = [(kind, escape(visible(line))) for kind, line in diff]
+    code = [i for i, (kind, line) in enumerate(diff) if kind in _CODE and line]
+    text = "\n".join(diff[i][1][1:] for i in code)
+    lexer = _lexer(PurePosixPath(path).name) if path and code else None
+    if lexer is None or len(text) > MOST_CHARS:
+        return plain
+    lines: list[list[tuple[str, str]]] = [[]]  # per line, its runs of one class
+    given: list[str] = []
+    for token, value in lexer.get_tokens(text):
+        given.append(value)
+        cls = _class(token)
+        for n, part in enumerate(value.split("\n")):
+            if n:
+                lines.append([])
+            runs = lines[-1]
+            if runs and runs[-1][0] == cls:  # a string's quotes and body: one span
+                runs[-1] = (cls, runs[-1][1] + part)
+            elif part:
+                runs.append((cls, part))
+    if "".join(given) != text or len(lines) != len(code):
+        return plain  # the lexer changed the text (a BOM, a line end): shown as it is
+    for i, runs in zip(code, lines, strict=True):
+        kind, line = diff[i]
+        plain[i] = (kind, Markup(str(escape(line[0])) + "".join(
+            _span(cls, str(escape(visible(part)))) for cls, part in runs)))
+    return plain
+
+
+def _span(cls: str, shown: str) -> str:
+    return f'<span class="hl-{cls}">{shown}</span>' if cls else shown
+
+
+@lru_cache(maxsize=256)
+def _lexer(name: str) -> Any:
+    from pygments.lexers import get_lexer_for_filename
+    from pygments.util import ClassNotFound
+
+    try:
+        return get_lexer_for_filename(name, stripnl=False, ensurenl=False)
+    except ClassNotFound:
+        return None
+
+
+@lru_cache(maxsize=512)
+def _class(token: Any) -> str:
+    """A token type's class: the kinds a reader tells apart, and none for the rest."""
+    from pygments import token as t
+
+    for kind, cls in ((t.Comment, "c"), (t.String, "s"), (t.Number, "m"),
+                      (t.Keyword, "k"), (t.Name.Function, "nf"), (t.Name.Class, "nf"),
+                      (t.Name.Builtin, "nb"), (t.Name.Decorator, "nb")):
+        if token in kind:
+            return cls
+    return ""
