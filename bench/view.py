@@ -6,9 +6,10 @@ and one run whose single task printed T lines (default 100,000). Then, in this
 process, through the ASGI app (no network: what is timed is the server's work):
 
 - the server's first read of the ledger (it folds every run once, at start);
-- ``/`` (100 runs), the big run's page, its task table filtered, the transcript's
-  first and last page and a search in it, the summary API: first request, then
-  the median of repeats;
+- ``/`` (100 runs), the big run's page, its task table filtered (one status; two and
+  a failure kind), a task page of it, a search of every transcript of it (a rare text
+  and a common one), the transcript's first and last page and a search in it, the
+  summary API: first request, then the median of repeats;
 - the HTML report of the big run: size and build time;
 - peak RSS of a fresh process rendering the transcript page, for T/10 and T lines
   (flat: a page reads 500 lines, whatever the transcript's length).
@@ -140,6 +141,13 @@ def main() -> None:
                 (f"run page ({args.tasks:,} tasks)", f"/runs/{RUN}"),
                 ("run page, tasks filtered and sorted",
                  f"/runs/{RUN}?outcome=failed&sort=duration&dir=desc&page=3"),
+                ("run page, two statuses and a failure kind",
+                 f"/runs/{RUN}?outcome=failed,error&kind=TIMEOUT&page=2"),
+                ("a task page of the big run", f"/runs/{RUN}/tasks/default/t01234/00"),
+                (f"search every transcript of {args.tasks:,} tasks (a rare text)",
+                 f"/runs/{RUN}/search?q=line+7+of+task+9999"),
+                ("search every transcript (a common text: the first 500)",
+                 f"/runs/{RUN}/search?q=line+7+"),
                 (f"task page, first of {args.transcript:,} lines",
                  f"/runs/{LONG_RUN}/tasks/{LONG_KEY}"),
                 ("task page, last page", f"/runs/{LONG_RUN}/tasks/{LONG_KEY}?before=-1"),

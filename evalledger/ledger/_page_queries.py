@@ -37,6 +37,20 @@ def task_lifecycle(ledger: Ledger, run_id: str, task_key: str) -> list[EventRow]
     return [EventRow(*row) for row in rows]
 
 
+def attempt_starts(ledger: Ledger, run_id: str, task_keys: list[str],
+                   ) -> dict[str, list[tuple[int, int]]]:
+    """Per key of ``task_keys``, its attempts' starts as ``(seq, attempt)`` in seq order
+    (a start that names no attempt reads as 1): a range scan of each key's rows."""
+    found: dict[str, list[tuple[int, int]]] = {}
+    for key in task_keys:
+        _, rows = ledger.query(
+            "SELECT seq, json_extract(payload, '$.attempt') FROM events WHERE run_id = ? "
+            "AND task_key = ? AND type = ? ORDER BY seq", [run_id, key, EventType.TASK_STARTED])
+        found[key] = [(seq, attempt if isinstance(attempt, int) else 1)
+                      for seq, attempt in rows]
+    return found
+
+
 def run_imported(ledger: Ledger, run_id: str) -> dict[str, Any] | None:
     """Where the run came from, when it was imported (its first ``run.started``'s
     ``imported``)."""

@@ -40,6 +40,7 @@ from evalledger.ledger import (
     TaskUsage,
 )
 from evalledger.ledger._page_queries import (
+    attempt_starts,
     completion_environments,
     result_lines,
     run_imported,
@@ -223,13 +224,9 @@ def search_run(ledger: Ledger, run_id: str, text: str, *, limit: int = 500) -> R
     """The first ``limit`` transcript lines of the run that hold ``text`` (as typed: case
     matters, as in a task's own search), by task."""
     rows, more = transcript_rows(ledger, run_id, None, search=text, limit=limit)
-    starts: dict[str, tuple[list[int], list[int]]] = {}
-    if rows:
-        for event in ledger.events(run_id, types={EventType.TASK_STARTED}):
-            if isinstance(event, TaskStarted):
-                seqs, numbers = starts.setdefault(event.task_key, ([], []))
-                seqs.append(event.seq or 0)
-                numbers.append(event.attempt)
+    keys = list(dict.fromkeys(row.task_key or "" for row in rows))
+    starts = {key: ([seq for seq, _ in found], [number for _, number in found])
+              for key, found in attempt_starts(ledger, run_id, keys).items()}
     found: dict[str, Found] = {}
     for row in rows:
         key = row.task_key or ""
