@@ -146,8 +146,8 @@ SAID = {"claude-code": ["<b>Bash</b>", "<b>Edit</b>", "Fixed mean(): it divides 
                   "Fixed mean(): it divides by len(xs).", "turn completed"],
         "gemini": ["<b>run_shell_command</b>", "<b>replace</b>", "Exit Code: 1",
                    # Its answer streamed in chunks (a line each) reads as one message.
-                   "Fixed mean(): it divides by len(xs).", '<div class="who">user</div>',
-                   "model gemini-2.5-pro"],
+                   "Fixed mean(): it divides by len(xs).",
+                   '<div class="who">user <span class="muted at"', "model gemini-2.5-pro"],
         "opencode": ["<b>bash</b>", "<b>edit</b>", "step tool-calls, $0.0", "thinking",
                      "a single value still looks off"]}
 
