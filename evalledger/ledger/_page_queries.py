@@ -64,14 +64,15 @@ def run_imported(ledger: Ledger, run_id: str) -> dict[str, Any] | None:
 def transcript_rows(
     ledger: Ledger, run_id: str, task_key: str | None, *, after: int | None = None,
     before: int | None = None, limit: int = 500, search: str | None = None,
+    through: int | None = None,
 ) -> tuple[list[EventRow], bool]:
     """Up to ``limit`` transcript rows of a task (output lines and JSON events) in seq
     order, and whether there are more beyond them (after the page, or before it when
     paging backwards); ``task_key`` None: of every task of the run.
 
     ``after``: the rows after that seq (0 or None: from the first); ``before``: the rows
-    before that seq (``-1`` or 0: the last rows). ``search`` keeps only rows whose
-    text holds it.
+    before that seq (``-1`` or 0: the last rows); ``through``: none after that seq.
+    ``search`` keeps only rows whose text holds it.
     """
     where = ["run_id = ?", _TRANSCRIPT]
     params: list[Any] = [run_id]
@@ -89,6 +90,9 @@ def transcript_rows(
     elif not backwards:
         where.append("seq > ?")
         params.append(after or 0)
+    if through is not None:
+        where.append("seq <= ?")
+        params.append(through)
     _, rows = ledger.query(
         f"SELECT {_COLUMNS} FROM events WHERE {' AND '.join(where)} "
         f"ORDER BY seq {'DESC' if backwards else 'ASC'} LIMIT ?", [*params, limit + 1])

@@ -97,6 +97,8 @@ TASKS_PER_PAGE = 100
 LINES_PER_PAGE = 500
 # A run-wide search shows this many matching lines at most (the first, in seq order).
 SEARCH_LINES = 500
+# ... and reads for about this long, then says where it stopped (a page stays fast).
+SEARCH_SECONDS = 0.2
 MAX_LINES_PER_PAGE = 5000
 # A run's status as the runs page shows it (and filters by it).
 RUN_STATUSES = tuple(s.value for s in ShownStatus)
@@ -345,14 +347,18 @@ class _Views:
             search=search, after=after)
 
     async def search(self, request: Request) -> SearchView:
-        """Every transcript line of a run that holds ``?q=`` (the first
-        ``SEARCH_LINES``), by task; nothing is read for an empty ``q``."""
+        """The transcript lines of a run after ``?after=`` that hold ``?q=`` (the first
+        ``SEARCH_LINES``, read for ``SEARCH_SECONDS`` at most), by task; nothing is read
+        for an empty ``q``."""
         run = self._run(request)
         q = request.query_params.get("q", "")
-        found = (await self._read(_queries.search_run, run.run_id, q, limit=SEARCH_LINES)
-                 if q else _queries.RunSearch([], 0, False))
-        return SearchView.model_construct(run_id=run.run_id, q=q, lines=found.lines,
-                                          more=found.more, tasks=found.tasks)
+        after = whole(request.query_params, "after", 0)
+        found = (await self._read(_queries.search_run, run.run_id, q, after=after,
+                                  limit=SEARCH_LINES, seconds=SEARCH_SECONDS)
+                 if q else _queries.RunSearch([], 0))
+        return SearchView.model_construct(run_id=run.run_id, q=q, after=after,
+                                          lines=found.lines, next=found.after,
+                                          timed=found.timed, tasks=found.tasks)
 
     async def diff(self, request: Request) -> DiffView:
         """What changed from run A to run B (``/diff/A/B``), by their summaries now."""

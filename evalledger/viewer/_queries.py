@@ -10,6 +10,7 @@ this module turns the rows into what a page shows.
 from __future__ import annotations
 
 import json
+import time
 from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -213,26 +214,52 @@ class Found:
 @dataclass
 class RunSearch:
     """What a search of every transcript of a run found: per task, in the order of its
-    first match; ``more``: matches beyond the ones read."""
+    first match. ``after``: where a search that stopped should go on (None: it read to
+    the end), stopped because it found ``limit`` lines or its time was up (``timed``)."""
 
     tasks: list[Found]
     lines: int
-    more: bool
+    after: int | None = None
+    timed: bool = False
 
 
-def search_run(ledger: Ledger, run_id: str, text: str, *, limit: int = 500) -> RunSearch:
-    """The first ``limit`` transcript lines of the run that hold ``text`` (as typed: case
-    matters, as in a task's own search), by task."""
-    rows, more = transcript_rows(ledger, run_id, None, search=text, limit=limit)
+# A run-wide search reads the ledger this many events at a time, and stops between two
+# reads once its time is up: a page never waits on a scan of every line of a huge run.
+SEARCH_WINDOW = 100_000
+
+
+def search_run(ledger: Ledger, run_id: str, text: str, *, after: int = 0,
+               limit: int = 500, seconds: float = 0.2,
+               window: int = SEARCH_WINDOW) -> RunSearch:
+    """The first ``limit`` transcript lines of the run after seq ``after`` that hold
+    ``text`` (as typed: case matters, as in a task's own search), by task; read for about
+    ``seconds`` at most (``window`` events at a time)."""
+    deadline = time.monotonic() + seconds
+    end = ledger.last_seq()
+    rows: list[EventRow] = []
+    reached, timed = after, False
+    while reached < end and len(rows) < limit:
+        through = min(reached + window, end)
+        found, full = transcript_rows(ledger, run_id, None, search=text, after=reached,
+                                      through=through, limit=limit - len(rows))
+        rows += found
+        if full:  # the limit was reached inside the window: go on after its last line
+            reached = found[-1].seq or reached
+            break
+        reached = through
+        if reached < end and len(rows) < limit and time.monotonic() > deadline:
+            timed = True
+            break
     keys = list(dict.fromkeys(row.task_key or "" for row in rows))
     starts = {key: ([seq for seq, _ in found], [number for _, number in found])
               for key, found in attempt_starts(ledger, run_id, keys).items()}
-    found: dict[str, Found] = {}
+    by_task: dict[str, Found] = {}
     for row in rows:
         key = row.task_key or ""
         seqs, numbers = starts.get(key, ([], []))
-        found.setdefault(key, Found(key, [])).lines.append(_line(row, seqs, numbers))
-    return RunSearch(list(found.values()), len(rows), more)
+        by_task.setdefault(key, Found(key, [])).lines.append(_line(row, seqs, numbers))
+    return RunSearch(list(by_task.values()), len(rows),
+                     reached if reached < end else None, timed)
 
 
 class TailLine(NamedTuple):

@@ -144,13 +144,17 @@ class Transcript(Resource):
 
 
 class SearchView(Resource):
-    """``/runs/RUN/search?q=`` and ``/api/runs/RUN/search``: the run's transcript lines
-    that hold a text, by task (the first ``lines`` of them; ``more``: there are more)."""
+    """``/runs/RUN/search?q= &after=`` and ``/api/runs/RUN/search``: the run's transcript
+    lines after seq ``after`` that hold a text, by task; ``next``: where the search goes
+    on (None: it read to the end), having found its ``lines`` or (``timed``) used the
+    time a page has."""
 
     run_id: str
     q: str
+    after: int
     lines: int
-    more: bool
+    next: int | None
+    timed: bool
     tasks: list[Found]
 
 

@@ -23,7 +23,7 @@ from starlette.testclient import TestClient
 from evalledger._text import money
 from evalledger.ledger import Ledger
 from evalledger.projections import SummaryFold, fold, render_json
-from evalledger.viewer import create_app
+from evalledger.viewer import _queries, create_app
 
 from .conftest import Suite, run_json
 
@@ -158,19 +158,54 @@ def test_a_search_of_every_transcript_finds_each_line_by_task(
     found = client.get(api, params={"q": "oops"}).json()
     assert [t["task_key"] for t in found["tasks"]] == ["default/ok/00"]
     assert [line["text"] for line in found["tasks"][0]["lines"]] == ["oops"]
-    assert (found["lines"], found["more"]) == (1, False)
-    # The first 500 lines of the run that hold it, and a word that there are more.
+    assert (found["lines"], found["next"], found["timed"]) == (1, None, False)
+    # The first 500 lines of the run that hold it, and where to go on from; going on
+    # from there finds the rest, each line once.
     many = client.get(api, params={"q": "line"}).json()
-    assert (many["lines"], many["more"]) == (500, True)
+    assert many["lines"] == 500 and many["next"] and not many["timed"]
+    seen = [ln["seq"] for t in many["tasks"] for ln in t["lines"]]
+    assert many["next"] == max(seen)
+    after: int | None = many["next"]
+    while after is not None:
+        page = client.get(api, params={"q": "line", "after": after}).json()
+        more = [ln["seq"] for t in page["tasks"] for ln in t["lines"]]
+        assert all(seq > after for seq in more)
+        seen += more
+        after = page["next"]
+    long = client.get(f"/api/runs/{suite.first}/transcript/default/long/00",
+                      params={"q": "line", "limit": 5000}).json()["lines"]
+    assert len(seen) == len(set(seen)) and {ln["seq"] for ln in long} <= set(seen)
     assert client.get(api, params={"q": "OOPS"}).json()["lines"] == 0  # case matters
-    assert client.get(api).json() == {"run_id": suite.first, "q": "", "lines": 0,
-                                      "more": False, "tasks": []}
+    assert client.get(api).json() == {"run_id": suite.first, "q": "", "after": 0, "lines": 0,
+                                      "next": None, "timed": False, "tasks": []}
     page = client.get(f"/runs/{suite.first}/search", params={"q": "oops"}).text
     assert "<mark>oops</mark>" in page and "1 line in 1 task hold" in page
     # A task's own search marks what it found.
     task = client.get(f"/runs/{suite.first}/tasks/default/ok/00",
                       params={"q": "oop", "view": "raw"}).text
     assert "<mark>oop</mark>s" in task
+
+
+@given(window=st.integers(1, 400), limit=st.integers(1, 700))
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_a_search_that_stops_and_goes_on_finds_what_one_search_finds(
+    suite: Suite, window: int, limit: int
+) -> None:
+    """Out of time after every window (``seconds=0``), or out of room after ``limit``
+    lines: going on from where it stopped, each line is found once, in order."""
+    with Ledger(suite.db, read_only=True) as ledger:
+        whole = _queries.search_run(ledger, suite.first, "line", limit=10**6)
+        seen: list[int] = []
+        after: int | None = 0
+        while after is not None:
+            found = _queries.search_run(ledger, suite.first, "line", after=after,
+                                        limit=limit, seconds=0, window=window)
+            assert found.timed == (found.after is not None and found.lines < limit)
+            seen += [ln.seq for t in found.tasks for ln in t.lines]
+            after = found.after
+    assert whole.after is None and len(seen) == len(set(seen))
+    assert sorted(seen) == sorted(ln.seq for t in whole.tasks for ln in t.lines)
 
 
 def test_a_task_page_shows_attempts_criteria_and_lines(client: TestClient, suite: Suite) -> None:
@@ -439,7 +474,7 @@ PARAMETERS: dict[str, dict[str, list[str]]] = {
     "/runs/{run_id}/junit.xml": {"at": AT},
     "/runs/{run_id}/tasks/{task_key:path}": {**TRANSCRIPT, "view": ["nope"],
                                              "fragment": ["nope", "live"], "files": PAGE},
-    "/runs/{run_id}/search": {},
+    "/runs/{run_id}/search": {"after": AFTER},
     "/diff/{run_a}/{run_b}": {},
     "/compare": {},
     "/api/runs": {"page": PAGE, "status": ["nope"]},
@@ -449,7 +484,7 @@ PARAMETERS: dict[str, dict[str, list[str]]] = {
     "/api/runs/{run_id}/tasks/{task_key:path}": {},
     "/api/runs/{run_id}/transcript/{task_key:path}": {
         **TRANSCRIPT, "limit": [*NOT_NUMBERS, "0", "-1", "-2", "5001"]},
-    "/api/runs/{run_id}/search": {},
+    "/api/runs/{run_id}/search": {"after": AFTER},
     "/api/diff/{run_a}/{run_b}": {},
     "/api/stream": {},
     "/static": {},
