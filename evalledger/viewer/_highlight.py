@@ -4,14 +4,23 @@ Pygments (already here: rich depends on it) lexes the diff's kept, added and rem
 lines as one text, so a string or a comment spanning lines keeps its colour. Each token
 becomes a span whose class comes from a fixed table (``hl-k`` a keyword, ``hl-s`` a
 string, ...), never from the input, and every character is escaped after ``visible``
-has spelled out control characters: the same safety as the rest of a transcript. A
-file Pygments does not know, a diff too large to be worth it, or a lexer that did not
-give the text back as it was, is shown plain. Loaded on first use: start-up matters.
+has spelled out control characters: the same safety as the rest of a transcript.
+
+The file is the agent's, so is its name, and lexers are regular expressions: some of
+Pygments' hundreds take exponential time on a line of a dozen brackets (a ``.tnt``
+file), and common ones quadratic time on a long unclosed comment (HTML's ``<!--``). So
+only the lexers of common languages are used (``LANGUAGES``), and a page colours code
+for a ``Budget`` of time at most: checked between tokens (each one regular-expression
+step), once it is spent the rest of the page's diffs are plain. A line longer than
+``LONGEST`` leaves its diff plain too, as does a file of another language, or a lexer
+that did not give the text back as it was. Loaded on first use: start-up matters.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import PurePosixPath
 from typing import Any
@@ -22,21 +31,52 @@ from evalledger._text import visible
 
 # Past this many characters a diff is shown plain: lexing it would cost more than it shows.
 MOST_CHARS = 200_000
+# A line longer than this (minified code, data) leaves the diff plain.
+LONGEST = 1_000
+# The languages coloured, by their Pygments lexer's first alias.
+LANGUAGES = frozenset({
+    "bash", "c", "cmake", "cpp", "csharp", "css", "docker", "go", "html", "ini", "java",
+    "javascript", "json", "jsx", "kotlin", "make", "markdown", "php", "python", "ruby",
+    "rust", "scala", "scss", "swift", "toml", "tsx", "typescript", "xml", "yaml"})
 _CODE = ("add", "del", "ctx")  # a diff's line kinds that hold code (not a hunk header)
+# What a page (the app's) and a report may spend colouring code, in seconds.
+PAGE_SECONDS = 0.1
+REPORT_SECONDS = 1.0
 
 
-def highlighted(diff: Sequence[tuple[str, str]], path: str | None) -> list[tuple[str, Markup]]:
+@dataclass
+class Budget:
+    """Time one page may spend colouring code, shared by every diff on it."""
+
+    seconds: float = PAGE_SECONDS
+    deadline: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.deadline = time.monotonic() + self.seconds
+
+    @property
+    def spent(self) -> bool:
+        return time.monotonic() > self.deadline
+
+
+def highlighted(diff: Sequence[tuple[str, str]], path: str | None,
+                budget: Budget | None = None) -> list[tuple[str, Markup]]:
     """``diff`` (``diff_lines``' kinds and lines) as HTML, each code line's text in spans
-    of its tokens' classes, its ``+``/``-``/space marker kept."""
+    of its tokens' classes, its ``+``/``-``/space marker kept; plain once ``budget`` (a
+    fresh ``PAGE_SECONDS`` without one) is spent."""
+    budget = budget or Budget()
     plain = [(kind, escape(visible(line))) for kind, line in diff]
     code = [i for i, (kind, line) in enumerate(diff) if kind in _CODE and line]
     text = "\n".join(diff[i][1][1:] for i in code)
     lexer = _lexer(PurePosixPath(path).name) if path and code else None
-    if lexer is None or len(text) > MOST_CHARS:
+    if lexer is None or len(text) > MOST_CHARS or budget.spent or any(
+            len(diff[i][1]) > LONGEST for i in code):
         return plain
     lines: list[list[tuple[str, str]]] = [[]]  # per line, its runs of one class
     given: list[str] = []
-    for token, value in lexer.get_tokens(text):
+    for n_token, (token, value) in enumerate(lexer.get_tokens(text)):
+        if n_token % 8 == 7 and budget.spent:
+            return plain
         given.append(value)
         cls = _class(token)
         for n, part in enumerate(value.split("\n")):
@@ -66,9 +106,10 @@ def _lexer(name: str) -> Any:
     from pygments.util import ClassNotFound
 
     try:
-        return get_lexer_for_filename(name, stripnl=False, ensurenl=False)
+        lexer = get_lexer_for_filename(name, stripnl=False, ensurenl=False)
     except ClassNotFound:
         return None
+    return lexer if lexer.aliases and lexer.aliases[0] in LANGUAGES else None
 
 
 @lru_cache(maxsize=512)

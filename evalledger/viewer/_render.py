@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import quote, urlencode
 
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jinja2 import Environment, FileSystemLoader, pass_context, select_autoescape
+from jinja2.runtime import Context
 from markupsafe import Markup
 
 from evalledger._text import money, visible
@@ -51,7 +52,7 @@ from evalledger.statuses import Category, FinalStatus
 
 from . import _charts
 from ._ansi import ansi_html
-from ._highlight import highlighted
+from ._highlight import Budget, highlighted
 from ._memo import per_summary, recent_per_summary
 from ._params import choice, whole
 from ._queries import Attempt, Line
@@ -248,7 +249,7 @@ def environment() -> Environment:
                        tool_input=tool_input, result_text=result_text,
                        final_facts=final_facts, record=imported_record, digest=_digest,
                        folded=folded, around=around,
-                       highlighted=highlighted)
+                       highlighted=_highlighted)
     env.globals.update(url=_url, version=__version__, OUTCOMES=OUTCOMES, graded=graded,
                        tag_counts=tag_counts, role_costs=role_costs,
                        imported_differences=imported_differences, variant_table=variant_table,
@@ -275,7 +276,16 @@ def _digest(message: str | None) -> str:
 
 
 def render(template: str, **context: Any) -> str:
+    """``template`` with ``context``; its diffs coloured within one ``Budget`` of time
+    (``highlight_budget``: a page's, unless the caller gives its own)."""
+    context.setdefault("highlight_budget", Budget())
     return environment().get_template(template).render(**context)
+
+
+@pass_context
+def _highlighted(context: Context, diff: Sequence[tuple[str, str]],
+                 path: str | None) -> list[tuple[str, Markup]]:
+    return highlighted(diff, path, context.get("highlight_budget"))
 
 
 @cache

@@ -20,6 +20,7 @@ from evalledger.projections import RunSummary
 from evalledger.statuses import Category
 
 from . import _queries
+from ._highlight import REPORT_SECONDS, Budget
 from ._render import TableQuery, not_started, render, run_charts, stylesheet, summary_tags
 
 TAIL_LINES = 20
@@ -40,6 +41,7 @@ def report_html(ledger: Ledger, summary: RunSummary) -> str:
         variant_bound=_queries.variant_bound(ledger, summary),
         imported=_queries.imported(ledger, summary.run_id),
         changes=_changes(ledger, summary), changed_tasks=CHANGED_TASKS,
+        highlight_budget=Budget(REPORT_SECONDS),
         changed_files=CHANGED_FILES,
     )
 
