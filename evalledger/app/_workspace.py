@@ -30,6 +30,7 @@ from ._regrade import _artifacts_root, _transferred, kept_workspace
 MOST_FILES = 200
 MOST_BYTES = 1 << 20  # a file larger is named, not diffed
 MOST_LINES = 400  # diff lines of one file
+LONGEST_LINE = 2_000  # characters of one diff line shown (minified code, data: cut)
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,8 @@ class FileChange:
     diff: tuple[tuple[str, str], ...] = ()
     """The unified diff's lines, each with its kind (``add``, ``del``, ``hunk``, ``ctx``)."""
     note: str = ""
-    """Why no diff is shown: ``binary``, ``a link``, ``larger than 1 MiB``, ``cut``."""
+    """Why no diff is shown: ``binary``, ``a link``, ``larger than 1 MiB``,
+    ``unreadable``."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ class WorkspaceChanges:
     """How many changed files come before the ones listed."""
     kinds: dict[str, int] = field(default_factory=dict)
     """How many files were added, removed and modified, listed or not."""
+    most: int = MOST_FILES
+    """Files a page."""
     why_not: str = ""
     """Why nothing could be compared (no workdir, the workspace not kept, ...)."""
 
@@ -61,6 +65,11 @@ class WorkspaceChanges:
     def more(self) -> int:
         """Changed files after the ones listed."""
         return max(0, self.changed - self.start - len(self.files))
+
+    @property
+    def page(self) -> int:
+        """The page listed (the last one, for a page asked past it)."""
+        return self.start // self.most + 1
 
 
 def workspace_changes(ledger: Ledger, run_id: str, task_key: str, *, page: int = 1,
@@ -105,7 +114,8 @@ def compare(original: Path | None, kept: Path, *, page: int = 1,
             changed.append((path, "added"))
         elif before[path] != after[path]:
             changed.append((path, "modified"))
-    start = (page - 1) * most
+    # A page past the last is the last: a link can only lead to files there are.
+    start = min((page - 1) * most, max(0, len(changed) - 1) // most * most)
     files = []
     for path, kind in changed[start:start + most]:
         if kind == "removed":
@@ -117,7 +127,7 @@ def compare(original: Path | None, kept: Path, *, page: int = 1,
     kinds = {kind: sum(1 for _, k in changed if k == kind)
              for kind in ("added", "removed", "modified")}
     return WorkspaceChanges(files, len(before.keys() & after.keys()) - kinds["modified"],
-                            len(changed), start, kinds)
+                            len(changed), start, kinds, most)
 
 
 def _files(root: Path) -> dict[str, str]:
@@ -132,11 +142,14 @@ def _files(root: Path) -> dict[str, str]:
             relative = os.path.relpath(path, root).replace(os.sep, "/")
             if relative.startswith(".git/"):
                 continue
-            info = os.lstat(path)
-            if stat.S_ISLNK(info.st_mode):
-                found[relative] = "link:" + os.readlink(path)
-            elif stat.S_ISREG(info.st_mode):
-                found[relative] = _digest(path, large=info.st_size > MOST_BYTES)
+            try:
+                info = os.lstat(path)
+                if stat.S_ISLNK(info.st_mode):
+                    found[relative] = "link:" + os.readlink(path)
+                elif stat.S_ISREG(info.st_mode):
+                    found[relative] = _digest(path, large=info.st_size > MOST_BYTES)
+            except OSError as e:  # the agent took its read permission away, or it went
+                found[relative] = f"unreadable:{e.strerror or e}"
     return found
 
 
@@ -158,7 +171,10 @@ def _read(path: str) -> bytes:
 
 def _text(root: Path, path: str) -> list[str] | None:
     """A file's lines, or None when it is no text (a NUL in it, not UTF-8)."""
-    data = _read(str(root / path))
+    try:
+        data = _read(str(root / path))
+    except OSError:  # it changed under us since it was hashed: shown as no text
+        return None
     if b"\0" in data[:8192]:
         return None
     try:
@@ -170,6 +186,8 @@ def _text(root: Path, path: str) -> list[str] | None:
 def _why_not(digest: str) -> str:
     if digest.startswith("link:"):
         return f"a link to {digest[5:]} (not followed)"
+    if digest.startswith("unreadable:"):
+        return f"unreadable ({digest[11:]})"
     return "larger than 1 MiB" if digest.startswith("large:") else ""
 
 
@@ -198,9 +216,19 @@ def diff_lines(old: Sequence[str], new: Sequence[str], *, context: int = 3,
     """``old`` to ``new`` as a unified diff's lines, each with its kind (``add``,
     ``del``, ``hunk``, ``ctx``); past ``most`` lines, one saying how many more."""
     kinds = {"+": "add", "-": "del", "@": "hunk"}
-    shown = [(kinds.get(line[:1], "ctx"), line)
-             for line in difflib.unified_diff(old, new, lineterm="", n=context)
-             if not line.startswith(("--- ", "+++ "))]
+    lines = iter(difflib.unified_diff(old, new, lineterm="", n=context))
+    # Its two header lines (--- and +++) are dropped by place: a removed line "-- x"
+    # reads "--- x" in the diff, and is kept.
+    next(lines, None)
+    next(lines, None)
+    shown = [(kinds.get(line[:1], "ctx"), _cut(line)) for line in lines]
     if len(shown) > most:
         shown = [*shown[:most], ("hunk", f"\u2026 {len(shown) - most} more lines")]
     return tuple(shown)
+
+
+def _cut(line: str) -> str:
+    """A diff line, cut past ``LONGEST_LINE`` characters with how many were left out."""
+    if len(line) <= LONGEST_LINE:
+        return line
+    return f"{line[:LONGEST_LINE]}\u2026 [{len(line) - LONGEST_LINE:,} more characters]"

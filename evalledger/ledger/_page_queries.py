@@ -80,9 +80,15 @@ def transcript_rows(
         where.insert(1, "task_key = ?")
         params.append(task_key)
     if search:
-        # Payloads are JSON: look for the text as JSON spells it inside a string.
-        where.append("instr(payload, ?) > 0")
-        params.append(_json_string(search)[1:-1])
+        # What a row shows holds the text: an output line's words, an event's data (as
+        # JSON spells it), never the payload's own field names ("line", "stream").
+        # First the payload as JSON spells the text (cheap, and true of every row that
+        # holds it), then the one field read out of the rows that pass.
+        spelled = _json_string(search)[1:-1]
+        where.append("instr(payload, ?) > 0 AND (CASE type WHEN ? THEN "
+                     "instr(json_extract(payload, '$.line'), ?) ELSE "
+                     "instr(json_extract(payload, '$.data'), ?) END) > 0")
+        params += [spelled, EventType.TASK_OUTPUT, search, spelled]
     backwards = before is not None
     if before is not None and before > 0:
         where.append("seq < ?")

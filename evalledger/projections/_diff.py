@@ -12,7 +12,7 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
 
-from evalledger.statuses import Category
+from evalledger.statuses import Category, FailureClass
 
 from ._digest import error_digest
 from ._results import RunSummary, TaskRow
@@ -112,7 +112,9 @@ def diff_runs(a: RunSummary, b: RunSummary) -> RunDiff:
             isolation=(f"{ra.isolation} → {rb.isolation}" if ra and rb and ra.attempts
                        and rb.attempts and ra.isolation != rb.isolation else None),
             flags=list(rb.flags) if rb else [],
-            why=error_digest(reported.error_message if reported else None),
+            why=error_digest(reported.error_message if reported else None,
+                             api_failed=bool(reported and reported.failure_class
+                                             == FailureClass.INFRA)),
         ))
     counts = dict.fromkeys(get_args(Change), 0)
     for t in tasks:

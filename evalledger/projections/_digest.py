@@ -39,12 +39,19 @@ _TELLING = (
 LIMIT = 160
 
 
-def error_digest(error_message: str | None, *, limit: int = LIMIT) -> str:
-    """``error_message`` in one line of at most ``limit`` characters ("" for none)."""
+def error_digest(error_message: str | None, *, limit: int = LIMIT,
+                 api_failed: bool = True) -> str:
+    """``error_message`` in one line of at most ``limit`` characters ("" for none).
+
+    ``api_failed``: whether the attempt's failure class says its model API failed it
+    (``infra``), where the caller knows; when it does not, a note of the API's failure at
+    the message's end is only a criterion's detail ending so (an agent's output can say
+    anything) and is read as such.
+    """
     if not error_message or not error_message.strip():
         return ""
     text = error_message.strip()
-    if api := _API.search(text):
+    if api_failed and (api := _API.search(text)):
         return _fit(f"model API failed: {_line(api.group(1))}", limit)
     parts = _criteria(text)
     kind, detail = parts[0]
@@ -60,11 +67,13 @@ def error_digest(error_message: str | None, *, limit: int = LIMIT) -> str:
 MODEL_API = "model API"
 
 
-def failure_kinds(status: str | None, error_message: str | None) -> tuple[str, ...]:
+def failure_kinds(status: str | None, error_message: str | None, *,
+                  api_failed: bool = True) -> tuple[str, ...]:
     """What kinds of failure an attempt that did not succeed had, best first: ``model
-    API`` when its agent's model API gave up; each failed criterion's type for a
-    ``FAILURE`` (``run_command``, ``file_exists``); else its status (``TIMEOUT``,
-    ``ERROR``). Empty for a success, an attempt not graded and one not finished.
+    API`` when its agent's model API gave up (``api_failed``, as ``error_digest`` reads
+    it); each failed criterion's type for a ``FAILURE`` (``run_command``,
+    ``file_exists``); else its status (``TIMEOUT``, ``ERROR``). Empty for a success, an
+    attempt not graded and one not finished.
 
     What the viewer's bar of failure kinds counts and its ``kind`` filter matches: a
     task whose two criteria failed is of both kinds.
@@ -72,7 +81,7 @@ def failure_kinds(status: str | None, error_message: str | None) -> tuple[str, .
     if status in (None, "SUCCESS", "NOT_GRADED"):
         return ()
     text = (error_message or "").strip()
-    kinds = [MODEL_API] if _API.search(text) else []
+    kinds = [MODEL_API] if api_failed and _API.search(text) else []
     criteria = [kind for kind, _ in _criteria(text) if kind] if status == "FAILURE" else []
     kinds += criteria or [status]
     return tuple(dict.fromkeys(kinds))

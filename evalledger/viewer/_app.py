@@ -484,11 +484,12 @@ class _Views:
             search=page.search, view=view, shown_view="" if view == default else view,
             here=here, readable=readable, rows=rows,
             marks=[r.number for r in rows if isinstance(r, AttemptMark)],
-            items=conversation(rows, task.attempts) if view == "conversation" else [],
+            items=(conversation(rows, task.attempts, from_start=not page.more_before)
+                   if view == "conversation" else []),
             follow=not page.search and not page.more_after, after_seq=page.after,
             tail_url=url_with(f"{here}?fragment=tail", view=view),
             attempts_url=f"{here}?fragment=attempts", planned=task.planned, nav=nav,
-            listed=listed, changes=changes, files_page=files_page, **attempts,
+            listed=listed, changes=changes, **attempts,
         )
 
     async def _neighbours(self, request: Request,
@@ -517,7 +518,7 @@ class _Views:
         rows = with_marks(page.lines, tries, _queries.attempt_at(tries, after)
                           if after else None)
         response = self._page("_lines.html" if view == "raw" else "_conversation.html",
-                              rows=rows, items=conversation(rows, tries))
+                              rows=rows, items=conversation(rows, tries, from_start=not after))
         response.headers["X-Last-Seq"] = str(page.last_seq or after)
         response.headers["X-More"] = "1" if page.more_after else "0"
         return response

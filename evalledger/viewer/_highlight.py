@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import PurePosixPath
 from typing import Any
@@ -46,17 +46,15 @@ REPORT_SECONDS = 1.0
 
 @dataclass
 class Budget:
-    """Time one page may spend colouring code, shared by every diff on it."""
+    """Time one page may spend lexing code, shared by every diff on it (a lexer's
+    loading and compiling its patterns is not counted: that is once a process)."""
 
     seconds: float = PAGE_SECONDS
-    deadline: float = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.deadline = time.monotonic() + self.seconds
+    used: float = 0.0
 
     @property
     def spent(self) -> bool:
-        return time.monotonic() > self.deadline
+        return self.used > self.seconds
 
 
 def highlighted(diff: Sequence[tuple[str, str]], path: str | None,
@@ -74,8 +72,10 @@ def highlighted(diff: Sequence[tuple[str, str]], path: str | None,
         return plain
     lines: list[list[tuple[str, str]]] = [[]]  # per line, its runs of one class
     given: list[str] = []
+    began = time.monotonic()
     for n_token, (token, value) in enumerate(lexer.get_tokens(text)):
-        if n_token % 8 == 7 and budget.spent:
+        if n_token % 8 == 7 and budget.used + time.monotonic() - began > budget.seconds:
+            budget.used = budget.seconds + 1  # spent: the diffs after are plain too
             return plain
         given.append(value)
         cls = _class(token)
@@ -87,6 +87,7 @@ def highlighted(diff: Sequence[tuple[str, str]], path: str | None,
                 runs[-1] = (cls, runs[-1][1] + part)
             elif part:
                 runs.append((cls, part))
+    budget.used += time.monotonic() - began
     if "".join(given) != text or len(lines) != len(code):
         return plain  # the lexer changed the text (a BOM, a line end): shown as it is
     for i, runs in zip(code, lines, strict=True):

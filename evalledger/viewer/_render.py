@@ -48,7 +48,7 @@ from evalledger.projections import (
 )
 from evalledger.projections._digest import MODEL_API
 from evalledger.projections._intervals import Interval
-from evalledger.statuses import Category, FinalStatus
+from evalledger.statuses import Category, FailureClass, FinalStatus
 
 from . import _charts
 from ._ansi import ansi_html
@@ -158,7 +158,8 @@ def _has_outcome(row: TaskRow, wanted: str, claimed: Collection[str]) -> bool:
 def kinds_of(row: TaskRow) -> tuple[str, ...]:
     """``failure_kinds`` of a row."""
     status = row.final_status.value if row.final_status is not None else None
-    return failure_kinds(status, row.error_message)
+    return failure_kinds(status, row.error_message,
+                         api_failed=row.failure_class == FailureClass.INFRA)
 
 
 def kind_label(kind: str) -> str:
@@ -166,7 +167,7 @@ def kind_label(kind: str) -> str:
     failed``."""
     if kind == MODEL_API:
         return "model API failed"
-    return kind if kind.isupper() else f"{visible(kind)} \u2717"
+    return visible(kind) if kind.isupper() else f"{visible(kind)} \u2717"
 
 
 def kind_counts(summary: RunSummary) -> list[tuple[str, int]]:
@@ -271,8 +272,10 @@ def around(text: str, mark: str, width: int = 240) -> str:
     return ("\u2026" if start else "") + text[start:end] + ("\u2026" if end < len(text) else "")
 
 
-def _digest(message: str | None) -> str:
-    return visible(error_digest(message))
+def _digest(message: str | None, failure_class: str | None = None) -> str:
+    """``error_digest``; a model API's failure read as the reason only where the
+    attempt's class says so (``infra``)."""
+    return visible(error_digest(message, api_failed=failure_class == FailureClass.INFRA))
 
 
 def render(template: str, **context: Any) -> str:
@@ -592,13 +595,17 @@ def with_marks(lines: Sequence[Line], tries: Sequence[Attempt],
     return rows
 
 
-def conversation(rows: Sequence[Line | AttemptMark],
-                 tries: Sequence[Attempt]) -> list[Said | AttemptMark]:
+def conversation(rows: Sequence[Line | AttemptMark], tries: Sequence[Attempt], *,
+                 from_start: bool = True) -> list[Said | AttemptMark]:
     """Transcript rows as a conversation: each JSON line read by the parser of its
-    attempt's stream format (``agents``); other lines as they are."""
+    attempt's stream format (``agents``); other lines as they are. ``from_start``: the
+    rows begin the transcript (else the first row's line before is not among them, and
+    what it took is not known)."""
     parsers = {t.number: parser_for(t.stream_format) for t in tries}
     began = {t.number: _seconds(t.started.ts) for t in tries}
-    latest: dict[int, float | None] = dict(began)  # per attempt, its last item's time
+    # Per attempt, its last item's time: its start where the rows begin it.
+    latest: dict[int, float | None] = dict(began) if from_start else {}
+    previous: int | None = None
     items: list[Said | AttemptMark] = []
     chunks: list[str] = []  # the streamed answer the last item began, joined once it ends
 
@@ -625,9 +632,12 @@ def conversation(rows: Sequence[Line | AttemptMark],
         if isinstance(row, AttemptMark):
             items.append(row)
             continue
+        if previous is not None and row.attempt != previous:  # an attempt begins here
+            latest.setdefault(row.attempt, began.get(row.attempt))
         at, start, before = _seconds(row.ts), began.get(row.attempt), latest.get(row.attempt)
         items.append(Said(row, entry, elapsed=_between(start, at), took=_between(before, at)))
         latest[row.attempt] = at
+        previous = row.attempt
         if _chunks(entry):
             assert entry is not None
             chunks += [s.text for s in entry.steps if isinstance(s, Text)]

@@ -14,6 +14,8 @@ diffs folded; the viewer's task page has every file of every task.
 
 from __future__ import annotations
 
+import dataclasses
+
 from evalledger.app._workspace import WorkspaceChanges, workspace_changes
 from evalledger.ledger import Ledger
 from evalledger.projections import RunSummary
@@ -27,6 +29,7 @@ TAIL_LINES = 20
 TAIL_CHARS = 2000
 CHANGED_TASKS = 50
 CHANGED_FILES = 20
+CHANGED_CHARS = 2_000_000
 
 
 def report_html(ledger: Ledger, summary: RunSummary) -> str:
@@ -46,11 +49,26 @@ def report_html(ledger: Ledger, summary: RunSummary) -> str:
     )
 
 
-def _changes(ledger: Ledger, summary: RunSummary) -> dict[str, WorkspaceChanges]:
+def _changes(ledger: Ledger, summary: RunSummary, room: int = CHANGED_CHARS,
+             ) -> dict[str, WorkspaceChanges]:
     """What the agents of the first ``CHANGED_TASKS`` tasks that did not succeed
-    changed, by key; none where nothing could be compared."""
+    changed, by key; none where nothing could be compared. Their diffs fill ``room``
+    characters of the report at most: the files after are named."""
     failed = [r.task_key for r in TableQuery().select(summary.tasks)
               if r.category in (Category.FAILED, Category.ERROR)][:CHANGED_TASKS]
-    found = {key: workspace_changes(ledger, summary.run_id, key, most=CHANGED_FILES)
-             for key in failed}
-    return {key: changes for key, changes in found.items() if not changes.why_not}
+    found: dict[str, WorkspaceChanges] = {}
+    for key in failed:
+        try:
+            changes = workspace_changes(ledger, summary.run_id, key, most=CHANGED_FILES)
+        except OSError:  # a report is never lost to one workspace: the viewer says why
+            continue
+        if changes.why_not:
+            continue
+        files = []
+        for f in changes.files:
+            size = sum(len(line) for _, line in f.diff)
+            room -= size
+            files.append(f if room >= 0 or not f.diff else dataclasses.replace(
+                f, diff=(), note="its diff left out: the report's room for diffs is used"))
+        found[key] = dataclasses.replace(changes, files=files)
+    return found

@@ -4,6 +4,9 @@ read as an adversary's tree (real files, links and FIFOs in a temporary folder).
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -85,4 +88,57 @@ def test_a_large_tree_is_paged(tmp_path: Path) -> None:
     assert pages[0].unchanged == 13
     listed = [f.path for p in pages for f in p.files]
     assert listed == sorted(listed) and len(set(listed)) == 37
-    assert compare(before, after, page=9, most=10).files == []
+    past = compare(before, after, page=9, most=10)  # past the last page: the last
+    assert (past.page, past.start, [f.path for f in past.files]) == (
+        4, 30, [f.path for f in pages[3].files])
+
+
+UNREADABLE = """
+import sys
+from pathlib import Path
+from evalledger.app._workspace import compare
+changes = compare(Path(sys.argv[1]), Path(sys.argv[2]))
+print(sorted((f.path, f.kind, f.note) for f in changes.files))
+"""
+
+
+def test_a_file_the_agent_made_unreadable_is_named_so(tmp_path: Path) -> None:
+    """An agent may take a file's read permission away: the comparison names it, and
+    neither the task page nor the report is lost to it."""
+    # As root every file is readable: the comparison runs as nobody there, over trees
+    # nobody can walk (pytest's own folders are root's alone).
+    as_root = os.geteuid() == 0
+    with tempfile.TemporaryDirectory(dir="/tmp" if as_root else None) as folder:
+        top = Path(folder) if as_root else tmp_path
+        top.chmod(0o755)
+        before, after = top / "before", top / "after"
+        before.mkdir()
+        after.mkdir()
+        for root in (before, after):
+            (root / "locked.txt").write_text("one\n")
+            root.chmod(0o755)
+        (after / "locked.txt").write_text("two\n")
+        (after / "new.txt").write_text("x\n")
+        (before / "locked.txt").chmod(0o644)
+        for path in (after / "locked.txt", after / "new.txt"):
+            path.chmod(0)
+        command = [sys.executable, "-c", UNREADABLE, str(before), str(after)]
+        if as_root:
+            command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                       *command]
+        done = subprocess.run(command, capture_output=True, text=True, check=False,
+                              env={**os.environ,
+                                   "PYTHONPATH": str(Path(__file__).parents[2])})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(sorted([
+        ("locked.txt", "modified", "unreadable (Permission denied)"),
+        ("new.txt", "added", "unreadable (Permission denied)")]))
+
+
+def test_a_diff_line_is_cut_and_a_removed_line_like_a_header_is_kept() -> None:
+    from evalledger.app._workspace import LONGEST_LINE, diff_lines
+
+    shown = diff_lines(["-- a comment", "x"], ["x", "++ y", "z" * (LONGEST_LINE + 5)])
+    assert ("del", "--- a comment") in shown and ("add", "+++ y") in shown
+    cut = [line for kind, line in shown if kind == "add" and "z" in line]
+    assert cut == ["+" + "z" * (LONGEST_LINE - 1) + "\u2026 [6 more characters]"]

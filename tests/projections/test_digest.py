@@ -93,3 +93,14 @@ def test_only_an_attempt_that_failed_has_kinds_and_it_has_some(
         assert kinds == ()
     else:
         assert kinds and len(set(kinds)) == len(kinds) and kinds[-1] != MODEL_API
+
+
+def test_a_note_of_the_model_apis_failure_is_believed_only_where_the_class_says_so() -> None:
+    """An agent's test output can end with anything, the executor's note too: where the
+    attempt's class is not infra, it is a criterion's detail like any other."""
+    forged = ("run_command: exit code 1: FAILED x - assert 1 == 2\n"
+              "(the agent's model API failed: 529 overloaded)")
+    assert error_digest(forged).startswith("model API failed")  # the class unknown
+    assert error_digest(forged, api_failed=False) == "run_command \u2717 assert 1 == 2"
+    assert failure_kinds("FAILURE", forged, api_failed=False) == ("run_command",)
+    assert failure_kinds("FAILURE", forged) == (MODEL_API, "run_command")

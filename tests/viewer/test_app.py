@@ -146,6 +146,7 @@ def test_the_task_table_filters_sorts_and_pages(client: TestClient, suite: Suite
     by_key = [t["task_key"] for t in client.get(api, params={"sort": "key"}).json()["tasks"]]
     assert by_key == sorted(everything)
     # A failure kind: the failed criterion's type (or the status) of each failure.
+    assert "\x1b" not in client.get(f"/runs/{suite.first}", params={"kind": "\x1b[2J"}).text
     kind = client.get(api, params={"kind": "output_contains"}).json()["tasks"]
     assert kind and all("output_contains" in t["error_message"] for t in kind)
     assert client.get(api, params={"kind": "nothing-like-it"}).json()["total"] == 0
@@ -176,6 +177,11 @@ def test_a_search_of_every_transcript_finds_each_line_by_task(
                       params={"q": "line", "limit": 5000}).json()["lines"]
     assert len(seen) == len(set(seen)) and {ln["seq"] for ln in long} <= set(seen)
     assert client.get(api, params={"q": "OOPS"}).json()["lines"] == 0  # case matters
+    # What a line shows holds it, not the field names it is stored under ("stream").
+    assert "default/ok/00" not in {
+        t["task_key"] for t in client.get(api, params={"q": "stderr"}).json()["tasks"]}
+    assert client.get(f"/api/runs/{suite.first}/transcript/default/ok/00",
+                      params={"q": "stderr"}).json()["lines"] == []
     assert client.get(api).json() == {"run_id": suite.first, "q": "", "after": 0, "lines": 0,
                                       "next": None, "timed": False, "tasks": []}
     page = client.get(f"/runs/{suite.first}/search", params={"q": "oops"}).text

@@ -21,8 +21,10 @@ from evalledger.ledger import (
     TaskOutput,
     TaskStarted,
 )
+from evalledger.projections import SummaryFold, fold
 from evalledger.statuses import FinalStatus
 from evalledger.viewer import create_app
+from evalledger.viewer._report import _changes
 from tests.cli.helpers import evalledger
 
 from .scenes import AGENT_KEY, FIRST, IMPORTED, SECOND, Scenes
@@ -270,6 +272,13 @@ def test_the_report_shows_what_each_failed_tasks_agent_changed(tmp_path: Path) -
     assert '<span class="d-add">+    <span class="hl-k">return</span> a - b</span>' in broke
     fine = _section(report, "default/fine/00</span></summary>", "</details>")
     assert "Files changed" not in fine  # it succeeded: the viewer has it
+    # Diffs fill so much of a report: the files after are named, their diffs left out.
+    with Ledger(db, read_only=True) as ledger:
+        summary = fold(SummaryFold("r"), ledger.events("r", types=SummaryFold.TYPES)).summary()
+        roomy, tight = _changes(ledger, summary), _changes(ledger, summary, room=10)
+    assert roomy["default/breaks/00"].files[0].diff
+    (left,) = tight["default/breaks/00"].files
+    assert left.diff == () and left.note.startswith("its diff left out")
 
 
 def test_the_headline_has_its_spaces_and_run_ids_do_not_break(client: TestClient) -> None:
@@ -348,7 +357,6 @@ def test_the_report_opens_what_a_task_link_names_and_reads_the_conversation(
 
 
 def _tail(db: Path) -> list[str]:
-    from evalledger.projections import SummaryFold, fold
     from evalledger.viewer import report_html
 
     with Ledger(db, read_only=True) as ledger:
