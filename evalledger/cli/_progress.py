@@ -37,7 +37,7 @@ from evalledger._text import visible
 from evalledger.agents import lines_of, parser_for
 from evalledger.ledger import AnyEvent, EventRow, EventType, TaskCompleted, TaskEmitted
 from evalledger.projections import SummaryFold, error_digest
-from evalledger.statuses import Category, FailureClass
+from evalledger.statuses import Category
 from evalledger.suite import ResolvedTask
 
 # A step of an agent's conversation in the --stream feed: cut here (the ledger has it all).
@@ -78,9 +78,9 @@ def task_line(result: TaskCompleted, *, whole: bool = True, note: str = "") -> s
         cost = "  cost unknown"
     note = f"  {note}" if note else ""
     error = result.error_message
-    api_failed = result.failure_class == FailureClass.INFRA
-    detail = (f"  {visible(error if whole else error_digest(error, api_failed=api_failed))}"
-              if error else "")
+    if error and not whole:
+        error = error_digest(error, failure_class=result.failure_class)
+    detail = f"  {visible(error)}" if error else ""
     return (
         f"{result.final_status.value:<21} {visible(result.task_key)}  "
         f"{result.duration_seconds:.1f}s{cost}{note}{detail}"

@@ -12,7 +12,7 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
 
-from evalledger.statuses import Category, FailureClass
+from evalledger.statuses import Category
 
 from ._digest import error_digest
 from ._results import RunSummary, TaskRow
@@ -113,8 +113,7 @@ def diff_runs(a: RunSummary, b: RunSummary) -> RunDiff:
                        and rb.attempts and ra.isolation != rb.isolation else None),
             flags=list(rb.flags) if rb else [],
             why=error_digest(reported.error_message if reported else None,
-                             api_failed=bool(reported and reported.failure_class
-                                             == FailureClass.INFRA)),
+                             failure_class=reported.failure_class if reported else None),
         ))
     counts = dict.fromkeys(get_args(Change), 0)
     for t in tasks:

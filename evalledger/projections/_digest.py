@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import re
 
+from evalledger.statuses import FailureClass
+
 _API = re.compile(r"\(the agent's model API failed: (.*)\)\s*$", re.DOTALL)
 _EXIT = re.compile(r"^exit code -?\d+: ", re.DOTALL)
 # A line that only separates (=====, -----, ^^^^ under a traceback's code), or a rule
@@ -40,18 +42,18 @@ LIMIT = 160
 
 
 def error_digest(error_message: str | None, *, limit: int = LIMIT,
-                 api_failed: bool = True) -> str:
+                 failure_class: str | None = None) -> str:
     """``error_message`` in one line of at most ``limit`` characters ("" for none).
 
-    ``api_failed``: whether the attempt's failure class says its model API failed it
-    (``infra``), where the caller knows; when it does not, a note of the API's failure at
-    the message's end is only a criterion's detail ending so (an agent's output can say
-    anything) and is read as such.
+    ``failure_class``: the attempt's. The executor notes the model API's failure at the
+    message's end and classes the attempt ``infra``; where the class is not that, such a
+    note is only a criterion's detail ending so (an agent's output can say anything) and
+    is read as such.
     """
     if not error_message or not error_message.strip():
         return ""
     text = error_message.strip()
-    if api_failed and (api := _API.search(text)):
+    if failure_class == FailureClass.INFRA and (api := _API.search(text)):
         return _fit(f"model API failed: {_line(api.group(1))}", limit)
     parts = _criteria(text)
     kind, detail = parts[0]
@@ -68,10 +70,10 @@ MODEL_API = "model API"
 
 
 def failure_kinds(status: str | None, error_message: str | None, *,
-                  api_failed: bool = True) -> tuple[str, ...]:
+                  failure_class: str | None = None) -> tuple[str, ...]:
     """What kinds of failure an attempt that did not succeed had, best first: ``model
-    API`` when its agent's model API gave up (``api_failed``, as ``error_digest`` reads
-    it); each failed criterion's type for a ``FAILURE`` (``run_command``,
+    API`` when its agent's model API gave up (its ``failure_class`` and message read as
+    ``error_digest`` reads them); each failed criterion's type for a ``FAILURE`` (``run_command``,
     ``file_exists``); else its status (``TIMEOUT``, ``ERROR``). Empty for a success, an
     attempt not graded and one not finished.
 
@@ -81,7 +83,7 @@ def failure_kinds(status: str | None, error_message: str | None, *,
     if status in (None, "SUCCESS", "NOT_GRADED"):
         return ()
     text = (error_message or "").strip()
-    kinds = [MODEL_API] if api_failed and _API.search(text) else []
+    kinds = [MODEL_API] if failure_class == FailureClass.INFRA and _API.search(text) else []
     criteria = [kind for kind, _ in _criteria(text) if kind] if status == "FAILURE" else []
     kinds += criteria or [status]
     return tuple(dict.fromkeys(kinds))

@@ -160,18 +160,13 @@ def status_text(row: TaskRow) -> str:
     return row.final_status.value
 
 
-def _api(row: TaskRow) -> bool:
-    """Whether the row's class says its model API failed it (``error_digest``)."""
-    return row.failure_class == FailureClass.INFRA
-
-
 def _task_row(row: TaskRow) -> str:
     status = status_text(row)
     score = f"{row.weighted_score:.2f}" if row.weighted_score is not None else "-"
     duration = f"{row.duration_seconds:.1f}s" if row.duration_seconds is not None else "-"
     return (f"| {_cell(row.task_key)} | {status} | {score} | {duration} | {row.tokens.total} "
             f"| {money(row.cost_usd, row.cost_complete)} "
-            f"| {_cell(error_digest(row.error_message or '', api_failed=_api(row)))} |")
+            f"| {_cell(error_digest(row.error_message, failure_class=row.failure_class))} |")
 
 
 def _tokens_and_cost(s: RunSummary) -> list[str]:
@@ -207,7 +202,7 @@ def _errors_in_full(s: RunSummary) -> list[str]:
     """The messages the task table shows only a digest of, whole."""
     whole = [(row.task_key, row.error_message) for row in s.tasks
              if row.error_message
-             and error_digest(row.error_message, api_failed=_api(row))
+             and error_digest(row.error_message, failure_class=row.failure_class)
              != row.error_message.strip()]
     if not whole:
         return []

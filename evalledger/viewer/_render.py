@@ -48,7 +48,7 @@ from evalledger.projections import (
 )
 from evalledger.projections._digest import MODEL_API
 from evalledger.projections._intervals import Interval
-from evalledger.statuses import Category, FailureClass, FinalStatus
+from evalledger.statuses import Category, FinalStatus
 
 from . import _charts
 from ._ansi import ansi_html
@@ -158,8 +158,7 @@ def _has_outcome(row: TaskRow, wanted: str, claimed: Collection[str]) -> bool:
 def kinds_of(row: TaskRow) -> tuple[str, ...]:
     """``failure_kinds`` of a row."""
     status = row.final_status.value if row.final_status is not None else None
-    return failure_kinds(status, row.error_message,
-                         api_failed=row.failure_class == FailureClass.INFRA)
+    return failure_kinds(status, row.error_message, failure_class=row.failure_class)
 
 
 def kind_label(kind: str) -> str:
@@ -273,9 +272,7 @@ def around(text: str, mark: str, width: int = 240) -> str:
 
 
 def _digest(message: str | None, failure_class: str | None = None) -> str:
-    """``error_digest``; a model API's failure read as the reason only where the
-    attempt's class says so (``infra``)."""
-    return visible(error_digest(message, api_failed=failure_class == FailureClass.INFRA))
+    return visible(error_digest(message, failure_class=failure_class))
 
 
 def render(template: str, **context: Any) -> str:

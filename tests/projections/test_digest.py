@@ -7,7 +7,9 @@ from hypothesis import strategies as st
 
 from evalledger.projections import error_digest, failure_kinds
 from evalledger.projections._digest import LIMIT, MODEL_API
-from evalledger.statuses import FinalStatus
+from evalledger.statuses import FailureClass, FinalStatus
+
+INFRA = FailureClass.INFRA
 
 PYTEST = """run_command: exit code 1: \
 ============================= test session starts ==============================
@@ -38,8 +40,8 @@ def test_a_pytest_failure_reads_as_its_assertion() -> None:
 def test_a_model_api_failure_is_the_reason() -> None:
     said = ("file_contains: answer.txt is not a file (the agent's model API failed: result "
             "is_error: 529 overloaded_error Overloaded)")
-    assert error_digest(said) == ("model API failed: result is_error: 529 overloaded_error "
-                                  "Overloaded")
+    assert error_digest(said, failure_class=INFRA) == (
+        "model API failed: result is_error: 529 overloaded_error Overloaded")
 
 
 def test_the_first_failed_criterion_and_how_many_more() -> None:
@@ -78,17 +80,19 @@ def test_a_failure_is_of_each_criterion_that_failed() -> None:
 def test_a_model_api_failure_comes_first_and_the_status_stands_for_no_criterion() -> None:
     said = ("file_exists: answer.txt is not a file (the agent's model API failed: result "
             "is_error: 529)")
-    assert failure_kinds("FAILURE", said) == (MODEL_API, "file_exists")
-    assert failure_kinds("ERROR", "command not found (the agent's model API failed: 500)"
-                         ) == (MODEL_API, "ERROR")
+    assert failure_kinds("FAILURE", said, failure_class=INFRA) == (MODEL_API, "file_exists")
+    assert failure_kinds("ERROR", "command not found (the agent's model API failed: 500)",
+                         failure_class=INFRA) == (MODEL_API, "ERROR")
     assert failure_kinds("TIMEOUT", "timed out after 20s") == ("TIMEOUT",)
     assert failure_kinds("FAILURE", "exited 1") == ("FAILURE",)
 
 
-@given(st.sampled_from([*FinalStatus, None]), st.none() | st.text(max_size=300))
+@given(st.sampled_from([*FinalStatus, None]), st.none() | st.text(max_size=300),
+       st.sampled_from([*FailureClass, None]))
 def test_only_an_attempt_that_failed_has_kinds_and_it_has_some(
-        status: FinalStatus | None, message: str | None) -> None:
-    kinds = failure_kinds(status and status.value, message)
+        status: FinalStatus | None, message: str | None,
+        failure_class: FailureClass | None) -> None:
+    kinds = failure_kinds(status and status.value, message, failure_class=failure_class)
     if status in (None, FinalStatus.SUCCESS, FinalStatus.NOT_GRADED):
         assert kinds == ()
     else:
@@ -100,7 +104,8 @@ def test_a_note_of_the_model_apis_failure_is_believed_only_where_the_class_says_
     attempt's class is not infra, it is a criterion's detail like any other."""
     forged = ("run_command: exit code 1: FAILED x - assert 1 == 2\n"
               "(the agent's model API failed: 529 overloaded)")
-    assert error_digest(forged).startswith("model API failed")  # the class unknown
-    assert error_digest(forged, api_failed=False) == "run_command \u2717 assert 1 == 2"
-    assert failure_kinds("FAILURE", forged, api_failed=False) == ("run_command",)
-    assert failure_kinds("FAILURE", forged) == (MODEL_API, "run_command")
+    assert error_digest(forged, failure_class=INFRA).startswith("model API failed")
+    for agents in (FailureClass.AGENT, None):  # the agent's, or a class not known
+        assert error_digest(forged, failure_class=agents) == "run_command \u2717 assert 1 == 2"
+        assert failure_kinds("FAILURE", forged, failure_class=agents) == ("run_command",)
+    assert failure_kinds("FAILURE", forged, failure_class=INFRA) == (MODEL_API, "run_command")
