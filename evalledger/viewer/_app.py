@@ -23,7 +23,6 @@ import secrets
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -68,11 +67,13 @@ from ._render import (
     STATIC,
     AttemptMark,
     TableQuery,
+    between,
     conversation,
     neighbours,
     not_started,
     render,
     run_charts,
+    seconds,
     segment,
     summary_tags,
     with_marks,
@@ -607,19 +608,23 @@ def _usage_chart(attempt: _queries.Attempt, curve: list[tuple[str, int]] | None)
     """Tokens used so far against seconds since the attempt started: the running count
     of its agent's messages where its transcript is a conversation (such an agent records
     its usage once, at the end), else its usage reports as they were recorded."""
-    start = _seconds(attempt.started.ts)
+    start = seconds(attempt.started.ts)
+
+    def since(ts: str) -> float:
+        return between(start, seconds(ts)) or 0.0
+
     points = []
     if curve:
-        points = [(max(0.0, _seconds(ts) - start), float(total)) for ts, total in curve]
+        points = [(since(ts), float(total)) for ts, total in curve]
     else:
         total = 0
         for usage in attempt.usage:
             total += usage.tokens.total
-            points.append((max(0.0, _seconds(usage.ts) - start), float(total)))
+            points.append((since(usage.ts), float(total)))
     ended = attempt.completed or attempt.interrupted
     return _charts.steps(points, "tokens used over the attempt", y_title="tokens",
                          x_title="time since the attempt started",
-                         until=max(0.0, _seconds(ended.ts) - start) if ended else None)
+                         until=since(ended.ts) if ended else None)
 
 
 def _runs_cost_pass(runs: Sequence[ListedRun]) -> Markup | None:
@@ -633,13 +638,6 @@ def _runs_cost_pass(runs: Sequence[ListedRun]) -> Markup | None:
         [(r.run_id, r.total_cost_usd, r.pass_rate,
           (r.pass_rate_interval.low, r.pass_rate_interval.high)) for r in graded],
         "cost against pass rate per run", x_title="cost (USD)", y_title="pass rate")
-
-
-def _seconds(ts: str) -> float:
-    try:
-        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
 
 
 def _as_json(data: Callable[[Request], Awaitable[Resource]],

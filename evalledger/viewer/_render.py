@@ -19,7 +19,7 @@ import json
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -599,7 +599,7 @@ def conversation(rows: Sequence[Line | AttemptMark], tries: Sequence[Attempt], *
     rows begin the transcript (else the first row's line before is not among them, and
     what it took is not known)."""
     parsers = {t.number: parser_for(t.stream_format) for t in tries}
-    began = {t.number: _seconds(t.started.ts) for t in tries}
+    began = {t.number: seconds(t.started.ts) for t in tries}
     # Per attempt, its last item's time: its start where the rows begin it.
     latest: dict[int, float | None] = dict(began) if from_start else {}
     previous: int | None = None
@@ -631,8 +631,8 @@ def conversation(rows: Sequence[Line | AttemptMark], tries: Sequence[Attempt], *
             continue
         if previous is not None and row.attempt != previous:  # an attempt begins here
             latest.setdefault(row.attempt, began.get(row.attempt))
-        at, start, before = _seconds(row.ts), began.get(row.attempt), latest.get(row.attempt)
-        items.append(Said(row, entry, elapsed=_between(start, at), took=_between(before, at)))
+        at, start, before = seconds(row.ts), began.get(row.attempt), latest.get(row.attempt)
+        items.append(Said(row, entry, elapsed=between(start, at), took=between(before, at)))
         latest[row.attempt] = at
         previous = row.attempt
         if _chunks(entry):
@@ -643,15 +643,18 @@ def conversation(rows: Sequence[Line | AttemptMark], tries: Sequence[Attempt], *
     return items
 
 
-def _seconds(ts: str | None) -> float | None:
-    """A ledger ``ts`` (ISO 8601) as seconds since the epoch; None when unreadable."""
+def seconds(ts: str | None) -> float | None:
+    """A ledger ``ts`` (ISO 8601, UTC where it names no zone) as seconds since the
+    epoch; None when unreadable (a forged or hand-written row)."""
     try:
-        return datetime.fromisoformat(str(ts).replace("Z", "+00:00")).timestamp()
+        moment = datetime.fromisoformat(str(ts).replace("Z", "+00:00"))
     except ValueError:
         return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
-def _between(earlier: float | None, later: float | None) -> float | None:
+def between(earlier: float | None, later: float | None) -> float | None:
+    """Seconds from ``earlier`` to ``later``, never below 0; None when either is."""
     return None if earlier is None or later is None else max(0.0, later - earlier)
 
 
