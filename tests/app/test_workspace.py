@@ -11,12 +11,11 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import yaml
 
 from evalledger.app import _workspace
 from evalledger.app._workspace import MOST_BYTES, compare, workspace_changes
 from evalledger.ledger import Ledger
-from tests.cli.helpers import evalledger
+from tests.cli.helpers import evalledger, write_tasks
 
 
 def test_added_removed_modified_and_unchanged(tmp_path: Path) -> None:
@@ -60,11 +59,9 @@ def test_a_run_names_its_kept_workspace_and_starting_folder(tmp_path: Path) -> N
     start = tmp_path / "start"
     start.mkdir()
     (start / "a.txt").write_text("one\n")
-    tasks = tmp_path / "tasks"
-    tasks.mkdir()
-    (tasks / "edit.yaml").write_text(yaml.safe_dump({
+    tasks = write_tasks(tmp_path / "tasks", {"edit": {
         "command": "echo two > a.txt", "workdir": str(start),
-        "success_criteria": [{"type": "exit_code"}]}))
+        "success_criteria": [{"type": "exit_code"}]}})
     db = tmp_path / "l.db"
     done = evalledger(tmp_path, db, "run", str(tasks), "--run-id", "r1")
     assert done.returncode == 0, done.stderr

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cli.helpers import evalledger
+from tests.cli.helpers import evalledger, write_tasks
 
 from .test_browser import _viewer, axe_violations, browser, expect, page  # noqa: F401
 
@@ -65,8 +65,7 @@ EDITING = [
 def failures(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A viewer over the run (its URL)."""
     root = tmp_path_factory.mktemp("failures")
-    tasks, project = root / "tasks", root / "project"
-    tasks.mkdir()
+    project = root / "project"
     project.mkdir()
     (project / "test_stats.py").write_text(STATS_TEST, encoding="utf-8")
     transcript = root / "overloaded.jsonl"
@@ -81,7 +80,7 @@ def failures(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     editing.write_text("".join(json.dumps(line) + "\n" for line in EDITING))
     pytest_cmd = (f"{sys.executable} -m pytest -q -p no:cacheprovider -p no:randomly "
                   "test_stats.py")
-    for name, fields in {
+    tasks = write_tasks(root / "tasks", {name: {"timeout": 60, **fields} for name, fields in {
         "pytest-fails": {"command": "true", "workdir": str(project), "success_criteria": [
             {"type": "run_command", "command": pytest_cmd}]},
         "api-529": {"command": f"cat {transcript}; exit 1", "stream_format": "claude-code",
@@ -94,17 +93,13 @@ def failures(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                   "workdir": str(edited), "success_criteria": [{"type": "exit_code"}]},
         "claims": {"command": f"cat {editing}", "stream_format": "claude-code",
                    "success_criteria": [{"type": "file_exists", "path": "stats.py"}]},
-    }.items():
-        (tasks / f"{name}.yaml").write_text(yaml.safe_dump({"timeout": 60, **fields}))
+    }.items()})
     db = root / "l.db"
     done = evalledger(root, db, "run", str(tasks), "--run-id", RUN)
     assert done.returncode == 1, done.stdout + done.stderr
     # Two variants, two replicates each: "flaky" fails its second replicate in "a".
-    crossed = root / "crossed"
-    crossed.mkdir()
-    for name in ("flaky", "steady"):
-        (crossed / f"{name}.yaml").write_text(yaml.safe_dump({
-            "timeout": 60, "success_criteria": [{"type": "exit_code"}]}))
+    write_tasks(root / "crossed", {name: {"timeout": 60, "success_criteria": [
+        {"type": "exit_code"}]} for name in ("flaky", "steady")})
     (root / "experiment.yaml").write_text(yaml.safe_dump({
         "experiment_id": "crossed", "tasks": ["crossed/"], "repeats": 2, "variants": [
             {"variant_id": "a", "command": 'case "$EVALLEDGER_TASK_KEY" in a/flaky/01) '

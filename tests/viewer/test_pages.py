@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 from starlette.testclient import TestClient
 
 from evalledger.ledger import (
@@ -25,7 +24,7 @@ from evalledger.projections import SummaryFold, fold
 from evalledger.statuses import FinalStatus
 from evalledger.viewer import create_app
 from evalledger.viewer._report import _changes
-from tests.cli.helpers import evalledger
+from tests.cli.helpers import evalledger, write_tasks
 
 from .scenes import AGENT_KEY, FIRST, IMPORTED, SECOND, Scenes
 
@@ -230,11 +229,9 @@ def test_a_model_that_differs_within_a_variant_is_still_drift(tmp_path: Path) ->
 
 
 def test_a_task_that_changed_many_files_pages_them(tmp_path: Path) -> None:
-    tasks = tmp_path / "tasks"
-    tasks.mkdir()
-    (tasks / "many.yaml").write_text(yaml.safe_dump({
+    tasks = write_tasks(tmp_path / "tasks", {"many": {
         "command": "for i in $(seq 100 304); do echo $i > f$i.py; done",
-        "success_criteria": [{"type": "exit_code"}]}))
+        "success_criteria": [{"type": "exit_code"}]}})
     db = tmp_path / "ledger.db"
     done = evalledger(tmp_path, db, "run", str(tasks), "--run-id", "many")
     assert done.returncode == 0, done.stderr
@@ -253,13 +250,11 @@ def test_the_report_shows_what_each_failed_tasks_agent_changed(tmp_path: Path) -
     start = tmp_path / "start"
     start.mkdir()
     (start / "calc.py").write_text("def add(a, b):\n    return a + b\n")
-    tasks = tmp_path / "tasks"
-    tasks.mkdir()
-    for name, command in (("breaks", "sed -i 's/a + b/a - b/' calc.py; exit 1"),
-                          ("fine", "echo '# ok' >> calc.py")):
-        (tasks / f"{name}.yaml").write_text(yaml.safe_dump({
-            "command": command, "workdir": str(start),
-            "success_criteria": [{"type": "exit_code"}]}))
+    tasks = write_tasks(tmp_path / "tasks", {
+        name: {"command": command, "workdir": str(start),
+               "success_criteria": [{"type": "exit_code"}]}
+        for name, command in (("breaks", "sed -i 's/a + b/a - b/' calc.py; exit 1"),
+                              ("fine", "echo '# ok' >> calc.py"))})
     db = tmp_path / "ledger.db"
     done = evalledger(tmp_path, db, "run", str(tasks), "--run-id", "r", "--out",
                       str(tmp_path / "runs"))
