@@ -19,7 +19,6 @@ import dataclasses
 from evalledger.app._workspace import WorkspaceChanges, workspace_changes
 from evalledger.ledger import Ledger
 from evalledger.projections import RunSummary
-from evalledger.statuses import Category
 
 from . import _queries
 from ._highlight import REPORT_SECONDS, Budget
@@ -54,8 +53,8 @@ def _changes(ledger: Ledger, summary: RunSummary, room: int = CHANGED_CHARS,
     """What the agents of the first ``CHANGED_TASKS`` tasks that did not succeed
     changed, by key; none where nothing could be compared. Their diffs fill ``room``
     characters of the report at most: the files after are named."""
-    failed = [r.task_key for r in TableQuery().select(summary.tasks)
-              if r.category in (Category.FAILED, Category.ERROR)][:CHANGED_TASKS]
+    failed = [r.task_key for r in TableQuery(outcomes=("error", "failed")).select(
+        summary.tasks)][:CHANGED_TASKS]
     found: dict[str, WorkspaceChanges] = {}
     for key in failed:
         try:
