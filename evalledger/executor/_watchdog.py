@@ -48,6 +48,13 @@ from pathlib import Path
 from typing import Any
 
 if __name__ == "__main__":  # the watchdog itself: a bare interpreter
+    # Detached (a Ray worker's): leave the parent before anything else, which waits for
+    # this first process to exit. Ray SIGKILLs an exiting worker's children; a watchdog
+    # still its child then died with it (issue #43: the killed driver's leftovers).
+    if sys.argv[3:4] == ["detach"]:
+        del sys.argv[3]
+        if os.fork():
+            os._exit(0)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from _marks import MARKER_VAR, batch_mark, kill_marked, ray_mark  # type: ignore[import-not-found]
     from isolation import DOCKER_MARK, remove_containers  # type: ignore[import-not-found]
@@ -321,6 +328,10 @@ class Watchdog:
             )
         finally:
             os.close(read)
+        if shared:
+            # Returns once the watchdog has left: from then on it is no child of ours,
+            # and what ends this process's children at its exit cannot reach it.
+            self.process.wait()
 
     def done(self) -> None:
         """The batch ended and cleaned up after itself: the watchdog may go."""
@@ -449,8 +460,4 @@ def sweep_dead_batches(ledger: Any) -> Sweep:
 
 
 if __name__ == "__main__":
-    if sys.argv[3:4] == ["detach"]:
-        del sys.argv[3]
-        if os.fork():  # the parent leaves; the child, no one's child now, watches
-            os._exit(0)
     watch(*sys.argv[1:5])

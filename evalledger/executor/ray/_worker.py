@@ -169,15 +169,16 @@ def _session(spec: WorkerSpec) -> _Session:
         session = _sessions.get(spec.batch_token)
         if session is None:
             base = batch_folder(spec.batch_token)
+            token = f"{spec.batch_token}-{os.getpid()}"
+            root = base / f"{WORKER_FOLDER}{os.getpid()}"
+            # The watchdog first (detached before it returns), then the folders, as for a
+            # local batch. Should this worker die, it removes the worker's folder, and the
+            # node's batch folder too once no worker is left in it.
+            watchdog = Watchdog(token, root, shared=(base, WORKER_FOLDER))
             # Each folder holds its proof (a marker naming its token) before anything
             # else: the node's batch folder, shared by its workers, names the batch's.
             make_folder(base, spec.batch_token, shared=True)
             (base / "workdirs").mkdir(exist_ok=True, mode=0o700)
-            token = f"{spec.batch_token}-{os.getpid()}"
-            root = base / f"{WORKER_FOLDER}{os.getpid()}"
-            # The watchdog first, then the folder (as for a local batch). Should this
-            # worker die, it removes the batch's folder too once no worker is left in it.
-            watchdog = Watchdog(token, root, shared=(base, WORKER_FOLDER))
             make_folder(root, token, shared=True)
             session = _sessions[spec.batch_token] = _Session(base, root, token, watchdog)
         return session
