@@ -32,15 +32,15 @@ sys.path.insert(0, str(ROOT))
 from evalledger._text import money  # noqa: E402
 from evalledger.ledger import TokenCounts  # noqa: E402
 from tests.cli.helpers import PATIENCE, evalledger, spawn, wait_until  # noqa: E402
-from tests.executor.test_real_agents import (  # noqa: E402
+from tests.executor.real_agent_tasks import (  # noqa: E402
     CODEX_MODEL,
     OPUS,
     SUBAGENT,
     TOOL,
-    _lines,
     claude_task,
     codex_script,
     codex_task,
+    emitted,
     only_run,
     recorded,
     result_line,
@@ -72,7 +72,7 @@ def _claude(flags: str = "", *, version: str | None = None, main: str = OPUS,
             proc = spawn(folder, db, "run", str(tasks))
             api.holding.wait(PATIENCE)
             shown = "msg_0002" if flags else "msg_0001"
-            wait_until(lambda: any(shown in json.dumps(x) for x in _lines(db)), shown)
+            wait_until(lambda: any(shown in json.dumps(x) for x in emitted(db)), shown)
             if ending == "ctrl-c":
                 proc.send_signal(signal.SIGINT)
                 proc.communicate(timeout=PATIENCE)
@@ -98,7 +98,7 @@ def _codex(*, interrupt: bool = False) -> Case:
                 return api, db
             proc = spawn(folder, db, "run", str(tasks), "--pricing", str(pricing))
             api.holding.wait(PATIENCE)
-            wait_until(lambda: any(x.get("type") == "item.completed" for x in _lines(db)),
+            wait_until(lambda: any(x.get("type") == "item.completed" for x in emitted(db)),
                        "the shell call")
             proc.send_signal(signal.SIGINT)
             proc.communicate(timeout=PATIENCE)

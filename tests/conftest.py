@@ -9,7 +9,9 @@ searches.
 
 from __future__ import annotations
 
+import compileall
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +19,10 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+import evalledger
 from evalledger.ledger import Ledger
+
+from .needs import unavailable
 
 # No Hypothesis deadline anywhere: the suite runs on a loaded two-core machine, beside a
 # second copy of itself, where one example can take 300 ms that takes 3 ms alone. What a
@@ -26,6 +31,53 @@ settings.register_profile(
     "evalledger", deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile("evalledger")
+
+
+# Where bytecode is not written (PYTHONDONTWRITEBYTECODE, as on this project's CI
+# machines) every one of the thousand-odd Python processes the suite starts compiled the
+# package again, and every xdist worker its test modules: a tenth of the suite's CPU. Only
+# the package's and the tests' own bytecode is written (to their __pycache__, which git
+# ignores), once; nothing of the user's environment changes otherwise.
+sys.dont_write_bytecode = False
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller, before any worker starts
+        compileall.compile_dir(Path(evalledger.__file__).parent, quiet=2)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: two workers per core. Most of the suite waits on real subprocesses
+    (a grace period, a timeout, a child's start-up), not on the CPU: one worker per core
+    left the two cores half idle."""
+    return 2 * (os.cpu_count() or 1)
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that needs docker is in the slow tier: it builds images and waits on
+    dockerd. The other slow families say so where they are written (``slow``)."""
+    for item in items:
+        params = getattr(item, "callspec", None)
+        if ("docker_images" in getattr(item, "fixturenames", ())
+                or (params is not None and "docker" in params.params.values())):
+            item.add_marker(pytest.mark.slow)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """With ``EVALLEDGER_NO_SKIPS=1`` (CI) a skipped or xfailed test fails the session:
+    there every test must run and pass, and a skip is a test that never ran."""
+    if os.environ.get("EVALLEDGER_NO_SKIPS") != "1" or hasattr(session.config, "workerinput"):
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    stats = getattr(reporter, "stats", {})
+    left = [report for kind in ("skipped", "xfailed", "xpassed")
+            for report in stats.get(kind, ()) if report.when in ("setup", "call")]
+    if left:
+        if reporter is not None:
+            reporter.write_line(f"EVALLEDGER_NO_SKIPS=1: {len(left)} test(s) skipped or "
+                                "xfailed here, where every test must run", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(autouse=True)
@@ -62,9 +114,7 @@ def bwrap() -> object:
     try:
         return find()
     except IsolationUnavailable as e:
-        if os.environ.get("EVALLEDGER_REQUIRE_BWRAP") == "1":
-            pytest.fail(f"bubblewrap is required here (EVALLEDGER_REQUIRE_BWRAP=1): {e}")
-        pytest.skip(str(e))
+        unavailable("BWRAP", str(e))
 
 
 @pytest.fixture(scope="session")
@@ -79,13 +129,11 @@ def docker_images() -> dict[str, str]:
     try:
         docker()
     except IsolationUnavailable as e:
-        if os.environ.get("EVALLEDGER_REQUIRE_DOCKER") == "1":
-            pytest.fail(f"docker is required here (EVALLEDGER_REQUIRE_DOCKER=1): {e}")
-        pytest.skip(str(e))
+        unavailable("DOCKER", str(e))
     return {kind: build(kind) for kind in ("busybox", "python")}
 
 
-@pytest.fixture(params=["bwrap", "docker"])
+@pytest.fixture(params=["bwrap", "docker"])  # docker: the slow tier
 def isolated(request: pytest.FixtureRequest) -> dict[str, str]:
     """The task keys that confine a command, once per backend (the busybox image for
     docker); each skips, or fails in CI, where its backend is missing."""

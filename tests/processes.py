@@ -7,9 +7,10 @@ of a killed task waits only for init to collect it.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from .waiting import left_after
 
 
 def alive(pid: int) -> bool:
@@ -24,10 +25,7 @@ def alive(pid: int) -> bool:
 
 def still_alive(pids: Sequence[int], timeout: float = 3.0) -> list[int]:
     """The pids still alive after waiting up to ``timeout`` for all to end."""
-    deadline = time.monotonic() + timeout
-    while (running := [p for p in pids if alive(p)]) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return running
+    return left_after(lambda: [p for p in pids if alive(p)], timeout)
 
 
 def wait_gone(pid: int, timeout: float = 3.0) -> bool:

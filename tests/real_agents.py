@@ -54,13 +54,11 @@ def missing(name: str, version: str | None = None) -> str | None:
 def require(name: str, version: str | None = None) -> Path:
     """The pinned CLI, or a skip saying why it cannot run; CI sets
     ``EVALLEDGER_REQUIRE_AGENTS=1`` and then the test fails instead."""
-    import pytest
+    from .needs import unavailable
 
     why = missing(name, version)
     if why is not None:
-        if os.environ.get("EVALLEDGER_REQUIRE_AGENTS") == "1":
-            pytest.fail(f"the real agents are required here (EVALLEDGER_REQUIRE_AGENTS=1): {why}")
-        pytest.skip(why)
+        unavailable("AGENTS", why)
     return binary(name, version)
 
 

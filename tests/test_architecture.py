@@ -5,11 +5,16 @@ module, inside a function, or for type checking only: each is a dependency) is r
 from the source and checked against the layer map below, which is the one in
 docs/architecture.md. A layer may import itself and any layer of a lower rank, never
 one of its own rank or above, except the few imports named in ``EXCEPTIONS``.
+
+The tests keep a rule of their own: no module imports a test module (``test_*.py``) or
+a ``conftest.py``, not even in a program it hands another process; what they share
+lives in helper modules beside them.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 import evalledger
@@ -106,4 +111,92 @@ def test_an_import_upward_or_sideways_is_named_wherever_it_is(tmp_path: Path) ->
         "evalledger.ledger._store:3 imports evalledger.executor (ledger may not import "
         "executor)",
         "evalledger.suite._tasks:3 imports evalledger.agents (suite may not import agents)",
+    ]
+
+
+# -- the tests themselves: a test module is never a library --------------------------------
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _module_file(root: Path, module: str) -> Path | None:
+    """The file of ``module`` (``tests.cli.helpers``) under ``root``'s parent, if any."""
+    path = root.parent.joinpath(*module.split("."))
+    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imported(tree: ast.AST, package: str | None, first_line: int
+              ) -> Iterator[tuple[str, int]]:
+    """(module or name imported, line) for each import in ``tree``, and in each program
+    it holds as a string (one another process runs: ``python -c``, where there is no
+    ``package`` to import relative to)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                if package is None:
+                    continue  # relative to nothing: it fails where it runs
+                parts = package.split(".")
+                base = ".".join([*parts[: len(parts) - node.level + 1],
+                                 *([node.module] if node.module else [])])
+            targets = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and "import" in node.value:
+            try:
+                program = ast.parse(node.value)
+            except SyntaxError:
+                continue  # prose, not a program
+            yield from _imported(program, None, first_line + node.lineno - 1)
+            continue
+        else:
+            continue
+        yield from ((target, first_line + node.lineno - 1) for target in targets)
+
+
+def imports_of_test_modules(root: Path = TESTS) -> list[str]:
+    """Each import, anywhere under ``root``, of a test module (``test_*.py``) or of a
+    ``conftest.py``: in a module's code (at its top or in a function) or in a program it
+    hands another process as a string. What tests share lives in helper modules;
+    fixtures pytest shares stay in a conftest, which pytest loads and nobody imports."""
+    wrong: set[tuple[str, int, str]] = set()
+    for path in sorted(root.rglob("*.py")):
+        module = ".".join(path.relative_to(root.parent).with_suffix("").parts)
+        package = module.removesuffix(".__init__") if path.name == "__init__.py" \
+            else module.rpartition(".")[0]
+        for target, line in _imported(ast.parse(path.read_text(encoding="utf-8")), package, 1):
+            found = _module_file(root, target)
+            if found is not None and (found.name.startswith("test_")
+                                      or found.name == "conftest.py"):
+                wrong.add((str(path.relative_to(root.parent)), line, target))
+    return [f"{where}:{line} imports {target}" for where, line, target in sorted(wrong)]
+
+
+def test_no_test_module_or_conftest_is_imported_by_another_module() -> None:
+    assert imports_of_test_modules() == []
+
+
+def test_an_import_of_a_test_module_is_named_wherever_it_is(tmp_path: Path) -> None:
+    # A tree of its own name: the programs below, read in this file too, name none of ours.
+    root = tmp_path / "checks"
+    (root / "cli").mkdir(parents=True)
+    for name in ("__init__.py", "conftest.py", "helpers.py", "cli/__init__.py",
+                 "cli/conftest.py", "cli/test_run.py", "cli/builders.py"):
+        (root / name).write_text("")
+    (root / "cli" / "test_show.py").write_text(
+        "from .builders import test_data\n"  # a helper module: fine, whatever its names
+        "from ..helpers import wait\n"  # fine
+        "from .test_run import make_run\n"  # a test module, relative
+        "from . import conftest\n"  # a conftest, as a name of its package
+        "def later():\n    import checks.conftest\n"  # in a function
+        "PROGRAM = '''\nimport sys\nfrom checks.cli.test_run import make_run\n'''\n")  # -c
+    assert imports_of_test_modules(root) == [
+        "checks/cli/test_show.py:3 imports checks.cli.test_run",
+        "checks/cli/test_show.py:4 imports checks.cli.conftest",
+        "checks/cli/test_show.py:6 imports checks.conftest",
+        "checks/cli/test_show.py:9 imports checks.cli.test_run",
     ]

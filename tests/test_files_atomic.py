@@ -16,6 +16,7 @@ import pytest
 
 from evalledger._files import atomic_file, same_file, write_atomic
 from tests.cli.helpers import assert_one_line_error, evalledger, write_task
+from tests.needs import unavailable
 
 
 @pytest.fixture
@@ -26,7 +27,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
                           capture_output=True, check=False)
     if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+        unavailable("ROOT", f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
     try:
         yield mount
     finally:

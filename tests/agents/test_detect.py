@@ -3,19 +3,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from evalledger.agents import PARSERS, format_of, read_line
-from tests.executor import test_codex, test_gemini, test_opencode, test_runner
 
-CLAUDE = [{"type": "system", "subtype": "init", "model": "claude-sonnet-4-5",
-           "claude_code_version": "2.0.37", "session_id": "s"},
-          *test_runner.TRANSCRIPT, test_runner.RESULT]
-TRANSCRIPTS: dict[str, list[dict[str, Any]]] = {
-    "claude-code": CLAUDE, "codex": test_codex.TRANSCRIPT,
-    "gemini": test_gemini.TRANSCRIPT, "opencode": test_opencode.TRANSCRIPT}
+from .transcripts import TRANSCRIPTS
 
 
 @pytest.mark.parametrize("stream_format", sorted(TRANSCRIPTS))

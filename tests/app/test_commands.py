@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -28,8 +27,7 @@ from evalledger.errors import EvalledgerError, InvalidRequest, NothingToRun
 from evalledger.ledger import EventType, Ledger, TaskCompleted, verify
 from evalledger.options import RunOptions
 from evalledger.projections import ResumeRefused
-
-PATIENCE = 60.0
+from tests.waiting import PATIENCE, wait_until
 
 
 def _task(folder: Path, name: str, code: int, **extra: object) -> None:
@@ -170,14 +168,17 @@ def test_a_python_caller_gets_an_interrupted_outcome_not_an_exit(tmp_path: Path)
         [sys.executable, "-c", _SCRIPT, str(folder), str(tmp_path / "out"),
          str(tmp_path / "l.db")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+
+    def task_started() -> bool:
+        if started.exists():
+            return True
+        assert child.poll() is None, child.communicate()
+        return False
+
     try:
-        deadline = time.monotonic() + PATIENCE
-        while not started.exists():
-            assert child.poll() is None, child.communicate()
-            assert time.monotonic() < deadline, "the task never started"
-            time.sleep(0.05)
+        wait_until(task_started, "the task to start", timeout=2 * PATIENCE, every=0.05)
         child.send_signal(signal.SIGINT)
-        out, err = child.communicate(timeout=PATIENCE)
+        out, err = child.communicate(timeout=2 * PATIENCE)
     finally:
         if child.poll() is None:
             child.kill()

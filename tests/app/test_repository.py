@@ -38,9 +38,8 @@ from evalledger.ledger._rows import LIFECYCLE_WHERE, LIFECYCLE_WHERE_3
 from evalledger.projections import ResumeFold, SummaryFold, fold, render_json
 from evalledger.projections._snapshots import snapshot_events
 from evalledger.statuses import FinalStatus, RunStatus
-from tests.projections.builders import RUN, completed, key, started, usage
-from tests.projections.test_properties import SETTINGS, Scenario, scenarios
-from tests.projections.test_summary import _old_ledger
+from tests.projections.builders import RUN, completed, key, old_ledger, started, usage
+from tests.projections.scenarios import SETTINGS, Scenario, scenarios
 
 
 def _snapshot_now(ledger: Ledger, run_id: str) -> None:
@@ -169,7 +168,7 @@ def test_a_schema_five_ledger_is_read_through_its_own_lifecycle_index(db_path: P
     # or SQLite would scan the table instead.
     events: list[AnyEvent] = [RunStarted(run_id=RUN, planned=[key(0)]), started(key(0)),
                               completed(key(0))]
-    assert _old_ledger(db_path, events, "0006_lean_indexes") == "5"
+    assert old_ledger(db_path, events, "0006_lean_indexes") == "5"
     with Ledger(db_path, read_only=True) as reader:
         assert reader._lifecycle_where == LIFECYCLE_WHERE_3
         assert load_summary(reader, RUN).tasks_succeeded == 1

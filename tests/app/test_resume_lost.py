@@ -6,11 +6,8 @@ run's budget is checked. Real ``evalledger run`` processes, killed with SIGKILL.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
-
-import pytest
 
 from evalledger.app._callbacks import Callbacks
 from evalledger.app._repository import load_folds
@@ -25,6 +22,8 @@ from evalledger.ledger import (
 )
 from evalledger.projections import ResumeFold, SummaryFold
 from tests.cli.helpers import COMMAND, _env, evalledger, spawn, wait_until, write_tasks
+
+from ..needs import root, unavailable
 
 # A Claude Code message cut off (no result line): its estimate is 1,100 tokens.
 LINE = {"type": "assistant", "message": {"id": "m1", "model": "claude-sonnet-4-5",
@@ -115,9 +114,9 @@ def test_what_a_lost_attempt_spent_counts_in_the_resumes_budget(tmp_path: Path) 
     assert len(starts) == 1, "a second attempt ran though the run had spent $3 of its $1"
 
 
-@pytest.mark.skipif(shutil.which("unshare") is None, reason="no unshare(1) here")
 def test_an_attempt_a_runner_on_another_host_may_still_run_is_left_open(
         tmp_path: Path) -> None:
+    root("a UTS namespace of its own (unshare --uts)")
     gate = tmp_path / "gate"
     tasks = write_tasks(tmp_path / "tasks", {"t": {
         # The first attempt waits for the gate; the resume's runs through.
@@ -135,7 +134,8 @@ def test_an_attempt_a_runner_on_another_host_may_still_run_is_left_open(
         wait_until(lambda: runner.poll() is not None or any(
             isinstance(e, TaskEmitted) for e in _events(db)), "the line")
         if runner.poll() is not None:
-            pytest.skip(f"no UTS namespace here: {runner.communicate()[1].strip()[:200]}")
+            unavailable("ROOT", "no UTS namespace here: "
+                                f"{runner.communicate()[1].strip()[:200]}")
         with Ledger(db, read_only=True) as ledger:
             (run,) = ledger.run_ids()
         out = evalledger(tmp_path, db, "resume", run)

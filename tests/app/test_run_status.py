@@ -25,7 +25,7 @@ from evalledger.projections import shown_status
 from evalledger.statuses import RunStatus, ShownStatus
 from evalledger.viewer._state import LedgerState
 from tests.cli.helpers import PATIENCE, evalledger, spawn, wait_for_start, write_task
-from tests.cli.test_import import task_json, write
+from tests.importers.old_runs import task_json, write
 
 LEGACY = "2026-03-01_10-00-00"
 EXPECTED = {

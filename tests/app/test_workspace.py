@@ -10,12 +10,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-import pytest
-
 from evalledger.app import _workspace
 from evalledger.app._workspace import MOST_BYTES, compare, workspace_changes
 from evalledger.ledger import Ledger
 from tests.cli.helpers import evalledger, write_tasks
+from tests.needs import unavailable
 
 
 def test_added_removed_modified_and_unchanged(tmp_path: Path) -> None:
@@ -135,10 +134,7 @@ def test_a_file_the_agent_made_unreadable_is_named_so(tmp_path: Path) -> None:
             can = subprocess.run([*command[:4], sys.executable, "-c", "import evalledger.app"],
                                  env=env, capture_output=True, text=True, check=False)
             if can.returncode:
-                reason = f"nobody cannot run this Python ({sys.executable})"
-                if os.environ.get("EVALLEDGER_REQUIRE_UNPRIVILEGED") == "1":
-                    pytest.fail(f"{reason} (EVALLEDGER_REQUIRE_UNPRIVILEGED=1)")
-                pytest.skip(reason)
+                unavailable("UNPRIVILEGED", f"nobody cannot run this Python ({sys.executable})")
         done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(sorted([

@@ -7,7 +7,7 @@ racing on one ledger, the console script itself. ``EntryPoint`` runs the entry
 point in real processes forked from a server that imported the package once.
 
 Waiting is always for an event (a row in the ledger, a file, a line of output)
-with a generous deadline, never a fixed sleep.
+with a generous deadline, never a fixed sleep: ``wait_until`` (tests/waiting.py).
 """
 
 from __future__ import annotations
@@ -20,9 +20,8 @@ import select
 import signal
 import subprocess
 import sys
-import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -34,11 +33,9 @@ from click.testing import CliRunner
 
 from evalledger.cli import cli
 from evalledger.ledger import AnyEvent, Ledger, LedgerError
+from tests.waiting import PATIENCE, wait_until
 
 COMMAND = [sys.executable, "-m", "evalledger.cli"]
-# How long a test waits for something that should happen in well under a second:
-# generous, so a loaded machine (two copies of the suite on two cores) never fails it.
-PATIENCE = 30.0
 # A task key as the CLI prints it (no experiment: variant "default").
 TASK_KEY = re.compile(r"default/[a-z0-9][a-z0-9._-]*/\d{2}\b")
 RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{4}$")
@@ -163,15 +160,6 @@ def write_tasks(folder: Path, tasks: Mapping[str, Mapping[str, object]]) -> Path
     for name, fields in tasks.items():
         (folder / f"{name}.yaml").write_text(yaml.safe_dump(dict(fields)), encoding="utf-8")
     return folder
-
-
-def wait_until(check: Callable[[], object], what: str, timeout: float = PATIENCE) -> None:
-    """Poll ``check`` until it is true; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 def count_events(db: Path, run_id: str, type_: str) -> int:
@@ -319,25 +307,26 @@ class EntryPoint:
                    "stdout": str(out), "stderr": str(err)}
         self._server.stdin.write(json.dumps(request).encode() + b"\n")
         self._server.stdin.flush()
-        self._pid = self._reply()["pid"]
+        self._pid = self._reply("the entry point's fork server to start a call")["pid"]
         return self._pid
 
     def poll(self) -> int | None:
         """The started call's exit code once it has ended, else None."""
         if self._exit is None and (b"\n" in self._pending or self._readable(0.0)):
-            self._exit = self._reply()["exit"]
+            self._exit = self._reply(f"evalledger (pid {self._pid}) to end")["exit"]
         return self._exit
 
     def wait(self) -> Result:
         """The started call's result, once it ends (failing after ``PATIENCE``)."""
         assert self._pid is not None, "no call was started"
         try:
-            code = self._exit if self._exit is not None else self._reply()["exit"]
-        except TimeoutError:
+            code = self._exit if self._exit is not None else self._reply(
+                f"evalledger (pid {self._pid}) to end")["exit"]
+        except AssertionError:  # it did not end in time, or the server died
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self._pid, signal.SIGKILL)
             self.close()
-            raise AssertionError(f"evalledger did not end in {PATIENCE} s") from None
+            raise
         finally:
             self._pid = self._exit = None
         # A call killed at once may not have opened its files yet.
@@ -349,16 +338,20 @@ class EntryPoint:
         ready, _, _ = select.select([self._server.stdout.fileno()], [], [], timeout)
         return bool(ready)
 
-    def _reply(self) -> dict[str, int]:
-        """The server's next line, read from its pipe unbuffered (select sees it all)."""
+    def _reply(self, what: str) -> dict[str, int]:
+        """The server's next line, read from its pipe unbuffered (select sees it all);
+        fail naming ``what`` was awaited if none comes in ``PATIENCE``."""
         assert self._server.stdout is not None
-        deadline = time.monotonic() + PATIENCE
-        while b"\n" not in self._pending:
-            if not self._readable(max(0.0, deadline - time.monotonic())):
-                raise TimeoutError
-            chunk = os.read(self._server.stdout.fileno(), 65536)
-            assert chunk, "the entry point's fork server died"
-            self._pending += chunk
+        pipe = self._server.stdout.fileno()
+
+        def a_line() -> bool:
+            if b"\n" not in self._pending and self._readable(0.1):
+                chunk = os.read(pipe, 65536)
+                assert chunk, "the entry point's fork server died"
+                self._pending += chunk
+            return b"\n" in self._pending
+
+        wait_until(a_line, what, every=0)
         line, _, self._pending = self._pending.partition(b"\n")
         return json.loads(line)
 

@@ -12,10 +12,10 @@ import select
 import struct
 import subprocess
 import termios
-import time
 from pathlib import Path
 
-from .helpers import COMMAND, PATIENCE, _env
+from ..waiting import PATIENCE, wait_until
+from .helpers import COMMAND, _env
 
 # What a terminal draws and does not show as text: colours, cursor moves.
 _ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
@@ -29,21 +29,8 @@ def in_terminal(cwd: Path, *args: str, columns: int) -> tuple[int, list[str]]:
     process = subprocess.Popen([*COMMAND, *args], cwd=cwd, env=_env(COLUMNS=str(columns)),
                                stdin=child, stdout=child, stderr=child)
     os.close(child)
-    seen = b""
-    deadline = time.monotonic() + 2 * PATIENCE
     try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([parent], [], [], 1)
-            if ready:
-                try:
-                    chunk = os.read(parent, 65536)
-                except OSError:  # the child closed the terminal
-                    break
-                if not chunk:
-                    break
-                seen += chunk
-            elif process.poll() is not None:
-                break
+        seen = read_terminal(parent, process)
         code = process.wait(PATIENCE)
     finally:
         if process.poll() is None:
@@ -51,3 +38,23 @@ def in_terminal(cwd: Path, *args: str, columns: int) -> tuple[int, list[str]]:
         os.close(parent)
     text = _ESCAPES.sub("", seen.decode("utf-8", errors="replace"))
     return code, text.replace("\r\n", "\n").split("\n")
+
+
+def read_terminal(parent: int, process: subprocess.Popen[bytes]) -> bytes:
+    """What ``process`` wrote to the terminal whose parent side is ``parent``, read until
+    it closed the terminal or ended."""
+    seen = bytearray()
+
+    def done() -> bool:
+        ready, _, _ = select.select([parent], [], [], 1)
+        if not ready:
+            return process.poll() is not None
+        try:
+            chunk = os.read(parent, 65536)
+        except OSError:  # the child closed the terminal
+            return True
+        seen.extend(chunk)
+        return not chunk
+
+    wait_until(done, "the command to close its terminal", timeout=2 * PATIENCE, every=0)
+    return bytes(seen)

@@ -32,6 +32,7 @@ from evalledger.ledger import (
 )
 from evalledger.statuses import FinalStatus, RunStatus
 
+from ..needs import unavailable
 from .helpers import (
     COMMAND,
     PATIENCE,
@@ -361,14 +362,14 @@ def test_run_on_an_immutable_ledger_names_no_run(tmp_path: Path) -> None:
     """Root ignores chmod, so the file is made immutable: `run` printed a run id on stdout
     (for a run that was never recorded) before failing, and left its report folder."""
     if shutil.which("chattr") is None:
-        pytest.skip("no chattr")
+        unavailable("ROOT", "no chattr here (e2fsprogs)")
     write_task(tmp_path / "tasks" / "ok.yaml", "echo ok")
     db = tmp_path / "l.db"
     with Ledger(db) as ledger:
         record(ledger, "earlier", {"default/a/00": FinalStatus.SUCCESS})
     before = db.read_bytes()
     if subprocess.run(["chattr", "+i", str(db)], capture_output=True).returncode != 0:
-        pytest.skip("chattr +i not supported here")
+        unavailable("ROOT", "chattr +i is refused here (it needs root)")
     try:
         result = evalledger(tmp_path, db, "run", str(tmp_path / "tasks"))
     finally:
@@ -398,7 +399,7 @@ def test_read_commands_work_on_a_ledger_in_a_read_only_folder(tmp_path: Path) ->
     if shutil.which("unshare") is None or subprocess.run(
         ["unshare", "-m", "true"], capture_output=True
     ).returncode != 0:
-        pytest.skip("cannot make a read-only mount here")
+        unavailable("ROOT", "cannot make a read-only mount here (it needs root and unshare)")
     # One process (a mount namespace needs one) runs every command in-process.
     script = 'mount --bind -o ro "$1" "$1" || exit 99; shift; exec "$@"'
     commands = [["verify"], ["runs", "--json"], ["show", "r"]]
@@ -408,7 +409,7 @@ def test_read_commands_work_on_a_ledger_in_a_read_only_folder(tmp_path: Path) ->
         cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=PATIENCE,
     )
     if done.returncode == 99:
-        pytest.skip("cannot make a read-only mount here")
+        unavailable("ROOT", "cannot make a read-only mount here (it needs root)")
     assert done.returncode == 0, done.stderr
     outcomes = json.loads(done.stdout)
     assert [o["args"] for o in outcomes] == commands

@@ -24,19 +24,15 @@ from evalledger.ledger import (
     EventRow,
     EventType,
     Ledger,
-    RunFinished,
     RunSnapshot,
-    RunStarted,
     TaskCompleted,
-    TaskStarted,
-    TokenCounts,
 )
 from evalledger.projections import ResumeFold, SummaryFold, fold
 from evalledger.projections._snapshots import snapshot_events, snapshot_kinds
-from evalledger.statuses import FinalStatus, RunStatus
+from evalledger.statuses import FinalStatus
 
 from .helpers import EntryPoint, Result, _env
-from .test_query import KEYS, record_run
+from .recorded import KEYS, record_large_run, record_run
 
 
 @pytest.fixture(scope="module")
@@ -167,27 +163,6 @@ def test_a_snapshot_payload_that_is_no_text_is_passed_over(
     assert after.returncode == 0, after
     assert "Traceback" not in after.stderr
     assert after.stdout == before.stdout
-
-
-def record_large_run(db: Path, run_id: str, tasks: int) -> list[str]:
-    """A finished run of ``tasks`` tasks, every third failed: its summary snapshot is
-    large enough to be stored packed. Returns its task keys."""
-    keys = [f"default/t{i:03}/00" for i in range(tasks)]
-    events: list = [RunStarted(run_id=run_id, planned=keys, max_parallel=2)]
-    for i, key in enumerate(keys):
-        status = FinalStatus.FAILURE if i % 3 == 0 else FinalStatus.SUCCESS
-        events += [
-            TaskStarted(run_id=run_id, task_key=key, task_id=key.split("/")[1]),
-            TaskCompleted(run_id=run_id, task_key=key, final_status=status,
-                          category=status.category, duration_seconds=2.0,
-                          weighted_score=1.0 if status == FinalStatus.SUCCESS else 0.0,
-                          tokens=TokenCounts(input_tokens=10), cost_usd=0.5),
-        ]
-    events.append(RunFinished(run_id=run_id, status=RunStatus.COMPLETED))
-    with Ledger(db) as ledger:
-        ledger.append(events)
-        assert write_snapshot(ledger, run_id)
-    return keys
 
 
 def stored_values(db: Path) -> dict[str, str]:

@@ -23,8 +23,8 @@ import yaml
 
 from evalledger.ledger import Ledger, TaskEmitted, TaskInterrupted, TaskUsage, TokenCounts
 from evalledger.pricing import DEFAULT_RATES
-from tests.executor import test_codex, test_gemini, test_opencode
-from tests.ledger.test_audit_queries import QUERIES
+from tests.agents.transcripts import codex, gemini, opencode
+from tests.ledger.audits import QUERIES
 
 from .helpers import PATIENCE, events, spawn, wait_for_events, wait_until
 
@@ -138,9 +138,9 @@ DELTAS = [
 # The agents that report usage as each turn ends, each stopped in its second turn (Gemini
 # CLI: in its one session): what they reported is booked, and the turn under way as
 # unknown (no tokens, no cost: the attempt's cost a floor, never a guess).
-CODEX = [*test_codex.TRANSCRIPT[:9]]  # turn 1 done, turn 2's command started
-GEMINI = [test_gemini.INIT, *test_gemini.BODY]  # no result yet
-OPENCODE = [*test_opencode.TRANSCRIPT[:6]]  # step 1 done, step 2 under way
+CODEX = [*codex.TRANSCRIPT[:9]]  # turn 1 done, turn 2's command started
+GEMINI = [gemini.INIT, *gemini.BODY]  # no result yet
+OPENCODE = [*opencode.TRANSCRIPT[:6]]  # step 1 done, step 2 under way
 MODELS = {"codex": "gpt-5", "opencode": "anthropic/claude-sonnet-4-5"}
 AGENTS: list[tuple[str, str, list[dict[str, Any]]]] = [
     ("claude", "claude-code", BEFORE), ("native", "native", DELTAS),

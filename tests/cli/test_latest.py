@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from ..importers.old_runs import task_json, write
 from .helpers import COMMAND, PATIENCE, _env, write_task
-from .test_import import task_json, write
 
 OLD = "2025-06-01_09-00-00"
 

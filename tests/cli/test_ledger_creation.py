@@ -60,6 +60,8 @@ def _kill_while_creating(creator: subprocess.Popen[str], folder: Path, delay: fl
     assert creator.stdout.readline() == "reaped\n"
 
 
+# The slow tier: a SIGKILL campaign, 25 kills at random moments of a ledger's creation.
+@pytest.mark.slow
 def test_a_ledger_killed_while_being_created_is_no_ledger_or_a_usable_one(
     tmp_path: Path, creator: subprocess.Popen[str],
 ) -> None:

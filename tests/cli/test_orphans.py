@@ -14,7 +14,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,19 +24,17 @@ from evalledger.ledger import Ledger, LedgerError, RunStarted, verify
 from evalledger.projections import SummaryFold, fold
 
 from ..processes import marked
+from ..waiting import PATIENCE, left_after, wait_until
 from .helpers import EntryPoint, _env
 
-PATIENCE = 30.0
 # What the issue allows between a runner's death and the last of its processes.
 GONE_WITHIN = 5.0
 RUN = "orphans"
 
 
 def wait_for_none(entry: str, within: float) -> list[int]:
-    deadline = time.monotonic() + within
-    while (left := marked(entry)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return left
+    """The processes marked ``entry`` still running after up to ``within`` seconds."""
+    return left_after(lambda: marked(entry), within, every=0.05)
 
 
 def suite(folder: Path, tasks: int, isolation: dict[str, str] | None = None) -> Path:
@@ -88,6 +85,8 @@ def entry_point(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EntryPoint
     server.close()
 
 
+# The slow tier: a SIGKILL campaign, twenty kills per isolation.
+@pytest.mark.slow
 @pytest.mark.parametrize("isolation", ["none", "bwrap", "docker"])
 def test_twenty_sigkills_leave_no_process_and_no_sandbox(
     tmp_path: Path, _private_temp: Path, isolation: str, request: pytest.FixtureRequest,
@@ -117,10 +116,8 @@ def test_twenty_sigkills_leave_no_process_and_no_sandbox(
         # A random moment of the batch, told by what it has committed: at once (before
         # run.started), after its opening, mid-task, between tasks, near the end.
         target = before + rng.choice([0, 1, 2, 4, 7, 10, 14, 20])
-        deadline = time.monotonic() + PATIENCE
-        while events(db) < target and entry_point.poll() is None:
-            assert time.monotonic() < deadline, f"trial {trial}: the batch made no progress"
-            time.sleep(0.01)
+        wait_until(lambda target=target: events(db) >= target or entry_point.poll() is not None,
+                   f"trial {trial}: the batch to make progress", every=0.01)
         with contextlib.suppress(ProcessLookupError):  # it may have ended by itself
             os.kill(runner, signal.SIGKILL)
         entry_point.wait()
@@ -144,10 +141,8 @@ def test_twenty_sigkills_leave_no_process_and_no_sandbox(
     assert marked(mark) == []
     # The last killed batch's watchdog may still be sweeping (two seconds) when the final
     # resume is done: its folder goes next.
-    deadline = time.monotonic() + GONE_WITHIN
-    while sandboxes(_private_temp) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert sandboxes(_private_temp) == [], "a killed batch's sandbox folder was left behind"
+    left = left_after(lambda: sandboxes(_private_temp), GONE_WITHIN, every=0.05)
+    assert left == [], f"a killed batch's sandbox folder was left behind: {left}"
     assert len(batches) >= 2  # it was resumed
 
 
@@ -157,14 +152,9 @@ def wait_for_no_containers(db: Path, within: float) -> list[str]:
         return []
     with Ledger(db, read_only=True) as ledger:
         tokens = [e.batch_token for e in ledger.events(RUN, types={"run.started", "run.resumed"})]
-    deadline = time.monotonic() + within
-    while True:
-        left = [c for token in tokens if token for c in subprocess.run(
-            ["docker", "ps", "-aq", "--filter", f"label=evalledger.batch={token}"],
-            capture_output=True, text=True, check=True).stdout.split()]
-        if not left or time.monotonic() >= deadline:
-            return left
-        time.sleep(0.1)
+    return left_after(lambda: [c for token in tokens if token for c in subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=evalledger.batch={token}"],
+        capture_output=True, text=True, check=True).stdout.split()], within, every=0.1)
 
 
 def test_a_dead_batch_is_swept_when_the_next_batch_starts(
@@ -176,10 +166,8 @@ def test_a_dead_batch_is_swept_when_the_next_batch_starts(
     db = tmp_path / "ledger.db"
     runner = evalledger(db, tmp_path, "run", str(tasks), "--run-id", RUN, "-j", "2")
     mark = f"ORPHAN_TEST={tmp_path}"
-    deadline = time.monotonic() + PATIENCE
-    while len(marked(mark)) < 2:  # the tasks and their background children are up
-        assert time.monotonic() < deadline, "the tasks never started"
-        time.sleep(0.05)
+    # The tasks and their background children are up.
+    wait_until(lambda: len(marked(mark)) >= 2, "the tasks to start", every=0.05)
     watchdogs = [pid for pid in _children_named(runner.pid, "_watchdog.py")]
     assert len(watchdogs) == 1
     for pid in [*watchdogs, runner.pid]:

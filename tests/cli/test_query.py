@@ -17,35 +17,11 @@ from click.testing import CliRunner
 from evalledger.cli import cli
 from evalledger.ledger import (
     Ledger,
-    RunFinished,
-    RunStarted,
-    TaskCompleted,
-    TaskOutput,
-    TaskStarted,
-    TaskUsage,
-    TokenCounts,
 )
-from evalledger.statuses import FinalStatus, RunStatus
+from evalledger.statuses import FinalStatus
 
 from .helpers import PATIENCE, no_hang, wait_until
-
-KEYS = ["default/a/00", "default/b/00", "default/c/00"]
-
-
-def record_run(ledger: Ledger, run_id: str, statuses: dict[str, FinalStatus]) -> None:
-    events: list = [RunStarted(run_id=run_id, planned=KEYS, max_parallel=2)]
-    for key, status in statuses.items():
-        events += [
-            TaskStarted(run_id=run_id, task_key=key, task_id=key.split("/")[1]),
-            TaskOutput(run_id=run_id, task_key=key, line=f"working on {key}", n=1),
-            TaskUsage(run_id=run_id, task_key=key, model="m", input_tokens=10, cost_usd=0.5),
-            TaskCompleted(run_id=run_id, task_key=key, final_status=status,
-                          category=status.category, duration_seconds=2.0,
-                          weighted_score=1.0 if status == "SUCCESS" else 0.0,
-                          tokens=TokenCounts(input_tokens=10), cost_usd=0.5),
-        ]
-    events.append(RunFinished(run_id=run_id, status=RunStatus.COMPLETED))
-    ledger.append(events)
+from .recorded import KEYS, record_run
 
 
 @pytest.fixture

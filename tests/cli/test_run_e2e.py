@@ -29,6 +29,7 @@ import yaml
 
 from evalledger.ledger import Ledger
 from tests.processes import alive, still_alive
+from tests.smoke import SMOKE_KEYS, copy_smoke
 
 from .helpers import (
     COMMAND,
@@ -47,28 +48,10 @@ from .helpers import (
     write_task,
 )
 
-SMOKE = Path(__file__).resolve().parents[2] / "examples" / "smoke"
-SMOKE_KEYS = {
-    "default/add-numbers/00": "SUCCESS",
-    "default/reverse-string/00": "SUCCESS",
-    "default/fizzbuzz/00": "FAILURE",
-    "default/hard-problem/00": "TIMEOUT",
-}
 GREEN = ("add-numbers", "reverse-string")  # the smoke tasks that succeed
 
 
 # -- building suites -------------------------------------------------------------------------
-
-
-def copy_smoke(dest: Path) -> Path:
-    """examples/smoke copied to ``dest/smoke``, the stalling task's timeout cut to 1 s."""
-    root = dest / "smoke"
-    shutil.copytree(SMOKE, root)
-    hard = root / "tasks" / "hard-problem.yaml"
-    text = hard.read_text(encoding="utf-8")
-    assert "timeout: 2\n" in text
-    hard.write_text(text.replace("timeout: 2\n", "timeout: 1\n"), encoding="utf-8")
-    return root
 
 
 # A task that sleeps (with a grandchild) on its first attempt only: it records both

@@ -14,7 +14,7 @@ from evalledger.ledger import Ledger, RunSnapshot
 from evalledger.projections import SummaryFold
 
 from .helpers import evalledger, write_task
-from .test_query import record_run
+from .recorded import record_run
 
 OK = "import sys; sys.exit(0)"
 FAIL = "import sys; sys.exit(3)"

@@ -24,7 +24,7 @@ from evalledger.ledger import (
 )
 from evalledger.statuses import FinalStatus, RunStatus
 
-from ..ledger.test_audit_queries import QUERIES, README
+from ..ledger.audits import QUERIES, README
 from .helpers import COMMAND, PATIENCE, _env
 
 K1, K2 = "default/add/00", "default/sub/00"

@@ -35,6 +35,7 @@ from evalledger.ledger._events import utc_now
 from evalledger.ledger._transfer import BATCH
 from evalledger.statuses import FinalStatus
 
+from ..needs import unavailable
 from .helpers import COMMAND, PATIENCE, _env, evalledger, spawn, wait_until
 
 RUNS = ("r0", "r1", "r2")
@@ -195,7 +196,7 @@ class Namespace:
         assert self.holder.stdout is not None
         if self.holder.stdout.readline().strip() != "ready":
             self.close()
-            pytest.skip("cannot mount a tmpfs here (needs root and unshare)")
+            unavailable("ROOT", "cannot mount a tmpfs here (needs root and unshare)")
 
     def per_run(self, db: str, sql: str) -> dict[str, int]:
         """``per_run`` of a ledger on the tmpfs, read in the namespace (SQLite resolves
@@ -246,6 +247,8 @@ def one_line(done: subprocess.CompletedProcess[str]) -> str:
     return done.stderr
 
 
+# The slow tier: a full disk, filled then grown.
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["merge", "import-events"])
 def test_a_transfer_on_a_full_disk_is_one_line_and_completes_once_there_is_room(
         command: str, source: Path, exported: Path, small_disk: Namespace,

@@ -10,12 +10,10 @@ import errno
 import json
 import os
 import pty
-import select
 import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -33,6 +31,7 @@ from .helpers import (
     evalledger,
     write_task,
 )
+from .terminal import read_terminal
 
 HOSTILE = "red \x1b[31mALERT\x1b[0m \x1b]0;owned\x07 and\nsecond line"
 
@@ -125,22 +124,13 @@ def test_the_run_id_is_its_own_line_above_the_progress_bar(tmp_path: Path) -> No
                                 "--run-id", "tty-run"], cwd=tmp_path, env=_env(),
                                stdin=child, stdout=child, stderr=child)
     os.close(child)
-    seen = b""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([parent], [], [], 1)
-        if ready:
-            try:
-                chunk = os.read(parent, 65536)
-            except OSError:  # the child closed the terminal
-                break
-            if not chunk:
-                break
-            seen += chunk
-        elif process.poll() is not None:
-            break
-    process.wait(60)
-    os.close(parent)
+    try:
+        seen = read_terminal(parent, process)
+        process.wait(60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        os.close(parent)
     assert seen.startswith(b"tty-run\r\n"), seen[:200]
 
 

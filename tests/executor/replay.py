@@ -12,7 +12,7 @@ from evalledger.executor import BatchConfig
 from evalledger.ledger import AnyEvent, Ledger
 from evalledger.suite import ResolvedTask
 
-from .test_batch import events, run
+from .batches import events, run
 
 
 def replay(tmp_path: Path, lines: Sequence[Any], exit_code: int = 0, *,

@@ -9,8 +9,8 @@ from pathlib import Path
 from evalledger.ledger import Ledger, TaskCompleted
 from evalledger.projections import SummaryFold, fold
 
+from .batches import RUN, config, make_task, of_type, run
 from .replay import ran
-from .test_batch import RUN, config, make_task, of_type, run
 
 
 def _task(tmp_path: Path, name: str, ask: str, **fields: object):  # type: ignore[no-untyped-def]

@@ -7,7 +7,6 @@ Every command is a small Python script written to ``tmp_path`` and run as
 
 from __future__ import annotations
 
-import functools
 import itertools
 import json
 import logging
@@ -22,7 +21,7 @@ from typing import Any
 import pytest
 import trio
 
-from evalledger.executor import BatchConfig, BatchResult, Callbacks, run_batch
+from evalledger.executor import BatchConfig, Callbacks, run_batch
 from evalledger.ledger import (
     AnyEvent,
     Ledger,
@@ -42,63 +41,9 @@ from evalledger.pricing import DEFAULT_RATES
 from evalledger.statuses import Category, FinalStatus, RunStatus
 from evalledger.suite import ResolvedTask, Skipped
 from tests.processes import still_alive
+from tests.waiting import PATIENCE
 
-RUN = "run-1"
-# How long a test waits for what takes well under a second, and a bound that a loaded
-# machine meets however slow it is: both far from the minute the sleepers sleep.
-PATIENCE = 30.0
-
-
-# -- helpers -------------------------------------------------------------------------------
-
-
-def make_task(name: str, command: list[str], **fields: Any) -> ResolvedTask:
-    fields.setdefault("success_criteria", [{"type": "exit_code"}])
-    return ResolvedTask(
-        task_key=f"default/{name}/00", task_id=name, variant_id="default",
-        replicate_index=0, source=f"/suite/{name}.yaml", command=command, **fields,
-    )
-
-
-def script(tmp_path: Path, name: str, text: str) -> Path:
-    path = tmp_path / f"{name}.py"
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-def py(path: Path, *args: object) -> list[str]:
-    return [sys.executable, str(path), *map(str, args)]
-
-
-_BATCH_FIELDS = {"experiment_id", "rates", "unpriced_models"}
-
-
-def config(tmp_path: Path, run_id: str = RUN, **fields: Any) -> BatchConfig:
-    """A batch config; fields of ``RunOptions`` (max_parallel, ...) go into its options."""
-    fields.setdefault("kill_grace", 0.5)
-    batch = {k: fields.pop(k) for k in list(fields) if k in _BATCH_FIELDS}
-    options = RunOptions(out=str(tmp_path / "out"), **fields)
-    return BatchConfig(run_id=run_id, options=options, **batch)
-
-
-def run(
-    ledger: Ledger,
-    tasks: Sequence[ResolvedTask],
-    cfg: BatchConfig,
-    callbacks: Callbacks | None = None,
-    **kwargs: Any,
-) -> BatchResult:
-    return trio.run(functools.partial(run_batch, ledger, tasks, cfg, callbacks, **kwargs))
-
-
-def events(ledger: Ledger, run_id: str = RUN) -> list[AnyEvent]:
-    """The run's facts: its snapshots (derived, after run.finished) left out."""
-    return [e for e in ledger.events(run_id) if e.type != "run.snapshot"]
-
-
-def of_type(evs: Sequence[AnyEvent], cls: type) -> list[Any]:
-    return [e for e in evs if isinstance(e, cls)]
-
+from .batches import RUN, config, events, make_task, of_type, py, run, script
 
 OK = "import sys\nprint('done')\n"
 

@@ -29,9 +29,10 @@ from evalledger.statuses import FinalStatus, RunStatus
 from evalledger.suite import ResolvedTask
 from tests.cli.helpers import evalledger
 from tests.processes import wait_gone
+from tests.waiting import wait_until
 
-from .test_runner import NEVER, PY, QUICK, RUN_ID, completed, lines, run, script, task_events
-from .test_runner import make_task as runner_task
+from .attempts import NEVER, PY, QUICK, RUN_ID, completed, lines, run, script, task_events
+from .attempts import make_task as runner_task
 
 SONNET = "claude-sonnet-4-5"
 
@@ -714,12 +715,13 @@ def test_output_held_up_by_a_locked_ledger_is_not_dropped(
             nursery.start_soon(conduct)
             return await run_batch(ledger, [task], config)
 
+    def holder_ready() -> bool:
+        assert holder.poll() is None, "the lock holder exited before it was ready"
+        return (signals / "holder-ready").exists()
+
     holder = subprocess.Popen([PY, "-c", HOLDER, str(db_path), str(signals)])
     try:
-        deadline = time.monotonic() + NEVER
-        while not (signals / "holder-ready").exists():
-            assert holder.poll() is None and time.monotonic() < deadline, "no lock holder"
-            time.sleep(0.002)
+        wait_until(holder_ready, "the lock holder", timeout=NEVER, every=0.002)
         result = trio.run(main)
         assert holder.wait(timeout=NEVER) == 0
     finally:

@@ -38,7 +38,10 @@ from evalledger.executor.isolation import (
 from evalledger.ledger import Ledger, verify
 
 from ..cli.helpers import evalledger, events, of_type, write_tasks
+from ..needs import root as root_
+from ..needs import unavailable
 from ..processes import alive
+from ..waiting import left_after, wait_until
 
 GONE_WITHIN = 5.0
 SECRET = "VICTIM PRIVATE KEY"
@@ -55,14 +58,9 @@ class Service:
         self.connections = 0
         threading.Thread(target=self._serve, daemon=True).start()
 
-    def reached(self, within: float = 10.0) -> bool:
-        """Whether a connection was accepted (its accept may lag its connect a little)."""
-        import time
-
-        deadline = time.monotonic() + within
-        while not self.connections and time.monotonic() < deadline:
-            time.sleep(0.02)
-        return bool(self.connections)
+    def wait_reached(self, within: float = 10.0) -> None:
+        """Until a connection was accepted (its accept may lag its connect a little)."""
+        wait_until(lambda: self.connections, "a connection to the service", timeout=within)
 
     def _serve(self) -> None:
         while True:
@@ -144,12 +142,8 @@ def daemons(mark: str) -> list[int]:
 
 
 def wait_for_no_daemons(mark: str) -> list[int]:
-    import time
-
-    deadline = time.monotonic() + GONE_WITHIN
-    while (left := daemons(mark)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return left
+    """The daemons of ``mark`` still running after up to ``GONE_WITHIN`` seconds."""
+    return left_after(lambda: daemons(mark), GONE_WITHIN, every=0.05)
 
 
 def test_every_attack_fails_under_isolation_and_the_probes_say_so(
@@ -172,8 +166,7 @@ def test_every_attack_fails_when_an_unprivileged_user_runs_the_batch(
     docker): bwrap then makes its namespaces without any privilege, docker runs the
     containers as that user. Where the suite runs unprivileged already, the test above
     is this one."""
-    if os.geteuid() != 0:
-        pytest.skip("the runner is unprivileged already: the test above is this one")
+    root_("becoming the user nobody (unprivileged, the test above is this one)")
     if shutil.which("setpriv") is None:
         pytest.fail("setpriv (util-linux) is needed to become another user")
     root = open_folder
@@ -194,10 +187,7 @@ def test_every_attack_fails_when_an_unprivileged_user_runs_the_batch(
                          env=user_env, capture_output=True, text=True, check=False)
     if can.returncode:
         said = (can.stderr.strip().splitlines() or ["?"])[-1]
-        reason = f"nobody cannot run this Python ({sys.executable}): {said}"
-        if os.environ.get("EVALLEDGER_REQUIRE_UNPRIVILEGED") == "1":
-            pytest.fail(f"{reason} (EVALLEDGER_REQUIRE_UNPRIVILEGED=1)")
-        pytest.skip(reason)
+        unavailable("UNPRIVILEGED", f"nobody cannot run this Python ({sys.executable}): {said}")
     result = subprocess.run(
         [*become, sys.executable, "-m", "evalledger.cli", "--ledger", env["LEDGER"], "run",
          str(tasks), "--run-id", "attacks", "-j", "4"],
@@ -273,7 +263,7 @@ def test_the_same_attacks_succeed_without_isolation(
         expected = set(ATTACKS) - ({"read-ssh"} if os.geteuid() else set())
         assert worked == expected, {k: e.error_message for k, e in completed.items()}
         assert (tmp_path / "outside" / "pwned").exists()
-        assert service.reached(), "the service was never reached"
+        service.wait_reached()
         assert daemons(env["DAEMON_MARK"]) != []  # escaped: the hole isolation closes
         assert of_type(events(db, "attacks"), "task.isolation") == []
     finally:
@@ -356,8 +346,7 @@ def test_a_confined_command_sees_only_its_workspace(
     beside the workspace is not there, the workspace is writable, the host's secrets
     and processes are not visible, nothing is writable outside."""
     if as_user == "unprivileged":
-        if os.geteuid() != 0 or shutil.which("setpriv") is None:
-            pytest.skip("needs root and setpriv to become another user")
+        root_("becoming another user")
         uid: int | None = 65534
     else:
         uid = None
@@ -388,7 +377,7 @@ def test_the_example_suite_ends_the_same_under_none_bwrap_and_docker(
 ) -> None:
     """The example agent works inside each: under docker in an image with a Python
     (given by an experiment's defaults, as a user would)."""
-    from ..cli.test_run_e2e import SMOKE_KEYS, copy_smoke
+    from ..smoke import SMOKE_KEYS, copy_smoke
 
     smoke = copy_smoke(tmp_path)
     (smoke / "docker.yaml").write_text(yaml.safe_dump({

@@ -7,8 +7,6 @@ import gc
 import os
 import signal
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,8 @@ from evalledger.executor._process import Child, spawn
 from evalledger.executor._sandbox import SandboxPool
 from evalledger.executor._writer import LINGER, open_writer
 from evalledger.ledger import EventRow, Ledger, TaskOutput, TaskStarted
+
+from ..waiting import PATIENCE, wait_until
 
 
 async def _read_all(stream: trio.abc.ReceiveStream) -> bytes:
@@ -89,18 +89,11 @@ def test_a_missing_command_raises_and_leaves_no_descriptor_open(tmp_path: Path) 
     assert len(os.listdir("/proc/self/fd")) == before
 
 
-def _wait_for(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 30
-    while not check():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.01)
-
-
 def test_the_pool_hands_out_empty_folders_made_ahead_and_removes_what_it_is_given(
     tmp_path: Path,
 ) -> None:
     pool = SandboxPool(tmp_path, ahead=4)
-    _wait_for(lambda: len(list(tmp_path.iterdir())) == 4, "four sandboxes made ahead")
+    wait_until(lambda: len(list(tmp_path.iterdir())) == 4, "four sandboxes made ahead")
     first = pool.take()
     assert first is not None and first.parent == tmp_path and not any(first.iterdir())
     (first / "left" / "behind").mkdir(parents=True)  # what a task leaves
@@ -135,8 +128,9 @@ def test_events_nobody_waits_for_are_committed_within_the_linger(db_path: Path) 
                 sent = trio.current_time()
                 await writer.append(_started(1))
                 await writer.append(_started(2))
-                while not committed:
-                    await trio.sleep(LINGER / 10)
+                with trio.fail_after(PATIENCE):
+                    while not committed:
+                        await trio.sleep(LINGER / 10)
                 return sent
 
     sent = trio.run(main)

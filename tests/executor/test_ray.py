@@ -30,16 +30,14 @@ import yaml
 
 from evalledger.ledger import Ledger, TaskCompleted, TaskInterrupted, TaskUsage
 
-from ..cli.helpers import (
-    PATIENCE,
-    assert_one_line_error,
-    evalledger,
-    events,
-    of_type,
-)
-from ..cli.helpers import wait_until as _wait_until
+from ..cli.helpers import assert_one_line_error, evalledger, events, of_type
+from ..needs import unavailable
 from ..processes import marked
-from ..viewer.conftest import write_suite
+from ..viewer.suites import write_suite
+from ..waiting import PATIENCE, wait_until
+
+# The slow tier: a Ray cluster per module, drivers that start a local Ray.
+pytestmark = pytest.mark.slow
 
 SMOKE = Path(__file__).resolve().parents[2] / "examples" / "smoke"
 # Ray notices a dead driver, starts a local cluster or ends a worker on its own clock,
@@ -48,17 +46,11 @@ SMOKE = Path(__file__).resolve().parents[2] / "examples" / "smoke"
 RAY_PATIENCE = 4 * PATIENCE
 
 
-def wait_until(check: Any, what: str, timeout: float = RAY_PATIENCE) -> None:
-    _wait_until(check, what, timeout)
-
-
 def _ray_or_skip() -> Any:
     try:
         import ray
     except ImportError:
-        if os.environ.get("EVALLEDGER_REQUIRE_RAY") == "1":
-            pytest.fail("Ray is required here (EVALLEDGER_REQUIRE_RAY=1) but not installed")
-        pytest.skip("Ray is not installed (pip install 'evalledger[ray]')")
+        unavailable("RAY", "Ray is not installed (pip install 'evalledger[ray]')")
     return ray
 
 
@@ -287,7 +279,7 @@ def test_the_mixed_suite_on_a_local_ray_ends_as_it_does_here(
     for run_id in ("there", "mixed-there"):
         token = _token(db, run_id)
         wait_until(lambda token=token: not _marked(token),  # type: ignore[misc]
-                   f"nothing left of {run_id}'s Ray")
+                   f"nothing left of {run_id}'s Ray", timeout=RAY_PATIENCE)
     # The sandboxes came back: what the agent wrote is in the artifacts.
     assert (cwd / "runs" / "there" / "artifacts" / "baseline" / "add-numbers" / "00"
             / "add.py").is_file()
@@ -427,7 +419,8 @@ def test_a_lost_node_interrupts_its_task_and_resume_finishes_the_run(
                      two_nodes.address)
     try:
         wait_until(lambda: "waiting" in _output_of(db, "lost", "default/doomed/00")
-                   or driver.poll() is not None, "the doomed task's first line")
+                   or driver.poll() is not None, "the doomed task's first line",
+                   timeout=RAY_PATIENCE)
         token = _token(db, "lost")
         assert _marked(token), "the doomed task runs"
         two_nodes.remove_node(victim)
@@ -476,11 +469,13 @@ def test_with_retries_a_lost_nodes_task_runs_again_on_another_node_in_the_same_r
     again = None
     try:
         wait_until(lambda: "waiting" in _output_of(db, "retried", "default/doomed/00")
-                   or driver.poll() is not None, "the doomed task's first line")
+                   or driver.poll() is not None, "the doomed task's first line",
+                   timeout=RAY_PATIENCE)
         two_nodes.remove_node(victim)
         # The retry waits for a node with the resource; one comes, and the gate is open.
         wait_until(lambda: of_type(events(db, "retried"), "task.interrupted")
-                   or driver.poll() is not None, "the lost attempt recorded")
+                   or driver.poll() is not None, "the lost attempt recorded",
+                   timeout=RAY_PATIENCE)
         gate.write_text("go")
         again = two_nodes.add_node(num_cpus=1, resources={"victim": 1})
         code, err = _finish(driver)
@@ -522,7 +517,7 @@ def _gated_batch(two_nodes: TwoNodes, tmp_path: Path, run_id: str, *options: str
     try:
         for key in ("default/one/00", "default/two/00"):
             wait_until(lambda key=key: "waiting" in _output_of(db, run_id, key)  # type: ignore[misc]
-                       or driver.poll() is not None, f"{key} waiting")
+                       or driver.poll() is not None, f"{key} waiting", timeout=RAY_PATIENCE)
         assert driver.poll() is None, driver.communicate()
         token = _token(db, run_id)
         assert len(_marked(token)) >= 2
@@ -544,7 +539,7 @@ def test_ctrl_c_interrupts_the_remote_attempts_and_leaves_no_process(
         # go too (a worker still closing its attempt may write one last time: waited for).
         assert not _marked(token)
         wait_until(lambda: not two_nodes.batch_folder(token).exists(),
-                   "no folder of the batch left")
+                   "no folder of the batch left", timeout=RAY_PATIENCE)
         # Each was stopped with its grace period (SIGTERM first), not killed outright.
         assert len(list(tmp_path.glob("gate.*.term"))) == 2
     evs = events(db, "stopped")
@@ -563,7 +558,8 @@ def test_ctrl_c_twice_ends_remote_attempts_without_their_grace_period(
     with _gated_batch(two_nodes, tmp_path, "hurried", "--kill-grace", "600",
                       stubborn=True) as (db, driver, token):
         driver.send_signal(signal.SIGINT)
-        wait_until(lambda: "stopping tasks" in _stderr_so_far(driver), "the first Ctrl-C said")
+        wait_until(lambda: "stopping tasks" in _stderr_so_far(driver), "the first Ctrl-C said",
+                   timeout=RAY_PATIENCE)
         driver.send_signal(signal.SIGINT)
         code, err = _finish(driver, timeout=4 * PATIENCE)
         assert code == 130, err
@@ -622,12 +618,6 @@ print(json.dumps({
 """
 
 
-# Known to fail in about half of the full suite's runs (3 of 5 on 2026-12-02; it passes
-# alone): both workers and their watchdogs are gone and the workers' folders are left.
-# Not strict, so it runs and says XPASS when it holds; what ends a Ray worker's detached
-# watchdog is to be found (the closing note of that stop says what was tried).
-@pytest.mark.xfail(reason="a killed driver's Ray worker folders are sometimes left: "
-                          "cause not found yet", strict=False)
 def test_a_killed_driver_leaves_nothing_running_on_the_cluster(
     two_nodes: TwoNodes, tmp_path: Path
 ) -> None:
@@ -635,7 +625,8 @@ def test_a_killed_driver_leaves_nothing_running_on_the_cluster(
         _stop(driver)
         # Ray sees the driver gone and ends its workers; their watchdogs end the attempts
         # and remove the batch's folders.
-        wait_until(lambda: not _marked(token), "no process of the batch left")
+        wait_until(lambda: not _marked(token), "no process of the batch left",
+                   timeout=RAY_PATIENCE)
         # Bounded for a hang: Ray notices a killed driver late on a loaded machine (the
         # final CI run of this stop saw the folder outlast 120 s).
         try:
@@ -674,7 +665,8 @@ def test_a_missing_workdir_fails_as_here_and_an_ask_no_node_has_waits_said(
                      "2", "--executor", "ray", "--ray-address", two_nodes.address)
     try:
         wait_until(lambda: [e.task_key for e in of_type(events(db, "there"), "task.completed")]
-                   == ["default/nowhere/00"] or driver.poll() is not None, "nowhere ended")
+                   == ["default/nowhere/00"] or driver.poll() is not None, "nowhere ended",
+                   timeout=RAY_PATIENCE)
         assert driver.poll() is None  # the GPU task waits for a node with a GPU
         driver.send_signal(signal.SIGINT)
         code, err = _finish(driver)
@@ -702,16 +694,17 @@ def test_a_killed_driver_takes_its_local_ray_with_it(ray_place: RayPlace, tmp_pa
                      "--executor", "ray")
     try:
         wait_until(lambda: "waiting" in _output_of(db, "gone", "default/held/00")
-                   or driver.poll() is not None, "the task's first line")
+                   or driver.poll() is not None, "the task's first line", timeout=RAY_PATIENCE)
         token = _token(db, "gone")
         # The attempt and the local Ray's own processes (GCS, raylet, agents, workers).
         assert len(_marked(token)) > 3
         _stop(driver)
         # The batch's watchdog ends them all: Ray itself leaves its agents running. The
         # workers' own watchdogs (never marked) remove what the attempts left on disk.
-        wait_until(lambda: not _marked(token), "no process of the batch or its Ray left")
+        wait_until(lambda: not _marked(token), "no process of the batch or its Ray left",
+                   timeout=RAY_PATIENCE)
         wait_until(lambda: not list((tmp_path / "tmp").glob("evalledger-*")),
-                   "no folder of the batch left")
+                   "no folder of the batch left", timeout=RAY_PATIENCE)
     finally:
         gate.write_text("go")
         _stop(driver)

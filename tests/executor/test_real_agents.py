@@ -22,105 +22,36 @@ from typing import Any
 import pytest
 import yaml
 
-from evalledger.ledger import Ledger, TaskCompleted, TaskEmitted, TaskUsage, TokenCounts
+from evalledger.ledger import Ledger, TaskCompleted, TaskUsage, TokenCounts
 from evalledger.pricing import DEFAULT_RATES, normalize_model
 from evalledger.statuses import FinalStatus
 from tests.cli.helpers import PATIENCE, evalledger, spawn, wait_until
 from tests.docker_images import build
-from tests.fake_agent_api import FakeAgentApi, Served, Turn, Usage
+from tests.fake_agent_api import FakeAgentApi, Turn, Usage
 from tests.real_agents import PINNED, require
 
-OPUS = "claude-opus-4-8"  # Claude Code 2.1.197's default model
-HAIKU = "claude-haiku-4-5-20251001"  # what its subagent asks for as "haiku"
-CODEX_MODEL = "gpt-6.2-sol"  # Codex 0.171.0's default model
-# Keeps the CLI offline and quiet (no telemetry, no update check); IS_SANDBOX lets it
-# skip its permission prompts as root.
-CLAUDE_ENV = {"IS_SANDBOX": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-              "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1",
-              "ANTHROPIC_API_KEY": "sk-ant-test"}
-CRITERIA = [{"type": "file_contains", "path": "answer.txt", "includes": ["42"]}]
-# Two turns, as the issue's run: a shell call, then the answer.
-TOOL = Usage(input=4, output=87, cache_read=0, cache_write=14876)
-FINAL = Usage(input=6, output=5, cache_read=14876, cache_write=312)
+from .real_agent_tasks import (
+    CODEX_MODEL,
+    CRITERIA,
+    OPUS,
+    SUBAGENT,
+    TOOL,
+    claude_task,
+    codex_script,
+    codex_task,
+    counts,
+    emitted,
+    only_run,
+    recorded,
+    result_line,
+    script,
+    show,
+    truth,
+    write,
+)
 
-
-def script(*, hold: threading.Event | None = None, subagent: bool = False) -> list[Turn]:
-    first = (Turn(tool="Agent", usage=TOOL, input={
-        "description": "Write the answer", "prompt": "Write 42 to answer.txt.",
-        "subagent_type": "general-purpose", "model": "haiku"}) if subagent
-        else Turn(command="echo 42 > answer.txt", usage=TOOL))
-    return [first, Turn(text="I wrote 42 to answer.txt.", usage=FINAL, hold=hold)]
-
-
-SUBAGENT = [Turn(command="echo 42 > answer.txt", usage=Usage(143, 7)),
-            Turn(text="Wrote it.", usage=Usage(150, 9))]
-
-
-def claude_task(folder: Path, api: FakeAgentApi, *, version: str | None = None,
-                flags: str = "", **fields: Any) -> dict[str, Any]:
-    binary = require("claude", version)
-    return {
-        "command": f"{binary} -p --output-format stream-json --verbose "
-                   f"--dangerously-skip-permissions {flags}",
-        "prompt": "Write 42 to answer.txt.",
-        "stream_format": "claude-code",
-        "env": {**CLAUDE_ENV, "ANTHROPIC_BASE_URL": api.url, "HOME": str(folder / "home")},
-        "success_criteria": CRITERIA, "timeout": 60, **fields}
-
-
-def write(folder: Path, **tasks: dict[str, Any]) -> Path:
-    (folder / "home").mkdir(parents=True, exist_ok=True)
-    out = folder / "tasks"
-    out.mkdir(exist_ok=True)
-    for name, fields in tasks.items():
-        (out / f"{name}.yaml").write_text(yaml.safe_dump(fields), encoding="utf-8")
-    return out
-
-
-def only_run(db: Path) -> str:
-    with Ledger(db, read_only=True) as ledger:
-        (run,) = ledger.run_ids()
-    return run
-
-
-def recorded(db: Path) -> tuple[dict[str, TokenCounts], list[TaskUsage], list[TaskCompleted],
-                                list[dict[str, Any]]]:
-    """The run's usage summed per model (normalised), its usage events, its completions
-    and the JSON lines its commands printed."""
-    with Ledger(db, read_only=True) as ledger:
-        evs = list(ledger.events(only_run(db)))
-    usages = [e for e in evs if isinstance(e, TaskUsage)]
-    by_model: dict[str, TokenCounts] = defaultdict(lambda: TokenCounts())
-    for u in usages:
-        by_model[normalize_model(u.model or "")] += u.tokens
-    return (dict(by_model), usages, [e for e in evs if isinstance(e, TaskCompleted)],
-            [e.data for e in evs if isinstance(e, TaskEmitted)])
-
-
-def truth(served: list[Served], *, finished: bool = True) -> dict[str, TokenCounts]:
-    """What the server answered, summed per model: the calls it finished (or all)."""
-    by_model: dict[str, TokenCounts] = defaultdict(lambda: TokenCounts())
-    for call in served:
-        if call.finished or not finished:
-            by_model[normalize_model(call.model)] += counts(call.usage)
-    return dict(by_model)
-
-
-def counts(usage: Usage) -> TokenCounts:
-    return TokenCounts(input_tokens=usage.input, output_tokens=usage.output,
-                       cache_read_tokens=usage.cache_read, cache_write_tokens=usage.cache_write)
-
-
-def result_line(lines: list[dict[str, Any]]) -> dict[str, Any]:
-    (result,) = [line for line in lines if line.get("type") == "result"]
-    return result
-
-
-def show(cwd: Path, db: Path) -> dict[str, Any]:
-    out = evalledger(cwd, db, "show", only_run(db), "--json")
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
-
+# The slow tier: the real agent CLIs (Node.js programs) in every ending.
+pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize("subagent", [False, True], ids=["alone", "subagent-on-haiku"])
 def test_claude_code_usage_is_what_each_model_was_answered(tmp_path: Path,
@@ -177,7 +108,7 @@ def test_claude_code_cut_off_books_what_its_stream_showed_as_a_floor(
             assert api.holding.wait(PATIENCE), "the agent never asked for its second answer"
             # What the stream shows of the held answer is recorded before the signal.
             shown = "msg_0002" if partial else "msg_0001"
-            wait_until(lambda: any(shown in json.dumps(line) for line in _lines(db)),
+            wait_until(lambda: any(shown in json.dumps(line) for line in emitted(db)),
                        f"{shown} recorded")
             proc.send_signal(signal.SIGINT)
             proc.communicate(timeout=PATIENCE)
@@ -199,15 +130,6 @@ def test_claude_code_cut_off_books_what_its_stream_showed_as_a_floor(
         DEFAULT_RATES.price(OPUS, by_model[OPUS]), abs=1e-9)
 
 
-def _lines(db: Path) -> list[dict[str, Any]]:
-    try:
-        with Ledger(db, read_only=True) as ledger:
-            return [e.data for r in ledger.run_ids() for e in ledger.events(r)
-                    if isinstance(e, TaskEmitted)]
-    except Exception:  # not created yet
-        return []
-
-
 def test_claude_code_budget_sees_each_message_real_output_as_it_ends(tmp_path: Path) -> None:
     """A token budget between what the first message's start says (14,881) and what it
     used (14,967, its message_delta): the attempt is stopped as that message ends, by
@@ -223,29 +145,6 @@ def test_claude_code_budget_sees_each_message_real_output_as_it_ends(tmp_path: P
     assert done.final_status == FinalStatus.TOKEN_BUDGET_EXCEEDED, done.error_message
     assert by_model[OPUS].output_tokens == TOOL.output  # the real count, not the start's 1
     assert done.tokens.total >= 14_900 and not done.cost_complete
-
-
-def codex_task(folder: Path, api: FakeAgentApi, **fields: Any) -> dict[str, Any]:
-    """Codex pointed at ``api`` by a config of its own (``CODEX_HOME``), model named."""
-    binary = require("codex")
-    home = folder / "codex"
-    home.mkdir(exist_ok=True)
-    (home / "config.toml").write_text(
-        'model_provider = "fake"\n[model_providers.fake]\nname = "fake"\n'
-        f'base_url = "{api.url}/v1"\nwire_api = "responses"\nenv_key = "FAKE_API_KEY"\n')
-    return {
-        "command": f"{binary} exec --json --skip-git-repo-check "
-                   "--dangerously-bypass-approvals-and-sandbox -",
-        "prompt": "Write 42 to answer.txt.", "stream_format": "codex",
-        "model": CODEX_MODEL, "agent_version_command": f"{binary} --version",
-        "env": {"CODEX_HOME": str(home), "FAKE_API_KEY": "sk-test",
-                "HOME": str(folder / "home")},
-        "success_criteria": CRITERIA, "timeout": 60, **fields}
-
-
-def codex_script(hold: threading.Event | None = None) -> list[Turn]:
-    return [Turn(command="echo 42 > answer.txt", usage=Usage(9342, 38, 9088)),
-            Turn(text="I wrote 42 to answer.txt.", usage=Usage(0, 32), hold=hold)]
 
 
 def test_codex_usage_is_what_it_was_answered(tmp_path: Path) -> None:
@@ -275,7 +174,7 @@ def test_codex_cut_off_mid_turn_books_the_turn_unknown(tmp_path: Path) -> None:
     with FakeAgentApi(codex_script(hold), main_model=CODEX_MODEL) as api:
         proc = spawn(tmp_path, db, "run", str(write(tmp_path, answer=codex_task(tmp_path, api))))
         assert api.holding.wait(PATIENCE), "Codex never asked for its second answer"
-        wait_until(lambda: any(line.get("type") == "item.completed" for line in _lines(db)),
+        wait_until(lambda: any(line.get("type") == "item.completed" for line in emitted(db)),
                    "the shell call recorded")
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=PATIENCE)
@@ -342,7 +241,7 @@ def test_claude_code_killed_runner_then_resume_books_the_lost_attempt(tmp_path: 
         tasks = write(tmp_path, answer=claude_task(tmp_path, api))
         proc = spawn(tmp_path, db, "run", str(tasks))
         assert api.holding.wait(PATIENCE), "the agent never asked for its second answer"
-        wait_until(lambda: any("msg_0001" in json.dumps(line) for line in _lines(db)),
+        wait_until(lambda: any("msg_0001" in json.dumps(line) for line in emitted(db)),
                    "msg_0001 recorded")
         proc.kill()
         proc.communicate(timeout=PATIENCE)

@@ -17,110 +17,49 @@ import json
 import os
 import shlex
 import signal
-import sys
-import textwrap
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
-from evalledger.executor import MAX_LINE, BatchConfig, BatchResult, _criteria, _runner, run_batch
+from evalledger.executor import MAX_LINE, BatchConfig, _criteria, _runner, run_batch
 from evalledger.executor._process import release_pipes
 from evalledger.ledger import (
-    AnyEvent,
     Ledger,
     TaskCompleted,
     TaskEmitted,
     TaskOutput,
     TaskUsage,
     TokenCounts,
-    verify,
 )
 from evalledger.options import RunOptions
 from evalledger.pricing import DEFAULT_RATES
 from evalledger.projections import SummaryFold, fold
 from evalledger.statuses import Category, FinalStatus, RunStatus
 from evalledger.suite import ResolvedTask
+from tests.agents.transcripts.claude_code import MODEL, RESULT, TRANSCRIPT, assistant
 from tests.processes import wait_gone
 
-RUN_ID = "run-1"
-PY = sys.executable
-# A timeout (or the like) a test must never reach, and the bound that shows it was not
-# reached: far apart, so that a loaded machine never lands between them.
-NEVER = 30.0
-QUICK = NEVER / 2
-
+from .attempts import (
+    NEVER,
+    PY,
+    QUICK,
+    RUN_ID,
+    completed,
+    lines,
+    make_task,
+    run,
+    script,
+    task_events,
+)
 
 # -- helpers -------------------------------------------------------------------------------
 
 
-def make_task(
-    name: str,
-    command: str | list[str],
-    criteria: Sequence[dict[str, Any]] = ({"type": "exit_code", "equals": 0},),
-    **fields: Any,
-) -> ResolvedTask:
-    return ResolvedTask(
-        task_key=f"default/{name}/00",
-        task_id=name,
-        variant_id="default",
-        replicate_index=0,
-        source=f"/suite/{name}.yaml",
-        command=command,
-        success_criteria=list(criteria),
-        **fields,
-    )
-
-
-def script(tmp_path: Path, name: str, body: str, *args: str) -> list[str]:
-    """Write a Python script into tmp_path; return the argv that runs it."""
-    path = tmp_path / f"cmd_{name}.py"  # a prefix: a script named json.py shadows json
-    path.write_text(textwrap.dedent(body), encoding="utf-8")
-    return [PY, str(path), *args]
-
-
-def run(
-    ledger: Ledger,
-    tmp_path: Path,
-    *tasks: ResolvedTask,
-    mode: str = "move-on-write",
-    max_parallel: int = 4,
-) -> BatchResult:
-    options = RunOptions(out=str(tmp_path / "out"), max_parallel=max_parallel,
-                         preservation_mode=mode, kill_grace=0.5)  # type: ignore[arg-type]
-    config = BatchConfig(run_id=RUN_ID, options=options)
-    result = trio.run(run_batch, ledger, list(tasks), config)
-    assert verify(ledger).ok
-    return result
-
-
 def price(model: str, **tokens: int) -> float | None:
     return DEFAULT_RATES.price(model, TokenCounts(**tokens))
-
-
-def completed(result: BatchResult, ledger: Ledger, task: ResolvedTask) -> TaskCompleted:
-    """The one task.completed of ``task``, checked to be the same in result and ledger."""
-    [returned] = [c for c in result.completed if c.task_key == task.task_key]
-    [stored] = ledger.events(RUN_ID, task_key=task.task_key, types={"task.completed"})
-    assert isinstance(stored, TaskCompleted)
-    assert stored.model_dump(exclude={"seq"}) == returned.model_dump(exclude={"seq"})
-    assert stored.category == stored.final_status.category
-    return stored
-
-
-def task_events(ledger: Ledger, task: ResolvedTask, *types: str) -> list[AnyEvent]:
-    return list(ledger.events(RUN_ID, task_key=task.task_key, types=set(types) or None))
-
-
-def lines(ledger: Ledger, task: ResolvedTask, stream: str = "stdout") -> list[str]:
-    return [
-        e.line
-        for e in task_events(ledger, task, "task.output")
-        if isinstance(e, TaskOutput) and e.stream == stream
-    ]
 
 
 def assert_bracketed(ledger: Ledger, task: ResolvedTask) -> None:
@@ -810,53 +749,6 @@ def test_task_model_prices_lines_without_a_model(ledger: Ledger, tmp_path: Path)
 
 # -- claude-code stream-json ---------------------------------------------------------------
 
-MODEL = "claude-sonnet-4-5-20250929"
-SESSION = "7f1c2d3e-0000-4000-8000-000000000001"
-
-
-def _assistant(msg_id: str, content: list[dict[str, Any]], usage: dict[str, Any], *,
-               model: str = MODEL, parent: str | None = None) -> dict:
-    return {
-        "type": "assistant",
-        "message": {
-            "id": msg_id, "type": "message", "role": "assistant", "model": model,
-            "content": content, "stop_reason": None, "stop_sequence": None,
-            "usage": {**usage, "service_tier": "standard"},
-        },
-        "parent_tool_use_id": parent,
-        "session_id": SESSION,
-    }
-
-
-TRANSCRIPT: list[dict[str, Any]] = [
-    {"type": "system", "subtype": "init", "cwd": "/tmp/sandbox", "session_id": SESSION,
-     "tools": ["Bash", "Edit", "Read", "Write"], "mcp_servers": [], "model": MODEL,
-     "permissionMode": "bypassPermissions", "apiKeySource": "ANTHROPIC_API_KEY"},
-    _assistant("msg_01", [{"type": "text", "text": "I'll create add.py."}],
-               {"input_tokens": 4, "cache_creation_input_tokens": 5000,
-                "cache_read_input_tokens": 12000, "output_tokens": 3}),
-    # the same message again, its next content block: usage repeats (and grows)
-    _assistant("msg_01", [{"type": "tool_use", "id": "toolu_01", "name": "Write",
-                           "input": {"file_path": "add.py", "content": "import sys\n"}}],
-               {"input_tokens": 4, "cache_creation_input_tokens": 5000,
-                "cache_read_input_tokens": 12000, "output_tokens": 120}),
-    {"type": "user", "message": {"role": "user", "content": [
-        {"tool_use_id": "toolu_01", "type": "tool_result", "content": "File created"}]},
-     "parent_tool_use_id": None, "session_id": SESSION},
-    _assistant("msg_02", [{"type": "text", "text": "Done."}],
-               {"input_tokens": 6, "cache_creation_input_tokens": 300,
-                "cache_read_input_tokens": 17000, "output_tokens": 40}),
-]
-RESULT = {
-    "type": "result", "subtype": "success", "is_error": False, "duration_ms": 8123,
-    "duration_api_ms": 7012, "num_turns": 2, "result": "Done.", "session_id": SESSION,
-    "total_cost_usd": 0.0123,
-    "usage": {"input_tokens": 10, "cache_creation_input_tokens": 5300,
-              "cache_read_input_tokens": 29000, "output_tokens": 160,
-              "server_tool_use": {"web_search_requests": 0}, "service_tier": "standard"},
-    "permission_denials": [],
-}
-
 # Replays a transcript one line (one write) at a time, as claude does; then exits or
 # hangs. A shell: it is printing a millisecond after it starts, so a timeout of a
 # second is never reached before the transcript is out, however loaded the machine.
@@ -968,11 +860,11 @@ def test_claude_code_result_over_budget(ledger: Ledger, tmp_path: Path) -> None:
 HAIKU = "claude-haiku-4-5-20251001"
 TWO_MODELS: list[dict[str, Any]] = [
     *TRANSCRIPT[:4],
-    _assistant("msg_h1", [{"type": "text", "text": "Looking at the files."}],
+    assistant("msg_h1", [{"type": "text", "text": "Looking at the files."}],
                {"input_tokens": 1500, "cache_creation_input_tokens": 0,
                 "cache_read_input_tokens": 0, "output_tokens": 10}, model=HAIKU,
                parent="toolu_01"),
-    _assistant("msg_h1", [{"type": "tool_use", "id": "toolu_h1", "name": "Read",
+    assistant("msg_h1", [{"type": "tool_use", "id": "toolu_h1", "name": "Read",
                            "input": {"file_path": "add.py"}}],
                {"input_tokens": 1500, "cache_creation_input_tokens": 0,
                 "cache_read_input_tokens": 0, "output_tokens": 75}, model=HAIKU,

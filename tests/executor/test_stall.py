@@ -10,8 +10,9 @@ from evalledger.ledger import AnyEvent, Ledger, TaskCompleted, TaskEmitted, Task
 from evalledger.projections import SummaryFold, fold
 from evalledger.statuses import FailureClass, FinalStatus, RunStatus
 from tests.processes import still_alive
+from tests.waiting import PATIENCE
 
-from .test_batch import PATIENCE, config, events, make_task, of_type, py, run, script
+from .batches import config, events, make_task, of_type, py, run, script
 
 # Prints a line at once (a shell's echo: no interpreter to start first, which a loaded
 # machine can take longer than the stall timeout to do), writes its pid, then hangs.

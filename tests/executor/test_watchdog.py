@@ -32,7 +32,9 @@ from evalledger.executor._watchdog import (
 from evalledger.executor.isolation import BATCH_LABEL, DOCKER_MARK
 from evalledger.ledger import Ledger, RunMerged, RunResumed, RunStarted
 
+from ..needs import root, unavailable
 from ..processes import alive, wait_gone
+from ..waiting import PATIENCE, wait_until
 
 # Random per process: a sweep these tests make kills every process on the machine that
 # carries the token's mark, those of another xdist worker or another copy of the suite
@@ -187,8 +189,7 @@ def the_ledgers_folder(at: Place) -> Built:
 
 
 def owned_by_another_user(at: Place) -> Built:
-    if os.getuid() != 0:
-        pytest.skip("only root can give a folder away")
+    root("giving a folder away")
     folder = at.temp / f"evalledger-r-{TOKEN}"
     at.make((folder, TOKEN))
     os.chown(folder, 65534, 65534)
@@ -196,8 +197,7 @@ def owned_by_another_user(at: Place) -> Built:
 
 
 def a_marker_owned_by_another_user(at: Place) -> Built:
-    if os.getuid() != 0:
-        pytest.skip("only root can give a file away")
+    root("giving a file away")
     folder = at.temp / f"evalledger-r-{TOKEN}"
     at.make((folder, TOKEN))
     os.chown(folder / MARKER, 65534, 65534)
@@ -436,23 +436,58 @@ def test_a_ray_workers_watchdog_removes_its_folder_and_the_last_one_the_nodes(
         # A worker still alive: its folder, and so the node's, stay.
         os.close(watchdogs[1]._write)
         watchdogs[1].process.wait(60)
-        _wait_for(lambda: not roots[1].exists(), "the worker's folder to go")
+        wait_until(lambda: not roots[1].exists(), "the worker's folder to go",
+                   timeout=2 * PATIENCE)
         assert roots[0].exists() and base.exists()
     finally:
         child.kill()
         child.wait()
     assert wait_gone(child.pid)
     os.close(watchdogs[0]._write)
-    _wait_for(lambda: not base.exists(), "the node's batch folder to go")
+    wait_until(lambda: not base.exists(), "the node's batch folder to go", timeout=2 * PATIENCE)
 
 
-def _wait_for(check: Callable[[], bool], what: str) -> None:
-    import time
+# A Ray worker's life in brief: its watchdog and folders as _session makes them, then
+# what Ray does as a worker exits (``RAY_kill_child_processes_on_worker_exit``, on by
+# default): SIGKILL every direct child, found by PPid in /proc. Here the worker exits at
+# once, as the workers of a killed driver did whose attempt had only just started.
+RAY_WORKER_EXITS = """
+import os, signal, sys
+from pathlib import Path
+from evalledger.executor._watchdog import Watchdog, make_folder
 
-    deadline = time.monotonic() + 60
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
+base, batch = Path(sys.argv[1]), sys.argv[2]
+token, root = f"{batch}-{os.getpid()}", base / f"worker-{os.getpid()}"
+Watchdog(token, root, shared=(base, "worker-"))
+make_folder(base, batch, shared=True)
+make_folder(root, token, shared=True)
+(root / "sandbox").mkdir()
+for entry in os.scandir("/proc"):
+    try:
+        with open(f"/proc/{entry.name}/stat") as f:
+            ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        continue
+    if ppid == os.getpid():
+        os.kill(int(entry.name), signal.SIGKILL)
+os._exit(0)
+"""
+
+
+def test_a_ray_workers_watchdog_survives_ray_killing_the_workers_children(
+    _private_temp: Path,
+) -> None:
+    """A detached watchdog is no child of the worker by the time the worker goes on:
+    Ray SIGKILLs an exiting worker's children, and a watchdog still starting (not yet
+    detached) died with it, its batch's folders left for good (the Ray killed-driver
+    leftover of issue #43)."""
+    base = _private_temp / f"evalledger-ray-{TOKEN}"
+    for _ in range(3):
+        worker = subprocess.run([sys.executable, "-c", RAY_WORKER_EXITS, str(base), TOKEN],
+                                capture_output=True, text=True, timeout=60, check=False)
+        assert worker.returncode == 0, worker.stderr
+        wait_until(lambda: not base.exists(), "the worker's watchdog to remove the folders",
+                   timeout=2 * PATIENCE)
 
 
 def test_a_folder_that_cannot_be_removed_whole_keeps_its_proof(tmp_path: Path) -> None:
@@ -461,8 +496,7 @@ def test_a_folder_that_cannot_be_removed_whole_keeps_its_proof(tmp_path: Path) -
     marker, so the next cleanup can still prove it is the batch's and finish the job."""
     from evalledger.executor._watchdog import MARKER, _remove, make_folder, proven
 
-    if os.geteuid() != 0:
-        pytest.skip("a mount point inside the folder needs root")
+    root("a mount point inside the folder")
     token = secrets.token_hex(8)
     folder = tmp_path / f"evalledger-r-{token}"
     make_folder(folder, token)
@@ -471,7 +505,7 @@ def test_a_folder_that_cannot_be_removed_whole_keeps_its_proof(tmp_path: Path) -
     mounted = subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(folder / "attempt" / "busy")],
                              capture_output=True, text=True, check=False)
     if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+        unavailable("ROOT", f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     try:
         _remove(str(folder))
         assert (folder / MARKER).exists() and (folder / "attempt" / "busy").exists()

@@ -8,9 +8,7 @@ plain model of the events.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,22 +28,7 @@ from evalledger.ledger import (
 from evalledger.projections import RunSummary, SummaryFold, diff_runs, fold
 from evalledger.statuses import Category, FinalStatus, RunStatus
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-
-
-def audit_queries() -> dict[str, str]:
-    """The README's audit queries by name (the words before the colon of each comment)."""
-    text = README.read_text(encoding="utf-8")
-    block = text[text.index("-- cost per model"):]
-    block = block[:block.index("```")]
-    queries: dict[str, str] = {}
-    for chunk in re.split(r"^-- ", block, flags=re.M)[1:]:
-        name, _, rest = chunk.partition(":")
-        queries[name.strip()] = rest.split("\n", 1)[1].strip()
-    return queries
-
-
-QUERIES = audit_queries()
+from .audits import QUERIES
 
 
 def test_the_readme_has_the_five_audits() -> None:

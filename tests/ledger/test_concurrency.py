@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 from evalledger.ledger import Ledger, verify
+from tests.waiting import wait_until
 
 PROCESSES = 4
 BATCHES = 50
@@ -68,13 +69,11 @@ out.write_text(json.dumps({"ids": ids, "seqs": seqs}))
 """
 
 
-def _wait_for(paths: list[Path], procs: list[subprocess.Popen[bytes]], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not all(p.exists() for p in paths):
-        dead = [p for p in procs if p.poll() is not None]
-        assert not dead, f"a writer exited before it was ready: {dead[0].communicate()}"
-        assert time.monotonic() < deadline, "writers did not get ready in time"
-        time.sleep(0.01)
+def _ready(paths: list[Path], procs: list[subprocess.Popen[bytes]]) -> bool:
+    """Whether every writer said it is ready; fails if one exited first."""
+    dead = [p for p in procs if p.poll() is not None]
+    assert not dead, f"a writer exited before it was ready: {dead[0].communicate()}"
+    return all(p.exists() for p in paths)
 
 
 def test_four_processes_append_concurrently(db_path: Path, tmp_path: Path) -> None:
@@ -104,7 +103,7 @@ def test_four_processes_append_concurrently(db_path: Path, tmp_path: Path) -> No
         for i in range(PROCESSES)
     ]
     try:
-        _wait_for(readies, procs, timeout=30)
+        wait_until(lambda: _ready(readies, procs), "every writer to get ready", every=0.01)
         barrier.touch()
         results = [p.communicate(timeout=60) for p in procs]
     finally:

@@ -4,7 +4,6 @@ read's worth at once (what the runner takes for a chunk of output lines)."""
 from __future__ import annotations
 
 import re
-import time
 import uuid
 from datetime import UTC, datetime
 
@@ -12,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from evalledger.ledger import new_event_id, new_event_ids, utc_now
+from tests.waiting import wait_until
 
 
 def _check(ids: list[str]) -> None:
@@ -42,13 +42,17 @@ def test_a_batch_larger_than_a_millisecond_counter_carries_into_the_next() -> No
 
 def test_utc_now_is_the_iso_time_between_two_clock_reads() -> None:
     # The formatted second is cached: each value must still be the wall clock's, in
-    # order, across second boundaries too.
-    previous = ""
-    deadline = time.monotonic() + 1.2
-    while time.monotonic() < deadline:
+    # order, across a second boundary too (read until one is crossed).
+    first = previous = utc_now()
+
+    def read_once() -> bool:
+        nonlocal previous
         before = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         now = utc_now()
         after = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         assert before <= now <= after and previous <= now
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", now)
         previous = now
+        return now[:19] != first[:19]
+
+    wait_until(read_once, "a second boundary", every=0)

@@ -27,25 +27,17 @@ from evalledger.ledger import (
     LedgerIOError,
     LedgerNotFound,
     NotALedger,
-    RunFinished,
-    RunStarted,
-    TaskOutput,
     verify,
 )
-from evalledger.statuses import RunStatus
 
-
-def _events(run_id: str) -> list:
-    return [RunStarted(run_id=run_id, planned=["t1"]),
-            TaskOutput(run_id=run_id, task_key="t1", line="hello", n=1),
-            RunFinished(run_id=run_id, status=RunStatus.COMPLETED)]
+from .runs import short_run
 
 
 def _append_elsewhere(db: Path, run_id: str) -> None:
     """Append a run from another process, which then closes the ledger."""
-    code = ("import sys; from tests.ledger.test_file import _events; "
+    code = ("import sys; from tests.ledger.runs import short_run; "
             "from evalledger.ledger import Ledger; "
-            "l = Ledger(sys.argv[1]); l.append(_events(sys.argv[2])); l.close()")
+            "l = Ledger(sys.argv[1]); l.append(short_run(sys.argv[2])); l.close()")
     subprocess.run([sys.executable, "-c", code, str(db), run_id], check=True, timeout=60,
                    cwd=Path(__file__).parents[2])
 
@@ -54,7 +46,7 @@ def test_opening_a_ledger_keeps_the_locks_of_the_others_open_in_the_process(
     db_path: Path,
 ) -> None:
     with Ledger(db_path) as ledger:
-        ledger.append(_events("first"))
+        ledger.append(short_run("first"))
     reader = Ledger(db_path, read_only=True)
     try:
         assert reader.run_ids() == ["first"]
@@ -115,14 +107,14 @@ def test_an_append_to_a_ledger_that_is_no_longer_at_its_path_is_refused(
     db.parent.mkdir()
     ledger = Ledger(db)
     try:
-        ledger.append(_events("before"))
+        ledger.append(short_run("before"))
         CHANGES[change](db)
         with pytest.raises(LedgerGone) as gone:
-            ledger.append(_events("after"))
+            ledger.append(short_run("after"))
         message = str(gone.value)
         assert str(db) in message and "\n" not in message, message
         with pytest.raises(LedgerGone):  # and every append after it
-            ledger.append(_events("later"))
+            ledger.append(short_run("later"))
         assert "after" not in ledger.run_ids()  # rolled back, not committed
     finally:
         ledger.close()
@@ -134,7 +126,7 @@ def test_an_append_to_a_ledger_that_is_no_longer_at_its_path_is_refused(
 def test_a_ledger_left_in_place_appends_as_before(db_path: Path) -> None:
     with Ledger(db_path) as ledger:
         for i in range(3):
-            ledger.append(_events(f"run-{i}"))
+            ledger.append(short_run(f"run-{i}"))
         ledger.check_file()
         assert ledger.run_ids() == ["run-0", "run-1", "run-2"]
 
@@ -207,7 +199,7 @@ def test_a_file_with_no_table_yet_is_no_ledger_to_a_reader_and_a_writer_finishes
     assert str(none.value).startswith(f"no ledger at {db_path} ("), none.value
     assert "\n" not in str(none.value)
     with Ledger(db_path) as ledger:
-        ledger.append(_events("r"))
+        ledger.append(short_run("r"))
     with Ledger(db_path, read_only=True) as ledger:
         assert ledger.run_ids() == ["r"]
         assert verify(ledger).ok

@@ -12,49 +12,13 @@ from __future__ import annotations
 import itertools
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
-from evalledger.app._repository import write_snapshot
 from evalledger.app._snapshot_check import SnapshotCheck
-from evalledger.ledger import (
-    Ledger,
-    RunFinished,
-    RunMerged,
-    RunStarted,
-    TaskCompleted,
-    TaskOutput,
-    TaskStarted,
-    verify,
-)
-from evalledger.statuses import FinalStatus, RunStatus
+from evalledger.ledger import Ledger, verify
 
 from ..cli.helpers import COMMAND, PATIENCE, _env, wait_until
-
-FOREIGN = str(uuid.uuid4())  # the id of the ledger the merged runs came from
-
-
-def merged_run(run_id: str, lines: int = 3) -> list:
-    """A run as a merge appends it: its events, then its run.merged, in one batch."""
-    events: list = [RunStarted(run_id=run_id, planned=["default/t/00"], ledger_id=FOREIGN),
-                    TaskStarted(run_id=run_id, task_key="default/t/00", task_id="t")]
-    events += [TaskOutput(run_id=run_id, task_key="default/t/00", line=f"line {n}", n=n)
-               for n in range(1, lines + 1)]
-    return [*events, RunMerged(run_id=run_id, events=len(events), source="/elsewhere/other.db",
-                               source_ledger=FOREIGN, source_seqs=[1, len(events)])]
-
-
-def native_run(ledger: Ledger, run_id: str) -> None:
-    """A run recorded here, batch by batch as the executor commits it, then snapshotted."""
-    key = "default/t/00"
-    ledger.append([RunStarted(run_id=run_id, planned=[key], ledger_id=ledger.ledger_id)])
-    ledger.append([TaskStarted(run_id=run_id, task_key=key, task_id="t"),
-                   *(TaskOutput(run_id=run_id, task_key=key, line=f"l{n}", n=n)
-                     for n in range(1, 6))])
-    ledger.append([TaskCompleted(run_id=run_id, task_key=key, final_status=FinalStatus.FAILURE,
-                                 category="failed", exit_code=1)])
-    ledger.append([RunFinished(run_id=run_id, status=RunStatus.COMPLETED)])
-    write_snapshot(ledger, run_id)
+from .runs import merged_run, native_run
 
 
 def test_verify_reads_one_state_while_merges_commit_between_its_queries(db_path: Path) -> None:
@@ -104,7 +68,7 @@ def test_a_read_transaction_keeps_one_state_until_it_ends(db_path: Path) -> None
 WRITER = """
 import sys, time
 from pathlib import Path
-from tests.ledger.test_verify import merged_run, native_run
+from tests.ledger.runs import merged_run, native_run
 from evalledger.ledger import Ledger
 
 db, stop = Path(sys.argv[1]), Path(sys.argv[2])

@@ -1,17 +1,26 @@
-"""Events of one run, built by hand for projection tests, and the folds over them."""
+"""Events of one run, built by hand for projection tests, the folds over them, and a
+ledger file as an older program left it."""
 
 from __future__ import annotations
 
+import sqlite3
+from pathlib import Path
 from typing import Any
+
+from sqlite_utils import Database
 
 from evalledger.ledger import (
     AnyEvent,
+    EventRow,
     Ledger,
     TaskCompleted,
     TaskInterrupted,
     TaskStarted,
     TaskUsage,
 )
+from evalledger.ledger._chain import GENESIS, chain_rows
+from evalledger.ledger._events import encode_payload
+from evalledger.ledger._schema import MIGRATIONS
 from evalledger.projections import RunSummary, SummaryFold, fold
 from evalledger.statuses import FinalStatus
 
@@ -57,3 +66,21 @@ def summarize(events: list[AnyEvent], run_id: str = RUN, *, count_infra: bool = 
 def rebuilt(ledger: Ledger, run_id: str = RUN) -> RunSummary:
     """The summary rebuilt from the ledger, reading only the types the fold needs."""
     return fold(SummaryFold(run_id), ledger.events(run_id, types=SummaryFold.TYPES)).summary()
+
+
+def old_ledger(path: Path, events: list[AnyEvent], stop_before: str) -> str:
+    """A ledger file as an older program left it: migrations up to ``stop_before``."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    db = Database(conn)
+    MIGRATIONS.apply(db, stop_before=stop_before)
+    rows = [EventRow(e.event_id, e.run_id, e.task_key, e.type, e.ts, encode_payload(e))
+            for e in events]
+    conn.executemany(
+        "INSERT INTO events (seq, event_id, run_id, task_key, type, ts, payload, hash) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        chain_rows(GENESIS, 1, rows),
+    )
+    version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    conn.close()
+    return version[0]

@@ -15,13 +15,11 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
-from sqlite_utils import Database
 
 from evalledger.app._reports import write_reports
 from evalledger.ledger import (
     SCHEMA_VERSION,
     AnyEvent,
-    EventRow,
     Ledger,
     OpaqueEvent,
     RunFinished,
@@ -36,9 +34,6 @@ from evalledger.ledger import (
     TokenCounts,
     verify,
 )
-from evalledger.ledger._chain import GENESIS, chain_rows
-from evalledger.ledger._events import encode_payload
-from evalledger.ledger._schema import MIGRATIONS
 from evalledger.projections import (
     RunSummary,
     SummaryFold,
@@ -48,7 +43,17 @@ from evalledger.projections import (
 )
 from evalledger.statuses import Category, FinalStatus, RunStatus
 
-from .builders import ENV, RUN, completed, key, rebuilt, started, summarize, usage
+from .builders import (
+    ENV,
+    RUN,
+    completed,
+    key,
+    old_ledger,
+    rebuilt,
+    started,
+    summarize,
+    usage,
+)
 
 # -- counting --------------------------------------------------------------------------------
 
@@ -500,24 +505,6 @@ def test_replaying_summary_types_reads_no_output_rows(ledger: Ledger) -> None:
         assert "TEMP B-TREE" not in plan, plan
 
 
-def _old_ledger(path: Path, events: list[AnyEvent], stop_before: str) -> str:
-    """A ledger file as an older program left it: migrations up to ``stop_before``."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA journal_mode = WAL")
-    db = Database(conn)
-    MIGRATIONS.apply(db, stop_before=stop_before)
-    rows = [EventRow(e.event_id, e.run_id, e.task_key, e.type, e.ts, encode_payload(e))
-            for e in events]
-    conn.executemany(
-        "INSERT INTO events (seq, event_id, run_id, task_key, type, ts, payload, hash) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        chain_rows(GENESIS, 1, rows),
-    )
-    version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    conn.close()
-    return version[0]
-
-
 def test_a_schema_three_ledger_is_migrated_to_views_with_one_row_per_start(
     db_path: Path,
 ) -> None:
@@ -526,7 +513,7 @@ def test_a_schema_three_ledger_is_migrated_to_views_with_one_row_per_start(
     events: list[AnyEvent] = [RunStarted(run_id=RUN, planned=[key(0)]), started(key(0)),
                               completed(key(0), FinalStatus.FAILURE),
                               completed(key(0), FinalStatus.SUCCESS)]
-    assert _old_ledger(db_path, events, "0004_views_latest_completion") == "3"
+    assert old_ledger(db_path, events, "0004_views_latest_completion") == "3"
     with Ledger(db_path) as ledger:
         assert ledger.schema_version == SCHEMA_VERSION
         _, rows = ledger.query("SELECT task_key, final_status FROM task_attempts")
@@ -536,7 +523,7 @@ def test_a_schema_three_ledger_is_migrated_to_views_with_one_row_per_start(
 
 def _v1_ledger(path: Path, events: list[AnyEvent]) -> None:
     """A ledger file as the schema-1 program left it: events, no views, no v2 index."""
-    assert _old_ledger(path, events, "0002_views") == "1"
+    assert old_ledger(path, events, "0002_views") == "1"
     conn = sqlite3.connect(path)
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
     conn.close()
@@ -590,7 +577,7 @@ def test_a_schema_two_ledger_is_given_the_lifecycle_index(db_path: Path) -> None
     # Regression: the index once came in by editing 0002 in place, so schema-2 files
     # never got it. It is its own step now; a schema-2 file gains it on open.
     events: list[AnyEvent] = [RunStarted(run_id=RUN, planned=[key(0)]), started(key(0))]
-    assert _old_ledger(db_path, events, "0003_lifecycle_index") == "2"
+    assert old_ledger(db_path, events, "0003_lifecycle_index") == "2"
 
     with Ledger(db_path) as ledger:
         assert ledger.schema_version == SCHEMA_VERSION == 13

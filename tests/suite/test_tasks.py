@@ -9,7 +9,6 @@ broken experiment file) raises ``TaskLoadError``.
 from __future__ import annotations
 
 import shutil
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -30,21 +29,7 @@ from evalledger.suite import (
     task_files,
 )
 
-MINIMAL = """\
-command: echo hi
-success_criteria: [{type: exit_code}]
-"""
-
-
-def write(path: Path, text: str) -> Path:
-    """Write a YAML file (dedented), creating its folders."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(text), encoding="utf-8")
-    return path
-
-
-def keys(task_set: TaskSet) -> list[str]:
-    return [t.task_key for t in task_set.tasks]
+from .yaml_files import MINIMAL, keys, write
 
 
 def by_key(task_set: TaskSet) -> dict[str, ResolvedTask]:

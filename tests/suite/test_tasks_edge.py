@@ -21,7 +21,7 @@ from tests.cli.helpers import (
     of_type,
     write_task,
 )
-from tests.suite.test_tasks import MINIMAL, keys, write
+from tests.suite.yaml_files import MINIMAL, keys, write
 
 EXPERIMENT_HEAD = "experiment_id: e\ntasks: [tasks]\n"
 

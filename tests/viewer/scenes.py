@@ -19,14 +19,14 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-PATIENCE = 60.0
+from tests.waiting import PATIENCE, wait_until
+
 EXPERIMENT = "models"
 FIRST, SECOND, IMPORTED = "exp-1", "exp-2", "2026-01-10_09-00-00"
 MODELS = {"alpha": "claude-sonnet-4-5", "beta": "claude-haiku-4-5"}
@@ -178,7 +178,7 @@ def _cli(args: list[str], env: Mapping[str, str], **kwargs: object) -> subproces
 
 
 def _finished(process: subprocess.Popen[str], codes: tuple[int, ...]) -> None:
-    out, err = process.communicate(timeout=PATIENCE * 4)
+    out, err = process.communicate(timeout=PATIENCE * 8)
     assert process.returncode in codes, (process.args, process.returncode, out, err)
 
 
@@ -221,15 +221,20 @@ def build(root: Path, env: Mapping[str, str] | None = None) -> Scenes:
     # The first run: its agent tasks stop half way; a real SIGINT interrupts the run.
     runner = _cli([*base, "run", "-e", str(experiment), "--run-id", FIRST, "--out", str(out)],
                   env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=root)
-    deadline = time.monotonic() + PATIENCE
-    while _count_lines(db, FIRST, GATE_LINE) < len(MODELS):
-        assert runner.poll() is None, runner.communicate()
-        assert time.monotonic() < deadline, "the agent tasks never reached the gate"
-        time.sleep(0.05)
-    while _others_running(db, FIRST):
-        assert runner.poll() is None, runner.communicate()
-        assert time.monotonic() < deadline, "the fast tasks never ended"
-        time.sleep(0.05)
+
+    def while_running(state: Callable[[], bool]) -> Callable[[], bool]:
+        """``state``, failing at once if the runner ended first."""
+
+        def check() -> bool:
+            assert runner.poll() is None, runner.communicate()
+            return state()
+
+        return check
+
+    wait_until(while_running(lambda: _count_lines(db, FIRST, GATE_LINE) >= len(MODELS)),
+               "the agent tasks to reach the gate", timeout=2 * PATIENCE, every=0.05)
+    wait_until(while_running(lambda: not _others_running(db, FIRST)),
+               "the fast tasks to end", timeout=2 * PATIENCE, every=0.05)
     runner.send_signal(signal.SIGINT)
     _finished(runner, (130,))
     gate.write_text("open", encoding="utf-8")

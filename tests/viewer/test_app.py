@@ -8,10 +8,10 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -25,9 +25,8 @@ from evalledger.ledger import Ledger
 from evalledger.projections import SummaryFold, fold, render_json
 from evalledger.viewer import _queries, create_app
 
-from .conftest import Suite, run_json
-
-PATIENCE = 30.0
+from ..waiting import PATIENCE, wait_until
+from .suites import Suite, run_json
 
 
 @pytest.fixture(scope="module")
@@ -366,16 +365,18 @@ def test_a_writer_in_another_process_shows_up_through_the_event_stream(
         lines = stream.iter_lines()
         assert next(lines) == "event: hello"
         writer = subprocess.Popen([sys.executable, "-c", WRITER, str(db)])
-        seen: dict[str, object] = {}
-        deadline = time.monotonic() + PATIENCE
-        for line in lines:  # a keep-alive comment comes at least every 0.2 s
+
+        def the_change() -> dict[str, Any] | None:
+            line = next(lines)  # a keep-alive comment comes at least every 0.2 s
             if line.startswith("data: ") and "written-elsewhere" in line:
-                seen = json.loads(line[len("data: "):])
-                if ["written-elsewhere", "default/x/00"] in seen["tasks"]:  # type: ignore
-                    break
-            assert time.monotonic() < deadline, "no change came through the stream"
+                change: dict[str, Any] = json.loads(line[len("data: "):])
+                if ["written-elsewhere", "default/x/00"] in change["tasks"]:
+                    return change
+            return None
+
+        seen = wait_until(the_change, "the change to come through the stream", every=0)
         assert writer.wait(PATIENCE) == 0
-        assert "written-elsewhere" in seen["runs"]  # type: ignore[operator]
+        assert "written-elsewhere" in seen["runs"]
         # The server folded it: its pages show the new run without re-reading anything.
         listing = client.get("/api/runs").json()["runs"]
         assert listing[0]["run_id"] == "written-elsewhere"
@@ -415,11 +416,9 @@ def test_what_a_page_made_from_a_summary_changes_when_the_run_does(
                                              final_status=FinalStatus.SUCCESS,
                                              category=Category.SUCCEEDED, weighted_score=1.0),
                                RunFinished(run_id="growing", status="completed")])
-            deadline = time.monotonic() + PATIENCE
-            for line in lines:  # a keep-alive comment comes at least every 0.2 s
-                if line.startswith("data: ") and "growing" in line:
-                    break
-                assert time.monotonic() < deadline, "no change came through the stream"
+            # A keep-alive comment comes at least every 0.2 s.
+            wait_until(lambda: (line := next(lines)).startswith("data: ") and "growing" in line,
+                       "the change to come through the stream", every=0)
 
         after = client.get("/api/runs/growing/summary").json()
         assert [t["final_status"] for t in after["tasks"]] == ["SUCCESS"]
@@ -435,7 +434,7 @@ def test_a_finished_run_s_pages_read_its_summary_as_show_does(tmp_path: Path) ->
     from evalledger.projections import ResumeFold
     from evalledger.projections._snapshots import snapshot_events
     from evalledger.statuses import FinalStatus
-    from tests.cli.test_forged_snapshots import record_large_run
+    from tests.cli.recorded import record_large_run
 
     db = tmp_path / "ledger.db"
     keys = record_large_run(db, "run-1", 120)

@@ -13,12 +13,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import select
 import shutil
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -28,36 +26,14 @@ from typing import Any
 
 import pytest
 
-from .conftest import Suite, run_json
+from ..waiting import PATIENCE, wait_until
+from .browser import axe_violations, expect
 from .scenes import AGENT_KEY, FIRST, IMPORTED, SECOND, Scenes, copy_ledger
+from .serving import viewer
+from .suites import Suite, run_json
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-PATIENCE = 30.0
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
-        "--no-first-run", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync"]
-
-
-def _browser_or_skip() -> Any:
-    reason = None
-    try:
-        from playwright.sync_api import expect, sync_playwright
-    except ImportError:
-        reason = "Playwright is not installed (pip install -e '.[test]')"
-    if reason is None and not Path(CHROMIUM).exists():
-        reason = "no Chromium at /usr/bin/chromium (apt-get install -y chromium)"
-    if reason is not None:
-        if os.environ.get("EVALLEDGER_REQUIRE_BROWSER"):
-            pytest.fail(f"browser tests are required here: {reason}")
-        pytest.skip(reason)
-    expect.set_options(timeout=PATIENCE * 1000)
-    return sync_playwright
-
-
-def expect(target: Any) -> Any:
-    from playwright.sync_api import expect as playwright_expect
-
-    return playwright_expect(target)
+# The slow tier: Chromium, driven by Playwright.
+pytestmark = pytest.mark.slow
 
 
 def _evalledger(*args: str, **kwargs: Any) -> subprocess.Popen[str]:
@@ -65,104 +41,28 @@ def _evalledger(*args: str, **kwargs: Any) -> subprocess.Popen[str]:
                             **kwargs)
 
 
-@contextmanager
-def _viewer(db: Path) -> Iterator[str]:
-    """An ``evalledger view`` process over ``db``; yields its URL, stops it with Ctrl-C."""
-    process = _evalledger("--ledger", str(db), "view", "--port", "0",
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        assert process.stdout is not None
-        ready, _, _ = select.select([process.stdout], [], [], PATIENCE)
-        assert ready, "the viewer printed no URL"
-        line = process.stdout.readline()
-        url = re.search(r"http://\S+", line)
-        assert url, line
-        yield url.group(0).rstrip("/")
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            assert process.wait(PATIENCE) == 0
-        finally:
-            process.kill()
-
-
 @pytest.fixture
 def server(suite: Suite, tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A viewer process over a copy of the suite's ledger; yields its URL and the copy."""
     db = tmp_path / "ledger.db"
     shutil.copy(suite.db, db)
-    with _viewer(db) as url:
+    with viewer(db) as url:
         yield url, db
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    """One Chromium for the module (its start is most of a test's cost); each test gets
-    a context of its own, which shares nothing with the others'."""
-    sync_playwright = _browser_or_skip()
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            yield launched
-        finally:
-            launched.close()
-
-
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1300, "height": 900})
-    try:
-        opened = context.new_page()
-        opened.set_default_timeout(PATIENCE * 1000)
-        errors: list[str] = []
-        opened.on("pageerror", lambda error: errors.append(str(error)))
-        opened.on("console", lambda message: errors.append(message.text)
-                  if message.type == "error" else None)
-        yield opened
-        assert errors == [], errors  # no script error, no policy violation
-    finally:
-        context.close()
 
 
 def _wait_for_lines(api: str) -> None:
     """Until the task has started and printed something (asked of the JSON API)."""
-    deadline = time.monotonic() + PATIENCE
-    while True:
+
+    def printed() -> bool:
         try:
             with urllib.request.urlopen(api, timeout=PATIENCE) as response:
-                if json.load(response)["lines"]:
-                    return
+                return bool(json.load(response)["lines"])
         except urllib.error.HTTPError as e:
             if e.code != 404:  # not started yet
                 raise
-        assert time.monotonic() < deadline, "the task never started"
-        time.sleep(0.05)
+            return False
 
-
-def axe_violations(browser: Any, url: str) -> list[str]:
-    """What axe-core (from npm: tests/real_agents.py) finds wrong on the page at ``url``,
-    a line per rule broken; it fails, or skips outside CI, where axe-core is missing.
-    Injected through a context that bypasses the page's policy (the app's allows its own
-    script only)."""
-    from tests.real_agents import axe_script
-
-    script = axe_script()
-    if not script.exists():
-        why = f"axe-core is not installed ({script}): python -m tests.real_agents install"
-        if os.environ.get("EVALLEDGER_REQUIRE_BROWSER"):
-            pytest.fail(f"required here: {why}")
-        pytest.skip(why)
-    context = browser.new_context(viewport={"width": 1400, "height": 900}, bypass_csp=True)
-    try:
-        page = context.new_page()
-        page.goto(url)
-        page.add_script_tag(path=str(script))
-        found: list[str] = page.evaluate("""async () => (await axe.run()).violations.map(
-            v => `${v.id} (${v.impact}): ${v.nodes.map(n => n.target.join(" "))
-                                               .slice(0, 5).join(", ")}`)""")
-        return found
-    finally:
-        context.close()
+    wait_until(printed, "the task to start and print", every=0.05)
 
 
 def _shot(page: Any, tmp_path: Path, name: str) -> None:
@@ -302,7 +202,7 @@ def scenes_server(scenes: Scenes, tmp_path: Path) -> Iterator[str]:
     """A viewer process over a copy of the first-hour ledger (``scenes``); yields its URL."""
     db = tmp_path / "scenes.db"
     copy_ledger(scenes.db, db)
-    with _viewer(db) as url:
+    with viewer(db) as url:
         yield url
 
 
@@ -480,7 +380,7 @@ def test_each_agents_conversation_reads_in_the_browser(
                           cwd=folder, capture_output=True, text=True, timeout=PATIENCE * 4)
     assert done.returncode == 1, done.stderr  # three tasks fail, by design
     run_id = done.stdout.splitlines()[0]
-    with _viewer(db) as url:
+    with viewer(db) as url:
         for agent, tool in FIRST_TOOL.items():
             page.goto(f"{url}/runs/{run_id}/tasks/{agent}/fix-mean/00")
             said = page.locator(".conversation .msg")

@@ -21,7 +21,11 @@ import yaml
 
 from tests.cli.helpers import evalledger, write_tasks
 
-from .test_browser import _viewer, axe_violations, browser, expect, page  # noqa: F401
+from .browser import axe_violations, expect
+from .serving import viewer
+
+# The slow tier: Chromium, driven by Playwright.
+pytestmark = pytest.mark.slow
 
 RUN, CROSSED = "failures-1", "crossed-1"
 # A Claude Code session whose model API is overloaded: two retries, then its result.
@@ -107,11 +111,11 @@ def failures(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             {"variant_id": "b", "command": "true"}]}))
     done = evalledger(root, db, "run", "-e", str(root / "experiment.yaml"), "--run-id", CROSSED)
     assert done.returncode == 1, done.stdout + done.stderr
-    with _viewer(db) as url:
+    with viewer(db) as url:
         yield url
 
 
-def test_each_failure_says_why_in_one_line(failures: str, page: Any) -> None:  # noqa: F811
+def test_each_failure_says_why_in_one_line(failures: str, page: Any) -> None:
     page.goto(f"{failures}/runs/{RUN}")
     why = {key: page.text_content(f"tr[data-task='{key}'] td.why").strip()
            for key in ("default/pytest-fails/00", "default/api-529/00",
@@ -134,7 +138,7 @@ def test_each_failure_says_why_in_one_line(failures: str, page: Any) -> None:  #
     expect(page.locator("p.lead .why")).to_have_text(why["default/api-529/00"])
 
 
-def test_keys_walk_the_failures_and_the_crumbs_lead_back(failures: str, page: Any) -> None:  # noqa: F811
+def test_keys_walk_the_failures_and_the_crumbs_lead_back(failures: str, page: Any) -> None:
     page.goto(f"{failures}/runs/{RUN}")
     page.keyboard.press("Tab")  # the first Tab: the skip link
     expect(page.locator("a.skip")).to_be_focused()
@@ -154,7 +158,7 @@ def test_keys_walk_the_failures_and_the_crumbs_lead_back(failures: str, page: An
     expect(page.locator("table.tasks")).to_be_visible()
 
 
-def test_the_walk_follows_the_filtered_list(failures: str, page: Any) -> None:  # noqa: F811
+def test_the_walk_follows_the_filtered_list(failures: str, page: Any) -> None:
     page.goto(f"{failures}/runs/{RUN}?outcome=failed&sort=key&dir=desc")
     first = page.locator("table.tasks tbody tr[data-task] a").first
     first.click()
@@ -166,7 +170,7 @@ def test_the_walk_follows_the_filtered_list(failures: str, page: Any) -> None:  
     page.wait_for_url("**outcome=failed**")
 
 
-def test_the_matrix_puts_the_flaky_cell_first(failures: str, page: Any) -> None:  # noqa: F811
+def test_the_matrix_puts_the_flaky_cell_first(failures: str, page: Any) -> None:
     page.goto(f"{failures}/runs/{CROSSED}")
     matrix = page.locator("table.matrix")
     expect(matrix).to_be_visible()
@@ -182,7 +186,7 @@ def test_the_matrix_puts_the_flaky_cell_first(failures: str, page: Any) -> None:
     expect(page.locator("h1")).to_have_text("a/flaky/01")
 
 
-def test_the_conversation_reads_as_commands_and_diffs(failures: str, page: Any) -> None:  # noqa: F811
+def test_the_conversation_reads_as_commands_and_diffs(failures: str, page: Any) -> None:
     page.goto(f"{failures}/runs/{RUN}/tasks/default/claims/00")
     expect(page.locator(".conversation pre.shell")).to_have_text("pytest -q")
     # 30 lines of output: 12 shown, the rest folded one click away.
@@ -198,7 +202,7 @@ def test_the_conversation_reads_as_commands_and_diffs(failures: str, page: Any) 
     assert diff.locator(".d-add").all_text_contents() == ["+    return None"]
 
 
-def test_the_agents_claim_stands_beside_the_graders_verdict(failures: str, page: Any) -> None:  # noqa: F811
+def test_the_agents_claim_stands_beside_the_graders_verdict(failures: str, page: Any) -> None:
     page.goto(f"{failures}/runs/{RUN}/tasks/default/claims/00")
     claim = page.locator("p.claim")
     expect(claim).to_have_class(re.compile(r"\bmismatch\b"))
@@ -215,7 +219,7 @@ def test_the_agents_claim_stands_beside_the_graders_verdict(failures: str, page:
         "data-task", "default/claims/00")
 
 
-def test_failures_come_first_with_a_bar_of_their_kinds(failures: str, page: Any) -> None:  # noqa: F811
+def test_failures_come_first_with_a_bar_of_their_kinds(failures: str, page: Any) -> None:
     page.goto(f"{failures}/runs/{RUN}")
     rows = page.locator("table.tasks tbody tr[data-task]")
     assert [r.get_attribute("data-task") for r in rows.all()] == [
@@ -250,7 +254,7 @@ def test_failures_come_first_with_a_bar_of_their_kinds(failures: str, page: Any)
     expect(page.locator("h1")).to_have_text("default/claims/00")
 
 
-def test_a_long_criterion_detail_is_folded_under_its_reason(failures: str, page: Any) -> None:  # noqa: F811
+def test_a_long_criterion_detail_is_folded_under_its_reason(failures: str, page: Any) -> None:
     page.goto(f"{failures}/runs/{RUN}/tasks/default/pytest-fails/00")
     detail = page.locator("table.criteria tr.fail details.more")
     expect(detail.locator("summary")).to_have_text("run_command \u2717 assert 0 is None")
@@ -259,7 +263,7 @@ def test_a_long_criterion_detail_is_folded_under_its_reason(failures: str, page:
     expect(detail).to_contain_text("FAILED test_stats.py::test_median - assert 0 is None")
 
 
-def test_a_search_of_every_transcript_marks_what_it_found(failures: str, page: Any) -> None:  # noqa: F811
+def test_a_search_of_every_transcript_marks_what_it_found(failures: str, page: Any) -> None:
     page.goto(f"{failures}/runs/{RUN}")
     page.fill("form.search-all input[name=q]", "Overloaded")
     page.press("form.search-all input[name=q]", "Enter")
@@ -275,7 +279,7 @@ def test_a_search_of_every_transcript_marks_what_it_found(failures: str, page: A
     expect(page.locator("table.lines mark")).to_have_text(["Overloaded"])
 
 
-def test_typing_in_the_filter_narrows_the_table(failures: str, page: Any) -> None:  # noqa: F811
+def test_typing_in_the_filter_narrows_the_table(failures: str, page: Any) -> None:
     page.goto(f"{failures}/runs/{RUN}")
     rows = page.locator("table.tasks tbody tr[data-task]")
     expect(rows).to_have_count(6)
@@ -297,11 +301,11 @@ def test_typing_in_the_filter_narrows_the_table(failures: str, page: Any) -> Non
     "/", f"/runs/{RUN}", f"/runs/{CROSSED}", f"/runs/{RUN}/tasks/default/claims/00",
     f"/runs/{RUN}/tasks/default/pytest-fails/00", f"/diff/{RUN}/{CROSSED}",
     f"/runs/{RUN}/search?q=529", f"/runs/{RUN}/tasks/default/api-529/00?q=529&view=raw"])
-def test_axe_finds_no_violation(failures: str, browser: Any, path: str) -> None:  # noqa: F811
+def test_axe_finds_no_violation(failures: str, browser: Any, path: str) -> None:
     assert axe_violations(browser, failures + path) == []
 
 
-def test_files_changed_shows_what_the_agent_did_to_its_workspace(failures: str, page: Any) -> None:  # noqa: F811
+def test_files_changed_shows_what_the_agent_did_to_its_workspace(failures: str, page: Any) -> None:
     page.goto(f"{failures}/runs/{RUN}/tasks/default/edits/00")
     panel = page.locator("section.changes")
     expect(panel.locator("p.lead")).to_have_text("1 added, 1 removed, 2 modified, 1 unchanged")
@@ -323,7 +327,7 @@ def test_files_changed_shows_what_the_agent_did_to_its_workspace(failures: str, 
 
 
 def test_a_narrow_screen_shows_task_cards_and_folds_long_errors(
-        failures: str, page: Any) -> None:  # noqa: F811
+        failures: str, page: Any) -> None:
     page.set_viewport_size({"width": 400, "height": 900})
     page.goto(f"{failures}/runs/{RUN}")
     row = page.locator("tr[data-task='default/pytest-fails/00']")

@@ -28,8 +28,9 @@ from evalledger.cli import cli
 from evalledger.viewer import create_app
 from evalledger.viewer._hosts import HostRule
 
-from .conftest import Suite
-from .test_serve import PATIENCE, _start, _stop
+from ..waiting import PATIENCE
+from .serving import start, stop
+from .suites import Suite
 
 TASK = "default/ok/00"
 
@@ -85,11 +86,11 @@ def paths(suite: Suite) -> list[str]:
 
 @pytest.fixture(scope="module")
 def served(suite: Suite) -> Iterator[int]:
-    process, url = _start("--ledger", str(suite.db), "view", "--port", "0")
+    process, url = start("--ledger", str(suite.db), "view", "--port", "0")
     try:
         yield int(url.rsplit(":", 1)[1].strip("/"))
     finally:
-        assert _stop(process) == 0
+        assert stop(process) == 0
 
 
 def assert_refused(reply: Reply, host: str | None, suite: Suite) -> None:
@@ -144,7 +145,7 @@ def _ipv6_loopback() -> bool:
 
 @pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback here")
 def test_a_viewer_on_ipv6_loopback_answers_its_names_only(suite: Suite) -> None:
-    process, url = _start("--ledger", str(suite.db), "view", "--host", "::1", "--port", "0")
+    process, url = start("--ledger", str(suite.db), "view", "--host", "::1", "--port", "0")
     try:
         assert re.fullmatch(r"http://\[::1\]:\d+/", url), url
         port = int(url.rsplit(":", 1)[1].strip("/"))
@@ -153,7 +154,7 @@ def test_a_viewer_on_ipv6_loopback_answers_its_names_only(suite: Suite) -> None:
         assert_refused(get("::1", port, "/api/runs", f"evil.example:{port}"),
                        f"evil.example:{port}", suite)
     finally:
-        assert _stop(process) == 0
+        assert stop(process) == 0
 
 
 def _lan_address() -> str | None:
@@ -168,7 +169,7 @@ def _lan_address() -> str | None:
 
 
 def test_off_loopback_the_host_rule_and_the_token_both_hold(suite: Suite) -> None:
-    process, url = _start("--ledger", str(suite.db), "view", "--host", "0.0.0.0",
+    process, url = start("--ledger", str(suite.db), "view", "--host", "0.0.0.0",
                           "--port", "0", "--allow-host", "viewer.test",
                           "--allow-host", "tunnel.test:9999")
     try:
@@ -191,7 +192,7 @@ def test_off_loopback_the_host_rule_and_the_token_both_hold(suite: Suite) -> Non
             assert_refused(get(lan, port, path, f"evil.example:{port}"),
                            f"evil.example:{port}", suite)
     finally:
-        assert _stop(process) == 0
+        assert stop(process) == 0
 
 
 @pytest.mark.parametrize("value", ["a b", "viewer.test:http", "viewer.test:0",

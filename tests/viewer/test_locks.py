@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from tests.cli.helpers import PATIENCE, evalledger, spawn, write_task
+from tests.waiting import wait_until
 
-from .test_serve import _start, _stop
+from .serving import start, stop
 
 # How soon a run another process finished shows in a live viewer (it reads every 0.25 s).
 LIVE = 2.0
@@ -62,7 +62,7 @@ def test_a_burst_of_page_loads_never_costs_the_viewer_its_locks(
     write_task(tmp_path / "tasks" / "ok.yaml", "seq 1 3000")
     first = evalledger(tmp_path, db, "run", "tasks", "--run-id", "first")
     assert first.returncode == 0, first.stderr
-    process, url = _start("--ledger", str(db), "view", "--port", "0")
+    process, url = start("--ledger", str(db), "view", "--port", "0")
     try:
         routes = ["", "runs/first", "api/runs", "api/runs/first", "api/runs/first/summary",
                   "runs/first/tasks/default/ok/00", "runs/first/run.json",
@@ -78,14 +78,11 @@ def test_a_burst_of_page_loads_never_costs_the_viewer_its_locks(
         run = spawn(tmp_path, db, "run", "tasks", "--run-id", "second")
         _, err = run.communicate(timeout=PATIENCE)
         assert run.returncode == 0, err
-        finished = time.monotonic()
         # The writer's last close checkpoints and may delete -wal/-shm only when no other
         # process holds the database: the viewer does, so they are the same files.
         assert _deleted_ledger_files(process.pid, db) == []
-        while _runs(url).get("second") != "completed":
-            assert time.monotonic() - finished < LIVE, (
-                f"the viewer did not show run `second` within {LIVE} s: {_runs(url)}")
-            time.sleep(0.05)
+        wait_until(lambda: _runs(url).get("second") == "completed",
+                   "the viewer to show run `second` completed", timeout=LIVE, every=0.05)
         assert _deleted_ledger_files(process.pid, db) == []
     finally:
-        assert _stop(process) == 0
+        assert stop(process) == 0

@@ -14,7 +14,7 @@ from starlette.routing import Route
 import evalledger.viewer
 from evalledger.viewer import create_app
 
-from .conftest import Suite
+from .suites import Suite
 
 VIEWER = Path(evalledger.viewer.__file__).parent
 

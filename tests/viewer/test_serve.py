@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import re
-import select
-import signal
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -17,33 +13,13 @@ from click.testing import CliRunner
 from evalledger.cli import cli
 from evalledger.viewer._serve import is_loopback
 
-from .conftest import Suite
-
-PATIENCE = 30.0
-
-
-def _start(*args: str) -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen([sys.executable, "-m", "evalledger.cli", *args],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert process.stdout is not None
-    ready, _, _ = select.select([process.stdout], [], [], PATIENCE)
-    assert ready, "no URL printed"
-    line = process.stdout.readline()
-    found = re.search(r"http://\S+", line)
-    assert found, line
-    return process, found.group(0)
-
-
-def _stop(process: subprocess.Popen[str]) -> int:
-    process.send_signal(signal.SIGINT)
-    try:
-        return process.wait(PATIENCE)
-    finally:
-        process.kill()
+from ..waiting import PATIENCE
+from .serving import start, stop
+from .suites import Suite
 
 
 def test_view_serves_until_ctrl_c(suite: Suite) -> None:
-    process, url = _start("--ledger", str(suite.db), "view", "--port", "0")
+    process, url = start("--ledger", str(suite.db), "view", "--port", "0")
     try:
         assert re.fullmatch(r"http://127\.0\.0\.1:\d+/", url)
         with urllib.request.urlopen(url, timeout=PATIENCE) as response:
@@ -53,11 +29,11 @@ def test_view_serves_until_ctrl_c(suite: Suite) -> None:
         stream = urllib.request.urlopen(url + "api/stream", timeout=PATIENCE)
         assert stream.readline().startswith(b"event: hello")
     finally:
-        assert _stop(process) == 0
+        assert stop(process) == 0
 
 
 def test_view_on_another_host_needs_the_printed_token(suite: Suite) -> None:
-    process, url = _start("--ledger", str(suite.db), "view", "--host", "0.0.0.0",
+    process, url = start("--ledger", str(suite.db), "view", "--host", "0.0.0.0",
                           "--port", "0")
     try:
         token = re.search(r"\?token=([\w-]{20,})$", url)
@@ -70,7 +46,7 @@ def test_view_on_another_host_needs_the_printed_token(suite: Suite) -> None:
                                     timeout=PATIENCE) as response:
             assert response.status == 200
     finally:
-        assert _stop(process) == 0
+        assert stop(process) == 0
 
 
 def test_view_of_a_missing_ledger_is_one_line(tmp_path: Path) -> None:

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from evalledger.ledger import TaskCompleted, TaskUsage
-from tests.agents.test_detect import TRANSCRIPTS
+from tests.executor.batches import config, make_task, of_type
+from tests.executor.replay import ran, replay
 
-from .replay import ran, replay
-from .test_batch import config, make_task, of_type
+from .transcripts import TRANSCRIPTS
 
 MODELS = {"claude-code": None, "codex": "gpt-5", "gemini": None,
           "opencode": "anthropic/claude-sonnet-4-5"}

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from evalledger.ledger import Ledger, TaskSkipped, TaskUsage
+from tests.cli.helpers import COMMAND, PATIENCE, _env
 
-from .helpers import COMMAND, PATIENCE, _env
-from .test_import import task_json, write
+from .old_runs import task_json, write
 
 # The run: run.json said $14.19094, of which $0.01574 was judging.
 AGENT, GRADER, TOTAL = 14.1752, 0.01574, 14.19094
