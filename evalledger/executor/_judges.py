@@ -136,17 +136,20 @@ async def _sample(criterion: LlmJudge, index: int, sample: int,
                             "request_bytes": len(body)}
     began = time.monotonic()
     try:
-        status, answer, tries = await _post(request, body, criterion.timeout, deadline)
+        status, answer, retried = await _post(request, body, criterion.timeout, deadline)
     except JudgeError as e:
         call.update(status=str(e.args[1]) if len(e.args) > 1 else "error",
                     latency_seconds=round(time.monotonic() - began, 6))
         await judging.record(criterion.model, TokenCounts(), 0.0, call)
         raise JudgeError(e.args[0]) from None
     text, tokens = _read_answer(api, answer)
-    call.update(status=status, tries=tries, latency_seconds=round(time.monotonic() - began, 6),
+    call.update(status=status, tries=len(retried) + 1,
+                latency_seconds=round(time.monotonic() - began, 6),
                 response=text[:RESPONSE_CHARS],
                 response_sha256=hashlib.sha256(text.encode()).hexdigest(),
                 response_bytes=len(text.encode()))
+    if retried:
+        call["retried"] = retried
     judging.tokens = judging.tokens + tokens
     cost = judging.rates.price(criterion.model, tokens)
     if cost is None:
@@ -181,12 +184,13 @@ def _request(api: str, criterion: LlmJudge, nonce: str, prompt: str, env: Mappin
 
 
 async def _post(request: dict[str, Any], body: bytes, timeout: float, deadline: float
-                ) -> tuple[int, Any, int]:
-    """The API's JSON answer: (HTTP status, body, tries). Raises JudgeError(message,
-    status) when there is none to be had."""
+                ) -> tuple[int, Any, list[str]]:
+    """The API's JSON answer: (HTTP status, body, why each try before it failed). Raises
+    JudgeError(message, status) when there is none to be had."""
     import httpx
 
     headers = {**request["headers"], "content-type": "application/json"}
+    retried: list[str] = []
     for tries in range(1, TRIES + 1):
         left = deadline - trio.current_time()
         if left <= 0:
@@ -205,7 +209,7 @@ async def _post(request: dict[str, Any], body: bytes, timeout: float, deadline: 
             code = response.status_code
             if response.status_code == 200:
                 try:
-                    return 200, response.json(), tries
+                    return 200, response.json(), retried
                 except ValueError:
                     raise JudgeError("the judge's API answered something that is not JSON",
                                      200) from None
@@ -219,6 +223,7 @@ async def _post(request: dict[str, Any], body: bytes, timeout: float, deadline: 
             wait = _retry_after(response.headers.get("retry-after"), 2.0 ** (tries - 1))
         if tries == TRIES or trio.current_time() + wait >= deadline:
             raise JudgeError(f"the judge's API failed {tries} time(s), last: {why}", status)
+        retried.append(why)
         await trio.sleep(wait)
     raise AssertionError("unreachable")  # pragma: no cover
 
