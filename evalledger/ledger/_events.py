@@ -420,7 +420,9 @@ class TaskUsage(_TaskEvent):
     call: Annotated[JsonObject | None, Field(exclude_if=_absent)] = None
     """Only on a judge's usage (role ``grader``): the call it paid for: ``api``,
     ``criterion`` (its index), ``sample``, ``status`` (the HTTP status, or ``timeout``,
-    ``unreachable``), ``tries``, ``latency_seconds``, ``prompt_sha256`` and
+    ``unreachable``), ``tries``, ``retried`` (why each try before the answer failed, e.g.
+    ``HTTP 429``, ``cannot reach it: ...``; left out when the first try answered),
+    ``latency_seconds``, ``prompt_sha256`` and
     ``request_bytes``, ``response`` (its text, at most 4,096 characters),
     ``response_sha256`` and ``response_bytes``. Never the key. Left out otherwise."""
     cost_usd: float | None = None
