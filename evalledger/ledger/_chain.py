@@ -11,7 +11,10 @@ writes ``1e-05``; the chain hashes the stored text, so nothing re-serialises).
 No envelope field may hold a newline (the event models refuse one) and a task
 key is never empty, so the framing is unambiguous. An auditor can
 recompute the chain from the table with nothing but this paragraph:
-``SELECT seq, event_id, run_id, task_key, type, ts, payload, hash FROM events ORDER BY seq``.
+``SELECT seq, event_id, run_id, task_key, type, ts, payload, hash FROM events ORDER BY seq``,
+reading an ``event_id`` stored as 16 bytes as the UUID they are (lowercase, hyphenated)
+and a ``hash`` stored as 32 bytes as its lowercase hex (schema 14 stores canonical ids and
+hashes so; any other value is the text it was written as).
 
 Editing a payload (after dropping the triggers) breaks the link of that row;
 deleting a row leaves a gap in ``seq`` and breaks the next link. Rewriting every
@@ -25,14 +28,15 @@ from collections.abc import Iterable
 from hashlib import sha256
 from typing import Any
 
-from ._rows import EventRow
+from ._rows import EventRow, stored_id
 
 GENESIS = "0" * 64
 
 
 def chain_rows(prev: str, first_seq: int, rows: Iterable[EventRow]) -> list[tuple[Any, ...]]:
     """Number consecutive rows from ``first_seq`` and hash them onto ``prev``:
-    ``(seq, event_id, run_id, task_key, type, ts, payload, hash)`` each, ready to insert.
+    ``(seq, event_id, run_id, task_key, type, ts, payload, hash)`` each, ready to insert
+    (the id and the hash as the table stores them: ``_rows.stored_id``, ``stored_hash``).
 
     The formula lives only here and in ``link``; this loop is the append hot path, so it
     is inlined (tests/ledger/test_verify.py holds the two equal).
@@ -41,11 +45,12 @@ def chain_rows(prev: str, first_seq: int, rows: Iterable[EventRow]) -> list[tupl
     add = out.append
     seq = first_seq
     for event_id, run_id, task_key, type_, ts, payload, _, _ in rows:
-        prev = sha256(
+        digest = sha256(
             f"{prev}\n{seq}\n{event_id}\n{run_id}\n{task_key or ''}\n{type_}\n{ts}\n{payload}"
             .encode()
-        ).hexdigest()
-        add((seq, event_id, run_id, task_key, type_, ts, payload, prev))
+        ).digest()
+        prev = digest.hex()
+        add((seq, stored_id(event_id), run_id, task_key, type_, ts, payload, digest))
         seq += 1
     return out
 

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ._queries import json_object
-from ._rows import EventRow, EventType
+from ._rows import EventRow, EventType, fetched
 from ._store import _COLUMNS, Ledger
 
 _OUTPUT_TYPES = f"('{EventType.TASK_OUTPUT}', '{EventType.TASK_EVENT}')"
@@ -34,7 +34,7 @@ def task_lifecycle(ledger: Ledger, run_id: str, task_key: str) -> list[EventRow]
     _, rows = ledger.query(
         f"SELECT {_COLUMNS} FROM events WHERE run_id = ? AND task_key = ? "
         f"AND type NOT IN {_OUTPUT_TYPES} ORDER BY seq", [run_id, task_key])
-    return [EventRow(*row) for row in rows]
+    return [fetched(row) for row in rows]
 
 
 def attempt_starts(ledger: Ledger, run_id: str, task_keys: list[str],
@@ -103,7 +103,7 @@ def transcript_rows(
         f"SELECT {_COLUMNS} FROM events WHERE {' AND '.join(where)} "
         f"ORDER BY seq {'DESC' if backwards else 'ASC'} LIMIT ?", [*params, limit + 1])
     more = len(rows) > limit
-    found = [EventRow(*row) for row in rows[:limit]]
+    found = [fetched(row) for row in rows[:limit]]
     if backwards:
         found.reverse()
     return found, more
@@ -127,7 +127,7 @@ def transcript_tail(ledger: Ledger, run_id: str, task_key: str, after: int,
         f"AND {_TRANSCRIPT} AND NOT (type = ? AND instr(payload, "
         "'\"type\":\"stream_event\"') > 0) ORDER BY seq DESC LIMIT ?",
         [run_id, task_key, after, EventType.TASK_EVENT, limit])
-    return [EventRow(*row) for row in rows]
+    return [fetched(row) for row in rows]
 
 
 def usage_lines(ledger: Ledger, run_id: str, task_key: str) -> list[tuple[int, str, Any]]:

@@ -7,8 +7,9 @@ models live in ``_events`` and are imported when an event is decoded.
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from ._events import AnyEvent
@@ -82,3 +83,54 @@ LIFECYCLE_WHERE = f"type NOT IN ({', '.join(repr(str(t)) for t in UNFOLDED_TYPES
 # The condition of schema 3 to 5, before snapshots existed (frozen: migration 0003
 # made it, and a ledger not yet migrated is read through it).
 LIFECYCLE_WHERE_3 = f"type NOT IN ('{EventType.TASK_OUTPUT}', '{EventType.TASK_EVENT}')"
+
+
+# -- the stored envelope (schema 14) ---------------------------------------------------------
+#
+# An event id in its canonical spelling (lowercase UUID text) is stored as its 16 bytes and
+# a hash (64 lowercase hex digits) as its 32: 92 bytes less per event with the UNIQUE
+# index. Anything else (an imported id of another shape, a damaged hash) is stored as the
+# text it is, so every value reads back exactly. The chain hashes the text either way
+# (_chain): readers turn the bytes back into it here, and nowhere else.
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def stored_id(event_id: str) -> bytes | str:
+    """How the events table stores ``event_id``: 16 bytes when canonical, else itself."""
+    if _UUID.fullmatch(event_id):
+        return bytes.fromhex(event_id.replace("-", ""))
+    return event_id
+
+
+def text_id(stored: Any) -> Any:
+    """The event id ``stored_id`` stored as ``stored`` (any other value as it is: verify
+    names a BLOB of another size as damage)."""
+    if type(stored) is bytes and len(stored) == 16:
+        h = stored.hex()
+        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    return stored
+
+
+def stored_hash(hash_: str) -> bytes | str:
+    """How the events table stores a row's hash: 32 bytes when canonical hex, else itself."""
+    return bytes.fromhex(hash_) if _HEX64.fullmatch(hash_) else hash_
+
+
+def text_hash(stored: Any) -> Any:
+    """The hash ``stored_hash`` stored as ``stored`` (any other value as it is)."""
+    if type(stored) is bytes and len(stored) == 32:
+        return stored.hex()
+    return stored
+
+
+def fetched(row: tuple[Any, ...]) -> EventRow:
+    """A row fetched in EventRow's column order (``_store._COLUMNS``), its id and hash as
+    text."""
+    event_id, run_id, task_key, type_, ts, payload, seq, hash_ = row
+    return _new_tuple(EventRow, (text_id(event_id), run_id, task_key, type_, ts, payload, seq,
+                                 text_hash(hash_)))
+
+
+_new_tuple = tuple.__new__

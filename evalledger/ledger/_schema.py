@@ -5,17 +5,19 @@ Each migration is one step of ``MIGRATIONS`` and ends by writing its number as
 opening a ledger whose version is above ``SCHEMA_VERSION`` is refused, because
 this program cannot know what a newer one meant by its tables.
 
-Columns beyond docs/ledger.md: none. Indexes beyond the UNIQUE ``event_id`` (as the
-latest migration leaves them; ``seq`` is the rowid, which ends every index entry):
+Columns beyond docs/ledger.md: none. Since schema 14 a canonical ``event_id`` is stored
+as its 16 bytes and a canonical ``hash`` as its 32 (``_rows``: anything else as its
+text). Indexes beyond the UNIQUE ``event_id`` (as the latest migration leaves them;
+``seq`` is the rowid, which ends every index entry):
 
 - ``events_by_run_type (run_id, type)``: "events of run R of types T in seq order" is
   one range scan per type, already sorted; a summary never touches ``task.output`` rows.
 - ``events_by_run_task (run_id, task_key)``: "events of task K of run R".
 - ``events_run_level (type, run_id, seq) WHERE task_key IS NULL``: listing runs and
   finding snapshots without scanning the task events.
-- ``events_lifecycle (run_id, seq, type, task_key, ts, event_id, payload, hash)``,
-  partial (no output lines, no snapshots): a summary or resume rebuild is one
-  index-only range scan.
+- ``events_lifecycle (run_id)``, partial (no output lines, no snapshots): a summary or
+  resume rebuild is one range scan in seq order that never reads an output line. (To
+  schema 13 it covered every column: it held each lifecycle payload twice.)
 
 Triggers make ``events`` append-only: UPDATE and DELETE abort with
 ``events are append-only``. Someone can still drop a trigger; the hash chain is
@@ -27,7 +29,7 @@ from __future__ import annotations
 import uuid
 
 from ._events import utc_now
-from ._rows import LIFECYCLE_WHERE, LIFECYCLE_WHERE_3
+from ._rows import LIFECYCLE_WHERE, LIFECYCLE_WHERE_3, stored_hash, stored_id
 from ._sqlite_utils import Database, Migrations
 
 APPEND_ONLY_MESSAGE = "events are append-only"
@@ -556,3 +558,59 @@ assert VIEWS["runs"] != _VIEWS_11["runs"]
 def _m0013_estimates_are_floors(db: Database) -> None:
     _recreate_views(db, _VIEWS_11, VIEWS)
     _set_version(db, 13)
+
+
+_Value = str | bytes | int | float | None
+
+
+def _stored_id_sql(value: _Value) -> _Value:
+    return stored_id(value) if isinstance(value, str) else value
+
+
+def _stored_hash_sql(value: _Value) -> _Value:
+    return stored_hash(value) if isinstance(value, str) else value
+
+
+@MIGRATIONS(name="0014_binary_envelope")
+def _m0014_binary_envelope(db: Database) -> None:
+    # The table is copied into its new layout: a canonical event id stored as its 16
+    # bytes, a canonical hash as its 32 (_rows.stored_id, stored_hash: any other value
+    # stays the text it is, and the chain still hashes the text). The covering lifecycle
+    # index held every lifecycle payload a second time (half a no-op run's ledger); a
+    # partial index of (run_id) finds the same rows, in seq order, and reads them from
+    # the table. Columns declared BLOB take each value as it comes.
+    conn = db.conn
+    conn.create_function("evalledger_stored_id", 1, _stored_id_sql, deterministic=True)
+    conn.create_function("evalledger_stored_hash", 1, _stored_hash_sql, deterministic=True)
+    for name in reversed(list(VIEWS)):
+        db.execute(f"DROP VIEW IF EXISTS {name}")
+    for statement in (
+        """CREATE TABLE events_14 (
+            seq       INTEGER PRIMARY KEY,
+            event_id  BLOB NOT NULL UNIQUE,
+            run_id    TEXT NOT NULL,
+            task_key  TEXT,
+            type      TEXT NOT NULL,
+            ts        TEXT NOT NULL,
+            payload   TEXT NOT NULL,
+            hash      BLOB NOT NULL
+        )""",
+        "INSERT INTO events_14 (seq, event_id, run_id, task_key, type, ts, payload, hash) "
+        "SELECT seq, evalledger_stored_id(event_id), run_id, task_key, type, ts, payload, "
+        "evalledger_stored_hash(hash) FROM events ORDER BY seq",
+        "DROP TABLE events",
+        "ALTER TABLE events_14 RENAME TO events",
+        "CREATE INDEX events_by_run_type ON events (run_id, type)",
+        "CREATE INDEX events_by_run_task ON events (run_id, task_key)",
+        "CREATE INDEX events_run_level ON events (type, run_id, seq) WHERE task_key IS NULL",
+        f"CREATE INDEX events_lifecycle ON events (run_id) WHERE {LIFECYCLE_WHERE}",
+        *(
+            f"CREATE TRIGGER events_no_{verb.lower()} BEFORE {verb} ON events "
+            f"BEGIN SELECT RAISE(ABORT, '{APPEND_ONLY_MESSAGE}'); END"
+            for verb in ("UPDATE", "DELETE")
+        ),
+    ):
+        db.execute(statement)
+    for name, sql in VIEWS.items():
+        db.execute(f"CREATE VIEW {name} AS {sql.strip()}")
+    _set_version(db, 14)

@@ -44,7 +44,17 @@ from ._errors import (
     RunNotFound,
 )
 from ._packed import sql_unpack
-from ._rows import LIFECYCLE_WHERE, LIFECYCLE_WHERE_3, UNFOLDED_TYPES, EventRow, EventType
+from ._rows import (
+    LIFECYCLE_WHERE,
+    LIFECYCLE_WHERE_3,
+    UNFOLDED_TYPES,
+    EventRow,
+    EventType,
+    fetched,
+    stored_id,
+    text_hash,
+    text_id,
+)
 from ._version import SCHEMA_VERSION
 
 if TYPE_CHECKING:  # pydantic and sqlite-utils are imported where used: start-up time
@@ -513,7 +523,7 @@ class Ledger:
     def _append_rows(self, rows: Sequence[EventRow]) -> list[int]:
         conn = self._conn
         last = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
-        last_seq, last_hash = last if last is not None else (0, GENESIS)
+        last_seq, last_hash = (last[0], text_hash(last[1])) if last is not None else (0, GENESIS)
         # The common case: no event stored before, none repeated in the batch. Try it as
         # is; a retried or repeated event shows up as a UNIQUE violation of event_id and
         # takes the slow path below.
@@ -538,13 +548,11 @@ class Ledger:
     def _stored_seqs(self, event_ids: list[str]) -> dict[str, int]:
         found: dict[str, int] = {}
         for i in range(0, len(event_ids), _LOOKUP_CHUNK):
-            chunk = event_ids[i : i + _LOOKUP_CHUNK]
+            chunk = [stored_id(event_id) for event_id in event_ids[i : i + _LOOKUP_CHUNK]]
             marks = ",".join("?" * len(chunk))
             found.update(
-                self._conn.execute(
-                    f"SELECT event_id, seq FROM events WHERE event_id IN ({marks})", chunk
-                ).fetchall()
-            )
+                (text_id(event_id), seq) for event_id, seq in self._conn.execute(
+                    f"SELECT event_id, seq FROM events WHERE event_id IN ({marks})", chunk))
         return found
 
     # -- replay ----------------------------------------------------------------------------
@@ -601,7 +609,7 @@ class Ledger:
             params.extend(types)
         sql = f"SELECT {_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY seq"
         for row in self._fetch(sql, params):
-            yield _new_row(EventRow, row)
+            yield fetched(row)
 
     def events(
         self,
@@ -662,6 +670,7 @@ class Ledger:
                 [after_seq, until_seq if until_seq is not None else 2**62, run_id,
                  *type_list])
         for event_id, seq, task_key, type_, ts, payload in rows:
+            event_id = text_id(event_id)
             try:
                 yield decode_lite(event_id, run_id, seq, task_key, type_, ts, payload)
             except ValueError as e:
@@ -697,7 +706,7 @@ class Ledger:
                 if self.payload_start(seq, len(prefix)) == prefix:
                     row = self._conn.execute(f"SELECT {_COLUMNS} FROM events WHERE seq = ?",
                                              [seq]).fetchone()
-                    return None if row is None else _new_row(EventRow, row)
+                    return None if row is None else fetched(row)
         return None
 
     def payload_start(self, seq: int, size: int) -> bytes | None:
@@ -816,7 +825,7 @@ class Ledger:
             return None
         from ._anchor import Anchor
 
-        return Anchor(ledger_id=self.ledger_id, seq=row[0], hash=row[1], ts=row[2])
+        return Anchor(ledger_id=self.ledger_id, seq=row[0], hash=text_hash(row[1]), ts=row[2])
 
     def last_lifecycle_seq(self, run_id: str, *, until_seq: int | None = None) -> int:
         """The seq of the run's last lifecycle event (not an output line, not a

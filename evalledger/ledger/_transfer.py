@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from evalledger.errors import EvalledgerError
 
-from ._rows import EventRow, EventType
+from ._rows import EventRow, EventType, stored_id, text_id
 from ._store import _first_error, translate_errors
 
 if TYPE_CHECKING:
@@ -534,11 +534,11 @@ def _stored(ledger: Ledger, event_ids: list[str]) -> dict[str, tuple[Any, ...]]:
     """The stored envelope and payload of those of ``event_ids`` the ledger holds."""
     found: dict[str, tuple[Any, ...]] = {}
     for i in range(0, len(event_ids), 900):
-        chunk = event_ids[i : i + 900]
+        chunk = [stored_id(event_id) for event_id in event_ids[i : i + 900]]
         _, rows = ledger.query(
             "SELECT event_id, run_id, task_key, type, ts, payload FROM events "
             f"WHERE event_id IN ({','.join('?' * len(chunk))})", chunk)
-        found.update((r[0], r[1:]) for r in rows)
+        found.update((text_id(r[0]), r[1:]) for r in rows)
     return found
 
 
@@ -557,8 +557,9 @@ def _held(ledger: Ledger, rows: list[EventRow]) -> dict[str, bool]:
             f"{','.join(['(?, ?, ?, ?, ?, ?)'] * len(chunk))}) "
             "SELECT v.i, e.run_id IS NOT v.r OR e.task_key IS NOT v.k OR e.type IS NOT v.t "
             "OR e.ts IS NOT v.s OR e.payload IS NOT v.p FROM v JOIN events e "
-            "ON e.event_id = v.i", list(chain.from_iterable(row[:6] for row in chunk)))
-        found.update((event_id, bool(other)) for event_id, other in pairs)
+            "ON e.event_id = v.i",
+            list(chain.from_iterable((stored_id(row[0]), *row[1:6]) for row in chunk)))
+        found.update((text_id(event_id), bool(other)) for event_id, other in pairs)
     return found
 
 
@@ -583,8 +584,9 @@ def _unlike(ledger: Ledger, held: list[tuple[EventRow, int]]) -> list[str]:
             "SELECT v.i FROM v JOIN events e ON e.seq = v.q WHERE e.event_id IS NOT v.i "
             "OR e.run_id IS NOT v.r OR e.task_key IS NOT v.k OR e.type IS NOT v.t "
             "OR e.ts IS NOT v.s OR e.payload IS NOT v.p",
-            [value for row, seq in chunk for value in (seq, *row[:6])])
-        unlike += [r[0] for r in rows]
+            [value for row, seq in chunk
+             for value in (seq, stored_id(row[0]), *row[1:6])])
+        unlike += [text_id(r[0]) for r in rows]
     return unlike
 
 

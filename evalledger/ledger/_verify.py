@@ -54,7 +54,7 @@ from ._anchor import Anchor
 from ._chain import GENESIS, link
 from ._errors import LedgerError
 from ._events import AnyEvent, decode_row, output_payload
-from ._rows import EventRow, EventType
+from ._rows import EventRow, EventType, text_hash, text_id
 from ._schema import MIGRATIONS, TRIGGERS
 from ._sqlite_utils import Database
 from ._store import Ledger, _file_id, _first_error
@@ -169,8 +169,7 @@ class VerifyReport:
             )
         out += [f"hash chain broken at seq {s}" for s in self.broken_links[1:]]
         out += [f"gap in seq: {a} is followed by {b}" for a, b in self.gaps]
-        out += [f"seq {s}: {what}, not TEXT: evalledger stores text"
-                for s, what in self.storage_classes]
+        out += [f"seq {s}: {what}" for s, what in self.storage_classes]
         out += [f"seq {s}: payload does not validate: {why}" for s, why in self.invalid_payloads]
         out += [f"seq {s}: payload is not canonical JSON (keys sorted, no spaces): evalledger "
                 "did not write it so" for s in self.noncanonical]
@@ -266,7 +265,7 @@ def _check_snapshot_rows(ledger: Ledger, seqs: list[int], report: VerifyReport) 
 
 def _stored_hash(ledger: Ledger, seq: int) -> str | None:
     _, rows = ledger.query("SELECT hash FROM events WHERE seq = ?", [seq])
-    return str(rows[0][0]) if rows else None
+    return str(text_hash(rows[0][0])) if rows else None
 
 
 class _StorageCheck:
@@ -499,13 +498,14 @@ def _check_part(ledger: Ledger, lo: int, hi: int, start: tuple[int, str] | None)
     if start is None:
         _, before = ledger.query(
             "SELECT seq, hash FROM events WHERE seq <= ? ORDER BY seq DESC LIMIT 1", [lo])
-        start = (int(before[0][0]), str(before[0][1])) if before else (0, GENESIS)
+        start = (int(before[0][0]), str(text_hash(before[0][1]))) if before else (0, GENESIS)
     prev_seq, prev_hash = start
     plain_output = _plain_output
     output_type, snapshot_type = EventType.TASK_OUTPUT.value, EventType.RUN_SNAPSHOT.value
     events = 0
     for row in ledger._fetch(_ROWS, [lo, hi]):
         event_id, run_id, task_key, type_, ts, payload, seq, hash_ = row
+        event_id, hash_ = text_id(event_id), text_hash(hash_)
         events += 1
         if seq != prev_seq + 1:
             report.problem(report.gaps, (prev_seq, seq))
@@ -513,7 +513,7 @@ def _check_part(ledger: Ledger, lo: int, hi: int, start: tuple[int, str] | None)
                  and type(ts) is str and type(hash_) is str
                  and (task_key is None or type(task_key) is str))
         if not texts:
-            row = EventRow(*row)
+            row = EventRow(event_id, run_id, task_key, type_, ts, payload, seq, hash_)
             report.problem(report.storage_classes, (seq, _storage_classes(row)))
             event_id, run_id, task_key, type_, ts, payload, seq, hash_ = _as_text(row)
         if link(prev_hash, seq, event_id, run_id, task_key, type_, ts, payload) != hash_:
@@ -597,12 +597,23 @@ def _plain_output(event_id: str, run_id: str, task_key: str | None, ts: str,
 
 
 def _storage_classes(row: EventRow) -> str:
-    """Which envelope columns are not text, and what they are: ``run_id is stored as BLOB``."""
+    """Which envelope columns are stored as other than evalledger stores them, and how:
+    ``run_id is stored as BLOB, not TEXT: evalledger stores text`` (``row`` has its id
+    and hash read as text already: what is left a BLOB is of the wrong size)."""
     wrong = [(name, value) for name, value in zip((*_ENVELOPE, "hash"),
                                                   (*row[:5], row.hash), strict=True)
              if value is not None and type(value) is not str]
-    return ", ".join(f"{name} is stored as {_STORAGE_CLASS.get(type(value), 'NULL')}"
-                     for name, value in wrong)
+    return "; ".join(_stored_as(name, value) for name, value in wrong)
+
+
+def _stored_as(name: str, value: Any) -> str:
+    stored = _STORAGE_CLASS.get(type(value), "NULL")
+    if name == "event_id" and stored == "BLOB":
+        return (f"event_id is stored as a BLOB of {len(value)} bytes: evalledger stores "
+                "an id as text, or a UUID as its 16 bytes")
+    if name == "hash" and stored == "BLOB":
+        return f"hash is stored as a BLOB of {len(value)} bytes: evalledger stores its 32"
+    return f"{name} is stored as {stored}, not TEXT: evalledger stores text"
 
 
 def _as_text(row: EventRow) -> EventRow:

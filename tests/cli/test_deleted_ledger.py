@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from evalledger.ledger._rows import text_id
+
 from .helpers import (
     PATIENCE,
     SUMMARY,
@@ -134,7 +136,7 @@ def wait_for_start_of_attempt(db: Path, proc: subprocess.Popen[str]) -> None:
 
 def _committed_ids(db: Path) -> set[str]:
     with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
-        return {event_id for (event_id,) in conn.execute("SELECT event_id FROM events")}
+        return {text_id(event_id) for (event_id,) in conn.execute("SELECT event_id FROM events")}
 
 
 def _run_ids(cwd: Path, db: Path) -> list[str]:

@@ -23,6 +23,7 @@ from evalledger.ledger import (
 )
 from evalledger.ledger._chain import link_hash
 from evalledger.ledger._events import encode_payload
+from evalledger.ledger._rows import text_hash
 from evalledger.statuses import Category, FinalStatus
 
 from .helpers import assert_one_line_error, evalledger, write_task
@@ -181,7 +182,7 @@ def _append_a_payload_no_fold_reads(db: Path) -> None:
         row = EventRow("f" * 32, RUN, "t1", "task.completed", "2026-01-01T00:00:00Z",
                        '{"final_status":"SUCCESS"}', seq + 1, None)
         raw.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [row.seq, *row[:6], link_hash(prev, row)])
+                    [row.seq, *row[:6], link_hash(text_hash(prev), row)])
         raw.commit()
 
 

@@ -41,7 +41,7 @@ from evalledger.ledger import (
     TaskStarted,
 )
 from evalledger.ledger._chain import chain_rows
-from evalledger.ledger._rows import EventRow
+from evalledger.ledger._rows import EventRow, text_hash, text_id
 from evalledger.statuses import Category, FinalStatus, RunStatus
 
 from .helpers import EntryPoint
@@ -161,7 +161,8 @@ def _tamper(path: Path, sql: str, params: list | tuple = (), drop: str | None = 
 
 def _last_hash(path: Path) -> str:
     with closing(_raw(path)) as conn:
-        return conn.execute("SELECT hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()[0]
+        return str(text_hash(
+            conn.execute("SELECT hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()[0]))
 
 
 def _verify(invoke: Invoke, path: Path) -> Outcome:
@@ -467,9 +468,11 @@ def _rechain(path: Path, seq: int, payload: str) -> None:
         rows = conn.execute(
             "SELECT event_id, run_id, task_key, type, ts, payload FROM events WHERE seq >= ? "
             "ORDER BY seq", [seq]).fetchall()
-        prev = conn.execute("SELECT hash FROM events WHERE seq = ?", [seq - 1]).fetchone()[0]
-    edited = [EventRow(*rows[0][:5], payload), *(EventRow(*row) for row in rows[1:])]
-    statements = [f"UPDATE events SET payload = {_quote(p)}, hash = '{h}' WHERE seq = {s}"
+        prev = text_hash(
+            conn.execute("SELECT hash FROM events WHERE seq = ?", [seq - 1]).fetchone()[0])
+    edited = [EventRow(text_id(r[0]), *r[1:5], payload if i == 0 else r[5])
+              for i, r in enumerate(rows)]
+    statements = [f"UPDATE events SET payload = {_quote(p)}, hash = x'{h.hex()}' WHERE seq = {s}"
                   for s, *_, p, h in chain_rows(prev, seq, edited)]
     _edit_behind_triggers(path, *statements)
 
@@ -487,9 +490,11 @@ def _problems(out: Outcome) -> list[str]:
 def test_an_envelope_column_stored_as_a_blob_is_one_line_not_a_traceback(
     invoke: Invoke, ledger_file: Path, column: str,
 ) -> None:
-    _edit_behind_triggers(
-        ledger_file, f"UPDATE events SET {column} = CAST({column} AS BLOB) WHERE seq = ?",
-        params=[OUTPUT_SEQ])
+    with Ledger(ledger_file, read_only=True) as ledger:
+        [row] = ledger.rows(after_seq=OUTPUT_SEQ - 1, until_seq=OUTPUT_SEQ)
+    text = getattr(row, column)
+    _edit_behind_triggers(ledger_file, f"UPDATE events SET {column} = ? WHERE seq = ?",
+                          params=[text.encode(), OUTPUT_SEQ])
 
     out = _verify(invoke, ledger_file)
 
@@ -497,8 +502,11 @@ def test_an_envelope_column_stored_as_a_blob_is_one_line_not_a_traceback(
     assert out.exit_code == 1, out
     assert out.stdout.startswith("FAILED: ")
     # The bytes are the text that was hashed: the chain holds, the storage class is all.
-    assert _problems(out) == [
-        f"seq {OUTPUT_SEQ}: {column} is stored as BLOB, not TEXT: evalledger stores text"]
+    said = {"event_id": "event_id is stored as a BLOB of 36 bytes: evalledger stores an id "
+                        "as text, or a UUID as its 16 bytes",
+            "hash": "hash is stored as a BLOB of 64 bytes: evalledger stores its 32"}
+    assert _problems(out) == [f"seq {OUTPUT_SEQ}: " + said.get(
+        column, f"{column} is stored as BLOB, not TEXT: evalledger stores text")]
 
 
 def test_analyze_is_not_tampering(invoke: Invoke, ledger_file: Path) -> None:

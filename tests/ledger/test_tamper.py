@@ -27,6 +27,7 @@ from evalledger.ledger import (
 )
 from evalledger.ledger._chain import chain_rows
 from evalledger.ledger._events import EventRow
+from evalledger.ledger._rows import text_hash, text_id
 from evalledger.statuses import FinalStatus, RunStatus
 
 RUN = "r1"
@@ -68,12 +69,13 @@ def rechain_from(path: Path, first: int, edit: Callable[[str], str] | None = Non
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.execute("DROP TRIGGER events_no_update")
-        prev = GENESIS if first == 1 else conn.execute(
-            "SELECT hash FROM events WHERE seq = ?", [first - 1]).fetchone()[0]
+        prev = GENESIS if first == 1 else text_hash(conn.execute(
+            "SELECT hash FROM events WHERE seq = ?", [first - 1]).fetchone()[0])
         rows = conn.execute(
             "SELECT event_id, run_id, task_key, type, ts, payload FROM events WHERE seq >= ? "
             "ORDER BY seq", [first]).fetchall()
-        edited = [EventRow(*row[:5], edit(row[5]) if edit else row[5]) for row in rows]
+        edited = [EventRow(text_id(row[0]), *row[1:5], edit(row[5]) if edit else row[5])
+                  for row in rows]
         for seq, *_, payload, hash_ in chain_rows(prev, first, edited):
             conn.execute("UPDATE events SET payload = ?, hash = ? WHERE seq = ?",
                          [payload, hash_, seq])
@@ -123,8 +125,8 @@ CASES: dict[str, tuple[tuple[str, ...], str]] = {
                                "meta.schema_version is '3'"),
     "meta key added": (("INSERT INTO meta VALUES ('note', 'x')",), "unexpected meta.note"),
     "migration record deleted": (
-        ("DELETE FROM _sqlite_migrations WHERE name = '0013_estimates_are_floors'",),
-        "but the ledger's 12 migrations make it 12"),
+        ("DELETE FROM _sqlite_migrations WHERE name = '0014_binary_envelope'",),
+        "but the ledger's 13 migrations make it 13"),
 }
 
 

@@ -20,6 +20,7 @@ from evalledger.ledger import (
 )
 from evalledger.ledger._chain import GENESIS, chain_rows
 from evalledger.ledger._events import encode_payload
+from evalledger.ledger._rows import text_hash, text_id
 from evalledger.ledger._schema import MIGRATIONS
 from evalledger.projections import RunSummary, SummaryFold, fold
 from evalledger.statuses import FinalStatus
@@ -76,10 +77,12 @@ def old_ledger(path: Path, events: list[AnyEvent], stop_before: str) -> str:
     MIGRATIONS.apply(db, stop_before=stop_before)
     rows = [EventRow(e.event_id, e.run_id, e.task_key, e.type, e.ts, encode_payload(e))
             for e in events]
+    # Ids and hashes as text, as schemas before 14 stored them.
     conn.executemany(
         "INSERT INTO events (seq, event_id, run_id, task_key, type, ts, payload, hash) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        chain_rows(GENESIS, 1, rows),
+        [(seq, text_id(event_id), *rest, text_hash(hash_))
+         for seq, event_id, *rest, hash_ in chain_rows(GENESIS, 1, rows)],
     )
     version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     conn.close()
