@@ -258,8 +258,8 @@ def ledger_state(db: Path) -> tuple[int, str] | None:
     """(events, last hash) of a ledger; None when there is no file."""
     if not db.exists():
         return None
-    rows = _read(db, "SELECT count(*), (SELECT hash FROM events ORDER BY seq DESC LIMIT 1) "
-                     "FROM events")
+    rows = _read(db, "SELECT count(*), (SELECT lower(hex(hash)) FROM events ORDER BY seq DESC "
+                     "LIMIT 1) FROM events")
     return (rows[0][0], rows[0][1] or "") if rows else (0, "")
 
 

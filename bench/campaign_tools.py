@@ -145,13 +145,14 @@ def rechain(args: argparse.Namespace) -> Any:
     behind the append-only triggers (put back as they were): a chain valid on its own
     around a payload evalledger never wrote."""
     from evalledger.ledger._chain import chain_rows
-    from evalledger.ledger._rows import EventRow
+    from evalledger.ledger._rows import EventRow, text_hash, text_id
 
     with closing(sqlite3.connect(args.db, isolation_level=None)) as conn:
         rows = conn.execute("SELECT event_id, run_id, task_key, type, ts, payload FROM events "
                             "WHERE seq >= ? ORDER BY seq", [args.seq]).fetchall()
-        prev = conn.execute("SELECT hash FROM events WHERE seq = ?", [args.seq - 1]).fetchone()[0]
-        edited = [EventRow(e, r, k, t, ts, p) for e, r, k, t, ts, p in rows]
+        prev = text_hash(conn.execute("SELECT hash FROM events WHERE seq = ?",
+                                      [args.seq - 1]).fetchone()[0])
+        edited = [EventRow(text_id(e), r, k, t, ts, p) for e, r, k, t, ts, p in rows]
         edited[0] = edited[0]._replace(payload=args.payload)
         triggers = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' "
                                 "AND tbl_name = 'events'").fetchall()

@@ -37,6 +37,13 @@ TRIGGERS = ("events_no_update", "events_no_delete")
 
 MIGRATIONS = Migrations("evalledger")
 
+# What makes ``events`` append-only (0001 made them; 0014, copying the table, again).
+_APPEND_ONLY_TRIGGERS = tuple(
+    f"CREATE TRIGGER events_no_{verb.lower()} BEFORE {verb} ON events "
+    f"BEGIN SELECT RAISE(ABORT, '{APPEND_ONLY_MESSAGE}'); END"
+    for verb in ("UPDATE", "DELETE")
+)
+
 
 def _set_version(db: Database, version: int) -> None:
     db.execute(
@@ -64,11 +71,7 @@ def _m0001_events(db: Database) -> None:
         )""",
         "CREATE INDEX events_by_run_type ON events (run_id, type, seq)",
         "CREATE INDEX events_by_run_task ON events (run_id, task_key, seq)",
-        *(
-            f"CREATE TRIGGER events_no_{verb.lower()} BEFORE {verb} ON events "
-            f"BEGIN SELECT RAISE(ABORT, '{APPEND_ONLY_MESSAGE}'); END"
-            for verb in ("UPDATE", "DELETE")
-        ),
+        *_APPEND_ONLY_TRIGGERS,
     ):
         db.execute(statement)
     db.execute(
@@ -582,8 +585,7 @@ def _m0014_binary_envelope(db: Database) -> None:
     conn = db.conn
     conn.create_function("evalledger_stored_id", 1, _stored_id_sql, deterministic=True)
     conn.create_function("evalledger_stored_hash", 1, _stored_hash_sql, deterministic=True)
-    for name in reversed(list(VIEWS)):
-        db.execute(f"DROP VIEW IF EXISTS {name}")
+    _recreate_views(db, VIEWS, {})  # a view naming the old table would block its drop
     for statement in (
         """CREATE TABLE events_14 (
             seq       INTEGER PRIMARY KEY,
@@ -604,13 +606,8 @@ def _m0014_binary_envelope(db: Database) -> None:
         "CREATE INDEX events_by_run_task ON events (run_id, task_key)",
         "CREATE INDEX events_run_level ON events (type, run_id, seq) WHERE task_key IS NULL",
         f"CREATE INDEX events_lifecycle ON events (run_id) WHERE {LIFECYCLE_WHERE}",
-        *(
-            f"CREATE TRIGGER events_no_{verb.lower()} BEFORE {verb} ON events "
-            f"BEGIN SELECT RAISE(ABORT, '{APPEND_ONLY_MESSAGE}'); END"
-            for verb in ("UPDATE", "DELETE")
-        ),
+        *_APPEND_ONLY_TRIGGERS,
     ):
         db.execute(statement)
-    for name, sql in VIEWS.items():
-        db.execute(f"CREATE VIEW {name} AS {sql.strip()}")
+    _recreate_views(db, {}, VIEWS)
     _set_version(db, 14)

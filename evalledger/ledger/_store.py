@@ -877,7 +877,6 @@ def pick_run(spec: str, run_ids: Sequence[str], where: str) -> str:
 
 _by_seq = attrgetter("seq")
 # tuple.__new__ skips the NamedTuple's Python-level __new__ (every row of a replay).
-_new_row = tuple.__new__
 
 
 def _insert(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:

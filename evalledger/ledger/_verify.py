@@ -54,7 +54,7 @@ from ._anchor import Anchor
 from ._chain import GENESIS, link
 from ._errors import LedgerError
 from ._events import AnyEvent, decode_row, output_payload
-from ._rows import EventRow, EventType, text_hash, text_id
+from ._rows import EventRow, EventType, stored_id, text_hash, text_id
 from ._schema import MIGRATIONS, TRIGGERS
 from ._sqlite_utils import Database
 from ._store import Ledger, _file_id, _first_error
@@ -500,12 +500,19 @@ def _check_part(ledger: Ledger, lo: int, hi: int, start: tuple[int, str] | None)
             "SELECT seq, hash FROM events WHERE seq <= ? ORDER BY seq DESC LIMIT 1", [lo])
         start = (int(before[0][0]), str(text_hash(before[0][1]))) if before else (0, GENESIS)
     prev_seq, prev_hash = start
+    # From schema 14 evalledger stores a canonical id and every hash as bytes (_rows): the
+    # same value as text is written some other way, and an id so written escapes the
+    # UNIQUE index (text is never equal to a BLOB): a second event of an existing id.
+    packed = ledger.schema_version >= 14
     plain_output = _plain_output
     output_type, snapshot_type = EventType.TASK_OUTPUT.value, EventType.RUN_SNAPSHOT.value
     events = 0
     for row in ledger._fetch(_ROWS, [lo, hi]):
-        event_id, run_id, task_key, type_, ts, payload, seq, hash_ = row
-        event_id, hash_ = text_id(event_id), text_hash(hash_)
+        event_id, run_id, task_key, type_, ts, payload, seq, stored = row
+        event_id, hash_ = text_id(event_id), text_hash(stored)
+        if packed and (type(stored) is str or (type(row[0]) is str
+                       and type(stored_id(row[0])) is bytes)):
+            report.problem(report.storage_classes, (seq, _unpacked(row[0], stored)))
         events += 1
         if seq != prev_seq + 1:
             report.problem(report.gaps, (prev_seq, seq))
@@ -604,6 +611,17 @@ def _storage_classes(row: EventRow) -> str:
                                                   (*row[:5], row.hash), strict=True)
              if value is not None and type(value) is not str]
     return "; ".join(_stored_as(name, value) for name, value in wrong)
+
+
+def _unpacked(event_id: Any, hash_: Any) -> str:
+    """What of a row's id and hash schema 14 would have stored as bytes but is text."""
+    said = []
+    if type(event_id) is str and type(stored_id(event_id)) is bytes:
+        said.append("event_id is stored as TEXT: evalledger stores a UUID as its 16 bytes "
+                    "(as text it escapes the UNIQUE index)")
+    if type(hash_) is str:
+        said.append("hash is stored as TEXT: evalledger stores its 32 bytes")
+    return "; ".join(said)
 
 
 def _stored_as(name: str, value: Any) -> str:

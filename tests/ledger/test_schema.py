@@ -6,6 +6,7 @@ import sqlite3
 import uuid
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -67,8 +68,7 @@ def test_a_schema_13_ledger_migrates_with_its_history_and_views_as_they_were(
     assert {name: raw(path, f"SELECT * FROM {name} ORDER BY 1, 2") for name in VIEWS} == before
     kinds = raw(path, "SELECT typeof(event_id), length(event_id), typeof(hash), length(hash) "
                       "FROM events ORDER BY seq")
-    odd = [r[0] for r in rows_before].index(
-        next(r[0] for r in rows_before if r[1] == ODD_ID))
+    odd = next(i for i, r in enumerate(rows_before) if r[1] == ODD_ID)
     assert kinds[odd] == ("text", len(ODD_ID), "blob", 32)
     assert set(kinds[:odd] + kinds[odd + 1:]) == {("blob", 16, "blob", 32)}
     # What a plain sqlite3 shell reads: the hash in hex, the id as the UUID it was.
@@ -120,3 +120,24 @@ def canonical_uuid(text: str) -> str | None:
 @given(st.binary(min_size=32, max_size=32).map(bytes.hex) | st.text(max_size=70))
 def test_a_hash_reads_back_as_it_was_written(hash_: str) -> None:
     assert text_hash(stored_hash(hash_)) == hash_
+
+
+@pytest.mark.parametrize("column", ["event_id", "hash"])
+def test_an_id_or_hash_stored_as_text_under_schema_14_is_named(tmp_path: Path,
+                                                               column: str) -> None:
+    # The same value as text: the chain holds, but an id so stored escapes the UNIQUE
+    # index (text never equals a BLOB), so a forged second event of that id could follow.
+    path = tmp_path / "ledger.db"
+    with Ledger(path) as ledger:
+        ledger.append(a_run())
+        [row] = ledger.rows(after_seq=1, until_seq=2)
+    with sqlite3.connect(path, isolation_level=None) as conn:
+        conn.execute("DROP TRIGGER events_no_update")
+        conn.execute(f"UPDATE events SET {column} = ? WHERE seq = 2", [getattr(row, column)])
+    with Ledger(path, read_only=True) as ledger:
+        report = verify(ledger)
+    said = {"event_id": "event_id is stored as TEXT: evalledger stores a UUID as its 16 "
+                        "bytes (as text it escapes the UNIQUE index)",
+            "hash": "hash is stored as TEXT: evalledger stores its 32 bytes"}[column]
+    assert f"seq 2: {said}" in report.lines()
+    assert not report.broken_links
