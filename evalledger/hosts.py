@@ -9,6 +9,7 @@ this module asks the operating system.
 
 from __future__ import annotations
 
+import functools
 import getpass
 import os
 import platform
@@ -18,6 +19,34 @@ from collections.abc import Mapping
 from typing import Any
 
 from evalledger._version import __version__
+
+# What an attempt's environment_info shares with the process that recorded its run's
+# session (run.started / run.resumed host): recorded there once, not on every
+# task.completed (100 bytes a completion), unless the attempt ran elsewhere (Ray).
+SESSION_KEYS = ("evalledger", "platform", "python")
+
+
+@functools.cache
+def static_environment() -> dict[str, str]:
+    """This evalledger, Python and platform: ``SESSION_KEYS`` of this process."""
+    # platform.platform() reads the interpreter binary to find the libc version:
+    # milliseconds, so once per process, not once per task.
+    return {"evalledger": __version__, "platform": platform.platform(),
+            "python": sys.version.split()[0]}
+
+
+def session_environment(host: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``SESSION_KEYS`` a session's ``host`` recorded: what its completions leave out."""
+    return {name: host[name] for name in SESSION_KEYS if name in host}
+
+
+def attempt_environment(recorded: Mapping[str, Any], session: Mapping[str, Any],
+                        imported: bool = False) -> dict[str, Any]:
+    """A completion's ``environment_info`` with what it left to its session put back
+    (an imported attempt's session is the import, not what ran it: nothing is)."""
+    if imported or not session:
+        return dict(recorded)
+    return {**session, **recorded}
 
 
 def host_info() -> dict[str, Any]:
@@ -29,9 +58,7 @@ def host_info() -> dict[str, Any]:
     return {
         "hostname": socket.gethostname(),
         "user": user,
-        "platform": platform.platform(),
-        "python": sys.version.split()[0],
-        "evalledger": __version__,
+        **static_environment(),
         "cwd": os.getcwd(),
         "pid": os.getpid(),
     }

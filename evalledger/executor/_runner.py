@@ -25,17 +25,16 @@ import functools
 import itertools
 import logging
 import os
-import platform
 import secrets
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import trio
 
-from evalledger._version import __version__
 from evalledger.agents import api_health
 from evalledger.ledger import (
     AnyEvent,
@@ -45,6 +44,7 @@ from evalledger.ledger import (
     TaskEmitted,
     TaskIsolation,
     TaskOutput,
+    TaskOutputTruncated,
     TaskStalled,
     TaskStarted,
     TaskUsage,
@@ -88,6 +88,52 @@ MAX_ENV_PROMPT = 128 * 1024 - 64
 # printed last; an early line beyond this is not seen). The ledger has all of it.
 MAX_KEPT_OUTPUT = 16 * 1024 * 1024
 _LINE_COST = 64
+# Past max_output, the tail kept and recorded when the output ends: its last tenth, at
+# most this (what a reader of a runaway attempt looks at: how it ended).
+MAX_TAIL_BYTES = 1 << 20
+
+
+@dataclass
+class _Omitted:
+    """The lines an attempt printed past its ``max_output``: counted, and its tail kept
+    (``(n, stream, ts, text, truncated, JSON object or None, bytes)`` each)."""
+
+    from_n: int
+    tail_limit: int
+    lines: int = 0
+    size: int = 0
+    tail: deque[tuple[int, str, str, str, bool, dict[str, Any] | None, int]] = field(
+        default_factory=deque)
+    tail_size: int = 0
+
+    def add(self, n: int, stream: str, ts: str, text: str, truncated: bool,
+            data: dict[str, Any] | None, size: int) -> None:
+        self.lines += 1
+        self.size += size
+        self.tail.append((n, stream, ts, text, truncated, data, size))
+        self.tail_size += size
+        while self.tail and self.tail_size > self.tail_limit:
+            self.tail_size -= self.tail.popleft()[-1]
+
+    def events(self, run_id: str, task_key: str, attempt: int, limit: int
+               ) -> list[AnyEvent | EventRow]:
+        """The ``task.output_truncated``, then the tail's lines as they would have been
+        recorded."""
+        tail = list(self.tail)
+        found: list[AnyEvent | EventRow] = [TaskOutputTruncated(
+            run_id=run_id, task_key=task_key, attempt=attempt, from_n=self.from_n,
+            limit_bytes=limit, omitted_bytes=self.size - self.tail_size,
+            omitted_lines=self.lines - len(tail), tail_from_n=tail[0][0] if tail else None)]
+        for n, stream, ts, text, truncated, data, _ in tail:
+            found.append(TaskOutput.encoded(run_id, task_key, ts, stream, text, n, truncated)
+                         if data is None else
+                         TaskEmitted(run_id=run_id, task_key=task_key, ts=ts, data=data, n=n))
+        return found
+
+
+def _size(text: str) -> int:
+    # As UTF-8 with its newline; nearly every line is ASCII (its length, no encoding).
+    return (len(text) if text.isascii() else len(text.encode("utf-8", "replace"))) + 1
 # How long a cancelled attempt may wait to hand over what it already read: the writer
 # drains its channel shielded, so only a stalled disk makes this bound matter.
 _LAST_WRITE = 5.0
@@ -149,8 +195,12 @@ class _Streams:
     task: ResolvedTask
     ctx: RunContext
     meter: UsageMeter
+    attempt: int = 1
     # The ``n`` of the last line recorded: both streams' lines are numbered together.
     last_n: int = 0
+    # Bytes of lines recorded so far (max_output), and what came past it.
+    recorded_size: int = 0
+    omitted: _Omitted | None = None
     # The tail of each stream, for output_contains: a verdict is printed last.
     kept: dict[str, deque[str]] = field(
         default_factory=lambda: {"stdout": deque(), "stderr": deque()}
@@ -226,16 +276,21 @@ class _Streams:
         encoded = TaskOutput.encoded
         json_lines = stream == "stdout"
         agent = self.task.stream_format != "native"
-        n = self.last_n
+        n, room = self.last_n, self.task.max_output - self.recorded_size
         for event_id, (text, truncated) in zip(new_event_ids(len(pairs)), pairs, strict=True):
             n += 1
+            size = _size(text)
             # Cheap first test inline: nearly every line is plain text (a hot loop).
             if (
                 json_lines and not truncated and text and (text[0] == "{" or text[0].isspace())
                 and (data := parse_json_object(text)) is not None
             ):
-                events.append(TaskEmitted(event_id=event_id, run_id=run_id, task_key=key, ts=ts,
-                                          data=data, n=n))
+                if size <= room and self.omitted is None:
+                    room -= size
+                    events.append(TaskEmitted(event_id=event_id, run_id=run_id, task_key=key,
+                                              ts=ts, data=data, n=n))
+                else:
+                    self._omit(n, stream, ts, text, truncated, data, size)
                 events += [self._usage_event(usage, ts) for usage in self.meter.observe(data)]
                 if agent:
                     self._api_health(data)
@@ -245,10 +300,21 @@ class _Streams:
                 if self.budget_stop is not None:
                     pairs = pairs[:n - self.last_n]
                     break
-            else:
+            elif size <= room and self.omitted is None:
+                room -= size
                 events.append(encoded(run_id, key, ts, stream, text, n, truncated, event_id))
+            else:
+                self._omit(n, stream, ts, text, truncated, None, size)
         self.last_n = n
+        self.recorded_size = self.task.max_output - room
         return events, pairs
+
+    def _omit(self, n: int, stream: str, ts: str, text: str, truncated: bool,
+              data: dict[str, Any] | None, size: int) -> None:
+        if self.omitted is None:
+            limit = self.task.max_output
+            self.omitted = _Omitted(n, min(MAX_TAIL_BYTES, limit // 10))
+        self.omitted.add(n, stream, ts, text, truncated, data, size)
 
     def _api_health(self, data: dict[str, object]) -> None:
         """Follow what an agent's stream says of its model API: retrying it (Claude
@@ -285,12 +351,19 @@ class _Streams:
         self.ctx.spent_usd += usage.cost_usd or 0.0
         return usage.event(self.ctx.run_id, self.task.task_key, ts)
 
-    async def book_estimate(self) -> None:
-        """Record the meter's running estimate (one usage per model), if it has one.
+    async def settle(self) -> None:
+        """Record what was read and is not yet: past ``max_output``, the
+        ``task.output_truncated`` and the output's tail; the meter's running estimate.
 
-        Shielded: once taken from the meter it is counted nowhere else, so a
+        Shielded: once taken from the meter (or the tail) it is held nowhere else, so a
         cancellation must not drop it between the two.
         """
+        if (omitted := self.omitted) is not None:
+            self.omitted = None
+            events = omitted.events(self.ctx.run_id, self.task.task_key, self.attempt,
+                                    self.task.max_output)
+            with trio.CancelScope(shield=True):
+                await self.ctx.writer.append(*events)
         if usages := self.meter.finish():
             ts = utc_now()
             with trio.CancelScope(shield=True):
@@ -343,24 +416,12 @@ async def _record_stream(stream: trio.abc.ReceiveStream, name: str, state: _Stre
         await state.lines(pairs, name)
 
 
-@functools.cache
-def _static_environment() -> dict[str, object]:
-    # platform.platform() reads the interpreter binary to find the libc version:
-    # milliseconds, so once per process, not once per task.
-    return {
-        "evalledger": __version__,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-    }
-
-
 def _environment_info(exit_code: int | None, meter: UsageMeter,
                       agent_version: str | None) -> dict[str, object]:
-    """What ran the attempt: this evalledger and Python, the versions the command
-    stated (and its ``agent_version_command`` printed), and the models it used
-    (several: joined, sorted)."""
-    info: dict[str, object] = {**meter.versions, **_static_environment(),
-                               "exit_code": exit_code}
+    """What ran the attempt: the versions the command stated (and its
+    ``agent_version_command`` printed), and the models it used (several: joined,
+    sorted). This evalledger and Python are the session's (``hosts.SESSION_KEYS``)."""
+    info: dict[str, object] = {**meter.versions, "exit_code": exit_code}
     if meter.stream_format == "auto":
         info["stream_format"] = meter.format  # the one found (native: none named one)
     if meter.unread_format is not None:
@@ -402,13 +463,14 @@ async def run_task(
             tags=list(task.tags),
         )
     )
-    state = _Streams(task, ctx, UsageMeter(task.stream_format, task.model, ctx.rates))
+    state = _Streams(task, ctx, UsageMeter(task.stream_format, task.model, ctx.rates),
+                     attempt)
 
     async def interrupted(reason: str) -> AttemptOutcome:
         # What the attempt used and no result line reported: booked before the
         # interruption, and committed with it (the channel keeps their order).
         with contextlib.suppress(WriterFailed):
-            await state.book_estimate()
+            await state.settle()
         return AttemptOutcome(interrupted=reason)
 
     return await run_attempt(ctx.writer, ctx.run_id, task.task_key,
@@ -439,7 +501,7 @@ async def _attempt(
         env, marker = _command_env(task, ctx, sandbox, jail)
         timed_out, exit_code = await _execute(task, ctx, state, env, marker, deadline, jail,
                                               attempt)
-        await state.book_estimate()
+        await state.settle()
         if state.isolation_error is not None:
             facts = AttemptFacts(error=state.isolation_error)
         elif state.stalled is not None:
@@ -485,7 +547,7 @@ async def _attempt(
         log.debug("task %s raised", task.task_key, exc_info=True)
         facts = AttemptFacts(error=f"{type(e).__name__}: {e}")
         with contextlib.suppress(WriterFailed):  # cut short before it was booked
-            await state.book_estimate()
+            await state.settle()
     finally:
         if sandbox is not None:
             await _finish_sandbox(task, ctx, sandbox, artifacts)

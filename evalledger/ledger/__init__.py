@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from ._events import TaskInterrupted as TaskInterrupted
     from ._events import TaskIsolation as TaskIsolation
     from ._events import TaskOutput as TaskOutput
+    from ._events import TaskOutputTruncated as TaskOutputTruncated
     from ._events import TaskSkipped as TaskSkipped
     from ._events import TaskStalled as TaskStalled
     from ._events import TaskStarted as TaskStarted
@@ -114,6 +115,7 @@ _WHERE = {
     "TaskGraded": "_events",
     "TaskInterrupted": "_events",
     "TaskIsolation": "_events",
+    "TaskOutputTruncated": "_events",
     "TaskStalled": "_events",
     "TaskOutput": "_events",
     "TaskSkipped": "_events",
@@ -181,6 +183,7 @@ __all__ = [
     "TaskInterrupted",
     "TaskIsolation",
     "TaskOutput",
+    "TaskOutputTruncated",
     "TaskSkipped",
     "TaskStalled",
     "TaskStarted",

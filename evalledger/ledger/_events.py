@@ -162,6 +162,11 @@ def _agent(value: object) -> bool:
     return value == "agent"
 
 
+def _no_tokens(value: object) -> bool:
+    # Most attempts (every command that is not an agent) use none: 90 bytes a completion.
+    return isinstance(value, TokenCounts) and not value.total
+
+
 # Where an event came from when it was not recorded by a run but imported (from the
 # old harness's run folders): left out of the payload when None, as every native event
 # has it.
@@ -331,13 +336,14 @@ class TaskStarted(_TaskEvent):
     """1 for the first attempt of this key in the run; each resume that runs the key
     again adds 1."""
     definition: JsonObject = {}
-    """The resolved task: ``task_id``, ``variant_id``, ``source``, ``description``,
-    ``tags``, ``prompt``, ``command``, ``workdir``, ``env``, ``timeout``, ``model``,
-    ``stream_format``, ``budget``, ``success_criteria``; and ``expect``, ``isolation``,
-    ``network``, ``env_passthrough``, ``binds``, ``image``, ``dockerfile``,
-    ``stall_timeout`` and ``stall_action`` when the task sets them to other than their
-    defaults (``retries`` and ``agent_version_command``, like ``ray``, are how it runs,
-    not what it is: never recorded here; see
+    """The resolved task: ``task_id``, ``variant_id``, ``source``, ``command`` and each
+    of ``description``, ``tags``, ``prompt``, ``workdir``, ``env``, ``timeout``,
+    ``model``, ``stream_format``, ``budget``, ``success_criteria``, ``expect``,
+    ``isolation``, ``network``, ``env_passthrough``, ``binds``, ``image``,
+    ``dockerfile``, ``stall_timeout``, ``stall_action`` and ``max_output`` the task sets
+    to other than its default (before 0.2 the first ten were recorded at their defaults
+    too; ``retries`` and ``agent_version_command``, like ``ray``, are how it runs, not
+    what it is: never recorded here; see
     [tasks.md](tasks.md#the-resolved-definition))."""
     definition_hash: str = ""
     """sha256 (hex) of what the definition evaluates: independent of where the suite
@@ -481,16 +487,19 @@ class TaskCompleted(_TaskEvent):
     duration_seconds: float = 0.0
     """Wall time of the attempt, sandbox to criteria."""
     environment_info: JsonObject = {}
-    """``evalledger`` (version), ``python``, ``platform``, and ``exit_code``; what the
-    command stated (a version line; ``claude_code_version``, ``gemini_cli_version`` from
-    the agent's stream), ``agent_version`` (what ``agent_version_command`` printed),
-    ``stream_format`` (the one ``auto`` found), ``unread_format`` (a ``native`` task
-    whose lines are an agent's: the format that would read them; its cost is unknown)
-    and ``model`` when it used any; with ``--executor ray``, ``ray_node_id`` and
-    ``hostname``: where the attempt ran."""
-    error_message: str | None = None
+    """``exit_code``; ``evalledger`` (version), ``python`` and ``platform`` only when
+    they differ from the session's ``host`` (``run.started`` / ``run.resumed``: readers
+    put them back; recorded on every completion before 0.2, and on every imported one
+    as the old harness had them); what the command stated (a version line;
+    ``claude_code_version``, ``gemini_cli_version`` from the agent's stream),
+    ``agent_version`` (what ``agent_version_command`` printed), ``stream_format`` (the
+    one ``auto`` found), ``unread_format`` (a ``native`` task whose lines are an
+    agent's: the format that would read them; its cost is unknown) and ``model`` when it
+    used any; with ``--executor ray``, ``ray_node_id``, ``hostname`` and the node's
+    ``evalledger``, ``python`` and ``platform``: where the attempt ran."""
+    error_message: Annotated[str | None, Field(exclude_if=_absent)] = None
     """Why it did not succeed: failed criteria's details, ``timed out after 20s``, a
-    budget message, the sandbox or runner error."""
+    budget message, the sandbox or runner error. Left out when there is none."""
     exit_code: int | None = None
     """The command's exit code (-N when killed by signal N); null when it never ran."""
     failure_class: Annotated[FailureClass | None, Field(exclude_if=_absent)] = None
@@ -511,8 +520,9 @@ class TaskCompleted(_TaskEvent):
     ``workspace_hash``): what the attempt left, since criteria that run code
     (``run_command``, ``agent_judge``) grade a copy of it. What ``regrade`` grades again,
     and refuses once it differs. Left out otherwise."""
-    tokens: TokenCounts = TokenCounts()
-    """The attempt's token totals ([TokenCounts](#nested-objects))."""
+    tokens: Annotated[TokenCounts, Field(exclude_if=_no_tokens)] = TokenCounts()
+    """The attempt's token totals ([TokenCounts](#nested-objects)); left out when every
+    count is 0 (the views read 0)."""
     weighted_score: float = 0.0
     """Passed weight / total weight of the criteria, 0 to 1."""
     workspace_hash: Annotated[str | None, Field(exclude_if=_absent)] = None
@@ -644,6 +654,29 @@ class TaskInterrupted(_TaskEvent):
     node gone under it: an infrastructure failure, which ``retries`` try again), or
     ``runner lost: ...`` (appended by ``resume``: the run's process died with the attempt
     started, its end never recorded; what its lines show it spent is booked with it)."""
+
+
+class TaskOutputTruncated(_TaskEvent):
+    """An attempt printed more than its task's ``max_output``
+    ([tasks.md](tasks.md#recorded-output)): the lines from ``from_n`` on were not
+    recorded (their usage and budget still counted) except the last ones, its tail,
+    recorded after this event with their own ``n``. Recorded once the attempt's
+    output ended, before its ``task.completed``."""
+
+    type: Literal[EventType.TASK_OUTPUT_TRUNCATED] = EventType.TASK_OUTPUT_TRUNCATED
+    attempt: int = 1
+    """The attempt (as in its ``task.started``)."""
+    from_n: int
+    """The ``n`` of the first line not recorded."""
+    limit_bytes: int
+    """The task's ``max_output``: the bytes (UTF-8, a newline each) recorded before."""
+    omitted_bytes: int
+    """What the lines not recorded held, in bytes (UTF-8, a newline each)."""
+    omitted_lines: int
+    """How many lines (output lines and JSON events) were not recorded."""
+    tail_from_n: int | None = None
+    """The ``n`` of the first line of the tail recorded after this event; null when none
+    is (the last line alone was over the tail's size)."""
 
 
 class TaskStalled(_TaskEvent):
@@ -778,6 +811,7 @@ Event = Annotated[
     | TaskInterrupted
     | TaskIsolation
     | TaskStalled
+    | TaskOutputTruncated
     | TaskGraded
     | RunGraded
     | TaskFlagged
@@ -794,7 +828,8 @@ EVENT_TYPES: dict[str, type[_Event]] = {
     cls.model_fields["type"].default: cls
     for cls in (
         RunStarted, RunResumed, TaskSkipped, TaskStarted, TaskOutput, TaskEmitted,
-        TaskUsage, TaskCompleted, TaskInterrupted, TaskIsolation, TaskStalled, TaskGraded,
+        TaskUsage, TaskCompleted, TaskInterrupted, TaskIsolation, TaskStalled,
+        TaskOutputTruncated, TaskGraded,
         RunGraded,
         TaskFlagged, RunFinished, RunSnapshot, RunMerged,
     )

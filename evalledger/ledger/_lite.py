@@ -71,6 +71,7 @@ class LiteCompleted(_Lite, kw_only=True, gc=False):
     failure_class: FailureClass | None = None
     final_status: FinalStatus
     grade_pending: bool = False
+    imported: dict[str, Any] | None = None
     tokens: LiteTokens = LiteTokens()
     weighted_score: float = 0.0
 

@@ -19,12 +19,16 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from evalledger.hosts import attempt_environment, session_environment
+
 from ._queries import json_object
 from ._rows import EventRow, EventType, fetched
 from ._store import _COLUMNS, Ledger
 
 _OUTPUT_TYPES = f"('{EventType.TASK_OUTPUT}', '{EventType.TASK_EVENT}')"
-_TRANSCRIPT = f"type IN {_OUTPUT_TYPES}"
+# A page shows where output past max_output was left out, among the lines.
+_TRANSCRIPT = (f"type IN ('{EventType.TASK_OUTPUT}', '{EventType.TASK_EVENT}', "
+               f"'{EventType.TASK_OUTPUT_TRUNCATED}')")
 _json_string = json.JSONEncoder(ensure_ascii=False).encode
 
 
@@ -158,14 +162,25 @@ def result_lines(ledger: Ledger, run_id: str) -> list[tuple[str, int, Any]]:
 def completion_environments(ledger: Ledger, run_id: str, until_seq: int | None = None,
                             ) -> list[tuple[str, int, dict[str, Any]]]:
     """``(task_key, attempt, environment_info)`` of each of the run's completions up to
-    ``until_seq``, in seq order (an attempt not recorded reads as 1; no info as {})."""
+    ``until_seq``, in seq order (an attempt not recorded reads as 1; no info as {}),
+    with what each left to its session put back (``hosts.attempt_environment``)."""
     _, rows = ledger.query(
-        "SELECT task_key, json_extract(payload, '$.attempt'), "
-        f"{json_object('$.environment_info')} FROM events "
-        "WHERE run_id = ? AND type = ? AND seq <= ? ORDER BY seq",
-        [run_id, EventType.TASK_COMPLETED, until_seq if until_seq is not None else 2**62])
-    return [(key, attempt if isinstance(attempt, int) else 1, json.loads(info) if info else {})
-            for key, attempt, info in rows]
+        "SELECT type, task_key, json_extract(payload, '$.attempt'), "
+        f"CASE WHEN type = ? THEN {json_object('$.environment_info')} "
+        f"ELSE {json_object('$.host')} END, "
+        "json_type(payload, '$.imported') IS NOT NULL FROM events "
+        "WHERE run_id = ? AND type IN (?, ?, ?) AND seq <= ? ORDER BY seq",
+        [EventType.TASK_COMPLETED, run_id, EventType.TASK_COMPLETED, EventType.RUN_STARTED,
+         EventType.RUN_RESUMED, until_seq if until_seq is not None else 2**62])
+    found, session = [], {}
+    for type_, key, attempt, info, imported in rows:
+        value = json.loads(info) if info else {}
+        if type_ != EventType.TASK_COMPLETED:
+            session = session_environment(value)
+            continue
+        found.append((key, attempt if isinstance(attempt, int) else 1,
+                      attempt_environment(value, session, bool(imported))))
+    return found
 
 
 def attempt_lines(ledger: Ledger, run_id: str, task_key: str, after_seq: int,

@@ -30,6 +30,7 @@ class EventType(StrEnum):
     TASK_INTERRUPTED = "task.interrupted"
     TASK_ISOLATION = "task.isolation"
     TASK_STALLED = "task.stalled"
+    TASK_OUTPUT_TRUNCATED = "task.output_truncated"
     TASK_GRADED = "task.graded"
     RUN_GRADED = "run.graded"
     TASK_FLAGGED = "task.flagged"

@@ -546,7 +546,7 @@ def _m0012_packed_snapshots(db: Database) -> None:
 # An estimate (task.usage with estimate: true: an attempt cut off before its agent
 # reported its spend) is a floor, priced or not: the run's cost is then not complete, as
 # the summary counts it (docs/tasks.md, "Usage and cost").
-VIEWS = {
+_VIEWS_13 = {
     **_VIEWS_11,
     "runs": _VIEWS_11["runs"].replace(
         """                              AND json_extract(u.payload, '$.cost_usd') IS NULL)
@@ -554,12 +554,12 @@ VIEWS = {
                                    OR json_extract(u.payload, '$.estimate') = 1))
 """),
 }
-assert VIEWS["runs"] != _VIEWS_11["runs"]
+assert _VIEWS_13["runs"] != _VIEWS_11["runs"]
 
 
 @MIGRATIONS(name="0013_estimates_are_floors")
 def _m0013_estimates_are_floors(db: Database) -> None:
-    _recreate_views(db, _VIEWS_11, VIEWS)
+    _recreate_views(db, _VIEWS_11, _VIEWS_13)
     _set_version(db, 13)
 
 
@@ -585,7 +585,7 @@ def _m0014_binary_envelope(db: Database) -> None:
     conn = db.conn
     conn.create_function("evalledger_stored_id", 1, _stored_id_sql, deterministic=True)
     conn.create_function("evalledger_stored_hash", 1, _stored_hash_sql, deterministic=True)
-    _recreate_views(db, VIEWS, {})  # a view naming the old table would block its drop
+    _recreate_views(db, _VIEWS_13, {})  # a view naming the old table would block its drop
     for statement in (
         """CREATE TABLE events_14 (
             seq       INTEGER PRIMARY KEY,
@@ -609,5 +609,26 @@ def _m0014_binary_envelope(db: Database) -> None:
         *_APPEND_ONLY_TRIGGERS,
     ):
         db.execute(statement)
-    _recreate_views(db, {}, VIEWS)
+    _recreate_views(db, {}, _VIEWS_13)
     _set_version(db, 14)
+
+
+def _zero_when_absent(view: str) -> str:
+    for kind in ("input", "output", "cache_read", "cache_write"):
+        extract = f"json_extract(c.payload, '$.tokens.{kind}_tokens')"
+        assert extract in view
+        view = view.replace(extract, f"COALESCE({extract}, 0)")
+    return view
+
+
+# A completion whose attempt used no tokens leaves ``tokens`` out (most commands are not
+# agents: 90 bytes of zeros a completion); its token columns still read 0, not NULL.
+VIEWS = {**_VIEWS_13, "task_attempts": _zero_when_absent(_VIEWS_13["task_attempts"])}
+
+
+@MIGRATIONS(name="0015_tokens_left_out_when_none")
+def _m0015_tokens_left_out_when_none(db: Database) -> None:
+    # Ledgers before it hold explicit zeros: the views read them as before. An older
+    # evalledger would read a new completion's tokens as NULL: the version refuses it.
+    _recreate_views(db, _VIEWS_13, VIEWS)
+    _set_version(db, 15)

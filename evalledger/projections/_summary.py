@@ -31,6 +31,7 @@ from typing import Any
 import msgspec
 
 from evalledger._gc import collector_paused
+from evalledger.hosts import attempt_environment, session_environment
 from evalledger.ledger import (
     NO_TOKENS,
     RunFinished,
@@ -148,14 +149,16 @@ class _Done(msgspec.Struct, array_like=True, gc=False):
     """As recorded; for an attempt recorded before classes, its status's."""
 
     @classmethod
-    def of(cls, event: TaskCompleted) -> _Done:
+    def of(cls, event: TaskCompleted, session: dict[str, Any]) -> _Done:
         # event.tokens: a TokenCounts, or a lite event's struct of the same fields.
         t = event.tokens
         return cls(event.attempt, event.final_status, event.weighted_score,
                    event.duration_seconds,
                    (t.input_tokens, t.output_tokens, t.cache_read_tokens, t.cache_write_tokens),
                    event.cost_usd, event.cost_complete, event.error_message,
-                   event.environment_info, event.grade_pending,
+                   attempt_environment(event.environment_info, session,
+                                       event.imported is not None),
+                   event.grade_pending,
                    event.failure_class or default_class(event.final_status))
 
     def graded(self, grade: _Grade) -> _Done:
@@ -260,6 +263,7 @@ class _State(msgspec.Struct, gc=False):
     models: list[str]
     planned: list[str]
     running: list[str]
+    session: dict[str, Any]
     skipped: list[_Skipped]
     spend: _Spend
     started_at: str | None
@@ -300,6 +304,9 @@ class SummaryFold(Fold):
         self.grade_sets: dict[str, bool] = {}
         # The grade set of the latest run.graded that was complete: the default.
         self.latest_complete: str | None = None
+        # What the latest run.started / run.resumed recorded that its completions leave
+        # out (hosts.SESSION_KEYS).
+        self.session: dict[str, Any] = {}
 
     def state(self) -> dict[str, Any]:
         state = _State(
@@ -308,7 +315,8 @@ class SummaryFold(Fold):
             finished_at=self.finished_at, grade_sets=list(self.grade_sets.items()),
             keys=list(self.keys.values()), latest_complete=self.latest_complete,
             max_parallel=self.max_parallel, models=sorted(self.models),
-            planned=list(self.planned), running=sorted(self.running), skipped=self.skipped,
+            planned=list(self.planned), running=sorted(self.running), session=self.session,
+            skipped=self.skipped,
             spend=self.spend, started_at=self.started_at, status=self.status,
             unreported=self.unreported)
         return msgspec.to_builtins(state)  # type: ignore[no-any-return]
@@ -323,6 +331,7 @@ class SummaryFold(Fold):
         fold.keys = {key.task_key: key for key in s.keys}
         fold.models, fold.planned = set(s.models), dict.fromkeys(s.planned)
         fold.running, fold.skipped, fold.spend = set(s.running), s.skipped, s.spend
+        fold.session = s.session
         fold.started_at, fold.status, fold.unreported = s.started_at, s.status, s.unreported
         return fold
 
@@ -371,7 +380,7 @@ class SummaryFold(Fold):
     def _task_completed(self, event: TaskCompleted) -> None:
         key = self.keys.get(event.task_key)
         if key is not None and (not key.completed or event.attempt >= key.completed.attempt):
-            key.completed = _Done.of(event)
+            key.completed = _Done.of(event, self.session)
         if not event.cost_complete:
             self.cost_gap = True
             if key is not None:
@@ -420,10 +429,12 @@ class SummaryFold(Fold):
             self.started_at = event.ts
         self.max_parallel = event.max_parallel
         self.planned.update(dict.fromkeys(event.planned))
+        self.session = session_environment(event.host)
 
     @on(RunResumed)
     def _run_resumed(self, event: RunResumed) -> None:
         self.max_parallel = event.max_parallel
+        self.session = session_environment(event.host)
         self.status = "running"
         self.finished_at = None
         self.planned.update(dict.fromkeys(event.to_run))

@@ -5,6 +5,7 @@ Depends on the domain modules only (statuses, values); the executor, the project
 and the application layer build on it, never the other way round.
 """
 
+from ._tasks import DEFAULT_MAX_OUTPUT as DEFAULT_MAX_OUTPUT
 from ._tasks import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
 from ._tasks import MAX_REPEATS as MAX_REPEATS
 from ._tasks import TASK_ID_PATTERN as TASK_ID_PATTERN
@@ -34,6 +35,7 @@ from ._tasks import meets as meets
 from ._tasks import task_files as task_files
 
 __all__ = [
+    "DEFAULT_MAX_OUTPUT",
     "DEFAULT_TIMEOUT",
     "MAX_REPEATS",
     "TASK_ID_PATTERN",

@@ -33,6 +33,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import (
     AfterValidator,
     BaseModel,
+    ByteSize,
     ConfigDict,
     Field,
     ValidationError,
@@ -47,6 +48,9 @@ TASK_ID_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
 TASK_SUFFIXES = (".yaml", ".yml")
 
 DEFAULT_TIMEOUT = 600.0
+# A task's max_output by default: 50 MB of one attempt's lines recorded (the output of
+# a long agent session is a few MB; a runaway loop printing is what this stops).
+DEFAULT_MAX_OUTPUT = 50_000_000
 
 
 class _Strict(BaseModel):
@@ -286,6 +290,11 @@ class TaskSettings(_Strict):
     stall_action: StallAction | None = None
     """What a stall does: kill (default: the attempt ends STALLED, an infra failure) or
     warn (only the task.stalled event)."""
+    max_output: ByteSize | None = Field(default=None, gt=0)
+    """The most of one attempt's output the ledger records (bytes: 2000000, or "50MB",
+    "1GiB"; default 50MB): past it the attempt runs on, its usage and budget still
+    followed; what it prints is counted, its tail kept, and a task.output_truncated
+    says so."""
     retries: Count | None = Field(default=None, ge=0, le=MAX_RETRIES)
     """Attempts again after an infrastructure failure (a stall, a sandbox that could not
     be built, a command that could not start, a judge's API error), in the same run."""
@@ -454,6 +463,7 @@ class ResolvedTask(_Strict):
     timeout: float = DEFAULT_TIMEOUT
     stall_timeout: float | None = None
     stall_action: StallAction = "kill"
+    max_output: int = DEFAULT_MAX_OUTPUT
     # How often an infrastructure failure is tried again: not what the task is.
     retries: int = 0
     model: str | None = None
@@ -475,9 +485,15 @@ class ResolvedTask(_Strict):
 
     def definition(self) -> dict[str, Any]:
         """What the task *is*, as ``task.started`` records it: everything but where it
-        sits in the run (the keys added since the first version only when they are not
-        at their default: a task without them is recorded, and hashed, as before they
-        existed)."""
+        sits in the run, each key at its default left out (``complete`` puts them back:
+        a no-op task's definition is half defaults)."""
+        return {name: value for name, value in self._hashed_definition().items()
+                if _FIRST_DEFAULTS.get(name, _REQUIRED) != value}
+
+    def _hashed_definition(self) -> dict[str, Any]:
+        # The definition as versions before 0.2 recorded it, and as the hash covers it:
+        # the keys added since the first version only when not at their default (a task
+        # without them hashes as before they existed).
         left_out = {"task_key", "replicate_index", "ray", "retries", "agent_version_command"}
         left_out.update(name for name in _LATER_KEYS
                         if getattr(self, name) == ResolvedTask.model_fields[name].default)
@@ -488,18 +504,34 @@ class ResolvedTask(_Strict):
         """Hash of what the task evaluates, independent of where the suite sits on disk
         and of its ``ANNOTATIONS``: moving a folder of tasks or editing a description is
         not drift; editing a prompt, a command or a criterion is."""
-        return content_hash(evaluated(self.definition()))
+        return content_hash(evaluated(self._hashed_definition()))
 
     @cached_property
     def legacy_hash(self) -> str:
         """The hash as versions that hashed the annotations too computed it: what the
         fingerprints of runs they recorded hold (drift accepts either)."""
-        return content_hash(comparable(self.definition()))
+        return content_hash(comparable(self._hashed_definition()))
 
 
 # Keys a definition holds only when not at their default (``ResolvedTask.definition``).
 _LATER_KEYS = ("expect", "isolation", "network", "env_passthrough", "binds", "image",
-               "dockerfile", "stall_timeout", "stall_action")
+               "dockerfile", "stall_timeout", "stall_action", "max_output")
+
+_REQUIRED = object()
+
+# The first version's keys with a default, as JSON: ``definition`` leaves out those at
+# it, ``complete`` puts them back.
+_FIRST_DEFAULTS: dict[str, Any] = {
+    "description": "", "tags": [], "prompt": None, "workdir": None, "env": {},
+    "timeout": DEFAULT_TIMEOUT, "model": None, "stream_format": "native",
+    "budget": {"max_cost_usd": None, "max_tokens": None}, "success_criteria": [],
+}
+
+
+def complete(definition: Mapping[str, Any]) -> dict[str, Any]:
+    """A definition as ``task.started`` recorded it, with the keys left out at their
+    default put back: what it was hashed as (any version's record)."""
+    return {**_FIRST_DEFAULTS, **definition}
 
 
 def comparable(definition: Mapping[str, Any]) -> dict[str, Any]:

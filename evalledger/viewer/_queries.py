@@ -144,7 +144,7 @@ class Line:
     ts: str
     attempt: int
     n: int
-    stream: str  # stdout | stderr | json
+    stream: str  # stdout | stderr | json | note (output left out past max_output)
     text: str
     truncated: bool = False
     data: dict[str, Any] | None = None  # a JSON line's object
@@ -193,6 +193,9 @@ def _line(row: EventRow, starts: list[int], numbers: list[int]) -> Line:
     seq = row.seq or 0
     index = bisect_right(starts, seq) - 1
     attempt = numbers[index] if index >= 0 else 1
+    if row.type == EventType.TASK_OUTPUT_TRUNCATED:
+        return Line(seq, row.ts, attempt, int(payload.get("from_n", 0)), "note",
+                    omitted_text(payload))
     if row.type == EventType.TASK_EVENT:
         data = payload.get("data") if isinstance(payload.get("data"), dict) else {}
         return Line(seq, row.ts, attempt, int(payload.get("n", 0)), "json",
@@ -201,6 +204,16 @@ def _line(row: EventRow, starts: list[int], numbers: list[int]) -> Line:
     stream = str(payload.get("stream", "stdout"))
     return Line(seq, row.ts, attempt, int(payload.get("n", 0)), stream,
                 str(payload.get("line", "")), truncated=bool(payload.get("truncated")))
+
+
+def omitted_text(payload: dict[str, Any]) -> str:
+    """What a page says where a ``task.output_truncated`` cut the transcript."""
+    lines, size = payload.get("omitted_lines"), payload.get("omitted_bytes")
+    limit = payload.get("limit_bytes")
+    tail = ("; the last lines follow" if payload.get("tail_from_n") is not None else "")
+    return (f"… {lines:,} lines ({size:,} bytes) not recorded: past max_output "
+            f"({limit:,} bytes){tail} …" if isinstance(lines, int) and isinstance(size, int)
+            and isinstance(limit, int) else "… output past max_output not recorded …")
 
 
 @dataclass

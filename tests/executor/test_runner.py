@@ -31,6 +31,7 @@ from evalledger.ledger import (
     TaskCompleted,
     TaskEmitted,
     TaskOutput,
+    TaskOutputTruncated,
     TaskUsage,
     TokenCounts,
 )
@@ -1286,3 +1287,84 @@ def test_direct_write_sandbox_variable_with_relative_out_dir(
     result = trio.run(run_batch, ledger, [task], config)
     assert completed(result, ledger, task).final_status == FinalStatus.SUCCESS
     assert lines(ledger, task) == ["True"]
+
+
+# -- max_output ------------------------------------------------------------------------------
+
+
+RUNAWAY = """
+import json, sys
+for i in range(1, 2001):
+    if i % 500 == 0:  # usage past the cap still counts
+        print(json.dumps({"type": "usage", "model": "m", "input_tokens": 10, "output_tokens": i}))
+    else:
+        print(f"line {i:04d} " + "x" * 89)  # 100 bytes with its newline
+print("the verdict: all done")
+"""
+
+
+def printed() -> list[str]:
+    """What RUNAWAY prints, line by line (``n`` from 1)."""
+    return [json.dumps({"type": "usage", "model": "m", "input_tokens": 10, "output_tokens": i})
+            if i % 500 == 0 else f"line {i:04d} " + "x" * 89
+            for i in range(1, 2001)] + ["the verdict: all done"]
+
+
+def test_output_past_max_output_is_counted_its_tail_kept_and_its_usage_booked(
+    ledger: Ledger, tmp_path: Path
+) -> None:
+    task = make_task("runaway", script(tmp_path, "runaway", RUNAWAY),
+                     [{"type": "output_contains", "includes": ["the verdict: all done"]}],
+                     max_output=10_000)
+    done = completed(run(ledger, tmp_path, task), ledger, task)
+
+    assert done.final_status == FinalStatus.SUCCESS  # the criteria saw the whole stream
+    assert done.tokens.output_tokens == 500 + 1000 + 1500 + 2000  # each usage line, booked
+    rows = task_events(ledger, task, "task.output", "task.event", "task.output_truncated")
+    [cut_at] = [i for i, e in enumerate(rows) if isinstance(e, TaskOutputTruncated)]
+    cut = rows[cut_at]
+    assert isinstance(cut, TaskOutputTruncated)
+    size = {n: len(text) + 1 for n, text in enumerate(printed(), start=1)}
+    head = [e.n for e in rows[:cut_at]]  # type: ignore[union-attr]
+    tail = [e.n for e in rows[cut_at + 1:]]  # type: ignore[union-attr]
+    assert head == list(range(1, len(head) + 1))
+    recorded = sum(size[n] for n in head)
+    assert recorded <= 10_000 < recorded + size[len(head) + 1]
+    assert cut.from_n == len(head) + 1 and cut.limit_bytes == 10_000 and cut.attempt == 1
+    # The tail: the last lines within a tenth of the cap, in order, to the verdict; the
+    # usage line among them recorded as the JSON event it is.
+    assert tail == list(range(cut.tail_from_n or 0, 2002))
+    kept = sum(size[n] for n in tail)
+    assert kept <= 1000 < kept + size[tail[0] - 1]
+    assert lines(ledger, task)[-1] == "the verdict: all done"
+    assert [e.n for e in task_events(ledger, task, "task.event")] == [2000]  # type: ignore[union-attr]
+    assert cut.omitted_lines == 2001 - len(head) - len(tail)
+    assert cut.omitted_bytes == sum(size.values()) - recorded - kept
+    assert cut.seq is not None and done.seq is not None and cut.seq < done.seq
+
+
+def test_a_timed_out_attempt_past_max_output_records_its_tail_before_ending(
+    ledger: Ledger, tmp_path: Path
+) -> None:
+    body = """
+    import sys, time
+    for i in range(1, 301):
+        print(f"line {i}")
+    sys.stdout.flush()
+    time.sleep(60)
+    """
+    task = make_task("hangs", script(tmp_path, "hangs", body), timeout=2, max_output=1000)
+    done = completed(run(ledger, tmp_path, task), ledger, task)
+
+    assert done.final_status == FinalStatus.TIMEOUT
+    [cut] = task_events(ledger, task, "task.output_truncated")
+    assert isinstance(cut, TaskOutputTruncated)
+    assert lines(ledger, task)[-1] == "line 300"
+    assert cut.seq is not None and done.seq is not None and cut.seq < done.seq
+
+
+def test_output_within_max_output_records_no_truncation(ledger: Ledger, tmp_path: Path) -> None:
+    task = make_task("fits", "seq 100", max_output=292)  # 1..100 with newlines: 292 bytes
+    run(ledger, tmp_path, task)
+    assert task_events(ledger, task, "task.output_truncated") == []
+    assert lines(ledger, task) == [str(i) for i in range(1, 101)]

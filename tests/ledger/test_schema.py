@@ -1,4 +1,5 @@
-"""The ledger's layout: schema 14's binary envelope, and the migration of older files to it."""
+"""The ledger's layout: schema 14's binary envelope, schema 15's leaner completions, and
+the migration of older files to them."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def test_a_schema_13_ledger_migrates_with_its_history_and_views_as_they_were(
     assert all(isinstance(r[1], str) and isinstance(r[7], str) for r in rows_before)
 
     with Ledger(path) as ledger:  # read-write: migrates
-        assert ledger.schema_version == SCHEMA_VERSION == 14
+        assert ledger.schema_version == SCHEMA_VERSION == 15
         assert [(r.seq, r.event_id, r.run_id, r.task_key, r.type, r.ts, r.payload, r.hash)
                 for r in ledger.rows()] == rows_before
         report = verify(ledger)
@@ -74,6 +75,22 @@ def test_a_schema_13_ledger_migrates_with_its_history_and_views_as_they_were(
     # What a plain sqlite3 shell reads: the hash in hex, the id as the UUID it was.
     assert raw(path, "SELECT lower(hex(hash)) FROM events ORDER BY seq") == [
         (r[7],) for r in rows_before]
+
+
+def test_a_completion_without_tokens_reads_zero_tokens_in_the_views(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    assert old_ledger(path, a_run(), "0015_tokens_left_out_when_none") == "14"
+    before = raw(path, "SELECT * FROM task_results ORDER BY 1, 2")
+    with Ledger(path) as ledger:  # migrates, then records a completion of no tokens
+        ledger.append([started(key(9), run_id="r2"),
+                       completed(key(9), FinalStatus.SUCCESS, run_id="r2")])
+    assert raw(path, "SELECT payload FROM events WHERE type = 'task.completed' "
+                     "AND run_id = 'r2'")[0][0].count("tokens") == 0
+    cells = raw(path, "SELECT input_tokens, output_tokens, cache_read_tokens, "
+                      "cache_write_tokens, error_message FROM task_results WHERE run_id = 'r2'")
+    assert cells == [(0, 0, 0, 0, None)]
+    assert raw(path, "SELECT * FROM task_results WHERE run_id = ? ORDER BY 1, 2".replace(
+        "?", f"'{RUN}'")) == before
 
 
 def test_the_covering_lifecycle_index_is_gone_and_the_partial_one_is_used(

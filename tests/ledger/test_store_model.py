@@ -52,6 +52,7 @@ from evalledger.ledger import (
     TaskInterrupted,
     TaskIsolation,
     TaskOutput,
+    TaskOutputTruncated,
     TaskSkipped,
     TaskStalled,
     TaskStarted,
@@ -536,6 +537,9 @@ REPRESENTATIVE: dict[str, Any] = {
     "task.stalled": TaskStalled(run_id="r", task_key="k", action="warn", attempt=2,
                                 idle_seconds=30.5, last_at="2026-01-01T00:00:00Z", last_n=7,
                                 last_seq=41),
+    "task.output_truncated": TaskOutputTruncated(
+        run_id="r", task_key="k", attempt=2, from_n=1001, limit_bytes=50_000_000,
+        omitted_bytes=7_340_032, omitted_lines=91_003, tail_from_n=92_004),
     "task.isolation": TaskIsolation(
         run_id="r", task_key="k", asked="bwrap", attempt=2, backend="none",
         binds=["/a/b"], image="sha256:" + "cd" * 32, network="host",

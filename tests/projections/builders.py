@@ -3,6 +3,7 @@ ledger file as an older program left it."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from evalledger.ledger import (
     TaskInterrupted,
     TaskStarted,
     TaskUsage,
+    TokenCounts,
 )
 from evalledger.ledger._chain import GENESIS, chain_rows
 from evalledger.ledger._events import encode_payload
@@ -69,13 +71,23 @@ def rebuilt(ledger: Ledger, run_id: str = RUN) -> RunSummary:
     return fold(SummaryFold(run_id), ledger.events(run_id, types=SummaryFold.TYPES)).summary()
 
 
+def as_before_0_2(event: AnyEvent) -> str:
+    """The payload as versions before 0.2 wrote it: a completion's zero tokens and null
+    error message spelled out."""
+    payload = encode_payload(event)
+    if not isinstance(event, TaskCompleted):
+        return payload
+    value = {"error_message": None, "tokens": TokenCounts().model_dump(), **json.loads(payload)}
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def old_ledger(path: Path, events: list[AnyEvent], stop_before: str) -> str:
     """A ledger file as an older program left it: migrations up to ``stop_before``."""
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
     db = Database(conn)
     MIGRATIONS.apply(db, stop_before=stop_before)
-    rows = [EventRow(e.event_id, e.run_id, e.task_key, e.type, e.ts, encode_payload(e))
+    rows = [EventRow(e.event_id, e.run_id, e.task_key, e.type, e.ts, as_before_0_2(e))
             for e in events]
     # Ids and hashes as text, as schemas before 14 stored them.
     conn.executemany(

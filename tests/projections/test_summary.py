@@ -200,6 +200,49 @@ def test_version_consensus_and_drift_across_environment_info() -> None:
     assert "- **python differs across tasks**: 3.11.9 (3), 3.12.4 (1)" in md
 
 
+def session_run() -> list[AnyEvent]:
+    """Completions that leave their versions to the session that ran them (from 0.2),
+    one that ran elsewhere (Ray: its own), an imported one, and a resume that upgraded."""
+    host = {"hostname": "h", "pid": 1, **ENV}
+    done = {"environment_info": {"exit_code": 0}}
+    return [
+        RunStarted(run_id=RUN, planned=[key(i) for i in range(4)], host=host),
+        started(key(0)), completed(key(0), **done),
+        started(key(1)), completed(key(1), environment_info={
+            **ENV, "python": "3.12.4", "exit_code": 0}),
+        started(key(2)), completed(key(2), imported={}, **done),
+        RunFinished(run_id=RUN, status=RunStatus.INTERRUPTED),
+        RunResumed(run_id=RUN, to_run=[key(3)], host={**host, "evalledger": "0.2.0"}),
+        started(key(3)), completed(key(3), **done),
+        RunFinished(run_id=RUN, status=RunStatus.COMPLETED),
+    ]
+
+
+def test_a_completion_takes_what_it_left_out_from_its_session() -> None:
+    s = summarize(session_run())
+    assert s.version_consensus == {"platform": ENV["platform"]}
+    assert s.version_drift == {"evalledger": {"0.1.0": 2, "0.2.0": 1},
+                               "python": {"3.11.9": 2, "3.12.4": 1}}
+
+
+def test_a_fold_restored_mid_session_still_knows_its_session() -> None:
+    events = session_run()
+    live = fold(SummaryFold(RUN), events[:3])
+    restored = SummaryFold.restore_json(RUN, json.dumps(live.state()))
+    assert render_json(fold(restored, events[3:]).summary()) == render_json(summarize(events))
+
+
+def test_what_a_page_reads_of_each_completion_is_what_the_fold_read(tmp_path: Path) -> None:
+    from evalledger.ledger._page_queries import completion_environments
+
+    with Ledger(tmp_path / "l.db") as ledger:
+        ledger.append(session_run())
+        found = completion_environments(ledger, RUN)
+    assert [(k, info.get("evalledger"), info.get("python")) for k, _, info in found] == [
+        (key(0), "0.1.0", "3.11.9"), (key(1), "0.1.0", "3.12.4"), (key(2), None, None),
+        (key(3), "0.2.0", "3.11.9")]
+
+
 def test_all_tasks_agreeing_means_no_version_drift() -> None:
     events: list[AnyEvent] = [RunStarted(run_id=RUN, planned=[key(0), key(1)])]
     for i in range(2):
@@ -444,7 +487,7 @@ def _plan(conn: sqlite3.Connection, sql: str, params: Any = ()) -> str:
 
 
 def test_schema_two_has_the_views_and_the_run_level_index(ledger: Ledger) -> None:
-    assert ledger.schema_version == SCHEMA_VERSION == 14
+    assert ledger.schema_version == SCHEMA_VERSION == 15
     objects = dict(ledger.db.execute(
         "SELECT name, type FROM sqlite_master WHERE type IN ('view', 'index')"
     ).fetchall())
@@ -580,7 +623,7 @@ def test_a_schema_two_ledger_is_given_the_lifecycle_index(db_path: Path) -> None
     assert old_ledger(db_path, events, "0003_lifecycle_index") == "2"
 
     with Ledger(db_path) as ledger:
-        assert ledger.schema_version == SCHEMA_VERSION == 14
+        assert ledger.schema_version == SCHEMA_VERSION == 15
         issued: list[str] = []
         ledger.db.conn.set_trace_callback(issued.append)
         try:

@@ -12,9 +12,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from pydantic_core import to_jsonable_python
 
 from evalledger.statuses import FinalStatus
 from evalledger.suite import (
+    DEFAULT_MAX_OUTPUT,
     DEFAULT_TIMEOUT,
     Budget,
     ExitCode,
@@ -28,6 +30,7 @@ from evalledger.suite import (
     meets,
     task_files,
 )
+from evalledger.suite._tasks import _FIRST_DEFAULTS, complete, evaluated
 
 from .yaml_files import MINIMAL, keys, write
 
@@ -627,6 +630,27 @@ def test_definition_hash_ignores_replicate_index_and_key(tmp_path: Path) -> None
     assert "replicate_index" not in tasks[0].definition()
 
 
+def test_a_definition_is_recorded_without_its_defaults_and_hashed_as_before(
+    tmp_path: Path,
+) -> None:
+    task = load_tasks([write(tmp_path / "t.yaml", MINIMAL)]).tasks[0]
+
+    assert set(task.definition()) == {"task_id", "variant_id", "source", "command",
+                                      "success_criteria"}
+    # The hash 0.1 recorded for this task: runs it recorded show no drift.
+    assert task.definition_hash == (
+        "24f3dc77024c162e480400882ab93197bc9c5b5dd6adce55bfd32a9f689c2200")
+    assert content_hash(evaluated(complete(task.definition()))) == task.definition_hash
+
+
+def test_what_a_recorded_definition_leaves_out_is_the_models_default() -> None:
+    # Frozen as recorded: a default changed in the model later must not change what
+    # old records mean (this fails first, to be decided).
+    for name, value in _FIRST_DEFAULTS.items():
+        default = ResolvedTask.model_fields[name].get_default(call_default_factory=True)
+        assert to_jsonable_python(default) == value, name
+
+
 def test_definition_hash_ignores_where_the_suite_sits(tmp_path: Path) -> None:
     # Moving a whole suite (task file and its workdir together) is not drift.
     for home in ("a", "b/deeper"):
@@ -703,6 +727,7 @@ def test_the_legacy_hash_is_the_hash_older_versions_computed(tmp_path: Path) -> 
     old = task.model_dump(mode="json", exclude={
         "task_key", "replicate_index", "ray", "expect", "source", "isolation", "network",
         "env_passthrough", "binds", "image", "dockerfile", "stall_timeout", "stall_action",
+        "max_output",
         "retries", "agent_version_command"})
     old["workdir"] = "fixtures/w"
 
@@ -854,3 +879,21 @@ def test_binds_are_paths_from_the_file_that_set_them_and_merge_across_layers(
 def test_bad_isolation_keys_skip_the_file_saying_why(tmp_path: Path, text: str, said: str) -> None:
     loaded = load_tasks([write(tmp_path / "t.yaml", MINIMAL + text)])
     assert not loaded.tasks and said in loaded.skipped[0].reason
+
+
+@pytest.mark.parametrize(("text", "size"), [
+    ("", DEFAULT_MAX_OUTPUT), ("max_output: 2000\n", 2000), ("max_output: 50MB\n", 50_000_000),
+    ("max_output: 1 GiB\n", 1 << 30),
+])
+def test_max_output_reads_a_size(tmp_path: Path, text: str, size: int) -> None:
+    task = load_tasks([write(tmp_path / "t.yaml", MINIMAL + text)]).tasks[0]
+    assert task.max_output == size
+    # Recorded (and hashed) only when not the default: a task without it is as before.
+    assert task.definition().get("max_output") == (None if size == DEFAULT_MAX_OUTPUT else size)
+
+
+@pytest.mark.parametrize("text", ["max_output: 0\n", "max_output: lots\n", "max_output: 1.5\n"])
+def test_a_max_output_that_is_no_size_skips_the_file_saying_why(tmp_path: Path,
+                                                               text: str) -> None:
+    loaded = load_tasks([write(tmp_path / "t.yaml", MINIMAL + text)])
+    assert not loaded.tasks and "max_output" in loaded.skipped[0].reason

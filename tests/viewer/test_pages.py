@@ -376,3 +376,27 @@ def test_a_reports_tail_keeps_whole_lines(tmp_path: Path) -> None:
                                   line=json.dumps({"k": "v" * 3000}))])
     [shown] = _tail(db)
     assert shown.startswith("[1,009 characters before] \u2026") and shown.endswith('v"}')
+
+
+def test_output_left_out_past_max_output_reads_as_a_note_between_head_and_tail(
+    tmp_path: Path,
+) -> None:
+    tasks = write_tasks(tmp_path / "tasks", {"loud": {
+        "command": "seq 1 5000", "max_output": 200,
+        "success_criteria": [{"type": "exit_code"}]}})
+    db = tmp_path / "ledger.db"
+    done = evalledger(tmp_path, db, "run", str(tasks), "--run-id", "loud")
+    assert done.returncode == 0, done.stderr
+    with TestClient(create_app(db)) as client:
+        page = client.get("/runs/loud/tasks/default/loud/00", params={"view": "raw"}).text
+    rows = re.findall(r'<tr class="ln-(\w+)"[^>]*><td class="num">(\d+)</td>'
+                      r'<td class="num">1</td><td>\w+</td><td class="text">([^<]*)</td>', page)
+    notes = [i for i, (stream, _, _) in enumerate(rows) if stream == "note"]
+    assert len(notes) == 1, rows[:3]
+    head, note, tail = rows[:notes[0]], rows[notes[0]], rows[notes[0] + 1:]
+    assert [text for _, _, text in head] == [str(i) for i in range(1, len(head) + 1)]
+    assert [text for _, _, text in tail][-1] == "5000"
+    assert note[1] == str(len(head) + 1)  # where the cut began
+    omitted = 5000 - len(head) - len(tail)
+    assert f"… {omitted:,} lines (" in html.unescape(note[2]) and "past max_output (200 bytes)" \
+        in html.unescape(note[2])

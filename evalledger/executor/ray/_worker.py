@@ -33,6 +33,7 @@ from typing import Any
 
 import trio
 
+from evalledger.hosts import static_environment
 from evalledger.ledger import AnyEvent, EventRow, TaskCompleted
 from evalledger.options import PreservationMode
 from evalledger.pricing import RateCard
@@ -274,7 +275,9 @@ class _WorkerAttempt:
 
         self._token = trio.lowlevel.current_trio_token()
         context = ray.get_runtime_context()
-        node = {"ray_node_id": context.get_node_id(), "hostname": socket.gethostname()}
+        # The attempt ran here, not in the driver's session: its own versions with it.
+        node = {"ray_node_id": context.get_node_id(), "hostname": socket.gethostname(),
+                **static_environment()}
         ctx = RunContext(
             run_id=self.spec.run_id,
             writer=_ForwardToDriver(self.out, node, self.abandoned),
