@@ -12,10 +12,15 @@ command in a fresh process (its wall time and peak RSS, from ``wait4``):
   ledger, from the anchor a full ``verify`` left (what a user runs after each run);
 - ``runs``, ``show latest`` (its first 1,000 task rows) and ``show latest --limit 0``
   (every row), ``report latest --format json``, and the SQL pass rate per model;
-- the ledger's bytes per event and per task.
+- the ledger's bytes per event and per task;
+- ``--sessions`` (default 200) real-shaped Claude Code sessions (the stream-json
+  transcript of tests/agents/transcripts, each with its own ids and numbers), each
+  printed by a task's command through ``evalledger run``: the ledger's bytes per event
+  and its size against the transcripts it holds (targets: <= 120 B/event, <= 0.5x).
 
-Lines scripts read: ``verify large: 512,345 events/s, peak 97.1 MiB`` and
-``ratio verify RSS large/small: 1.01``. Run: python bench/scale.py [--small N]
+Lines scripts read: ``verify large: 512,345 events/s, peak 97.1 MiB``,
+``ratio verify RSS large/small: 1.01``, ``sessions: 1,424 B/event`` and ``ratio
+ledger/transcripts: 1.60``. Run: python bench/scale.py [--small N]
 [--large N] [--lines M] [--keep DIR] (``--keep`` builds once and reuses). Not part
 of the tests.
 """
@@ -102,12 +107,55 @@ def since_after_a_run(root: Path, large: Path, lines: int) -> None:
     print(f"ratio verify full/since: {s / s2:.0f}")
 
 
+def sessions(root: Path, count: int) -> None:
+    """``count`` Claude Code sessions recorded by ``evalledger run``: the ledger's bytes per
+    event and against the transcripts' own bytes."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import json
+
+    from tests.agents.transcripts.claude_code import RESULT, TRANSCRIPT
+
+    folder = root / "sessions"
+    shutil.rmtree(folder, ignore_errors=True)
+    (folder / "tasks").mkdir(parents=True)
+    raw = lines = 0
+    for i in range(count):
+        # Each its own session: ids and counts differ as they do between real sessions.
+        text = json.dumps([*TRANSCRIPT, RESULT])
+        text = (text.replace("7f1c2d3e-0000-4000-8000-000000000001",
+                             f"7f1c2d3e-0000-4000-8000-{i:012d}")
+                .replace("msg_0", f"msg_{i:04d}_").replace("toolu_0", f"toolu_{i:04d}_")
+                .replace("12000", str(12000 + 37 * i)).replace('"output_tokens": 120',
+                                                               f'"output_tokens": {120 + i}'))
+        transcript = "".join(json.dumps(line) + "\n" for line in json.loads(text))
+        (folder / f"s{i:04d}.jsonl").write_text(transcript)
+        raw, lines = raw + len(transcript.encode()), lines + transcript.count("\n")
+        (folder / "tasks" / f"s{i:04d}.yaml").write_text(json.dumps({
+            "command": f"cat {folder / f's{i:04d}.jsonl'}", "stream_format": "claude-code",
+            "success_criteria": [{"type": "exit_code"}]}))
+    ledger = folder / "ledger.db"
+    done = subprocess.run([sys.executable, "-m", "evalledger.cli", "--ledger", str(ledger),
+                           "run", str(folder / "tasks"), "-j", "2", "--out",
+                           str(folder / "runs")], capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"sessions: run failed: {done.stderr[-2000:]}")
+    with sqlite3.connect(ledger) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        events = int(conn.execute("SELECT count(*) FROM events").fetchone()[0])
+    size = ledger.stat().st_size
+    print(f"sessions: {count} Claude Code sessions, {lines:,} transcript lines "
+          f"({raw:,} bytes), {events:,} events: {size / events:,.0f} B/event, "
+          f"{size / lines:,.0f} B/transcript line (target <= 120 B/event)")
+    print(f"ratio ledger/transcripts: {size / raw:.2f} (target <= 0.5)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", type=int, default=10_000)
     parser.add_argument("--large", type=int, default=100_000)
     parser.add_argument("--lines", type=int, default=100)
     parser.add_argument("--keep", type=Path, help="build the ledgers here once, reuse them")
+    parser.add_argument("--sessions", type=int, default=200)
     args = parser.parse_args()
     print(f"load average at start: {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory() as raw:
@@ -139,6 +187,7 @@ def main() -> None:
             print(f"ratio {label} RSS large/small: "
                   f"{figures['large'][label] / figures['small'][label]:.2f}")
         since_after_a_run(root, ledger_of(root, args.large, args.lines), args.lines)
+        sessions(root, args.sessions)
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
 
 
