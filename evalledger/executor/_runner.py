@@ -535,7 +535,7 @@ async def _attempt(
             facts = AttemptFacts(criteria, timed_out, task.timeout, state.budget_stop,
                                  api_error=state.api_error)
         if ctx.preservation_mode != "none":  # kept: what a regrade reads, and checks
-            kept_hash = await trio.to_thread.run_sync(_isolation.hash_tree, sandbox,
+            kept_hash = await trio.to_thread.run_sync(_kept_hash, sandbox,
                                                       abandon_on_cancel=True)
     except _sandbox.BuildFailed as e:
         facts = AttemptFacts(build_failed=str(e))
@@ -621,6 +621,13 @@ def _prepare(task: ResolvedTask, ctx: RunContext, artifacts: Path) -> Path:
     if workdir is not None and ctx.locate_workdir is not None:
         workdir = ctx.locate_workdir(workdir)
     return _sandbox.prepare(workdir, ctx.preservation_mode, artifacts, ctx.sandbox_root)
+
+
+def _kept_hash(sandbox: Path) -> str:
+    # The hash of the workspace as kept: defused first (_sandbox.finish defuses every
+    # kept workspace, and a regrade compares this hash with what it finds).
+    _sandbox.defuse(sandbox)
+    return _isolation.hash_tree(sandbox)
 
 
 async def _finish_sandbox(task: ResolvedTask, ctx: RunContext, sandbox: Path,

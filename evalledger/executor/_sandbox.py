@@ -23,6 +23,7 @@ task's path holds no file-system call and no thread hop at all (a ``mkdir`` or
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import logging
 import os
@@ -31,6 +32,7 @@ import stat
 import subprocess
 import threading
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 
 from evalledger.errors import EvalledgerError
@@ -162,6 +164,7 @@ class SandboxPool:
 def finish(sandbox: Path, mode: PreservationMode, artifacts: Path) -> Path | None:
     """Keep or delete the sandbox per the mode; return where the artifacts are, if kept."""
     if mode == "direct-write":
+        _kept(artifacts)
         return artifacts
     if mode == "none":  # the runner tried the empty case (one rmdir) already
         remove_tree(sandbox, ignore_errors=True)
@@ -175,7 +178,17 @@ def finish(sandbox: Path, mode: PreservationMode, artifacts: Path) -> Path | Non
         remove_tree(artifacts)
     artifacts.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(str(sandbox), str(artifacts))
+    _kept(artifacts)
     return artifacts
+
+
+def _kept(artifacts: Path) -> None:
+    """``artifacts`` defused, or gone: never kept as the command left it."""
+    try:
+        defuse(artifacts)
+    except OSError:
+        remove_tree(artifacts, ignore_errors=True)
+        raise
 
 
 def remove_tree(root: Path, *, ignore_errors: bool = False) -> None:
@@ -207,6 +220,71 @@ def copy_workspace(source: Path, target: Path) -> None:
         OSError: an entry cannot be read (shutil.Error is one).
     """
     shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True, ignore=_special)
+    defuse(target)
+
+
+# What a kept workspace must not hold: a file or folder the command made setuid or
+# setgid (a copy of python3 setuid root, left by an agent that ran as root, is a root
+# shell for any local user who reaches the artifacts), or writable by anyone.
+_DANGEROUS_BITS = stat.S_ISUID | stat.S_ISGID | stat.S_IWOTH
+
+
+def defuse(root: Path) -> None:
+    """Take the setuid, setgid and write-by-anyone bits off every file and folder under
+    ``root`` (itself included), and remove its device files: what every path that keeps
+    a workspace (the artifacts, a regrade's copy) does before anyone can reach it.
+
+    Iterative (a tree 5,000 folders deep is walked, not recursed into); links are never
+    followed. Whatever cannot be walked by name (a path past the system's length limit)
+    is left to ``find``, which walks any depth.
+
+    Raises:
+        OSError: a dangerous entry could not be fixed (the caller then keeps nothing).
+    """
+    pending = [str(root)]
+    try:
+        while pending:
+            folder = pending.pop()
+            mode = os.lstat(folder).st_mode
+            _defuse_entry(folder, mode)
+            with _listed(folder, mode) as entries:
+                for entry in entries:
+                    mode = entry.stat(follow_symlinks=False).st_mode
+                    if stat.S_ISDIR(mode):
+                        pending.append(entry.path)
+                    else:
+                        _defuse_entry(entry.path, mode)
+    except OSError as e:
+        if e.errno not in (errno.ENAMETOOLONG, errno.ELOOP):
+            raise
+        _defuse_with_find(root)
+
+
+def _listed(folder: str, mode: int
+            ) -> contextlib.AbstractContextManager[Iterator[os.DirEntry[str]]]:
+    """``os.scandir(folder)``; a folder its owner made unreadable (``chmod 000``, or
+    ``111``: anyone may still reach a name inside) opened up to its owner first."""
+    try:
+        return os.scandir(folder)
+    except PermissionError:
+        os.chmod(folder, stat.S_IMODE(mode) | stat.S_IRWXU)
+        return os.scandir(folder)
+
+
+def _defuse_entry(path: str, mode: int) -> None:
+    if stat.S_ISBLK(mode) or stat.S_ISCHR(mode):
+        os.unlink(path)
+    elif (stat.S_ISREG(mode) or stat.S_ISDIR(mode)) and mode & _DANGEROUS_BITS:
+        os.chmod(path, stat.S_IMODE(mode) & ~_DANGEROUS_BITS)
+
+
+def _defuse_with_find(root: Path) -> None:
+    done = subprocess.run(
+        ["find", str(root), "-xdev", "(", "-type", "b", "-o", "-type", "c", ")", "-delete",
+         ",", "(", "-type", "f", "-o", "-type", "d", ")", "-perm", "/6002", "-execdir",
+         "chmod", "u-s,g-s,o-w", "{}", "+"], capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise OSError(f"cannot defuse {root}: {done.stderr.strip()[-500:]}")
 
 
 def _special(folder: str, names: list[str]) -> set[str]:

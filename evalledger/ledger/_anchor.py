@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ._errors import BadAnchor
 
@@ -24,7 +24,8 @@ class Anchor(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     ledger_id: str
-    seq: int
+    # A seq SQLite can hold (a larger one from a hand-made file was a traceback).
+    seq: int = Field(ge=0, lt=2**63)
     hash: str
     ts: str | None = None
 

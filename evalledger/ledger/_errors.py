@@ -47,6 +47,11 @@ class LedgerIOError(LedgerError):
     """Any other SQLite failure, with SQLite's own words attached."""
 
 
+class NotUtf8(LedgerIOError):
+    """A row holds text that is not UTF-8 (written into the file by hand): Python's
+    sqlite3 cannot hand it back as text. ``verify`` names the row."""
+
+
 class QueryInterrupted(LedgerError):
     """A query was stopped before it finished (Ctrl-C during ``sql``)."""
 

@@ -39,6 +39,7 @@ from ._errors import (
     LedgerReadOnly,
     LedgerTooNew,
     NotALedger,
+    NotUtf8,
     QueryInterrupted,
     RunConflict,
     RunNotFound,
@@ -102,6 +103,11 @@ def translate_errors(path: Path, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> 
         code = getattr(e, "sqlite_errorcode", 0) or 0
         primary = code & 0xFF
         detail = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if isinstance(e, sqlite3.OperationalError) and detail.startswith(
+                "Could not decode to UTF-8 column"):  # Python's words, not SQLite's
+            column = detail.split("'")[1] if detail.count("'") >= 2 else "a column"
+            raise NotUtf8(f"{path}: a row's {column} is not UTF-8 text; "
+                          "`evalledger verify` names it") from e
         if code == _SQLITE_CONSTRAINT_TRIGGER or "append-only" in detail:
             raise AppendOnlyViolation(f"{path}: {detail}") from e
         if primary == _SQLITE_INTERRUPT:

@@ -30,6 +30,7 @@ broken (a merged ``run.started`` seen without the ``run.merged`` that explains i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -38,7 +39,7 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cache
@@ -52,7 +53,7 @@ from pydantic_core import from_json, to_json
 
 from ._anchor import Anchor
 from ._chain import GENESIS, link
-from ._errors import LedgerError
+from ._errors import LedgerError, NotUtf8
 from ._events import AnyEvent, decode_row, output_payload
 from ._rows import EventRow, EventType, stored_id, text_hash, text_id
 from ._schema import MIGRATIONS, TRIGGERS
@@ -507,7 +508,7 @@ def _check_part(ledger: Ledger, lo: int, hi: int, start: tuple[int, str] | None)
     plain_output = _plain_output
     output_type, snapshot_type = EventType.TASK_OUTPUT.value, EventType.RUN_SNAPSHOT.value
     events = 0
-    for row in ledger._fetch(_ROWS, [lo, hi]):
+    for row in _walked(ledger, lo, hi, report):
         event_id, run_id, task_key, type_, ts, payload, seq, stored = row
         event_id, hash_ = text_id(event_id), text_hash(stored)
         if packed and (type(stored) is str or (type(row[0]) is str
@@ -543,6 +544,55 @@ def _check_part(ledger: Ledger, lo: int, hi: int, start: tuple[int, str] | None)
     report.events = events
     part.last_seq, part.last_hash = prev_seq, prev_hash
     return part
+
+
+def _walked(ledger: Ledger, lo: int, hi: int, report: VerifyReport
+            ) -> Iterator[tuple[Any, ...]]:
+    """The rows ``lo < seq <= hi`` as stored; a row with text that is not UTF-8 (which
+    Python's sqlite3 cannot read as text) named, and handed on with it decoded with
+    replacement characters (so its link reads broken too), and the walk goes on."""
+    after = lo
+    while after < hi:
+        try:
+            for row in ledger._fetch(_ROWS, [after, hi]):
+                after = row[6]
+                yield row
+            return
+        except NotUtf8:
+            for row, column in _read_as_bytes(ledger, after, hi):
+                after = row[6]
+                yield row
+                if column is not None:
+                    report.problem(report.invalid_payloads,
+                                   (after, f"{column} is not UTF-8 text"))
+                    break
+
+
+def _read_as_bytes(ledger: Ledger, after: int, hi: int
+                   ) -> Iterator[tuple[tuple[Any, ...], str | None]]:
+    """The rows after ``after``, their text read as bytes and decoded here: each row, and
+    the first of its columns that is not UTF-8 (None: all are)."""
+    conn = ledger._conn
+    names = ("event_id", "run_id", "task_key", "type", "ts", "payload", "seq", "hash")
+    kinds = ", ".join(f"typeof({name})" for name in names)
+    factory, conn.text_factory = conn.text_factory, bytes
+    try:
+        cursor = conn.execute(_ROWS.replace(" FROM", f", {kinds} FROM", 1), [after, hi])
+        for values in iter(cursor.fetchone, None):
+            row, types = list(values[:8]), values[8:]
+            bad = None
+            for i, kind in enumerate(types):
+                if kind == b"text":  # typeof() is text too, read as bytes here
+                    try:
+                        row[i] = row[i].decode("utf-8")
+                    except UnicodeDecodeError:
+                        row[i] = row[i].decode("utf-8", "replace")
+                        bad = bad or names[i]
+            yield tuple(row), bad
+    finally:
+        conn.text_factory = factory
+        with contextlib.suppress(NameError):
+            cursor.close()
 
 
 # The stored columns, in EventRow's order.

@@ -799,3 +799,38 @@ def test_a_tail_cut_after_an_intact_check_fails_the_next_full_verify(
     assert out.exit_code == 1, out
     assert "anchor: seq 6 (" in out.stdout and "the ledger ends at seq 4: its tail was cut" in (
         out.stdout), out.stdout
+
+
+@pytest.mark.parametrize("seq", [2**70, 2**63, -1])
+@pytest.mark.parametrize("option", ["--anchor", "--since"])
+def test_an_anchor_whose_seq_no_ledger_can_hold_is_one_line_not_a_traceback(
+    invoke: Invoke, ledger_file: Path, tmp_path: Path, seq: int, option: str
+) -> None:
+    with Ledger(ledger_file, read_only=True) as ledger:
+        anchor = ledger.anchor()
+    assert anchor is not None
+    forged = tmp_path / "forged.json"
+    forged.write_text(json.dumps({**anchor.model_dump(), "seq": seq}))
+
+    out = invoke("--ledger", str(ledger_file), "verify", option, str(forged))
+
+    assert out.exit_code == 2, out
+    _assert_no_traceback(out)
+    [line] = out.stderr.splitlines()
+    assert line.startswith(f"Error: {forged}: not an anchor") and "seq" in line
+
+
+@pytest.mark.parametrize("column", ["payload", "run_id", "ts"])
+def test_text_that_is_not_utf8_is_named_by_its_row_and_the_walk_goes_on(
+    invoke: Invoke, ledger_file: Path, column: str
+) -> None:
+    _tamper(ledger_file, f"UPDATE events SET {column} = CAST(x'7b22ff227d' AS TEXT) "
+                         "WHERE seq = 3", drop="events_no_update")
+
+    out = _verify(invoke, ledger_file)
+
+    assert out.exit_code == 1, out
+    _assert_no_traceback(out)
+    assert f"seq 3: payload does not validate: {column} is not UTF-8 text" in out.stdout
+    assert "hash chain broken at seq 3" in out.stdout
+    assert "hash chain broken at seq 4" not in out.stdout  # the rows after it: intact

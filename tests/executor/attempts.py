@@ -56,9 +56,10 @@ def run(
     *tasks: ResolvedTask,
     mode: str = "move-on-write",
     max_parallel: int = 4,
+    **more: Any,
 ) -> BatchResult:
     options = RunOptions(out=str(tmp_path / "out"), max_parallel=max_parallel,
-                         preservation_mode=mode, kill_grace=0.5)  # type: ignore[arg-type]
+                         preservation_mode=mode, kill_grace=0.5, **more)  # type: ignore[arg-type]
     config = BatchConfig(run_id=RUN_ID, options=options)
     result = trio.run(run_batch, ledger, list(tasks), config)
     assert verify(ledger).ok

@@ -17,6 +17,8 @@ import json
 import os
 import shlex
 import signal
+import stat
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,8 @@ from typing import Any
 import pytest
 import trio
 
-from evalledger.executor import MAX_LINE, BatchConfig, _criteria, _runner, run_batch
+from evalledger.executor import MAX_LINE, BatchConfig, _criteria, _runner, _sandbox, run_batch
+from evalledger.executor import isolation as _isolation
 from evalledger.executor._process import release_pipes
 from evalledger.ledger import (
     Ledger,
@@ -1368,3 +1371,94 @@ def test_output_within_max_output_records_no_truncation(ledger: Ledger, tmp_path
     run(ledger, tmp_path, task)
     assert task_events(ledger, task, "task.output_truncated") == []
     assert lines(ledger, task) == [str(i) for i in range(1, 101)]
+
+
+# -- what a kept workspace may hold ----------------------------------------------------------
+
+# Left by a command running as root: a setuid-root copy of a program, a setgid folder
+# anyone may write to, a device (root only), and a setuid file 10 folders down.
+PLANTS = """
+import os, shutil, stat, sys, time
+shutil.copy(shutil.which("true"), "suid"); os.chmod("suid", 0o4755)
+os.mkdir("shared"); os.chmod("shared", 0o2777)
+if os.getuid() == 0:
+    os.mknod("null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+top = os.getcwd()
+for _ in range(10):
+    os.mkdir("d"); os.chdir("d")
+shutil.copy(shutil.which("true"), "bottom"); os.chmod("bottom", 0o6755)
+os.chdir(top)
+if sys.argv[1:] == ["hang"]:
+    print("planted", flush=True)
+    time.sleep(60)
+"""
+
+
+def dangerous(root: Path) -> list[str]:
+    """What under ``root`` is setuid, setgid, writable by anyone or a device (by find:
+    any depth)."""
+    found = subprocess.run(["find", str(root), "(", "-perm", "/6002", "-o", "-type", "b",
+                            "-o", "-type", "c", ")", "-printf", "%P\\n"],
+                           capture_output=True, text=True, check=True).stdout
+    return sorted(found.split())
+
+
+@pytest.mark.parametrize(("case", "fields", "options"), [
+    ("graded", {}, {}),
+    ("not graded", {}, {"no_grade": True}),
+    ("timed out", {"timeout": 3}, {}),
+])
+def test_a_kept_workspace_holds_nothing_setuid_setgid_or_a_device(
+    ledger: Ledger, tmp_path: Path, case: str, fields: dict[str, Any], options: dict[str, Any],
+) -> None:
+    command = script(tmp_path, "plants", PLANTS, *(["hang"] if "timeout" in fields else []))
+    task = make_task("plants", command, timeout=fields.get("timeout", NEVER))
+    done = completed(run(ledger, tmp_path, task, **options), ledger, task)
+    kept = artifacts(tmp_path, task)
+
+    assert (kept / "suid").is_file() and (kept / "shared").is_dir()
+    assert dangerous(kept) == [], case
+    assert not (kept / "null").exists()
+    assert stat.S_IMODE((kept / "suid").stat().st_mode) == 0o755
+    assert stat.S_IMODE((kept / "shared").stat().st_mode) == 0o775
+    assert done.final_status == (FinalStatus.TIMEOUT if "timeout" in fields
+                                 else FinalStatus.NOT_GRADED if options else FinalStatus.SUCCESS)
+    # What a regrade checks: the workspace as kept.
+    assert done.kept_hash == _isolation.hash_tree(kept)
+
+
+def test_a_workspace_written_in_place_is_defused_too(ledger: Ledger, tmp_path: Path) -> None:
+    task = make_task("in-place", script(tmp_path, "plants", PLANTS))
+    run(ledger, tmp_path, task, mode="direct-write")
+    assert dangerous(artifacts(tmp_path, task)) == []
+
+
+def test_a_tree_past_the_path_length_limit_is_defused_to_its_bottom(tmp_path: Path) -> None:
+    # 30 folders of 200-character names: 6,000 characters, past PATH_MAX (4,096).
+    root = tmp_path / "kept"
+    root.mkdir()
+    folder = os.open(root, os.O_RDONLY)
+    for _ in range(30):
+        os.mkdir("d" * 200, dir_fd=folder)
+        inner = os.open("d" * 200, os.O_RDONLY, dir_fd=folder)
+        os.close(folder)
+        folder = inner
+    bottom = os.open("bottom", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=folder)
+    os.fchmod(bottom, 0o6755)
+    os.close(bottom)
+    os.close(folder)
+    assert len(dangerous(root)) == 1
+    _sandbox.defuse(root)
+    assert dangerous(root) == []
+
+
+def test_a_regrades_copy_of_a_workspace_holds_nothing_setuid(tmp_path: Path) -> None:
+    source = tmp_path / "kept"
+    source.mkdir()
+    (source / "suid").write_bytes(b"#!/bin/sh\n")
+    (source / "suid").chmod(0o4755)
+    (source / "open").mkdir(mode=0o777)
+    (source / "open").chmod(0o2777)
+    _sandbox.copy_workspace(source, tmp_path / "copy")
+    assert dangerous(tmp_path / "copy") == []
+    assert stat.S_IMODE((tmp_path / "copy" / "suid").stat().st_mode) == 0o755
