@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from ._errors import LedgerReadOnly as LedgerReadOnly
     from ._errors import LedgerTooNew as LedgerTooNew
     from ._errors import NotALedger as NotALedger
+    from ._errors import NotUtf8 as NotUtf8
     from ._errors import QueryInterrupted as QueryInterrupted
     from ._errors import RunConflict as RunConflict
     from ._errors import RunNotFound as RunNotFound
@@ -88,6 +89,7 @@ _WHERE = {
     "LedgerReadOnly": "_errors",
     "LedgerTooNew": "_errors",
     "NotALedger": "_errors",
+    "NotUtf8": "_errors",
     "QueryInterrupted": "_errors",
     "RunConflict": "_errors",
     "RunNotFound": "_errors",
@@ -165,6 +167,7 @@ __all__ = [
     "LedgerReadOnly",
     "LedgerTooNew",
     "NotALedger",
+    "NotUtf8",
     "OpaqueEvent",
     "QueryInterrupted",
     "RefusedGrade",

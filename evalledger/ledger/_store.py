@@ -183,11 +183,12 @@ class Ledger:
             raise LedgerReadOnly(f"{self.path} is read-only here: it cannot be written")
         try:
             self._open(durable, immutable=False)
-        except LedgerIOError:
+        except (LedgerIOError, LedgerReadOnly):
             # A WAL ledger in a read-only folder (an archive, a read-only mount): SQLite
-            # cannot make the -shm file beside it. With no -wal file either, every
-            # event is in the main file and nobody can be writing it: read it as
-            # immutable.
+            # cannot make the -shm file beside it (an I/O error, or "attempt to write a
+            # readonly database" where the file is not writable either). With no -wal
+            # file either, every event is in the main file and nobody can be writing
+            # it: read it as immutable.
             if not (read_only and _nobody_writes(self.path)
                     and not Path(f"{self.path}-wal").exists()):
                 raise

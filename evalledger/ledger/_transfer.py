@@ -395,6 +395,8 @@ class ExportFile:
         pending: list[tuple[int, EventRow]] = []
         # Run id -> the first line bringing an event of it the ledger lacks.
         new_at: dict[str, int] = {}
+        # Run id -> the seq and line of its event read last.
+        last_seq: dict[str, tuple[int, int]] = {}
         with _Seen() as seen:
             for number, text, raw in self._lines():
                 if number == 0:
@@ -405,7 +407,16 @@ class ExportFile:
                     trailer = _trailer(raw.decode("utf-8"), number)
                     continue
                 count += 1
-                row, _, as_written = _parse(text, number)
+                row, seq, as_written = _parse(text, number)
+                # An export lists a run's events in the order its ledger holds them: a
+                # file in another order would append them so (a verdict before its start).
+                before = last_seq.get(row.run_id)
+                if before is not None and seq <= before[0]:
+                    raise BadLine(
+                        f"line {number}: seq {seq} of run {row.run_id} comes after seq "
+                        f"{before[0]} (line {before[1]}): an export lists each run's events "
+                        "in the order its ledger holds them")
+                last_seq[row.run_id] = (seq, number)
                 exact = exact and as_written
                 pending.append((number, row))
                 if len(pending) >= 900:

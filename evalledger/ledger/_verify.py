@@ -55,7 +55,7 @@ from ._anchor import Anchor
 from ._chain import GENESIS, link
 from ._errors import LedgerError, NotUtf8
 from ._events import AnyEvent, decode_row, output_payload
-from ._rows import EventRow, EventType, stored_id, text_hash, text_id
+from ._rows import EventRow, EventType, fetched, stored_id, text_hash, text_id
 from ._schema import MIGRATIONS, TRIGGERS
 from ._sqlite_utils import Database
 from ._store import Ledger, _file_id, _first_error
@@ -239,6 +239,10 @@ def _verify(ledger: Ledger, anchors: list[Anchor], checks: list[Check],
         if len(report.anchors) > problems:  # the prefix it vouched for is not there
             return report
         walk = _check_rows(ledger, report, (since.seq, since.hash))
+        # Cheap, and meta is not in the anchored prefix: a back-dated created_at is
+        # found after each run too.
+        _check_created_at(meta.get("created_at"), first_migration, _first_native(ledger),
+                          report)
     else:
         storage = _StorageCheck(ledger)
         walk = _check_rows(ledger, report)
@@ -573,7 +577,7 @@ def _read_as_bytes(ledger: Ledger, after: int, hi: int
     """The rows after ``after``, their text read as bytes and decoded here: each row, and
     the first of its columns that is not UTF-8 (None: all are)."""
     conn = ledger._conn
-    names = ("event_id", "run_id", "task_key", "type", "ts", "payload", "seq", "hash")
+    names = _ROW_COLUMNS
     kinds = ", ".join(f"typeof({name})" for name in names)
     factory, conn.text_factory = conn.text_factory, bytes
     try:
@@ -596,7 +600,8 @@ def _read_as_bytes(ledger: Ledger, after: int, hi: int
 
 
 # The stored columns, in EventRow's order.
-_ROWS = ("SELECT event_id, run_id, task_key, type, ts, payload, seq, hash FROM events "
+_ROW_COLUMNS = ("event_id", "run_id", "task_key", "type", "ts", "payload", "seq", "hash")
+_ROWS = (f"SELECT {', '.join(_ROW_COLUMNS)} FROM events "
          "WHERE seq > ? AND seq <= ? ORDER BY seq")
 
 
@@ -834,6 +839,16 @@ def _check_created_at(created_at: Any, first_migration: Any, first_native: Event
                 f"meta.created_at is {created_at}, after the first run recorded here began "
                 f"(seq {first_native.seq}, {first_native.ts}): a ledger holds no event "
                 "older than itself")
+
+
+def _first_native(ledger: Ledger) -> EventRow | None:
+    """The first ``run.started`` recorded in this ledger (naming its ledger id), found
+    without a walk (one row per run, by the run-level index)."""
+    _, rows = ledger.query(
+        f"SELECT {', '.join(_ROW_COLUMNS)} FROM events WHERE type = ? AND task_key IS NULL "
+        "AND CASE WHEN json_valid(payload) THEN json_extract(payload, '$.ledger_id') END = ? "
+        "ORDER BY seq LIMIT 1", [EventType.RUN_STARTED, ledger.ledger_id])
+    return fetched(rows[0]) if rows else None
 
 
 def _utc(value: Any, *, strict: bool = True) -> datetime | None:

@@ -9,18 +9,22 @@ real process (a read-only mount, a closed pipe, a parent shell) start one.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import random
 import shutil
 import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from contextlib import closing
 from pathlib import Path
 
 import pytest
 
+import evalledger as evalledger_package
 from evalledger.ledger import (
     Ledger,
     OpaqueEvent,
@@ -32,7 +36,7 @@ from evalledger.ledger import (
 )
 from evalledger.statuses import FinalStatus, RunStatus
 
-from ..needs import unavailable
+from ..needs import root, unavailable
 from .helpers import (
     COMMAND,
     PATIENCE,
@@ -415,6 +419,44 @@ def test_read_commands_work_on_a_ledger_in_a_read_only_folder(tmp_path: Path) ->
     assert [o["args"] for o in outcomes] == commands
     for outcome in outcomes:
         assert outcome["exit_code"] == 0, outcome
+
+
+def test_an_archive_no_one_may_write_is_read_by_a_user_who_does_not_own_it() -> None:
+    """A ledger in a folder and a file without write bits, read by another user (not
+    root, whom no mode bit stops): every command said "read-only here: attempt to write
+    a readonly database" (SQLite could make no -shm file), and read nothing."""
+    root("becoming the user nobody")
+    if shutil.which("setpriv") is None:
+        unavailable("UNPRIVILEGED", "setpriv (util-linux) is needed to become another user")
+    # Right under /tmp, as the isolation tests do: pytest keeps its folders to their owner.
+    folder = Path(tempfile.mkdtemp(prefix="evalledger-archive-", dir="/tmp"))
+    try:
+        shutil.copytree(Path(evalledger_package.__file__).parent, folder / "lib" / "evalledger")
+        archive = folder / "archive"
+        archive.mkdir()
+        db = archive / "l.db"
+        with Ledger(db) as ledger:
+            record(ledger, "r", {"default/a/00": FinalStatus.SUCCESS})
+        db.chmod(0o444)
+        for path in (archive, folder, folder / "lib"):
+            path.chmod(0o555)
+        env = {"PATH": os.environ["PATH"], "HOME": str(folder), "LANG": "C.UTF-8",
+               "PYTHONPATH": str(folder / "lib")}
+        become = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+        done = subprocess.run(
+            [*become, sys.executable, "-c", READ_ONLY_READER, str(db),
+             json.dumps([["verify"], ["runs", "--json"], ["show", "r"]])],
+            cwd=folder, env=env, capture_output=True, text=True, timeout=PATIENCE)
+        if done.returncode and "ModuleNotFoundError" in done.stderr + done.stdout:
+            unavailable("UNPRIVILEGED", f"nobody cannot run this Python ({sys.executable})")
+        assert done.returncode == 0, done.stderr
+        for outcome in json.loads(done.stdout):
+            assert outcome["exit_code"] == 0, outcome
+    finally:
+        for path in (folder, folder / "lib", folder / "archive"):
+            with contextlib.suppress(OSError):
+                path.chmod(0o755)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # ``evalledger --ledger DB ARGS`` for each ARGS of a JSON list, in-process; the outcomes

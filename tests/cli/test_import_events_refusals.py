@@ -126,7 +126,8 @@ def test_one_event_id_twice_in_a_file_with_other_content_is_refused(
         source: Path, tmp_path: Path) -> None:
     lines = export_lines(source)
     at = line_of(lines, "task.completed")
-    twice = [*lines, changed(lines[at], payload=SUCCEEDED)]
+    last = json.loads(lines[-1])["seq"]  # in order: only its id is the fault
+    twice = [*lines, changed(lines[at], payload=SUCCEEDED, seq=last + 1)]
     error = refused(tmp_path / "target.db", write_export(tmp_path / "twice.ndjson", twice))
     assert f"line {len(twice)}: event" in error and f"also on line {at + 1}" in error
 
@@ -308,3 +309,19 @@ def test_a_refused_import_makes_no_ledger(source: Path, tmp_path: Path) -> None:
     file.write_bytes(b"")
     refused(tmp_path / "new.db", file)
     assert not (tmp_path / "new.db").exists()
+
+
+@pytest.mark.parametrize("how", ["reversed", "one line twice", "two swapped"])
+def test_a_file_out_of_its_ledgers_order_is_refused(source: Path, tmp_path: Path,
+                                                    how: str) -> None:
+    """A reversed export (its trailer made again) imported, a verdict before its start."""
+    lines = export_lines(source)
+    if how == "reversed":
+        lines, bad = lines[::-1], 2
+    elif how == "one line twice":
+        lines, bad = [*lines[:3], lines[2], *lines[3:]], 4
+    else:
+        lines, bad = [lines[0], lines[2], lines[1], *lines[3:]], 3
+    file = write_export(tmp_path / "order.ndjson", lines)
+    error = refused(tmp_path / "target.db", file)
+    assert f"line {bad}: seq" in error and f"of run {RUN} comes after seq" in error

@@ -651,6 +651,25 @@ def test_a_back_dated_created_at_is_reported(invoke: Invoke, db_path: Path) -> N
                            "ledger's first migration was recorded at "), line
 
 
+@pytest.mark.parametrize("when", ["back-dated", "after the first run"])
+def test_a_changed_created_at_is_reported_by_verify_since_last_too(
+    invoke: Invoke, db_path: Path, when: str,
+) -> None:
+    """`verify --since last` walks only what came after the anchor: a created_at moved
+    since the last check passed it (meta is in no anchored prefix)."""
+    _ledger_with_snapshots(db_path)
+    assert _verify(invoke, db_path).exit_code == 0
+    value = ("2001-01-01T00:00:00.000000Z" if when == "back-dated"
+             else _utc_text(_first_started_ts(db_path) + timedelta(seconds=30)))
+    _set_created_at(db_path, value)
+
+    out = invoke("--ledger", str(db_path), "verify", "--since", "last")
+
+    assert out.exit_code == 1, out
+    [line] = _problems(out)
+    assert line.startswith(f"schema: meta.created_at is {value}, "), line
+
+
 def test_runs_merged_from_an_older_ledger_are_older_than_it_and_fine(
     invoke: Invoke, tmp_path: Path,
 ) -> None:
