@@ -136,7 +136,7 @@ async def _grade_all(ledger: Ledger, grader: Any, rates: Any, attempts: list[_At
 
     from evalledger.executor._judges import Judging
     from evalledger.executor._regrade import Recorded, gradable, verdict
-    from evalledger.executor.isolation import IsolationUnavailable, hash_tree
+    from evalledger.executor.isolation import IsolationUnavailable, WorkspaceUnfit, hash_tree
 
     limiter = trio.CapacityLimiter(max(1, max_parallel))
 
@@ -163,7 +163,10 @@ async def _grade_all(ledger: Ledger, grader: Any, rates: Any, attempts: list[_At
         if not workspace.is_dir() or workspace.is_symlink():
             return refuse(key, f"its workspace is gone ({workspace})")
         async with limiter:
-            found = await trio.to_thread.run_sync(hash_tree, workspace)
+            try:
+                found = await trio.to_thread.run_sync(hash_tree, workspace)
+            except WorkspaceUnfit as e:
+                return refuse(key, f"its workspace cannot be graded: {e} ({workspace})")
             if found != done.kept_hash:
                 return refuse(key, f"its workspace changed since it was kept ({workspace})")
             stdout, stderr = _streams(ledger, attempt)

@@ -104,6 +104,14 @@ def compare(original: Path | None, kept: Path, *, page: int = 1,
     """``kept`` against ``original`` (None: the attempt started from an empty folder):
     every file classed by its digest, and only the ``page``-th ``most`` of the changed
     ones read for their diffs."""
+    from evalledger.executor.isolation import WorkspaceUnfit, check_fit
+
+    try:  # os.walk recurses once per level: a tree the agent made too deep is said so
+        for root in (original, kept):
+            if root is not None:
+                check_fit(root)
+    except WorkspaceUnfit as e:
+        return WorkspaceChanges(why_not=f"its workspace cannot be shown: {e}")
     before = _files(original) if original is not None else {}
     after = _files(kept)
     changed: list[tuple[str, str]] = []

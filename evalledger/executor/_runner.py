@@ -491,6 +491,7 @@ async def _attempt(
     artifacts = ctx.artifacts_root / task.task_key
     sandbox: Path | None = None
     exit_code: int | None = None
+    timed_out = False
     workspace_hash: str | None = None
     kept_hash: str | None = None
     judging = Judging(functools.partial(_record_judge, state), ctx.rates, ctx.base_env,
@@ -539,6 +540,9 @@ async def _attempt(
                                                       abandon_on_cancel=True)
     except _sandbox.BuildFailed as e:
         facts = AttemptFacts(build_failed=str(e))
+    except _isolation.WorkspaceUnfit as e:  # only once the command has ended
+        facts = AttemptFacts((), timed_out, task.timeout, state.budget_stop, unfit=str(e),
+                             api_error=state.api_error)
     except IsolationLeak as e:
         facts = AttemptFacts(error=str(e))
     except trio.Cancelled:

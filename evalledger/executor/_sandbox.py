@@ -218,7 +218,11 @@ def copy_workspace(source: Path, target: Path) -> None:
 
     Raises:
         OSError: an entry cannot be read (shutil.Error is one).
+        WorkspaceUnfit: ``source`` is nested too deep to copy (the command's doing).
     """
+    from .isolation import check_fit
+
+    check_fit(source)  # shutil.copytree recurses once per level
     shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True, ignore=_special)
     defuse(target)
 

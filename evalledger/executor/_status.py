@@ -11,6 +11,8 @@ The first that holds wins:
    so what its criteria saw afterwards is not its doing);
 4. the task's deadline cut something off, the command or a ``run_command`` criterion
    (cut off, or not started once it had passed): ``TIMEOUT``;
+4a. what the command left cannot be graded (folders nested deeper than 256 levels, a
+   path past 3,072 bytes: ``isolation.WorkspaceUnfit``): ``FAILURE``, saying so;
 4b. a criterion could not be checked (a judge's API failed, or answered nothing
    readable): ``ERROR``, naming it (never a verdict either way);
 5. no criteria: ``NOT_GRADED`` (it ran to its end, nothing judges it);
@@ -19,7 +21,8 @@ The first that holds wins:
 Invariant: the error message is None exactly for ``SUCCESS`` and ``NOT_GRADED``.
 
 Each failure has a class (docs/results.md, "Failure classes"): 1, 2, 2b and 4b are
-infrastructure's (what runs the agent failed, not the agent), 3, 4 and 6 the agent's;
+infrastructure's (what runs the agent failed, not the agent), 3, 4, 4a and 6 the
+agent's;
 but a failure the agent's own stream blames on its model API (an overloaded or 5xx
 answer it gave up on, ``api_error``) is infrastructure's too.
 """
@@ -61,6 +64,8 @@ class AttemptFacts:
     stalled: str | None = None
     # The model API error the agent's stream reported giving up on (overloaded, 5xx).
     api_error: str | None = None
+    # Why what the command left cannot be graded (isolation.WorkspaceUnfit): its doing.
+    unfit: str | None = None
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,8 @@ def _status(facts: AttemptFacts) -> tuple[FinalStatus, str | None, FailureClass 
         return (*facts.budget_stop, _AGENT)
     if facts.command_timed_out or any(c.detail in (CUT_OFF, NOT_RUN) for c in facts.criteria):
         return FinalStatus.TIMEOUT, f"timed out after {facts.timeout:g}s", _AGENT
+    if facts.unfit is not None:
+        return FinalStatus.FAILURE, f"the workspace cannot be graded: {facts.unfit}", _AGENT
     if errored := [f"{c.type}: {c.detail}" for c in facts.criteria if c.errored]:
         return FinalStatus.ERROR, "; ".join(errored), _INFRA
     if not facts.criteria:

@@ -343,24 +343,48 @@ HASH_BUDGET = 1024 * 1024 * 1024
 _SETID = stat.S_ISUID | stat.S_ISGID
 
 
+# How deep, and how long a path below it, a workspace may be to be graded: past either
+# what a command left cannot be copied, hashed or diffed by name (Linux's PATH_MAX is
+# 4,096 bytes, the workspace's own folder included), and it is the command's doing.
+MAX_DEPTH = 256
+MAX_RELATIVE_PATH = 3072
+
+
+class WorkspaceUnfit(Exception):
+    """What the command left cannot be graded (its message says why: folders nested too
+    deep, a path too long). The command's doing: the attempt fails, the agent's failure."""
+
+
 def hash_tree(root: Path, *, defuse: bool = False) -> str:
     """sha256 of a workspace: every entry's path, kind and permission bits, a file's
     contents, a link's target; in path order, links never followed, each file's
     contents read once however many names it has, at most ``HASH_BUDGET`` bytes in all
-    (then size and mtime). What the criteria graded.
+    (then size and mtime). What the criteria graded. Walked without recursion, in the
+    order ``os.walk`` (top-down, folders sorted) took, so hashes recorded before hash
+    the same; a folder that cannot be listed counts by its own entry alone.
 
     ``defuse``: then take the setuid and setgid bits and write-by-anyone off every file
     and folder (after hashing them): what a confined command left must not become a
     program that runs as the runner (root, say) for whoever reaches the artifacts.
+
+    Raises:
+        WorkspaceUnfit: folders nested deeper than ``MAX_DEPTH``, or a path longer than
+            ``MAX_RELATIVE_PATH`` bytes below ``root``.
     """
     digest = hashlib.sha256()
     read: dict[tuple[int, int], bytes] = {}
     budget = HASH_BUDGET
-    for top, folders, files in os.walk(root):
+    top_path = str(root)
+    pending: list[tuple[str, int]] = [(top_path, 0)]
+    while pending:
+        top, depth = pending.pop()
+        folders, files = _listed(top)
         folders.sort()
         for name in sorted(folders + files):
             path = os.path.join(top, name)
-            relative = os.path.relpath(path, root).encode("utf-8", "surrogateescape")
+            relative = os.path.relpath(path, top_path).encode("utf-8", "surrogateescape")
+            if len(relative) > MAX_RELATIVE_PATH:
+                raise WorkspaceUnfit(f"a path longer than {MAX_RELATIVE_PATH} bytes")
             try:
                 info = os.lstat(path)
             except OSError:
@@ -384,7 +408,51 @@ def hash_tree(root: Path, *, defuse: bool = False) -> str:
             if defuse and kind in "fd" and info.st_mode & (_SETID | stat.S_IWOTH):
                 with contextlib.suppress(OSError):
                     os.chmod(path, stat.S_IMODE(info.st_mode) & ~(_SETID | stat.S_IWOTH))
+        below = [os.path.join(top, name) for name in folders]
+        below = [path for path in below if not os.path.islink(path)]
+        if below and depth >= MAX_DEPTH:
+            raise WorkspaceUnfit(f"folders nested deeper than {MAX_DEPTH} levels")
+        pending.extend((path, depth + 1) for path in reversed(below))
     return digest.hexdigest()
+
+
+def check_fit(root: Path) -> None:
+    """Whether the workspace can be graded at all: ``hash_tree``'s bounds, by names alone
+    (no file read), before anything copies or hashes it.
+
+    Raises:
+        WorkspaceUnfit: as ``hash_tree``.
+    """
+    pending: list[tuple[str, int]] = [(str(root), 0)]
+    base = len(os.fsencode(str(root))) + 1
+    while pending:
+        top, depth = pending.pop()
+        folders, files = _listed(top)
+        for name in (*folders, *files):
+            if len(os.fsencode(os.path.join(top, name))) - base > MAX_RELATIVE_PATH:
+                raise WorkspaceUnfit(f"a path longer than {MAX_RELATIVE_PATH} bytes")
+        below = [p for p in (os.path.join(top, n) for n in folders) if not os.path.islink(p)]
+        if below and depth >= MAX_DEPTH:
+            raise WorkspaceUnfit(f"folders nested deeper than {MAX_DEPTH} levels")
+        pending.extend((path, depth + 1) for path in below)
+
+
+def _listed(folder: str) -> tuple[list[str], list[str]]:
+    """A folder's names as ``os.walk`` splits them: folders (links to folders included),
+    everything else; nothing when it cannot be listed."""
+    folders: list[str] = []
+    files: list[str] = []
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                try:
+                    is_folder = entry.is_dir()
+                except OSError:
+                    is_folder = False
+                (folders if is_folder else files).append(entry.name)
+    except OSError:
+        pass
+    return folders, files
 
 
 def _file_digest(path: str) -> bytes:

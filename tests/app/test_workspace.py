@@ -149,3 +149,17 @@ def test_a_diff_line_is_cut_and_a_removed_line_like_a_header_is_kept() -> None:
     assert ("del", "--- a comment") in shown and ("add", "+++ y") in shown
     cut = [line for kind, line in shown if kind == "add" and "z" in line]
     assert cut == ["+" + "z" * (LONGEST_LINE - 1) + "\u2026 [6 more characters]"]
+
+
+def test_a_tree_the_agent_made_too_deep_is_said_so_not_a_traceback(tmp_path: Path) -> None:
+    """report.html crashed on a 1,100-deep tree (os.walk recursing once per level)."""
+    kept = tmp_path / "kept"
+    folder = kept
+    kept.mkdir()
+    for _ in range(300):  # past the bound, short of any path limit
+        folder = folder / "d"
+        folder.mkdir()
+    changes = compare(None, kept)
+    assert changes.why_not == ("its workspace cannot be shown: folders nested deeper than "
+                               "256 levels")
+    assert changes.files == []

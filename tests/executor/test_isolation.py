@@ -10,6 +10,7 @@ its ``env``.
 from __future__ import annotations
 
 import grp
+import hashlib
 import json
 import os
 import shutil
@@ -26,9 +27,12 @@ import pytest
 import yaml
 
 import evalledger as evalledger_package
+from evalledger.executor._sandbox import remove_tree
 from evalledger.executor.isolation import (
     Bwrap,
     Jail,
+    WorkspaceUnfit,
+    check_fit,
     hash_tree,
     hidden_from_others,
     leaks,
@@ -306,6 +310,71 @@ def test_the_workspace_hash_covers_names_contents_modes_and_links(tmp_path: Path
         root = tree(what.replace(" ", "-"))
         change(root)
         assert hash_tree(root) != first, what
+
+
+def walked_hash(root: Path) -> str:
+    """``hash_tree`` as it was written over ``os.walk`` (before the walk became a loop):
+    the hashes ledgers recorded were made so."""
+    digest, read = hashlib.sha256(), {}
+    for top, folders, files in os.walk(root):
+        folders.sort()
+        for name in sorted(folders + files):
+            path = os.path.join(top, name)
+            relative = os.path.relpath(path, root).encode("utf-8", "surrogateescape")
+            info = os.lstat(path)
+            kind = ("l" if stat.S_ISLNK(info.st_mode) else "d" if stat.S_ISDIR(info.st_mode)
+                    else "f" if stat.S_ISREG(info.st_mode) else "o")
+            digest.update(b"%s\0%s\0%o\0" % (relative, kind.encode(),
+                                             stat.S_IMODE(info.st_mode)))
+            if kind == "l":
+                digest.update(os.fsencode(os.readlink(path)))
+            elif kind == "f":
+                inode = (info.st_dev, info.st_ino)
+                if inode not in read:
+                    read[inode] = hashlib.sha256(Path(path).read_bytes()).digest()
+                digest.update(read[inode])
+            digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def test_the_workspace_hash_is_the_one_recorded_before_its_walk_became_a_loop(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "w"
+    for folder in ("a/b/c", "a/b2", "z", "é ü"):
+        (root / folder).mkdir(parents=True)
+    (root / "a" / "f").write_text("x")
+    (root / "a" / "b" / "c" / "g").write_text("y")
+    os.link(root / "a" / "f", root / "z" / "hard")
+    (root / "a" / "to-z").symlink_to("../z")  # a link to a folder: listed, not entered
+    (root / "dangling").symlink_to("nowhere")
+    os.mkfifo(root / "fifo")
+    for tree in (root, Path(evalledger_package.__file__).parent):
+        assert hash_tree(tree) == walked_hash(tree)
+
+
+@pytest.mark.parametrize(("shape", "says"), [
+    ("deep", "folders nested deeper than 256 levels"),
+    ("long", "a path longer than 3072 bytes"),
+])
+def test_a_workspace_past_the_bounds_is_unfit_not_a_crash(tmp_path: Path, shape: str,
+                                                          says: str) -> None:
+    folder = os.open(tmp_path, os.O_RDONLY)
+    name, levels = ("d", 1100) if shape == "deep" else ("n" * 200, 20)
+    os.mkdir("w", dir_fd=folder)
+    for step in ["w"] + [name] * levels:
+        if step != "w":
+            os.mkdir(step, dir_fd=folder)
+        inner = os.open(step, os.O_RDONLY, dir_fd=folder)
+        os.close(folder)
+        folder = inner
+    os.close(folder)
+    try:
+        for walk in (hash_tree, check_fit):
+            with pytest.raises(WorkspaceUnfit, match=says):
+                walk(tmp_path / "w")
+    finally:  # deeper than pytest's own clean-up (shutil.rmtree) can go
+        remove_tree(tmp_path / "w")
 
 
 def test_probe_lines_are_read_strictly_and_leaks_named() -> None:

@@ -1462,3 +1462,34 @@ def test_a_regrades_copy_of_a_workspace_holds_nothing_setuid(tmp_path: Path) -> 
     _sandbox.copy_workspace(source, tmp_path / "copy")
     assert dangerous(tmp_path / "copy") == []
     assert stat.S_IMODE((tmp_path / "copy" / "suid").stat().st_mode) == 0o755
+
+
+DEEP = """
+import os, sys
+for _ in range(int(sys.argv[1])):
+    os.mkdir(sys.argv[2]); os.chdir(sys.argv[2])
+"""
+
+
+@pytest.mark.parametrize(("levels", "name", "says"), [
+    (1100, "d", "folders nested deeper than 256 levels"),
+    (20, "n" * 200, "a path longer than 3072 bytes"),
+])
+@pytest.mark.parametrize("criterion", ["exit_code", "run_command"])
+def test_a_workspace_the_command_made_ungradable_is_its_failure_not_infra(
+    ledger: Ledger, tmp_path: Path, levels: int, name: str, says: str, criterion: str,
+) -> None:
+    """A 1,100-deep tree made the workspace walk raise RecursionError: ERROR, infra, left
+    out of the pass rate (shown 100% where it was 50%)."""
+    criteria = [{"type": "exit_code", "equals": 0}] if criterion == "exit_code" else [
+        {"type": "run_command", "command": "true"}]
+    task = make_task("deep", script(tmp_path, "deep", DEEP, str(levels), name), criteria)
+    try:
+        done = completed(run(ledger, tmp_path, task), ledger, task)
+        assert done.final_status == FinalStatus.FAILURE
+        assert done.failure_class == "agent"
+        assert done.error_message == f"the workspace cannot be graded: {says}"
+        assert done.kept_hash is None
+        assert artifacts(tmp_path, task).is_dir()  # kept all the same (defused)
+    finally:  # deeper than pytest's own clean-up (shutil.rmtree) can go
+        _sandbox.remove_tree(tmp_path / "out")

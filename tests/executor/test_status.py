@@ -89,6 +89,13 @@ CASES: list[tuple[str, AttemptFacts, Verdict]] = [
                   api_error="api_retry 10/10: 529 overloaded"),
      Verdict(F.FAILURE, "exit_code: exit code 1, expected 0 (the agent's model API failed: "
              "api_retry 10/10: 529 overloaded)", 0.0, INFRA)),
+    ("a workspace the command made ungradable: a failure, the agent's",
+     AttemptFacts([passed()], timeout=20, unfit="folders nested deeper than 256 levels"),
+     Verdict(F.FAILURE, "the workspace cannot be graded: folders nested deeper than 256 "
+             "levels", 1.0, AGENT)),
+    ("a timeout outranks an ungradable workspace",
+     AttemptFacts([], command_timed_out=True, timeout=20, unfit="a path too long"),
+     Verdict(F.TIMEOUT, "timed out after 20s", 0.0, AGENT)),
     ("a success whatever its API went through",
      AttemptFacts([passed()], timeout=20, api_error="api_retry 1/10: 529 overloaded"),
      Verdict(F.SUCCESS, None, 1.0)),
@@ -115,6 +122,7 @@ facts = st.builds(
     budget_stop=st.none() | st.sampled_from([TOKENS, COST]),
     build_failed=st.none() | st.just("workdir w is not a folder"),
     error=st.none() | st.just("RuntimeError: boom"),
+    unfit=st.none() | st.just("folders nested deeper than 256 levels"),
 )
 
 
@@ -135,7 +143,7 @@ def test_a_message_says_why_exactly_when_the_attempt_did_not_succeed(
 @given(facts)
 def test_success_is_every_criterion_passing_with_nothing_cut_short(facts: AttemptFacts) -> None:
     clean = (facts.build_failed is None and facts.error is None and facts.budget_stop is None
-             and not facts.command_timed_out and not _cut_off(facts))
+             and not facts.command_timed_out and not _cut_off(facts) and facts.unfit is None)
     succeeded = final_status(facts).status is F.SUCCESS
     assert succeeded == (clean and bool(facts.criteria)
                          and all(c.passed and not c.errored for c in facts.criteria))
@@ -153,6 +161,8 @@ def test_the_first_fact_in_the_documented_order_decides(facts: AttemptFacts) -> 
         assert status is facts.budget_stop.status
     elif facts.command_timed_out or _cut_off(facts):
         assert status is F.TIMEOUT
+    elif facts.unfit is not None:
+        assert status is F.FAILURE
     elif any(c.errored for c in facts.criteria):
         assert status is F.ERROR
     else:
