@@ -223,7 +223,8 @@ def copy_workspace(source: Path, target: Path) -> None:
     from .isolation import check_fit
 
     check_fit(source)  # shutil.copytree recurses once per level
-    shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True, ignore=_special)
+    shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True, ignore=_special,
+                    copy_function=_copy_file)
     defuse(target)
 
 
@@ -292,14 +293,30 @@ def _defuse_with_find(root: Path) -> None:
 
 
 def _special(folder: str, names: list[str]) -> set[str]:
-    """Entries that are neither files, folders nor links: not copied."""
+    """Entries that are neither files, folders nor links, and folders the command made
+    unreadable to the runner (``chmod 000``: nobody grading as it could list them
+    either): not copied."""
     ignored = set()
     for name in names:
+        path = os.path.join(folder, name)
         with contextlib.suppress(OSError):
-            mode = os.lstat(os.path.join(folder, name)).st_mode
-            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+            mode = os.lstat(path).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)) or (
+                    stat.S_ISDIR(mode) and not os.access(path, os.R_OK | os.X_OK)):
                 ignored.add(name)
     return ignored
+
+
+def _copy_file(source: str, target: str) -> None:
+    """``shutil.copy2``; a file the command made unreadable to the runner is copied as
+    an empty file of its mode (what a grader running as the runner finds: a file it
+    cannot read), not an error of the runner's."""
+    try:
+        shutil.copy2(source, target)
+    except PermissionError:
+        mode = stat.S_IMODE(os.lstat(source).st_mode)
+        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+        os.chmod(target, mode)
 
 
 def _sockets(folder: str, names: list[str]) -> set[str]:

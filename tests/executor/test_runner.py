@@ -16,9 +16,12 @@ import hashlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import stat
 import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -44,6 +47,8 @@ from evalledger.projections import SummaryFold, fold
 from evalledger.statuses import Category, FinalStatus, RunStatus
 from evalledger.suite import ResolvedTask
 from tests.agents.transcripts.claude_code import MODEL, RESULT, TRANSCRIPT, assistant
+from tests.needs import root as needs_root
+from tests.needs import unavailable
 from tests.processes import wait_gone
 
 from .attempts import (
@@ -1493,3 +1498,46 @@ def test_a_workspace_the_command_made_ungradable_is_its_failure_not_infra(
         assert artifacts(tmp_path, task).is_dir()  # kept all the same (defused)
     finally:  # deeper than pytest's own clean-up (shutil.rmtree) can go
         _sandbox.remove_tree(tmp_path / "out")
+
+
+COPY_AS_USER = """\
+import os, stat, sys
+from pathlib import Path
+from evalledger.executor._sandbox import copy_workspace
+kept, copy = Path(sys.argv[1]), Path(sys.argv[2])
+(kept / "plain").write_text("x")
+(kept / "secret").write_text("hidden tests")
+(kept / "secret").chmod(0)
+(kept / "locked").mkdir()
+(kept / "locked" / "inside").write_text("y")
+(kept / "locked").chmod(0)
+copy_workspace(kept, copy)
+print(sorted(p.name for p in copy.iterdir()), oct(stat.S_IMODE(os.lstat(copy / "secret").st_mode)),
+      os.lstat(copy / "secret").st_size)
+"""
+
+
+def test_what_the_command_made_unreadable_does_not_fail_a_copy_to_grade_in() -> None:
+    """As an unprivileged runner, one `chmod 000` file made the grading copy raise: the
+    attempt an infra ERROR, left out of the pass rate."""
+    needs_root("becoming the user nobody")
+    if shutil.which("setpriv") is None:
+        unavailable("UNPRIVILEGED", "setpriv (util-linux) is needed to become another user")
+    folder = Path(tempfile.mkdtemp(prefix="evalledger-copy-", dir="/tmp"))
+    try:
+        shutil.copytree(Path(_sandbox.__file__).parents[1], folder / "lib" / "evalledger")
+        (folder / "kept").mkdir()
+        for path in (folder, *folder.rglob("*")):
+            os.lchown(path, 65534, 65534)
+        folder.chmod(0o755)
+        done = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--",
+             sys.executable, "-c", COPY_AS_USER, str(folder / "kept"), str(folder / "copy")],
+            env={"PATH": os.environ["PATH"], "PYTHONPATH": str(folder / "lib"),
+                 "HOME": str(folder)}, capture_output=True, text=True, timeout=60)
+        if "ModuleNotFoundError" in done.stderr:
+            unavailable("UNPRIVILEGED", f"nobody cannot run this Python ({sys.executable})")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["['plain',", "'secret']", "0o0", "0"]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
