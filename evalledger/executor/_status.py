@@ -22,9 +22,9 @@ Invariant: the error message is None exactly for ``SUCCESS`` and ``NOT_GRADED``.
 
 Each failure has a class (docs/results.md, "Failure classes"): 1, 2, 2b and 4b are
 infrastructure's (what runs the agent failed, not the agent), 3, 4, 4a and 6 the
-agent's;
-but a failure the agent's own stream blames on its model API (an overloaded or 5xx
-answer it gave up on, ``api_error``) is infrastructure's too.
+agent's, also when the agent's own stream blames its model API (an overloaded or 5xx
+answer it gave up on, ``api_error``): that is said in the message, and is the agent's
+word, not something the runner saw.
 """
 
 from __future__ import annotations
@@ -83,7 +83,9 @@ def final_status(facts: AttemptFacts) -> Verdict:
     """Decide how an attempt ended (the order is in the module's docstring)."""
     status, message, blame = _status(facts)
     if blame is FailureClass.AGENT and facts.api_error is not None:
-        blame = FailureClass.INFRA
+        # Said, not seen: a line the agent printed is no evidence (an agent that prints a
+        # fake 529 must not pass its failure off as infra, nor earn retries). It stays the
+        # agent's; the message says what it claimed.
         message = f"{message} (the agent's model API failed: {facts.api_error})"
     return Verdict(status, message, weighted_score(facts.criteria), blame)
 

@@ -90,7 +90,8 @@ def test_garbage_and_a_cut_line_are_recorded_as_text_and_the_rest_is_read(
     assert [u.input_tokens for u in of_type(evs, TaskUsage)] == [315, 606]
 
 
-def test_a_turn_failed_on_its_model_api_is_an_infrastructure_failure(tmp_path: Path) -> None:
+def test_a_turn_failed_on_its_model_api_is_said_and_stays_the_agents(tmp_path: Path) -> None:
+    """Its word only: a printed failure of its API is no evidence (#45)."""
     lines = [TRANSCRIPT[0], TRANSCRIPT[1],
              {"type": "error", "message": "Reconnecting... 1/5 (stream disconnected before "
                                           "completion: 503 Service Unavailable)"},
@@ -100,7 +101,7 @@ def test_a_turn_failed_on_its_model_api_is_an_infrastructure_failure(tmp_path: P
                      model="gpt-5")
     [done] = of_type(ran(tmp_path, [task], config(tmp_path)), TaskCompleted)
     assert (done.final_status, done.failure_class) == (FinalStatus.FAILURE,
-                                                       FailureClass.INFRA)
+                                                       FailureClass.AGENT)
     assert "(the agent's model API failed: turn.failed: exceeded retry limit" in (
         done.error_message or "")
 

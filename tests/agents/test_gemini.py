@@ -109,7 +109,7 @@ def test_garbage_and_a_cut_line_are_recorded_as_text_and_the_rest_is_read(
     assert sorted(u.model for u in of_type(evs, TaskUsage)) == sorted(PER_MODEL)
 
 
-def test_a_quota_error_from_the_model_api_is_an_infrastructure_failure(tmp_path: Path) -> None:
+def test_a_quota_error_from_the_model_api_is_said_and_stays_the_agents(tmp_path: Path) -> None:
     failed = {"type": "result", "timestamp": TS, "status": "error", "error": {
         "type": "Error", "message": "[API Error: 429 RESOURCE_EXHAUSTED: Quota exceeded for "
                                     "quota metric 'Generate Content API requests per minute']"},
@@ -118,7 +118,7 @@ def test_a_quota_error_from_the_model_api_is_an_infrastructure_failure(tmp_path:
     task = make_task("gemini", replay(tmp_path, [INIT, BODY[0], failed], exit_code=1),
                      stream_format="gemini")
     [done] = of_type(ran(tmp_path, [task], config(tmp_path)), TaskCompleted)
-    assert (done.final_status, done.failure_class) == (FinalStatus.FAILURE, FailureClass.INFRA)
+    assert (done.final_status, done.failure_class) == (FinalStatus.FAILURE, FailureClass.AGENT)
     assert "429 RESOURCE_EXHAUSTED" in (done.error_message or "")
 
 

@@ -106,14 +106,14 @@ def test_garbage_and_a_cut_line_are_recorded_as_text_and_the_rest_is_read(
     assert len(of_type(evs, TaskUsage)) == 3
 
 
-def test_an_api_error_is_an_infrastructure_failure(tmp_path: Path) -> None:
+def test_an_api_error_is_said_and_stays_the_agents(tmp_path: Path) -> None:
     error = {"type": "error", "timestamp": T, "sessionID": SESSION, "error": {
         "name": "APIError", "data": {"message": "Overloaded", "statusCode": 529,
                                      "isRetryable": True}}}
     task = make_task("opencode", replay(tmp_path, [TRANSCRIPT[0], error], exit_code=1),
                      stream_format="opencode", model=MODEL)
     [done] = of_type(ran(tmp_path, [task], config(tmp_path)), TaskCompleted)
-    assert (done.final_status, done.failure_class) == (FinalStatus.FAILURE, FailureClass.INFRA)
+    assert (done.final_status, done.failure_class) == (FinalStatus.FAILURE, FailureClass.AGENT)
     assert "APIError 529: Overloaded" in (done.error_message or "")
 
 

@@ -168,12 +168,16 @@ FAILED = {"type": "result", "subtype": "success", "is_error": False, "result": "
           "num_turns": 2}
 
 
-def test_claude_codes_overloaded_api_makes_a_failure_infrastructures(tmp_path: Path) -> None:
+def test_claude_codes_overloaded_api_is_said_and_stays_the_agents_failure(
+    tmp_path: Path,
+) -> None:
+    """A printed 529 made the failure infra and earned retries: an agent under test could
+    print one to hide its failure (#45). Said in the message; the agent's; not retried."""
     tasks = [
         make_task("gave-up", py(script(tmp_path, "gave_up", _claude(
-            [INIT, RETRY, RETRY, GAVE_UP], 1))), stream_format="claude-code", retries=0),
+            [INIT, RETRY, RETRY, GAVE_UP], 1))), stream_format="claude-code", retries=2),
         make_task("mid-retry", py(script(tmp_path, "mid_retry", _claude(
-            [INIT, SPOKE, RETRY], 1))), stream_format="claude-code"),
+            [INIT, SPOKE, RETRY], 1))), stream_format="claude-code", retries=2),
         # Retried, answered, then failed on its own: the agent's failure.
         make_task("own-fault", py(script(tmp_path, "own_fault", _claude(
             [INIT, RETRY, SPOKE, FAILED], 1))), stream_format="claude-code"),
@@ -183,13 +187,14 @@ def test_claude_codes_overloaded_api_makes_a_failure_infrastructures(tmp_path: P
         evs = events(ledger)
         ended = {e.task_key.split("/")[1]: e for e in of_type(evs, TaskCompleted)}
     assert {k: (e.final_status, e.failure_class) for k, e in ended.items()} == {
-        "gave-up": (FinalStatus.FAILURE, FailureClass.INFRA),
-        "mid-retry": (FinalStatus.FAILURE, FailureClass.INFRA),
+        "gave-up": (FinalStatus.FAILURE, FailureClass.AGENT),
+        "mid-retry": (FinalStatus.FAILURE, FailureClass.AGENT),
         "own-fault": (FinalStatus.FAILURE, FailureClass.AGENT)}
+    assert len(of_type(evs, TaskCompleted)) == 3  # none tried again
     assert "(the agent's model API failed: result is_error: 529" in (
         ended["gave-up"].error_message or "")
     assert "api_retry 10/10: 529 overloaded" in (ended["mid-retry"].error_message or "")
-    # Retried as infra, but the agent's word is no evidence: its failures stay in the rates.
+    # The agent's word is no evidence: its failures stay in the rates.
     summary = fold(SummaryFold("run-1"), evs).summary()
     assert (summary.tasks_infra, summary.graded, summary.pass_rate) == (0, 3, 0.0)
 

@@ -84,11 +84,11 @@ CASES: list[tuple[str, AttemptFacts, Verdict]] = [
     ("silent past its stall_timeout: stalled, infrastructure's",
      AttemptFacts([failed()], timeout=20, stalled="stalled: no output for 30s"),
      Verdict(F.STALLED, "stalled: no output for 30s", 0.0, INFRA)),
-    ("a failure while its model API was failing: infrastructure's, said so",
+    ("a failure while its model API was failing, by its own word: said, still the agent's",
      AttemptFacts([failed("exit_code", "exit code 1, expected 0")], timeout=20,
                   api_error="api_retry 10/10: 529 overloaded"),
      Verdict(F.FAILURE, "exit_code: exit code 1, expected 0 (the agent's model API failed: "
-             "api_retry 10/10: 529 overloaded)", 0.0, INFRA)),
+             "api_retry 10/10: 529 overloaded)", 0.0, AGENT)),
     ("a workspace the command made ungradable: a failure, the agent's",
      AttemptFacts([passed()], timeout=20, unfit="folders nested deeper than 256 levels"),
      Verdict(F.FAILURE, "the workspace cannot be graded: folders nested deeper than 256 "
