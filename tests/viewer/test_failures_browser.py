@@ -122,8 +122,11 @@ def test_each_failure_says_why_in_one_line(failures: str, page: Any) -> None:
                        "default/lacks-yes/00", "default/ok/00")}
     assert why == {
         "default/pytest-fails/00": "run_command \u2717 assert 0 is None",  # pytest's E line
-        "default/api-529/00": "model API failed: result is_error: 529 api error: 529 "
-                              "overloaded",
+        # What the agent printed is its claim, not the runner's finding: its criterion
+        # failed, and the claim is said beside it.
+        "default/api-529/00": "file_exists \u2717 answer.txt does not exist (the agent's "
+                              "model API failed: result is_error: 529 api error: 529 "
+                              "overloaded)",
         "default/lacks-yes/00": "output_contains \u2717 output lacks ['yes']",
         "default/ok/00": ""}, why
     # The whole message is a hover away, and the task's header says the same line.
@@ -226,11 +229,11 @@ def test_failures_come_first_with_a_bar_of_their_kinds(failures: str, page: Any)
         "default/api-529/00", "default/claims/00", "default/lacks-yes/00",
         "default/pytest-fails/00", "default/edits/00", "default/ok/00"]
     expect(page.locator("p.count")).to_contain_text("failures first")
-    # Each kind with how many tasks failed so (the 529's task also lacked its file).
+    # Each kind with how many tasks failed so (the 529 the agent printed is no kind of
+    # its own: that task lacked its file).
     kinds = page.locator("nav.kinds .kind")
     assert [" ".join(k.split()) for k in kinds.all_text_contents()] == [
-        "file_exists \u2717 2", "model API failed 1", "output_contains \u2717 1",
-        "run_command \u2717 1"]
+        "file_exists \u2717 2", "output_contains \u2717 1", "run_command \u2717 1"]
     kinds.nth(0).click()
     page.wait_for_url("**kind=file_exists**")
     assert [r.get_attribute("data-task") for r in rows.all()] == [
