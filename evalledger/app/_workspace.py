@@ -104,16 +104,13 @@ def compare(original: Path | None, kept: Path, *, page: int = 1,
     """``kept`` against ``original`` (None: the attempt started from an empty folder):
     every file classed by its digest, and only the ``page``-th ``most`` of the changed
     ones read for their diffs."""
-    from evalledger.executor.isolation import WorkspaceUnfit, check_fit
+    from evalledger.executor.isolation import WorkspaceUnfit
 
-    try:  # os.walk recurses once per level: a tree the agent made too deep is said so
-        for root in (original, kept):
-            if root is not None:
-                check_fit(root)
-    except WorkspaceUnfit as e:
+    try:
+        before = _files(original) if original is not None else {}
+        after = _files(kept)
+    except WorkspaceUnfit as e:  # a tree the agent made too deep is said so
         return WorkspaceChanges(why_not=f"its workspace cannot be shown: {e}")
-    before = _files(original) if original is not None else {}
-    after = _files(kept)
     changed: list[tuple[str, str]] = []
     for path in sorted(before.keys() | after.keys()):
         if path not in after:
@@ -141,9 +138,10 @@ def compare(original: Path | None, kept: Path, *, page: int = 1,
 def _files(root: Path) -> dict[str, str]:
     """Every file under ``root`` by relative path: its sha256 (``large:`` before it for
     one over ``MOST_BYTES``), or ``link:`` and where a link points (never followed)."""
+    from evalledger.executor.isolation import walk
+
     found: dict[str, str] = {}
-    for top, folders, names in os.walk(root):  # os.walk follows no link into a folder
-        folders.sort()
+    for top, folders, names in walk(root):
         # A link to a folder is listed among the folders, and not entered: named here.
         for name in [*(f for f in folders if os.path.islink(os.path.join(top, f))), *names]:
             path = os.path.join(top, name)

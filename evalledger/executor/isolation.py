@@ -34,7 +34,7 @@ import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -374,17 +374,10 @@ def hash_tree(root: Path, *, defuse: bool = False) -> str:
     digest = hashlib.sha256()
     read: dict[tuple[int, int], bytes] = {}
     budget = HASH_BUDGET
-    top_path = str(root)
-    pending: list[tuple[str, int]] = [(top_path, 0)]
-    while pending:
-        top, depth = pending.pop()
-        folders, files = _listed(top)
-        folders.sort()
+    for top, folders, files in walk(root):
         for name in sorted(folders + files):
             path = os.path.join(top, name)
-            relative = os.path.relpath(path, top_path).encode("utf-8", "surrogateescape")
-            if len(relative) > MAX_RELATIVE_PATH:
-                raise WorkspaceUnfit(f"a path longer than {MAX_RELATIVE_PATH} bytes")
+            relative = os.path.relpath(path, root).encode("utf-8", "surrogateescape")
             try:
                 info = os.lstat(path)
             except OSError:
@@ -408,33 +401,45 @@ def hash_tree(root: Path, *, defuse: bool = False) -> str:
             if defuse and kind in "fd" and info.st_mode & (_SETID | stat.S_IWOTH):
                 with contextlib.suppress(OSError):
                     os.chmod(path, stat.S_IMODE(info.st_mode) & ~(_SETID | stat.S_IWOTH))
-        below = [os.path.join(top, name) for name in folders]
-        below = [path for path in below if not os.path.islink(path)]
-        if below and depth >= MAX_DEPTH:
-            raise WorkspaceUnfit(f"folders nested deeper than {MAX_DEPTH} levels")
-        pending.extend((path, depth + 1) for path in reversed(below))
     return digest.hexdigest()
 
 
 def check_fit(root: Path) -> None:
-    """Whether the workspace can be graded at all: ``hash_tree``'s bounds, by names alone
-    (no file read), before anything copies or hashes it.
+    """Whether the workspace can be graded at all: ``walk``'s bounds, by names alone (no
+    file read), before anything copies or hashes it.
 
     Raises:
-        WorkspaceUnfit: as ``hash_tree``.
+        WorkspaceUnfit: as ``walk``.
     """
-    pending: list[tuple[str, int]] = [(str(root), 0)]
+    for _ in walk(root):
+        pass
+
+
+def walk(root: Path) -> Iterator[tuple[str, list[str], list[str]]]:
+    """``os.walk(root)`` top-down with each folder's names sorted, without recursion and
+    bounded: what every reader of a workspace the command left walks it with. Links to
+    folders are listed among the folders and not entered; a folder that cannot be listed
+    has no names.
+
+    Raises:
+        WorkspaceUnfit: folders nested deeper than ``MAX_DEPTH``, or a path longer than
+            ``MAX_RELATIVE_PATH`` bytes below ``root``.
+    """
     base = len(os.fsencode(str(root))) + 1
+    pending: list[tuple[str, int]] = [(str(root), 0)]
     while pending:
         top, depth = pending.pop()
         folders, files = _listed(top)
+        folders.sort()
+        files.sort()
         for name in (*folders, *files):
             if len(os.fsencode(os.path.join(top, name))) - base > MAX_RELATIVE_PATH:
                 raise WorkspaceUnfit(f"a path longer than {MAX_RELATIVE_PATH} bytes")
+        yield top, folders, files
         below = [p for p in (os.path.join(top, n) for n in folders) if not os.path.islink(p)]
         if below and depth >= MAX_DEPTH:
             raise WorkspaceUnfit(f"folders nested deeper than {MAX_DEPTH} levels")
-        pending.extend((path, depth + 1) for path in below)
+        pending.extend((path, depth + 1) for path in reversed(below))
 
 
 def _listed(folder: str) -> tuple[list[str], list[str]]:

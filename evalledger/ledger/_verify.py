@@ -30,7 +30,6 @@ broken (a merged ``run.started`` seen without the ``run.merged`` that explains i
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -579,9 +578,10 @@ def _read_as_bytes(ledger: Ledger, after: int, hi: int
     conn = ledger._conn
     names = _ROW_COLUMNS
     kinds = ", ".join(f"typeof({name})" for name in names)
+    cursor = conn.cursor()
     factory, conn.text_factory = conn.text_factory, bytes
     try:
-        cursor = conn.execute(_ROWS.replace(" FROM", f", {kinds} FROM", 1), [after, hi])
+        cursor.execute(_ROWS.replace(" FROM", f", {kinds} FROM", 1), [after, hi])
         for values in iter(cursor.fetchone, None):
             row, types = list(values[:8]), values[8:]
             bad = None
@@ -595,8 +595,7 @@ def _read_as_bytes(ledger: Ledger, after: int, hi: int
             yield tuple(row), bad
     finally:
         conn.text_factory = factory
-        with contextlib.suppress(NameError):
-            cursor.close()
+        cursor.close()
 
 
 # The stored columns, in EventRow's order.
