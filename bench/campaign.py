@@ -979,6 +979,106 @@ def anchors_end_to_end(root: Path, tally: Tally) -> None:
                           f" {(result.stdout + result.stderr)[-400:]!r}")
 
 
+# --------------------------------------------------------------------------- issue 45: verdicts
+
+# The agent under test forging its own verdict in the ledger it can reach (isolation
+# none): through the library (correctly chained), as a batch of its own (a run.resumed
+# with its own key, sealed), or with a seal copied from the runner's. It is handed the
+# ledger's path; confined, it cannot reach it and simply fails.
+VERDICT_FORGER = r"""
+import os, sys
+try:
+    from evalledger.ledger import EventRow, Ledger, RunResumed, Signer, TaskCompleted
+    from evalledger.statuses import FinalStatus
+    how = os.environ["FORGE"]
+    with Ledger(os.environ["THE_LEDGER"]) as ledger:
+        mine = [e for e in ledger.events() if e.type == "task.started"][-1]
+        won = TaskCompleted(run_id=mine.run_id, task_key=mine.task_key, attempt=mine.attempt,
+                            final_status=FinalStatus.SUCCESS,
+                            category=FinalStatus.SUCCESS.category, weighted_score=1.0)
+        if how == "event":
+            ledger.append([won])
+        elif how == "batch":
+            key = Signer(mine.run_id)
+            opened = RunResumed(run_id=mine.run_id, public_key=key.public_key)
+            ledger.append(key.sealed([EventRow.of(opened), EventRow.of(won)]))
+        else:  # a seal of the runner's, copied after the forged event
+            seal = [r for r in ledger.rows(mine.run_id) if r.type == "run.signed"][-1]
+            ledger.append([won, EventRow("copied-" + seal.event_id, mine.run_id, None,
+                                         seal.type, seal.ts, seal.payload)])
+except Exception as e:
+    print("could not forge:", e)
+sys.exit(1)
+"""
+VERDICT_FORGERIES = ("event", "batch", "seal")
+
+
+def family_verdicts(plan: Plan) -> Tally:
+    """Each forgery, under none and (where it runs) bwrap: the run shows FAILURE, no read
+    believes a SUCCESS, and verify names the forgery (none) or finds none (confined).
+    Then a SUCCESS and a run.finished appended after the run: named, believed by none."""
+    tally = plan.tally("forged verdicts", "verdicts")
+    modes = ["none"] + (["bwrap"] if shutil.which("bwrap") else [])
+    if len(modes) == 1:
+        tally.notes.append("bwrap: not installed here, none only")
+    number = -1
+    for mode in modes:
+        for how in VERDICT_FORGERIES:
+            number += 1
+            if plan.only_trial is not None and number != plan.only_trial:
+                continue
+            trial = Trial(plan.root, f"verdicts-{mode}-{how}", number)
+            suite = trial.dir / "suite"
+            suite.mkdir()
+            task = json.loads(yaml_task([sys.executable, "-c", VERDICT_FORGER], trial.mark))
+            task["env"].update({"THE_LEDGER": str(trial.db), "FORGE": how,
+                                "PYTHONPATH": str(REPO)})
+            task["isolation"] = mode
+            (suite / "forger.yaml").write_text(json.dumps(task))
+            with tally.trial(f"{how} under {mode}") as checks:
+                ran = trial.call(*run_args(suite, "v", trial.out, 1), timeout=RUN_TIMEOUT)
+                checks.expect(ran.returncode == (2 if mode == "none" else 1),
+                              f"run exited {ran.returncode}: {ran.stderr[-300:]!r}")
+                checks.expect("0 succeeded" in ran.stdout, f"run said {ran.stdout[-300:]!r}")
+                after = _forge_after(trial)
+                _nothing_believed(trial, checks)
+                checked = trial.call("verify")
+                unsealed = [line for line in checked.stdout.splitlines()
+                            if "not sealed" in line or "not the run's" in line
+                            or "does not verify" in line]
+                checks.expect(checked.returncode == 1 and len(unsealed) >= 2 + (
+                    mode == "none"), f"verify exited {checked.returncode}, named "
+                    f"{unsealed!r} (after the run: seqs {after})")
+    return tally
+
+
+def _forge_after(trial: Trial) -> list[int]:
+    """A SUCCESS and a run.finished appended once the run ended (from outside)."""
+    from evalledger.ledger import Ledger, RunFinished, TaskCompleted
+    from evalledger.statuses import FinalStatus, RunStatus
+
+    with Ledger(trial.db) as ledger:
+        done = [e for e in ledger.events("v", types=["task.completed"])
+                if isinstance(e, TaskCompleted)][-1]
+        return ledger.append([done.model_copy(update={
+            "event_id": f"after-{trial.number}", "final_status": FinalStatus.SUCCESS,
+            "category": FinalStatus.SUCCESS.category, "seq": None}),
+            RunFinished(run_id="v", status=RunStatus.COMPLETED)])
+
+
+def _nothing_believed(trial: Trial, checks: Checks) -> None:
+    shown = trial.call("show", "v", "--json")
+    statuses = ([t["final_status"] for t in json.loads(shown.stdout)["tasks"]]
+                if shown.returncode == 0 else shown.stderr)
+    checks.expect(statuses == ["FAILURE"], f"show says {statuses!r}")
+    listed = trial.call("runs", "--json")
+    succeeded = (json.loads(listed.stdout.splitlines()[0])["tasks_succeeded"]
+                 if listed.returncode == 0 else listed.stderr)
+    checks.expect(succeeded == 0, f"runs says {succeeded!r} succeeded")
+    rows = trial.call("sql", "SELECT final_status FROM task_results", "--format", "json")
+    checks.expect(rows.returncode == 0, f"sql exited {rows.returncode}")
+
+
 # --------------------------------------------------------------------------- issue 20: shared
 
 TOOLS = REPO / "bench" / "campaign_tools.py"
@@ -2473,7 +2573,7 @@ FAMILIES: dict[str, Callable[[Plan], Tally]] = {
     "transfer-verify": family_transfer_verify, "snapshots": family_snapshots,
     "refusals": family_refusals, "creation": family_creation, "outputs": family_outputs,
     "viewer": family_viewer, "hosts": family_hosts, "legacy": family_legacy,
-    "one-line": family_one_line,
+    "one-line": family_one_line, "verdicts": family_verdicts,
 }
 
 

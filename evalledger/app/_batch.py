@@ -27,7 +27,15 @@ import trio
 
 from evalledger.executor import BatchConfig, BatchResult, Resume, run_batch
 from evalledger.executor import Callbacks as Hooks
-from evalledger.ledger import AnyEvent, EventRow, EventType, Ledger, TaskCompleted, VerifyReport
+from evalledger.ledger import (
+    AnyEvent,
+    EventRow,
+    EventType,
+    Ledger,
+    Signer,
+    TaskCompleted,
+    VerifyReport,
+)
 from evalledger.projections import (
     ResumePlan,
     RunSummary,
@@ -162,12 +170,13 @@ def execute(
     expected = {t.task_key: t.expect for t in tasks if t.expect is not None}
     hooks = _hooks(config.run_id, live, total, expected, callbacks, announce=announce)
     signals = settings.handle_signals and threading.current_thread() is threading.main_thread()
+    signer = Signer(config.run_id)  # the batch's key: in this process's memory only
     try:
         result = trio.run(_run, ledger, tasks, skipped, config, hooks, resume, callbacks,
-                          signals)
+                          signals, signer)
     finally:
         callbacks.batch_ended()
-        snapshot_finished(ledger, config.run_id)
+        snapshot_finished(ledger, config.run_id, signer)
     # Nothing claims an anchor in a ledger deleted after the batch's last commit.
     ledger.check_file()
     # What this run wrote (and anything written beside it) is checked before anyone reads
@@ -230,11 +239,12 @@ def _hooks(run_id: str, live: SummaryFold, total: int, expected: Mapping[str, st
 
 async def _run(
     ledger: Ledger, tasks: list[ResolvedTask], skipped: list[Skipped], config: BatchConfig,
-    hooks: Hooks, resume: Resume | None, callbacks: Callbacks, signals: bool,
+    hooks: Hooks, resume: Resume | None, callbacks: Callbacks, signals: bool, signer: Signer,
 ) -> BatchResult | None:
     """Run the batch; return None when a signal interrupted it."""
     if not signals:
-        return await run_batch(ledger, tasks, config, hooks, skipped=skipped, resume=resume)
+        return await run_batch(ledger, tasks, config, hooks, skipped=skipped, resume=resume,
+                               signer=signer)
     kill_now = trio.Event()
     result: BatchResult | None = None
     # SIGHUP too: a closed terminal must not leave agents running and a run unended.
@@ -256,7 +266,7 @@ async def _run(
             nursery.start_soon(watch)
             with batch:
                 result = await run_batch(ledger, tasks, config, hooks, skipped=skipped,
-                                         resume=resume, kill_now=kill_now)
+                                         resume=resume, kill_now=kill_now, signer=signer)
             nursery.cancel_scope.cancel()
     return result
 

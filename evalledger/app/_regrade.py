@@ -28,10 +28,12 @@ from typing import Any
 
 from evalledger.errors import InvalidRequest
 from evalledger.ledger import (
+    EventRow,
     EventType,
     Ledger,
     RefusedGrade,
     RunGraded,
+    Signer,
     TaskCompleted,
     TaskGraded,
     TaskIsolation,
@@ -109,19 +111,22 @@ def regrade(ledger_path: Path | str, run: str, request: RegradeRequest,
         root = _artifacts_root(ledger, run_id)
         outcome = RegradeOutcome(run_id, name)
         grader = Grader(run_id)
+        # The regrade's own key: its gradings sealed as a batch's verdicts are (reads of
+        # a signed run believe no unsealed one), and it may seal nothing but gradings.
+        signer = Signer(run_id)
         try:
             import trio
 
             trio.run(_grade_all, ledger, grader, _rates(ledger, run_id), attempts, root,
                      criteria_for, criteria_from, transferred, name, request.max_parallel,
-                     outcome, on_graded)
+                     outcome, on_graded, signer)
         finally:
             grader.close()
         outcome.refused.sort(key=lambda r: r.task_key)
         outcome.complete = not request.only and not outcome.refused
-        ledger.append([RunGraded(
+        ledger.append(signer.sealed([EventRow.of(RunGraded(
             run_id=run_id, grades=name, complete=outcome.complete, criteria_from=criteria_from,
-            graded=len(outcome.graded), only=list(request.only), refused=outcome.refused)])
+            graded=len(outcome.graded), only=list(request.only), refused=outcome.refused))]))
         write_snapshot(ledger, run_id)
     return outcome
 
@@ -131,7 +136,8 @@ async def _grade_all(ledger: Ledger, grader: Any, rates: Any, attempts: list[_At
                      criteria_for: Callable[[TaskStarted], _Chosen | str],
                      criteria_from: str, transferred: bool, name: str, max_parallel: int,
                      outcome: RegradeOutcome,
-                     on_graded: Callable[[TaskGraded, FinalStatus], None] | None) -> None:
+                     on_graded: Callable[[TaskGraded, FinalStatus], None] | None,
+                     signer: Signer) -> None:
     import trio
 
     from evalledger.executor._judges import Judging
@@ -175,9 +181,9 @@ async def _grade_all(ledger: Ledger, grader: Any, rates: Any, attempts: list[_At
 
             async def record(model: str, tokens: TokenCounts, cost: float | None,
                              call: dict[str, object]) -> None:
-                ledger.append([TaskUsage(  # what judging costs is spent: booked at once
+                ledger.append(signer.sealed([EventRow.of(TaskUsage(  # spent: booked at once
                     run_id=done.run_id, task_key=key, model=model, role="grader",
-                    cost_usd=cost, call={**call, "grades": name}, **dict(tokens))])
+                    cost_usd=cost, call={**call, "grades": name}, **dict(tokens)))]))
 
             judging = Judging(record, rates, workdir=Path(task.workdir)
                               if task.workdir else None)
@@ -196,7 +202,7 @@ async def _grade_all(ledger: Ledger, grader: Any, rates: Any, attempts: list[_At
             final_status=judged.status, category=judged.status.category,
             error_message=judged.error_message, weighted_score=judged.score,
             workspace_hash=found)
-        ledger.append([event])  # each grading a fact as soon as it is one
+        ledger.append(signer.sealed([EventRow.of(event)]))  # a fact as soon as it is one
         outcome.graded.append((event, attempt.was))
         if on_graded is not None:
             on_graded(event, attempt.was)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from evalledger._gc import collector_paused
 from evalledger.errors import InvalidRequest
-from evalledger.ledger import EventType
+from evalledger.ledger import EventRow, EventType
 from evalledger.ledger._queries import latest_snapshot
 from evalledger.projections._snapshots import (
     FOLD_KINDS,
@@ -41,7 +41,7 @@ from evalledger.projections._versions import SUMMARY_VERSION
 from evalledger.statuses import ShownStatus
 
 if TYPE_CHECKING:
-    from evalledger.ledger import AnyEvent, Ledger
+    from evalledger.ledger import AnyEvent, Ledger, Signer
     from evalledger.ledger._lite import LiteEvent
     from evalledger.ledger._queries import Snapshot
     from evalledger.projections import FlakyTask, ResumeFold, RunSummary
@@ -262,13 +262,16 @@ def _known_status(status: object) -> bool:
     return isinstance(status, str) and status in _RECORDED
 
 
-def write_snapshot(ledger: Ledger, run_id: str) -> int | None:
+def write_snapshot(ledger: Ledger, run_id: str, signer: Signer | None = None) -> int | None:
     """Append a snapshot of a finished run (its latest boundary is a ``run.finished``)
     through its latest lifecycle event, unless its newest snapshot is that already.
     Returns the seq it is through (None: nothing written). A run still going (or cut
-    off) is not snapshotted: its state is about to change."""
+    off) is not snapshotted: its state is about to change. ``signer``: the batch that
+    ran it seals it (reads of a signed run believe no other snapshot)."""
     from evalledger.projections import ResumeFold, SummaryFold
 
+    if signer is None and ledger.seal_report(run_id).signed:
+        return None  # reads of a signed run believe only snapshots its batches sealed
     (summary, resume), through = load_folds(ledger, run_id, SummaryFold, ResumeFold)
     assert isinstance(summary, SummaryFold) and isinstance(resume, ResumeFold)
     if not resume.finished:
@@ -276,11 +279,16 @@ def write_snapshot(ledger: Ledger, run_id: str) -> int | None:
     newest = latest_snapshot(ledger, run_id, "summary", SUMMARY_VERSION)
     if newest is not None and newest.through_seq == through:
         return None
-    ledger.append(snapshot_events(run_id, through, summary, resume))
+    events = snapshot_events(run_id, through, summary, resume)
+    if signer is None:
+        ledger.append(events)
+    else:
+        rows = [EventRow.of(event) for event in events]
+        ledger.append([*rows, signer.seal_snapshots(rows)])
     return through
 
 
-def snapshot_finished(ledger: Ledger, run_id: str) -> None:
+def snapshot_finished(ledger: Ledger, run_id: str, signer: Signer | None = None) -> None:
     """After a batch: snapshot the run if it recorded run.finished (interrupted
     included), so later reads and the next resume fold only what comes after. An
     optimisation, so a failure is a warning: every read still works by replaying."""
@@ -288,7 +296,7 @@ def snapshot_finished(ledger: Ledger, run_id: str) -> None:
 
     try:
         ledger.check_file()  # not even the replay for a ledger that is gone
-        write_snapshot(ledger, run_id)
+        write_snapshot(ledger, run_id, signer)
     except LedgerGone:
         # What ended the batch (or ends the command next): said once, in one line.
         return

@@ -72,7 +72,7 @@ def check_ledger(ledger: Ledger, *, since: Anchor | None = None, anchors: list[A
     # What an earlier check found here is an anchor like any other: a ledger restored
     # from an older copy, or cut, no longer holds it (delete the record to start anew).
     report = verify(ledger, anchors or [], checks=[snapshots], since=since,
-                    recorded=recorded if since is None else None)
+                    recorded=recorded if since is None else None, seal_rows=deep)
     if since is None or since == recorded:
         _record(ledger, report)
     return report, snapshots

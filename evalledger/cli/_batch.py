@@ -117,6 +117,8 @@ def finish(outcome: RunOutcome) -> NoReturn:
     try:
         click.echo(summary_line(outcome.summary, outcome.verdict))
         click.echo(f"isolation: {isolation_line(outcome.summary)}", err=True)
+        if keys := outcome.summary.signing_keys:  # keep it: a forged batch has another
+            click.echo(f"signed by key {keys[-1]}", err=True)
         if outcome.ledger_check is not None and outcome.ledger_check.ok:
             click.echo(f"ledger: intact, {checked_line(outcome.ledger_check)}", err=True)
         click.echo(f"reports: {' '.join(reports)}")

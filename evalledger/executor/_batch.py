@@ -34,6 +34,7 @@ from evalledger.ledger import (
     RunFinished,
     RunResumed,
     RunStarted,
+    Signer,
     TaskCompleted,
     TaskSkipped,
 )
@@ -208,6 +209,7 @@ async def run_batch(
     skipped: Sequence[Skipped] = (),
     resume: Resume | None = None,
     kill_now: trio.Event | None = None,
+    signer: Signer | None = None,
 ) -> BatchResult:
     """Run ``tasks`` and record the whole batch in ``ledger``.
 
@@ -220,6 +222,8 @@ async def run_batch(
         resume: run an existing run's remaining keys and record ``run.resumed``.
         kill_now: when set (a second Ctrl-C), running process groups are killed at
             once instead of after their grace period.
+        signer: the batch's key, which seals what it writes (``ledger._signing``); a
+            new one when not given (the caller passes its own to seal more afterwards).
 
     Raises:
         ValueError: two tasks have the same key.
@@ -256,7 +260,7 @@ async def run_batch(
             cluster = await trio.to_thread.run_sync(_join_cluster, config, token)
             attempts = cluster.run
         return await _run(ledger, tasks, to_run, config, callbacks, skipped, resume, kill_now,
-                          sandboxes, token, attempts)
+                          sandboxes, token, attempts, signer or Signer(config.run_id))
     finally:
         if cluster is not None:
             with trio.CancelScope(shield=True):
@@ -312,6 +316,7 @@ async def _run(
     sandboxes: SandboxPool,
     token: str,
     attempts: Attempts,
+    signer: Signer,
 ) -> BatchResult:
     completed: list[TaskCompleted] = []
     on_committed = None
@@ -322,7 +327,7 @@ async def _run(
             for event in events:
                 on_event(event)
 
-    async with open_writer(ledger, on_committed) as writer:
+    async with open_writer(ledger, on_committed, signer) as writer:
         ctx = RunContext(
             run_id=config.run_id,
             writer=writer,
@@ -371,14 +376,15 @@ async def _run(
         # Written directly (the writer is idle until now), under the write lock, only
         # if no other process started or resumed this run since it was read.
         opening = _opening(config, tasks, to_run, resume, token, sandboxes.root,
-                           ledger.ledger_id)
+                           ledger.ledger_id, signer.public_key)
         guard: tuple[str, int] | None = (config.run_id, 0)  # a new run: nobody started it
         if resume is not None:
             boundary = resume.boundary_seq
             guard = None if boundary is None else (config.run_id, boundary)
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(
-                functools.partial(ledger.append, [opening], if_run_at=guard)
+                functools.partial(ledger.append, signer.sealed([EventRow.of(opening)]),
+                                  if_run_at=guard)
             )
         _call(on_committed, [opening])  # a failing callback is logged, as in the writer
         # Invariant: from the moment run.started is committed, every way out of this
@@ -426,6 +432,7 @@ def _opening(
     token: str,
     sandbox_root: Path,
     ledger_id: str,
+    public_key: str,
 ) -> AnyEvent:
     measured = fingerprint(config.options, tasks)  # what the next resume's drift compares
     if resume is not None:
@@ -435,7 +442,7 @@ def _opening(
             to_run=[t.task_key for t in to_run], max_parallel=config.max_parallel,
             batch_token=token, sandbox_root=str(sandbox_root), added=list(resume.added),
             rerun=list(resume.rerun), rerun_failed=resume.rerun_failed,
-            retry_errors=resume.retry_errors,
+            retry_errors=resume.retry_errors, public_key=public_key,
         )
     return RunStarted(
         run_id=config.run_id,
@@ -449,6 +456,7 @@ def _opening(
         batch_token=token,
         sandbox_root=str(sandbox_root),
         ledger_id=ledger_id or None,
+        public_key=public_key,
     )
 
 

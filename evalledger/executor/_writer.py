@@ -25,7 +25,7 @@ from typing import Protocol
 
 import trio
 
-from evalledger.ledger import AnyEvent, EventRow, Ledger, LedgerError
+from evalledger.ledger import AnyEvent, EventRow, Ledger, LedgerError, Signer
 
 log = logging.getLogger("evalledger.executor")
 
@@ -107,9 +107,12 @@ OnCommitted = Callable[[Sequence["AnyEvent | EventRow"]], None]
 
 @asynccontextmanager
 async def open_writer(
-    ledger: Ledger, on_committed: OnCommitted | None = None
+    ledger: Ledger, on_committed: OnCommitted | None = None, signer: Signer | None = None,
 ) -> AsyncIterator[LedgerWriter]:
     """Run the writer for the duration of the block; on exit, flush and stop it.
+
+    ``signer``: each commit goes in with its seal (``Signer.sealed``), in the same
+    transaction: no verdict is ever committed unsealed.
 
     ``on_committed`` sees every batch, in order, right after its commit and before
     anyone waiting on it is woken: a live projection fed from it has folded a
@@ -118,14 +121,14 @@ async def open_writer(
     send, receive = trio.open_memory_channel[_Item](CHANNEL_CAPACITY)
     writer = LedgerWriter(send, WriterStats())
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_drain, ledger, receive, writer, on_committed)
+        nursery.start_soon(_drain, ledger, receive, writer, on_committed, signer)
         async with send:
             yield writer
 
 
 async def _drain(
     ledger: Ledger, receive: trio.MemoryReceiveChannel[_Item], writer: LedgerWriter,
-    on_committed: OnCommitted | None,
+    on_committed: OnCommitted | None, signer: Signer | None,
 ) -> None:
     one_writer = trio.CapacityLimiter(1)
     with trio.CancelScope(shield=True):
@@ -133,8 +136,11 @@ async def _drain(
             async for first in receive:
                 items = await _gather(receive, first)
                 events = [event for batch, _ in items for event in batch]
+                # The seal goes after them: the events' own seqs keep their places.
+                stored = events if signer is None else signer.sealed(
+                    [EventRow.of(event) for event in events])
                 try:
-                    seqs = await trio.to_thread.run_sync(ledger.append, events, limiter=one_writer)
+                    seqs = await trio.to_thread.run_sync(ledger.append, stored, limiter=one_writer)
                 except BaseException as e:
                     writer.failure = e
                     for _, ack in items:

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from ._events import RunGraded as RunGraded
     from ._events import RunMerged as RunMerged
     from ._events import RunResumed as RunResumed
+    from ._events import RunSigned as RunSigned
     from ._events import RunSnapshot as RunSnapshot
     from ._events import RunStarted as RunStarted
     from ._events import TaskCompleted as TaskCompleted
@@ -64,6 +65,8 @@ if TYPE_CHECKING:
     from ._events import utc_now as utc_now
     from ._rows import EventRow as EventRow
     from ._rows import EventType as EventType
+    from ._signing import SealReport as SealReport
+    from ._signing import Signer as Signer
     from ._store import DEFAULT_BUSY_TIMEOUT as DEFAULT_BUSY_TIMEOUT
     from ._store import Ledger as Ledger
     from ._store import pick_run as pick_run
@@ -109,6 +112,9 @@ _WHERE = {
     "Evidence": "_events",
     "RunResumed": "_events",
     "RunMerged": "_events",
+    "RunSigned": "_events",
+    "SealReport": "_signing",
+    "Signer": "_signing",
     "RunSnapshot": "_events",
     "RunStarted": "_events",
     "TaskCompleted": "_events",
@@ -177,8 +183,11 @@ __all__ = [
     "RunMerged",
     "RunNotFound",
     "RunResumed",
+    "RunSigned",
     "RunSnapshot",
     "RunStarted",
+    "SealReport",
+    "Signer",
     "TaskCompleted",
     "TaskEmitted",
     "TaskFlagged",

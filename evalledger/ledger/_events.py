@@ -270,6 +270,10 @@ class RunStarted(_Event):
     """Tasks at once."""
     planned: list[str] = []
     """Every task key of the run, in dispatch order."""
+    public_key: str | None = None
+    """The batch's signing key (ed25519, raw, base64url): every event that decides a
+    verdict is sealed with it by a ``run.signed`` (see [ledger.md](ledger.md#signed-runs)).
+    None: a run recorded before signing, or imported."""
     sandbox_root: str | None = None
     """The batch's sandbox folder (in the temp folder): removed by a later batch if this
     one's process died, and only when the folder proves it is that batch's (its marker
@@ -302,6 +306,8 @@ class RunResumed(_Event):
     """The recording process, as in ``run.started``."""
     max_parallel: int = 1
     """Tasks at once for this resume."""
+    public_key: str | None = None
+    """This resume's signing key, as in ``run.started``."""
     rerun: list[str] = []
     """The ``--rerun`` patterns (task keys or globs) asked to run again."""
     rerun_failed: bool = False
@@ -792,6 +798,34 @@ class RunMerged(_Event):
     """The first and last seq the batch's events of the run had there."""
 
 
+class RunSigned(_Event):
+    """The runner's seal over what it just wrote of the run: the events that decide a
+    verdict (``SEALED_TYPES``) in the same commit, and the run's other rows it wrote
+    since its last seal, chained to its earlier seals and signed with the batch's key
+    (see [ledger.md](ledger.md#signed-runs)). An event of a sealed type no valid seal
+    covers was not written by the runner: ``verify`` names it, reads ignore it."""
+
+    type: Literal[EventType.RUN_SIGNED] = EventType.RUN_SIGNED
+    k: int = 0
+    """How many events of sealed types it covers: the run's last ``k`` of them before it
+    (0 on a seal of snapshots)."""
+    key: _Line
+    """The signing key's id: the first 8 characters of its ``public_key``."""
+    m: int = 0
+    """How many of the run's other rows it covers: its last ``m`` before it."""
+    public_key: str | None = None
+    """The whole key, on the first seal it makes (base64url of its 32 raw bytes)."""
+    rest: str | None = None
+    """sha256 of those ``m`` rows (base64url); None when ``m`` is 0."""
+    sig: _Line
+    """The ed25519 signature of the chain value (base64url of 64 bytes); on a seal of
+    snapshots, of their digests."""
+    snapshots: list[str] = []
+    """A seal of the snapshots right before it, outside the chain: each one's sha256
+    (base64url), in order. A read uses a snapshot of a signed run only when such a seal
+    by one of its batches vouches for it."""
+
+
 class OpaqueEvent(_Event):
     """An event of a type this version does not know: kept whole, skipped by projections."""
 
@@ -817,7 +851,8 @@ Event = Annotated[
     | TaskFlagged
     | RunFinished
     | RunSnapshot
-    | RunMerged,
+    | RunMerged
+    | RunSigned,
     Field(discriminator="type"),
 ]
 AnyEvent = Event | OpaqueEvent
@@ -831,7 +866,7 @@ EVENT_TYPES: dict[str, type[_Event]] = {
         TaskUsage, TaskCompleted, TaskInterrupted, TaskIsolation, TaskStalled,
         TaskOutputTruncated, TaskGraded,
         RunGraded,
-        TaskFlagged, RunFinished, RunSnapshot, RunMerged,
+        TaskFlagged, RunFinished, RunSnapshot, RunMerged, RunSigned,
     )
 }
 
@@ -846,7 +881,8 @@ def encode_payload(event: AnyEvent | EventRow) -> str:
     if isinstance(event, OpaqueEvent):
         return to_json(event.payload).decode()
     return event.__pydantic_serializer__.to_json(
-        event, exclude=_EXCLUDE_ENVELOPE, exclude_defaults=type(event) is TaskOutput).decode()
+        event, exclude=_EXCLUDE_ENVELOPE,
+        exclude_defaults=type(event) is TaskOutput or type(event) is RunSigned).decode()
 
 
 _str = json.JSONEncoder(ensure_ascii=False).encode

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ._packed import PREFIX, unpack
-from ._rows import EventType
+from ._rows import EventRow, EventType
 
 if TYPE_CHECKING:
     from ._store import Ledger
@@ -83,7 +83,17 @@ def latest_snapshot(ledger: Ledger, run_id: str, kind: str, version: int,
     is not used is ever parsed.
     """
     prefix = _prefix(kind, version)
-    row = ledger.latest_row(run_id, EventType.RUN_SNAPSHOT, prefix, until_seq=until_seq)
+    accept = None
+    report = ledger.seal_report(run_id, until_seq=ledger.last_seq())
+    if report.signed:  # only a snapshot one of the run's batches sealed is believed
+        from ._signing import snapshot_vouched
+
+        def accept(row: EventRow) -> bool:
+            return snapshot_vouched(run_id, row, ledger.next_seal(run_id, row.seq or 0),
+                                    report.batch_keys)
+
+    row = ledger.latest_row(run_id, EventType.RUN_SNAPSHOT, prefix, until_seq=until_seq,
+                            accept=accept)
     if row is None:
         return None
     payload = row.payload

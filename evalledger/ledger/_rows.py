@@ -36,6 +36,7 @@ class EventType(StrEnum):
     TASK_FLAGGED = "task.flagged"
     RUN_SNAPSHOT = "run.snapshot"
     RUN_MERGED = "run.merged"
+    RUN_SIGNED = "run.signed"
 
 class EventRow(NamedTuple):
     """One event in its stored form: the envelope columns and the canonical payload text,

@@ -64,6 +64,7 @@ if TYPE_CHECKING:  # pydantic and sqlite-utils are imported where used: start-up
     from ._anchor import Anchor
     from ._events import AnyEvent
     from ._lite import LiteEvent
+    from ._signing import SealReport
     from ._sqlite_utils import Database
 
 DEFAULT_BUSY_TIMEOUT = 30.0
@@ -172,6 +173,9 @@ class Ledger:
         # Invariant: True once check_file found that the path no longer names this
         # ledger's file or -wal; close then empties the -wal into the ledger's own file.
         self._gone = False
+        # The newest seal check of each run, by (run, until, last seq): reads of one run
+        # ask it once per fold, not once per event stream.
+        self._seals: dict[str, tuple[tuple[int | None, int], SealReport]] = {}
         if self.path.is_dir():
             raise NotALedger(f"{self.path} is a directory, not a ledger file")
         if read_only and not self.path.is_file():
@@ -627,7 +631,10 @@ class Ledger:
         after_seq: int = 0,
         until_seq: int | None = None,
     ) -> Iterator[AnyEvent]:
-        """Typed events in ``seq`` order, filtered like ``rows``.
+        """Typed events in ``seq`` order, filtered like ``rows``. A run's seals
+        (``run.signed``) are bookkeeping like the hash column: left out unless ``types``
+        names them; and of a signed run, what no seal of its own vouches for is left
+        out (``seal_report``).
 
         Raises:
             InvalidEvent: a stored payload does not fit its type (``verify`` lists them all).
@@ -635,8 +642,19 @@ class Ledger:
 
         from ._events import decode_row
 
+        ignored: frozenset[int] = frozenset()
+        types = None if types is None else set(types)
+        seals = types is not None and EventType.RUN_SIGNED in types
+        if run_id is not None:
+            now = self.last_seq()
+            # Seals after ``until_seq`` vouch for what came before it too.
+            ignored = self.seal_report(run_id, until_seq=now).ignored
+            until_seq = now if until_seq is None else min(until_seq, now)
         for row in self.rows(run_id, task_key=task_key, types=types, after_seq=after_seq,
                              until_seq=until_seq):
+            if (ignored and row.seq in ignored) or (
+                    row.type == EventType.RUN_SIGNED and not seals):
+                continue
             try:
                 yield decode_row(row)
             except ValueError as e:  # pydantic's ValidationError included
@@ -664,6 +682,8 @@ class Ledger:
         type_list = sorted(set(types))
         if not type_list:
             return
+        now = self.last_seq()
+        until_seq = now if until_seq is None else min(until_seq, now)
         if set(type_list) & set(UNFOLDED_TYPES):
             rows: Iterable[tuple[Any, ...]] = (
                 (r.event_id, r.seq, r.task_key, r.type, r.ts, r.payload)
@@ -674,15 +694,47 @@ class Ledger:
                 f"SELECT event_id, seq, task_key, type, ts, payload FROM events WHERE seq > ? AND "
                 f"seq <= ? AND {self._lifecycle_where} AND run_id = ? "
                 f"AND type IN ({','.join('?' * len(type_list))}) ORDER BY seq",
-                [after_seq, until_seq if until_seq is not None else 2**62, run_id,
-                 *type_list])
+                [after_seq, until_seq, run_id, *type_list])
+        ignored = self.seal_report(run_id, until_seq=now).ignored
         for event_id, seq, task_key, type_, ts, payload in rows:
+            if ignored and seq in ignored:
+                continue
             event_id = text_id(event_id)
             try:
                 yield decode_lite(event_id, run_id, seq, task_key, type_, ts, payload)
             except ValueError as e:
                 row = EventRow(event_id, run_id, task_key, type_, ts, payload, seq)
                 raise _invalid(self.path, row, e) from e
+
+    def seal_report(self, run_id: str, *, until_seq: int | None = None) -> SealReport:
+        """Which of the run's events of sealed types no valid seal of its own processes
+        covers (``_signing``): what every read of a signed run leaves out."""
+        from ._signing import SEALED_TYPES, SealReport, run_signed, seal_report
+
+        mark = (until_seq, self.last_seq())
+        cached = self._seals.get(run_id)
+        if cached is not None and cached[0] == mark:
+            return cached[1]
+        with self._translate():
+            first = self._conn.execute(
+                "SELECT payload FROM events WHERE type = ? AND run_id = ? AND task_key IS NULL "
+                "ORDER BY seq LIMIT 1", [EventType.RUN_STARTED, run_id]).fetchone()
+        if first is None or not run_signed(first[0]):
+            # Recorded before signing, or imported from such a run: nothing to hold it to
+            # (verify walks it all the same, for seals a later process made).
+            report = SealReport(False, frozenset(), (), ())
+            self._seals[run_id] = (mark, report)
+            return report
+        types = sorted({*SEALED_TYPES, EventType.RUN_SIGNED})
+        rows = self._fetch(
+            f"SELECT seq, event_id, task_key, type, ts, payload FROM events WHERE seq <= ? "
+            f"AND {self._lifecycle_where} AND run_id = ? "
+            f"AND type IN ({','.join('?' * len(types))}) ORDER BY seq",
+            [until_seq if until_seq is not None else 2**62, run_id, *types])
+        report = seal_report(((seq, text_id(event_id), task_key, type_, ts, payload)
+                              for seq, event_id, task_key, type_, ts, payload in rows), run_id)
+        self._seals[run_id] = (mark, report)
+        return report
 
     def _fetch(self, sql: str, params: Sequence[Any]) -> Iterator[tuple[Any, ...]]:
         """Rows of a query, a thousand at a time (never all in memory at once)."""
@@ -695,10 +747,12 @@ class Ledger:
                 _close(cursor)
 
     def latest_row(self, run_id: str, type_: str, payload_prefix: str, *,
-                   until_seq: int | None = None) -> EventRow | None:
+                   until_seq: int | None = None,
+                   accept: Callable[[EventRow], bool] | None = None) -> EventRow | None:
         """The run's newest run-level row of ``type_`` (at or before ``until_seq``) whose
-        payload text starts with ``payload_prefix``. Payloads are canonical JSON (keys
-        sorted, no spaces): a prefix names the values of the first fields exactly."""
+        payload text starts with ``payload_prefix`` (and that ``accept`` accepts).
+        Payloads are canonical JSON (keys sorted, no spaces): a prefix names the values
+        of the first fields exactly."""
         # The candidates by index, each payload's first bytes read through a blob handle,
         # the one row that matches read whole: substr() in SQL would load every
         # candidate's payload whole (a 100,000-task run's summary snapshot is 44 MB),
@@ -713,8 +767,19 @@ class Ledger:
                 if self.payload_start(seq, len(prefix)) == prefix:
                     row = self._conn.execute(f"SELECT {_COLUMNS} FROM events WHERE seq = ?",
                                              [seq]).fetchone()
-                    return None if row is None else fetched(row)
+                    found = None if row is None else fetched(row)
+                    if found is not None and (accept is None or accept(found)):
+                        return found
         return None
+
+    def next_seal(self, run_id: str, seq: int) -> EventRow | None:
+        """The run's first ``run.signed`` after ``seq``."""
+        with self._translate():
+            row = self._conn.execute(
+                f"SELECT {_COLUMNS} FROM events WHERE seq > ? AND {self._lifecycle_where} "
+                "AND run_id = ? AND type = ? ORDER BY seq LIMIT 1",
+                [seq, run_id, EventType.RUN_SIGNED]).fetchone()
+        return None if row is None else fetched(row)
 
     def payload_start(self, seq: int, size: int) -> bytes | None:
         """The first ``size`` bytes (UTF-8) of the text payload at ``seq``, read through a

@@ -106,6 +106,8 @@ class VerifyReport:
     schema: list[str] = field(default_factory=list)
     # What the checks of derived data (snapshots) found, one line each.
     derived: list[str] = field(default_factory=list)
+    # Events of signed runs their own processes did not seal, and bad seals (_signing).
+    seals: list[str] = field(default_factory=list)
     # Anchors the ledger no longer matches, one line each.
     anchors: list[str] = field(default_factory=list)
     anchors_checked: int = 0
@@ -125,7 +127,8 @@ class VerifyReport:
 
     def lines(self) -> list[str]:
         """The report as a person reads it: a verdict line, then one line per problem."""
-        out = [self._headline(), *self._row_lines(), *self._schema_lines(), *self.derived,
+        out = [self._headline(), *self._row_lines(), *self._schema_lines(), *self.seals,
+               *self.derived,
                *(f"anchor: {s}" for s in self.anchors),
                *(f"SQLite integrity check: {s}" for s in self.storage)]
         unlisted = self.problems_total - self._listed()
@@ -185,12 +188,13 @@ class VerifyReport:
         """How many of the counted problems (``problems_total``) have a line of their own."""
         return (len(self.broken_links) + len(self.gaps) + len(self.storage_classes)
                 + len(self.invalid_payloads) + len(self.noncanonical) + len(self.derived)
+                + len(self.seals)
                 + len(self.storage))
 
 
 def verify(ledger: Ledger, anchors: Iterable[Anchor] = (), *,
            checks: Iterable[Check] = (), since: Anchor | None = None,
-           recorded: Anchor | None = None) -> VerifyReport:
+           recorded: Anchor | None = None, seal_rows: bool = False) -> VerifyReport:
     """SQLite's ``quick_check`` of the file, the hash chain over every row, what the schema
     promises (gapless seqs, text envelopes, payloads that validate and are canonical
     JSON, the tables, indexes, triggers, views and meta this version creates), each of
@@ -203,9 +207,13 @@ def verify(ledger: Ledger, anchors: Iterable[Anchor] = (), *,
     cost is that of what is new. ``checks`` are the caller's to narrow the same way.
 
     ``recorded``: the anchor an earlier check that found this ledger intact left (kept
-    by the caller): held like ``anchors``, but not counted among them."""
+    by the caller): held like ``anchors``, but not counted among them.
+
+    Signed runs (``_signing``): every event of a sealed type sealed by the run's own
+    processes and every seal valid; ``seal_rows`` (``--deep``) reads every row of each
+    run for what its seals say of the other rows too."""
     with ledger.read_transaction():
-        return _verify(ledger, list(anchors), list(checks), since, recorded)
+        return _verify(ledger, list(anchors), list(checks), since, recorded, seal_rows)
 
 
 def verify_events(ledger: Ledger) -> VerifyReport:
@@ -223,7 +231,7 @@ def verify_events(ledger: Ledger) -> VerifyReport:
 
 
 def _verify(ledger: Ledger, anchors: list[Anchor], checks: list[Check],
-            since: Anchor | None, recorded: Anchor | None) -> VerifyReport:
+            since: Anchor | None, recorded: Anchor | None, seal_rows: bool) -> VerifyReport:
     report = VerifyReport(path=str(ledger.path), schema_version=ledger.schema_version,
                           since=since)
     meta, first_migration = _check_schema(ledger, report)
@@ -249,6 +257,7 @@ def _verify(ledger: Ledger, anchors: list[Anchor], checks: list[Check],
         _check_created_at(meta.get("created_at"), first_migration,
                           walk.identity.first_native, report)
     report.schema += walk.identity.changed()
+    _check_seals(ledger, since.seq if since is not None else 0, seal_rows, report)
     for check in checks:
         for line in check(ledger):
             report.problem(report.derived, line)
@@ -257,6 +266,33 @@ def _verify(ledger: Ledger, anchors: list[Anchor], checks: list[Check],
     for seq, anchor in wanted:
         _check_anchor(anchor, ledger.ledger_id, _stored_hash(ledger, seq), last, report)
     return report
+
+
+def _check_seals(ledger: Ledger, after: int, rows: bool, report: VerifyReport) -> None:
+    """Each signed run written to after ``after``: every event of a sealed type sealed by
+    the run's own processes, every seal valid (``_signing``); with ``rows``, each seal's
+    other rows too, read in full."""
+    from ._signing import Seals
+
+    with ledger._translate():
+        runs = [run_id for (run_id,) in ledger._conn.execute(
+            "SELECT DISTINCT CAST(run_id AS BLOB) FROM events WHERE seq > ? ORDER BY 1",
+            [after])]
+    for raw in runs:
+        try:  # a run whose rows do not read as text: the walk named them already
+            run_id = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
+            if rows:
+                seals = Seals(run_id, rest=True)
+                for row in ledger.rows(run_id):
+                    seals.feed(row.seq or 0, row.event_id, row.task_key, row.type, row.ts,
+                               row.payload)
+                found = seals.report()
+            else:
+                found = ledger.seal_report(run_id)
+        except (UnicodeDecodeError, NotUtf8):
+            continue
+        for seq, what in found.problems:
+            report.problem(report.seals, f"run {run_id}: seq {seq}: {what}")
 
 
 def _check_snapshot_rows(ledger: Ledger, seqs: list[int], report: VerifyReport) -> None:

@@ -301,6 +301,10 @@ class RunSummary(RunHeadline):
     version_drift: dict[str, dict[str, int]]
     fingerprint_drift: list[dict[str, Any]]
     tasks: list[TaskRow]
+    signing_keys: list[str] = []
+    """The public key of each batch that ran the run (``run.started``, then each
+    ``run.resumed``), in order: what its events are sealed with (see docs/ledger.md,
+    "Signed runs"). Empty for a run recorded before signing."""
     anchor: Anchor | None = None
     """The ledger's id and the seq and hash of the run's last lifecycle event when the
     report was made: ``verify --anchor run.json`` checks the ledger still holds it.

@@ -264,6 +264,7 @@ class _State(msgspec.Struct, gc=False):
     planned: list[str]
     running: list[str]
     session: dict[str, Any]
+    signing_keys: list[str]
     skipped: list[_Skipped]
     spend: _Spend
     started_at: str | None
@@ -307,6 +308,8 @@ class SummaryFold(Fold):
         # What the latest run.started / run.resumed recorded that its completions leave
         # out (hosts.SESSION_KEYS).
         self.session: dict[str, Any] = {}
+        # Each batch's public key, in order (run.started, run.resumed).
+        self.signing_keys: list[str] = []
 
     def state(self) -> dict[str, Any]:
         state = _State(
@@ -316,7 +319,7 @@ class SummaryFold(Fold):
             keys=list(self.keys.values()), latest_complete=self.latest_complete,
             max_parallel=self.max_parallel, models=sorted(self.models),
             planned=list(self.planned), running=sorted(self.running), session=self.session,
-            skipped=self.skipped,
+            signing_keys=self.signing_keys, skipped=self.skipped,
             spend=self.spend, started_at=self.started_at, status=self.status,
             unreported=self.unreported)
         return msgspec.to_builtins(state)  # type: ignore[no-any-return]
@@ -331,7 +334,7 @@ class SummaryFold(Fold):
         fold.keys = {key.task_key: key for key in s.keys}
         fold.models, fold.planned = set(s.models), dict.fromkeys(s.planned)
         fold.running, fold.skipped, fold.spend = set(s.running), s.skipped, s.spend
-        fold.session = s.session
+        fold.session, fold.signing_keys = s.session, s.signing_keys
         fold.started_at, fold.status, fold.unreported = s.started_at, s.status, s.unreported
         return fold
 
@@ -430,11 +433,15 @@ class SummaryFold(Fold):
         self.max_parallel = event.max_parallel
         self.planned.update(dict.fromkeys(event.planned))
         self.session = session_environment(event.host)
+        if event.public_key is not None:
+            self.signing_keys.append(event.public_key)
 
     @on(RunResumed)
     def _run_resumed(self, event: RunResumed) -> None:
         self.max_parallel = event.max_parallel
         self.session = session_environment(event.host)
+        if event.public_key is not None:
+            self.signing_keys.append(event.public_key)
         self.status = "running"
         self.finished_at = None
         self.planned.update(dict.fromkeys(event.to_run))
@@ -565,6 +572,7 @@ class SummaryFold(Fold):
             version_drift=drift,
             fingerprint_drift=list(self.drift),
             tasks=rows,
+            signing_keys=list(self.signing_keys),
         )
 
     def row(self, task_key: str, grades: str | None = None) -> TaskRow | None:

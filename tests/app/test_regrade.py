@@ -9,8 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from evalledger.ledger import Ledger, RunGraded, TaskCompleted, TaskGraded, verify
+from evalledger.ledger import (
+    Ledger,
+    RunFinished,
+    RunGraded,
+    RunStarted,
+    TaskCompleted,
+    TaskGraded,
+    TaskStarted,
+    verify,
+)
 from evalledger.projections import SummaryFold, fold
+from evalledger.statuses import RunStatus
 from tests.cli.helpers import (
     assert_one_line_error,
     evalledger,
@@ -250,7 +260,6 @@ def test_a_forged_task_key_that_leads_out_of_the_artifacts_is_refused(
     graded_run: tuple[Path, Path],
 ) -> None:
     """A row appended by hand naming ``../..``: never hashed, copied or graded."""
-    from evalledger.ledger import TaskStarted
     from evalledger.statuses import FinalStatus
 
     _, db = graded_run
@@ -263,6 +272,24 @@ def test_a_forged_task_key_that_leads_out_of_the_artifacts_is_refused(
             TaskCompleted(run_id="r", task_key=key, final_status=FinalStatus.SUCCESS,
                           category=FinalStatus.SUCCESS.category, kept_hash="00" * 32)])
     done = evalledger(db.parent, db, "regrade", "r", "--recorded")
+    # The run is signed: rows its own batch did not seal are no attempt of it at all.
+    assert done.returncode == 0, done
+    assert key not in done.stdout + "\n".join(done.err_lines)
+    checked = evalledger(db.parent, db, "verify")
+    assert checked.returncode == 1
+    assert "task.started is not sealed by the run's key" in checked.stdout
+    # Of a run recorded before signing (nothing to hold it to), such a row is refused.
+    with Ledger(db) as ledger:
+        opening = next(e for e in ledger.events("r") if isinstance(e, RunStarted))
+        ledger.append([opening.model_copy(update={
+            "run_id": "old", "event_id": "old-start", "public_key": None, "seq": None}),
+            TaskStarted(run_id="old", task_key=key, task_id="etc", definition_hash="h",
+                        definition={"command": "true", "success_criteria": [
+                            {"type": "file_exists", "path": "passwd"}]}),
+            TaskCompleted(run_id="old", task_key=key, final_status=FinalStatus.SUCCESS,
+                          category=FinalStatus.SUCCESS.category, kept_hash="00" * 32),
+            RunFinished(run_id="old", status=RunStatus.COMPLETED)])
+    done = evalledger(db.parent, db, "regrade", "old", "--recorded")
     assert done.returncode == 1
     assert f"refused {key}: its task key is no folder name under the run's artifacts" in (
         done.err_lines)

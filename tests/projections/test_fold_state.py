@@ -54,6 +54,7 @@ LAYOUTS = {
     ("SummaryFold", 8): "6cc3fc943741c75f",  # an estimate is a floor, priced or not
     ("SummaryFold", 9): "6cc3fc943741c75f",  # an estimate is unreported spend, not unpriced
     ("SummaryFold", 10): "5ebf973f60086f4e",  # + the session's versions (completions omit them)
+    ("SummaryFold", 11): "9a352ef112628e6f",  # + each batch's signing key
     ("ResumeFold", 2): "488576a01a3d6a5a",
 }
 
@@ -175,15 +176,15 @@ SUMMARY_FOLD_6 = {
 
 # Version 10 adds the session's versions (hosts.SESSION_KEYS of the latest run.started /
 # run.resumed host: none recorded by these events).
-SUMMARY_FOLD_10 = {**SUMMARY_FOLD_6, "session": {}}
+SUMMARY_FOLD_11 = {**SUMMARY_FOLD_6, "session": {}, "signing_keys": []}
 
 
-def test_a_version_10_summary_fold_state_restores_as_it_was_written() -> None:
+def test_a_version_11_summary_fold_state_restores_as_it_was_written() -> None:
     events = _events()
     live = fold(SummaryFold(RUN), events)
-    assert json.dumps(live.state(), sort_keys=True) == json.dumps(SUMMARY_FOLD_10,
+    assert json.dumps(live.state(), sort_keys=True) == json.dumps(SUMMARY_FOLD_11,
                                                                   sort_keys=True)
-    restored = SummaryFold.restore(RUN, json.loads(json.dumps(SUMMARY_FOLD_10)))
+    restored = SummaryFold.restore(RUN, json.loads(json.dumps(SUMMARY_FOLD_11)))
     assert json.dumps(restored.state()) == json.dumps(live.state())
     assert render_json(restored.summary()) == render_json(live.summary())
 

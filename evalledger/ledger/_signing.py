@@ -1,0 +1,419 @@
+"""Signed runs: which of a run's events the process that ran it wrote.
+
+Under ``isolation: none`` the command under test runs as the runner's user and can
+append to the ledger: a correctly chained row is easy to make. A signature is not. Each
+batch (``run``, ``resume``) and each ``regrade`` holds an ed25519 key in its memory only
+and seals what it writes:
+
+- after each commit holding an event of ``COVERED_TYPES``, in the same transaction, a
+  ``run.signed`` covering those ``k`` events and the ``m`` other rows of the run it
+  wrote since its previous seal (``rest``: their digest);
+- one key's seals form a chain, ``D_0 = sha256("evalledger.seal" run_id key)`` and
+  ``D_i = sha256(D_(i-1) k m sha256(covered) rest)``, and each signs its ``D_i``: the
+  newest valid seal of a key vouches for every seal before it, so a reader checks one
+  signature per key, not one per commit.
+
+``Seals`` reads a run's rows in seq order and says which events of ``COVERED_TYPES`` no
+valid seal covers (the ones a read ignores, and ``verify`` names when they are of
+``SEALED_TYPES``). A key counts when its seals cover a ``run.started``/``run.resumed``
+(a batch's) or only gradings (a regrade's: it may seal nothing else); a batch opened
+while an earlier batch of the run still sealed afterwards is a forgery of an open batch
+and counts for nothing. What a seal cannot prove is said in docs/ledger.md: a process
+that can read the runner's memory (ptrace: root, or the same user where Yama allows it)
+signs as the runner; a whole forged batch after the run finished is a batch of its own,
+shown with its key.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ._rows import EventRow, EventType
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+    )
+
+# What decides a verdict, an attempt's number or a run's status: unsealed in a signed
+# run, verify names it and every read ignores it.
+SEALED_TYPES = frozenset({
+    EventType.RUN_STARTED, EventType.RUN_RESUMED, EventType.RUN_FINISHED,
+    EventType.TASK_STARTED, EventType.TASK_COMPLETED, EventType.TASK_GRADED,
+    EventType.RUN_GRADED,
+})
+COVERED_TYPES = SEALED_TYPES
+_OPENINGS = frozenset({EventType.RUN_STARTED, EventType.RUN_RESUMED})
+_GRADINGS = frozenset({EventType.TASK_GRADED, EventType.RUN_GRADED})
+# What the process running a run never writes (a scan's findings, a merge's account):
+# no seal covers them, and they may come at any time.
+# Snapshots have seals of their own (``Signer.seal_snapshots``): derived data, large,
+# checked one at a time when a read uses one, never all on every read.
+_NOT_THE_RUNNERS = frozenset({EventType.TASK_FLAGGED, EventType.RUN_MERGED,
+                              EventType.RUN_SNAPSHOT})
+_NO_REST = bytes(32)
+KEY_ID_LENGTH = 8
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def row_digest(event_id: str, run_id: str, task_key: str | None, type_: str, ts: str,
+               payload: str) -> bytes:
+    """One row's digest, over the columns the chain hashes (``_chain``), seq and hash
+    left out: a seal still holds when an export moves the run to another ledger."""
+    return hashlib.sha256(
+        f"{event_id}\n{run_id}\n{task_key or ''}\n{type_}\n{ts}\n{payload}".encode()).digest()
+
+
+_UNCHAINED = frozenset({EventType.RUN_SIGNED, EventType.RUN_SNAPSHOT})
+
+
+def _snapshots_message(run_id: str, digests: Sequence[bytes]) -> bytes:
+    return b"evalledger.snapshots\n" + run_id.encode() + b"\n" + b"".join(digests)
+
+
+def snapshot_vouched(run_id: str, row: EventRow, seal: EventRow | None,
+                     keys: dict[str, bytes]) -> bool:
+    """Whether ``seal`` (the run's first ``run.signed`` after the snapshot ``row``) is a
+    seal of snapshots by one of ``keys`` (the run's batches) vouching for ``row``."""
+    import json
+
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    if seal is None or seal.seq is None or row.seq is None:
+        return False
+    try:
+        value = json.loads(seal.payload)
+        digests = [_unb64(str(d)) for d in value["snapshots"]]
+        public = keys[str(value["key"])]
+        sig = _unb64(str(value["sig"]))
+    except (ValueError, KeyError, TypeError):
+        return False
+    place = len(digests) - (seal.seq - row.seq)  # the commit's rows come right before it
+    if not 0 <= place < len(digests) or digests[place] != row_digest(*row[:6]):
+        return False
+    try:
+        Ed25519PublicKey.from_public_bytes(public).verify(
+            sig, _snapshots_message(run_id, digests))
+    except (InvalidSignature, ValueError):
+        return False
+    return True
+
+
+def _first_link(run_id: str, public_key: bytes) -> bytes:
+    return hashlib.sha256(b"evalledger.seal\n" + run_id.encode() + b"\n" + public_key).digest()
+
+
+def _link(previous: bytes, k: int, m: int, covered: bytes, rest: bytes) -> bytes:
+    return hashlib.sha256(previous + k.to_bytes(8, "big") + m.to_bytes(8, "big")
+                          + covered + rest).digest()
+
+
+class Signer:
+    """The key of one batch or regrade of one run, in this process's memory only, and
+    the chain of its seals so far."""
+
+    def __init__(self, run_id: str) -> None:
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+        from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+        self.run_id = run_id
+        self._key: Ed25519PrivateKey = Ed25519PrivateKey.generate()
+        raw = self._key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        self.public_key = _b64(raw)
+        self.key_id = self.public_key[:KEY_ID_LENGTH]
+        self._chain = _first_link(run_id, raw)
+        self._announced = False
+        self._rest = hashlib.sha256()
+        self._m = 0
+
+    def seal(self, rows: Iterable[EventRow]) -> EventRow | None:
+        """The ``run.signed`` to append right after ``rows`` in the same transaction, or
+        None when they hold no event of a covered type (their other rows of the run are
+        covered by the next seal)."""
+        covered = hashlib.sha256()
+        k = 0
+        for row in rows:
+            if row.run_id != self.run_id or row.type in _UNCHAINED:
+                continue
+            digest = row_digest(*row[:6])
+            if row.type in COVERED_TYPES:
+                covered.update(digest)
+                k += 1
+            else:
+                self._rest.update(digest)
+                self._m += 1
+        if k == 0:
+            return None
+        m = self._m
+        rest = self._rest.digest() if m else _NO_REST
+        self._chain = _link(self._chain, k, m, covered.digest(), rest)
+        from ._events import RunSigned
+
+        event = RunSigned(
+            run_id=self.run_id, key=self.key_id, k=k, m=m, rest=_b64(rest) if m else None,
+            public_key=None if self._announced else self.public_key,
+            sig=_b64(self._key.sign(self._chain)))
+        self._announced = True
+        self._rest, self._m = hashlib.sha256(), 0
+        return EventRow.of(event)
+
+    def seal_snapshots(self, rows: Sequence[EventRow]) -> EventRow:
+        """The seal of a commit of snapshots (``rows``, all of this run): each one's
+        digest, signed apart from the chain."""
+        from ._events import RunSigned
+
+        digests = [row_digest(*row[:6]) for row in rows]
+        return EventRow.of(RunSigned(
+            run_id=self.run_id, key=self.key_id, snapshots=[_b64(d) for d in digests],
+            sig=_b64(self._key.sign(_snapshots_message(self.run_id, digests)))))
+
+    def sealed(self, rows: Sequence[EventRow]) -> list[EventRow]:
+        """``rows`` and their seal after them, if they need one."""
+        seal = self.seal(rows)
+        return [*rows, seal] if seal is not None else list(rows)
+
+
+@dataclass(eq=False)
+class _Seal:
+    seq: int
+    k: int
+    m: int
+    covered: bytes
+    rest: bytes
+    sig: bytes
+    seqs: list[int]
+    types: set[str]
+
+
+@dataclass
+class _Key:
+    key_id: str
+    public: bytes | None = None
+    seals: list[_Seal] = field(default_factory=list)
+    opened_at: int | None = None  # the seq of the seal covering its run.started/resumed
+
+
+@dataclass(frozen=True)
+class SealReport:
+    """What ``Seals`` found in a run: the rows reads ignore, and what ``verify`` says."""
+
+    signed: bool
+    """Whether the run records a signing key at all (runs before signing do not)."""
+    ignored: frozenset[int]
+    """The seqs of covered-type events no valid seal vouches for."""
+    problems: tuple[tuple[int, str], ...]
+    """``(seq, what)`` for each unsealed event of a sealed type and each bad seal."""
+    keys: tuple[tuple[str, str, int], ...]
+    """``(key id, "batch" | "regrade", seq of its first seal)`` of every key that counts."""
+    batch_keys: dict[str, bytes] = field(default_factory=dict)
+    """The raw public key of each batch that counts, by id: whose seals of snapshots a
+    read believes."""
+
+
+class Seals:
+    """Feed a run's rows in seq order (only ``COVERED_TYPES`` and ``run.signed`` are
+    looked at), then ``report()``."""
+
+    def __init__(self, run_id: str, *, rest: bool = False) -> None:
+        """``rest``: check each seal's other rows too (``verify``: fed every row of the
+        run); reads look only at the events they believe or ignore."""
+        self.run_id = run_id
+        self._check_rest = rest
+        self._rest: list[tuple[int, bytes]] = []  # (seq, digest) since the last seal
+        self._pending: list[tuple[int, str, bytes]] = []  # (seq, type, digest)
+        self._keys: dict[str, _Key] = {}
+        self._dropped: list[tuple[int, str]] = []  # unsealed: (seq, type)
+        self._problems: list[tuple[int, str]] = []
+        self._started_signed = False
+        self._first_opening = True
+
+    def feed(self, seq: int, event_id: str, task_key: str | None, type_: str, ts: str,
+             payload: str) -> None:
+        if type_ == EventType.RUN_SIGNED:
+            self._seal(seq, payload)
+        elif type_ in COVERED_TYPES:
+            if self._first_opening and type_ == EventType.RUN_STARTED:
+                self._first_opening = False
+                self._started_signed = run_signed(payload)
+            self._pending.append(
+                (seq, type_, row_digest(event_id, self.run_id, task_key, type_, ts, payload)))
+        elif self._check_rest and type_ not in _NOT_THE_RUNNERS:
+            self._rest.append(
+                (seq, row_digest(event_id, self.run_id, task_key, type_, ts, payload)))
+
+    def _seal(self, seq: int, payload: str) -> None:
+        import json
+
+        try:
+            value: dict[str, Any] = json.loads(payload)
+            if value.get("snapshots"):
+                return  # a seal of snapshots: outside the chain (snapshot_vouched)
+            key_id, k, m = str(value["key"]), int(value["k"]), int(value.get("m", 0))
+            sig = _unb64(str(value["sig"]))
+            rest = _unb64(str(value["rest"])) if m else _NO_REST
+            public = value.get("public_key")
+            if k < 1 or m < 0 or len(rest) != 32:
+                raise ValueError
+        except (ValueError, KeyError, TypeError):
+            self._problems.append((seq, "run.signed is malformed"))
+            return
+        key = self._keys.setdefault(key_id, _Key(key_id))
+        if self._check_rest:
+            self._rest_sealed(seq, key, m, rest)
+        if public is not None:
+            raw = _unb64(str(public)) if isinstance(public, str) else b""
+            if key.public is not None or len(raw) != 32 or not str(public).startswith(key_id):
+                self._problems.append((seq, f"run.signed announces key {key_id} again "
+                                            "or malformed"))
+                return
+            key.public = raw
+        # The commit's own covered events are the last k before its seal: a commit is
+        # one transaction, nothing can come between its rows.
+        covered, before = self._pending[-k:], self._pending[:-k]
+        self._pending = []
+        self._dropped.extend((s, t) for s, t, _ in before)
+        if len(covered) < k:
+            self._problems.append((seq, f"run.signed covers {k} events but only "
+                                        f"{len(covered)} precede it unsealed"))
+            self._dropped.extend((s, t) for s, t, _ in covered)
+            return
+        types = {t for _, t, _ in covered}
+        if key.opened_at is None and types & _OPENINGS:
+            key.opened_at = seq
+        key.seals.append(_Seal(seq, k, m, hashlib.sha256(b"".join(d for _, _, d in covered))
+                               .digest(), rest, sig, [s for s, _, _ in covered], types))
+
+    def _rest_sealed(self, seq: int, key: _Key, m: int, rest: bytes) -> None:
+        """The last ``m`` other rows before the seal are the ones it sealed; between two
+        seals of one key, the process wrote every row of the run."""
+        tail, before = (self._rest[-m:], self._rest[:-m]) if m else ([], self._rest)
+        self._rest = []
+        if len(tail) < m or (m and hashlib.sha256(b"".join(d for _, d in tail)).digest()
+                             != rest):
+            self._problems.append((seq, f"the {m} other rows of the run this seal covers "
+                                        "were changed, or rows were put among them"))
+        if key.seals:
+            self._problems.extend(
+                (s, "a row of the run among the sealed ones that no seal covers: not "
+                    "written by the process that ran it") for s, _ in before)
+
+    def report(self) -> SealReport:
+        problems = list(self._problems)
+        ignored: set[int] = set()
+        for seq, type_ in [*self._dropped, *((s, t) for s, t, _ in self._pending)]:
+            ignored.add(seq)
+            if type_ in SEALED_TYPES:
+                problems.append((seq, f"{type_} is not sealed by the run's key: not "
+                                      "written by the process that ran it"))
+        valid = {key.key_id: _valid_seals(self.run_id, key, problems)
+                 for key in self._keys.values()}
+        counted: list[tuple[str, str, int]] = []
+        for key in self._keys.values():
+            kind = self._kind(key, valid, problems)
+            for seal in key.seals:
+                if kind is None or seal not in valid[key.key_id] or (
+                        kind == "regrade" and not seal.types <= _GRADINGS):
+                    ignored.update(seal.seqs)
+            if kind is not None:
+                counted.append((key.key_id, kind, key.seals[0].seq))
+        counted.sort(key=lambda c: c[2])
+        batch_keys = {key_id: public for key_id, kind, _ in counted if kind == "batch"
+                      and (public := self._keys[key_id].public) is not None}
+        if not self._started_signed:
+            # A run recorded before signing (or imported from one): nothing to hold it to.
+            return SealReport(False, frozenset(), tuple(sorted(self._problems)),
+                              tuple(counted), batch_keys)
+        return SealReport(True, frozenset(ignored), tuple(sorted(problems)), tuple(counted),
+                          batch_keys)
+
+    def _kind(self, key: _Key, valid: dict[str, list[_Seal]],
+              problems: list[tuple[int, str]]) -> str | None:
+        """``batch``, ``regrade`` or None (the key counts for nothing)."""
+        mine = valid[key.key_id]
+        if not mine:
+            return None
+        if key.opened_at is not None:
+            # A batch opened while an earlier one went on sealing is not the run's: two
+            # processes never run one run at once (a resume waits for it to end or die).
+            opened = key.opened_at
+            if any(other.opened_at is not None and other.opened_at < opened
+                   and any(seal.seq > opened for seal in valid[other.key_id])
+                   for other in self._keys.values()):
+                problems.append((opened, f"a batch (key {key.key_id}) opened while another "
+                                         "batch of the run was still sealing: not the run's"))
+                return None
+            return "batch"
+        if all(seal.types <= _GRADINGS for seal in mine):
+            return "regrade"
+        problems.append((mine[0].seq, f"key {key.key_id} seals a batch's events but opened "
+                                      "no batch"))
+        return None
+
+
+def run_signed(payload: object) -> bool:
+    """Whether a ``run.started`` payload announces a signing key: a signed run."""
+    import json
+
+    if not isinstance(payload, str):
+        return False
+    try:
+        value = json.loads(payload)
+    except ValueError:
+        return False
+    return isinstance(value, dict) and isinstance(value.get("public_key"), str)
+
+
+def _valid_seals(run_id: str, key: _Key, problems: list[tuple[int, str]]) -> list[_Seal]:
+    """The key's seals whose signatures hold: all of them when the newest does (one
+    check), else each in turn, the chain carried past the ones that do not."""
+    if key.public is None:
+        problems.extend((s.seq, f"run.signed by key {key.key_id}, which no seal announced")
+                        for s in key.seals)
+        return []
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    public = Ed25519PublicKey.from_public_bytes(key.public)
+    first = _first_link(run_id, key.public)
+    chain = first
+    for seal in key.seals:
+        chain = _link(chain, seal.k, seal.m, seal.covered, seal.rest)
+    try:
+        public.verify(key.seals[-1].sig, chain)
+        return list(key.seals)
+    except InvalidSignature:
+        pass
+    valid: list[_Seal] = []
+    chain = first
+    for seal in key.seals:
+        candidate = _link(chain, seal.k, seal.m, seal.covered, seal.rest)
+        try:
+            public.verify(seal.sig, candidate)
+        except InvalidSignature:
+            problems.append((seal.seq, f"run.signed by key {key.key_id} does not verify: "
+                                       "what it seals was changed, or it is forged"))
+            continue
+        valid.append(seal)
+        chain = candidate
+    return valid
+
+
+def seal_report(rows: Iterable[tuple[int, str, str | None, str, str, str]],
+                run_id: str) -> SealReport:
+    """``Seals`` over ``(seq, event_id, task_key, type, ts, payload)`` rows of one run."""
+    seals = Seals(run_id)
+    for row in rows:
+        seals.feed(*row)
+    return seals.report()

@@ -1,0 +1,263 @@
+"""Signed runs (ledger/_signing.py): what a run's own processes sealed is read; what
+anyone else appended, however well chained, is named by verify and left out of reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from evalledger.ledger import (
+    AnyEvent,
+    EventRow,
+    Ledger,
+    RunFinished,
+    RunResumed,
+    RunStarted,
+    Signer,
+    TaskCompleted,
+    TaskGraded,
+    TaskOutput,
+    TaskStarted,
+    TaskUsage,
+    verify,
+)
+from evalledger.statuses import FinalStatus, RunStatus
+
+RUN = "r"
+FAILED = {"final_status": FinalStatus.FAILURE, "category": FinalStatus.FAILURE.category}
+PASSED = {"final_status": FinalStatus.SUCCESS, "category": FinalStatus.SUCCESS.category}
+
+
+def commit(ledger: Ledger, signer: Signer, *events: AnyEvent) -> list[int]:
+    """What the runner does: the events and their seal, in one transaction."""
+    return ledger.append(signer.sealed([EventRow.of(e) for e in events]))
+
+
+def started(key: str, attempt: int = 1) -> TaskStarted:
+    return TaskStarted(run_id=RUN, task_key=key, task_id=key, attempt=attempt,
+                       definition_hash="h", definition={"command": "true"})
+
+
+def completed(key: str, attempt: int = 1, **status: object) -> TaskCompleted:
+    return TaskCompleted(run_id=RUN, task_key=key, attempt=attempt, **(status or FAILED))
+
+
+def output(key: str, n: int) -> TaskOutput:
+    return TaskOutput(run_id=RUN, task_key=key, stream="stdout", line=f"line {n}", n=n)
+
+
+def opening(signer: Signer) -> RunStarted:
+    return RunStarted(run_id=RUN, planned=["t"], public_key=signer.public_key)
+
+
+def statuses(ledger: Ledger) -> dict[str, str]:
+    return {e.task_key or "": str(e.final_status)
+            for e in ledger.events(RUN, types=["task.completed"])
+            if isinstance(e, TaskCompleted)}
+
+
+def test_a_run_its_batch_sealed_reads_whole_and_verifies(tmp_path: Path) -> None:
+    signer = Signer(RUN)
+    with Ledger(tmp_path / "l.db") as ledger:
+        commit(ledger, signer, opening(signer))
+        commit(ledger, signer, started("t"))
+        # Lines alone: no seal yet, the next one covers them.
+        ledger.append(signer.sealed([EventRow.of(output("t", n)) for n in range(3)]))
+        commit(ledger, signer, completed("t"), RunFinished(run_id=RUN, status="completed"))
+        report = ledger.seal_report(RUN)
+        assert report.signed and not report.ignored and not report.problems
+        assert report.keys == ((signer.key_id, "batch", 2),)
+        assert verify(ledger, seal_rows=True).ok
+        assert statuses(ledger) == {"t": "FAILURE"}
+
+
+def test_a_forged_success_after_the_run_finished_is_named_and_left_out(
+        tmp_path: Path) -> None:
+    """The reproduction: a correctly chained task.completed SUCCESS appended after
+    run.finished was believed by show, report, runs, diff and SQL, and verify said OK."""
+    signer = Signer(RUN)
+    with Ledger(tmp_path / "l.db") as ledger:
+        commit(ledger, signer, opening(signer))
+        commit(ledger, signer, started("t"))
+        commit(ledger, signer, completed("t"), RunFinished(run_id=RUN, status="completed"))
+        (forged,) = ledger.append([completed("t", **PASSED)])
+        assert statuses(ledger) == {"t": "FAILURE"}
+        found = verify(ledger)
+        assert not found.ok
+        assert found.seals == [f"run {RUN}: seq {forged}: task.completed is not sealed by "
+                               "the run's key: not written by the process that ran it"]
+
+
+def test_a_forged_seal_does_not_vouch_and_the_true_ones_still_do(tmp_path: Path) -> None:
+    """A forger copies the runner's last seal after its own event: the chain of the key
+    no longer verifies at its newest seal, and each is checked in turn."""
+    signer = Signer(RUN)
+    with Ledger(tmp_path / "l.db") as ledger:
+        commit(ledger, signer, opening(signer))
+        commit(ledger, signer, started("t"))
+        seal = next(r for r in reversed(list(ledger.rows(RUN))) if r.type == "run.signed")
+        forged, _ = ledger.append([completed("t", **PASSED), EventRow(
+            "forged-seal", RUN, None, "run.signed", seal.ts, seal.payload)])
+        commit(ledger, signer, completed("t", attempt=2))
+        assert statuses(ledger) == {"t": "FAILURE"}
+        report = ledger.seal_report(RUN)
+        assert report.ignored == {forged}
+        assert [what for _, what in report.problems] == [
+            f"run.signed by key {signer.key_id} does not verify: what it seals was "
+            "changed, or it is forged"]
+
+
+def test_a_batch_opened_while_the_run_was_still_sealing_is_not_the_runs(
+        tmp_path: Path) -> None:
+    """The agent, mid-run, opens a batch of its own (a run.resumed with its key) and
+    seals a SUCCESS with it; the real batch goes on sealing after it."""
+    runner, agent = Signer(RUN), Signer(RUN)
+    with Ledger(tmp_path / "l.db") as ledger:
+        commit(ledger, runner, opening(runner))
+        commit(ledger, runner, started("t"))
+        fake = commit(ledger, agent, RunResumed(run_id=RUN, public_key=agent.public_key),
+                      completed("t", **PASSED))
+        commit(ledger, runner, completed("t"), RunFinished(run_id=RUN, status="completed"))
+        assert statuses(ledger) == {"t": "FAILURE"}
+        report = ledger.seal_report(RUN)
+        assert set(fake[:2]) <= report.ignored
+        assert any("opened while another batch of the run was still sealing" in what
+                   for _, what in report.problems)
+        assert [kind for _, kind, _ in report.keys] == ["batch"]
+
+
+def test_a_later_batch_and_a_regrade_are_the_runs_and_a_regrade_seals_gradings_only(
+        tmp_path: Path) -> None:
+    first, second, regrade = Signer(RUN), Signer(RUN), Signer(RUN)
+    with Ledger(tmp_path / "l.db") as ledger:
+        commit(ledger, first, opening(first))
+        commit(ledger, first, started("t"))  # then the process died: no run.finished
+        commit(ledger, second, RunResumed(run_id=RUN, public_key=second.public_key))
+        commit(ledger, second, started("t", 2))
+        commit(ledger, second, completed("t", 2), RunFinished(run_id=RUN, status="completed"))
+        ledger.append(regrade.sealed([EventRow.of(TaskUsage(run_id=RUN, task_key="t",
+                                                            role="grader"))]))
+        commit(ledger, regrade, TaskGraded(run_id=RUN, task_key="t", grades="g",
+                                           criteria_from="recorded", criteria_hash="h",
+                                           workspace_hash="w", **PASSED))
+        report = ledger.seal_report(RUN)
+        assert not report.ignored and not report.problems, report
+        assert [kind for _, kind, _ in report.keys] == ["batch", "batch", "regrade"]
+        assert verify(ledger, seal_rows=True).ok
+        # A regrade's key sealing a verdict of a batch counts for nothing.
+        (bad, _) = commit(ledger, Signer(RUN), completed("t", 3, **PASSED))
+        report = ledger.seal_report(RUN)
+        assert bad in report.ignored
+        assert statuses(ledger) == {"t": "FAILURE"}
+
+
+def test_an_event_the_runner_sealed_and_someone_edited_is_left_out(tmp_path: Path) -> None:
+    """Triggers dropped, a FAILURE rewritten to SUCCESS and the chain re-hashed from
+    there (what verify alone cannot see without an anchor): the seal no longer holds."""
+    import sqlite3
+    from contextlib import closing
+
+    from evalledger.ledger._chain import GENESIS, chain_rows
+
+    signer = Signer(RUN)
+    db = tmp_path / "l.db"
+    with Ledger(db) as ledger:
+        commit(ledger, signer, opening(signer))
+        (done, _) = commit(ledger, signer, completed("t"))
+        rows = list(ledger.rows())
+    edited = [r._replace(payload=r.payload.replace('"FAILURE"', '"SUCCESS"').replace(
+        '"failed"', '"succeeded"')) if r.seq == done else r for r in rows]
+    with closing(sqlite3.connect(db)) as conn:
+        conn.execute("DROP TRIGGER events_no_delete")
+        conn.execute("DELETE FROM events")
+        conn.executemany("INSERT INTO events (seq, event_id, run_id, task_key, type, ts, "
+                         "payload, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                         chain_rows(GENESIS, 1, edited))
+        conn.commit()
+    with Ledger(db) as ledger:
+        assert statuses(ledger) == {}
+        assert done in ledger.seal_report(RUN).ignored
+
+
+def test_a_line_put_among_the_sealed_ones_is_found_by_a_deep_verify(tmp_path: Path) -> None:
+    signer = Signer(RUN)
+    with Ledger(tmp_path / "l.db") as ledger:
+        commit(ledger, signer, opening(signer))
+        commit(ledger, signer, started("t"))
+        ledger.append(signer.sealed([EventRow.of(output("t", 0))]))
+        (forged,) = ledger.append([EventRow.of(output("t", 1))])  # not the runner's
+        commit(ledger, signer, output("t", 2), completed("t"))
+        assert verify(ledger).ok  # reads never look at output lines' seals
+        found = verify(ledger, seal_rows=True)
+        assert not found.ok
+        # The seal after it no longer matches the rows before it (which of them is not
+        # the runner's, it cannot say: the rows it names are where to look).
+        assert f"run {RUN}: seq {forged + 3}: the 2 other rows of the run this seal covers " \
+               "were changed, or rows were put among them" in found.seals, found.seals
+
+
+def test_a_run_recorded_before_signing_reads_as_before(tmp_path: Path) -> None:
+    with Ledger(tmp_path / "l.db") as ledger:
+        ledger.append([RunStarted(run_id=RUN, planned=["t"]), started("t"), completed("t")])
+        ledger.append([completed("t", 2, **PASSED)])
+        assert not ledger.seal_report(RUN).signed
+        assert statuses(ledger) == {"t": "SUCCESS"}
+        assert verify(ledger).ok
+
+
+# A step: the runner commits some events (sealed), or someone else appends one.
+_STEP = st.one_of(
+    st.tuples(st.just("runner"), st.lists(st.sampled_from(["started", "output", "usage",
+                                                             "completed"]),
+                                          min_size=1, max_size=4)),
+    st.tuples(st.just("forger"), st.sampled_from(["started", "output", "completed",
+                                                  "finished"])),
+)
+
+
+def _event(kind: str, n: int) -> AnyEvent:
+    if kind == "started":
+        return started("t", n)
+    if kind == "output":
+        return output("t", n)
+    if kind == "usage":
+        return TaskUsage(run_id=RUN, task_key="t", input_tokens=n)
+    if kind == "finished":
+        return RunFinished(run_id=RUN, status=RunStatus.COMPLETED)
+    return completed("t", n, **PASSED)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(_STEP, max_size=12))
+def test_reads_leave_out_exactly_the_sealed_types_the_runner_did_not_write(
+        tmp_path_factory: object, steps: list[tuple[str, object]]) -> None:
+    """The model: every event of a sealed type someone else appended is left out by
+    reads and named by verify, and nothing the runner wrote is."""
+    import tempfile
+
+    sealed_kinds = {"started", "completed", "finished"}
+    with tempfile.TemporaryDirectory() as folder, Ledger(Path(folder) / "l.db") as ledger:
+        signer = Signer(RUN)
+        commit(ledger, signer, opening(signer))
+        forged: set[int] = set()
+        n = 0
+        for who, what in steps:
+            if who == "runner":
+                kinds = list(what)  # type: ignore[call-overload]
+                events = [_event(kind, n + i) for i, kind in enumerate(kinds)]
+                n += len(kinds)
+                ledger.append(signer.sealed([EventRow.of(e) for e in events]))
+            else:
+                (seq,) = ledger.append([_event(str(what), n)])
+                n += 1
+                if what in sealed_kinds:
+                    forged.add(seq)
+        report = ledger.seal_report(RUN)
+        assert report.ignored == forged
+        assert {seq for seq, _ in report.problems} == forged
+        assert verify(ledger).ok == (not forged)
+        read = {e.seq for e in ledger.events(RUN)}
+        assert not read & forged
