@@ -68,7 +68,10 @@ def load_folds(ledger: Ledger, run_id: str, *classes: type[Fold], snapshots: boo
     after = [since for _, since in started]
     types = frozenset().union(*(cls.TYPES for cls in classes))
     start = min(after, default=0)
-    events = ledger.lite_events(run_id, types=types, after_seq=start, until_seq=until_seq)
+    # Every fold starts from a snapshot a batch of the run sealed (or from the start):
+    # what it folded was checked then, only what came after is checked now.
+    events = ledger.lite_events(run_id, types=types, after_seq=start, until_seq=until_seq,
+                                sealed_through=start)
     if all(since == start for since in after):  # the common case: one loop, no checks
         return folds, _fold_all(folds, events, max(after, default=0))
     return folds, _fold_each(folds, after, events)

@@ -411,9 +411,13 @@ def _valid_seals(run_id: str, key: _Key, problems: list[tuple[int, str]]) -> lis
 
 
 def seal_report(rows: Iterable[tuple[int, str, str | None, str, str, str]],
-                run_id: str) -> SealReport:
-    """``Seals`` over ``(seq, event_id, task_key, type, ts, payload)`` rows of one run."""
+                run_id: str, *, signed: bool = False) -> SealReport:
+    """``Seals`` over ``(seq, event_id, task_key, type, ts, payload)`` rows of one run.
+    ``signed``: the run is known to be signed (its ``run.started`` may not be among
+    ``rows``: a read that starts from a sealed snapshot feeds what came after it)."""
     seals = Seals(run_id)
+    seals._started_signed = seals._started_signed or signed
+    seals._first_opening = not signed
     for row in rows:
         seals.feed(*row)
     return seals.report()

@@ -175,7 +175,7 @@ class Ledger:
         self._gone = False
         # The newest seal check of each run, by (run, until, last seq): reads of one run
         # ask it once per fold, not once per event stream.
-        self._seals: dict[str, tuple[tuple[int | None, int], SealReport]] = {}
+        self._seals: dict[str, tuple[tuple[int | None, int, int], SealReport]] = {}
         if self.path.is_dir():
             raise NotALedger(f"{self.path} is a directory, not a ledger file")
         if read_only and not self.path.is_file():
@@ -667,9 +667,11 @@ class Ledger:
         types: Iterable[str],
         after_seq: int = 0,
         until_seq: int | None = None,
+        sealed_through: int = 0,
     ) -> Iterator[LiteEvent | AnyEvent]:
         """Events for folding, like ``events``, but the per-task lifecycle events come
         partially decoded (``_lite``): only the fields folds read. What rebuilds use.
+        ``sealed_through``: as ``seal_report``'s (the fold starts from such a snapshot).
 
         Lifecycle types only (what folds read) is one scan of the covering lifecycle
         index, fetching only the columns an event needs (not its hash).
@@ -695,7 +697,8 @@ class Ledger:
                 f"seq <= ? AND {self._lifecycle_where} AND run_id = ? "
                 f"AND type IN ({','.join('?' * len(type_list))}) ORDER BY seq",
                 [after_seq, until_seq, run_id, *type_list])
-        ignored = self.seal_report(run_id, until_seq=now).ignored
+        ignored = self.seal_report(run_id, until_seq=now,
+                                   sealed_through=min(sealed_through, after_seq)).ignored
         for event_id, seq, task_key, type_, ts, payload in rows:
             if ignored and seq in ignored:
                 continue
@@ -706,12 +709,18 @@ class Ledger:
                 row = EventRow(event_id, run_id, task_key, type_, ts, payload, seq)
                 raise _invalid(self.path, row, e) from e
 
-    def seal_report(self, run_id: str, *, until_seq: int | None = None) -> SealReport:
+    def seal_report(self, run_id: str, *, until_seq: int | None = None,
+                    sealed_through: int = 0) -> SealReport:
         """Which of the run's events of sealed types no valid seal of its own processes
-        covers (``_signing``): what every read of a signed run leaves out."""
+        covers (``_signing``): what every read of a signed run leaves out.
+
+        ``sealed_through``: the ``through_seq`` of a snapshot one of the run's batches
+        sealed (``snapshot_vouched``), which the read starts from: only what came after
+        it is checked (its batch had ended; what it folded was checked when it was
+        made). Reads of a large finished run then check what is new, not all of it."""
         from ._signing import SEALED_TYPES, SealReport, run_signed, seal_report
 
-        mark = (until_seq, self.last_seq())
+        mark = (until_seq, self.last_seq(), sealed_through)
         cached = self._seals.get(run_id)
         if cached is not None and cached[0] == mark:
             return cached[1]
@@ -727,12 +736,13 @@ class Ledger:
             return report
         types = sorted({*SEALED_TYPES, EventType.RUN_SIGNED})
         rows = self._fetch(
-            f"SELECT seq, event_id, task_key, type, ts, payload FROM events WHERE seq <= ? "
-            f"AND {self._lifecycle_where} AND run_id = ? "
+            f"SELECT seq, event_id, task_key, type, ts, payload FROM events WHERE seq > ? "
+            f"AND seq <= ? AND {self._lifecycle_where} AND run_id = ? "
             f"AND type IN ({','.join('?' * len(types))}) ORDER BY seq",
-            [until_seq if until_seq is not None else 2**62, run_id, *types])
+            [sealed_through, until_seq if until_seq is not None else 2**62, run_id, *types])
         report = seal_report(((seq, text_id(event_id), task_key, type_, ts, payload)
-                              for seq, event_id, task_key, type_, ts, payload in rows), run_id)
+                              for seq, event_id, task_key, type_, ts, payload in rows), run_id,
+                             signed=True)
         self._seals[run_id] = (mark, report)
         return report
 
