@@ -9,8 +9,10 @@ follow it.
 Every call is recorded as a ``task.usage`` of role ``grader``: its tokens, its price
 from the rate card, and the call itself (``call``: prompt hash and size, the answer,
 latency, status); the API key is sent, never recorded. A call that cannot be had (a
-timeout, an API error after retries) or an answer without a score makes the criterion
-*errored*: the attempt is ``ERROR``, never a verdict either way.
+timeout, an API error after retries) makes the criterion *errored*: the attempt is
+``ERROR``, never a verdict either way: what the runner observed. An answer without a
+score is not: the judge answered, having read what the agent left (which may have
+steered it off the format), so the criterion fails, the agent's failure.
 """
 
 from __future__ import annotations
@@ -86,6 +88,10 @@ class JudgeError(Exception):
     """A call could not be had, or its answer has no score: the message says which."""
 
 
+class NoScore(JudgeError):
+    """The judge answered, but with no score from 0 to 1."""
+
+
 def api_of(criterion: LlmJudge) -> str:
     if criterion.api is not None:
         return criterion.api
@@ -104,6 +110,9 @@ async def llm_judge(criterion: LlmJudge, index: int, sandbox: Path, stdout: str,
             score, reason = await _sample(criterion, index, sample, inputs, judging, deadline)
             scores.append(score)
             reasons.append(reason)
+    except NoScore as e:  # an answer: what it read may have been made to derail it
+        return CriterionResult(type=criterion.type, passed=False, weight=criterion.weight,
+                               detail=f"{e}: counted as failed")
     except JudgeError as e:
         return CriterionResult(type=criterion.type, passed=False, weight=criterion.weight,
                                detail=str(e), errored=True)
@@ -285,7 +294,7 @@ def score_of(text: str) -> tuple[float, str]:
                 and math.isfinite(score) and 0 <= score <= 1):
             return float(score), str(verdict.get("reason", ""))[:500]
     shown = " ".join(text.split())[:200]
-    raise JudgeError(f"the judge's answer has no score from 0 to 1: {shown!r}")
+    raise NoScore(f"the judge's answer has no score from 0 to 1: {shown!r}")
 
 
 # -- what the judge is shown -------------------------------------------------------------------

@@ -173,15 +173,19 @@ def test_a_judge_that_does_not_answer_in_time_is_an_error(tmp_path: Path, api: F
 
 @pytest.mark.parametrize("answer", [
     "I think it is fine.", '{"score": 7}', '{"reason": "no score"}', '{"score": "high"}'])
-def test_an_answer_without_a_score_is_one_clear_error_never_a_pass(
+def test_an_answer_without_a_score_fails_the_attempt_never_leaves_the_pass_rate(
     tmp_path: Path, api: FakeApi, answer: str,
 ) -> None:
+    """An agent that talks the judge out of its format (prompt injection in what the
+    judge reads) was an ERROR: left out of the pass rate, its failure hidden."""
     api.script.append(anthropic_answer(answer))
     _, evs = judged(tmp_path, api)
     done = only_completion(evs)
-    assert done.final_status == "ERROR"
-    assert done.error_message is not None
-    assert done.error_message.startswith("llm_judge: the judge's answer has no score from 0 to 1")
+    assert (done.final_status, done.failure_class) == ("FAILURE", "agent")
+    [criterion] = done.criteria
+    assert not criterion.passed and not criterion.errored
+    assert criterion.detail.startswith("the judge's answer has no score from 0 to 1")
+    assert criterion.detail.endswith(": counted as failed")
     assert len(judge_usage(evs)) == 1  # the call was still paid for, and recorded
 
 
