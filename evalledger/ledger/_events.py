@@ -644,7 +644,7 @@ class TaskFlagged(_TaskEvent):
     """How many places matched in all."""
     rule: _Line
     """The rule's name (``criteria-read``, ``git-history``, ``network``,
-    ``tests-edited``, or a ``--rules`` file's)."""
+    ``tests-edited``, ``grader-shadowed``, ``exit-patched``, or a ``--rules`` file's)."""
     why: str = ""
     """What the rule looks for, as its definition says."""
 
