@@ -672,7 +672,9 @@ async def _confine(task: ResolvedTask, ctx: RunContext, sandbox: Path,
             asked=task.isolation, reason=str(e), network="host", uid=os.getuid()))
         return None
     if exposed := _isolation.exposed(task.source, ctx.ledger_path, task.workdir,
-                                     task.dockerfile):
+                                     task.dockerfile, tuple(task.binds.values()),
+                                     str(ctx.artifacts_root.parent.parent),
+                                     str(ctx.sandbox_root)):
         reason = f"isolation leaked: {', '.join(exposed)}"
         await ctx.writer.append(TaskIsolation(
             run_id=ctx.run_id, task_key=task.task_key, attempt=attempt, backend=task.isolation,

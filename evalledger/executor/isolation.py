@@ -469,10 +469,14 @@ def _file_digest(path: str) -> bytes:
 
 
 def exposed(task_source: str, ledger: str | None, workdir: str | None,
-            dockerfile: str | None) -> list[str]:
+            dockerfile: str | None, binds: Sequence[str] = (), out: str | None = None,
+            sandboxes: str | None = None) -> list[str]:
     """What a task would hand its confined command though isolation hides it: the task
     file (its criteria) or the ledger inside the workdir copied into the workspace, or
-    inside the folder a Dockerfile builds its image from."""
+    inside the folder a Dockerfile builds its image from; and a folder of its ``binds``
+    that holds the task file, the ledger, the run's ``--out`` folder (every run's kept
+    artifacts) or the batch's sandboxes (the other attempts' workspaces), or lies in
+    ``--out``: bound read-only, all of it is the command's to read and copy out."""
     found = []
     for what, folder in (("workdir", workdir),
                          ("dockerfile's folder", dockerfile and os.path.dirname(dockerfile))):
@@ -481,6 +485,14 @@ def exposed(task_source: str, ledger: str | None, workdir: str | None,
         for name, path in (("task file", task_source), ("ledger", ledger)):
             if path and Path(path).resolve().is_relative_to(Path(folder).resolve()):
                 found.append(f"the {what} holds the {name}")
+    for bind in binds:
+        bound = Path(bind).resolve()
+        for name, path in (("task file", task_source), ("ledger", ledger),
+                           ("run's --out folder", out), ("batch's sandboxes", sandboxes)):
+            if path and Path(path).resolve().is_relative_to(bound):
+                found.append(f"binds {bind} holds the {name}")
+        if out and bound.is_relative_to(Path(out).resolve()):
+            found.append(f"binds {bind} is in the run's --out folder")
     return found
 
 

@@ -657,6 +657,32 @@ def test_what_a_task_would_hand_its_confined_command_is_refused_and_setid_bits_d
     assert modes == {"prog": 0o755, "open": 0o775, "dir": 0o1775}
 
 
+def test_binds_that_hold_the_ledger_the_criteria_or_the_runs_are_refused(
+    tmp_path: Path, bwrap: Bwrap
+) -> None:
+    """A ``binds`` folder holding the run's --out folder handed every earlier run's kept
+    artifacts to the command (read-only, still readable) while the probes said the
+    ledger and the task folder were absent."""
+    (tmp_path / "runs" / "earlier").mkdir(parents=True)
+    tasks = write_tasks(tmp_path / "tasks", {
+        "wide": {"command": "echo ran", "isolation": "bwrap",
+                 "binds": {"DATA": str(tmp_path)}, "success_criteria": [{"type": "exit_code"}]},
+        "inside": {"command": "echo ran", "isolation": "bwrap",
+                   "binds": {"OLD": str(tmp_path / "runs" / "earlier")},
+                   "success_criteria": [{"type": "exit_code"}]}})
+    db = tmp_path / "ledger.db"
+    evalledger(tmp_path, db, "run", str(tasks), "--run-id", "bound")
+    evs = events(db, "bound")
+    done = {e.task_key: e for e in of_type(evs, "task.completed")}
+    assert {k: (d.final_status, d.error_message) for k, d in done.items()} == {
+        "default/wide/00": ("ERROR", f"isolation leaked: binds {tmp_path} holds the task "
+                                     f"file, binds {tmp_path} holds the ledger, binds "
+                                     f"{tmp_path} holds the run's --out folder"),
+        "default/inside/00": ("ERROR", f"isolation leaked: binds {tmp_path}/runs/earlier "
+                                       "is in the run's --out folder")}
+    assert not of_type(evs, "task.output")  # nothing ran
+
+
 def test_a_container_runs_our_command_not_its_images_entrypoint_and_cannot_forge_its_probes(
     tmp_path: Path, docker_images: dict[str, str]
 ) -> None:
