@@ -47,7 +47,7 @@ from evalledger.suite import ResolvedTask, Skipped
 from ._attempt import WORKER_LOST, AttemptOutcome
 from ._marks import batch_mark, kill_marked
 from ._runner import RunContext, run_task
-from ._sandbox import SandboxPool, remove_tree
+from ._sandbox import SandboxPool, private_folder, remove_tree
 from ._watchdog import Watchdog, make_folder, sweep_dead_batches
 from ._writer import WriterStats, open_writer
 from .isolation import DOCKER_MARK, remove_containers
@@ -345,6 +345,8 @@ async def _run(
             spent_usd=resume.spent_usd if resume else 0.0,
             ledger_path=str(Path(ledger.path).resolve()),
         )
+        if to_run and config.preservation_mode != "none":
+            await trio.to_thread.run_sync(private_folder, ctx.artifacts_root)
         status = RunStatus.COMPLETED
         limiter = trio.CapacityLimiter(max(1, config.max_parallel))
 

@@ -182,6 +182,14 @@ def finish(sandbox: Path, mode: PreservationMode, artifacts: Path) -> Path | Non
     return artifacts
 
 
+def private_folder(path: Path) -> None:
+    """``path`` made (with its parents) and readable by its owner alone: a run's kept
+    workspaces are what its agents left (their files, maybe secrets they printed into
+    them), no other local user's to read or run."""
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+
+
 def _kept(artifacts: Path) -> None:
     """``artifacts`` defused, or gone: never kept as the command left it."""
     try:

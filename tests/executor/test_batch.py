@@ -160,6 +160,19 @@ def test_max_parallel_one_runs_strictly_one_at_a_time(tmp_path: Path, ledger: Le
         assert end <= start
 
 
+def test_the_kept_workspaces_are_their_owners_alone(tmp_path: Path, ledger: Ledger) -> None:
+    """The artifacts folder was 755: any local user could read (and run) what the
+    agents left; a folder of mode 700 lets no one but the runner's user in."""
+    out = tmp_path / "out"
+    out.mkdir()
+    os.chmod(out, 0o755)
+    run(ledger, [make_task("t", [sys.executable, "-c", "open('kept', 'w').write('x')"])],
+        config(tmp_path))
+    artifacts = out / RUN / "artifacts"
+    assert (artifacts / "default" / "t" / "00" / "kept").read_text() == "x"
+    assert artifacts.stat().st_mode & 0o777 == 0o700
+
+
 # -- the run's own events ------------------------------------------------------------------
 
 
