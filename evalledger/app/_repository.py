@@ -273,7 +273,7 @@ def write_snapshot(ledger: Ledger, run_id: str, signer: Signer | None = None) ->
     ran it seals it (reads of a signed run believe no other snapshot)."""
     from evalledger.projections import ResumeFold, SummaryFold
 
-    if signer is None and ledger.seal_report(run_id).signed:
+    if signer is None and ledger.run_signed(run_id):
         return None  # reads of a signed run believe only snapshots its batches sealed
     (summary, resume), through = load_folds(ledger, run_id, SummaryFold, ResumeFold)
     assert isinstance(summary, SummaryFold) and isinstance(resume, ResumeFold)

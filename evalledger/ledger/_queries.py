@@ -84,13 +84,13 @@ def latest_snapshot(ledger: Ledger, run_id: str, kind: str, version: int,
     """
     prefix = _prefix(kind, version)
     accept = None
-    report = ledger.seal_report(run_id, until_seq=ledger.last_seq())
-    if report.signed:  # only a snapshot one of the run's batches sealed is believed
+    if ledger.run_signed(run_id):  # only a snapshot one of its batches sealed is believed
         from ._signing import snapshot_vouched
 
+        keys = ledger.snapshot_keys(run_id)
+
         def accept(row: EventRow) -> bool:
-            return snapshot_vouched(run_id, row, ledger.next_seal(run_id, row.seq or 0),
-                                    report.batch_keys)
+            return snapshot_vouched(run_id, row, ledger.next_seal(run_id, row.seq or 0), keys)
 
     row = ledger.latest_row(run_id, EventType.RUN_SNAPSHOT, prefix, until_seq=until_seq,
                             accept=accept)

@@ -111,6 +111,38 @@ def snapshot_vouched(run_id: str, row: EventRow, seal: EventRow | None,
     return True
 
 
+def key_id(raw: bytes) -> str:
+    """A key's id: the first characters of its base64url form."""
+    return _b64(raw)[:KEY_ID_LENGTH]
+
+
+def opening_key(run_id: str, opening: EventRow, seal: EventRow | None) -> bytes | None:
+    """The raw key a batch's opening (its ``run.started`` / ``run.resumed``, carrying
+    ``public_key``) announces, when ``seal`` (the row right after it) is that key's
+    first seal and covers the opening alone, validly signed; else None. One signature:
+    what a read checks a snapshot's batch by without checking the whole run."""
+    import json
+
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    if seal is None or seal.seq is None or opening.seq is None or seal.seq != opening.seq + 1:
+        return None
+    try:
+        announced = json.loads(opening.payload)["public_key"]
+        value = json.loads(seal.payload)
+        raw = _unb64(str(announced))
+        if (value.get("public_key") != announced or value.get("k") != 1
+                or value.get("m", 0) != 0 or len(raw) != 32):
+            return None
+        chain = _link(_first_link(run_id, raw), 1, 0,
+                      hashlib.sha256(row_digest(*opening[:6])).digest(), _NO_REST)
+        Ed25519PublicKey.from_public_bytes(raw).verify(_unb64(str(value["sig"])), chain)
+    except (ValueError, KeyError, TypeError, InvalidSignature):
+        return None
+    return raw
+
+
 def _first_link(run_id: str, public_key: bytes) -> bytes:
     return hashlib.sha256(b"evalledger.seal\n" + run_id.encode() + b"\n" + public_key).digest()
 

@@ -176,6 +176,7 @@ class Ledger:
         # The newest seal check of each run, by (run, until, last seq): reads of one run
         # ask it once per fold, not once per event stream.
         self._seals: dict[str, tuple[tuple[int | None, int, int], SealReport]] = {}
+        self._snapshot_keys: dict[str, tuple[tuple[str, int], dict[str, bytes]]] = {}
         if self.path.is_dir():
             raise NotALedger(f"{self.path} is a directory, not a ledger file")
         if read_only and not self.path.is_file():
@@ -718,17 +719,13 @@ class Ledger:
         sealed (``snapshot_vouched``), which the read starts from: only what came after
         it is checked (its batch had ended; what it folded was checked when it was
         made). Reads of a large finished run then check what is new, not all of it."""
-        from ._signing import SEALED_TYPES, SealReport, run_signed, seal_report
+        from ._signing import SEALED_TYPES, SealReport, seal_report
 
         mark = (until_seq, self.last_seq(), sealed_through)
         cached = self._seals.get(run_id)
         if cached is not None and cached[0] == mark:
             return cached[1]
-        with self._translate():
-            first = self._conn.execute(
-                "SELECT payload FROM events WHERE type = ? AND run_id = ? AND task_key IS NULL "
-                "ORDER BY seq LIMIT 1", [EventType.RUN_STARTED, run_id]).fetchone()
-        if first is None or not run_signed(first[0]):
+        if not self.run_signed(run_id):
             # Recorded before signing, or imported from such a run: nothing to hold it to
             # (verify walks it all the same, for seals a later process made).
             report = SealReport(False, frozenset(), (), ())
@@ -781,6 +778,52 @@ class Ledger:
                     if found is not None and (accept is None or accept(found)):
                         return found
         return None
+
+    def run_signed(self, run_id: str) -> bool:
+        """Whether the run's first ``run.started`` announces a signing key (runs recorded
+        before signing, and imported ones, do not)."""
+        with self._translate():
+            first = self._conn.execute(
+                "SELECT json_valid(payload) AND json_type(payload, '$.public_key') = 'text' "
+                "FROM events WHERE type = ? AND run_id = ? AND task_key IS NULL "
+                "ORDER BY seq LIMIT 1", [EventType.RUN_STARTED, run_id]).fetchone()
+        return first is not None and bool(first[0])
+
+    def snapshot_keys(self, run_id: str) -> dict[str, bytes]:
+        """The keys, by id, of the run's batches whose snapshots a read believes: each
+        batch whose opening is sealed by the key it announces, unless a batch opened
+        before it went on sealing after it opened (a batch forged in the middle of the
+        run). A signature per batch, not a check of the whole run (``seal_report``)."""
+        from ._signing import key_id, opening_key
+
+        mark = ("keys", self.last_seq())
+        if (cached := self._snapshot_keys.get(run_id)) is not None and cached[0] == mark:
+            return cached[1]
+        openings = [row for row in self.rows(run_id, types=[EventType.RUN_STARTED,
+                                                            EventType.RUN_RESUMED])
+                    if '"public_key":"' in row.payload]
+        keys: dict[str, bytes] = {}
+        earlier: list[str] = []
+        for row in openings:
+            raw = opening_key(run_id, row, self.next_seal(run_id, row.seq or 0))
+            if raw is None:
+                continue
+            if earlier and self._sealed_after(run_id, earlier, row.seq or 0):
+                continue
+            keys[key_id(raw)] = raw
+            earlier.append(key_id(raw))
+        self._snapshot_keys[run_id] = (mark, keys)
+        return keys
+
+    def _sealed_after(self, run_id: str, key_ids: list[str], seq: int) -> bool:
+        """Whether one of ``key_ids`` has a ``run.signed`` of the run after ``seq``."""
+        with self._translate():
+            row = self._conn.execute(
+                f"SELECT 1 FROM events WHERE seq > ? AND {self._lifecycle_where} AND "
+                "run_id = ? AND type = ? AND json_valid(payload) AND "
+                f"json_extract(payload, '$.key') IN ({','.join('?' * len(key_ids))}) "
+                "LIMIT 1", [seq, run_id, EventType.RUN_SIGNED, *key_ids]).fetchone()
+        return row is not None
 
     def next_seal(self, run_id: str, seq: int) -> EventRow | None:
         """The run's first ``run.signed`` after ``seq``."""

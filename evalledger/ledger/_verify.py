@@ -289,10 +289,43 @@ def _check_seals(ledger: Ledger, after: int, rows: bool, report: VerifyReport) -
                 found = seals.report()
             else:
                 found = ledger.seal_report(run_id)
+            late = _late(ledger, run_id)
         except (UnicodeDecodeError, NotUtf8):
             continue
-        for seq, what in found.problems:
+        named = {seq for seq, _ in found.problems}
+        problems = [*found.problems, *((seq, what) for seq, what in late if seq not in named)]
+        for seq, what in sorted(problems):
             report.problem(report.seals, f"run {run_id}: seq {seq}: {what}")
+
+
+# What only a batch writes, while it runs: none of them comes after its run.finished.
+# (A regrade's gradings and their usage, a scan's flags and a transfer's account do.)
+_BATCH_TASK_TYPES = (EventType.TASK_STARTED, EventType.TASK_COMPLETED,
+                     EventType.TASK_INTERRUPTED, EventType.TASK_SKIPPED,
+                     EventType.TASK_ISOLATION, EventType.TASK_STALLED,
+                     EventType.TASK_OUTPUT_TRUNCATED)
+_OPENINGS = (EventType.RUN_STARTED, EventType.RUN_RESUMED)
+
+
+def _late(ledger: Ledger, run_id: str) -> list[tuple[int, str]]:
+    """A batch's task events of the run recorded after its ``run.finished`` with no
+    ``run.started``/``run.resumed`` since (another batch). Not for a run carried in by a
+    transfer (a ``run.merged``): a transfer appends what the run lacked, in any order
+    of batches; its seals are what holds a signed one to its processes."""
+    finished = False
+    pending: list[tuple[int, str]] = []
+    for row in ledger.rows(run_id, types=[*_BATCH_TASK_TYPES, *_OPENINGS,
+                                          EventType.RUN_FINISHED, EventType.RUN_MERGED]):
+        if row.type == EventType.RUN_MERGED:
+            return []
+        if row.type in _OPENINGS:
+            finished = False
+        elif row.type == EventType.RUN_FINISHED:
+            finished = True
+        elif finished:
+            pending.append((row.seq or 0, f"{row.type} after the run's run.finished, with no "
+                                          "run.resumed since: no batch of the run wrote it"))
+    return pending
 
 
 def _check_snapshot_rows(ledger: Ledger, seqs: list[int], report: VerifyReport) -> None:

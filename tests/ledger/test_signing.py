@@ -261,3 +261,22 @@ def test_reads_leave_out_exactly_the_sealed_types_the_runner_did_not_write(
         assert verify(ledger).ok == (not forged)
         read = {e.seq for e in ledger.events(RUN)}
         assert not read & forged
+
+
+def test_a_task_event_after_the_run_finished_is_named_in_any_run(tmp_path: Path) -> None:
+    """The ordering rule, for runs recorded before signing too: no batch writes a task
+    event after its run.finished; a resume opens a batch of its own first. (A run a
+    transfer carried in is left to its seals: a transfer appends in any order.)"""
+    from evalledger.ledger import RunMerged
+
+    with Ledger(tmp_path / "l.db") as ledger:
+        ledger.append([RunStarted(run_id=RUN, planned=["t"]), started("t"), completed("t"),
+                       RunFinished(run_id=RUN, status=RunStatus.COMPLETED)])
+        (late,) = ledger.append([completed("t", 2, **PASSED)])
+        ledger.append([RunResumed(run_id=RUN), started("t", 4), completed("t", 4)])
+        found = verify(ledger)
+        assert found.seals == [f"run {RUN}: seq {late}: task.completed after the run's "
+                               "run.finished, with no run.resumed since: no batch of the "
+                               "run wrote it"]
+        ledger.append([RunMerged(run_id=RUN, events=1, source="x.db")])
+        assert verify(ledger).ok

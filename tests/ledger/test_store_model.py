@@ -237,7 +237,11 @@ class LedgerMachine(RuleBasedStateMachine):
         self._check_replay(ledger)
         assert [e.seq for e in ledger.events()] == list(range(1, n + 1))
         report = verify(ledger)
-        assert report.ok, report.lines()
+        # The model appends events in any order: the one thing verify may say of them is
+        # that a batch's task event came after its run.finished (the ordering rule).
+        late = [line for line in report.seals if "after the run's run.finished" in line]
+        assert report.ok or report.problems_total == len(late) == len(report.seals), (
+            report.lines())
         assert report.events == n
 
     # -- rules -----------------------------------------------------------------------------
