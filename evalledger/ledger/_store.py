@@ -954,9 +954,10 @@ class Ledger:
 
     def last_lifecycle_seq(self, run_id: str, *, until_seq: int | None = None) -> int:
         """The seq of the run's last lifecycle event (not an output line, not a
-        snapshot) at or before ``until_seq``; 0 when it has none."""
-        row = self._last(f"seq <= ? AND run_id = ? AND {self._lifecycle_where}",
-                         [until_seq if until_seq is not None else 2**62, run_id])
+        snapshot, not a seal) at or before ``until_seq``; 0 when it has none."""
+        row = self._last(f"seq <= ? AND run_id = ? AND {self._lifecycle_where} AND type != ?",
+                         [until_seq if until_seq is not None else 2**62, run_id,
+                          EventType.RUN_SIGNED])
         return 0 if row is None else int(row[0])
 
     def _last(self, where: str, params: list[Any]) -> tuple[Any, ...] | None:
