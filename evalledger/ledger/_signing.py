@@ -30,7 +30,7 @@ import base64
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._rows import EventRow, EventType
 
@@ -63,7 +63,9 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
-def _unb64(text: str) -> bytes:
+def _unb64(text: object) -> bytes:
+    if not isinstance(text, str):
+        raise TypeError("not base64 text")
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
@@ -109,11 +111,6 @@ def snapshot_vouched(run_id: str, row: EventRow, seal: EventRow | None,
     except (InvalidSignature, ValueError):
         return False
     return True
-
-
-def key_id(raw: bytes) -> str:
-    """A key's id: the first characters of its base64url form."""
-    return _b64(raw)[:KEY_ID_LENGTH]
 
 
 def opening_key(run_id: str, opening: EventRow, seal: EventRow | None) -> bytes | None:
@@ -227,6 +224,7 @@ class _Seal:
     sig: bytes
     seqs: list[int]
     types: set[str]
+    finished: int | None = None  # the seq of a run.finished it covers
 
 
 @dataclass
@@ -258,9 +256,11 @@ class Seals:
     """Feed a run's rows in seq order (only ``COVERED_TYPES`` and ``run.signed`` are
     looked at), then ``report()``."""
 
-    def __init__(self, run_id: str, *, rest: bool = False) -> None:
+    def __init__(self, run_id: str, *, rest: bool = False, signed: bool = False) -> None:
         """``rest``: check each seal's other rows too (``verify``: fed every row of the
-        run); reads look only at the events they believe or ignore."""
+        run); reads look only at the events they believe or ignore. ``signed``: the run
+        is known to be signed (its ``run.started`` may not be among the rows: a read
+        that starts from a sealed snapshot feeds what came after it)."""
         self.run_id = run_id
         self._check_rest = rest
         self._rest: list[tuple[int, bytes]] = []  # (seq, digest) since the last seal
@@ -268,14 +268,24 @@ class Seals:
         self._keys: dict[str, _Key] = {}
         self._dropped: list[tuple[int, str]] = []  # unsealed: (seq, type)
         self._problems: list[tuple[int, str]] = []
-        self._started_signed = False
-        self._first_opening = True
+        self._started_signed = signed
+        self._first_opening = not signed
+        # The seqs of run.started rows that name a shard (``--shard``), and whether the
+        # run's first did: the shards of one run run at once, on several machines.
+        self._shard_openings: set[int] = set()
+        self._sharded = False
+        self._seen_started = False
 
     def feed(self, seq: int, event_id: str, task_key: str | None, type_: str, ts: str,
              payload: str) -> None:
         if type_ == EventType.RUN_SIGNED:
             self._seal(seq, payload)
         elif type_ in COVERED_TYPES:
+            if type_ == EventType.RUN_STARTED:
+                if '"shard":"' in payload:
+                    self._shard_openings.add(seq)
+                    self._sharded = self._sharded or not self._seen_started
+                self._seen_started = True
             if self._first_opening and type_ == EventType.RUN_STARTED:
                 self._first_opening = False
                 self._started_signed = run_signed(payload)
@@ -286,31 +296,22 @@ class Seals:
                 (seq, row_digest(event_id, self.run_id, task_key, type_, ts, payload)))
 
     def _seal(self, seq: int, payload: str) -> None:
-        import json
-
-        try:
-            value: dict[str, Any] = json.loads(payload)
-            if value.get("snapshots"):
-                return  # a seal of snapshots: outside the chain (snapshot_vouched)
-            key_id, k, m = str(value["key"]), int(value["k"]), int(value.get("m", 0))
-            sig = _unb64(str(value["sig"]))
-            rest = _unb64(str(value["rest"])) if m else _NO_REST
-            public = value.get("public_key")
-            if k < 1 or m < 0 or len(rest) != 32:
-                raise ValueError
-        except (ValueError, KeyError, TypeError):
+        parsed = _parsed_seal(payload)
+        if parsed is None:
             self._problems.append((seq, "run.signed is malformed"))
             return
+        if isinstance(parsed, str):
+            return  # a seal of snapshots: outside the chain (snapshot_vouched)
+        key_id, k, m, sig, rest, public = parsed
         key = self._keys.setdefault(key_id, _Key(key_id))
         if self._check_rest:
             self._rest_sealed(seq, key, m, rest)
         if public is not None:
-            raw = _unb64(str(public)) if isinstance(public, str) else b""
-            if key.public is not None or len(raw) != 32 or not str(public).startswith(key_id):
-                self._problems.append((seq, f"run.signed announces key {key_id} again "
-                                            "or malformed"))
+            if key.public is not None or not key_id_of(public).startswith(key_id):
+                self._problems.append((seq, f"run.signed announces key {key_id} again, or "
+                                            "a key of another id"))
                 return
-            key.public = raw
+            key.public = public
         # The commit's own covered events are the last k before its seal: a commit is
         # one transaction, nothing can come between its rows.
         covered, before = self._pending[-k:], self._pending[:-k]
@@ -323,9 +324,11 @@ class Seals:
             return
         types = {t for _, t, _ in covered}
         if key.opened_at is None and types & _OPENINGS:
-            key.opened_at = seq
+            key.opened_at = next(s for s, t, _ in covered if t in _OPENINGS)
+        finished = [s for s, t, _ in covered if t == EventType.RUN_FINISHED]
         key.seals.append(_Seal(seq, k, m, hashlib.sha256(b"".join(d for _, _, d in covered))
-                               .digest(), rest, sig, [s for s, _, _ in covered], types))
+                               .digest(), rest, sig, [s for s, _, _ in covered], types,
+                               finished[-1] if finished else None))
 
     def _rest_sealed(self, seq: int, key: _Key, m: int, rest: bytes) -> None:
         """The last ``m`` other rows before the seal are the ones it sealed; between two
@@ -351,11 +354,13 @@ class Seals:
                                       "written by the process that ran it"))
         valid = {key.key_id: _valid_seals(self.run_id, key, problems)
                  for key in self._keys.values()}
+        kinds = self._kinds(valid, problems)
         counted: list[tuple[str, str, int]] = []
         for key in self._keys.values():
-            kind = self._kind(key, valid, problems)
+            kind = kinds.get(key.key_id)
+            good = {id(seal) for seal in valid[key.key_id]}
             for seal in key.seals:
-                if kind is None or seal not in valid[key.key_id] or (
+                if kind is None or id(seal) not in good or (
                         kind == "regrade" and not seal.types <= _GRADINGS):
                     ignored.update(seal.seqs)
             if kind is not None:
@@ -370,28 +375,85 @@ class Seals:
         return SealReport(True, frozenset(ignored), tuple(sorted(problems)), tuple(counted),
                           batch_keys)
 
-    def _kind(self, key: _Key, valid: dict[str, list[_Seal]],
-              problems: list[tuple[int, str]]) -> str | None:
-        """``batch``, ``regrade`` or None (the key counts for nothing)."""
-        mine = valid[key.key_id]
-        if not mine:
-            return None
-        if key.opened_at is not None:
+    def _kinds(self, valid: dict[str, list[_Seal]],
+               problems: list[tuple[int, str]]) -> dict[str, str]:
+        """Each key that counts: ``batch`` or ``regrade``. Batches in the order they
+        opened, each against the batches that counted before it."""
+        kinds: dict[str, str] = {}
+        batches: list[_Key] = []  # counted, in opening order
+        for key in sorted((k for k in self._keys.values() if k.opened_at is not None
+                           and valid[k.key_id]), key=lambda k: k.opened_at or 0):
+            opened = key.opened_at or 0
             # A batch opened while an earlier one went on sealing is not the run's: two
-            # processes never run one run at once (a resume waits for it to end or die).
-            opened = key.opened_at
-            if any(other.opened_at is not None and other.opened_at < opened
-                   and any(seal.seq > opened for seal in valid[other.key_id])
-                   for other in self._keys.values()):
+            # processes never run one run at once (a resume waits for it to end or die),
+            # but the shards of a sharded run do, each opening with its run.started.
+            if not (key.opened_at in self._shard_openings and self._sharded) and any(
+                    any(seal.seq > opened for seal in valid[other.key_id])
+                    for other in batches):
                 problems.append((opened, f"a batch (key {key.key_id}) opened while another "
                                          "batch of the run was still sealing: not the run's"))
-                return None
-            return "batch"
-        if all(seal.types <= _GRADINGS for seal in mine):
-            return "regrade"
-        problems.append((mine[0].seq, f"key {key.key_id} seals a batch's events but opened "
-                                      "no batch"))
+                continue
+            kinds[key.key_id] = "batch"
+            batches.append(key)
+        for key in self._keys.values():
+            mine = valid[key.key_id]
+            if key.opened_at is not None or not mine:
+                continue
+            if not all(seal.types <= _GRADINGS for seal in mine):
+                problems.append((mine[0].seq, f"key {key.key_id} seals a batch's events but "
+                                              "opened no batch"))
+            elif self._run_over(batches, valid, mine[0].seq):
+                kinds[key.key_id] = "regrade"
+            else:
+                problems.append((mine[0].seq, f"a regrade (key {key.key_id}) while a batch of "
+                                              "the run was running: not the run's"))
+        return kinds
+
+    @staticmethod
+    def _run_over(batches: list[_Key], valid: dict[str, list[_Seal]], at: int) -> bool:
+        """Whether the run had ended by ``at``: its latest batch opened before then had
+        sealed its run.finished (a regrade grades a run that ended)."""
+        before = [key for key in batches if (key.opened_at or 0) < at]
+        if not before:
+            return False
+        latest = before[-1]
+        return any(seal.finished is not None and seal.seq < at
+                   for seal in valid[latest.key_id])
+
+
+# The largest count a seal may claim: far past any run, and within _link's 8 bytes.
+_MOST = 2**62
+
+
+def _parsed_seal(payload: str) -> tuple[str, int, int, bytes, bytes, bytes | None] | str | None:
+    """A chain seal's ``(key id, k, m, sig, rest, announced key)``, ``"snapshots"`` for
+    a seal of snapshots, None when it is no seal this version writes (forged or damaged:
+    named by verify, never a traceback)."""
+    import json
+
+    try:
+        value = json.loads(payload)
+        if not isinstance(value, dict):
+            return None
+        if value.get("snapshots"):
+            return "snapshots"
+        key_id, k, m = value["key"], value.get("k", 0), value.get("m", 0)
+        sig = _unb64(value["sig"])
+        rest = _unb64(value["rest"]) if m else _NO_REST
+        public = value.get("public_key")
+        raw = _unb64(public) if public is not None else None
+    except (ValueError, KeyError, TypeError, AttributeError):  # binascii.Error included
         return None
+    if not (isinstance(key_id, str) and type(k) is int and type(m) is int
+            and 1 <= k < _MOST and 0 <= m < _MOST and len(rest) == 32 and len(sig) == 64
+            and (raw is None or len(raw) == 32)):
+        return None
+    return key_id, k, m, sig, rest, raw
+
+
+def key_id_of(raw: bytes) -> str:
+    """A key's id: the first characters of its base64url form."""
+    return _b64(raw)[:KEY_ID_LENGTH]
 
 
 def run_signed(payload: object) -> bool:
@@ -447,9 +509,7 @@ def seal_report(rows: Iterable[tuple[int, str, str | None, str, str, str]],
     """``Seals`` over ``(seq, event_id, task_key, type, ts, payload)`` rows of one run.
     ``signed``: the run is known to be signed (its ``run.started`` may not be among
     ``rows``: a read that starts from a sealed snapshot feeds what came after it)."""
-    seals = Seals(run_id)
-    seals._started_signed = seals._started_signed or signed
-    seals._first_opening = not signed
+    seals = Seals(run_id, signed=signed)
     for row in rows:
         seals.feed(*row)
     return seals.report()

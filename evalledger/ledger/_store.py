@@ -175,7 +175,7 @@ class Ledger:
         self._gone = False
         # The newest seal check of each run, by (run, until, last seq): reads of one run
         # ask it once per fold, not once per event stream.
-        self._seals: dict[str, tuple[tuple[int | None, int, int], SealReport]] = {}
+        self._seals: dict[tuple[str, int], tuple[tuple[int | None, int], SealReport]] = {}
         self._snapshot_keys: dict[str, tuple[tuple[str, int], dict[str, bytes]]] = {}
         if self.path.is_dir():
             raise NotALedger(f"{self.path} is a directory, not a ledger file")
@@ -721,15 +721,15 @@ class Ledger:
         made). Reads of a large finished run then check what is new, not all of it."""
         from ._signing import SEALED_TYPES, SealReport, seal_report
 
-        mark = (until_seq, self.last_seq(), sealed_through)
-        cached = self._seals.get(run_id)
+        mark = (until_seq, self.last_seq())
+        cached = self._seals.get((run_id, sealed_through))
         if cached is not None and cached[0] == mark:
             return cached[1]
         if not self.run_signed(run_id):
             # Recorded before signing, or imported from such a run: nothing to hold it to
             # (verify walks it all the same, for seals a later process made).
             report = SealReport(False, frozenset(), (), ())
-            self._seals[run_id] = (mark, report)
+            self._seals[(run_id, sealed_through)] = (mark, report)
             return report
         types = sorted({*SEALED_TYPES, EventType.RUN_SIGNED})
         rows = self._fetch(
@@ -740,7 +740,7 @@ class Ledger:
         report = seal_report(((seq, text_id(event_id), task_key, type_, ts, payload)
                               for seq, event_id, task_key, type_, ts, payload in rows), run_id,
                              signed=True)
-        self._seals[run_id] = (mark, report)
+        self._seals[(run_id, sealed_through)] = (mark, report)
         return report
 
     def _fetch(self, sql: str, params: Sequence[Any]) -> Iterator[tuple[Any, ...]]:
@@ -794,7 +794,7 @@ class Ledger:
         batch whose opening is sealed by the key it announces, unless a batch opened
         before it went on sealing after it opened (a batch forged in the middle of the
         run). A signature per batch, not a check of the whole run (``seal_report``)."""
-        from ._signing import key_id, opening_key
+        from ._signing import key_id_of, opening_key
 
         mark = ("keys", self.last_seq())
         if (cached := self._snapshot_keys.get(run_id)) is not None and cached[0] == mark:
@@ -810,8 +810,8 @@ class Ledger:
                 continue
             if earlier and self._sealed_after(run_id, earlier, row.seq or 0):
                 continue
-            keys[key_id(raw)] = raw
-            earlier.append(key_id(raw))
+            keys[key_id_of(raw)] = raw
+            earlier.append(key_id_of(raw))
         self._snapshot_keys[run_id] = (mark, keys)
         return keys
 

@@ -47,6 +47,7 @@ from evalledger.ledger._queries import (
     task_activity,
     touched_since,
 )
+from evalledger.ledger._signing import SEALED_TYPES, Seals
 from evalledger.projections import ResumeFold, RunHeadline, RunSummary, SummaryFold
 from evalledger.statuses import ShownStatus
 
@@ -200,6 +201,8 @@ class LedgerState:
         self.order: list[str] = []
         self.ledger_id = ""
         self._subscribers: set[MemoryObjectSendStream[Change]] = set()
+        # Per signed run followed live: its seals so far, and the seq fed through.
+        self._seals: dict[str, tuple[Seals, int]] = {}
 
     # -- loading and following -------------------------------------------------------------
 
@@ -239,10 +242,31 @@ class LedgerState:
             if last <= after:
                 return read
             read.touched = touched_since(ledger, after, last)
-            read.lifecycle = list(ledger.events(types=LIFECYCLE, after_seq=after, until_seq=last))
+            read.lifecycle = self._sealed(ledger, list(
+                ledger.events(types=LIFECYCLE, after_seq=after, until_seq=last)), last)
             if any(isinstance(e, RunStarted) for e in read.lifecycle):
                 read.order = ledger.run_ids()
             return read
+
+    def _sealed(self, ledger: Ledger, events: list[AnyEvent], last: int) -> list[AnyEvent]:
+        """``events`` without what no seal of its run's own processes vouches for (a
+        signed run's, ``ledger._signing``): each run's seals are fed as they come, so a
+        poll checks what is new, not the whole run again."""
+        ignored: set[int] = set()
+        for run_id in {event.run_id for event in events}:
+            seals = self._seals.get(run_id)
+            if seals is None:
+                if not ledger.run_signed(run_id):
+                    continue
+                seals = self._seals[run_id] = (Seals(run_id, signed=True), 0)
+            checker, fed = seals
+            for row in ledger.rows(run_id, types=[*SEALED_TYPES, EventType.RUN_SIGNED],
+                                   after_seq=fed, until_seq=last):
+                checker.feed(row.seq or 0, row.event_id, row.task_key, row.type, row.ts,
+                             row.payload)
+            self._seals[run_id] = (checker, last)
+            ignored |= checker.report().ignored
+        return [event for event in events if event.seq not in ignored] if ignored else events
 
     def _apply(self, read: _Read) -> Change | None:
         if read.seq <= self.seq:

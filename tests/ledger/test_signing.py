@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +24,7 @@ from evalledger.ledger import (
     TaskUsage,
     verify,
 )
+from evalledger.options import RunOptions
 from evalledger.statuses import FinalStatus, RunStatus
 
 RUN = "r"
@@ -280,3 +282,84 @@ def test_a_task_event_after_the_run_finished_is_named_in_any_run(tmp_path: Path)
                                "run wrote it"]
         ledger.append([RunMerged(run_id=RUN, events=1, source="x.db")])
         assert verify(ledger).ok
+
+
+def test_a_regrade_forged_while_the_run_is_running_counts_for_nothing(tmp_path: Path) -> None:
+    """Found in review: a new key sealing only gradings counted as a regrade whenever
+    it came; the agent's, mid-run, made its SUCCESS the default grade set."""
+    from evalledger.ledger import RunGraded
+
+    runner, agent = Signer(RUN), Signer(RUN)
+    with Ledger(tmp_path / "l.db") as ledger:
+        commit(ledger, runner, opening(runner))
+        commit(ledger, runner, started("t"))
+        graded = commit(ledger, agent, TaskGraded(
+            run_id=RUN, task_key="t", grades="g", criteria_from="recorded",
+            criteria_hash="h", workspace_hash="w", **PASSED), RunGraded(
+            run_id=RUN, grades="g", complete=True, criteria_from="recorded", graded=1))
+        commit(ledger, runner, completed("t"), RunFinished(run_id=RUN, status="completed"))
+        report = ledger.seal_report(RUN)
+        assert set(graded[:2]) <= report.ignored
+        assert [kind for _, kind, _ in report.keys] == ["batch"]
+        assert any("a regrade (key" in what and "while a batch of the run was running" in what
+                   for _, what in report.problems)
+
+
+def test_a_rejected_forged_batch_does_not_cancel_the_real_resume(tmp_path: Path) -> None:
+    """Found in review: the overlap rule counted a batch it had itself rejected, so a
+    forged batch that sealed once more after the real resume opened made the resume's
+    events ignored."""
+    first, agent, second = Signer(RUN), Signer(RUN), Signer(RUN)
+    with Ledger(tmp_path / "l.db") as ledger:
+        commit(ledger, first, opening(first))
+        commit(ledger, first, started("t"))
+        commit(ledger, agent, RunResumed(run_id=RUN, public_key=agent.public_key))
+        commit(ledger, first, completed("t"))  # the real batch goes on: the agent's is not
+        # the real batch died here; a real resume, then the agent seals once more
+        commit(ledger, second, RunResumed(run_id=RUN, public_key=second.public_key))
+        commit(ledger, agent, completed("t", 9, **PASSED))
+        (done, _) = commit(ledger, second, completed("t", 2))
+        report = ledger.seal_report(RUN)
+        assert [kind for _, kind, _ in report.keys] == ["batch", "batch"]
+        assert done not in report.ignored
+        assert statuses(ledger) == {"t": "FAILURE"}
+
+
+@pytest.mark.parametrize("payload", [
+    "[]", '{"key":"AAAAAAAA","k":1,"sig":"x","public_key":"A"}',
+    '{"key":"AAAAAAAA","k":1,"m":18446744073709551616,"rest":"' + "A" * 43 + '","sig":"'
+    + "B" * 86 + '"}', '{"key":5,"k":"1","sig":[]}', '"text"'])
+def test_a_malformed_seal_is_named_never_a_traceback(tmp_path: Path, payload: str) -> None:
+    signer = Signer(RUN)
+    with Ledger(tmp_path / "l.db") as ledger:
+        commit(ledger, signer, opening(signer))
+        commit(ledger, signer, started("t"))
+        (bad,) = ledger.append([EventRow("bad", RUN, None, "run.signed",
+                                         "2026-01-01T00:00:00Z", payload)])
+        commit(ledger, signer, completed("t"))
+        report = ledger.seal_report(RUN)
+        assert (bad, "run.signed is malformed") in report.problems
+        assert statuses(ledger) == {"t": "FAILURE"}
+        assert f"run {RUN}: seq {bad}: run.signed is malformed" in verify(ledger).seals
+
+
+def test_the_shards_of_a_run_merged_while_one_still_ran_are_all_the_runs(
+        tmp_path: Path) -> None:
+    """Found in review: shards run at once on several machines; merged in pieces, one
+    shard's seals come after the other's opening, and its batch was taken for forged."""
+    a, b = Signer(RUN), Signer(RUN)
+
+    def shard(signer: Signer, which: str) -> RunStarted:
+        return RunStarted(run_id=RUN, planned=["t", "u"], public_key=signer.public_key,
+                          config=RunOptions(shard=which))
+
+    with Ledger(tmp_path / "l.db") as ledger:
+        commit(ledger, a, shard(a, "1/2"))
+        commit(ledger, a, started("t"))
+        commit(ledger, b, shard(b, "2/2"))
+        commit(ledger, b, started("u"), completed("u"))
+        commit(ledger, a, completed("t"), RunFinished(run_id=RUN, status="completed"))
+        report = ledger.seal_report(RUN)
+        assert not report.ignored and not report.problems, report.problems
+        assert [kind for _, kind, _ in report.keys] == ["batch", "batch"]
+
