@@ -250,17 +250,23 @@ class SealReport:
     batch_keys: dict[str, bytes] = field(default_factory=dict)
     """The raw public key of each batch that counts, by id: whose seals of snapshots a
     read believes."""
+    unannounced: bool = False
+    """Some seal is by a key no seal fed announced (a read that started from a snapshot
+    meets a key announced before it: it checks the whole run instead)."""
 
 
 class Seals:
     """Feed a run's rows in seq order (only ``COVERED_TYPES`` and ``run.signed`` are
     looked at), then ``report()``."""
 
-    def __init__(self, run_id: str, *, rest: bool = False, signed: bool = False) -> None:
+    def __init__(self, run_id: str, *, rest: bool = False, signed: bool = False,
+                 ended: bool = False) -> None:
         """``rest``: check each seal's other rows too (``verify``: fed every row of the
         run); reads look only at the events they believe or ignore. ``signed``: the run
         is known to be signed (its ``run.started`` may not be among the rows: a read
-        that starts from a sealed snapshot feeds what came after it)."""
+        that starts from a sealed snapshot feeds what came after it). ``ended``: the
+        run had ended before the first row fed (a batch seals its snapshots after its
+        run.finished): a regrade may come first."""
         self.run_id = run_id
         self._check_rest = rest
         self._rest: list[tuple[int, bytes]] = []  # (seq, digest) since the last seal
@@ -270,6 +276,7 @@ class Seals:
         self._problems: list[tuple[int, str]] = []
         self._started_signed = signed
         self._first_opening = not signed
+        self._ended = ended
         # The seqs of run.started rows that name a shard (``--shard``), and whether the
         # run's first did: the shards of one run run at once, on several machines.
         self._shard_openings: set[int] = set()
@@ -368,12 +375,13 @@ class Seals:
         counted.sort(key=lambda c: c[2])
         batch_keys = {key_id: public for key_id, kind, _ in counted if kind == "batch"
                       and (public := self._keys[key_id].public) is not None}
+        unannounced = any(key.public is None for key in self._keys.values())
         if not self._started_signed:
             # A run recorded before signing (or imported from one): nothing to hold it to.
             return SealReport(False, frozenset(), tuple(sorted(self._problems)),
-                              tuple(counted), batch_keys)
+                              tuple(counted), batch_keys, unannounced)
         return SealReport(True, frozenset(ignored), tuple(sorted(problems)), tuple(counted),
-                          batch_keys)
+                          batch_keys, unannounced)
 
     def _kinds(self, valid: dict[str, list[_Seal]],
                problems: list[tuple[int, str]]) -> dict[str, str]:
@@ -409,13 +417,12 @@ class Seals:
                                               "the run was running: not the run's"))
         return kinds
 
-    @staticmethod
-    def _run_over(batches: list[_Key], valid: dict[str, list[_Seal]], at: int) -> bool:
+    def _run_over(self, batches: list[_Key], valid: dict[str, list[_Seal]], at: int) -> bool:
         """Whether the run had ended by ``at``: its latest batch opened before then had
         sealed its run.finished (a regrade grades a run that ended)."""
         before = [key for key in batches if (key.opened_at or 0) < at]
         if not before:
-            return False
+            return self._ended
         latest = before[-1]
         return any(seal.finished is not None and seal.seq < at
                    for seal in valid[latest.key_id])
@@ -505,11 +512,11 @@ def _valid_seals(run_id: str, key: _Key, problems: list[tuple[int, str]]) -> lis
 
 
 def seal_report(rows: Iterable[tuple[int, str, str | None, str, str, str]],
-                run_id: str, *, signed: bool = False) -> SealReport:
+                run_id: str, *, signed: bool = False, ended: bool = False) -> SealReport:
     """``Seals`` over ``(seq, event_id, task_key, type, ts, payload)`` rows of one run.
     ``signed``: the run is known to be signed (its ``run.started`` may not be among
     ``rows``: a read that starts from a sealed snapshot feeds what came after it)."""
-    seals = Seals(run_id, signed=signed)
+    seals = Seals(run_id, signed=signed, ended=ended)
     for row in rows:
         seals.feed(*row)
     return seals.report()

@@ -739,7 +739,11 @@ class Ledger:
             [sealed_through, until_seq if until_seq is not None else 2**62, run_id, *types])
         report = seal_report(((seq, text_id(event_id), task_key, type_, ts, payload)
                               for seq, event_id, task_key, type_, ts, payload in rows), run_id,
-                             signed=True)
+                             signed=True, ended=sealed_through > 0)
+        if sealed_through and report.unannounced:
+            # A key announced before the snapshot seals after it (a regrade a resume
+            # overlapped): its chain starts there, so the whole run is checked.
+            report = self.seal_report(run_id, until_seq=until_seq)
         self._seals[(run_id, sealed_through)] = (mark, report)
         return report
 

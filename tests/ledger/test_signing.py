@@ -17,47 +17,22 @@ from evalledger.ledger import (
     RunResumed,
     RunStarted,
     Signer,
-    TaskCompleted,
     TaskGraded,
-    TaskOutput,
-    TaskStarted,
     TaskUsage,
     verify,
 )
 from evalledger.options import RunOptions
-from evalledger.statuses import FinalStatus, RunStatus
-
-RUN = "r"
-FAILED = {"final_status": FinalStatus.FAILURE, "category": FinalStatus.FAILURE.category}
-PASSED = {"final_status": FinalStatus.SUCCESS, "category": FinalStatus.SUCCESS.category}
-
-
-def commit(ledger: Ledger, signer: Signer, *events: AnyEvent) -> list[int]:
-    """What the runner does: the events and their seal, in one transaction."""
-    return ledger.append(signer.sealed([EventRow.of(e) for e in events]))
-
-
-def started(key: str, attempt: int = 1) -> TaskStarted:
-    return TaskStarted(run_id=RUN, task_key=key, task_id=key, attempt=attempt,
-                       definition_hash="h", definition={"command": "true"})
-
-
-def completed(key: str, attempt: int = 1, **status: object) -> TaskCompleted:
-    return TaskCompleted(run_id=RUN, task_key=key, attempt=attempt, **(status or FAILED))
-
-
-def output(key: str, n: int) -> TaskOutput:
-    return TaskOutput(run_id=RUN, task_key=key, stream="stdout", line=f"line {n}", n=n)
-
-
-def opening(signer: Signer) -> RunStarted:
-    return RunStarted(run_id=RUN, planned=["t"], public_key=signer.public_key)
-
-
-def statuses(ledger: Ledger) -> dict[str, str]:
-    return {e.task_key or "": str(e.final_status)
-            for e in ledger.events(RUN, types=["task.completed"])
-            if isinstance(e, TaskCompleted)}
+from evalledger.statuses import RunStatus
+from tests.ledger.sealing import (
+    PASSED,
+    RUN,
+    commit,
+    completed,
+    opening,
+    output,
+    started,
+    statuses,
+)
 
 
 def test_a_run_its_batch_sealed_reads_whole_and_verifies(tmp_path: Path) -> None:

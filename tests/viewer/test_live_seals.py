@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evalledger.ledger import Ledger, RunFinished
+from evalledger.ledger import Ledger, RunFinished, Signer
 from evalledger.viewer._state import LedgerState
-from tests.ledger.test_signing import PASSED, RUN, Signer, commit, completed, opening, started
+from tests.ledger.sealing import PASSED, RUN, commit, completed, opening, started
 
 
 def test_the_live_viewer_folds_only_what_the_runs_processes_sealed(tmp_path: Path) -> None:
