@@ -688,8 +688,8 @@ def test_a_container_runs_our_command_not_its_images_entrypoint_and_cannot_forge
 ) -> None:
     """An image built from a task's dockerfile, with an ENTRYPOINT that would fail: the
     prelude and the command run all the same. A command that writes a clean report to
-    the probe's pipe changes nothing: the runner read the prelude's before it started,
-    and a bind exposing the task folder is a leak."""
+    the probe's pipe changes nothing: the runner read the prelude's before it started.
+    A bind exposing the task folder is a leak, refused before anything runs."""
     image = tmp_path / "image"
     image.mkdir()
     (image / "Dockerfile").write_text(f'FROM {docker_images["busybox"]}\n'
@@ -707,8 +707,10 @@ def test_a_container_runs_our_command_not_its_images_entrypoint_and_cannot_forge
     records = {e.task_key: e for e in of_type(evs, "task.isolation")}
     assert done["default/built/00"].final_status == "SUCCESS"
     assert records["default/built/00"].image.startswith("sha256:")
+    assert records["default/built/00"].probes["task_file"] == "absent"
     assert done["default/forger/00"].final_status == "ERROR"
-    assert records["default/forger/00"].probes["task_file"] == "visible"
+    assert records["default/forger/00"].reason == (
+        f"isolation leaked: binds {tmp_path / 'tasks'} holds the task file")
     assert containers(evs) == []
 
 
