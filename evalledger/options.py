@@ -48,6 +48,10 @@ class RunOptions(BaseModel):
     # not know, can still be read and shown (resuming it reports them as drift).
     model_config = ConfigDict(frozen=True, extra="ignore", allow_inf_nan=False)
 
+    allow_unconfined: Annotated[bool, _OPERATIONAL] = False
+    """Run a task whose isolation cannot run here with none (saying so) instead of
+    refusing to start (and, should it stop running mid-run, instead of failing the
+    attempt as an infrastructure ERROR)."""
     cwd: Annotated[str, _OPERATIONAL] = ""
     """The folder ``run`` was started in."""
     exclude_tags: list[str] = []
@@ -85,8 +89,8 @@ class RunOptions(BaseModel):
     repeats: int | None = Field(default=None, ge=1)
     """Replicates per task, overriding the experiment and its variants."""
     require_isolation: Annotated[bool, _OPERATIONAL] = False
-    """Refuse to start when a task's isolation cannot run here (instead of running it
-    with none, and saying so)."""
+    """Refuse to start when a task's isolation cannot run here: what a run does anyway
+    unless ``allow_unconfined`` (kept for the runs and scripts that name it)."""
     retries: Annotated[int | None, _OPERATIONAL] = Field(default=None, ge=0, le=20)
     """Tries again after an infrastructure failure, overriding task files."""
     retry_backoff: Annotated[float, _OPERATIONAL] = Field(default=DEFAULT_RETRY_BACKOFF, ge=0)

@@ -124,11 +124,12 @@ def load_task_set(options: RunOptions, callbacks: Callbacks, *,
 
 def check_isolation(tasks: Sequence[ResolvedTask], options: RunOptions,
                     callbacks: Callbacks) -> None:
-    """Say (or, with ``require_isolation``, refuse) when an isolation the tasks ask for
-    cannot run here: those tasks would run with none, and their records say so.
+    """Refuse to start when an isolation the tasks ask for cannot run here; with
+    ``allow_unconfined`` (and not ``require_isolation``) say so instead: those tasks
+    run with none, and their records say so.
 
     Raises:
-        Unavailable: with ``require_isolation``, saying what and why.
+        Unavailable: saying what and why.
     """
     asked = {t.isolation for t in tasks} - {"none"}
     if options.executor != "local" or not asked:
@@ -146,11 +147,11 @@ def check_isolation(tasks: Sequence[ResolvedTask], options: RunOptions,
                     image_id(found, *source)  # built now, not by the first task
         except IsolationUnavailable as e:
             said = f"isolation {isolation} is not available: {e}"
-            if options.require_isolation:
-                raise Unavailable(f"{said}; {len(asking)} task(s) ask for it "
-                                  "(--require-isolation)") from e
+            if options.require_isolation or not options.allow_unconfined:
+                raise Unavailable(f"{said}; {len(asking)} task(s) ask for it (--allow-"
+                                  "unconfined runs them with none: no boundary)") from e
             callbacks.notice(f"warning: {said}; {len(asking)} task(s) asking for it run with "
-                             "none (no boundary; --require-isolation refuses instead)")
+                             "none (no boundary: --allow-unconfined)")
 
 
 def _nothing_to_run(options: RunOptions, task_set: TaskSet) -> str:

@@ -79,9 +79,11 @@ from ._main import Settings, pass_settings
               help="What every task's command can see, overriding task files: none (the "
                    "whole machine: no boundary), bwrap (its workspace, the system "
                    "read-only) or docker (its workspace, in its image); docs/isolation.md.")
-@click.option("--require-isolation", is_flag=True,
-              help="Refuse to start when a task's isolation cannot run here (instead of "
-                   "running it with none, and saying so).")
+@click.option("--allow-unconfined", is_flag=True,
+              help="Run a task whose isolation cannot run here with none (no boundary), "
+                   "saying so, instead of refusing to start.")
+@click.option("--require-isolation", is_flag=True, hidden=True,
+              help="Refuse to start when a task's isolation cannot run here (the default).")
 @click.option("--no-grade", is_flag=True,
               help="Run the commands only: check no criterion, keep each workspace; every "
                    "attempt ends NOT_GRADED until `evalledger regrade` grades it.")
@@ -103,7 +105,7 @@ def run(
     model: str | None,
     sample: int | None, seed: int | None, shard: str | None, max_cost: float | None,
     preservation_mode: PreservationMode, pricing: str | None, kill_grace: float | None,
-    isolation: str | None, require_isolation: bool, no_grade: bool,
+    isolation: str | None, allow_unconfined: bool, require_isolation: bool, no_grade: bool,
     executor: ExecutorKind | None,
     ray_address: str | None, stream: bool, durable: bool,
     junit_xml: Path | None, allow_skipped: bool,
@@ -130,6 +132,7 @@ def run(
         "sample": sample, "seed": seed, "shard": shard, "executor": executor,
         "ray_address": ray_address, "isolation": isolation,
         "require_isolation": require_isolation or None, "no_grade": no_grade or None,
+        "allow_unconfined": allow_unconfined or None,
         "stall_timeout": stall_timeout, "retries": retries, "retry_backoff": retry_backoff,
         "max_infra_failures": max_infra_failures,
     }

@@ -101,6 +101,11 @@ class BatchConfig:
         return self.options.kill_grace
 
     @property
+    def allow_unconfined(self) -> bool:
+        """Whether a task whose isolation cannot run here runs with none."""
+        return self.options.allow_unconfined and not self.options.require_isolation
+
+    @property
     def max_parallel(self) -> int:
         return self.options.max_parallel
 
@@ -282,7 +287,8 @@ def _join_cluster(config: BatchConfig, token: str) -> RayExecutor:
     spec = WorkerSpec(run_id=config.run_id, batch_token=token,
                       preservation_mode=config.preservation_mode,
                       kill_grace=config.kill_grace, rates=config.rate_card,
-                      no_grade=config.options.no_grade)
+                      no_grade=config.options.no_grade,
+                      allow_unconfined=config.allow_unconfined)
     cluster = RayExecutor(spec, config.max_parallel, config.options.ray_address)
     cluster.start()
     return cluster
@@ -340,6 +346,7 @@ async def _run(
             preservation_mode=config.preservation_mode,
             kill_grace=config.kill_grace,
             no_grade=config.options.no_grade,
+            allow_unconfined=config.allow_unconfined,
             on_output=callbacks.on_output,
             rates=config.rate_card,
             spent_usd=resume.spent_usd if resume else 0.0,

@@ -151,6 +151,8 @@ class RunContext:
     kill_grace: float = DEFAULT_KILL_GRACE
     # Run the commands only: no criterion checked, attempts pending a regrade.
     no_grade: bool = False
+    # An isolation that cannot run here runs as none (else the attempt is an ERROR).
+    allow_unconfined: bool = False
     on_output: Callable[[AnyEvent], None] | None = None
     rates: RateCard = DEFAULT_RATES
     spent_usd: float = 0.0
@@ -653,23 +655,33 @@ Jail = _isolation.Jail | _isolation.Container
 
 
 class IsolationLeak(Exception):
-    """A task would hand its confined command what isolation hides (its message says
-    what): the attempt is ERROR, and the command never runs."""
+    """A task would hand its confined command what isolation hides, or its isolation
+    cannot run here (its message says which): the attempt is ERROR, and the command
+    never runs."""
 
 
 async def _confine(task: ResolvedTask, ctx: RunContext, sandbox: Path,
                    attempt: int) -> Jail | None:
     """How the attempt's commands are confined (None: not at all). An isolation that
-    cannot run here runs as none, and its ``task.isolation`` says so (``run
-    --require-isolation`` refuses to start instead)."""
+    cannot run here fails the attempt (an infrastructure ERROR: the runner saw it);
+    with ``allow_unconfined`` it runs as none, and its ``task.isolation`` says so.
+
+    Raises:
+        IsolationLeak: the task would hand its command what isolation hides, or its
+            isolation cannot run here (and running unconfined was not allowed).
+    """
     if task.isolation == "none":
         return None
     try:
         backend, image = await isolation_backend(task)
     except _isolation.IsolationUnavailable as e:
         await ctx.writer.append(TaskIsolation(
-            run_id=ctx.run_id, task_key=task.task_key, attempt=attempt, backend="none",
+            run_id=ctx.run_id, task_key=task.task_key, attempt=attempt,
+            backend="none" if ctx.allow_unconfined else task.isolation,
             asked=task.isolation, reason=str(e), network="host", uid=os.getuid()))
+        if not ctx.allow_unconfined:
+            raise IsolationLeak(f"isolation {task.isolation} is not available here: {e} "
+                                "(--allow-unconfined runs it with none)") from e
         return None
     if exposed := _isolation.exposed(task.source, ctx.ledger_path, task.workdir,
                                      task.dockerfile, tuple(task.binds.values()),

@@ -76,6 +76,7 @@ OPERATIONAL_OPTIONS = RunOptions.operational()
 def test_how_a_run_executes_is_operational() -> None:
     expected = {"max_parallel", "out", "cwd", "preservation_mode", "max_cost_usd", "kill_grace",
                 "executor", "ray_address", "require_isolation", "no_grade", "retries",
+                "allow_unconfined",
                 "retry_backoff", "max_infra_failures"}
     assert expected == OPERATIONAL_OPTIONS
 

@@ -68,6 +68,7 @@ class WorkerSpec:
     kill_grace: float
     rates: RateCard
     no_grade: bool = False
+    allow_unconfined: bool = False
 
 
 # What the driver ships for a task's workdir: its content's hash and object, or why it
@@ -286,6 +287,7 @@ class _WorkerAttempt:
             preservation_mode=self.spec.preservation_mode,
             kill_grace=self.spec.kill_grace,
             no_grade=self.spec.no_grade,
+            allow_unconfined=self.spec.allow_unconfined,
             rates=self.spec.rates,
             batch_token=self.session.token,
             locate_workdir=functools.partial(self.session.locate, self.shipped),
