@@ -629,6 +629,54 @@ def test_an_isolation_missing_here_is_refused_or_run_as_none_and_said(tmp_path: 
     assert record.reason == "bwrap is not installed (Debian: apt install bubblewrap)"
 
 
+# An executor-level batch (no app check before it: what a Ray worker meets) of one task
+# asking for bwrap, in a process whose PATH holds no bwrap.
+_UNCONFINED = """
+import sys
+import trio
+from evalledger.executor import BatchConfig, run_batch
+from evalledger.ledger import Ledger
+from evalledger.options import RunOptions
+from tests.executor.batches import make_task
+allowed = sys.argv[2] == "allowed"
+with Ledger(sys.argv[1]) as ledger:
+    task = make_task("t", ["/bin/echo", "ran"], isolation="bwrap")
+    config = BatchConfig(run_id="r", options=RunOptions(out=sys.argv[3],
+                                                        allow_unconfined=allowed))
+    trio.run(run_batch, ledger, [task], config)
+"""
+
+
+@pytest.mark.slow  # a batch in a process of its own, each
+@pytest.mark.parametrize("allowed", [False, True])
+def test_an_isolation_gone_once_the_run_started_is_an_error_unless_allowed(
+    tmp_path: Path, allowed: bool,
+) -> None:
+    """Checked before the run starts locally; a worker (or a machine that lost it)
+    found out only at the attempt, and ran the command with none."""
+    (tmp_path / "bin").mkdir()
+    db = tmp_path / "ledger.db"
+    done = subprocess.run(
+        [sys.executable, "-c", _UNCONFINED, str(db), "allowed" if allowed else "refused",
+         str(tmp_path / "out")], cwd=Path(evalledger_package.__file__).parents[1],
+        env={**os.environ, "PATH": str(tmp_path / "bin")}, capture_output=True, text=True,
+        timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    evs = events(db, "r")
+    (completed,) = of_type(evs, "task.completed")
+    (record,) = of_type(evs, "task.isolation")
+    if allowed:
+        assert (completed.final_status, record.backend) == ("SUCCESS", "none")
+        assert any(e.line == "ran" for e in of_type(evs, "task.output"))
+    else:
+        assert (completed.final_status, completed.failure_class) == ("ERROR", "infra")
+        assert completed.error_message == (
+            "isolation bwrap is not available here: bwrap is not installed (Debian: apt "
+            "install bubblewrap) (--allow-unconfined runs it with none)")
+        assert (record.backend, record.asked) == ("bwrap", "bwrap")
+        assert not of_type(evs, "task.output")  # the command never ran
+
+
 def test_what_a_task_would_hand_its_confined_command_is_refused_and_setid_bits_defused(
     tmp_path: Path, bwrap: Bwrap
 ) -> None:
