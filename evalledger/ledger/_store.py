@@ -788,7 +788,10 @@ class Ledger:
         before signing, and imported ones, do not)."""
         with self._translate():
             first = self._conn.execute(
-                "SELECT json_valid(payload) AND json_type(payload, '$.public_key') = 'text' "
+                # CASE, not AND: SQLite may evaluate both sides, and json_type raises on
+                # a payload that is not JSON (a forged or damaged row: verify names it).
+                "SELECT CASE WHEN json_valid(payload) THEN "
+                "json_type(payload, '$.public_key') = 'text' END "
                 "FROM events WHERE type = ? AND run_id = ? AND task_key IS NULL "
                 "ORDER BY seq LIMIT 1", [EventType.RUN_STARTED, run_id]).fetchone()
         return first is not None and bool(first[0])
@@ -824,8 +827,8 @@ class Ledger:
         with self._translate():
             row = self._conn.execute(
                 f"SELECT 1 FROM events WHERE seq > ? AND {self._lifecycle_where} AND "
-                "run_id = ? AND type = ? AND json_valid(payload) AND "
-                f"json_extract(payload, '$.key') IN ({','.join('?' * len(key_ids))}) "
+                "run_id = ? AND type = ? AND CASE WHEN json_valid(payload) THEN "
+                f"json_extract(payload, '$.key') IN ({','.join('?' * len(key_ids))}) END "
                 "LIMIT 1", [seq, run_id, EventType.RUN_SIGNED, *key_ids]).fetchone()
         return row is not None
 

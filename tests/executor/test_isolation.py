@@ -73,8 +73,11 @@ class Service:
             except ConnectionAbortedError:  # reached, and gone before its accept
                 self.connections += 1
                 continue
-            except OSError:  # closed: the test is over
-                return
+            except OSError:
+                if self.sock.fileno() == -1:  # closed: the test is over
+                    return
+                continue  # a transient failure (EINTR, out of descriptors): not an end
+
             self.connections += 1
             conn.close()
 
