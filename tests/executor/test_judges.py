@@ -232,7 +232,10 @@ def test_an_api_that_keeps_failing_is_an_error_after_its_tries(
     done = only_completion(evs)
     assert (done.final_status, done.error_message) == (
         "ERROR", "llm_judge: the judge's API failed 3 time(s), last: HTTP 503")
-    assert len(api.seen) == 3
+    # Every try that reached the server was answered 503; under load a try can fail
+    # before it does (the server closes each connection, and one reused as it closed
+    # is a connection error: a try too), so it saw 2 or 3 (seen in CI: 2).
+    assert 2 <= len(api.seen) <= 3
 
 
 def test_an_agent_judge_gives_its_verdict_as_its_last_json_line_from_a_copy(
