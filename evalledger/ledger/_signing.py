@@ -5,7 +5,7 @@ append to the ledger: a correctly chained row is easy to make. A signature is no
 batch (``run``, ``resume``) and each ``regrade`` holds an ed25519 key in its memory only
 and seals what it writes:
 
-- after each commit holding an event of ``COVERED_TYPES``, in the same transaction, a
+- after each commit holding an event of ``SEALED_TYPES``, in the same transaction, a
   ``run.signed`` covering those ``k`` events and the ``m`` other rows of the run it
   wrote since its previous seal (``rest``: their digest);
 - one key's seals form a chain, ``D_0 = sha256("evalledger.seal" run_id key)`` and
@@ -13,7 +13,7 @@ and seals what it writes:
   newest valid seal of a key vouches for every seal before it, so a reader checks one
   signature per key, not one per commit.
 
-``Seals`` reads a run's rows in seq order and says which events of ``COVERED_TYPES`` no
+``Seals`` reads a run's rows in seq order and says which events of ``SEALED_TYPES`` no
 valid seal covers (the ones a read ignores, and ``verify`` names when they are of
 ``SEALED_TYPES``). A key counts when its seals cover a ``run.started``/``run.resumed``
 (a batch's) or only gradings (a regrade's: it may seal nothing else); a batch opened
@@ -46,7 +46,6 @@ SEALED_TYPES = frozenset({
     EventType.TASK_STARTED, EventType.TASK_COMPLETED, EventType.TASK_GRADED,
     EventType.RUN_GRADED,
 })
-COVERED_TYPES = SEALED_TYPES
 _OPENINGS = frozenset({EventType.RUN_STARTED, EventType.RUN_RESUMED})
 _GRADINGS = frozenset({EventType.TASK_GRADED, EventType.RUN_GRADED})
 # What the process running a run never writes (a scan's findings, a merge's account):
@@ -177,7 +176,7 @@ class Signer:
             if row.run_id != self.run_id or row.type in _UNCHAINED:
                 continue
             digest = row_digest(*row[:6])
-            if row.type in COVERED_TYPES:
+            if row.type in SEALED_TYPES:
                 covered.update(digest)
                 k += 1
             else:
@@ -247,16 +246,13 @@ class SealReport:
     """``(seq, what)`` for each unsealed event of a sealed type and each bad seal."""
     keys: tuple[tuple[str, str, int], ...]
     """``(key id, "batch" | "regrade", seq of its first seal)`` of every key that counts."""
-    batch_keys: dict[str, bytes] = field(default_factory=dict)
-    """The raw public key of each batch that counts, by id: whose seals of snapshots a
-    read believes."""
-    unannounced: bool = False
+    unannounced: bool
     """Some seal is by a key no seal fed announced (a read that started from a snapshot
     meets a key announced before it: it checks the whole run instead)."""
 
 
 class Seals:
-    """Feed a run's rows in seq order (only ``COVERED_TYPES`` and ``run.signed`` are
+    """Feed a run's rows in seq order (only ``SEALED_TYPES`` and ``run.signed`` are
     looked at), then ``report()``."""
 
     def __init__(self, run_id: str, *, rest: bool = False, signed: bool = False,
@@ -287,7 +283,7 @@ class Seals:
              payload: str) -> None:
         if type_ == EventType.RUN_SIGNED:
             self._seal(seq, payload)
-        elif type_ in COVERED_TYPES:
+        elif type_ in SEALED_TYPES:
             if type_ == EventType.RUN_STARTED:
                 if '"shard":"' in payload:
                     self._shard_openings.add(seq)
@@ -373,15 +369,13 @@ class Seals:
             if kind is not None:
                 counted.append((key.key_id, kind, key.seals[0].seq))
         counted.sort(key=lambda c: c[2])
-        batch_keys = {key_id: public for key_id, kind, _ in counted if kind == "batch"
-                      and (public := self._keys[key_id].public) is not None}
         unannounced = any(key.public is None for key in self._keys.values())
         if not self._started_signed:
             # A run recorded before signing (or imported from one): nothing to hold it to.
             return SealReport(False, frozenset(), tuple(sorted(self._problems)),
-                              tuple(counted), batch_keys, unannounced)
+                              tuple(counted), unannounced)
         return SealReport(True, frozenset(ignored), tuple(sorted(problems)), tuple(counted),
-                          batch_keys, unannounced)
+                          unannounced)
 
     def _kinds(self, valid: dict[str, list[_Seal]],
                problems: list[tuple[int, str]]) -> dict[str, str]:

@@ -728,7 +728,7 @@ class Ledger:
         if not self.run_signed(run_id):
             # Recorded before signing, or imported from such a run: nothing to hold it to
             # (verify walks it all the same, for seals a later process made).
-            report = SealReport(False, frozenset(), (), ())
+            report = SealReport(False, frozenset(), (), (), unannounced=False)
             self._seals[(run_id, sealed_through)] = (mark, report)
             return report
         types = sorted({*SEALED_TYPES, EventType.RUN_SIGNED})
