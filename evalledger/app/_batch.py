@@ -275,7 +275,12 @@ def recorded_expectations(ledger: Ledger, run_id: str) -> dict[str, str]:
     """Per task key, the ``expect`` its latest attempt recorded in ``task.started``
     (keys whose latest attempt has none are left out)."""
     latest: dict[str, tuple[int, str | None]] = {}
+    # Of a signed run, only what its own processes sealed: a forged later attempt must
+    # not change which expectation judges a key.
+    ignored = ledger.seal_report(run_id, until_seq=ledger.last_seq()).ignored
     for row in ledger.rows(run_id, types=[EventType.TASK_STARTED]):
+        if row.seq in ignored:
+            continue
         key = row.task_key or ""
         # Canonical JSON: a definition with an expectation holds this text; a payload
         # without it is parsed only when it may clear an earlier attempt's.

@@ -201,7 +201,11 @@ def recorded_definitions(ledger: Ledger, run_id: str,
     """The definitions the run's ``task.started`` events recorded with these hashes (the
     first found of each): what drift compares today's definitions with, field by field."""
     wanted, found = set(hashes), {}
+    # Of a signed run, only what its own processes sealed (as every read of it).
+    ignored = ledger.seal_report(run_id, until_seq=ledger.last_seq()).ignored
     for row in ledger.rows(run_id, types=[EventType.TASK_STARTED]):
+        if row.seq in ignored:
+            continue
         payload = json.loads(row.payload)
         digest = payload.get("definition_hash")
         if digest in wanted and digest not in found and isinstance(
