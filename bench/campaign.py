@@ -55,6 +55,11 @@ Issue #20, one family or more per point:
    or non-canonical payload re-chained, ``ANALYZE``, a garbage ``meta.created_at``,
    ``merge`` on a full disk: the documented exit code, one line, no traceback.
 
+Issue #45: verdicts (an agent forging its own verdict, under none and bwrap: named by
+verify, believed by no read) and limits (hogs of memory, processes, the disk and one
+huge file under none and bwrap, their limits drawn at random: each ends as it must well
+before its timeout, nothing of it left running, nothing kept past its limit).
+
 After every kill: ``verify`` exits 0; every ``(seq, event_id)`` read (read-only) right
 before the kill is still there; no marked process is alive 5 s after it (zombies do
 not count); the batch's sandbox folder is gone.
@@ -1011,6 +1016,65 @@ except Exception as e:
 sys.exit(1)
 """
 VERDICT_FORGERIES = ("event", "batch", "seal")
+
+
+# Issue #45, no limits: an agent that takes what it can of the host.
+LIMIT_HOGS = {
+    # name: (command, limits, the status it must end with, what its message starts with)
+    "memory": (["python3", "-c", "b = []\nwhile True: b.append(bytearray(1 << 20))"],
+               {"memory": "{mib}MiB"}, "LIMIT_EXCEEDED", "memory: "),
+    "forks": ("while :; do sleep 30 & done", {"pids": "{pids}"}, "LIMIT_EXCEEDED", "pids: "),
+    "disk": ("i=0; while :; do head -c 1000000 /dev/zero > f$i || exit 1; i=$((i+1)); done",
+             {"disk": "{mib}MiB"}, "LIMIT_EXCEEDED", "disk: "),
+    "file": ("head -c 200000000 /dev/zero > big", {"disk": "{mib}MiB"}, "FAILURE", "exit_code"),
+}
+
+
+def family_limits(plan: Plan) -> Tally:
+    """Each hog under none and (where it runs) bwrap, its limit drawn at random: it ends
+    as it must (LIMIT_EXCEEDED, the agent's; one file past the disk limit is cut there,
+    the command's own failure) well before its timeout, nothing of it is left running,
+    and nothing it wrote is larger than its limit."""
+    tally = plan.tally("resource limits", "limits")
+    modes = ["none"] + (["bwrap"] if shutil.which("bwrap") else [])
+    if len(modes) == 1:
+        tally.notes.append("bwrap: not installed here, none only")
+    number = -1
+    for mode in modes:
+        for name, (command, limits, status, said) in LIMIT_HOGS.items():
+            number += 1
+            if plan.only_trial is not None and number != plan.only_trial:
+                continue
+            rng = plan.rng("limits", number)
+            values = {"mib": rng.randint(16, 64), "pids": rng.randint(8, 64)}
+            trial = Trial(plan.root, f"limits-{mode}-{name}", number)
+            suite = trial.dir / "suite"
+            suite.mkdir()
+            task = json.loads(yaml_task(command, trial.mark, timeout=120))
+            task["isolation"] = mode
+            task["limits"] = {k: v.format(**values) for k, v in limits.items()}
+            (suite / f"{name}.yaml").write_text(json.dumps(task))
+            with tally.trial(f"{name} under {mode} ({task['limits']})") as checks:
+                began = time.monotonic()
+                try:
+                    trial.call(*run_args(suite, "l", trial.out, 1), timeout=RUN_TIMEOUT)
+                    took = time.monotonic() - began
+                    (done,) = [t for t in trial.summary("l")["tasks"]]
+                    checks.expect(done["final_status"] == status, f"ended {done}")
+                    checks.expect((done.get("error_message") or "").startswith(said),
+                                  f"said {done.get('error_message')!r}")
+                    checks.expect(took < 60, f"took {took:.0f}s (timeout 120)")
+                    checks.expect(not left_after(trial.mark, time.time()),
+                                  "something of it outlived the run")
+                    kept = trial.out / "l" / "artifacts" / "default" / name / "00"
+                    largest = max((f.stat().st_size for f in kept.rglob("*") if f.is_file()),
+                                  default=0)
+                    checks.expect(largest <= values["mib"] << 20,
+                                  f"a file of {largest} bytes was kept")
+                finally:
+                    trial.cleanup()
+            shutil.rmtree(trial.dir, ignore_errors=True)
+    return tally
 
 
 def family_verdicts(plan: Plan) -> Tally:
@@ -2574,6 +2638,7 @@ FAMILIES: dict[str, Callable[[Plan], Tally]] = {
     "refusals": family_refusals, "creation": family_creation, "outputs": family_outputs,
     "viewer": family_viewer, "hosts": family_hosts, "legacy": family_legacy,
     "one-line": family_one_line, "verdicts": family_verdicts,
+    "limits": family_limits,
 }
 
 

@@ -16,6 +16,7 @@ class FinalStatus(StrEnum):
     MAX_TURNS_EXHAUSTED = "MAX_TURNS_EXHAUSTED"
     TOKEN_BUDGET_EXCEEDED = "TOKEN_BUDGET_EXCEEDED"
     COST_BUDGET_EXCEEDED = "COST_BUDGET_EXCEEDED"
+    LIMIT_EXCEEDED = "LIMIT_EXCEEDED"
     ERROR = "ERROR"
     BUILD_FAILED = "BUILD_FAILED"
     STALLED = "STALLED"
@@ -41,6 +42,8 @@ _CATEGORY: dict[FinalStatus, Category] = {
     FinalStatus.MAX_TURNS_EXHAUSTED: Category.FAILED,
     FinalStatus.TOKEN_BUDGET_EXCEEDED: Category.FAILED,
     FinalStatus.COST_BUDGET_EXCEEDED: Category.FAILED,
+    # Its processes hit a resource limit (docs/isolation.md, "Limits"): the agent's.
+    FinalStatus.LIMIT_EXCEEDED: Category.FAILED,
     FinalStatus.ERROR: Category.ERROR,
     FinalStatus.BUILD_FAILED: Category.ERROR,
     # Silent for its stall_timeout and ended for it (docs/tasks.md, "Stalls and retries").

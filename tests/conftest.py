@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import compileall
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -26,9 +27,11 @@ from .needs import unavailable
 
 # No Hypothesis deadline anywhere: the suite runs on a loaded two-core machine, beside a
 # second copy of itself, where one example can take 300 ms that takes 3 ms alone. What a
-# property claims is never "fast"; speed is measured in bench/.
+# property claims is never "fast"; speed is measured in bench/. Fifty examples, not a
+# hundred, where a test does not say: the default tier runs every hour (each run draws
+# anew, and the example database keeps what failed), within about two minutes.
 settings.register_profile(
-    "evalledger", deadline=None,
+    "evalledger", deadline=None, max_examples=50,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile("evalledger")
 
@@ -142,3 +145,14 @@ def isolated(request: pytest.FixtureRequest) -> dict[str, str]:
         return {"isolation": "bwrap"}
     images = request.getfixturevalue("docker_images")
     return {"isolation": "docker", "image": images["busybox"]}
+
+
+@pytest.fixture
+def open_folder() -> Iterator[Path]:
+    """A folder any user can reach: right under /tmp, mode 755. Not in the test's own
+    folder: pytest keeps the folders above that to their owner (mode 0700, reset when a
+    session starts, as a second copy of the suite may at any moment)."""
+    folder = Path(tempfile.mkdtemp(prefix="evalledger-open-", dir="/tmp"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)

@@ -8,8 +8,9 @@ xfail left: see ``conftest.py``).
 
 The families: ``BROWSER`` (Debian's Chromium, Playwright, axe-core), ``RAY`` (the
 ``ray`` extra), ``BWRAP``, ``DOCKER``, ``AGENTS`` (the pinned agent CLIs),
-``UNPRIVILEGED`` (a test that runs a batch as the user nobody, from a root runner) and
-``ROOT`` (mounts, ``chattr``, namespaces, giving files away: what only root may do).
+``UNPRIVILEGED`` (a test that runs a batch as the user nobody, from a root runner),
+``ROOT`` (mounts, ``chattr``, namespaces, giving files away: what only root may do) and
+``CGROUPS`` (cgroup v1 memory and pids hierarchies the runner may write: limits).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from typing import NoReturn
 
 import pytest
 
-FAMILIES = ("BROWSER", "RAY", "BWRAP", "DOCKER", "AGENTS", "UNPRIVILEGED", "ROOT")
+FAMILIES = ("BROWSER", "RAY", "BWRAP", "DOCKER", "AGENTS", "UNPRIVILEGED", "ROOT", "CGROUPS")
+# The user an unprivileged runner runs as, from a root one (``setpriv``).
+NOBODY = 65534
 
 
 def required(family: str) -> bool:

@@ -45,6 +45,7 @@ from evalledger.statuses import FailureClass, RunStatus
 from evalledger.suite import ResolvedTask, Skipped
 
 from ._attempt import WORKER_LOST, AttemptOutcome
+from ._limits import enforcement
 from ._marks import batch_mark, kill_marked
 from ._runner import RunContext, run_task
 from ._sandbox import SandboxPool, private_folder, remove_tree
@@ -447,7 +448,7 @@ def _opening(
     if resume is not None:
         return RunResumed(
             run_id=config.run_id, fingerprint=measured, drift=dict(resume.drift_record),
-            host=host_info(),
+            host={**host_info(), "limits": enforcement()},
             to_run=[t.task_key for t in to_run], max_parallel=config.max_parallel,
             batch_token=token, sandbox_root=str(sandbox_root), added=list(resume.added),
             rerun=list(resume.rerun), rerun_failed=resume.rerun_failed,
@@ -459,7 +460,7 @@ def _opening(
         config=config.options,
         fingerprint=measured,
         planned=[t.task_key for t in tasks],
-        host=host_info(),
+        host={**host_info(), "limits": enforcement()},
         max_parallel=config.max_parallel,
         unpriced_models=list(config.unpriced_models),
         batch_token=token,

@@ -148,12 +148,12 @@ async def _run_command_said(
         process = await spawn(criterion.command, cwd=str(evidence.sandbox), env=env,
                               stdin=False)
     elif isinstance(jail, Jail):
-        argv = jail.grader(criterion.command, env["EVALLEDGER_TASK_DIR"])
+        argv = jail.grader(criterion.command, criterion.binds)
         process = await spawn(argv, cwd=str(evidence.sandbox), env=env, stdin=False,
                               kind=Confined)
     else:
         name = f"evalledger-{env[MARKER_VAR]}-grader-{secrets.token_hex(3)}"
-        argv = jail.grader(name, criterion.command, env["EVALLEDGER_TASK_DIR"], list(env))
+        argv = jail.grader(name, criterion.command, criterion.binds, list(env))
         process = await spawn(argv, cwd=str(evidence.sandbox), env=jail.client_env(env),
                               stdin=False, kind=Contained)
     try:
@@ -328,7 +328,7 @@ async def _agent_judge(criterion: AgentJudge, evidence: Evidence, env: Mapping[s
                 if evidence.jail is not None else None)
         seen = Evidence(copy, evidence.exit_code, evidence.stdout, evidence.stderr, jail=jail)
         command = RunCommand(type="run_command", command=criterion.command,
-                             timeout=criterion.timeout)
+                             timeout=criterion.timeout, binds=criterion.binds)
         judge_env = {**env, "EVALLEDGER_RUBRIC": criterion.rubric}
         if jail is None:
             judge_env["EVALLEDGER_SANDBOX"] = str(copy)

@@ -41,6 +41,7 @@ from ._status import AttemptFacts, BudgetStop, Verdict, final_status
 # command was ended halfway: what it left is not its result).
 _KEPT = frozenset({FinalStatus.BUILD_FAILED, FinalStatus.ERROR, FinalStatus.STALLED})
 _BUDGETS = frozenset({FinalStatus.TOKEN_BUDGET_EXCEEDED, FinalStatus.COST_BUDGET_EXCEEDED,
+                      FinalStatus.LIMIT_EXCEEDED,
                       FinalStatus.MAX_TURNS_EXHAUSTED})
 
 

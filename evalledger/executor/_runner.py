@@ -57,7 +57,7 @@ from evalledger.pricing import DEFAULT_RATES, RateCard
 from evalledger.statuses import FinalStatus
 from evalledger.suite import AgentJudge, ResolvedTask, RunCommand
 
-from . import _sandbox
+from . import _limits, _sandbox
 from . import isolation as _isolation
 from ._agent_version import AgentVersions
 from ._attempt import AttemptOutcome, run_attempt
@@ -227,7 +227,15 @@ class _Streams:
     sending: int = 0
     # The model API failure a claude-code stream was in when it last spoke of its API.
     api_error: str | None = None
+    # Whether the workspace's size was looked at while the command ran (limits.disk).
+    watched_disk: bool = False
     _woken: trio.Event | None = None
+
+    def limit_hit(self, detail: str) -> None:
+        """The attempt hit one of its limits: it ends LIMIT_EXCEEDED (the first one said)."""
+        if self.budget_stop is None:
+            self.budget_stop = BudgetStop(FinalStatus.LIMIT_EXCEEDED, detail)
+            self.meter.stopped()
 
     def touched(self, ts: str) -> None:
         """The attempt produced something (lines, JSON events, usage) at ``ts``."""
@@ -683,8 +691,10 @@ async def _confine(task: ResolvedTask, ctx: RunContext, sandbox: Path,
             raise IsolationLeak(f"isolation {task.isolation} is not available here: {e} "
                                 "(--allow-unconfined runs it with none)") from e
         return None
+    graders = [b for c in task.success_criteria if isinstance(c, RunCommand | AgentJudge)
+               for b in c.binds]
     if exposed := _isolation.exposed(task.source, ctx.ledger_path, task.workdir,
-                                     task.dockerfile, tuple(task.binds.values()),
+                                     task.dockerfile, (*task.binds.values(), *graders),
                                      str(ctx.artifacts_root.parent.parent),
                                      str(ctx.sandbox_root)):
         reason = f"isolation leaked: {', '.join(exposed)}"
@@ -726,12 +736,13 @@ async def make_jail(task: ResolvedTask, backend: _isolation.Bwrap | _isolation.D
     """The confinement of one attempt's commands on ``sandbox`` (``isolation_backend``'s)."""
     binds = tuple(sorted(set(task.binds.values())))
     if isinstance(backend, _isolation.Bwrap):
-        return _isolation.Jail(backend, sandbox, task.network, binds, canary)
+        return _isolation.Jail(backend, sandbox, task.network, binds, canary, task.limits.tmp)
     mark = sandbox_root / _isolation.DOCKER_MARK
     if not mark.exists():  # the watchdog's cue: this batch has containers to remove
         await trio.to_thread.run_sync(mark.touch)
     return _isolation.Container(backend, image, sandbox, task.network, binds, canary, token,
-                                _isolation.cli_settings(base_env))
+                                _isolation.cli_settings(base_env),
+                                tuple(_limits.docker_flags(task.limits)), task.limits.tmp)
 
 
 def _command_env(task: ResolvedTask, ctx: RunContext, sandbox: Path,
@@ -779,17 +790,38 @@ async def _execute(
         (timed_out, exit_code)
     """
     probe: _Probe | None = None
-    if jail is None:
-        # No prompt: stdin is /dev/null (EOF at once), which saves a pipe and a task.
-        process = await spawn(task.command, cwd=env["EVALLEDGER_SANDBOX"], env=env,
-                              stdin=bool(task.prompt))
-    else:
-        probe = _Probe(jail, ctx, marker)
-        try:
-            process = await probe.start(task, env)
-        except BaseException:
-            probe.close()
-            raise
+    cgroup = limits = None
+    if not isinstance(jail, _isolation.Container):  # docker bounds its containers itself
+        limits = _limits.pool()
+        cgroup = limits.take(task.limits) if limits is not None else None
+    workspace = Path(env["EVALLEDGER_SANDBOX"]) if jail is None else jail.workspace
+    try:
+        if jail is None:
+            # No prompt: stdin is /dev/null (EOF at once), which saves a pipe and a task.
+            process = await spawn(_limits.wrap(task.command, _limits.prefix(task.limits, cgroup))
+                                  if isinstance(task.command, str) else task.command,
+                                  cwd=env["EVALLEDGER_SANDBOX"], env=env,
+                                  stdin=bool(task.prompt))
+            if not isinstance(task.command, str):
+                try:
+                    _limits.confine(process.pid, task.limits, cgroup)
+                except OSError:
+                    with trio.CancelScope(shield=True):
+                        await end_group(process, 0)
+                    raise
+        else:
+            bounds = ("" if isinstance(jail, _isolation.Container)
+                      else _limits.prefix(task.limits, cgroup))
+            probe = _Probe(jail, ctx, marker)
+            try:
+                process = await probe.start(task, env, bounds)
+            except BaseException:
+                probe.close()
+                raise
+    except BaseException:
+        if cgroup is not None and limits is not None:
+            limits.give(cgroup)
+        raise
     assert process.stdout is not None and process.stderr is not None
 
     async def feed_stdin(prompt: bytes, stdin: trio.abc.SendStream) -> None:
@@ -829,9 +861,13 @@ async def _execute(
             watching = trio.CancelScope()
             if task.stall_timeout is not None:
                 nursery.start_soon(_watch_stall, task, ctx, state, attempt, limit, watching)
+            looking = trio.CancelScope()
+            nursery.start_soon(_watch_limits, task, state, cgroup, workspace,
+                               nursery.cancel_scope, looking)
             with limit:
                 await process.wait()
             watching.cancel()
+            looking.cancel()
             if limit.cancelled_caught:
                 await end_group(process, ctx.kill_grace, ctx.kill_now)
             # The leader is gone; anything it left behind in its group would keep
@@ -850,7 +886,16 @@ async def _execute(
             await end_group(process, ctx.kill_grace, ctx.kill_now)
             if probe is not None:
                 probe.close()
-                await probe.remove_container(process.returncode)
+                if await probe.remove_container():
+                    state.limit_hit(f"memory: {_limits.size_text(task.limits.memory)} limit "
+                                    "hit, the kernel killed the container for it")
+            if cgroup is not None and limits is not None:
+                for hit in cgroup.hits(task.limits):
+                    state.limit_hit(hit)
+                limits.give(cgroup)
+            if state.watched_disk:
+                # It ran long enough to be watched: what it wrote since the last look.
+                await _check_disk(task, state, workspace)
     if jail is not None and not state.probed and state.isolation_error is None:
         backend = jail.record()["backend"]
         if limit.cancelled_caught or state.budget_stop is not None:
@@ -896,6 +941,43 @@ async def _watch_stall(task: ResolvedTask, ctx: RunContext, state: _Streams, att
                 command.cancel()
                 return
             await spoke.wait()  # warn: once per silence
+
+
+async def _watch_limits(task: ResolvedTask, state: _Streams, cgroup: _limits.Cgroup | None,
+                        workspace: Path, stop: trio.CancelScope,
+                        watching: trio.CancelScope) -> None:
+    """Look at the attempt's limits every second while its command runs (the disk less
+    often when the workspace is slow to walk); a hit stops the command (``stop``).
+    Runs under ``watching``, cancelled once the command exited."""
+    wait = 1.0
+    with watching:
+        while state.budget_stop is None:
+            await trio.sleep(wait)
+            if cgroup is not None:
+                for hit in cgroup.hits(task.limits):
+                    state.limit_hit(hit)
+            began = trio.current_time()
+            if task.limits.disk is not None and state.budget_stop is None:
+                await _check_disk(task, state, workspace)
+                # A walk of a big workspace takes a while: not more than 5% of the time.
+                wait = max(1.0, 20 * (trio.current_time() - began))
+        stop.cancel()
+
+
+async def _check_disk(task: ResolvedTask, state: _Streams, workspace: Path) -> None:
+    """Whether the workspace has grown past the task's ``limits.disk``."""
+    state.watched_disk = True
+    limit = task.limits.disk
+    if limit is None:
+        return
+    try:
+        used = await trio.to_thread.run_sync(_limits.disk_usage, workspace,
+                                             abandon_on_cancel=True)
+    except _isolation.WorkspaceUnfit:
+        return  # said once the command has ended, as its failure
+    if used > limit:
+        state.limit_hit(f"disk: the workspace takes {_limits.size_text(used)}, past its "
+                        f"{_limits.size_text(limit)} limit")
 
 
 def _last_seq(ledger_path: str | None, run_id: str, task_key: str) -> int | None:
@@ -949,10 +1031,13 @@ class _Probe:
             self._release()
             raise
 
-    async def start(self, task: ResolvedTask, env: dict[str, str]) -> Child | trio.Process:
+    async def start(self, task: ResolvedTask, env: dict[str, str],
+                    bounds: str = "") -> Child | trio.Process:
+        """Start the command confined (bwrap: behind ``bounds``, ``_limits.prefix``'s
+        lines, which bwrap and all it starts inherit)."""
         hidden = [*self.hidden, task.source]
         if isinstance(self.jail, _isolation.Jail):
-            argv = self.jail.agent(task.command, hidden, self._write)
+            argv = _limits.wrap(self.jail.agent(task.command, hidden, self._write), bounds)
             try:
                 return await spawn(argv, cwd=str(self.jail.workspace), env=env,
                                    stdin=bool(task.prompt), pass_fds=(self._write,),
@@ -995,13 +1080,17 @@ class _Probe:
             with contextlib.suppress(OSError):
                 fifo.unlink()
 
-    async def remove_container(self, returncode: int | None) -> None:
-        """A ``docker run`` that did not end on its own (killed: its container may run
-        on) or could not talk to its daemon (125: it may have started one all the same):
-        its container removed."""
-        if isinstance(self.jail, _isolation.Container) and (
-                returncode is None or returncode < 0 or returncode == 125):
-            await trio.to_thread.run_sync(self.jail.docker.run, "rm", "-f", self.name)
+    async def remove_container(self) -> bool:
+        """The agent's container removed (kept by ``docker run`` once it exited, and run
+        on if the client was killed); True if the kernel had killed it for its memory
+        limit."""
+        if not isinstance(self.jail, _isolation.Container):
+            return False
+        docker = self.jail.docker
+        state = await trio.to_thread.run_sync(
+            docker.run, "inspect", "--format", "{{.State.OOMKilled}}", self.name)
+        await trio.to_thread.run_sync(docker.run, "rm", "-f", self.name)
+        return state.stdout.strip() == "true"
 
 
 async def _read_probes(probe: _Probe, jail: Jail,

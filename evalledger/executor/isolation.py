@@ -111,16 +111,19 @@ class Bwrap:
     bash: str | None = None
 
     def argv(self, command: str | list[str], workspace: Path, *, network: str,
-             binds: Sequence[str] = (), probe: Sequence[str] | None = None) -> list[str]:
+             binds: Sequence[str] = (), probe: Sequence[str] | None = None,
+             tmp: int | None = None) -> list[str]:
         """The argv that runs ``command`` confined, the workspace at ``/work``.
 
         ``binds`` are host paths bound read-only at the same path. With ``probe`` (the
-        prelude's arguments: three paths, a port, an fd) the prelude runs first.
+        prelude's arguments: three paths, a port, an fd) the prelude runs first. ``tmp``:
+        the size of its ``/tmp`` (a tmpfs, in the host's memory) in bytes.
         """
         args = [self.path, "--die-with-parent", "--unshare-all"]
         if network == "host":
             args.append("--share-net")
         args += ["--cap-drop", "ALL", *self.system, "--proc", "/proc", "--dev", "/dev",
+                 *(["--size", str(tmp)] if tmp else []),
                  "--tmpfs", "/tmp", "--bind", str(workspace), WORKSPACE]
         for path in binds:
             args += ["--ro-bind", path, path]
@@ -262,19 +265,22 @@ class Jail:
     binds: tuple[str, ...]
     # A file outside every workspace that no attempt may see (``make_canary``).
     canary: str
+    # The size of its /tmp (the task's ``limits.tmp``), in bytes.
+    tmp: int | None = None
 
     def agent(self, command: str | list[str], hidden: Sequence[str], fd: int) -> list[str]:
         """The agent's argv: the prelude probes (the canary, then ``hidden``: the ledger,
         the task file) and reports on ``fd``, then runs ``command``."""
         paths = [self.canary, *hidden, "", ""][:3]
         return self.bwrap.argv(command, self.workspace, network=self.network,
-                               binds=self.binds, probe=[*paths, _port(self.network), str(fd)])
+                               binds=self.binds, probe=[*paths, _port(self.network), str(fd)],
+                               tmp=self.tmp)
 
-    def grader(self, command: str | list[str], task_dir: str) -> list[str]:
-        """A ``run_command``'s argv: the workspace as the agent left it, the task's
-        folder (its helper files) read-only."""
+    def grader(self, command: str | list[str], binds: Sequence[str] = ()) -> list[str]:
+        """A ``run_command``'s argv: the workspace as the agent left it, and of the task's
+        folder only what the criterion names (``binds``), read-only."""
         return self.bwrap.argv(command, self.workspace, network=self.network,
-                               binds=(*self.binds, task_dir))
+                               binds=(*self.binds, *binds), tmp=self.tmp)
 
     def record(self) -> dict[str, object]:
         """The static part of the attempt's ``task.isolation``."""
@@ -607,6 +613,9 @@ class Container:
     canary: str
     batch: str  # the batch's token, a label of every container
     settings: tuple[tuple[str, str], ...] = ()  # ``cli_settings`` of the runner
+    # ``docker run``'s flags for the task's limits, and the size of its /tmp.
+    limits: tuple[str, ...] = ()
+    tmp: int | None = None
 
     def client_env(self, command_env: Mapping[str, str]) -> dict[str, str]:
         """The ``docker run`` client's environment: the command's (it forwards those
@@ -615,14 +624,15 @@ class Container:
 
     def _argv(self, name: str, command: str | list[str], *, stdin: bool,
               env: Sequence[str], mounts: Sequence[str], prelude: Sequence[str] = (),
-              pipes: Sequence[tuple[str, str]] = ()) -> list[str]:
+              pipes: Sequence[tuple[str, str]] = (), keep: bool = False) -> list[str]:
         inner = [*prelude, *(["/bin/sh", "-c", command] if isinstance(command, str)
                              else command)]
-        args = [self.docker.path, "run", "--rm", "--init", "--name", name,
+        args = [self.docker.path, "run", *([] if keep else ["--rm"]), "--init", "--name", name,
                 "--label", f"{BATCH_LABEL}={self.batch}",
                 "--network", "host" if self.network == "host" else "none",
                 "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-                "--read-only", "--tmpfs", "/tmp:exec", "--user", f"{os.getuid()}:{os.getgid()}",
+                "--read-only", "--tmpfs", f"/tmp:exec{f',size={self.tmp}' if self.tmp else ''}",
+                *self.limits, "--user", f"{os.getuid()}:{os.getgid()}",
                 *_mount(str(self.workspace), WORKSPACE), "-w", WORKSPACE,
                 # What runs is ours (the prelude, the command), never the image's own
                 # ENTRYPOINT with ours as its arguments.
@@ -648,14 +658,16 @@ class Container:
         ``GO_PATH``), which the runner writes once it has read the report: the command
         starts only after, so it can neither take the report nor write one of its own."""
         paths = [self.canary, *hidden, "", ""][:3]
+        # Kept once it exits (the runner removes it): whether the kernel killed it for
+        # its memory limit is known only from the container's state.
         return self._argv(name, command, stdin=stdin, env=env, mounts=(),
                           prelude=prelude_sh([*paths, _port(self.network), PROBE_PATH],
                                              GO_PATH),
-                          pipes=((report, PROBE_PATH), (go, GO_PATH)))
+                          pipes=((report, PROBE_PATH), (go, GO_PATH)), keep=True)
 
-    def grader(self, name: str, command: str | list[str], task_dir: str,
+    def grader(self, name: str, command: str | list[str], binds: Sequence[str],
                env: Sequence[str]) -> list[str]:
-        return self._argv(name, command, stdin=False, env=env, mounts=(task_dir,))
+        return self._argv(name, command, stdin=False, env=env, mounts=binds)
 
     def record(self) -> dict[str, object]:
         return {"backend": "docker", "version": self.docker.version, "image": self.image,

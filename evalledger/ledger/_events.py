@@ -258,7 +258,8 @@ class RunStarted(_Event):
     [Fingerprint](#nested-objects))."""
     host: JsonObject = {}
     """The recording process: ``hostname``, ``user``, ``platform``, ``python``,
-    ``evalledger`` (version), ``cwd``, ``pid``."""
+    ``evalledger`` (version), ``cwd``, ``pid``; ``limits``: how task limits are enforced
+    outside docker (``cgroup v1`` or ``rlimits``, docs/isolation.md)."""
     imported: Imported = None
     """Only on an imported run: ``{format: "coder_eval", source: <the run folder>,
     framework_version}`` (see [import.md](import.md))."""
@@ -346,10 +347,11 @@ class TaskStarted(_TaskEvent):
     of ``description``, ``tags``, ``prompt``, ``workdir``, ``env``, ``timeout``,
     ``model``, ``stream_format``, ``budget``, ``success_criteria``, ``expect``,
     ``isolation``, ``network``, ``env_passthrough``, ``binds``, ``image``,
-    ``dockerfile``, ``stall_timeout``, ``stall_action`` and ``max_output`` the task sets
-    to other than its default (before 0.2 the first ten were recorded at their defaults
-    too; ``retries`` and ``agent_version_command``, like ``ray``, are how it runs, not
-    what it is: never recorded here; see
+    ``dockerfile``, ``stall_timeout``, ``stall_action``, ``max_output`` and ``limits``
+    (all five, when any is not at its default) the task sets to other than its default
+    (before 0.2 the first ten were recorded at their defaults too; ``retries`` and
+    ``agent_version_command``, like ``ray``, are how it runs, not what it is: never
+    recorded here; see
     [tasks.md](tasks.md#the-resolved-definition))."""
     definition_hash: str = ""
     """sha256 (hex) of what the definition evaluates: independent of where the suite

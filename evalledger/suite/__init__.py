@@ -16,10 +16,12 @@ from ._tasks import ExitCode as ExitCode
 from ._tasks import ExperimentFile as ExperimentFile
 from ._tasks import FileContains as FileContains
 from ._tasks import FileExists as FileExists
+from ._tasks import Limits as Limits
 from ._tasks import LlmJudge as LlmJudge
 from ._tasks import OutputContains as OutputContains
 from ._tasks import Overrides as Overrides
 from ._tasks import RayResources as RayResources
+from ._tasks import ResolvedLimits as ResolvedLimits
 from ._tasks import ResolvedTask as ResolvedTask
 from ._tasks import RunCommand as RunCommand
 from ._tasks import Skipped as Skipped
@@ -46,10 +48,12 @@ __all__ = [
     "ExperimentFile",
     "FileContains",
     "FileExists",
+    "Limits",
     "LlmJudge",
     "OutputContains",
     "Overrides",
     "RayResources",
+    "ResolvedLimits",
     "ResolvedTask",
     "RunCommand",
     "Skipped",

@@ -13,7 +13,7 @@ import json
 import types
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ByteSize
 from pydantic.fields import FieldInfo
 
 from evalledger.ledger._fields import field_docs
@@ -25,6 +25,7 @@ from ._tasks import (
     ExperimentFile,
     FileContains,
     FileExists,
+    Limits,
     OutputContains,
     RayResources,
     RunCommand,
@@ -36,7 +37,7 @@ from ._tasks import (
 SCHEMAS: dict[str, type[BaseModel]] = {"task": TaskFile, "experiment": ExperimentFile}
 CRITERIA = (ExitCode, FileExists, FileContains, OutputContains, RunCommand)
 # Every model a schema may hold in its $defs.
-MODELS = (*CRITERIA, Budget, RayResources, TaskSettings, TaskFile, Variant, ExperimentFile)
+MODELS = (*CRITERIA, Budget, Limits, RayResources, TaskSettings, TaskFile, Variant, ExperimentFile)
 BEGIN = "<!-- task-file reference: made by `evalledger schema --format markdown` -->"
 END = "<!-- end of the task-file reference -->"
 
@@ -72,8 +73,11 @@ def _type(annotation: Any) -> str:
         return f"list of {_type(args[0])}"
     if origin is dict:
         return "mapping of text"
+    if annotation is ByteSize:
+        return "bytes (`2000000`, `\"50MB\"`, `\"1GiB\"`)"
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return {"TaskSettings": "task fields", "RayResources": "ray"}.get(
+        return {"TaskSettings": "task fields", "RayResources": "ray",
+                                                 "Limits": "limits (below)"}.get(
             annotation.__name__, annotation.__name__.lower())
     return {str: "text", int: "integer", float: "number", bool: "boolean"}.get(
         annotation, str(annotation))
@@ -132,6 +136,7 @@ def reference_markdown() -> str:
         keys = ", ".join(f"`{n}`" for n in criterion.model_fields if n not in ("type", "weight"))
         lines.append(f"| `{get_args(kind)[0]}` | {keys} | {_text(criterion.__doc__)} |")
     lines += ["", "**Budget** (`budget:`):", "", *_table(Budget), "",
+              "**Limits** (`limits:`; `null` lifts one):", "", *_table(Limits), "",
               "**Ray resources** (`ray:`, with `--executor ray`):", "", *_table(RayResources),
               "",
               "**Experiment files** (`-e FILE`):", "", *_table(ExperimentFile), "",

@@ -36,8 +36,10 @@ from pydantic import (
     ByteSize,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     ValidationError,
     field_validator,
+    model_serializer,
 )
 
 from evalledger._values import Count, Number, load_yaml
@@ -123,7 +125,23 @@ class OutputContains(_Criterion):
     """Which output is read (its last 16 MiB)."""
 
 
-class RunCommand(_Criterion):
+class _Grader(_Criterion):
+    """A criterion that runs a command on what the agent left."""
+
+    binds: list[str] = []
+    """Files or folders of the task's (relative to the file naming them) the command may
+    read under isolation, at their own paths; it sees nothing else of the task folder."""
+
+    @model_serializer(mode="wrap")
+    def _recorded(self, dump: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Without binds, recorded (and hashed) as before binds existed.
+        fields: dict[str, Any] = dump(self)
+        if not fields.get("binds"):
+            fields.pop("binds", None)
+        return fields
+
+
+class RunCommand(_Grader):
     """A command run in the sandbox afterwards (a test suite, say) exits as expected."""
 
     type: Literal["run_command"]
@@ -171,7 +189,7 @@ class LlmJudge(_Criterion):
     """The longest answer asked for."""
 
 
-class AgentJudge(_Criterion):
+class AgentJudge(_Grader):
     """A command (often an agent) judges the work: it runs in a copy of the workspace with
     the rubric in ``EVALLEDGER_RUBRIC``, and its last JSON line on stdout is the verdict
     (``{"score": 0.8, "reason": "..."}`` or ``{"pass": true}``)."""
@@ -198,6 +216,40 @@ class Budget(_Strict):
     """Past this many tokens the task is stopped: TOKEN_BUDGET_EXCEEDED."""
     max_cost_usd: Number | None = Field(default=None, gt=0)
     """Past this many USD the task is stopped: COST_BUDGET_EXCEEDED."""
+
+
+# The limits a task's attempt runs under by default (docs/isolation.md, "Limits"): room
+# for a coding agent and its tools, not for a runaway loop to take the host.
+DEFAULT_LIMITS = {"memory": 4 << 30, "pids": 1024, "cpus": None, "disk": 10 << 30,
+                  "tmp": 1 << 30}
+
+
+class Limits(_Strict):
+    """What one attempt's processes may take of the host; a hit ends the attempt as
+    LIMIT_EXCEEDED, the agent's failure (docs/isolation.md, "Limits")."""
+
+    memory: ByteSize | None = Field(default=None, gt=0)
+    """Memory of all its processes together (bytes, or "512MiB"; default 4GiB)."""
+    pids: Count | None = Field(default=None, gt=0)
+    """Processes and threads at once (default 1024)."""
+    cpus: Number | None = Field(default=None, gt=0)
+    """CPUs' worth of time (1.5: one and a half; default: no bound)."""
+    disk: ByteSize | None = Field(default=None, gt=0)
+    """What the workspace may grow to, and any one file (default 10GiB)."""
+    tmp: ByteSize | None = Field(default=None, gt=0)
+    """The size of its private /tmp, under bwrap and docker (default 1GiB)."""
+    output: ByteSize | None = Field(default=None, gt=0)
+    """The same as max_output: the most of its output the ledger records."""
+
+
+class ResolvedLimits(_Strict):
+    """A task's limits with the defaults applied (``output`` is its ``max_output``)."""
+
+    memory: int | None = DEFAULT_LIMITS["memory"]
+    pids: int | None = DEFAULT_LIMITS["pids"]
+    cpus: float | None = DEFAULT_LIMITS["cpus"]
+    disk: int | None = DEFAULT_LIMITS["disk"]
+    tmp: int | None = DEFAULT_LIMITS["tmp"]
 
 
 class RayResources(_Strict):
@@ -248,7 +300,7 @@ StallAction = Literal["kill", "warn"]
 # How a task may be expected to end instead of succeeding: a category (``failed``,
 # ``error``) or one final status of those categories, lowercase.
 Expectation = Literal["failed", "failure", "timeout", "token_budget_exceeded",
-                      "cost_budget_exceeded", "error", "build_failed"]
+                      "cost_budget_exceeded", "limit_exceeded", "error", "build_failed"]
 
 
 def meets(expect: str | None, status: FinalStatus) -> bool:
@@ -295,6 +347,9 @@ class TaskSettings(_Strict):
     "1GiB"; default 50MB): past it the attempt runs on, its usage and budget still
     followed; what it prints is counted, its tail kept, and a task.output_truncated
     says so."""
+    limits: Limits | None = None
+    """What one attempt may take of the host: memory, pids, cpus, disk, tmp, output
+    (each merged across layers)."""
     retries: Count | None = Field(default=None, ge=0, le=MAX_RETRIES)
     """Attempts again after an infrastructure failure (a stall, a sandbox that could not
     be built, a command that could not start, a judge's API error), in the same run."""
@@ -464,6 +519,7 @@ class ResolvedTask(_Strict):
     stall_timeout: float | None = None
     stall_action: StallAction = "kill"
     max_output: int = DEFAULT_MAX_OUTPUT
+    limits: ResolvedLimits = ResolvedLimits()
     # How often an infrastructure failure is tried again: not what the task is.
     retries: int = 0
     model: str | None = None
@@ -515,7 +571,7 @@ class ResolvedTask(_Strict):
 
 # Keys a definition holds only when not at their default (``ResolvedTask.definition``).
 _LATER_KEYS = ("expect", "isolation", "network", "env_passthrough", "binds", "image",
-               "dockerfile", "stall_timeout", "stall_action", "max_output")
+               "dockerfile", "stall_timeout", "stall_action", "max_output", "limits")
 
 _REQUIRED = object()
 
@@ -546,6 +602,12 @@ def comparable(definition: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(binds := compared.get("binds"), dict):
         compared["binds"] = {name: os.path.relpath(path, home) if isinstance(path, str)
                              else path for name, path in binds.items()}
+    if isinstance(criteria := compared.get("success_criteria"), list):
+        compared["success_criteria"] = [
+            {**c, "binds": [os.path.relpath(p, home) if isinstance(p, str) else p
+                            for p in c["binds"]]}
+            if isinstance(c, dict) and isinstance(c.get("binds"), list) else c
+            for c in criteria]
     return compared
 
 
@@ -718,6 +780,9 @@ def _merge(*layers: TaskSettings | None) -> dict[str, Any]:
             value = getattr(layer, name)
             if name in ("env", "binds") and value is not None:
                 merged[name] = {**merged.get(name, {}), **value}
+            elif name == "limits" and value is not None:
+                merged[name] = {**merged.get(name, {}),
+                                **value.model_dump(exclude_unset=True)}
             elif name == "env_passthrough" and value is not None:
                 merged[name] = list(dict.fromkeys([*merged.get(name, []), *value]))
             elif name in TaskSettings.model_fields:
@@ -951,6 +1016,7 @@ def _resolve(
     _anchor_workdir(settings, layers)
     _anchor_workdir(settings, layers, "dockerfile")
     _anchor_binds(settings, layers)
+    _anchor_criterion_binds(settings, layers)
     if settings.pop("skip", None):
         return None
     settings.update(_overridden(overrides))
@@ -959,6 +1025,7 @@ def _resolve(
     if settings.get("isolation") == "docker" and not (settings.get("image")
                                                       or settings.get("dockerfile")):
         raise ValueError("isolation docker: the task needs an image or a dockerfile")
+    _resolve_limits(settings)
     workdir = settings.pop("workdir", None)
     given = {k: v for k, v in settings.items() if v is not None}
     repeats = overrides.repeats or variant.repeats or (exp.repeats if exp else 1)
@@ -975,6 +1042,21 @@ def _resolve(
         )
         for i in range(repeats)
     ]
+
+
+def _resolve_limits(settings: dict[str, Any]) -> None:
+    """``limits`` as a ``ResolvedLimits`` (each key not given at its default), its
+    ``output`` as ``max_output``."""
+    limits = settings.pop("limits", None)
+    if limits is None:
+        return
+    output = limits.pop("output", None)
+    if output is not None:
+        if settings.get("max_output") not in (None, output):
+            raise ValueError("limits.output and max_output are the same limit: set one")
+        settings["max_output"] = output
+    if limits:
+        settings["limits"] = {**DEFAULT_LIMITS, **limits}
 
 
 def _anchor_workdir(settings: dict[str, Any],
@@ -999,6 +1081,22 @@ def _anchor_binds(settings: dict[str, Any],
         if layer is not None and layer.binds:
             binds.update({name: _absolute(home / path) for name, path in layer.binds.items()})
     settings["binds"] = binds
+
+
+def _anchor_criterion_binds(settings: dict[str, Any],
+                            layers: Iterable[tuple[TaskSettings | None, Path]]) -> None:
+    """Make each ``run_command``'s and ``agent_judge``'s binds absolute, from the folder
+    of the layer that set the criteria."""
+    home = None
+    for layer, folder in layers:
+        if layer is not None and "success_criteria" in layer.model_fields_set:
+            home = folder
+    criteria = settings.get("success_criteria") or []
+    if home is None or not any(isinstance(c, _Grader) and c.binds for c in criteria):
+        return
+    settings["success_criteria"] = [
+        c.model_copy(update={"binds": [_absolute(home / b) for b in c.binds]})
+        if isinstance(c, _Grader) and c.binds else c for c in criteria]
 
 
 def _overridden(overrides: Overrides) -> dict[str, Any]:

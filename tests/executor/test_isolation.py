@@ -18,7 +18,6 @@ import socket
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ import pytest
 import yaml
 
 import evalledger as evalledger_package
+from evalledger.executor._limits import cgroup_homes
 from evalledger.executor._sandbox import remove_tree
 from evalledger.executor.isolation import (
     Bwrap,
@@ -42,8 +42,8 @@ from evalledger.executor.isolation import (
 from evalledger.ledger import Ledger, verify
 
 from ..cli.helpers import evalledger, events, of_type, write_tasks
+from ..needs import NOBODY, unavailable
 from ..needs import root as root_
-from ..needs import unavailable
 from ..processes import alive
 from ..waiting import left_after, wait_until
 
@@ -129,7 +129,8 @@ def suite(root: Path, isolation: dict[str, str], service: Service
         criteria = [{"type": "file_contains", "path": "loot", "includes": loot}]
         if name == "read-helper":
             criteria.append({"type": "run_command",
-                             "command": 'sh "$EVALLEDGER_TASK_DIR/helper.sh"'})
+                             "command": 'sh "$EVALLEDGER_TASK_DIR/helper.sh"',
+                             "binds": ["helper.sh"]})
         (tasks / f"{name}.yaml").write_text(yaml.safe_dump({
             "command": f"{DAEMON}\n{command}", "env": env, **isolation,
             "timeout": 60, "success_criteria": criteria}))
@@ -163,7 +164,6 @@ def test_every_attack_fails_under_isolation_and_the_probes_say_so(
     all_attacks_failed(tmp_path, tasks, env, isolated, service, uid=os.getuid())
 
 
-NOBODY = 65534
 
 
 def test_every_attack_fails_when_an_unprivileged_user_runs_the_batch(
@@ -201,17 +201,6 @@ def test_every_attack_fails_when_an_unprivileged_user_runs_the_batch(
         cwd=root, env=user_env, capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 1, result.stderr
     all_attacks_failed(root, tasks, env, isolated, service, uid=NOBODY)
-
-
-@pytest.fixture
-def open_folder() -> Iterator[Path]:
-    """A folder any user can reach: right under /tmp, mode 755. Not in the test's own
-    folder: pytest keeps the folders above that to their owner (mode 0700, reset when a
-    session starts, as a second copy of the suite may at any moment)."""
-    folder = Path(tempfile.mkdtemp(prefix="evalledger-open-", dir="/tmp"))
-    folder.chmod(0o755)
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def all_attacks_failed(root: Path, tasks: Path, env: dict[str, str],
@@ -271,7 +260,10 @@ def test_the_same_attacks_succeed_without_isolation(
         assert worked == expected, {k: e.error_message for k, e in completed.items()}
         assert (tmp_path / "outside" / "pwned").exists()
         service.wait_reached()
-        assert daemons(env["DAEMON_MARK"]) != []  # escaped: the hole isolation closes
+        if cgroup_homes() is None:
+            assert daemons(env["DAEMON_MARK"]) != []  # escaped: the hole isolation closes
+        else:  # its cgroup held it all the same: ended with its attempt (limits)
+            assert wait_for_no_daemons(env["DAEMON_MARK"]) == []
         assert of_type(events(db, "attacks"), "task.isolation") == []
     finally:
         for pid in daemons(env["DAEMON_MARK"]):
@@ -735,6 +727,31 @@ def test_binds_that_hold_the_ledger_the_criteria_or_the_runs_are_refused(
         "default/inside/00": ("ERROR", f"isolation leaked: binds {tmp_path}/runs/earlier "
                                        "is in the run's --out folder")}
     assert not of_type(evs, "task.output")  # nothing ran
+
+
+def test_a_confined_grader_sees_of_the_task_folder_only_what_its_binds_name(
+    tmp_path: Path, isolated: dict[str, str]
+) -> None:
+    """What the agent left runs inside a grader (a planted ``conftest.py``): the grader
+    finds the helper its criterion binds, and neither the other criteria's hidden files
+    nor the task file; a criterion binding the whole task folder is refused."""
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "helper.sh").write_text("exit 0\n")
+    (tasks / "hidden_tests.py").write_text("SECRET\n")
+    looks = ('sh "$EVALLEDGER_TASK_DIR/helper.sh" && test ! -e "$EVALLEDGER_TASK_DIR/'
+             'hidden_tests.py" && test ! -e "$EVALLEDGER_TASK_DIR/graded.yaml"')
+    write_tasks(tasks, {
+        "graded": {"command": "echo ran", **isolated, "success_criteria": [
+            {"type": "run_command", "command": looks, "binds": ["helper.sh"]}]},
+        "wide": {"command": "echo ran", **isolated, "success_criteria": [
+            {"type": "run_command", "command": "true", "binds": ["."]}]}})
+    db = tmp_path / "ledger.db"
+    evalledger(tmp_path, db, "run", str(tasks), "--run-id", "graders")
+    done = {e.task_key: e for e in of_type(events(db, "graders"), "task.completed")}
+    assert done["default/graded/00"].final_status == "SUCCESS", done["default/graded/00"]
+    assert (done["default/wide/00"].final_status, done["default/wide/00"].error_message) == (
+        "ERROR", f"isolation leaked: binds {tasks} holds the task file")
 
 
 def test_a_container_runs_our_command_not_its_images_entrypoint_and_cannot_forge_its_probes(

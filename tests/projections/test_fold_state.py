@@ -55,6 +55,7 @@ LAYOUTS = {
     ("SummaryFold", 9): "6cc3fc943741c75f",  # an estimate is unreported spend, not unpriced
     ("SummaryFold", 10): "5ebf973f60086f4e",  # + the session's versions (completions omit them)
     ("SummaryFold", 11): "9a352ef112628e6f",  # + each batch's signing key
+    ("SummaryFold", 12): "bb7ba7782b6a5c83",  # + LIMIT_EXCEEDED among the statuses
     ("ResumeFold", 2): "488576a01a3d6a5a",
 }
 

@@ -22,6 +22,7 @@ from evalledger.suite import (
     ExitCode,
     Overrides,
     ResolvedTask,
+    RunCommand,
     Skipped,
     TaskLoadError,
     TaskSet,
@@ -727,7 +728,7 @@ def test_the_legacy_hash_is_the_hash_older_versions_computed(tmp_path: Path) -> 
     old = task.model_dump(mode="json", exclude={
         "task_key", "replicate_index", "ray", "expect", "source", "isolation", "network",
         "env_passthrough", "binds", "image", "dockerfile", "stall_timeout", "stall_action",
-        "max_output",
+        "max_output", "limits",
         "retries", "agent_version_command"})
     old["workdir"] = "fixtures/w"
 
@@ -897,3 +898,21 @@ def test_a_max_output_that_is_no_size_skips_the_file_saying_why(tmp_path: Path,
                                                                text: str) -> None:
     loaded = load_tasks([write(tmp_path / "t.yaml", MINIMAL + text)])
     assert not loaded.tasks and "max_output" in loaded.skipped[0].reason
+
+
+def test_a_run_commands_binds_are_anchored_at_its_file_and_moving_the_folder_is_no_drift(
+    tmp_path: Path,
+) -> None:
+    """A criterion's binds resolve from the file that set the criteria; a criterion
+    without binds is recorded (and hashed) as before binds existed; a whole suite moved
+    elsewhere keeps its definition hash."""
+    body = ("command: echo\nsuccess_criteria:\n"
+            "  - {type: run_command, command: 'true', binds: [helper.sh]}\n"
+            "  - {type: run_command, command: 'true'}\n")
+    first = write(tmp_path / "a" / "t.yaml", body)
+    task = load_tasks([first]).tasks[0]
+    bound, _ = task.success_criteria
+    assert isinstance(bound, RunCommand) and bound.binds == [str(tmp_path / "a" / "helper.sh")]
+    assert "binds" not in task.definition()["success_criteria"][1]
+    moved = write(tmp_path / "b" / "t.yaml", body)
+    assert load_tasks([moved]).tasks[0].definition_hash == task.definition_hash

@@ -1,0 +1,216 @@
+"""Resource limits (docs/isolation.md, "Limits"): real attempts that take too much memory,
+too many processes or too much disk end LIMIT_EXCEEDED, the agent's failure, under none
+and bwrap (a cgroup each, here) and docker (its own flags); the building blocks below."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import evalledger as evalledger_package
+from evalledger.executor import _limits
+from evalledger.suite import ResolvedLimits
+
+from ..cli.helpers import evalledger, events, of_type
+from ..cli.helpers import write_tasks as write
+from ..needs import NOBODY, unavailable
+from ..needs import root as root_
+
+
+def write_tasks(folder: Path, tasks: dict[str, dict[str, object]],
+                success_criteria: list[dict[str, object]]) -> Path:
+    return write(folder, {name: {**keys, "success_criteria": success_criteria}
+                          for name, keys in tasks.items()})
+
+# A shell holding ~300 MB in a variable: busybox's sh and dash alike.
+HOG = "x=$(head -c 300000000 /dev/zero | tr '\\0' a); echo held ${#x}"
+FORKS = "for i in $(seq 1 40); do sleep 3 & done; wait; echo forked"
+FILLS = "head -c 3000000 /dev/zero > a; head -c 3000000 /dev/zero > b; sleep 30; echo filled"
+
+
+@pytest.fixture
+def cgroups() -> dict[str, Path]:
+    """This runner's cgroup folders, or a skip saying why limits fall back to rlimits
+    here; CI (root, cgroup v1) sets ``EVALLEDGER_REQUIRE_CGROUPS=1``."""
+    homes = _limits.cgroup_homes()
+    if homes is None:
+        unavailable("CGROUPS", "no cgroup v1 memory and pids hierarchy this user may write")
+    return homes
+
+
+def _keys(request: pytest.FixtureRequest, isolation: str) -> dict[str, str]:
+    if isolation == "bwrap":
+        request.getfixturevalue("bwrap")
+    if isolation == "docker":
+        return {"isolation": "docker", "image": request.getfixturevalue("docker_images")["busybox"]}
+    return {"isolation": isolation}
+
+
+@pytest.mark.parametrize("isolation", ["none", "bwrap", "docker"])
+def test_each_limit_hit_ends_its_attempt_as_limit_exceeded(
+    tmp_path: Path, isolation: str, request: pytest.FixtureRequest, cgroups: dict[str, Path]
+) -> None:
+    """Memory, processes and disk past the task's limits: each attempt ends
+    LIMIT_EXCEEDED, the agent's failure, saying which limit. One at a time (``-j 1``),
+    so the attempt after them reuses their cgroup: within its limits, it succeeds."""
+    keys = _keys(request, isolation)
+    exit_code = [{"type": "exit_code"}]
+    tasks = write_tasks(tmp_path / "tasks", {
+        "a-memory": {"command": HOG, "limits": {"memory": "100MiB"}, **keys},
+        "b-pids": {"command": FORKS, "limits": {"pids": 20}, **keys},
+        "c-disk": {"command": FILLS, "limits": {"disk": "4MB"}, "timeout": 60, **keys},
+        "d-within": {"command": "echo fine", **keys},
+    }, success_criteria=exit_code)
+    db = tmp_path / "ledger.db"
+    ran = evalledger(tmp_path, db, "run", str(tasks), "--run-id", "limits", "-j", "1")
+    assert ran.returncode == 1, ran.stderr
+    done = {e.task_key.split("/")[1]: e for e in of_type(events(db, "limits"), "task.completed")}
+    said = {name: (e.final_status, e.failure_class) for name, e in done.items()}
+    hit = ("LIMIT_EXCEEDED", "agent")
+    expected = {"a-memory": hit, "b-pids": hit, "c-disk": hit, "d-within": ("SUCCESS", None)}
+    if isolation == "docker":
+        # A fork past --pids-limit fails inside the container: the command's failure,
+        # which docker does not report (docs/isolation.md).
+        expected["b-pids"] = ("FAILURE", "agent")
+    assert said == expected, done
+    assert done["a-memory"].error_message.startswith("memory: 100 MiB limit hit, the kernel")
+    assert done["c-disk"].error_message.startswith("disk: the workspace takes")
+    assert done["c-disk"].duration_seconds < 20  # stopped when seen, not at its end
+    if isolation != "docker":
+        assert done["b-pids"].error_message.startswith("pids: 20 processes at once")
+    mine = [p for home in cgroups.values() for p in home.glob(f"evalledger-{os.getpid()}-*")]
+    assert all(not (p / "cgroup.procs").read_text().strip() for p in mine)
+
+
+def test_bwrap_gives_its_command_a_tmp_of_the_limits_size(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """``limits.tmp`` sizes the private /tmp (a tmpfs, in the host's memory): past it a
+    write fails inside, the command's own failure."""
+    keys = _keys(request, "bwrap")
+    tasks = write_tasks(tmp_path / "tasks", {
+        "small": {"command": "head -c 3000000 /dev/zero > /tmp/a && echo wrote",
+                  "limits": {"tmp": "1MiB"}, **keys},
+        "roomy": {"command": "head -c 3000000 /dev/zero > /tmp/a && echo wrote", **keys},
+    }, success_criteria=[{"type": "exit_code"}])
+    db = tmp_path / "ledger.db"
+    assert evalledger(tmp_path, db, "run", str(tasks), "--run-id", "tmp").returncode == 1
+    done = {e.task_key.split("/")[1]: e.final_status
+            for e in of_type(events(db, "tmp"), "task.completed")}
+    assert done == {"small": "FAILURE", "roomy": "SUCCESS"}
+
+
+def test_without_a_cgroup_the_prefix_sets_rlimits_the_shell_keeps(tmp_path: Path) -> None:
+    """Where no cgroup can be made (an unprivileged runner), memory bounds each process's
+    data and the disk each file: what a real shell behind the prefix then reports."""
+    bounds = ResolvedLimits(memory=256 << 20, disk=10 << 20)
+    lines = _limits.prefix(bounds, None)
+    said = subprocess.run(["/bin/sh", "-c", lines + "ulimit -d; ulimit -f"],
+                          capture_output=True, text=True, check=True).stdout.split()
+    assert said == [str(256 << 10), str((10 << 20) // 512)]
+    assert _limits.prefix(ResolvedLimits(memory=None, disk=None, pids=None, tmp=None), None) == ""
+
+
+def test_an_argv_command_runs_behind_a_shell_that_applies_the_prefix(tmp_path: Path) -> None:
+    """A list command cannot take shell lines in front: it runs behind a shell that
+    applies them and then execs it, its arguments whole."""
+    lines = _limits.prefix(ResolvedLimits(memory=None, disk=1 << 20), None)
+    argv = _limits.wrap(["/bin/sh", "-c", 'ulimit -f; printf "%s|" "$@"', "x", "a b", "*"],
+                        lines)
+    said = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    assert said == f"{(1 << 20) // 512}\na b|*|"
+    assert _limits.wrap("echo hi", "") == "echo hi"
+
+
+def test_cgroup_homes_are_read_from_the_mounts_and_membership(tmp_path: Path) -> None:
+    """The runner's own folder in each v1 hierarchy, from /proc/self/mountinfo and
+    /proc/self/cgroup as the kernel writes them; none without memory and pids."""
+    for name in ("memory/runner/a", "pids", "cpu"):
+        (tmp_path / name).mkdir(parents=True)
+        (tmp_path / name / "cgroup.procs").touch()
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text(
+        "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+        f"32 31 0:29 / {tmp_path}/cpu rw,relatime - cgroup cgroup rw,cpu\n"
+        f"35 31 0:32 / {tmp_path}/memory rw,relatime - cgroup cgroup rw,memory\n"
+        f"39 31 0:36 / {tmp_path}/pids rw,relatime - cgroup cgroup rw,pids\n"
+        "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n")
+    membership = tmp_path / "cgroup"
+    membership.write_text("8:pids:/\n4:memory:/runner/a\n1:cpu:/\n0::/\n")
+    assert _limits.cgroup_homes(str(mountinfo), str(membership)) == {
+        "memory": tmp_path / "memory/runner/a", "pids": tmp_path / "pids", "cpu": tmp_path / "cpu"}
+    membership.write_text("4:memory:/runner/a\n1:cpu:/\n0::/\n")
+    assert _limits.cgroup_homes(str(mountinfo), str(membership)) is None
+
+
+def test_a_task_files_limits_merge_by_key_and_output_is_max_output(tmp_path: Path) -> None:
+    """``limits`` merge key by key across an experiment's defaults, the task file and a
+    variant; ``output`` is ``max_output``; a task at the default limits is defined (and
+    hashed) as before limits existed; ``null`` lifts one."""
+    from evalledger.suite import load_tasks
+
+    (tmp_path / "t.yaml").write_text(
+        "command: echo\nlimits: {memory: 1GiB, output: 2MB, pids: null}\n")
+    (tmp_path / "plain.yaml").write_text("command: echo\n")
+    (tmp_path / "exp.yaml").write_text(
+        "experiment_id: e\ntasks: [t.yaml, plain.yaml]\ndefaults: {limits: {disk: 1GiB}}\n"
+        "variants: [{variant_id: v, limits: {cpus: 1.5}}]\n")
+    loaded = {t.task_id: t for t in load_tasks(experiment=tmp_path / "exp.yaml").tasks}
+    task = loaded["t"]
+    assert task.limits == ResolvedLimits(memory=1 << 30, pids=None, cpus=1.5, disk=1 << 30)
+    assert task.max_output == 2_000_000
+    (tmp_path / "plain.yaml").write_text("command: echo\nlimits: {}\n")
+    (both,) = load_tasks([tmp_path / "plain.yaml"]).tasks
+    assert "limits" not in both.definition()
+    (tmp_path / "bad.yaml").write_text("command: echo\nmax_output: 5\nlimits: {output: 6}\n")
+    skipped = load_tasks([tmp_path / "bad.yaml"]).skipped
+    assert [s.reason for s in skipped] and "limits.output and max_output" in skipped[0].reason
+
+
+def test_an_unprivileged_runner_falls_back_to_rlimits_and_still_bounds_the_disk(
+    open_folder: Path,
+) -> None:
+    """The runner as nobody (no cgroup it may make): ``host.limits`` says rlimits; the
+    disk is still watched (LIMIT_EXCEEDED), a file past it cannot be written, and the
+    memory bound is each process's own (its allocation fails: the command's failure)."""
+    root_("becoming the user nobody")
+    root = open_folder
+    tasks = write(root / "tasks", {
+        "disk": {"command": FILLS, "limits": {"disk": "4MB"}},
+        "file": {"command": "head -c 5000000 /dev/zero > big && echo wrote",
+                 "limits": {"disk": "1MB"}},
+        "memory": {"command": [sys.executable, "-c", "bytearray(300 * 2**20)"],
+                   "limits": {"memory": "100MiB"}},
+    })
+    for name in ("disk", "file", "memory"):
+        with (tasks / f"{name}.yaml").open("a") as f:
+            f.write("success_criteria: [{type: exit_code}]\n")
+    shutil.copytree(Path(evalledger_package.__file__).parent, root / "lib" / "evalledger")
+    for path in (root, *root.rglob("*")):
+        os.lchown(path, NOBODY, NOBODY)
+    become = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
+    user_env = {"PATH": os.environ["PATH"], "HOME": str(root), "TMPDIR": str(root),
+                "PYTHONPATH": str(root / "lib"), "LANG": "C.UTF-8"}
+    db = root / "l.db"
+    result = subprocess.run(
+        [*become, sys.executable, "-m", "evalledger.cli", "--ledger", str(db), "run",
+         str(tasks), "--run-id", "r"],
+        cwd=root, env=user_env, capture_output=True, text=True, timeout=300, check=False)
+    if result.returncode not in (0, 1) and "Permission denied" in result.stderr:
+        unavailable("UNPRIVILEGED", f"nobody cannot run this Python: {result.stderr[-200:]}")
+    assert result.returncode == 1, result.stderr
+    evs = events(db, "r")
+    assert of_type(evs, "run.started")[0].host["limits"] == "rlimits"
+    done = {e.task_key.split("/")[1]: e for e in of_type(evs, "task.completed")}
+    assert done["disk"].final_status == "LIMIT_EXCEEDED"
+    # head was stopped at the limit (SIGXFSZ): its file holds no more.
+    assert done["file"].final_status == "FAILURE"
+    kept = root / "runs" / "r" / "artifacts" / "default" / "file" / "00" / "big"
+    # A shell's ulimit counts 512-byte blocks: the limit, rounded up to one.
+    assert kept.stat().st_size == -(-1_000_000 // 512) * 512
+    assert done["memory"].final_status == "FAILURE"  # MemoryError, the command's own
