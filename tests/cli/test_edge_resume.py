@@ -16,6 +16,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from evalledger.ledger import Ledger
 
 from .helpers import (
@@ -155,6 +157,7 @@ def test_two_resumes_of_one_run_at_once_run_its_tasks_once(tmp_path: Path) -> No
     assert evalledger(tmp_path, db, "verify").returncode == 0
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_concurrent_runs_and_a_resume_share_one_ledger(tmp_path: Path) -> None:
     # Two `run`s and a `resume` of a third run append to one file at the same time:
     # every run stays whole, seqs have no gap, the chain verifies. The runs' tasks

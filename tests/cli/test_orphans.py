@@ -187,6 +187,7 @@ def test_a_dead_batch_is_swept_when_the_next_batch_starts(
     assert not Path(opening.sandbox_root).exists()
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize("carried_by", ["import-events", "merge"])
 def test_a_forged_run_started_never_deletes_its_folder(
     carried_by: str, tmp_path: Path, _private_temp: Path

@@ -143,6 +143,7 @@ def assert_accounted_and_verified(db: Path, cwd: Path) -> None:
     assert sum(provenance_per_run(db).values()) == sum(facts.values())
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize("command", ["merge", "import-events"])
 def test_a_transfer_killed_midway_verifies_and_running_it_again_completes_it(
         command: str, source: Path, exported: Path, tmp_path: Path) -> None:

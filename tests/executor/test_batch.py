@@ -646,6 +646,7 @@ while True:
 """
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_the_kill_grace_of_the_options_is_the_one_waited(
     tmp_path: Path, ledger: Ledger
 ) -> None:

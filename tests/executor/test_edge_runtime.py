@@ -644,6 +644,7 @@ conn.execute("COMMIT")
 """
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize("timeout", [2, NEVER], ids=["past-the-timeout", "past-the-grace"])
 def test_output_held_up_by_a_locked_ledger_is_not_dropped(
     ledger: Ledger, db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -7,6 +7,7 @@ import re
 import uuid
 from datetime import UTC, datetime
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -23,6 +24,7 @@ def _check(ids: list[str]) -> None:
         assert parsed.version == 7 and parsed.variant == uuid.RFC_4122
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @given(st.lists(st.integers(0, 5000), max_size=8))
 def test_ids_one_at_a_time_and_in_batches_interleave_in_order(sizes: list[int]) -> None:
     ids = [new_event_id()]

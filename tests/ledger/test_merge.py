@@ -9,6 +9,7 @@ import uuid
 from itertools import pairwise
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -48,6 +49,7 @@ def _ids(ledger: Ledger) -> list[str]:
     return [e.event_id for e in ledger.events() if not isinstance(e, RunMerged)]
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events(), st.data())
 def test_merge_holds_exactly_the_union_in_either_order(pool: list[AnyEvent],

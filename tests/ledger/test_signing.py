@@ -206,7 +206,7 @@ def _event(kind: str, n: int) -> AnyEvent:
     return completed("t", n, **PASSED)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(_STEP, max_size=12))
 def test_reads_leave_out_exactly_the_sealed_types_the_runner_did_not_write(

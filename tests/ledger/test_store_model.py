@@ -376,7 +376,7 @@ class LedgerMachine(RuleBasedStateMachine):
 RELAXED = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 TestLedgerAgainstModel = LedgerMachine.TestCase
-TestLedgerAgainstModel.settings = settings(RELAXED, max_examples=30, stateful_step_count=25)
+TestLedgerAgainstModel.settings = settings(RELAXED, max_examples=20, stateful_step_count=25)
 
 
 def _bulk(n: int, start: int = 0) -> list[Any]:

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from evalledger.app._snapshot_check import SnapshotCheck
 from evalledger.ledger import Ledger, verify
 
@@ -83,6 +85,7 @@ with Ledger(db) as ledger:
 """
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_verify_never_fails_while_another_process_merges_and_records_runs(
     db_path: Path, tmp_path: Path,
 ) -> None:

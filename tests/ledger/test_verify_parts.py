@@ -84,6 +84,7 @@ def _report_lines(path: Path, parts: int) -> list[str]:
         return verify(ledger).lines()
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @settings(max_examples=12)  # each example starts up to 3 processes
 @given(tampered=st.lists(st.tuples(st.sampled_from(sorted(TAMPERS)), st.integers(1, 32)),
                          max_size=3, unique_by=lambda t: t[1]),

@@ -48,7 +48,7 @@ TOKEN_KINDS = tuple(TokenCounts.model_fields)
 FUTURE_TYPES = ("future.thing", "future.other")
 
 SETTINGS = settings(
-    max_examples=60,
+    max_examples=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

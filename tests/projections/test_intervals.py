@@ -99,6 +99,7 @@ def test_the_clustered_interval_covers_the_true_mean_at_about_its_level() -> Non
     assert naive < held
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @settings(max_examples=25, deadline=None)  # multipletests takes ~60 ms a call here
 @given(st.lists(st.floats(0, 1, allow_nan=False), min_size=1, max_size=12))
 def test_holm_is_statsmodels(pvalues: list[float]) -> None:

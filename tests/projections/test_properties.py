@@ -94,6 +94,7 @@ def live_summary(events: list[AnyEvent], run_id: str) -> RunSummary:
 # -- properties ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @SETTINGS
 @given(scenarios())
 def test_resume_partition_splits_the_planned_keys_exactly(scenario: Scenario) -> None:
@@ -379,6 +380,7 @@ def expected_verdicts(original: SummaryFold, grading: list[AnyEvent]
     return default, sets
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @SETTINGS
 @given(graded_scenarios(), st.integers(0, 10**6))
 def test_a_grade_sets_summary_is_the_model_live_replayed_and_through_a_snapshot(

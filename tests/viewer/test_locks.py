@@ -51,6 +51,7 @@ def _runs(url: str) -> dict[str, str]:
     return {r["run_id"]: r["status"] for r in json.loads(_get(url + "api/runs"))["runs"]}
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc/PID/fd")
 def test_a_burst_of_page_loads_never_costs_the_viewer_its_locks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
