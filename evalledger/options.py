@@ -60,7 +60,7 @@ class RunOptions(BaseModel):
     """Where attempts run: this machine, or a Ray cluster (the ledger stays here)."""
     experiment: str | None = None
     """The experiment file (absolute), if the run has one."""
-    isolation: Literal["none", "bwrap", "docker"] | None = None
+    isolation: Literal["auto", "none", "bwrap", "docker"] | None = None
     """The isolation of every task, overriding task files (docs/isolation.md)."""
     kill_grace: Annotated[float, _OPERATIONAL] = Field(default=DEFAULT_KILL_GRACE, gt=0)
     """Seconds a task's processes get between SIGTERM and SIGKILL when it is ended."""

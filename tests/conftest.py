@@ -36,6 +36,12 @@ settings.register_profile(
 settings.load_profile("evalledger")
 
 
+# The suite's tasks run this interpreter and scripts of the suite, outside their
+# workspaces: they run with none unless they say (a task file's default is auto, the
+# strongest isolation that runs here). The tests of auto itself unset this.
+os.environ["EVALLEDGER_ISOLATION"] = "none"
+
+
 # Where bytecode is not written (PYTHONDONTWRITEBYTECODE, as on this project's CI
 # machines) every one of the thousand-odd Python processes the suite starts compiled the
 # package again, and every xdist worker its test modules: a tenth of the suite's CPU. Only

@@ -139,17 +139,19 @@ def check_isolation(tasks: Sequence[ResolvedTask], options: RunOptions,
     for isolation in sorted(asked):
         asking = [t for t in tasks if t.isolation == isolation]
         try:
-            if isolation == "bwrap":
+            if isolation in ("bwrap", "auto"):  # auto: the strongest that runs, bwrap
                 bwrap()
             else:
                 found = docker()
                 for source in {(t.image, t.dockerfile) for t in asking}:
                     image_id(found, *source)  # built now, not by the first task
         except IsolationUnavailable as e:
-            said = f"isolation {isolation} is not available: {e}"
+            said = (f"isolation {isolation} is not available: {e}" if isolation != "auto"
+                    else f"no isolation runs here (isolation auto: {e})")
             if options.require_isolation or not options.allow_unconfined:
-                raise Unavailable(f"{said}; {len(asking)} task(s) ask for it (--allow-"
-                                  "unconfined runs them with none: no boundary)") from e
+                ways = ("--allow-unconfined runs them with none: no boundary" +
+                        ("; or give them isolation: none" if isolation == "auto" else ""))
+                raise Unavailable(f"{said}; {len(asking)} task(s) ask for it ({ways})") from e
             callbacks.notice(f"warning: {said}; {len(asking)} task(s) asking for it run with "
                              "none (no boundary: --allow-unconfined)")
 

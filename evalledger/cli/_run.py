@@ -75,10 +75,11 @@ from ._main import Settings, pass_settings
 @click.option("--kill-grace", type=PositiveNumber(),
               help="Seconds between SIGTERM and SIGKILL when a task is ended (default: "
                    f"{RunOptions.default('kill_grace')}, or as the run had it).")
-@click.option("--isolation", type=click.Choice(["none", "bwrap", "docker"]),
-              help="What every task's command can see, overriding task files: none (the "
-                   "whole machine: no boundary), bwrap (its workspace, the system "
-                   "read-only) or docker (its workspace, in its image); docs/isolation.md.")
+@click.option("--isolation", type=click.Choice(["auto", "none", "bwrap", "docker"]),
+              help="What every task's command can see, overriding task files: auto (the "
+                   "strongest that runs here: bwrap), none (the whole machine: no "
+                   "boundary), bwrap (its workspace, the system read-only) or docker (its "
+                   "workspace, in its image); docs/isolation.md.")
 @click.option("--allow-unconfined", is_flag=True,
               help="Run a task whose isolation cannot run here with none (no boundary), "
                    "saying so, instead of refusing to start.")

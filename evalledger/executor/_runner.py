@@ -26,6 +26,7 @@ import itertools
 import logging
 import os
 import secrets
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -685,7 +686,7 @@ async def _confine(task: ResolvedTask, ctx: RunContext, sandbox: Path,
     except _isolation.IsolationUnavailable as e:
         await ctx.writer.append(TaskIsolation(
             run_id=ctx.run_id, task_key=task.task_key, attempt=attempt,
-            backend="none" if ctx.allow_unconfined else task.isolation,
+            backend="none" if ctx.allow_unconfined else _asked_backend(task),
             asked=task.isolation, reason=str(e), network="host", uid=os.getuid()))
         if not ctx.allow_unconfined:
             raise IsolationLeak(f"isolation {task.isolation} is not available here: {e} "
@@ -699,8 +700,9 @@ async def _confine(task: ResolvedTask, ctx: RunContext, sandbox: Path,
                                      str(ctx.sandbox_root)):
         reason = f"isolation leaked: {', '.join(exposed)}"
         await ctx.writer.append(TaskIsolation(
-            run_id=ctx.run_id, task_key=task.task_key, attempt=attempt, backend=task.isolation,
-            network=task.network, reason=reason, uid=os.getuid()))
+            run_id=ctx.run_id, task_key=task.task_key, attempt=attempt,
+            backend=_asked_backend(task), network=task.network, reason=reason,
+            uid=os.getuid()))
         raise IsolationLeak(reason)
     if ctx.canary is None:
         ctx.canary = await trio.to_thread.run_sync(_isolation.make_canary, ctx.sandbox_root)
@@ -708,16 +710,22 @@ async def _confine(task: ResolvedTask, ctx: RunContext, sandbox: Path,
                            ctx.batch_token, ctx.base_env)
 
 
+def _asked_backend(task: ResolvedTask) -> str:
+    """The backend a task's isolation asks for: ``auto`` is bubblewrap (docker would
+    need an image the task does not name)."""
+    return "bwrap" if task.isolation == "auto" else task.isolation
+
+
 async def isolation_backend(
     task: ResolvedTask,
 ) -> tuple[_isolation.Bwrap | _isolation.Docker, str]:
-    """The backend ``task.isolation`` names, found here (each tried once per process),
-    and with docker the id of the task's image ("" with bwrap).
+    """The backend ``task.isolation`` names (``auto``: bwrap), found here (each tried
+    once per process), and with docker the id of the task's image ("" with bwrap).
 
     Raises:
         IsolationUnavailable: it cannot run here.
     """
-    if task.isolation == "bwrap":
+    if task.isolation in ("bwrap", "auto"):
         found = _isolation.known_bwrap()
         if not isinstance(found, _isolation.Bwrap):
             found = await trio.to_thread.run_sync(_isolation.bwrap)
@@ -736,7 +744,8 @@ async def make_jail(task: ResolvedTask, backend: _isolation.Bwrap | _isolation.D
     """The confinement of one attempt's commands on ``sandbox`` (``isolation_backend``'s)."""
     binds = tuple(sorted(set(task.binds.values())))
     if isinstance(backend, _isolation.Bwrap):
-        return _isolation.Jail(backend, sandbox, task.network, binds, canary, task.limits.tmp)
+        return _isolation.Jail(backend, sandbox, task.network, binds, canary, task.limits.tmp,
+                               asked=task.isolation if task.isolation == "auto" else None)
     mark = sandbox_root / _isolation.DOCKER_MARK
     if not mark.exists():  # the watchdog's cue: this batch has containers to remove
         await trio.to_thread.run_sync(mark.touch)
@@ -886,7 +895,7 @@ async def _execute(
             await end_group(process, ctx.kill_grace, ctx.kill_now)
             if probe is not None:
                 probe.close()
-                if await probe.remove_container():
+                if await probe.remove_container(process.returncode):
                     state.limit_hit(f"memory: {_limits.size_text(task.limits.memory)} limit "
                                     "hit, the kernel killed the container for it")
             if cgroup is not None and limits is not None:
@@ -1080,17 +1089,30 @@ class _Probe:
             with contextlib.suppress(OSError):
                 fifo.unlink()
 
-    async def remove_container(self) -> bool:
-        """The agent's container removed (kept by ``docker run`` once it exited, and run
+    async def remove_container(self, returncode: int | None) -> bool:
+        """The agent's container removed (``docker run`` keeps it once it exited; it runs
         on if the client was killed); True if the kernel had killed it for its memory
-        limit."""
+        limit (asked only of one that ended by SIGKILL: exit 137).
+
+        One the client saw exit is removed off the attempt's path (the batch's last
+        sweep removes what is left); one it did not see end (the client was killed, or
+        could not talk to its daemon: 125) is removed before the attempt goes on, so
+        nothing of it writes to the workspace while it is graded."""
         if not isinstance(self.jail, _isolation.Container):
             return False
-        docker = self.jail.docker
-        state = await trio.to_thread.run_sync(
-            docker.run, "inspect", "--format", "{{.State.OOMKilled}}", self.name)
-        await trio.to_thread.run_sync(docker.run, "rm", "-f", self.name)
-        return state.stdout.strip() == "true"
+        docker, name = self.jail.docker, self.name
+        unseen = returncode is None or returncode < 0 or returncode == 125
+        oom = False
+        if unseen or returncode == 137:
+            state = await trio.to_thread.run_sync(
+                docker.run, "inspect", "--format", "{{.State.OOMKilled}}", name)
+            oom = state.stdout.strip() == "true"
+        if unseen:
+            await trio.to_thread.run_sync(docker.run, "rm", "-f", name)
+        else:
+            threading.Thread(target=docker.run, args=("rm", "-f", name), daemon=True,
+                             name=f"remove {name}").start()
+        return oom
 
 
 async def _read_probes(probe: _Probe, jail: Jail,

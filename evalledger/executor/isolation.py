@@ -267,6 +267,8 @@ class Jail:
     canary: str
     # The size of its /tmp (the task's ``limits.tmp``), in bytes.
     tmp: int | None = None
+    # ``auto`` when the task named no backend (recorded as what it asked).
+    asked: str | None = None
 
     def agent(self, command: str | list[str], hidden: Sequence[str], fd: int) -> list[str]:
         """The agent's argv: the prelude probes (the canary, then ``hidden``: the ledger,
@@ -285,7 +287,8 @@ class Jail:
     def record(self) -> dict[str, object]:
         """The static part of the attempt's ``task.isolation``."""
         return {"backend": "bwrap", "version": self.bwrap.version, "network": self.network,
-                "binds": list(self.binds), "uid": os.getuid(), "workspace": WORKSPACE}
+                "binds": list(self.binds), "uid": os.getuid(), "workspace": WORKSPACE,
+                **({"asked": self.asked} if self.asked else {})}
 
 
 def make_canary(folder: Path) -> str:

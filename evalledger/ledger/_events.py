@@ -719,8 +719,9 @@ class TaskIsolation(_TaskEvent):
 
     type: Literal[EventType.TASK_ISOLATION] = EventType.TASK_ISOLATION
     asked: Annotated[str | None, Field(exclude_if=_absent)] = None
-    """Only when what ran is not what the task asked: the isolation it asked for (it
-    could not run here: ``reason`` says why, and ``backend`` is ``none``)."""
+    """Only when what ran is not what the task named: the isolation it asked for
+    (``auto``: the backend chosen is ``backend``; another that could not run here:
+    ``reason`` says why, and ``backend`` is ``none``)."""
     attempt: int = 1
     """The attempt (as in its ``task.started``)."""
     backend: _Line

@@ -292,7 +292,12 @@ _RAY_BUILTIN_RESOURCES = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": "memor
 
 StreamFormat = Literal["native", "claude-code", "codex", "gemini", "opencode", "auto"]
 # What an attempt's command can see and reach (docs/isolation.md).
-Isolation = Literal["none", "bwrap", "docker"]
+Isolation = Literal["auto", "none", "bwrap", "docker"]
+# What a task file that names no isolation gets: the strongest backend that runs here.
+# ``EVALLEDGER_ISOLATION`` sets another default for a machine (a user's own trusted
+# agents, a test suite whose commands live outside their workspaces).
+DEFAULT_ISOLATION = "auto"
+ISOLATION_VARIABLE = "EVALLEDGER_ISOLATION"
 Network = Literal["none", "host"]
 # What a stall does (docs/tasks.md, "Stalls and retries").
 StallAction = Literal["kill", "warn"]
@@ -375,9 +380,10 @@ class TaskSettings(_Strict):
     """How the task is meant to end instead of succeeding: a category or a status. It
     counts as it ends; ending so does not make the exit code 1, succeeding does."""
     isolation: Isolation | None = None
-    """What the command can see: none (default: the runner's whole machine, no boundary),
-    bwrap (its workspace at /work, the system read-only, nothing else) or docker (its
-    workspace at /work in a container of the task's image)."""
+    """What the command can see: auto (default: the strongest backend that runs here,
+    bwrap; none only with --allow-unconfined), none (the runner's whole machine, no
+    boundary), bwrap (its workspace at /work, the system read-only, nothing else) or
+    docker (its workspace at /work in a container of the task's image)."""
     image: str | None = Field(default=None, min_length=1)
     """With isolation docker: the image the command runs in (present here: no registry
     is asked)."""
@@ -553,6 +559,9 @@ class ResolvedTask(_Strict):
         left_out = {"task_key", "replicate_index", "ray", "retries", "agent_version_command"}
         left_out.update(name for name in _LATER_KEYS
                         if getattr(self, name) == ResolvedTask.model_fields[name].default)
+        if self.isolation in ("auto", "none"):
+            # Each has been the default of a task that names none: alike, as before auto.
+            left_out.add("isolation")
         return self.model_dump(mode="json", exclude=left_out)
 
     @cached_property
@@ -1020,6 +1029,8 @@ def _resolve(
     if settings.pop("skip", None):
         return None
     settings.update(_overridden(overrides))
+    if settings.get("isolation") is None:
+        settings["isolation"] = default_isolation()
     if settings.get("command") is None:
         raise ValueError("command: a task needs a command")
     if settings.get("isolation") == "docker" and not (settings.get("image")
@@ -1097,6 +1108,19 @@ def _anchor_criterion_binds(settings: dict[str, Any],
     settings["success_criteria"] = [
         c.model_copy(update={"binds": [_absolute(home / b) for b in c.binds]})
         if isinstance(c, _Grader) and c.binds else c for c in criteria]
+
+
+def default_isolation() -> str:
+    """The isolation of a task no layer names: ``EVALLEDGER_ISOLATION``, else ``auto``.
+
+    Raises:
+        ValueError: the variable names no isolation.
+    """
+    value = os.environ.get(ISOLATION_VARIABLE) or DEFAULT_ISOLATION
+    if value not in get_args(Isolation):
+        raise ValueError(f"{ISOLATION_VARIABLE}={value!r} is not an isolation (one of "
+                         f"{', '.join(get_args(Isolation))})")
+    return value
 
 
 def _overridden(overrides: Overrides) -> dict[str, Any]:

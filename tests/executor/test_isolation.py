@@ -624,6 +624,58 @@ def test_an_isolation_missing_here_is_refused_or_run_as_none_and_said(tmp_path: 
     assert record.reason == "bwrap is not installed (Debian: apt install bubblewrap)"
 
 
+def test_a_task_naming_no_isolation_runs_under_the_strongest_that_runs_here(
+    tmp_path: Path, bwrap: Bwrap
+) -> None:
+    """A task file's default is auto: here bwrap, recorded as asked auto; defined and
+    hashed as before auto (alike with isolation: none). Where no bwrap is on the PATH
+    the run is refused in one line naming both ways out; --allow-unconfined runs it
+    with none and says so; ``EVALLEDGER_ISOLATION`` sets a machine's default."""
+    import sys
+
+    tasks = write_tasks(tmp_path / "tasks", {"t": {
+        "command": "test ! -e \"$HOME_HERE\" && echo ran", "env": {"HOME_HERE": str(tmp_path)},
+        "success_criteria": [{"type": "output_contains", "includes": ["ran"]}]}})
+    db = tmp_path / "ledger.db"
+    (tmp_path / "bin").mkdir()  # a PATH with nothing on it
+
+    def run(*args: str, path: str = os.environ["PATH"],
+            **env: str) -> subprocess.CompletedProcess[str]:
+        without = {k: v for k, v in os.environ.items() if k != "EVALLEDGER_ISOLATION"}
+        return subprocess.run([sys.executable, "-m", "evalledger.cli", "--ledger", str(db),
+                               "run", str(tasks), *args], cwd=tmp_path, text=True,
+                              capture_output=True, env={**without, "PATH": path, **env},
+                              timeout=120, check=False)
+
+    ran = run("--run-id", "auto")
+    assert ran.returncode == 0, ran.stderr
+    assert "isolation: bwrap (asked auto) (1 task)" in ran.stderr
+    (record,) = of_type(events(db, "auto"), "task.isolation")
+    assert (record.backend, record.asked, record.probes["task_file"]) == ("bwrap", "auto", "absent")
+    (started,) = of_type(events(db, "auto"), "task.started")
+    assert "isolation" not in started.definition
+    explicit = write_tasks(tmp_path / "none", {"t": {**yaml.safe_load(
+        (tasks / "t.yaml").read_text()), "isolation": "none"}})
+    from evalledger.suite import load_tasks
+    assert load_tasks([explicit]).tasks[0].definition_hash == started.definition_hash
+
+    refused = run("--run-id", "refused", path=str(tmp_path / "bin"))
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip().splitlines() == [
+        "Error: no isolation runs here (isolation auto: bwrap is not installed (Debian: apt "
+        "install bubblewrap)); 1 task(s) ask for it (--allow-unconfined runs them with "
+        "none: no boundary; or give them isolation: none)"]
+    lenient = run("--run-id", "lenient", "--allow-unconfined", path=str(tmp_path / "bin"))
+    assert lenient.returncode == 1, lenient.stderr  # unconfined, it sees the folder
+    (record,) = of_type(events(db, "lenient"), "task.isolation")
+    assert (record.backend, record.asked) == ("none", "auto")
+    machine = run("--run-id", "machine", path=str(tmp_path / "bin"), EVALLEDGER_ISOLATION="none")
+    assert machine.returncode == 1 and "none is not a security boundary" in machine.stderr
+    bogus = run("--run-id", "bogus", EVALLEDGER_ISOLATION="sandbox")
+    assert bogus.returncode == 2 and "EVALLEDGER_ISOLATION='sandbox' is not an isolation" \
+        in bogus.stderr, bogus.stderr
+
+
 # An executor-level batch (no app check before it: what a Ray worker meets) of one task
 # asking for bwrap, in a process whose PATH holds no bwrap.
 _UNCONFINED = """
