@@ -434,6 +434,12 @@ async def _run(
     return BatchResult(config.run_id, status, completed, writer.stats)
 
 
+def _enforcement(config: BatchConfig) -> str:
+    """How the batch's attempts are held to their limits (docs/isolation.md, "Limits"):
+    here, as this machine allows; on Ray, as each worker's does."""
+    return "per worker" if config.options.executor == "ray" else enforcement()
+
+
 def _opening(
     config: BatchConfig,
     tasks: Sequence[ResolvedTask],
@@ -448,7 +454,7 @@ def _opening(
     if resume is not None:
         return RunResumed(
             run_id=config.run_id, fingerprint=measured, drift=dict(resume.drift_record),
-            host={**host_info(), "limits": enforcement()},
+            host={**host_info(), "limits": _enforcement(config)},
             to_run=[t.task_key for t in to_run], max_parallel=config.max_parallel,
             batch_token=token, sandbox_root=str(sandbox_root), added=list(resume.added),
             rerun=list(resume.rerun), rerun_failed=resume.rerun_failed,
@@ -460,7 +466,7 @@ def _opening(
         config=config.options,
         fingerprint=measured,
         planned=[t.task_key for t in tasks],
-        host={**host_info(), "limits": enforcement()},
+        host={**host_info(), "limits": _enforcement(config)},
         max_parallel=config.max_parallel,
         unpriced_models=list(config.unpriced_models),
         batch_token=token,

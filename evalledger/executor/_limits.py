@@ -48,6 +48,9 @@ _CONTROLLERS = ("memory", "pids", "cpu")
 _PREFIX = "evalledger-"
 # cpu.cfs_period_us: a CPU's worth of time per 100 ms period.
 _PERIOD = 100_000
+# What memory an emptied cgroup may still be charged with and be handed out again (page
+# cache its attempt read is reclaimed at need; files left in a tmpfs are not).
+_LEFT_CHARGE = 16 << 20
 
 
 @dataclass
@@ -79,8 +82,8 @@ class Cgroup:
                 os.write(fd, b"%d" % pid)
 
     def apply(self, bounds: Bounds) -> None:
-        """Write ``bounds`` (what differs from what is there); the counters, as the last
-        attempt left them (or as they are, in a new one), are where its hits count from."""
+        """Write ``bounds`` (what differs from what is there), and take the counters its
+        attempt's hits count from."""
         memory = str(bounds.memory) if bounds.memory else "-1"
         quota = str(max(1000, round(bounds.cpus * _PERIOD))) if bounds.cpus else "-1"
         self._write("memory", "memory.limit_in_bytes", memory)
@@ -92,8 +95,7 @@ class Cgroup:
         if "cpu" in self.folders:
             self._write("cpu", "cpu.cfs_period_us", str(_PERIOD))
             self._write("cpu", "cpu.cfs_quota_us", quota)
-        if self._before is None:
-            self._before = self._counters()
+        self._before = self._counters()
 
     def _write(self, controller: str, name: str, value: str) -> None:
         key = f"{controller}/{name}"
@@ -140,9 +142,8 @@ class Cgroup:
     def hits(self, bounds: Bounds) -> list[str]:
         """What the attempt hit since ``apply``, in words."""
         before = self._before or (0, 0)
-        # Nothing runs in it between attempts: what this one ends with, the next starts at.
-        self._before = self._counters()
-        kills, refused = (now - then for now, then in zip(self._before, before, strict=True))
+        kills, refused = (now - then for now, then in zip(self._counters(), before,
+                                                           strict=True))
         found = []
         if kills:
             found.append(f"memory: {_size(bounds.memory)} limit hit, the kernel killed "
@@ -160,6 +161,11 @@ class Cgroup:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
         return not pids
+
+    def charged(self) -> int:
+        """Bytes of memory charged to it now."""
+        text = self._read("memory", "memory.usage_in_bytes").strip()
+        return int(text) if text.isdigit() else 0
 
     def _members(self) -> list[int]:
         # Every process joins every hierarchy at once: one of them lists them all. Opened
@@ -212,7 +218,8 @@ class Pool:
         if self._draining:
             drained = [c for c in self._draining if c.empty()]
             self._draining = [c for c in self._draining if c not in drained]
-            self._free += drained
+            for done in drained:
+                self.give(done)
         cgroup = self._free.pop() if self._free else self._make()
         if cgroup is None:
             return None
@@ -226,8 +233,16 @@ class Pool:
 
     def give(self, cgroup: Cgroup) -> None:
         """Back, once its attempt is over; what is left inside is killed, and it is
-        handed out again once nothing is."""
-        (self._free if cgroup.empty() else self._draining).append(cgroup)
+        handed out again once nothing is. One still charged with memory its processes
+        left (files in /dev/shm or a tmpfs /tmp: not reclaimable without swap) is
+        removed instead (its charge moves to the runner's): the next attempt would
+        start with less than its limit."""
+        if not cgroup.empty():
+            self._draining.append(cgroup)
+        elif cgroup.charged() > _LEFT_CHARGE:
+            cgroup.remove()
+        else:
+            self._free.append(cgroup)
 
     def close(self) -> None:
         for cgroup in (*self._free, *self._draining):
@@ -358,6 +373,8 @@ def confine(pid: int, bounds: Bounds, cgroup: Cgroup | None) -> None:
     try:
         if cgroup is not None:
             cgroup.join(pid, bounds)
+        if not hasattr(resource, "prlimit"):
+            return  # not Linux: no rlimits set from outside (and no isolation either)
         if bounds.disk:
             resource.prlimit(pid, resource.RLIMIT_FSIZE, (bounds.disk, bounds.disk))
         if cgroup is None and bounds.memory:
@@ -400,7 +417,9 @@ def docker_flags(bounds: Bounds) -> list[str]:
     if bounds.pids:
         flags += ["--pids-limit", str(bounds.pids)]
     if bounds.cpus:
-        flags += ["--cpus", f"{bounds.cpus:g}"]
+        # docker refuses more CPUs than the host has, or less than a hundredth of one.
+        cpus = min(max(bounds.cpus, 0.01), float(os.cpu_count() or 1))
+        flags += ["--cpus", f"{cpus:g}"]
     if bounds.disk:
         flags += ["--ulimit", f"fsize={bounds.disk}"]
     return flags

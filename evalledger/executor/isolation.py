@@ -109,6 +109,8 @@ class Bwrap:
     system: tuple[str, ...]
     # The system's bash (it runs the probes cheaper and better than sh), if any.
     bash: str | None = None
+    # Whether it takes ``--size`` (bubblewrap 0.8 and later): a /tmp of a bounded size.
+    sizes: bool = True
 
     def argv(self, command: str | list[str], workspace: Path, *, network: str,
              binds: Sequence[str] = (), probe: Sequence[str] | None = None,
@@ -123,7 +125,7 @@ class Bwrap:
         if network == "host":
             args.append("--share-net")
         args += ["--cap-drop", "ALL", *self.system, "--proc", "/proc", "--dev", "/dev",
-                 *(["--size", str(tmp)] if tmp else []),
+                 *(["--size", str(tmp)] if tmp and self.sizes else []),
                  "--tmpfs", "/tmp", "--bind", str(workspace), WORKSPACE]
         for path in binds:
             args += ["--ro-bind", path, path]
@@ -181,7 +183,8 @@ def _find_bwrap() -> Bwrap:
         raise IsolationUnavailable("bwrap is not installed (Debian: apt install bubblewrap)")
     version = _output([path, "--version"]) or "bubblewrap"
     bash = next((p for p in ("/usr/bin/bash", "/bin/bash") if os.access(p, os.X_OK)), None)
-    found = Bwrap(path, version, _system_args(), bash)
+    found = Bwrap(path, version, _system_args(), bash,
+                  sizes="--size" in _output([path, "--help"]))
     with tempfile.TemporaryDirectory(prefix="evalledger-bwrap-") as empty:
         done = _trial("bwrap", found.argv(["/bin/true"], Path(empty), network="none"))
     if done.returncode:
@@ -630,12 +633,15 @@ class Container:
               pipes: Sequence[tuple[str, str]] = (), keep: bool = False) -> list[str]:
         inner = [*prelude, *(["/bin/sh", "-c", command] if isinstance(command, str)
                              else command)]
+        # The task's limits bound the agent's container; a grader's is bounded as under
+        # bwrap and none: by nothing of the agent's.
+        limits, tmp = (self.limits, self.tmp) if keep else ((), None)
         args = [self.docker.path, "run", *([] if keep else ["--rm"]), "--init", "--name", name,
                 "--label", f"{BATCH_LABEL}={self.batch}",
                 "--network", "host" if self.network == "host" else "none",
                 "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-                "--read-only", "--tmpfs", f"/tmp:exec{f',size={self.tmp}' if self.tmp else ''}",
-                *self.limits, "--user", f"{os.getuid()}:{os.getgid()}",
+                "--read-only", "--tmpfs", f"/tmp:exec{f',size={tmp}' if tmp else ''}",
+                *limits, "--user", f"{os.getuid()}:{os.getgid()}",
                 *_mount(str(self.workspace), WORKSPACE), "-w", WORKSPACE,
                 # What runs is ours (the prelude, the command), never the image's own
                 # ENTRYPOINT with ours as its arguments.

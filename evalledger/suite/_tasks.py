@@ -1106,8 +1106,18 @@ def _anchor_criterion_binds(settings: dict[str, Any],
     if home is None or not any(isinstance(c, _Grader) and c.binds for c in criteria):
         return
     settings["success_criteria"] = [
-        c.model_copy(update={"binds": [_absolute(home / b) for b in c.binds]})
+        c.model_copy(update={"binds": [_existing(home / b) for b in c.binds]})
         if isinstance(c, _Grader) and c.binds else c for c in criteria]
+
+
+def _existing(path: Path) -> str:
+    """``path`` absolute, when there is something there to bind.
+
+    Raises:
+        ValueError: there is not (a typo must not fail the agent's attempts)."""
+    if not os.path.lexists(path):
+        raise ValueError(f"success_criteria: binds {path} does not exist")
+    return _absolute(path)
 
 
 def default_isolation() -> str:

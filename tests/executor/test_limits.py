@@ -214,3 +214,28 @@ def test_an_unprivileged_runner_falls_back_to_rlimits_and_still_bounds_the_disk(
     # A shell's ulimit counts 512-byte blocks: the limit, rounded up to one.
     assert kept.stat().st_size == -(-1_000_000 // 512) * 512
     assert done["memory"].final_status == "FAILURE"  # MemoryError, the command's own
+
+
+def test_memory_an_attempt_left_charged_is_not_the_next_attempts(
+    tmp_path: Path, cgroups: dict[str, Path]
+) -> None:
+    """A file left in /dev/shm stays charged to the cgroup its writer ran in (nothing
+    reclaims it without swap): that cgroup is not handed to the next attempt, which
+    holds what its own limit allows."""
+    left = Path("/dev/shm") / f"evalledger-test-{os.getpid()}-{tmp_path.name}"
+    if not Path("/dev/shm").is_dir():
+        unavailable("CGROUPS", "no /dev/shm here")
+    tasks = write_tasks(tmp_path / "tasks", {
+        "a-leaves": {"command": f"head -c 150000000 /dev/zero > {left}",
+                     "limits": {"memory": "200MiB"}},
+        "b-holds": {"command": ["python3", "-c", "held = b'x' * (100 << 20)"],
+                    "limits": {"memory": "200MiB"}},
+    }, success_criteria=[{"type": "exit_code"}])
+    try:
+        db = tmp_path / "ledger.db"
+        ran = evalledger(tmp_path, db, "run", str(tasks), "--run-id", "shm", "-j", "1")
+        done = {e.task_key.split("/")[1]: e.final_status
+                for e in of_type(events(db, "shm"), "task.completed")}
+        assert done == {"a-leaves": "SUCCESS", "b-holds": "SUCCESS"}, ran.stdout
+    finally:
+        left.unlink(missing_ok=True)

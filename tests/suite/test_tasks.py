@@ -910,6 +910,11 @@ def test_a_run_commands_binds_are_anchored_at_its_file_and_moving_the_folder_is_
             "  - {type: run_command, command: 'true', binds: [helper.sh]}\n"
             "  - {type: run_command, command: 'true'}\n")
     first = write(tmp_path / "a" / "t.yaml", body)
+    missing = load_tasks([first]).skipped  # a typo must not fail every attempt
+    assert [s.reason for s in missing] == [
+        f"success_criteria: binds {tmp_path / 'a' / 'helper.sh'} does not exist"]
+    write(tmp_path / "a" / "helper.sh", "exit 0\n")
+    write(tmp_path / "b" / "helper.sh", "exit 0\n")
     task = load_tasks([first]).tasks[0]
     bound, _ = task.success_criteria
     assert isinstance(bound, RunCommand) and bound.binds == [str(tmp_path / "a" / "helper.sh")]
