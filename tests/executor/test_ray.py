@@ -63,8 +63,17 @@ class RayPlace:
     def env(self, tmpdir: Path) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k != "EVALLEDGER_LEDGER"}
         env.update(RAY_TMPDIR=str(self.temp), RAY_AUTH_MODE="disabled", TMPDIR=str(tmpdir),
-                   RAY_USAGE_STATS_ENABLED="0")
+                   RAY_USAGE_STATS_ENABLED="0", **PATIENT_RAY)
         return env
+
+
+# Two copies of the suite at once keep two cores busy with eight workers, docker and a
+# browser: a raylet can go unheard for longer than Ray's default 15 s of health checks
+# (GCS then declares its node dead: NodeDiedError), or a worker lose GCS for over 60 s.
+# Ray's own settings, for every process of the clusters these tests start.
+PATIENT_RAY = {"RAY_health_check_failure_threshold": "40",
+               "RAY_health_check_timeout_ms": "30000",
+               "RAY_gcs_rpc_server_reconnect_timeout_s": "300"}
 
 
 @pytest.fixture(scope="module")
