@@ -45,7 +45,7 @@ from ..cli.helpers import evalledger, events, of_type, write_tasks
 from ..needs import NOBODY, unavailable
 from ..needs import root as root_
 from ..processes import alive
-from ..waiting import left_after, wait_until
+from ..waiting import PATIENCE, left_after, wait_until
 
 GONE_WITHIN = 5.0
 SECRET = "VICTIM PRIVATE KEY"
@@ -62,8 +62,9 @@ class Service:
         self.connections = 0
         threading.Thread(target=self._serve, daemon=True).start()
 
-    def wait_reached(self, within: float = 10.0) -> None:
-        """Until a connection was accepted (its accept may lag its connect a little)."""
+    def wait_reached(self, within: float = PATIENCE) -> None:
+        """Until a connection was accepted (its accept may lag its connect: by over 10 s
+        once, with two copies of the suite on two cores)."""
         wait_until(lambda: self.connections, "a connection to the service", timeout=within)
 
     def _serve(self) -> None:
