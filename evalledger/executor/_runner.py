@@ -897,7 +897,7 @@ async def _execute(
                 probe.close()
                 if await probe.remove_container(process.returncode):
                     state.limit_hit(f"memory: {_limits.size_text(task.limits.memory)} limit "
-                                    "hit, the kernel killed the container for it")
+                                    "hit, the kernel killed in the container for it")
             if cgroup is not None and limits is not None:
                 for hit in cgroup.hits(task.limits):
                     state.limit_hit(hit)
@@ -1091,8 +1091,9 @@ class _Probe:
 
     async def remove_container(self, returncode: int | None) -> bool:
         """The agent's container removed (``docker run`` keeps it once it exited; it runs
-        on if the client was killed); True if the kernel had killed it for its memory
-        limit (asked only of one that ended by SIGKILL: exit 137).
+        on if the client was killed); True if the kernel had killed a process of it for
+        its memory limit (asked of one that failed: a child killed leaves the shell
+        above it to exit 1, not 137).
 
         One the client saw exit is removed off the attempt's path (the batch's last
         sweep removes what is left); one it did not see end (the client was killed, or
@@ -1103,7 +1104,7 @@ class _Probe:
         docker, name = self.jail.docker, self.name
         unseen = returncode is None or returncode < 0 or returncode == 125
         oom = False
-        if unseen or returncode == 137:
+        if unseen or returncode != 0:
             state = await trio.to_thread.run_sync(
                 docker.run, "inspect", "--format", "{{.State.OOMKilled}}", name)
             oom = state.stdout.strip() == "true"

@@ -29,6 +29,8 @@ def write_tasks(folder: Path, tasks: dict[str, dict[str, object]],
 
 # A shell holding ~300 MB in a variable: busybox's sh and dash alike.
 HOG = "x=$(head -c 300000000 /dev/zero | tr '\\0' a); echo held ${#x}"
+# The same in a subshell: the kernel kills that child, the shell above it exits 1.
+CHILD_HOG = f"({HOG}); exit 1"
 FORKS = "for i in $(seq 1 40); do sleep 3 & done; wait; echo forked"
 FILLS = "head -c 3000000 /dev/zero > a; head -c 3000000 /dev/zero > b; sleep 30; echo filled"
 
@@ -62,6 +64,7 @@ def test_each_limit_hit_ends_its_attempt_as_limit_exceeded(
     exit_code = [{"type": "exit_code"}]
     tasks = write_tasks(tmp_path / "tasks", {
         "a-memory": {"command": HOG, "limits": {"memory": "100MiB"}, **keys},
+        "a-child": {"command": CHILD_HOG, "limits": {"memory": "100MiB"}, **keys},
         "b-pids": {"command": FORKS, "limits": {"pids": 20}, **keys},
         "c-disk": {"command": FILLS, "limits": {"disk": "4MB"}, "timeout": 60, **keys},
         "d-within": {"command": "echo fine", **keys},
@@ -72,13 +75,15 @@ def test_each_limit_hit_ends_its_attempt_as_limit_exceeded(
     done = {e.task_key.split("/")[1]: e for e in of_type(events(db, "limits"), "task.completed")}
     said = {name: (e.final_status, e.failure_class) for name, e in done.items()}
     hit = ("LIMIT_EXCEEDED", "agent")
-    expected = {"a-memory": hit, "b-pids": hit, "c-disk": hit, "d-within": ("SUCCESS", None)}
+    expected = {"a-memory": hit, "a-child": hit, "b-pids": hit, "c-disk": hit,
+                "d-within": ("SUCCESS", None)}
     if isolation == "docker":
         # A fork past --pids-limit fails inside the container: the command's failure,
         # which docker does not report (docs/isolation.md).
         expected["b-pids"] = ("FAILURE", "agent")
     assert said == expected, done
-    assert done["a-memory"].error_message.startswith("memory: 100 MiB limit hit, the kernel")
+    for name in ("a-memory", "a-child"):
+        assert done[name].error_message.startswith("memory: 100 MiB limit hit, the kernel")
     assert done["c-disk"].error_message.startswith("disk: the workspace takes")
     assert done["c-disk"].duration_seconds < 20  # stopped when seen, not at its end
     if isolation != "docker":
