@@ -191,11 +191,10 @@ class Ledger:
         except (LedgerIOError, LedgerReadOnly):
             # A WAL ledger in a read-only folder (an archive, a read-only mount): SQLite
             # cannot make the -shm file beside it (an I/O error, or "attempt to write a
-            # readonly database" where the file is not writable either). With no -wal
-            # file either, every event is in the main file and nobody can be writing
-            # it: read it as immutable.
-            if not (read_only and _nobody_writes(self.path)
-                    and not Path(f"{self.path}-wal").exists()):
+            # readonly database" where the file is not writable either). With no frame
+            # in a -wal file either (none, or one copied empty), every event is in the
+            # main file and nobody can be writing it: read it as immutable.
+            if not (read_only and _nobody_writes(self.path) and _no_frames(self.path)):
                 raise
             self._open(durable, immutable=True)
         # Invariant: the files this connection writes, as (st_dev, st_ino). Every commit
@@ -1078,6 +1077,17 @@ def _nobody_writes(path: Path) -> bool:
         return True
     try:
         return not path.resolve().parent.stat().st_mode & 0o222
+    except OSError:
+        return False
+
+
+def _no_frames(path: Path) -> bool:
+    """Whether the ledger's -wal holds no frame: it is missing, or no longer than the
+    32-byte header a WAL file starts with (a frame is 24 bytes and a page past it)."""
+    try:
+        return os.stat(f"{path}-wal").st_size <= 32
+    except FileNotFoundError:
+        return True
     except OSError:
         return False
 

@@ -421,10 +421,14 @@ def test_read_commands_work_on_a_ledger_in_a_read_only_folder(tmp_path: Path) ->
         assert outcome["exit_code"] == 0, outcome
 
 
-def test_an_archive_no_one_may_write_is_read_by_a_user_who_does_not_own_it() -> None:
+@pytest.mark.parametrize("wal", [None, b""], ids=["no -wal", "an empty -wal"])
+def test_an_archive_no_one_may_write_is_read_by_a_user_who_does_not_own_it(
+    wal: bytes | None,
+) -> None:
     """A ledger in a folder and a file without write bits, read by another user (not
     root, whom no mode bit stops): every command said "read-only here: attempt to write
-    a readonly database" (SQLite could make no -shm file), and read nothing."""
+    a readonly database" (SQLite could make no -shm file), and read nothing. Copied with
+    its empty -wal (``cp l.db*`` of a ledger at rest), "unable to open database file"."""
     root("becoming the user nobody")
     if shutil.which("setpriv") is None:
         unavailable("UNPRIVILEGED", "setpriv (util-linux) is needed to become another user")
@@ -437,6 +441,8 @@ def test_an_archive_no_one_may_write_is_read_by_a_user_who_does_not_own_it() -> 
         db = archive / "l.db"
         with Ledger(db) as ledger:
             record(ledger, "r", {"default/a/00": FinalStatus.SUCCESS})
+        if wal is not None:
+            Path(f"{db}-wal").write_bytes(wal)
         db.chmod(0o444)
         for path in (archive, folder, folder / "lib"):
             path.chmod(0o555)
