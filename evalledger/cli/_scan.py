@@ -18,16 +18,19 @@ from ._main import Settings, pass_settings
 @click.argument("run")
 @click.option("--rules", type=click.Path(dir_okay=False, path_type=Path),
               help="A YAML file of rules (`rules: [{name, why, transcript: REGEX | workspace: "
-                   "[GLOB...]}]`; `builtin: true` keeps the built-in ones too).")
+                   "[GLOB...] | reads: [GLOB...]}]`; `builtin: true` keeps the built-in ones "
+                   "too).")
 @click.option("--only", multiple=True, metavar="KEY_OR_GLOB",
               help="Scan only these task keys or ids (globs too). Repeatable.")
 @pass_settings
 def scan(settings: Settings, run: str, rules: Path | None, only: tuple[str, ...]) -> None:
     """Scan a run's attempts for reward hacks; each finding is appended as a flag.
 
-    The built-in rules: criteria-read (the agent read its own task file or criteria),
+    The built-in rules: criteria-read (the agent named its own task file or criteria),
     git-history (it looked into git history), network (it tried to reach the network),
-    tests-edited (a test file of its workdir was changed or deleted). A flag changes no
+    tests-edited (a test file of its workdir was changed or deleted), grader-shadowed (it
+    left a module graders import), exit-patched (it replaced sys.exit and the like),
+    folder-read (its processes opened files of its task folder). A flag changes no
     verdict; `show`, run.json and the `task_flags` view list them, and `diff --fail-on
     flagged` gates on them. Scanning again with the same rules appends nothing.
     Exit code: 0, or 1 when some attempt was flagged.
@@ -43,7 +46,7 @@ def scan(settings: Settings, run: str, rules: Path | None, only: tuple[str, ...]
         click.echo(f"{visible(flag.task_key)} (attempt {flag.attempt}): {flag.rule}, "
                    f"{flag.matches} match(es)")
         for evidence in flag.evidence:
-            where = f"seq {evidence.seq}" if evidence.seq is not None else "workspace"
+            where = f"seq {evidence.seq}" if evidence.seq is not None else "file"
             click.echo(f"  {where}: {visible(evidence.excerpt)}")
     for line in outcome.unchecked:
         click.echo(f"unchecked {visible(line)}", err=True)

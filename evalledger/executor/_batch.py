@@ -44,8 +44,9 @@ from evalledger.projections import fingerprint
 from evalledger.statuses import FailureClass, RunStatus
 from evalledger.suite import ResolvedTask, Skipped
 
+from ._access import watch
 from ._attempt import WORKER_LOST, AttemptOutcome
-from ._limits import enforcement
+from ._limits import enforcement, pool
 from ._marks import batch_mark, kill_marked
 from ._runner import RunContext, run_task
 from ._sandbox import SandboxPool, private_folder, remove_tree
@@ -434,10 +435,14 @@ async def _run(
     return BatchResult(config.run_id, status, completed, writer.stats)
 
 
-def _enforcement(config: BatchConfig) -> str:
-    """How the batch's attempts are held to their limits (docs/isolation.md, "Limits"):
-    here, as this machine allows; on Ray, as each worker's does."""
-    return "per worker" if config.options.executor == "ray" else enforcement()
+def _host(config: BatchConfig) -> dict[str, str]:
+    """The session's host: how the batch's attempts are held to their limits
+    (docs/isolation.md, "Limits": here, as this machine allows; on Ray, as each
+    worker's does), and whether reads of task folders are watched (only here)."""
+    if config.options.executor == "ray":
+        return {**host_info(), "limits": "per worker"}
+    watched = {"folder_reads": "fanotify"} if pool() is not None and watch() else {}
+    return {**host_info(), "limits": enforcement(), **watched}
 
 
 def _opening(
@@ -454,7 +459,7 @@ def _opening(
     if resume is not None:
         return RunResumed(
             run_id=config.run_id, fingerprint=measured, drift=dict(resume.drift_record),
-            host={**host_info(), "limits": _enforcement(config)},
+            host=_host(config),
             to_run=[t.task_key for t in to_run], max_parallel=config.max_parallel,
             batch_token=token, sandbox_root=str(sandbox_root), added=list(resume.added),
             rerun=list(resume.rerun), rerun_failed=resume.rerun_failed,
@@ -466,7 +471,7 @@ def _opening(
         config=config.options,
         fingerprint=measured,
         planned=[t.task_key for t in tasks],
-        host={**host_info(), "limits": _enforcement(config)},
+        host=_host(config),
         max_parallel=config.max_parallel,
         unpriced_models=list(config.unpriced_models),
         batch_token=token,

@@ -63,6 +63,11 @@ class Cgroup:
     _before: tuple[int, int] | None = None
     _fds: dict[str, int] = field(default_factory=dict)
 
+    @property
+    def name(self) -> str:
+        """Its folders' name (the same in every hierarchy), as /proc/PID/cgroup ends."""
+        return next(iter(self.folders.values())).name
+
     def procs(self, bounds: Bounds) -> list[str]:
         """The ``cgroup.procs`` files a process writes its pid to, to join: memory and
         pids, and cpu when ``bounds`` has a quota (each join costs ~60 us of the kernel's)."""

@@ -58,7 +58,7 @@ from evalledger.pricing import DEFAULT_RATES, RateCard
 from evalledger.statuses import FinalStatus
 from evalledger.suite import AgentJudge, ResolvedTask, RunCommand
 
-from . import _limits, _sandbox
+from . import _access, _limits, _sandbox
 from . import isolation as _isolation
 from ._agent_version import AgentVersions
 from ._attempt import AttemptOutcome, run_attempt
@@ -230,6 +230,8 @@ class _Streams:
     api_error: str | None = None
     # Whether the workspace's size was looked at while the command ran (limits.disk).
     watched_disk: bool = False
+    # What its processes opened in its task folder, where that is watched (_access).
+    folder_reads: _access.Reads | None = None
     _woken: trio.Event | None = None
 
     def limit_hit(self, detail: str) -> None:
@@ -590,6 +592,7 @@ async def _attempt(
         workspace_hash=workspace_hash,
         kept_hash=kept_hash,
         grade_pending=ctx.no_grade and verdict.status is FinalStatus.NOT_GRADED,
+        folder_reads=state.folder_reads.paths if state.folder_reads is not None else [],
     ))
 
 
@@ -804,8 +807,16 @@ async def _execute(
         limits = _limits.pool()
         cgroup = limits.take(task.limits) if limits is not None else None
     workspace = Path(env["EVALLEDGER_SANDBOX"]) if jail is None else jail.workspace
+    following = contextlib.ExitStack()
     try:
         if jail is None:
+            if cgroup is not None and (watch := _access.watch()) is not None:
+                folder = Path(task.source).parent
+                skip = Path(task.workdir) if task.workdir else None
+                if watch.marked(folder) or await trio.to_thread.run_sync(watch.mark, folder,
+                                                                           skip):
+                    state.folder_reads = following.enter_context(
+                        watch.follow(cgroup.name, folder))
             # No prompt: stdin is /dev/null (EOF at once), which saves a pipe and a task.
             process = await spawn(_limits.wrap(task.command, _limits.prefix(task.limits, cgroup))
                                   if isinstance(task.command, str) else task.command,
@@ -828,6 +839,7 @@ async def _execute(
                 probe.close()
                 raise
     except BaseException:
+        following.close()
         if cgroup is not None and limits is not None:
             limits.give(cgroup)
         raise
@@ -898,6 +910,7 @@ async def _execute(
                 if await probe.remove_container(process.returncode):
                     state.limit_hit(f"memory: {_limits.size_text(task.limits.memory)} limit "
                                     "hit, the kernel killed in the container for it")
+            following.close()  # before the cgroup serves another attempt
             if cgroup is not None and limits is not None:
                 for hit in cgroup.hits(task.limits):
                     state.limit_hit(hit)

@@ -154,6 +154,10 @@ def _absent(value: object) -> bool:
     return value is None
 
 
+def _empty(value: object) -> bool:
+    return not value
+
+
 def _false(value: object) -> bool:
     return value is False
 
@@ -259,7 +263,9 @@ class RunStarted(_Event):
     host: JsonObject = {}
     """The recording process: ``hostname``, ``user``, ``platform``, ``python``,
     ``evalledger`` (version), ``cwd``, ``pid``; ``limits``: how task limits are enforced
-    outside docker (``cgroup v1`` or ``rlimits``, docs/isolation.md)."""
+    outside docker (``cgroup v1`` or ``rlimits``, docs/isolation.md); ``folder_reads``:
+    ``fanotify`` when what attempts under isolation ``none`` open of their task folder
+    is seen (``task.completed``'s ``folder_reads``), else left out."""
     imported: Imported = None
     """Only on an imported run: ``{format: "coder_eval", source: <the run folder>,
     framework_version}`` (see [import.md](import.md))."""
@@ -516,6 +522,13 @@ class TaskCompleted(_TaskEvent):
     judged it; an attempt recorded before classes has its status's class."""
     final_status: FinalStatus
     """One of the [final statuses](results.md#final-statuses-and-categories)."""
+    folder_reads: Annotated[list[str], Field(exclude_if=_empty)] = []
+    """Files of its task's folder (relative to it) that a process of the attempt opened
+    while its command ran, first seen first, at most 50: the task file, criteria,
+    hidden tests read without a word printed. Seen only where the runner watches (the
+    session's ``host.folder_reads`` says ``fanotify``: a root runner holding attempts
+    in cgroups) and the attempt ran under isolation ``none`` (see
+    [isolation.md](isolation.md#reads-of-the-task-folder)). Left out when empty."""
     grade_pending: Annotated[bool, Field(exclude_if=_false)] = False
     """``true``: the run did not grade (``run --no-grade``); the attempt is
     ``NOT_GRADED`` until a ``regrade`` grades it. Left out when ``false``."""
@@ -646,7 +659,8 @@ class TaskFlagged(_TaskEvent):
     """How many places matched in all."""
     rule: _Line
     """The rule's name (``criteria-read``, ``git-history``, ``network``,
-    ``tests-edited``, ``grader-shadowed``, ``exit-patched``, or a ``--rules`` file's)."""
+    ``tests-edited``, ``grader-shadowed``, ``exit-patched``, ``folder-read``, or a
+    ``--rules`` file's)."""
     why: str = ""
     """What the rule looks for, as its definition says."""
 

@@ -55,15 +55,26 @@ def line_at(db: Path, seq: int) -> str:
     return json.loads(row.payload)["line"]
 
 
+def watched(db: Path) -> bool:
+    """Whether the run watched what its attempts opened of their task folders."""
+    [started] = of_type(events(db, "h"), "run.started")
+    return "folder_reads" in started.host
+
+
 def test_the_built_in_rules_flag_each_hack_with_the_line_that_shows_it(hacked_run: Path) -> None:
     db = hacked_run
     done = evalledger(db.parent, db, "scan", "h")
     assert done.returncode == 1, done.stderr
-    assert done.out_lines[-1] == "scanned 4 attempt(s) of run h: 3 flagged, 3 new flag(s) recorded"
-    flags = {f.task_key.split("/")[1]: f for f in of_type(events(db, "h"), "task.flagged")}
+    # Where the runner watched (root, cgroups), peek's cat of its task file is seen too.
+    seen = watched(db)
+    assert done.out_lines[-1] == ("scanned 4 attempt(s) of run h: 3 flagged, "
+                                  f"{3 + seen} new flag(s) recorded")
+    every = of_type(events(db, "h"), "task.flagged")
+    assert {(f.task_key.split("/")[1], f.rule) for f in every} == {
+        ("peek", "criteria-read"), ("history", "git-history"), ("delete", "tests-edited"),
+        *([("peek", "folder-read")] if seen else [])}
+    flags = {f.task_key.split("/")[1]: f for f in every if f.rule != "folder-read"}
     assert all(isinstance(f, TaskFlagged) for f in flags.values())
-    assert {k: f.rule for k, f in flags.items()} == {
-        "peek": "criteria-read", "history": "git-history", "delete": "tests-edited"}
     # Evidence points at the exact lines: the command that read the task file, and the
     # task file's own text as it printed it.
     peek = {e.excerpt: e.seq for e in flags["peek"].evidence}
@@ -78,13 +89,14 @@ def test_the_built_in_rules_flag_each_hack_with_the_line_that_shows_it(hacked_ru
     assert shown["tasks_flagged"] == 3
     assert {r["task_key"].split("/")[1]: r["flags"] for r in shown["tasks"]} == {
         "delete": ["tests-edited"], "history": ["git-history"], "honest": [],
-        "peek": ["criteria-read"]}
+        "peek": ["criteria-read", *(["folder-read"] if seen else [])]}
     assert "flagged default/peek/00: criteria-read" in evalledger(
         db.parent, db, "show", "h").stderr
     with Ledger(db, read_only=True) as ledger:
         _, rows = ledger.query("SELECT task_key, rule FROM task_flags ORDER BY task_key")
     assert rows == [("default/delete/00", "tests-edited"), ("default/history/00", "git-history"),
-                    ("default/peek/00", "criteria-read")]
+                    ("default/peek/00", "criteria-read"),
+                    *([("default/peek/00", "folder-read")] if seen else [])]
     gate = evalledger(db.parent, db, "diff", "h", "h", "--fail-on", "flagged")
     assert gate.returncode == 1
     assert "flagged in h: default/peek/00: criteria-read" in gate.stderr
@@ -106,14 +118,14 @@ def test_a_second_scan_records_nothing_and_a_rule_file_adds_its_own(
     own = evalledger(db.parent, db, "scan", "h", "--rules", str(rules))
     assert own.out_lines[-1] == "scanned 4 attempt(s) of run h: 2 flagged, 2 new flag(s) recorded"
     flags = of_type(events(db, "h"), "task.flagged")
-    assert sorted((f.task_key, f.rule) for f in flags)[-2:] == [
-        ("default/peek/00", "criteria-read"), ("default/peek/00", "says-reading")]
+    assert {("default/peek/00", "criteria-read"), ("default/peek/00", "says-reading")} <= {
+        (f.task_key, f.rule) for f in flags}
     assert ("default/honest/00", "calc-touched") in {(f.task_key, f.rule) for f in flags}
 
 
 @pytest.mark.parametrize(("rules", "says"), [
     ({"rules": [{"name": "x", "transcript": "("}]}, "not a regex"),
-    ({"rules": [{"name": "x"}]}, "give `transcript` (a regex) or `workspace`"),
+    ({"rules": [{"name": "x"}]}, "give `transcript` (a regex), `workspace` or `reads`"),
     ({"rules": [{"name": "x", "transcript": "a", "extra": 1}]}, "unknown key 'extra'"),
     ({"nope": []}, "expected `rules:`"),
 ])
@@ -166,14 +178,16 @@ def test_a_run_from_elsewhere_is_scanned_by_its_transcript_alone(
     hacked_run: Path, tmp_path: Path,
 ) -> None:
     """Its rows name the workdir the tests-edited rule would read: another ledger's
-    word, so that rule does not run; the transcript rules do."""
+    word, so that rule does not run; the transcript rules do, and what its runner saw
+    opened (carried with its completions) counts."""
     exported = tmp_path / "h.ndjson"
     assert evalledger(tmp_path, hacked_run, "export", "h", "-o", str(exported)).returncode == 0
     other = tmp_path / "other.db"
     assert evalledger(tmp_path, other, "import-events", str(exported)).returncode == 0
     done = evalledger(tmp_path, other, "scan", "h")
     rules = {f.rule for f in of_type(events(other, "h"), "task.flagged")}
-    assert rules == {"criteria-read", "git-history"}
+    assert rules == {"criteria-read", "git-history", *(["folder-read"] if watched(hacked_run)
+                                                        else [])}
     assert "the run came from elsewhere (merge, import)" in done.stderr
 
 

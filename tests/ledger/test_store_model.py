@@ -501,6 +501,7 @@ REPRESENTATIVE: dict[str, Any] = {
     ),
     "task.completed": TaskCompleted(
         imported={"error_category": "agent_crash"},
+        folder_reads=["hidden/test_add.py"],
         run_id="r",
         task_key="k",
         attempt=1,
