@@ -32,8 +32,9 @@ Gate = Literal["significant-regression", "regression", "never"]
               help="The paired bootstrap's seed (recorded in --json).")
 @click.option("--fail-on", type=click.Choice(["significant-regression", "regression", "never"]),
               default="significant-regression", show_default=True,
-              help="Exit 1 on a regression McNemar's test finds significant, on any task "
-                   "that passed in A and not in B, or never.")
+              help="Exit 1 on a regression the paired test finds significant, on any task "
+                   "whose pass rate is lower in B, or never; nothing to compare (a side that "
+                   "graded no task) fails every gate but never.")
 @click.option("--format", "output", type=click.Choice(["text", "json", "markdown", "junit"]),
               default="text", show_default=True,
               help="markdown: a table for a pull request; junit: JUnit XML, a failed test "
@@ -49,11 +50,12 @@ def compare(settings: Settings, run_a: str, run_b: str | None, variants: tuple[s
     """Compare two runs (or two variants) task by task, and say whether B differs from A
     by more than noise.
 
-    Tasks are paired by task id, replicates together; each side's pass rate has a
-    Wilson interval, the tasks that passed on one side only are tested with McNemar's
-    exact test, and a paired bootstrap gives the interval of the difference in pass
-    rate and in mean score. With --baseline, several variants are tested at once and
-    their p-values adjusted by Holm's method.
+    Tasks are paired by task id, replicates together; each side's pass rate is the mean
+    of its tasks' pass rates, with an interval clustered by task; the tasks' rate
+    differences are tested with a paired sign-flip permutation test, and a paired
+    bootstrap gives the interval of the difference in pass rate and in mean score. With
+    --baseline, several variants are tested at once and their p-values adjusted by
+    Holm's method.
 
     Example:
 
@@ -91,7 +93,9 @@ def compare(settings: Settings, run_a: str, run_b: str | None, variants: tuple[s
     else:
         for c in found:
             click.echo("\n".join(render_text(c)))
-    failed = any(c.significant_regression() if fail_on == "significant-regression"
-                 else fail_on == "regression" and c.passed_only_a > 0 for c in found)
-    if failed:
+    for c in found:
+        if c.nothing_because and fail_on != "never":
+            click.echo(f"--fail-on {fail_on}: nothing to compare ({visible(c.nothing_because)})",
+                       err=True)
+    if any(c.fails(fail_on) for c in found):
         sys.exit(EXIT_TASKS_FAILED)

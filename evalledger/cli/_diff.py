@@ -74,12 +74,14 @@ def diff(settings: Settings, run_a: str, run_b: str, as_json: bool, fail_on: Fai
             click.echo("neither run has any task", err=True)
     if fail_on == "significant-regression":
         from evalledger.projections import compare_runs
+        from evalledger.projections._compare_reports import p_value_line
 
         paired = compare_runs(a, b)
-        click.echo(f"paired by task: passed in A only {paired.passed_only_a}, in B only "
-                   f"{paired.passed_only_b}; McNemar exact p = {paired.mcnemar_p:.4g}: "
-                   f"{paired.verdict} at 95% (evalledger compare says more)", err=True)
-        if paired.significant_regression():
+        said = (f"nothing to compare ({visible(paired.nothing_because)})"
+                if paired.nothing_because else f"{paired.verdict} at 95%")
+        click.echo(f"paired by task: {p_value_line(paired)}: {said} (evalledger compare "
+                   "says more)", err=True)
+        if paired.fails("significant-regression"):
             sys.exit(EXIT_TASKS_FAILED)
     elif result.fails(fail_on):
         sys.exit(EXIT_TASKS_FAILED)

@@ -14,6 +14,7 @@ from evalledger.projections import (
     cost_line,
     error_digest,
     infra_note,
+    interval_kind,
     isolation_line,
     model_table,
     rate_cell,
@@ -100,6 +101,10 @@ def show(settings: Settings, run: str, as_json: bool, full_errors: bool, limit: 
             if v.flaky_tasks:
                 click.echo(f"flaky in {visible(v.variant_id)} (replicates disagree): "
                            f"{visible(', '.join(v.flaky_tasks))}")
+            for at, left in v.pass_at_k_left_out.items():
+                click.echo(f"pass@{at} of {visible(v.variant_id)} leaves out {len(left)} "
+                           f"task(s) with fewer than {at} graded replicates: "
+                           f"{visible(', '.join(left))}")
     if len(s.usage_by_model) > 1:
         table(*model_table(s))
     # A terminal gets each error's digest (the line that says what went wrong); a pipe,
@@ -131,7 +136,8 @@ def _headline(s: RunSummary, gone: bool) -> str:
         f"{s.tasks_succeeded} succeeded, {s.tasks_failed} failed, {s.tasks_error} error, "
         f"{ungraded}{s.tasks_unfinished} unfinished{skipped}; "
         f"pass rate {rate_cell(s.pass_rate, s.pass_rate_interval, s.graded)}"
-        f"{' (95% Wilson)' if s.graded else ''}{infra_note(s)}; cost {cost}"
+        f"{f' (95% {interval_kind(s.pass_rate_stderr)})' if s.graded else ''}"
+        f"{infra_note(s)}; cost {cost}"
     )
 
 

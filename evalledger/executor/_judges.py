@@ -85,7 +85,12 @@ class Judging:
 
 
 class JudgeError(Exception):
-    """A call could not be had, or its answer has no score: the message says which."""
+    """A call could not be had, or its answer has no score: the message says which, and
+    ``status`` what the call's record says of it (an HTTP code, ``timeout``, ...)."""
+
+    def __init__(self, message: str, status: str | int = "error") -> None:
+        super().__init__(message)  # str() is the message alone, never a tuple
+        self.status = status
 
 
 class NoScore(JudgeError):
@@ -146,12 +151,11 @@ async def _sample(criterion: LlmJudge, index: int, sample: int,
     began = time.monotonic()
     try:
         status, answer, retried = await _post(request, body, criterion.timeout, deadline)
+        text, tokens = _read_answer(api, answer)
     except JudgeError as e:
-        call.update(status=str(e.args[1]) if len(e.args) > 1 else "error",
-                    latency_seconds=round(time.monotonic() - began, 6))
+        call.update(status=str(e.status), latency_seconds=round(time.monotonic() - began, 6))
         await judging.record(criterion.model, TokenCounts(), 0.0, call)
-        raise JudgeError(e.args[0]) from None
-    text, tokens = _read_answer(api, answer)
+        raise
     call.update(status=status, tries=len(retried) + 1,
                 latency_seconds=round(time.monotonic() - began, 6),
                 response=text[:RESPONSE_CHARS],
@@ -271,7 +275,7 @@ def _read_answer(api: str, answer: Any) -> tuple[str, TokenCounts]:
                                  output_tokens=int(usage.get("completion_tokens") or 0))
     except (KeyError, IndexError, TypeError, ValueError, AttributeError):
         raise JudgeError("the judge's API answered in a shape it does not have: "
-                         f"{json.dumps(answer)[:200]}", 200) from None
+                         f"{json.dumps(answer)[:200]}", "malformed") from None
     return str(text), tokens
 
 

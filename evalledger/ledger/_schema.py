@@ -623,12 +623,76 @@ def _zero_when_absent(view: str) -> str:
 
 # A completion whose attempt used no tokens leaves ``tokens`` out (most commands are not
 # agents: 90 bytes of zeros a completion); its token columns still read 0, not NULL.
-VIEWS = {**_VIEWS_13, "task_attempts": _zero_when_absent(_VIEWS_13["task_attempts"])}
+_VIEWS_15 = {**_VIEWS_13, "task_attempts": _zero_when_absent(_VIEWS_13["task_attempts"])}
 
 
 @MIGRATIONS(name="0015_tokens_left_out_when_none")
 def _m0015_tokens_left_out_when_none(db: Database) -> None:
     # Ledgers before it hold explicit zeros: the views read them as before. An older
     # evalledger would read a new completion's tokens as NULL: the version refuses it.
-    _recreate_views(db, _VIEWS_13, VIEWS)
+    _recreate_views(db, _VIEWS_13, _VIEWS_15)
     _set_version(db, 15)
+
+
+def _rates(group: str) -> str:
+    """Per ``group`` (``run_id``, or ``run_id, model``), counted from ``task_results``
+    as ``_COUNTED`` counts, and what a clustered standard error needs of the task ids
+    (``projections._intervals.clustered_stderr``, a task's graded keys its cluster):
+    the clusters with a graded key, the most keys of one, and the sums of s², s·n and
+    n² over them (s: a task's successes, n: its graded keys)."""
+    return f"""SELECT {group}, sum(s) AS succeeded, sum(n) AS graded, sum(i) AS infra,
+                   sum(n > 0) AS clusters, max(n) AS most, sum(s * s) AS s2,
+                   sum(s * n) AS sn, sum(n * n) AS n2
+            FROM (SELECT {group}, task_id, sum(category = 'succeeded') AS s,
+                         sum(category IN ('succeeded', 'failed')
+                             OR (category = 'error' AND failure_class IS NOT 'infra')) AS n,
+                         sum(category = 'error' AND failure_class IS 'infra') AS i
+                  FROM task_results GROUP BY {group}, task_id)
+            GROUP BY {group}"""
+
+
+def _interval(t: str) -> str:
+    """SQL for a pass rate's 95% interval ends over ``t`` (a ``_rates`` row), as
+    ``RunSummary.pass_rate_interval`` gives them: where a task has two graded keys and
+    there are two tasks, the normal interval of the rate (rounded to 6 places) with its
+    clustered standard error (rounded to 6 places); else Wilson's."""
+    p = f"(1.0 * {t}.succeeded / {t}.graded)"
+    spread = f"max(0.0, {t}.s2 - 2 * {p} * {t}.sn + {p} * {p} * {t}.n2)"
+    se = (f"round(sqrt(1.0 * {t}.clusters / ({t}.clusters - 1) * {spread}) / {t}.graded, 6)")
+    rate = f"round({p}, 6)"
+    wilson_low, wilson_high = _wilson(f"{t}.succeeded", f"{t}.graded").split(", CASE")
+    wilson_low = wilson_low.removesuffix(" AS pass_rate_low")
+    wilson_high = "CASE" + wilson_high.removesuffix(" AS pass_rate_high")
+    clustered = f"{t}.most >= 2 AND {t}.clusters >= 2"
+    return (f"CASE WHEN {clustered} THEN max(0.0, round({rate} - {_Z95} * {se}, 6)) "
+            f"ELSE {wilson_low} END AS pass_rate_low, "
+            f"CASE WHEN {clustered} THEN min(1.0, round({rate} + {_Z95} * {se}, 6)) "
+            f"ELSE {wilson_high} END AS pass_rate_high")
+
+
+# A pass rate's interval is clustered by task where tasks have replicates (they are not
+# independent trials: a Wilson interval over every key held the truth 71.5% of the time),
+# as the summary's is (docs/results.md, "How sure a number is").
+VIEWS = {
+    **_VIEWS_15,
+    "run_pass_rates": f"""
+        SELECT r.run_id, r.experiment_id, COALESCE(t.succeeded, 0) AS succeeded,
+               COALESCE(t.graded, 0) AS graded, COALESCE(t.infra, 0) AS infra,
+               CASE WHEN t.graded > 0 THEN round(1.0 * t.succeeded / t.graded, 6) END
+                 AS pass_rate,
+               {_interval("t")}
+        FROM runs r LEFT JOIN ({_rates("run_id")}) t ON t.run_id = r.run_id
+    """,
+    "model_pass_rates": f"""
+        SELECT run_id, model, succeeded, graded, infra,
+               CASE WHEN graded > 0 THEN round(1.0 * succeeded / graded, 6) END AS pass_rate,
+               {_interval("t")}
+        FROM ({_rates("run_id, model")}) t
+    """,
+}
+
+
+@MIGRATIONS(name="0016_clustered_pass_rate_intervals")
+def _m0016_clustered_pass_rate_intervals(db: Database) -> None:
+    _recreate_views(db, _VIEWS_15, VIEWS)
+    _set_version(db, 16)

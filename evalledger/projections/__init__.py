@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from ._junit import render_junit as render_junit
     from ._reports import cost_line as cost_line
     from ._reports import infra_note as infra_note
+    from ._reports import interval_kind as interval_kind
     from ._reports import isolation_counts as isolation_counts
     from ._reports import isolation_line as isolation_line
     from ._reports import model_table as model_table
@@ -104,6 +105,7 @@ _WHERE = {
     "unpriced_line": "_reports",
     "model_table": "_reports",
     "variant_table": "_reports",
+    "interval_kind": "_reports",
     "rate_cell": "_reports",
     "success_cost_line": "_reports",
     "Drift": "_resume",
@@ -169,6 +171,7 @@ __all__ = [
     "flaky_history",
     "fold",
     "infra_note",
+    "interval_kind",
     "isolation_counts",
     "isolation_line",
     "model_table",

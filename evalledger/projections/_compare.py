@@ -2,24 +2,31 @@
 noise? (docs/results.md, "Comparing runs").
 
 The unit is a task (its replicates together): the pairs are the tasks both sides
-graded. For each side a task's pass rate is its succeeded replicates over its graded
-ones; a task *passes* when more than half of them succeeded. On the pairs:
+graded. A task's pass rate on a side is its succeeded replicates over its graded ones,
+and a side's **pass rate** is the mean of its tasks' pass rates: one meaning, whatever
+the replicate counts (a task is never reduced to "passed if most replicates did": with
+different replicate counts on each side that made identical agents look different).
+On the pairs:
 
-- each side's pass rate (tasks passing / pairs) with a Wilson score interval;
-- McNemar's exact test on the discordant pairs (passed on one side only): a two-sided
-  binomial test of the B-only passes among all discordant pairs, at p = 0.5;
+- each side's pass rate with an interval clustered by task: the Wilson score interval
+  when every task has one replicate, else the normal interval of the mean of the
+  tasks' rates (replicates of one task are not independent evidence);
+- a paired sign-flip permutation test of the mean of the tasks' pass-rate differences
+  (SciPy's ``permutation_test``; exact when 2^n is within the resamples, else seeded);
 - a paired bootstrap (seeded; the seed is in the result) of the mean difference of the
   tasks' pass rates and of their mean scores, percentile intervals;
-- the verdict: a significant regression when B passes fewer tasks than A and McNemar's
-  p is below 1 - confidence; an improvement the other way round.
+- the verdict: a significant regression when B's mean rate is lower and the test's p is
+  below 1 - confidence; an improvement the other way round; nothing to compare when a
+  side graded no task (all infrastructure failures, or empty): every gate fails then.
 
-The statistics are SciPy's (``binomtest``, its Wilson interval, ``bootstrap``),
-imported when a comparison is made: importing ``scipy.stats`` costs about 1.3 s cold
-here, which no other command pays.
+The statistics are SciPy's (``permutation_test``, ``bootstrap``), imported when a
+comparison is made: importing ``scipy.stats`` costs about 1.3 s cold here, which no
+other command pays.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -28,12 +35,14 @@ from pydantic import BaseModel, ConfigDict
 
 from evalledger.statuses import GRADED, Category, left_out
 
-from ._intervals import Interval, fewest_detectable, holm, wilson
+from ._intervals import Interval, fewest_detectable, holm, normal_interval, wilson
 from ._results import RunSummary, TaskRow
 
 Verdict = Literal["significant regression", "significant improvement",
                   "no significant difference", "nothing to compare"]
 RESAMPLES = 4000
+PERMUTATIONS = 9999
+TEST = "paired sign-flip permutation test on the tasks' pass rates"
 
 
 class Side(BaseModel):
@@ -43,9 +52,12 @@ class Side(BaseModel):
 
     name: str
     """The run id (and ``/variant`` when comparing variants)."""
-    tasks_passed: int
+    graded: int
+    """Graded replicates of the paired tasks, together."""
     pass_rate: float
+    """The mean over the pairs of the tasks' pass rates."""
     pass_rate_interval: Interval
+    """Clustered by task: Wilson with one replicate per task, else normal."""
     mean_score: float | None
 
 
@@ -66,19 +78,24 @@ class Comparison(BaseModel):
     infra_left_out: int = 0
     """Rows (of both sides) whose attempt failed for its infrastructure's sake: no
     evidence either way, left out unless the summaries count them (``--count-infra``)."""
-    passed_only_a: int
-    """Discordant pairs: tasks that passed in A and not in B."""
-    passed_only_b: int
-    mcnemar_p: float
-    """McNemar's exact p (two-sided); 1 when no pair is discordant."""
+    worse_in_b: int
+    """Pairs whose pass rate is lower in B."""
+    better_in_b: int
+    """Pairs whose pass rate is higher in B."""
+    test: str = TEST
+    p_value: float
+    """The test's two-sided p; 1 when no pair differs."""
     adjusted_p: float
-    """The p the verdict reads: ``mcnemar_p``, or Holm's adjustment of it when several
+    """The p the verdict reads: ``p_value``, or Holm's adjustment of it when several
     variants were compared against one (``correction``)."""
     correction: Literal["none", "holm"] = "none"
     detectable_difference: float | None
     """The smallest difference in pass rate these pairs could show significant at this
-    confidence (``fewest_detectable`` tasks, all flipping one way, over the pairs); None
-    when there are too few pairs for any."""
+    confidence, after Holm's correction when there is one (``fewest_detectable`` tasks
+    going from always to never passing, over the pairs); None when there are too few
+    pairs for any."""
+    nothing_because: str | None = None
+    """Why there is nothing to compare (a side graded no task): every gate fails."""
     pass_rate_difference: float
     """B - A, the mean over pairs of the tasks' pass-rate differences."""
     pass_rate_difference_interval: Interval | None
@@ -90,13 +107,27 @@ class Comparison(BaseModel):
     def significant_regression(self) -> bool:
         return self.verdict == "significant regression"
 
-    def corrected(self, adjusted_p: float) -> Comparison:
-        """This comparison as one of several against one side, Holm's ``adjusted_p``
-        deciding its verdict."""
+    def fails(self, gate: str) -> bool:
+        """Whether ``gate`` (``significant-regression``, ``regression``, ``never``)
+        fails: on nothing to compare, every gate but never does."""
+        if gate == "never":
+            return False
+        if self.verdict == "nothing to compare":
+            return True
+        if gate == "regression":
+            return self.worse_in_b > 0
+        return self.significant_regression()
+
+    def corrected(self, adjusted_p: float, comparisons: int) -> Comparison:
+        """This comparison as one of ``comparisons`` against one side, Holm's
+        ``adjusted_p`` deciding its verdict; its power hint at the level the smallest
+        p must pass (the level over the comparisons)."""
+        level = (1 - self.confidence) / comparisons
         return self.model_copy(update={
             "adjusted_p": round(adjusted_p, 12), "correction": "holm",
-            "verdict": _verdict(self.pairs, adjusted_p, self.confidence, self.passed_only_a,
-                                self.passed_only_b)})
+            "detectable_difference": _detectable(self.pairs, 1 - level),
+            "verdict": _verdict(self.pairs, adjusted_p, self.confidence,
+                                self.pass_rate_difference)})
 
 
 @dataclass(frozen=True)
@@ -111,9 +142,6 @@ class _Unit:
     def rate(self) -> float:
         return self.succeeded / self.graded
 
-    @property
-    def passed(self) -> bool:
-        return self.succeeded * 2 > self.graded
 
 
 def _units(rows: Sequence[TaskRow], variant: str | None, by_variant: bool,
@@ -151,24 +179,27 @@ def compare_runs(a: RunSummary, b: RunSummary, *, confidence: float = 0.95, seed
     names = (f"{a.run_id}/{variants[0]}", f"{b.run_id}/{variants[1]}") if variants else (
         a.run_id, b.run_id)
     only_a, only_b = sorted(units_a.keys() - set(both)), sorted(units_b.keys() - set(both))
-    passed_only_a = sum(x.passed and not y.passed for x, y in zip(pa, pb, strict=True))
-    passed_only_b = sum(y.passed and not x.passed for x, y in zip(pa, pb, strict=True))
-    p = mcnemar_exact(passed_only_a, passed_only_b)
     rate_diff = [y.rate - x.rate for x, y in zip(pa, pb, strict=True)]
     score_diff = [y.score - x.score for x, y in zip(pa, pb, strict=True)]
-    fewest = fewest_detectable(confidence)
+    p = sign_flip_p(rate_diff, seed)
+    difference = round(_mean(rate_diff), 6) if both else 0.0
+    empty = [f"{name} graded no task" + (" (every attempt an infrastructure failure)"
+                                        if infra else "")
+             for name, units, infra in ((names[0], units_a, infra_a),
+                                        (names[1], units_b, infra_b)) if not units]
     return Comparison(
         a=_side(names[0], pa, confidence), b=_side(names[1], pb, confidence),
         confidence=confidence, seed=seed, pairs=len(both), only_a=only_a, only_b=only_b,
         infra_left_out=infra_a + infra_b,
-        passed_only_a=passed_only_a, passed_only_b=passed_only_b, mcnemar_p=round(p, 12),
-        adjusted_p=round(p, 12),
-        detectable_difference=round(fewest / len(both), 6) if len(both) >= fewest else None,
-        pass_rate_difference=round(_mean(rate_diff), 6) if both else 0.0,
+        worse_in_b=sum(d < 0 for d in rate_diff), better_in_b=sum(d > 0 for d in rate_diff),
+        p_value=round(p, 12), adjusted_p=round(p, 12),
+        detectable_difference=_detectable(len(both), confidence),
+        pass_rate_difference=difference,
         pass_rate_difference_interval=paired_bootstrap(rate_diff, confidence, seed),
         score_difference=round(_mean(score_diff), 6) if both else None,
         score_difference_interval=paired_bootstrap(score_diff, confidence, seed),
-        verdict=_verdict(len(both), p, confidence, passed_only_a, passed_only_b),
+        verdict=_verdict(len(both), p, confidence, difference),
+        nothing_because="; ".join(empty) or (None if both else "no task graded on both sides"),
     )
 
 
@@ -179,26 +210,38 @@ def compare_to_baseline(a: RunSummary, b: RunSummary, baseline: str, others: Seq
     several variants does not find a "significant" one by chance."""
     found = [compare_runs(a, b, confidence=confidence, seed=seed, variants=(baseline, other))
              for other in others]
-    return [c.corrected(p) for c, p in zip(found, holm([c.mcnemar_p for c in found]),
-                                            strict=True)]
+    return [c.corrected(p, len(found))
+            for c, p in zip(found, holm([c.p_value for c in found]), strict=True)]
 
 
-def _verdict(pairs: int, p: float, confidence: float, passed_only_a: int,
-             passed_only_b: int) -> Verdict:
+def _verdict(pairs: int, p: float, confidence: float, difference: float) -> Verdict:
     if not pairs:
         return "nothing to compare"
-    if p < 1 - confidence and passed_only_a > passed_only_b:
+    if p < 1 - confidence and difference < 0:
         return "significant regression"
-    if p < 1 - confidence and passed_only_b > passed_only_a:
+    if p < 1 - confidence and difference > 0:
         return "significant improvement"
     return "no significant difference"
 
 
+def _detectable(pairs: int, confidence: float) -> float | None:
+    fewest = fewest_detectable(confidence)
+    return round(fewest / pairs, 6) if pairs >= fewest else None
+
+
 def _side(name: str, units: list[_Unit], confidence: float) -> Side:
-    passed = sum(u.passed for u in units)
-    return Side(name=name, tasks_passed=passed,
-                pass_rate=round(passed / len(units), 6) if units else 0.0,
-                pass_rate_interval=wilson(passed, len(units), confidence),
+    rates = [u.rate for u in units]
+    mean = _mean(rates)
+    if all(u.graded == 1 for u in units):  # 0/1 outcomes, independent: Wilson's
+        interval = wilson(sum(u.succeeded for u in units), len(units), confidence)
+    elif len(units) < 2:
+        interval = Interval(low=0.0, high=1.0)
+    else:  # the tasks' rates are the independent units (replicates cluster in them)
+        spread = math.fsum((r - mean) ** 2 for r in rates) / (len(rates) - 1)
+        interval = normal_interval(mean, math.sqrt(spread / len(rates)), confidence,
+                                   low=0.0, high=1.0)
+    return Side(name=name, graded=sum(u.graded for u in units),
+                pass_rate=round(mean, 6) if units else 0.0, pass_rate_interval=interval,
                 mean_score=round(_mean([u.score for u in units]), 6) if units else None)
 
 
@@ -206,14 +249,26 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def mcnemar_exact(only_a: int, only_b: int) -> float:
-    """McNemar's exact test: the two-sided binomial p of ``only_b`` among the discordant
-    pairs at 0.5 (SciPy's ``binomtest``); 1 with no discordant pair."""
-    if only_a + only_b == 0:
+def sign_flip_p(differences: Sequence[float], seed: int) -> float:
+    """The two-sided p of a paired sign-flip permutation test of the mean of
+    ``differences`` (SciPy's ``permutation_test``, ``permutation_type="samples"`` on one
+    sample: each difference's sign flipped; exact when 2^n is at most
+    ``PERMUTATIONS``, else that many seeded resamples). Differences of 0 flip to
+    themselves and are left out. 1 when fewer than two differ. Valid whatever the replicate
+    counts of each side: under no difference every task's rate difference has mean 0."""
+    nonzero = [d for d in differences if d != 0]
+    if len(nonzero) < 2:  # one difference flips to a tail of 1/2 each way: p = 1
         return 1.0
-    from scipy.stats import binomtest
+    import numpy as np
+    from scipy.stats import permutation_test
 
-    return float(binomtest(only_b, only_a + only_b, 0.5).pvalue)
+    # Rounded: means of rates (ratios of small counts) that are equal must compare
+    # equal, not differ in their last bits and fall on either side of the observed one.
+    found: Any = permutation_test(
+        (np.asarray(nonzero, dtype=float),), lambda x, axis: np.round(np.mean(x, axis=axis), 9),
+        vectorized=True, permutation_type="samples", n_resamples=PERMUTATIONS,
+        alternative="two-sided", rng=np.random.default_rng(seed))
+    return min(1.0, float(found.pvalue))
 
 
 def paired_bootstrap(differences: Sequence[float], confidence: float, seed: int

@@ -8,25 +8,32 @@ from collections.abc import Sequence
 
 from evalledger._text import visible
 
-from ._compare import Comparison, Side
-
-TEST = "McNemar's exact test"
+from ._compare import TEST, Comparison, Side
 
 
 def power_line(c: Comparison) -> str:
     """The smallest difference these pairs could show significant, in one line."""
+    after = " after Holm's correction" if c.correction == "holm" else ""
     if c.detectable_difference is None:
         return (f"with {c.pairs} paired task(s) no difference can be significant at "
-                f"{c.confidence:.0%}: run more tasks")
+                f"{c.confidence:.0%}{after}: run more tasks")
     return (f"with {c.pairs} paired tasks the smallest difference that could be significant "
-            f"at {c.confidence:.0%} is {c.detectable_difference * 100:.1f} points "
-            f"({round(c.detectable_difference * c.pairs)} tasks, all one way)")
+            f"at {c.confidence:.0%}{after} is {c.detectable_difference * 100:.1f} points "
+            f"({round(c.detectable_difference * c.pairs)} tasks from always to never "
+            "passing, all one way)")
 
 
 def p_value_line(c: Comparison) -> str:
     holm = f", Holm-adjusted p = {c.adjusted_p:.4g}" if c.correction == "holm" else ""
-    return (f"passed in A only: {c.passed_only_a}, in B only: {c.passed_only_b}; "
-            f"{TEST} p = {c.mcnemar_p:.4g}{holm}")
+    return (f"tasks worse in B: {c.worse_in_b}, better in B: {c.better_in_b}; "
+            f"{TEST} p = {c.p_value:.4g}{holm}")
+
+
+def rate_text(side: Side) -> str:
+    """A side's pass rate, its interval and what kind it is."""
+    i = side.pass_rate_interval
+    return (f"{side.pass_rate:.1%} [{i.low:.1%}, {i.high:.1%}] (mean of the tasks' pass "
+            f"rates, {side.graded} graded)")
 
 
 def render_text(c: Comparison) -> list[str]:
@@ -36,10 +43,10 @@ def render_text(c: Comparison) -> list[str]:
     if c.infra_left_out:
         lines.append(f"  {c.infra_left_out} infrastructure failure(s) left out of the pairs "
                      "(--count-infra counts them)")
+    if c.nothing_because:
+        lines.append(f"  nothing to compare: {visible(c.nothing_because)}")
     for side in (c.a, c.b):
-        i = side.pass_rate_interval
-        lines.append(f"  {visible(side.name)}: {side.tasks_passed}/{c.pairs} passed, "
-                     f"{side.pass_rate:.1%} [{i.low:.1%}, {i.high:.1%}] ({pct} Wilson)")
+        lines.append(f"  {visible(side.name)}: pass rate {rate_text(side)}")
     lines.append(f"  pass rate B - A: {_difference(c)}")
     if c.score_difference is not None:
         s = c.score_difference_interval
@@ -61,7 +68,7 @@ def render_markdown(found: Sequence[Comparison]) -> str:
     lines = ["| A | B | pairs | pass rate A | pass rate B | B - A "
              f"| {TEST}: p | verdict |", "|---|---|---:|---:|---:|---:|---:|---|"]
     for c in found:
-        p = f"{c.mcnemar_p:.4g}" + (f" (Holm {c.adjusted_p:.4g})" if c.correction == "holm"
+        p = f"{c.p_value:.4g}" + (f" (Holm {c.adjusted_p:.4g})" if c.correction == "holm"
                                     else "")
         lines.append(" | ".join(["", _md(c.a.name), _md(c.b.name), str(c.pairs),
                                  _rate(c.a), _rate(c.b), _md(_difference(c)), p,
@@ -90,7 +97,7 @@ def render_junit(found: Sequence[Comparison]) -> str:
             "classname": visible(c.a.name), "name": f"{visible(c.b.name)} against "
                                                    f"{visible(c.a.name)}"})
         props = ET.SubElement(case, "properties")
-        for name, value in (("test", TEST), ("p", f"{c.mcnemar_p:.6g}"),
+        for name, value in (("test", TEST), ("p", f"{c.p_value:.6g}"),
                             ("adjusted_p", f"{c.adjusted_p:.6g}"), ("correction", c.correction),
                             ("confidence", str(c.confidence)), ("pairs", str(c.pairs)),
                             ("bootstrap_seed", str(c.seed)), ("verdict", c.verdict)):

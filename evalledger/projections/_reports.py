@@ -116,7 +116,7 @@ def _counts(s: RunSummary) -> list[str]:
         "## Summary",
         "",
         "| planned | run | succeeded | failed | (token budget) | (cost budget) | error "
-        "| ungraded | unfinished | pass rate [95% Wilson] | cost per success |",
+        "| ungraded | unfinished | pass rate [95%] | cost per success |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         f"| {s.tasks_planned} | {s.tasks_run} | {s.tasks_succeeded} | {s.tasks_failed} "
         f"| {s.tasks_token_budget_exceeded} | {s.tasks_cost_budget_exceeded} | {s.tasks_error} "
@@ -339,6 +339,11 @@ def infra_note(s: RunHeadline) -> str:
         return f" ({s.tasks_infra} infrastructure failure(s) counted)"
     return (f" ({s.tasks_infra} infrastructure failure(s) left out; --count-infra counts "
             "them)")
+
+
+def interval_kind(stderr: float | None) -> str:
+    """What a pass rate's interval is: Wilson's, or clustered by task (replicates)."""
+    return "Wilson" if stderr is None else "clustered by task"
 
 
 def rate_cell(rate: float, interval: Interval, graded: int) -> str:

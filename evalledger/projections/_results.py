@@ -119,6 +119,12 @@ class VariantStats(BaseModel):
     mean_duration_seconds: float | None
     pass_at_k_stderr: dict[str, float] = {}
     """k -> the standard error of pass@k over its task ids (k with two or more)."""
+    pass_at_k_left_out: dict[str, list[str]] = {}
+    """k -> the task ids pass@k left out: fewer than k graded replicates (an
+    infrastructure failure dropped one). Only the k that left some out."""
+    pass_rate_stderr: float | None = None
+    """The pass rate's standard error clustered by task id, where a task has several
+    graded replicates; None otherwise."""
     pass_hat_k: dict[str, float] = {}
     """k -> pass^k: the chance that k replicates of a task *all* pass (unbiased:
     ``C(c, k) / C(n, k)``), averaged as pass@k is. Consistency, where pass@k is reach."""
@@ -141,8 +147,10 @@ class VariantStats(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def pass_rate_interval(self) -> Interval:
-        """Wilson's, at 95% (``wilson`` for another level)."""
-        return wilson(self.tasks_succeeded, self.graded, CONFIDENCE)
+        """At 95%: clustered by task where tasks have replicates (the normal interval
+        of ``pass_rate_stderr``), else Wilson's (``wilson`` for another level)."""
+        return _rate_interval(self.pass_rate, self.pass_rate_stderr, self.tasks_succeeded,
+                              self.graded)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -234,6 +242,9 @@ class RunHeadline(BaseModel):
     interval, the variants') unless ``infra_counted``."""
     infra_counted: bool = False
     """Whether the rates count infrastructure failures (``--count-infra``)."""
+    pass_rate_stderr: float | None = None
+    """The pass rate's standard error clustered by task id, where a task has several
+    graded replicates (they are not independent trials); None otherwise."""
 
     @classmethod
     def listed(cls) -> frozenset[str]:
@@ -256,8 +267,10 @@ class RunHeadline(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def pass_rate_interval(self) -> Interval:
-        """Wilson's, at 95%, over the graded keys (``wilson`` for another level)."""
-        return wilson(self.tasks_succeeded, self.graded, CONFIDENCE)
+        """At 95%, as a variant's: clustered by task where tasks have replicates, else
+        Wilson's over the graded keys."""
+        return _rate_interval(self.pass_rate, self.pass_rate_stderr, self.tasks_succeeded,
+                              self.graded)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -379,3 +392,11 @@ def tag_stats(summary: RunSummary) -> list[TagStats]:
         for tag, (n, run, ok, graded) in sorted(tally.items())
     ]
 
+
+def _rate_interval(rate: float, stderr: float | None, succeeded: int, graded: int
+                   ) -> Interval:
+    """A pass rate's 95% interval: normal with its clustered standard error where tasks
+    have replicates, else Wilson's."""
+    if stderr is None:
+        return wilson(succeeded, graded, CONFIDENCE)
+    return normal_interval(rate, stderr, CONFIDENCE, low=0.0, high=1.0)

@@ -515,6 +515,7 @@ class SummaryFold(Fold):
             tasks_ungraded=counts[Category.UNGRADED],
             tasks_unfinished=len(self.planned) - run,
             pass_rate=_rate(counts, 0 if count_infra else infra),
+            pass_rate_stderr=_rate_stderr(judged, count_infra),
             tasks_infra=infra,
             infra_counted=count_infra,
             tokens=self.spend.tokens,
@@ -660,12 +661,15 @@ def _variant_stats(variant_id: str, keys: list[_Key], count_infra: bool = False
         tasks_error=counts[Category.ERROR],
         tasks_ungraded=counts[Category.UNGRADED],
         pass_rate=_rate(counts, 0 if count_infra else infra),
+        pass_rate_stderr=_rate_stderr(keys, count_infra),
         tasks_infra=infra,
         infra_counted=count_infra,
         mean_score=_mean(scores),
         score_stderr=_round(clustered_stderr(scores, [k.task_id for k in graded])),
         pass_at_k=at_k,
         pass_at_k_stderr=at_k_stderr,
+        pass_at_k_left_out={k: sorted(t for t, (n, _) in samples.items() if n < int(k))
+                            for k in at_k if any(n < int(k) for n, _ in samples.values())},
         pass_hat_k=hat_k,
         flaky_tasks=sorted(t for t, (n, c) in samples.items() if 0 < c < n),
         cost_usd=round(sum(k.spend.cost for k in keys), 10),
@@ -674,6 +678,21 @@ def _variant_stats(variant_id: str, keys: list[_Key], count_infra: bool = False
                          + k.spend.cache_write for k in keys),
         mean_duration_seconds=_mean([c.duration_seconds for c in done]),
     )
+
+
+def _rate_stderr(keys: Iterable[_Key], count_infra: bool) -> float | None:
+    """The pass rate's standard error clustered by task id, where some task has two
+    graded replicates (they are not independent trials); None otherwise (the rate's
+    interval is Wilson's then)."""
+    graded = [k for k in keys if k.completed is not None and k.completed.category in GRADED
+              and (count_infra or not left_out(k.completed.category,
+                                               k.completed.failure_class))]
+    tasks = [k.task_id for k in graded]
+    if len(set(tasks)) == len(tasks):
+        return None
+    return _round(clustered_stderr(
+        [float(k.completed is not None and k.completed.category == Category.SUCCEEDED)
+         for k in graded], tasks))
 
 
 def _round(value: float | None) -> float | None:

@@ -517,7 +517,7 @@ def _run_charts(summary: RunSummary) -> dict[str, Markup]:
         "variant_pass": _charts.bars(
             [(v.variant_id, v.pass_rate, graded(v.tasks_succeeded, v.graded, v.tasks_ungraded,
                                                 v.pass_rate_interval)) for v in variants],
-            "pass rate per variant (95% Wilson interval)", maximum=1.0,
+            "pass rate per variant (95% interval)", maximum=1.0,
             errors=[_ends(v.pass_rate_interval) if v.graded else None for v in variants]),
         "tag_pass": _charts.bars(
             [(t.tag, t.pass_rate, graded(t.tasks_succeeded, *by_tag.get(t.tag, (0, 0)),

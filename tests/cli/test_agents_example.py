@@ -118,7 +118,7 @@ def test_compare_tests_each_agent_against_claude_code(example: Example) -> None:
     assert [c["b"]["name"] for c in comparisons] == [f"{example.first}/{a}" for a in AGENTS[1:]]
     for each in comparisons:
         # One task passed for Claude Code only: 3 pairs can show no significant difference.
-        assert (each["pairs"], each["passed_only_a"], each["passed_only_b"]) == (3, 1, 0)
+        assert (each["pairs"], each["worse_in_b"], each["better_in_b"]) == (3, 1, 0)
         assert (each["verdict"], each["correction"]) == ("no significant difference", "holm")
 
 

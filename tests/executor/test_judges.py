@@ -128,6 +128,21 @@ def test_an_anthropic_judge_is_sent_the_rubric_and_the_work_enveloped_and_priced
     assert evalledger(tmp_path, db, "verify", "--deep").returncode == 0
 
 
+@pytest.mark.parametrize("body", [{"type": "message", "content": 5}, {"nope": 1}])
+def test_an_answer_in_a_shape_the_api_does_not_have_is_said_in_words_and_recorded(
+    tmp_path: Path, api: FakeApi, body: dict[str, object],
+) -> None:
+    """D8 (#47): the detail was a Python tuple ``("the judge's API answered ...", 200)``
+    and the call went unrecorded."""
+    api.script.append(Reply(body=body))
+    _, evs = judged(tmp_path, api)
+    [criterion] = only_completion(evs).criteria
+    assert criterion.errored and criterion.detail is not None
+    assert criterion.detail.startswith("the judge's API answered in a shape it does not have: {")
+    [usage] = judge_usage(evs)
+    assert usage.call is not None and usage.call["status"] == "malformed"
+
+
 def test_an_openai_compatible_judge_is_called_with_its_own_shape(
     tmp_path: Path, api: FakeApi,
 ) -> None:

@@ -56,6 +56,7 @@ LAYOUTS = {
     ("SummaryFold", 10): "5ebf973f60086f4e",  # + the session's versions (completions omit them)
     ("SummaryFold", 11): "9a352ef112628e6f",  # + each batch's signing key
     ("SummaryFold", 12): "bb7ba7782b6a5c83",  # + LIMIT_EXCEEDED among the statuses
+    ("SummaryFold", 13): "bb7ba7782b6a5c83",  # + pass_at_k_left_out, pass_rate_stderr
     ("ResumeFold", 2): "488576a01a3d6a5a",
 }
 

@@ -41,6 +41,7 @@ from evalledger.projections import (
     render_json,
     render_markdown,
 )
+from evalledger.projections._intervals import clustered_stderr, normal_interval, wilson
 from evalledger.statuses import Category, FinalStatus, RunStatus
 
 from .builders import (
@@ -487,7 +488,7 @@ def _plan(conn: sqlite3.Connection, sql: str, params: Any = ()) -> str:
 
 
 def test_schema_two_has_the_views_and_the_run_level_index(ledger: Ledger) -> None:
-    assert ledger.schema_version == SCHEMA_VERSION == 15
+    assert ledger.schema_version == SCHEMA_VERSION == 16
     objects = dict(ledger.db.execute(
         "SELECT name, type FROM sqlite_master WHERE type IN ('view', 'index')"
     ).fetchall())
@@ -623,7 +624,7 @@ def test_a_schema_two_ledger_is_given_the_lifecycle_index(db_path: Path) -> None
     assert old_ledger(db_path, events, "0003_lifecycle_index") == "2"
 
     with Ledger(db_path) as ledger:
-        assert ledger.schema_version == SCHEMA_VERSION == 15
+        assert ledger.schema_version == SCHEMA_VERSION == 16
         issued: list[str] = []
         ledger.db.conn.set_trace_callback(issued.append)
         try:
@@ -648,3 +649,30 @@ def test_run_json_has_every_field_the_spec_lists() -> None:
     assert set(data["tokens"]) == {
         "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"
     }
+
+
+def test_replicates_make_the_pass_rate_interval_clustered_and_pass_at_k_names_what_it_left_out(
+) -> None:
+    """D3 (#47): three replicates of a task are not three independent trials; D5: an
+    infrastructure failure dropped a replicate of t1, so pass@3 is over t0 alone, and
+    says so (it read as pass@k falling with k)."""
+    outcomes = {"t0": [FinalStatus.SUCCESS] * 3,
+                "t1": [FinalStatus.FAILURE, FinalStatus.FAILURE, FinalStatus.ERROR],
+                "t2": [FinalStatus.SUCCESS, FinalStatus.FAILURE, FinalStatus.SUCCESS]}
+    keys = [f"default/{t}/{i:02d}" for t in outcomes for i in range(3)]
+    events: list[AnyEvent] = [RunStarted(run_id=RUN, planned=keys)]
+    for k in keys:
+        task, replicate = k.split("/")[1], int(k.split("/")[2])
+        events += [started(k), completed(k, outcomes[task][replicate])]
+    s = summarize(events)
+    [v] = s.variants
+    assert (s.tasks_succeeded, s.graded, s.tasks_infra) == (5, 8, 1)
+    assert s.pass_rate_stderr is not None and v.pass_rate_stderr == s.pass_rate_stderr
+    # The graded outcomes (t1's infrastructure failure left out), clustered by task
+    # (clustered_stderr is checked against statsmodels in test_intervals.py).
+    ok, groups = [1.0, 1, 1, 0, 0, 1, 0, 1], ["t0"] * 3 + ["t1"] * 2 + ["t2"] * 3
+    assert s.pass_rate_stderr == round(clustered_stderr(ok, groups) or 0, 6)
+    assert s.pass_rate_interval == normal_interval(0.625, s.pass_rate_stderr, low=0.0,
+                                                   high=1.0)
+    assert s.pass_rate_interval != wilson(5, 8)
+    assert v.pass_at_k_left_out == {"3": ["t1"]}
