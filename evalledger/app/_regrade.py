@@ -44,7 +44,7 @@ from evalledger.ledger import (
 from evalledger.projections import ORIGINAL, SummaryFold
 from evalledger.statuses import FinalStatus
 
-from ._repository import load_fold, run_is_over, write_snapshot
+from ._repository import load_fold, load_summary, run_is_over, write_snapshot
 from ._settings import open_ledger
 
 _LIFECYCLE = (EventType.TASK_STARTED, EventType.TASK_COMPLETED, EventType.TASK_ISOLATION)
@@ -76,6 +76,10 @@ class RegradeOutcome:
     """Each grading and the status the attempt had before it (in the default set)."""
     refused: list[RefusedGrade] = field(default_factory=list)
     complete: bool = False
+    reports: dict[str, Path] = field(default_factory=dict)
+    """The run's report files written again (those it wrote: none when it wrote none)."""
+    reports_error: str | None = None
+    """Why they could not be written again (the grades are recorded all the same)."""
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,26 @@ def regrade(ledger_path: Path | str, run: str, request: RegradeRequest,
             run_id=run_id, grades=name, complete=outcome.complete, criteria_from=criteria_from,
             graded=len(outcome.graded), only=list(request.only), refused=outcome.refused))]))
         write_snapshot(ledger, run_id)
+        _rewrite_reports(ledger, run_id, root.parent, outcome)
     return outcome
+
+
+def _rewrite_reports(ledger: Ledger, run_id: str, folder: Path, outcome: RegradeOutcome
+                     ) -> None:
+    """The run's report files (run.json, run.md, report.html), where it wrote them, made
+    again: they show what a read shows now (the default grade set), as ``report`` does;
+    left as they were they said the old grades."""
+    if not (folder / "run.json").is_file():
+        return
+    from evalledger.errors import EvalledgerError
+
+    from ._reports import write_reports
+
+    try:
+        summary = load_summary(ledger, run_id).anchored(ledger.anchor(run_id))
+        outcome.reports = write_reports(ledger, summary, folder)
+    except (OSError, EvalledgerError) as e:
+        outcome.reports_error = f"{type(e).__name__}: {e}" if isinstance(e, OSError) else str(e)
 
 
 async def _grade_all(ledger: Ledger, grader: Any, rates: Any, attempts: list[_Attempt],

@@ -61,6 +61,11 @@ def regrade(settings: Settings, run: str, criteria: Path | None, from_tasks: Pat
     outcome = grade_again(settings.ledger_path, run, request, on_graded=said)
     for refused in outcome.refused:
         click.echo(f"refused {visible(refused.task_key)}: {visible(refused.reason)}", err=True)
+    if outcome.reports:
+        click.echo("reports: " + " ".join(str(path) for path in outcome.reports.values()))
+    if outcome.reports_error:
+        click.echo(f"warning: the run's reports were not written again: "
+                   f"{visible(outcome.reports_error)}", err=True)
     kind = "complete" if outcome.complete else "partial"
     click.echo(f"grade set {outcome.grades} of run {outcome.run_id} ({kind}): "
                f"{len(outcome.graded)} graded, {len(outcome.refused)} refused")

@@ -118,6 +118,28 @@ def test_a_changed_criteria_file_regraded_appends_a_verdict_per_attempt_and_keep
     verified(db)
 
 
+def test_a_regrade_writes_the_runs_report_files_again_as_report_makes_them(
+    graded_run: tuple[Path, Path],
+) -> None:
+    """#47: after a regrade run.json, run.md and report.html still said the old grades
+    (documented as what `report` makes, byte for byte)."""
+    tasks, db = graded_run
+    folder = db.parent / "runs" / "r"
+    assert json.loads((folder / "run.json").read_text())["grades"] == "original"
+    write_tasks(tasks, {n: {**t, "success_criteria": STRICT} for n, t in TASKS.items()})
+    done = evalledger(db.parent, db, "regrade", "r", "--name", "strict")
+    assert done.returncode == 0, done.stderr
+    assert f"reports: {folder / 'run.json'}" in done.stdout
+    written = json.loads((folder / "run.json").read_text())
+    assert written["grades"] == "strict"
+    assert {row["task_key"].split("/")[1]: row["final_status"] for row in written["tasks"]} == {
+        "a": "SUCCESS", "b": "FAILURE", "c": "FAILURE"}
+    for fmt, name in (("json", "run.json"), ("md", "run.md"), ("html", "report.html")):
+        made = evalledger(db.parent, db, "report", "r", "--format", fmt)
+        assert made.returncode == 0, made.stderr
+        assert (folder / name).read_text() == made.stdout, name
+
+
 def test_a_subset_regraded_leaves_the_others_verdicts_and_is_not_the_default(
     graded_run: tuple[Path, Path], tmp_path: Path,
 ) -> None:
