@@ -42,11 +42,15 @@ Gate = Literal["significant-regression", "regression", "never"]
 @click.option("--json", "as_json", is_flag=True,
               help="The comparison as one JSON object (a list with --baseline).")
 @grades_option
+@click.option("--grades-b", metavar="NAME",
+              help="RUN_B's grade set, when not --grades' (`compare R R --grades original "
+                   "--grades-b strict`: two gradings of one run).")
 @count_infra_option
 @pass_settings
 def compare(settings: Settings, run_a: str, run_b: str | None, variants: tuple[str, str] | None,
             baseline: str | None, confidence: float, seed: int, fail_on: Gate, output: str,
-            as_json: bool, grades: str | None, count_infra: bool) -> None:
+            as_json: bool, grades: str | None, grades_b: str | None,
+            count_infra: bool) -> None:
     """Compare two runs (or two variants) task by task, and say whether B differs from A
     by more than noise.
 
@@ -64,14 +68,14 @@ def compare(settings: Settings, run_a: str, run_b: str | None, variants: tuple[s
     from evalledger.projections import compare_runs, compare_to_baseline
     from evalledger.projections._compare_reports import render_junit, render_markdown, render_text
 
-    if run_b is None and not (variants or baseline):
-        raise UserError("give RUN_B, --variants X Y or --baseline X")
+    if run_b is None and not (variants or baseline or grades_b):
+        raise UserError("give RUN_B, --variants X Y, --baseline X or --grades-b NAME")
     if variants and baseline:
         raise UserError("give --variants X Y or --baseline X, not both")
     with settings.open_ledger(read_only=True) as ledger:
         a = rebuild_summary(ledger, resolve_run(ledger, run_a), grades, count_infra)
-        b = a if run_b is None else rebuild_summary(ledger, resolve_run(ledger, run_b), grades,
-                                                    count_infra)
+        b = a if run_b is None and grades_b is None else rebuild_summary(
+            ledger, resolve_run(ledger, run_b or run_a), grades_b or grades, count_infra)
     if baseline:
         if baseline not in {v.variant_id for v in a.variants}:
             raise UserError(f"{a.run_id} has no variant {visible(baseline)}")

@@ -23,8 +23,8 @@ from ._tables import table
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--fail-on", type=click.Choice(get_args(FailOn)), default="regression",
               show_default=True,
-              help="Exit 1 when the diff has a regression, a regression McNemar's test finds "
-                   "significant (paired by task), any change at all, a task of RUN_B a scan "
+              help="Exit 1 when the diff has a regression, a regression the paired test finds "
+                   "significant (by task), any change at all, a task of RUN_B a scan "
                    "flagged, or never.")
 @grades_option
 @click.option("--grades-b", metavar="NAME",

@@ -52,6 +52,9 @@ class Side(BaseModel):
 
     name: str
     """The run id (and ``/variant`` when comparing variants)."""
+    grades: str = "original"
+    """The grade set whose verdicts this side is (``original``, or a regrade's name): a
+    regraded run against a plain one is a difference of gradings, not of agents."""
     graded: int
     """Graded replicates of the paired tasks, together."""
     pass_rate: float
@@ -188,7 +191,7 @@ def compare_runs(a: RunSummary, b: RunSummary, *, confidence: float = 0.95, seed
              for name, units, infra in ((names[0], units_a, infra_a),
                                         (names[1], units_b, infra_b)) if not units]
     return Comparison(
-        a=_side(names[0], pa, confidence), b=_side(names[1], pb, confidence),
+        a=_side(names[0], a.grades, pa, confidence), b=_side(names[1], b.grades, pb, confidence),
         confidence=confidence, seed=seed, pairs=len(both), only_a=only_a, only_b=only_b,
         infra_left_out=infra_a + infra_b,
         worse_in_b=sum(d < 0 for d in rate_diff), better_in_b=sum(d > 0 for d in rate_diff),
@@ -229,7 +232,7 @@ def _detectable(pairs: int, confidence: float) -> float | None:
     return round(fewest / pairs, 6) if pairs >= fewest else None
 
 
-def _side(name: str, units: list[_Unit], confidence: float) -> Side:
+def _side(name: str, grades: str, units: list[_Unit], confidence: float) -> Side:
     rates = [u.rate for u in units]
     mean = _mean(rates)
     if all(u.graded == 1 for u in units):  # 0/1 outcomes, independent: Wilson's
@@ -240,7 +243,7 @@ def _side(name: str, units: list[_Unit], confidence: float) -> Side:
         spread = math.fsum((r - mean) ** 2 for r in rates) / (len(rates) - 1)
         interval = normal_interval(mean, math.sqrt(spread / len(rates)), confidence,
                                    low=0.0, high=1.0)
-    return Side(name=name, graded=sum(u.graded for u in units),
+    return Side(name=name, grades=grades, graded=sum(u.graded for u in units),
                 pass_rate=round(mean, 6) if units else 0.0, pass_rate_interval=interval,
                 mean_score=round(_mean([u.score for u in units]), 6) if units else None)
 

@@ -39,7 +39,10 @@ def rate_text(side: Side) -> str:
 def render_text(c: Comparison) -> list[str]:
     pct = f"{c.confidence:.0%}"
     lines = [f"compare {visible(c.a.name)} -> {visible(c.b.name)}: {c.pairs} task(s) both "
-             f"graded ({len(c.only_a)} only in A, {len(c.only_b)} only in B)"]
+             f"graded ({len(c.only_a)} only in A, {len(c.only_b)} only in B)",
+             f"  grade sets: A {visible(c.a.grades)}, B {visible(c.b.grades)}"
+             + ("" if c.a.grades == c.b.grades else
+                " (different gradings: a difference may be theirs, not the agents')")]
     if c.infra_left_out:
         lines.append(f"  {c.infra_left_out} infrastructure failure(s) left out of the pairs "
                      "(--count-infra counts them)")

@@ -97,8 +97,9 @@ def holm(pvalues: Sequence[float]) -> list[float]:
 
 
 def fewest_detectable(confidence: float = CONFIDENCE) -> int:
-    """The fewest discordant pairs McNemar's exact two-sided test can call significant
-    at ``confidence``: all of them one way, p = 2 * 0.5^d < 1 - confidence."""
+    """The fewest paired tasks, all going one way from always to never passing, that the
+    paired sign-flip test can call significant at ``confidence`` (McNemar's exact test
+    alike): p = 2 * 0.5^d < 1 - confidence."""
     level = 1 - confidence
     d = 1
     while 2 * 0.5**d >= level:

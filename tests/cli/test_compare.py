@@ -168,3 +168,31 @@ def test_several_variants_against_one_are_held_to_holms_correction(tmp_path: Pat
     assert done.returncode == 1  # one of them regressed significantly, corrected or not
     text = evalledger(tmp_path, db, "compare", "R", "--baseline", "base").stdout
     assert re.search(r"pass rates p = 0\.03125, Holm-adjusted p = 0\.0625", text)
+
+
+def test_each_sides_grade_set_is_named_and_two_gradings_of_one_run_compare(
+    tmp_path: Path,
+) -> None:
+    """#47: a regraded run against a plain one looked like a difference of agents."""
+    flags = tmp_path / "pass"
+    flags.mkdir()
+    for i in range(8):
+        (flags / f"t{i}").write_text("hello world" if i < 4 else "hello")
+    check = [{"type": "output_contains", "includes": ["hello"]}]
+    write_tasks(tmp_path / "tasks", {f"t{i}": {"command": f"cat {flags}/t{i}",
+                                               "success_criteria": check} for i in range(8)})
+    db = tmp_path / "l.db"
+    assert evalledger(tmp_path, db, "run", str(tmp_path / "tasks"), "--run-id", "R").returncode == 0
+    strict = tmp_path / "strict.yaml"
+    strict.write_text(json.dumps([{"type": "output_contains", "includes": ["hello world"]}]))
+    assert evalledger(tmp_path, db, "regrade", "R", "--criteria", str(strict),
+                      "--name", "strict").returncode == 0
+    done = evalledger(tmp_path, db, "compare", "R", "--grades", "original",
+                      "--grades-b", "strict", "--json")
+    c = json.loads(done.stdout)
+    assert (c["a"]["grades"], c["b"]["grades"]) == ("original", "strict")
+    assert (c["worse_in_b"], c["a"]["pass_rate"], c["b"]["pass_rate"]) == (4, 1.0, 0.5)
+    text = evalledger(tmp_path, db, "compare", "R", "--grades", "original", "--grades-b",
+                      "strict").stdout
+    assert ("grade sets: A original, B strict (different gradings: a difference may be "
+            "theirs, not the agents')") in text
