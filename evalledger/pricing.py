@@ -1,23 +1,27 @@
-"""Model prices: a rate card in USD per million tokens, and pricing of usage.
+"""Model prices: the maintained rate card of ``genai-prices`` (cached-token prices as it
+gives them; a tiered price at its base tier, see ``_maintained``), a pricing file's
+rates over it, and pricing of usage.
 
-A model that is not on the card is *unpriced*: its cost is ``None``, never 0.
-Totals that include unpriced usage are floors, and say so (``cost_complete``).
+A model neither prices is *unpriced*: its cost is ``None``, never 0. Totals that
+include unpriced usage are floors, and say so (``cost_complete``).
 
-Names are normalised before lookup: provider prefixes (``anthropic/``,
-``bedrock/``, ``openai/``...), region prefixes of Bedrock inference profiles
-(``us.``, ``eu.``, ``apac.``), Bedrock's ``anthropic.`` vendor prefix, version
-suffixes (``-v1:0``), Claude Code's context suffix (``[1m]``) and dated snapshots
-(``-20250929``) are dropped, so
-``bedrock/us.anthropic.claude-sonnet-4-5-20250929-v1:0`` prices as
-``claude-sonnet-4-5``.
+``genai-prices`` finds a model by its own patterns (dated snapshots, ``[1m]``); a name it
+does not know is looked up again normalised: provider prefixes (``anthropic/``,
+``bedrock/``, ``openai/``...), region prefixes of Bedrock inference profiles (``us.``,
+``eu.``, ``apac.``), Bedrock's ``anthropic.`` vendor prefix, version suffixes
+(``-v1:0``), Claude Code's context suffix (``[1m]``) and dated snapshots
+(``-20250929``) dropped, so ``bedrock/us.anthropic.claude-sonnet-4-5-20250929-v1:0``
+prices as ``claude-sonnet-4-5``. A pricing file's names are normalised the same way.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -37,62 +41,6 @@ class Rate(BaseModel):
     cache_write: Number | None = Field(default=None, ge=0)
     cache_read: Number | None = Field(default=None, ge=0)
 
-
-def _r(i: float, o: float, cw: float | None = None, cr: float | None = None) -> Rate:
-    return Rate(input=i, output=o, cache_write=cw, cache_read=cr)
-
-
-# List prices (USD / 1M tokens). Cache writes are the 5-minute tier for Anthropic;
-# OpenAI has no cache-write charge (input rate applies).
-#
-# Anthropic's: as the model catalog inside Claude Code 2.1.332 (the prices the CLI itself
-# reports costs by) listed them on 2026-12-03. Its default models are here: claude-opus-4-8
-# (2.1.197) and claude-opus-5-5 (2.1.332). claude-haiku-5-5 costs more above 100,000 prompt
-# tokens a call; priced here at its base rate (the CLI's own costUSD, when it reports one,
-# is what is recorded). OpenAI's and Google's: public list prices as of late 2025. Codex
-# 0.171.0's default model (gpt-6.2-sol) has no public price we could confirm: a task that
-# runs it names its rate in a pricing file (docs/tasks.md, "Usage and cost").
-PRICES_TAKEN = "2026-12-03"
-BUILTIN_RATES: dict[str, Rate] = {
-    "claude-opus-5-5": _r(4, 20, 5, 0.20),
-    "claude-opus-5": _r(5, 25, 6.25, 0.50),
-    "claude-opus-4-8": _r(5, 25, 6.25, 0.50),
-    "claude-opus-4-7": _r(5, 25, 6.25, 0.50),
-    "claude-opus-4-6": _r(5, 25, 6.25, 0.50),
-    "claude-opus-4-5": _r(5, 25, 6.25, 0.50),
-    "claude-opus-4-1": _r(15, 75, 18.75, 1.50),
-    "claude-opus-4": _r(15, 75, 18.75, 1.50),
-    "claude-opus-4-0": _r(15, 75, 18.75, 1.50),
-    "claude-sonnet-5-5": _r(2, 10, 2.50, 0.10),
-    "claude-sonnet-5": _r(2, 10, 2.50, 0.20),
-    "claude-sonnet-4-6": _r(3, 15, 3.75, 0.30),
-    "claude-sonnet-4-5": _r(3, 15, 3.75, 0.30),
-    "claude-sonnet-4": _r(3, 15, 3.75, 0.30),
-    "claude-sonnet-4-0": _r(3, 15, 3.75, 0.30),
-    "claude-3-7-sonnet": _r(3, 15, 3.75, 0.30),
-    "claude-3-5-sonnet": _r(3, 15, 3.75, 0.30),
-    "claude-haiku-5-5": _r(0.10, 0.50, 0.125, 0.01),
-    "claude-haiku-4-5": _r(1, 5, 1.25, 0.10),
-    "claude-3-5-haiku": _r(0.80, 4, 1.00, 0.08),
-    "claude-fable-5-2": _r(8, 40, 10, 0.20),
-    "claude-fable-5-1": _r(10, 50, 12.50, 0.25),
-    "claude-fable-5": _r(10, 50, 12.50, 1.00),
-    "claude-mythos-5-2": _r(8, 40, 10, 0.20),
-    "claude-mythos-5-1": _r(10, 50, 12.50, 0.25),
-    "claude-mythos-5": _r(10, 50, 12.50, 1.00),
-    "gpt-5": _r(1.25, 10, None, 0.125),
-    "gpt-5-mini": _r(0.25, 2, None, 0.025),
-    "gpt-5-nano": _r(0.05, 0.40, None, 0.005),
-    "gpt-4.1": _r(2, 8, None, 0.50),
-    "gpt-4.1-mini": _r(0.40, 1.60, None, 0.10),
-    "gpt-4o": _r(2.50, 10, None, 1.25),
-    "gpt-4o-mini": _r(0.15, 0.60, None, 0.075),
-    "o3": _r(2, 8, None, 0.50),
-    "o4-mini": _r(1.10, 4.40, None, 0.275),
-    "gemini-2.5-pro": _r(1.25, 10, None, 0.31),
-    "gemini-2.5-flash": _r(0.30, 2.50, None, 0.075),
-    "gemini-2.5-flash-lite": _r(0.10, 0.40, None, 0.025),
-}
 
 _PROVIDER = re.compile(r"^(?:[a-z0-9_-]+/)+")
 _REGION = re.compile(r"^(?:us|eu|apac|au|ca|jp|global)\.")
@@ -125,21 +73,29 @@ def normalize_model(name: str) -> str:
 class RateCard:
     """Prices by model, immutable: adding rates gives a new card.
 
-    One card is handed to a batch (``BatchConfig.rates``, by default the built-in card
-    plus the file ``RunOptions.pricing`` names) and everything that prices usage in
-    it reads that card: nothing global to patch or to leak between runs in one process.
+    A card is the rates given to it (a pricing file's) over the maintained card of
+    ``genai-prices``. One card is handed to a batch (``BatchConfig.rates``, by default
+    the maintained card plus the file ``RunOptions.pricing`` names) and everything that
+    prices usage in it reads that card: nothing global to patch or to leak between runs
+    in one process.
     """
 
     __slots__ = ("_rates",)
 
     def __init__(self, rates: Mapping[str, Rate] | None = None) -> None:
-        source = BUILTIN_RATES if rates is None else rates
-        self._rates: dict[str, Rate] = {normalize_model(k): v for k, v in source.items()}
+        self._rates: dict[str, Rate] = {normalize_model(k): v
+                                        for k, v in (rates or {}).items()}
 
     def rate_for(self, model: str | None) -> Rate | None:
+        """The rate given for ``model`` (a pricing file's), not the maintained card's."""
         if not model:
             return None
         return self._rates.get(normalize_model(model))
+
+    def rate_of(self, model: str | None) -> Rate | None:
+        """The rate usage of ``model`` is priced by: the one given for it, else the
+        maintained card's; None when neither prices it."""
+        return self.rate_for(model) or (_maintained(model) if model else None)
 
     def with_rate(self, model: str, rate: Rate) -> RateCard:
         """This card plus one rate. The same rate twice is fine; a different one is not.
@@ -186,10 +142,11 @@ class RateCard:
         return card
 
     def price(self, model: str | None, tokens: TokenCounts) -> float | None:
-        """The cost in USD of this usage, or ``None`` when the model is not priced."""
+        """The cost in USD of this usage, or ``None`` when the model is not priced: by
+        the rate given for it, else by the maintained card's (``_maintained``)."""
         if not tokens.total:
             return 0.0
-        rate = self.rate_for(model)
+        rate = self.rate_of(model)
         if rate is None:
             return None
         cache_write = rate.cache_write if rate.cache_write is not None else rate.input
@@ -206,8 +163,9 @@ class RateCard:
         return cost if math.isfinite(cost) else None
 
     def unpriced(self, models: Iterable[str | None]) -> list[str]:
-        """The models named that have no rate on this card, sorted, each once."""
-        return sorted({m for m in models if m and self.rate_for(m) is None})
+        """The models named that neither this card nor the maintained one prices,
+        sorted, each once."""
+        return sorted({m for m in models if m and self.rate_of(m) is None})
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RateCard) and self._rates == other._rates
@@ -220,3 +178,42 @@ class RateCard:
 
 
 DEFAULT_RATES = RateCard()
+
+
+@functools.cache
+def _maintained(model: str) -> Rate | None:
+    """genai-prices' rate of ``model`` now, found by its name or the name normalised;
+    None when it has none. Its base tier: a usage event may sum several calls (a Codex
+    turn, a Gemini session) and a tier is one call's (a prompt past 200,000 tokens), so
+    no event can be placed in one. Imported on first use (0.13 s)."""
+    from datetime import UTC, datetime
+
+    from genai_prices import data_snapshot
+    from genai_prices.types import TieredPrices
+
+    def base(value: Any) -> float | None:
+        if value is None:
+            return None
+        return float(value.base if isinstance(value, TieredPrices) else value)
+
+    snapshot = data_snapshot.get_snapshot()
+    for name in dict.fromkeys((model, normalize_model(model))):
+        try:
+            _, found = snapshot.find_provider_model(name, None, None, None)
+        except LookupError:
+            continue
+        price = found.get_prices(datetime.now(UTC))
+        return Rate(input=base(price.input_mtok) or 0.0, output=base(price.output_mtok) or 0.0,
+                    cache_write=base(price.cache_write_mtok),
+                    cache_read=base(price.cache_read_mtok))
+    return None
+
+
+def prices_source() -> str:
+    """What the maintained prices are: the genai-prices release (its bundled data)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"genai-prices {version('genai-prices')}"
+    except PackageNotFoundError:
+        return "genai-prices (version unknown)"

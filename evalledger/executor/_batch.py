@@ -39,7 +39,7 @@ from evalledger.ledger import (
     TaskSkipped,
 )
 from evalledger.options import PreservationMode, RunOptions
-from evalledger.pricing import DEFAULT_RATES, RateCard
+from evalledger.pricing import DEFAULT_RATES, RateCard, prices_source
 from evalledger.projections import fingerprint
 from evalledger.statuses import FailureClass, RunStatus
 from evalledger.suite import ResolvedTask, Skipped
@@ -439,10 +439,11 @@ def _host(config: BatchConfig) -> dict[str, str]:
     """The session's host: how the batch's attempts are held to their limits
     (docs/isolation.md, "Limits": here, as this machine allows; on Ray, as each
     worker's does), and whether reads of task folders are watched (only here)."""
+    prices = {"prices": prices_source()}  # the maintained rate card the batch priced by
     if config.options.executor == "ray":
-        return {**host_info(), "limits": "per worker"}
+        return {**host_info(), "limits": "per worker", **prices}
     watched = {"folder_reads": "fanotify"} if pool() is not None and watch() else {}
-    return {**host_info(), "limits": enforcement(), **watched}
+    return {**host_info(), "limits": enforcement(), **watched, **prices}
 
 
 def _opening(

@@ -265,7 +265,9 @@ class RunStarted(_Event):
     ``evalledger`` (version), ``cwd``, ``pid``; ``limits``: how task limits are enforced
     outside docker (``cgroup v1`` or ``rlimits``, docs/isolation.md); ``folder_reads``:
     ``fanotify`` when what attempts under isolation ``none`` open of their task folder
-    is seen (``task.completed``'s ``folder_reads``), else left out."""
+    is seen (``task.completed``'s ``folder_reads``), else left out; ``prices``: the
+    maintained rate card usage was priced by (``genai-prices 0.2.5``: its release's
+    data), under the ``pricing`` file's rates."""
     imported: Imported = None
     """Only on an imported run: ``{format: "coder_eval", source: <the run folder>,
     framework_version}`` (see [import.md](import.md))."""

@@ -28,7 +28,7 @@ def _agent(tmp_path: Path, lines: list[Any], exit_code: int = 0) -> list[str]:
 
 
 def _price(fresh: int, output: int, cached: int) -> float:
-    rate = DEFAULT_RATES.rate_for("gpt-5")
+    rate = DEFAULT_RATES.rate_of("gpt-5")
     assert rate is not None and rate.cache_read is not None
     return (fresh * rate.input + output * rate.output + cached * rate.cache_read) / 1e6
 

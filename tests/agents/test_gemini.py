@@ -24,9 +24,9 @@ from .transcripts.gemini import BODY, INIT, RESULT, TRANSCRIPT, TS
 # The models add up to the session: 3028 + 1084 = 4112 fresh, 8192 cached, 625 + 92 = 717
 # output, 13021 in all.
 PER_MODEL = {"gemini-2.5-pro": (3028, 625, 8192), "gemini-2.5-flash": (1084, 92, 0)}
-# At list price ($ per million: pro 1.25 in, 10 out, 0.31 cached; flash 0.30, 2.50):
-# pro 3785 + 6250 + 2539.52 = 12574.52e-6, flash 325.2 + 230 = 555.2e-6.
-COST = 0.01257452 + 0.0005552
+# At list price (genai-prices, $ per million: pro 1.25 in, 10 out, 0.125 cached; flash
+# 0.30, 2.50): pro 3785 + 6250 + 1024 = 11059e-6, flash 325.2 + 230 = 555.2e-6.
+COST = 0.011059 + 0.0005552
 
 
 def _counts(fresh: int, output: int, cached: int) -> Any:

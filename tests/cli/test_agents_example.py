@@ -82,12 +82,12 @@ def test_the_cost_per_model_is_what_each_transcript_says(example: Example) -> No
     opencode = sum(line["part"]["cost"] for task in TASKS
                    for line in _transcript("opencode", task) if line["type"] == "step_finish")
     expected = {**claude, "anthropic/claude-sonnet-4-5": opencode,
-                # Codex and Gemini CLI report none: priced from the rate card. By hand,
-                # over the three tasks: gpt-5 8,040 fresh x $1.25 + 871 out x $10 +
+                # Codex and Gemini CLI report none: priced from genai-prices' card. By
+                # hand, over the three tasks: gpt-5 8,040 fresh x $1.25 + 871 out x $10 +
                 # 104,800 cached x $0.125 a million = $0.03186; gemini-2.5-pro 8,040 x
-                # $1.25 + 1,170 (answers and thoughts) x $10 + 104,800 x $0.31 =
-                # $0.054238; gemini-2.5-flash-lite 1,830 x $0.10 + 36 x $0.40 = $0.0001974.
-                "gpt-5": 0.03186, "gemini-2.5-pro": 0.054238,
+                # $1.25 + 1,170 (answers and thoughts) x $10 + 104,800 x $0.125 =
+                # $0.03485; gemini-2.5-flash-lite 1,830 x $0.10 + 36 x $0.40 = $0.0001974.
+                "gpt-5": 0.03186, "gemini-2.5-pro": 0.03485,
                 "gemini-2.5-flash-lite": 0.0001974}
     assert {m: round(used["cost_usd"], 9) for m, used in by_model.items()} == {
         m: round(cost, 9) for m, cost in expected.items()}

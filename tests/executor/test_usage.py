@@ -14,7 +14,6 @@ import pytest
 from evalledger.executor._usage import Usage, UsageMeter, owed
 from evalledger.ledger import TokenCounts
 from evalledger.pricing import (
-    BUILTIN_RATES,
     DEFAULT_RATES,
     PricingConflict,
     Rate,
@@ -403,7 +402,8 @@ def test_claude_code_without_usable_model_usage_books_the_totals_as_before(raw: 
 )
 def test_normalize_model(name: str, key: str) -> None:
     assert normalize_model(name) == key
-    assert rate_for(name) == BUILTIN_RATES[key]
+    # Priced as the name it normalises to, by the maintained card.
+    assert price(name, input_tokens=1000) == price(key, input_tokens=1000) is not None
 
 
 def test_rate_for_nothing() -> None:
@@ -413,11 +413,15 @@ def test_rate_for_nothing() -> None:
 
 
 def test_price() -> None:
-    assert price(SONNET, input_tokens=1_000_000) == pytest.approx(3.0)
-    assert price(SONNET, output_tokens=2_000_000) == pytest.approx(30.0)
-    assert price(SONNET, cache_read_tokens=1_000_000) == pytest.approx(0.30)
-    assert price(SONNET, cache_write_tokens=1_000_000) == pytest.approx(3.75)
-    # no cache-write rate on the card: the input rate applies
+    """By genai-prices' card (list prices per million tokens; Sonnet 4.5's double past
+    200,000 prompt tokens in one call, but a usage may sum several calls: its base
+    tier)."""
+    assert price(SONNET, input_tokens=100_000) == pytest.approx(0.30)
+    assert price(SONNET, output_tokens=200_000) == pytest.approx(3.0)
+    assert price(SONNET, cache_read_tokens=100_000) == pytest.approx(0.030)
+    assert price(SONNET, cache_write_tokens=100_000) == pytest.approx(0.375)
+    assert price(SONNET, input_tokens=300_000) == pytest.approx(0.9)  # the base tier
+    # no cache-write price: the input price applies
     assert price("gpt-4o", cache_write_tokens=1_000_000) == pytest.approx(2.50)
     assert price("gpt-4o", cache_read_tokens=1_000_000) == pytest.approx(1.25)
     assert price("unknown", input_tokens=1) is None
@@ -436,7 +440,8 @@ def test_with_rate_then_price() -> None:
 def test_the_same_rate_twice_is_fine() -> None:
     card = (DEFAULT_RATES.with_rate("widget", Rate(input=1, output=2))
             .with_rate("provider/widget", Rate(input=1.0, output=2.0))
-            .with_rate(SONNET, BUILTIN_RATES[SONNET]))  # same as the built-in
+            .with_rate(SONNET, Rate(input=3, output=15))
+            .with_rate("anthropic/" + SONNET, Rate(input=3.0, output=15.0)))
     assert card.rate_for("widget") == Rate(input=1, output=2)
 
 
@@ -445,17 +450,20 @@ def test_a_different_rate_conflicts() -> None:
     with pytest.raises(PricingConflict, match="widget"):
         card.with_rate("widget", Rate(input=1, output=3))
     with pytest.raises(PricingConflict, match="claude-sonnet-4-5"):
-        card.with_rate("anthropic/claude-sonnet-4-5", Rate(input=30, output=150))
+        card.with_rate(SONNET, Rate(input=3, output=15)).with_rate(
+            "anthropic/claude-sonnet-4-5", Rate(input=30, output=150))
     assert issubclass(PricingConflict, ValueError)
     assert card.rate_for("widget") == Rate(input=1, output=2)  # the first one stays
-    assert card.rate_for(SONNET) == BUILTIN_RATES[SONNET]
+    # A rate given over the maintained card's is no conflict: it is what a file is for.
+    assert card.with_rate(SONNET, Rate(input=30, output=150)).rate_for(SONNET) == Rate(
+        input=30, output=150)
 
 
 def test_adding_rates_leaves_the_card_it_came_from_alone() -> None:
     card = DEFAULT_RATES.with_rate("widget", Rate(input=1, output=2))
     assert card != DEFAULT_RATES
     assert DEFAULT_RATES.rate_for("widget") is None
-    assert DEFAULT_RATES == RateCard(BUILTIN_RATES) == RateCard()
+    assert DEFAULT_RATES == RateCard({}) == RateCard()
 
 
 def test_unpriced_names_each_model_without_a_rate_once() -> None:
@@ -487,7 +495,8 @@ def test_a_pricing_file_overrides_a_built_in_rate(tmp_path: Path) -> None:
     card = DEFAULT_RATES.with_file(path)
     assert card.rate_for(SONNET) == Rate(input=1, output=1)
     assert price(SONNET, card, input_tokens=1_000_000) == pytest.approx(1.0)
-    assert rate_for(SONNET) == BUILTIN_RATES[SONNET]  # the built-in card is untouched
+    assert rate_for(SONNET) is None  # the default card gives no rate of its own
+    assert price(SONNET, input_tokens=100_000) == pytest.approx(0.30)  # the maintained
 
 
 def test_a_pricing_file_that_prices_one_model_twice_differently_conflicts(
@@ -665,7 +674,8 @@ def test_owed_is_the_estimate_the_recorded_lines_show() -> None:
 
 def test_claude_code_context_suffix_prices_as_its_model() -> None:
     assert normalize_model("claude-opus-4-8[1m]") == "claude-opus-4-8"
-    assert rate_for("claude-opus-4-8[1m]") == rate_for("claude-opus-4-8") is not None
+    rate_of = DEFAULT_RATES.rate_of
+    assert rate_of("claude-opus-4-8[1m]") == rate_of("claude-opus-4-8") is not None
 
 
 def test_claude_code_a_second_result_of_one_session_books_what_is_new() -> None:
