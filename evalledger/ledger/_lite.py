@@ -79,6 +79,7 @@ class LiteCompleted(_Lite, kw_only=True, gc=False):
 class LiteUsage(_Lite, kw_only=True, gc=False):
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    call: dict[str, Any] | None = None  # a judge's only: which grade set it paid for
     cost_usd: float | None = None
     estimate: bool = False
     input_tokens: int = 0

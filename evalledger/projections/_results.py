@@ -8,13 +8,21 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, computed_field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
 from evalledger.ledger._anchor import Anchor
-from evalledger.ledger._tokens import TokenCounts
+from evalledger.ledger._tokens import NO_TOKENS, TokenCounts
 from evalledger.statuses import GRADED, Category, FailureClass, FinalStatus, left_out
 
 from ._intervals import CONFIDENCE, Interval, normal_interval, wilson
+
+
+def _no_tokens(value: TokenCounts) -> bool:
+    return not value.total
+
+
+def _zero(value: float | None) -> bool:
+    return value == 0.0
 
 
 class TaskRow(BaseModel):
@@ -31,9 +39,16 @@ class TaskRow(BaseModel):
     weighted_score: float | None
     duration_seconds: float | None
     tokens: TokenCounts
+    """The agent's: what its command used (``grader_tokens``: what grading it did)."""
     cost_usd: float | None
+    """Every role's: the agent's and the run's own grading's."""
     cost_complete: bool
     error_message: str | None
+    grader_tokens: Annotated[TokenCounts, Field(exclude_if=_no_tokens)] = NO_TOKENS
+    """What grading the attempt used (its judges), in the grade set shown: the run's
+    own grading's, or a regrade's. Left out when none."""
+    grader_cost_usd: Annotated[float | None, Field(exclude_if=_zero)] = 0.0
+    """Its cost (in ``cost_usd`` for the run's own grading); null when unpriced."""
     failure_class: FailureClass | None = None
     """Who failed it, when it did not succeed: ``agent``, ``infra`` or ``grader``."""
     isolation: str = "none"

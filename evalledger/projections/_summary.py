@@ -91,6 +91,12 @@ def isolation_label(backend: str, asked: str | None) -> str:
 _NOT_VERSIONS = frozenset({"exit_code"})
 
 
+def _grades_of(usage: TaskUsage) -> str | None:
+    """The regrade's grade set a judge's usage paid for (None: the run's own grading)."""
+    found = usage.call.get("grades") if usage.call else None
+    return found if isinstance(found, str) else None
+
+
 def unreported_turn(usage: TaskUsage) -> bool:
     """``usage`` books a turn its agent never reported (docs/tasks.md, "Usage and cost"):
     an estimate of no tokens at no known cost."""
@@ -147,6 +153,8 @@ class _Done(msgspec.Struct, array_like=True, gc=False):
     grade_pending: bool = False
     failure_class: FailureClass | None = None
     """As recorded; for an attempt recorded before classes, its status's."""
+    regraded: _Spend | None = None
+    """Judged by a regrade's grade set (``graded``): what that grading cost."""
 
     @classmethod
     def of(cls, event: TaskCompleted, session: dict[str, Any]) -> _Done:
@@ -169,7 +177,7 @@ class _Done(msgspec.Struct, array_like=True, gc=False):
         return msgspec.structs.replace(self, final_status=grade.final_status,
                                        weighted_score=grade.weighted_score,
                                        error_message=grade.error_message, grade_pending=False,
-                                       failure_class=blame)
+                                       failure_class=blame, regraded=grade.spend)
 
     @property
     def category(self) -> Category:
@@ -189,6 +197,8 @@ class _Grade(msgspec.Struct, array_like=True, gc=False):
     final_status: FinalStatus
     weighted_score: float
     error_message: str | None
+    spend: _Spend = msgspec.field(default_factory=_Spend)
+    """What grading it again cost (the judges of the regrade)."""
 
 
 class _Key(msgspec.Struct, array_like=True, gc=False):
@@ -213,6 +223,9 @@ class _Key(msgspec.Struct, array_like=True, gc=False):
     """By grade set: its latest verdict of this key (for the attempt it names)."""
     flags: dict[str, list[str]] = msgspec.field(default_factory=dict)
     """By attempt number (as text): the rules a scan flagged it with, sorted, once each."""
+    grading: dict[str, _Spend] = msgspec.field(default_factory=dict)
+    """By attempt number (as text): what the run's own grading of it used (its judges'
+    usage, role ``grader``); a regrade's is its grade's."""
 
     def flagged(self) -> list[str]:
         """The flags of the attempt its row reports: the one that finished, else the
@@ -357,6 +370,9 @@ class SummaryFold(Fold):
                 key.cost_gap = True
         if key is not None:
             key.spend.add(event)
+            if event.role != "agent" and _grades_of(event) is None:
+                # The run's own grading, while the attempt it grades is the key's latest.
+                key.grading.setdefault(str(key.attempts), _Spend()).add(event)
         if event.model:
             self.models.add(event.model)
         model = self.by_model.get(event.model)
@@ -395,8 +411,12 @@ class SummaryFold(Fold):
     def _task_graded(self, event: TaskGraded) -> None:
         key = self.keys.get(event.task_key)
         if key is not None:
+            spend = _Spend(event.tokens.input_tokens, event.tokens.output_tokens,
+                           event.tokens.cache_read_tokens, event.tokens.cache_write_tokens,
+                           event.cost_usd or 0.0, event.cost_usd is not None)
             key.grades[event.grades] = _Grade(event.attempt, event.final_status,
-                                              event.weighted_score, event.error_message)
+                                              event.weighted_score, event.error_message,
+                                              spend)
 
     @on(TaskFlagged)
     def _task_flagged(self, event: TaskFlagged) -> None:
@@ -602,6 +622,7 @@ class SummaryFold(Fold):
             grade_pending=done.grade_pending if done else False,
             flags=key.flagged(),
             isolation=key.isolation(),
+            **_grader_fields(key, done),
         )
 
     def _variants(self, keys: list[_Key], count_infra: bool) -> list[VariantStats]:
@@ -797,3 +818,15 @@ def _seconds_between(start: str | None, end: str | None) -> float | None:
 def _parse_ts(ts: str) -> datetime:
     moment = datetime.fromisoformat(ts.replace("Z", "+00:00"))
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _grader_fields(key: _Key, done: _Done | None) -> dict[str, Any]:
+    """What grading the attempt a row reports used: a regrade's, when its grade set
+    judges the row, else the run's own grading's (nothing: no field)."""
+    if done is None:
+        return {}
+    spend = done.regraded if done.regraded is not None else key.grading.get(str(done.attempt))
+    if spend is None or not (spend.tokens.total or spend.cost or not spend.complete):
+        return {}
+    return {"grader_tokens": spend.tokens,
+            "grader_cost_usd": round(spend.cost, 10) if spend.complete else None}

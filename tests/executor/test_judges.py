@@ -120,6 +120,13 @@ def test_an_anthropic_judge_is_sent_the_rubric_and_the_work_enveloped_and_priced
     assert roles == {"agent": pytest.approx(0.0075), "grader": pytest.approx(usage.cost_usd)}
     assert summary["total_cost_usd"] == pytest.approx(0.0075 + usage.cost_usd)
     assert done.cost_usd == pytest.approx(summary["total_cost_usd"])
+    # D7 (#47): the row's tokens are the agent's, the judge's beside them; its cost both.
+    [row] = summary["tasks"]
+    assert row["tokens"]["input_tokens"] == done.tokens.input_tokens
+    assert row["grader_tokens"]["input_tokens"] == 1000
+    assert row["grader_tokens"]["output_tokens"] == 50
+    assert row["grader_cost_usd"] == pytest.approx(usage.cost_usd)
+    assert row["cost_usd"] == pytest.approx(0.0075 + usage.cost_usd)
     with Ledger(db, read_only=True) as ledger:
         _, rows = ledger.query("SELECT cost_usd, grader_cost_usd FROM runs")
     assert rows == [(pytest.approx(0.0075 + usage.cost_usd), pytest.approx(usage.cost_usd))]
@@ -300,6 +307,15 @@ def test_a_regrade_with_a_judge_books_its_calls_under_the_grade_set(
     roles = {r["role"]: r["cost_usd"] for r in shown["usage_by_role"]}
     assert roles["grader"] == pytest.approx(usage.cost_usd)
     assert shown["total_cost_usd"] == pytest.approx(0.0075 + usage.cost_usd)
+    # The row shows what the grading of the set shown cost: the regrade's judge here,
+    # nothing in the run's own grading (which had none).
+    [row] = shown["tasks"]
+    assert (row["grader_tokens"]["input_tokens"], row["grader_tokens"]["output_tokens"]) == (
+        1000, 50)
+    assert row["grader_cost_usd"] == pytest.approx(usage.cost_usd)
+    [original] = json.loads(evalledger(tmp_path, db, "show", "r", "--json", "--grades",
+                                       "original").stdout)["tasks"]
+    assert "grader_tokens" not in original and "grader_cost_usd" not in original
     no_key_in(db)
 
 

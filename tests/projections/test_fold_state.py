@@ -57,6 +57,7 @@ LAYOUTS = {
     ("SummaryFold", 11): "9a352ef112628e6f",  # + each batch's signing key
     ("SummaryFold", 12): "bb7ba7782b6a5c83",  # + LIMIT_EXCEEDED among the statuses
     ("SummaryFold", 13): "bb7ba7782b6a5c83",  # + pass_at_k_left_out, pass_rate_stderr
+    ("SummaryFold", 14): "bcb966cfbcd07bf1",  # + each attempt's grading spend, a regrade's
     ("ResumeFold", 2): "488576a01a3d6a5a",
 }
 
@@ -180,13 +181,23 @@ SUMMARY_FOLD_6 = {
 # run.resumed host: none recorded by these events).
 SUMMARY_FOLD_11 = {**SUMMARY_FOLD_6, "session": {}, "signing_keys": []}
 
+# Version 14 adds each key's grading spend by attempt (last: t0's first attempt had an
+# unpriced grader's 3 output tokens), and to a finished attempt what a regrade's grading
+# of it cost (null: none judges it).
+SUMMARY_FOLD_14 = {
+    **SUMMARY_FOLD_11,
+    "keys": [[*k[:7], None if k[7] is None else [*k[7], None], *k[8:], grading]
+             for k, grading in zip(SUMMARY_FOLD_11["keys"],
+                                   ({"1": [0, 3, 0, 0, 0.0, False]}, {}), strict=True)],
+}
 
-def test_a_version_11_summary_fold_state_restores_as_it_was_written() -> None:
+
+def test_a_version_14_summary_fold_state_restores_as_it_was_written() -> None:
     events = _events()
     live = fold(SummaryFold(RUN), events)
-    assert json.dumps(live.state(), sort_keys=True) == json.dumps(SUMMARY_FOLD_11,
+    assert json.dumps(live.state(), sort_keys=True) == json.dumps(SUMMARY_FOLD_14,
                                                                   sort_keys=True)
-    restored = SummaryFold.restore(RUN, json.loads(json.dumps(SUMMARY_FOLD_11)))
+    restored = SummaryFold.restore(RUN, json.loads(json.dumps(SUMMARY_FOLD_14)))
     assert json.dumps(restored.state()) == json.dumps(live.state())
     assert render_json(restored.summary()) == render_json(live.summary())
 
