@@ -202,7 +202,7 @@ async def _grade_all(ledger: Ledger, grader: Any, rates: Any, attempts: list[_At
             recorded = Recorded(done.final_status, done.error_message, done.exit_code,
                                 done.criteria, stdout, stderr, isolation)
 
-            async def record(model: str, tokens: TokenCounts, cost: float | None,
+            async def record(model: str | None, tokens: TokenCounts, cost: float | None,
                              call: dict[str, object]) -> None:
                 ledger.append(signer.sealed([EventRow.of(TaskUsage(  # spent: booked at once
                     run_id=done.run_id, task_key=key, model=model, role="grader",

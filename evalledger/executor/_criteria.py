@@ -34,6 +34,7 @@ from evalledger.suite import (
 
 from ._judges import JudgeError, Judging, llm_judge
 from ._judges import score_of as judge_score
+from ._lines import parse_json_object
 from ._marks import MARKER_VAR
 from ._process import (
     DEFAULT_KILL_GRACE,
@@ -46,6 +47,7 @@ from ._process import (
     spawn,
 )
 from ._sandbox import copy_workspace
+from ._usage import Usage, UsageMeter
 from .isolation import Container, Jail
 
 MAX_FILE_BYTES = 64 * 1024 * 1024
@@ -276,7 +278,8 @@ async def evaluate(
                                              deadline)
             continue
         if isinstance(criterion, AgentJudge):
-            results[i] = await _agent_judge(criterion, evidence, env, kill_now, deadline, grace)
+            results[i] = await _agent_judge(criterion, i, evidence, env, kill_now, deadline,
+                                            grace, judging or Judging(_unrecorded))
             continue
         if isinstance(criterion, ExitCode):
             passed = evidence.exit_code == criterion.equals
@@ -310,9 +313,9 @@ async def _unrecorded(*_: object) -> None:
     """Where a judge's calls go when the caller records none (a direct ``evaluate``)."""
 
 
-async def _agent_judge(criterion: AgentJudge, evidence: Evidence, env: Mapping[str, str],
-                       kill_now: trio.Event | None, deadline: float,
-                       grace: float) -> CriterionResult:
+async def _agent_judge(criterion: AgentJudge, index: int, evidence: Evidence,
+                       env: Mapping[str, str], kill_now: trio.Event | None, deadline: float,
+                       grace: float, judging: Judging) -> CriterionResult:
     """The judge command, in a copy of the workspace (what it does there changes nothing
     graded), confined as the command was; its last JSON line is the verdict."""
     def result(passed: bool, detail: str, **extra: object) -> CriterionResult:
@@ -339,6 +342,7 @@ async def _agent_judge(criterion: AgentJudge, evidence: Evidence, env: Mapping[s
         return result(False, f"cannot run the judge: {e}", errored=True)
     finally:
         await trio.to_thread.run_sync(lambda: shutil.rmtree(copy, ignore_errors=True))
+    await _book_judge_usage(criterion, index, bytes(stdout), judging)
     if detail in (CUT_OFF, NOT_RUN):
         return result(False, detail)
     if not ran:
@@ -352,6 +356,30 @@ async def _agent_judge(criterion: AgentJudge, evidence: Evidence, env: Mapping[s
     said_score = f"score {score:g} (passes at {criterion.pass_threshold:g})"
     return result(passed, f"{said_score}: {reason}" if reason else said_score,
                   score=round(score, 6))
+
+
+async def _book_judge_usage(criterion: AgentJudge, index: int, stdout: bytes,
+                            judging: Judging) -> None:
+    """What the judge command said it spent, its usage lines read in its stream format
+    and priced as an agent's are: grading's spend, each recorded (a cut-off agent's
+    running estimate too, marked, and a floor)."""
+    meter = UsageMeter(criterion.stream_format, criterion.model, judging.rates)
+    found: list[Usage] = []
+    for line in stdout.decode("utf-8", "replace").splitlines():
+        data = parse_json_object(line)
+        if data is not None:
+            found += meter.observe(data)
+    found += meter.finish()
+    for usage in found:
+        judging.tokens = judging.tokens + usage.tokens
+        if usage.cost_usd is None or usage.estimate:
+            judging.cost_complete = False
+        if usage.cost_usd is not None:
+            judging.cost_usd += usage.cost_usd
+        call: dict[str, object] = {"judge": "agent_judge", "criterion": index}
+        if usage.estimate:
+            call["estimate"] = True
+        await judging.record(usage.model, usage.tokens, usage.cost_usd, call)
 
 
 def weighted_score(results: Sequence[CriterionResult]) -> float:

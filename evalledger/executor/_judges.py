@@ -63,7 +63,7 @@ def system_prompt(nonce: str) -> str:
         'else: {"score": <a number from 0 to 1>, "reason": "<one sentence>"}.'
     )
 
-Record = Callable[[str, TokenCounts, float | None, dict[str, Any]], Awaitable[None]]
+Record = Callable[[str | None, TokenCounts, float | None, dict[str, Any]], Awaitable[None]]
 """Records one call: model, tokens, cost (None: unpriced), the call's record."""
 
 

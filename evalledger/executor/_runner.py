@@ -614,7 +614,8 @@ async def _grading_copy(task: ResolvedTask, ctx: RunContext, sandbox: Path) -> P
 _graded_copies = itertools.count(1)
 
 
-async def _record_judge(state: _Streams, model: str, tokens: TokenCounts, cost: float | None,
+async def _record_judge(state: _Streams, model: str | None, tokens: TokenCounts,
+                        cost: float | None,
                         call: dict[str, object]) -> None:
     """One judge's call, recorded as grading's usage (and counted in the run's spend)."""
     state.ctx.spent_usd += cost or 0.0
@@ -1117,10 +1118,15 @@ class _Probe:
         docker, name = self.jail.docker, self.name
         unseen = returncode is None or returncode < 0 or returncode == 125
         oom = False
-        if unseen or returncode != 0:
+        # The daemon may mark the kill after it reported the exit (two events, handled
+        # apart: seen under two copies of the suite): a failed container is asked again.
+        for wait in ((0.0, 0.2, 0.4) if unseen or returncode != 0 else ()):
+            await trio.sleep(wait)
             state = await trio.to_thread.run_sync(
                 docker.run, "inspect", "--format", "{{.State.OOMKilled}}", name)
             oom = state.stdout.strip() == "true"
+            if oom or state.returncode != 0:
+                break
         if unseen:
             await trio.to_thread.run_sync(docker.run, "rm", "-f", name)
         else:

@@ -189,6 +189,10 @@ class LlmJudge(_Criterion):
     """The longest answer asked for."""
 
 
+# How a command's stdout JSON lines are read (docs/tasks.md, "Usage and cost").
+StreamFormat = Literal["native", "claude-code", "codex", "gemini", "opencode", "auto"]
+
+
 class AgentJudge(_Grader):
     """A command (often an agent) judges the work: it runs in a copy of the workspace with
     the rubric in ``EVALLEDGER_RUBRIC``, and its last JSON line on stdout is the verdict
@@ -203,6 +207,11 @@ class AgentJudge(_Grader):
     """The score that passes."""
     timeout: Number = Field(default=300.0, gt=0)
     """Seconds; the task's own timeout also cuts it off."""
+    stream_format: StreamFormat = "auto"
+    """How the judge's stdout is read for what it spent, as a task's (an agent CLI's
+    stream: its usage is grading's spend, recorded and priced as an agent's)."""
+    model: str | None = None
+    """The model the judge uses: it prices usage lines that carry no cost."""
 
 
 Criterion = Annotated[
@@ -290,7 +299,6 @@ _RAY_BUILTIN_RESOURCES = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": "memor
                           "object_store_memory": "not per task"}
 
 
-StreamFormat = Literal["native", "claude-code", "codex", "gemini", "opencode", "auto"]
 # What an attempt's command can see and reach (docs/isolation.md).
 Isolation = Literal["auto", "none", "bwrap", "docker"]
 # What a task file that names no isolation gets: the strongest backend that runs here.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -278,6 +279,39 @@ def test_an_agent_judge_gives_its_verdict_as_its_last_json_line_from_a_copy(
     assert done.final_status == "SUCCESS", done.error_message
     assert done.criteria[0].detail == "score 0.75 (passes at 0.7): close enough" + "." * 488
     assert (tmp_path / "runs" / "a" / "artifacts" / "default" / "add" / "00" / "add.py").exists()
+
+
+def test_an_agent_judges_spend_is_grading_s_read_from_its_own_stream(tmp_path: Path) -> None:
+    """#47: an agent_judge that is an agent CLI (here Claude Code's stream-json, a result
+    line with its cost per model) spent what nothing recorded."""
+    lines = [
+        {"type": "system", "subtype": "init", "model": "claude-sonnet-4-5", "session_id": "j"},
+        {"type": "result", "subtype": "success", "is_error": False, "session_id": "j",
+         "total_cost_usd": 0.0123, "usage": {"input_tokens": 1200, "output_tokens": 80},
+         "modelUsage": {"claude-sonnet-4-5": {
+             "inputTokens": 1200, "outputTokens": 80, "cacheReadInputTokens": 0,
+             "cacheCreationInputTokens": 0, "costUSD": 0.0123}}},
+        {"score": 0.9, "reason": "fine"}]
+    judge = "; ".join(f"echo {shlex.quote(json.dumps(line))}" for line in lines)
+    tasks = write_tasks(tmp_path / "tasks", {"add": {
+        "command": AGENT, "timeout": 30, "success_criteria": [
+            {"type": "agent_judge", "command": judge, "rubric": "adds?",
+             "stream_format": "claude-code"}]}})
+    db = tmp_path / "ledger.db"
+    evalledger(tmp_path, db, "run", str(tasks), "--run-id", "a")
+    evs = events(db, "a")
+    done = only_completion(evs)
+    assert done.final_status == "SUCCESS", done.error_message
+    [usage] = judge_usage(evs)
+    assert (usage.model, usage.input_tokens, usage.output_tokens, usage.cost_usd) == (
+        "claude-sonnet-4-5", 1200, 80, 0.0123)
+    assert usage.call == {"judge": "agent_judge", "criterion": 0}
+    summary = run_json(tmp_path, "a")
+    roles = {r["role"]: r["cost_usd"] for r in summary["usage_by_role"]}
+    assert roles["grader"] == pytest.approx(0.0123)
+    assert done.cost_usd == pytest.approx(roles["agent"] + 0.0123)
+    [row] = summary["tasks"]
+    assert row["grader_cost_usd"] == pytest.approx(0.0123)
 
 
 def test_a_regrade_with_a_judge_books_its_calls_under_the_grade_set(
