@@ -1376,7 +1376,8 @@ def no_ledger_yet(result: subprocess.CompletedProcess[str], db: Path) -> bool:
 
 def no_file_yet(result: subprocess.CompletedProcess[str], db: Path) -> bool:
     """The answer for a path where no file is yet: exit 2 and one line saying so."""
-    return result.returncode == 2 and result.stderr == f"Error: no ledger at {db}\n"
+    return result.returncode == 2 and result.stderr == (
+        f"Error: no ledger at {db}: give --ledger PATH, or set EVALLEDGER_LEDGER\n")
 
 
 def verify_left(trial: Trial, checks: Checks, db: Path, when: str) -> str:

@@ -59,10 +59,13 @@ def _user_error(error: BaseException) -> UserError | None:
     a running batch arrives as ExceptionGroup[LedgerIOError], not bare.
     """
     from evalledger.errors import EvalledgerError
+    from evalledger.ledger import LedgerNotFound
 
     if isinstance(error, BaseExceptionGroup):
         leaves = [_user_error(e) for e in error.exceptions]
         return leaves[0] if leaves and all(leaves) else None
+    if isinstance(error, LedgerNotFound) and "it holds no table yet" not in str(error):
+        return UserError(f"{error}: give --ledger PATH, or set EVALLEDGER_LEDGER")
     if isinstance(error, EvalledgerError):
         return UserError(str(error))
     if isinstance(error, BrokenPipeError):
@@ -99,6 +102,19 @@ def _with_ledger_option(command: click.Command) -> click.Command:
 class _Group(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]
+                        ) -> tuple[str | None, click.Command | None, list[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as e:
+            import difflib
+
+            close = difflib.get_close_matches(args[0], list(COMMANDS), n=1) if args else []
+            if close and "No such command" in e.message:
+                raise click.UsageError(f"{e.message} Did you mean `{close[0]}`?",
+                                       e.ctx) from None
+            raise
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         where = COMMANDS.get(cmd_name)

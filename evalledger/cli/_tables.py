@@ -14,11 +14,16 @@ if TYPE_CHECKING:
 
 def cell(value: object) -> str:
     """A value as one line of text a terminal cannot act on: control characters, tabs
-    and line breaks spelled out (``\\x1b``, ``\\t``, ``\\n``)."""
+    and line breaks spelled out (``\\x1b``, ``\\t``, ``\\n``); a float to 15 digits."""
     if value is None:
         return ""
     if isinstance(value, bytes):
         return value.hex()
+    if isinstance(value, float):
+        # 15 significant digits: what a double holds exactly in decimal, without the
+        # noise of its last bits (0.1 + 0.2 reads 0.3, not 0.30000000000000004).
+        short = f"{value:.15g}"
+        return short if any(c in short for c in ".ein") else f"{short}.0"  # 3.0 stays 3.0
     return visible(str(value), tabs=False)
 
 

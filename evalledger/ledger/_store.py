@@ -180,7 +180,9 @@ class Ledger:
         if self.path.is_dir():
             raise NotALedger(f"{self.path} is a directory, not a ledger file")
         if read_only and not self.path.is_file():
-            raise LedgerNotFound(f"no ledger at {self.path}")
+            folder = self.path.absolute().parent
+            missing = "" if folder.is_dir() else f" (there is no folder {folder})"
+            raise LedgerNotFound(f"no ledger at {self.path.absolute()}{missing}")
         _refuse_non_sqlite(self.path)
         if not read_only and self.path.exists() and not os.access(self.path, os.W_OK):
             # Said now, not at the first append: a run must not start (make its folder,

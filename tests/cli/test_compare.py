@@ -196,3 +196,33 @@ def test_each_sides_grade_set_is_named_and_two_gradings_of_one_run_compare(
                       "strict").stdout
     assert ("grade sets: A original, B strict (different gradings: a difference may be "
             "theirs, not the agents')") in text
+
+
+def test_a_side_of_nothing_but_infrastructure_failures_fails_every_gate_in_one_line(
+    tmp_path: Path,
+) -> None:
+    """D4 (#47): B's every attempt an infrastructure failure made 0 pairs, and
+    `compare --fail-on regression` and `diff --fail-on significant-regression` exit 0."""
+    from evalledger.ledger import Ledger, RunFinished, RunStarted
+    from evalledger.statuses import FinalStatus, RunStatus
+
+    from ..projections.builders import completed, started
+
+    db = tmp_path / "l.db"
+    keys = [f"default/t{i}/00" for i in range(8)]
+    with Ledger(db) as ledger:
+        for run_id, status in (("A", FinalStatus.SUCCESS), ("B", FinalStatus.ERROR)):
+            extra = {"failure_class": "infra"} if status is FinalStatus.ERROR else {}
+            ledger.append([RunStarted(run_id=run_id, planned=keys),
+                           *(e for k in keys for e in (
+                               started(k, run_id=run_id),
+                               completed(k, status, run_id=run_id, **extra))),
+                           RunFinished(run_id=run_id, status=RunStatus.COMPLETED)])
+    for args in (("compare", "A", "B", "--fail-on", "regression"),
+                 ("compare", "A", "B"), ("diff", "A", "B", "--fail-on",
+                                         "significant-regression")):
+        done = evalledger(tmp_path, db, *args)
+        assert done.returncode == 1, (args, done.stdout, done.stderr)
+        assert "nothing to compare (B graded no task (every attempt an infrastructure " \
+               "failure))" in done.stderr, (args, done.stderr)
+    assert evalledger(tmp_path, db, "compare", "A", "B", "--fail-on", "never").returncode == 0

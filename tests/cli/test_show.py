@@ -189,3 +189,28 @@ def test_show_prints_a_page_of_a_long_run_and_says_so(tmp_path: Path, finished: 
         whole.stderr)
     assert "7 of 30 task rows shown (--limit 0: all of them)" in page.stderr
     assert "task rows shown" not in whole.stderr
+
+
+def test_pass_at_k_says_which_tasks_it_left_out(tmp_path: Path) -> None:
+    """D5 (#47): an infrastructure failure dropped a replicate of t1, so pass@3 is over
+    t0 alone; without saying so it read as pass@k falling as k rose."""
+    from evalledger.ledger import RunFinished
+    from evalledger.statuses import FinalStatus, RunStatus
+
+    from ..projections.builders import completed, started
+    from .helpers import evalledger
+
+    outcomes = {"t0": [FinalStatus.SUCCESS] * 3,
+                "t1": [FinalStatus.FAILURE, FinalStatus.SUCCESS, FinalStatus.ERROR]}
+    keys = [f"default/{t}/{i:02d}" for t in outcomes for i in range(3)]
+    db = tmp_path / "l.db"
+    with Ledger(db) as ledger:
+        events = [RunStarted(run_id="r", planned=keys)]
+        for k in keys:
+            status = outcomes[k.split("/")[1]][int(k.split("/")[2])]
+            extra = {"failure_class": "infra"} if status is FinalStatus.ERROR else {}
+            events += [started(k, run_id="r"), completed(k, status, run_id="r", **extra)]
+        ledger.append([*events, RunFinished(run_id="r", status=RunStatus.COMPLETED)])
+    shown = evalledger(tmp_path, db, "show", "r")
+    assert ("pass@3 of default leaves out 1 task(s) with fewer than 3 graded replicates: t1"
+            in shown.stdout), shown.stdout

@@ -120,3 +120,12 @@ def test_sql_help_names_every_view_and_column_there_is(tmp_path: Path) -> None:
             assert ", ".join(columns) in listed, (name, columns)
     finally:
         conn.close()
+
+
+def test_a_float_reads_as_its_decimal_not_its_last_bits(audited: Path) -> None:
+    """#49: `sql` printed 0.5308000000000002; JSON and CSV keep every bit."""
+    done = sql(audited, "SELECT 0.1 + 0.2 AS x, 1.0 / 3 AS third")
+    assert done.returncode == 0, done.stderr
+    assert rows(done.stdout)[-1] == ["0.3", "0.333333333333333"]
+    kept = sql(audited, "SELECT 0.1 + 0.2 AS x", "--format", "json")
+    assert kept.stdout.strip() == '{"x": 0.30000000000000004}'

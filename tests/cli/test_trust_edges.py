@@ -270,3 +270,21 @@ def test_a_full_disk_names_the_temp_folder_too(tmp_path: Path) -> None:
 @pytest.fixture(autouse=True)
 def _no_stray_sigpipe() -> None:
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as Python sets it
+
+
+def test_no_ledger_names_its_absolute_path_its_missing_folder_and_how_to_name_one(
+    tmp_path: Path,
+) -> None:
+    """#49: `no ledger at evalledger.db` gave no absolute path, no --ledger or
+    EVALLEDGER_LEDGER hint, and a missing folder in --ledger was not named; a mistyped
+    command gets a suggestion."""
+    from .helpers import evalledger
+
+    done = evalledger(tmp_path, None, "show", "latest")
+    assert done.returncode == 2
+    assert done.stderr == (f"Error: no ledger at {tmp_path / 'evalledger.db'}: give --ledger "
+                           "PATH, or set EVALLEDGER_LEDGER\n")
+    gone = evalledger(tmp_path, tmp_path / "nowhere" / "l.db", "show", "latest")
+    assert f"(there is no folder {tmp_path / 'nowhere'})" in gone.stderr
+    typo = evalledger(tmp_path, None, "runn")
+    assert "No such command 'runn'. Did you mean `run`?" in typo.stderr

@@ -702,3 +702,10 @@ def test_claude_code_a_second_result_of_one_session_books_what_is_new() -> None:
 def test_only_a_context_size_suffix_is_dropped() -> None:
     assert normalize_model("claude-opus-4-8[1m]") == "claude-opus-4-8"
     assert normalize_model("my-model[v2]") == "my-model[v2]"  # a name, not a context size
+
+
+def test_models_the_hand_written_card_lacked_are_priced_by_the_maintained_one() -> None:
+    """#47: gpt-5-codex was unpriced (its cost unknown) on the hand-written card."""
+    assert DEFAULT_RATES.unpriced(["gpt-5-codex", "gpt-5.1-codex", "no-such-model"]) == [
+        "no-such-model"]
+    assert price("gpt-5-codex", input_tokens=1_000_000) == pytest.approx(1.25)

@@ -52,7 +52,8 @@ def test_view_on_another_host_needs_the_printed_token(suite: Suite) -> None:
 def test_view_of_a_missing_ledger_is_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["--ledger", str(tmp_path / "none.db"), "view"])
     assert result.exit_code == 2
-    assert result.output.strip().splitlines() == [f"Error: no ledger at {tmp_path / 'none.db'}"]
+    assert result.output.strip().splitlines() == [
+        f"Error: no ledger at {tmp_path / 'none.db'}: give --ledger PATH, or set EVALLEDGER_LEDGER"]
     assert not (tmp_path / "none.db").exists()
 
 
