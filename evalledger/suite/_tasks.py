@@ -964,7 +964,12 @@ def _read_task_file(path: Path) -> tuple[TaskFile, str]:
     Raises:
         ValueError, ValidationError: the file is unusable (it is skipped, with the reason).
     """
-    task_file = TaskFile.model_validate(_read_yaml(path))
+    data = _read_yaml(path)
+    if "experiment_id" in data and ("variants" in data or "tasks" in data):
+        # Its keys would each be "unknown": say what the file is instead.
+        raise ValueError("this is an experiment file, not a task file: run it with "
+                         f"`evalledger run -e {path.name}`")
+    task_file = TaskFile.model_validate(data)
     task_id = task_file.task_id or path.stem
     if task_file.task_id is None and not re.fullmatch(TASK_ID_PATTERN, task_id):
         raise ValueError(f"the file name is not a valid task id: {task_id!r} ({_ID_RULE}); "

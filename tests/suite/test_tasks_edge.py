@@ -438,3 +438,11 @@ def test_yaml_merge_keys_still_load(tmp_path: Path) -> None:
         """)
     [task] = load_tasks([path]).tasks
     assert [c.weight for c in task.success_criteria] == [1.0, 2.0]
+
+
+def test_an_experiment_file_given_as_a_task_file_says_what_it_is(tmp_path: Path) -> None:
+    """#49: `run experiment.yaml` listed each key as unknown; it says to use -e."""
+    exp = write(tmp_path / "exp.yaml", "experiment_id: e\ntasks: [tasks]\nvariants: []\n")
+    skip = only_skip(load_tasks([exp]))
+    assert skip.reason == ("this is an experiment file, not a task file: run it with "
+                           "`evalledger run -e exp.yaml`")
