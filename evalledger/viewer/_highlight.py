@@ -39,14 +39,16 @@ LANGUAGES = frozenset({
     "javascript", "json", "jsx", "kotlin", "make", "markdown", "php", "python", "ruby",
     "rust", "scala", "scss", "swift", "toml", "tsx", "typescript", "xml", "yaml"})
 _CODE = ("add", "del", "ctx")  # a diff's line kinds that hold code (not a hunk header)
-# What a page (the app's) and a report may spend colouring code, in seconds.
+# What a page (the app's) and a report may spend colouring code, in seconds of the
+# rendering thread's CPU: wall time would count a busy machine's preemption too (a page
+# rendered plain under two copies of the suite).
 PAGE_SECONDS = 0.1
 REPORT_SECONDS = 1.0
 
 
 @dataclass
 class Budget:
-    """Time one page may spend lexing code, shared by every diff on it (a lexer's
+    """CPU time one page may spend lexing code, shared by every diff on it (a lexer's
     loading and compiling its patterns is not counted: that is once a process)."""
 
     seconds: float = PAGE_SECONDS
@@ -72,9 +74,9 @@ def highlighted(diff: Sequence[tuple[str, str]], path: str | None,
         return plain
     lines: list[list[tuple[str, str]]] = [[]]  # per line, its runs of one class
     given: list[str] = []
-    began = time.monotonic()
+    began = time.thread_time()
     for n_token, (token, value) in enumerate(lexer.get_tokens(text)):
-        if n_token % 8 == 7 and budget.used + time.monotonic() - began > budget.seconds:
+        if n_token % 8 == 7 and budget.used + time.thread_time() - began > budget.seconds:
             budget.used = budget.seconds + 1  # spent: the diffs after are plain too
             return plain
         given.append(value)
@@ -87,7 +89,7 @@ def highlighted(diff: Sequence[tuple[str, str]], path: str | None,
                 runs[-1] = (cls, runs[-1][1] + part)
             elif part:
                 runs.append((cls, part))
-    budget.used += time.monotonic() - began
+    budget.used += time.thread_time() - began
     if "".join(given) != text or len(lines) != len(code):
         return plain  # the lexer changed the text (a BOM, a line end): shown as it is
     for i, runs in zip(code, lines, strict=True):
