@@ -1122,8 +1122,9 @@ class _Probe:
         # apart: seen under two copies of the suite, more than 0.6 s apart): a failed
         # container is asked again, one killed by SIGKILL (137: the kernel, or the agent
         # itself) for longer.
-        waits = ((0.0,) if unseen else (0.0, 0.2, 0.4, 0.8, 1.6, 2.0) if returncode == 137
-                 else (0.0, 0.2, 0.4) if returncode != 0 else ())
+        # 125: the client lost its daemon under load (the container may have been killed).
+        waits = ((0.0, 0.2, 0.4, 0.8, 1.6, 2.0) if returncode in (125, 137)
+                 else (0.0,) if unseen else (0.0, 0.2, 0.4) if returncode != 0 else ())
         for wait in waits:
             await trio.sleep(wait)
             state = await trio.to_thread.run_sync(
