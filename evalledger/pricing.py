@@ -180,7 +180,7 @@ class RateCard:
 DEFAULT_RATES = RateCard()
 
 
-@functools.cache
+@functools.lru_cache(maxsize=1024)  # names come from agents' output: bounded
 def _maintained(model: str) -> Rate | None:
     """genai-prices' rate of ``model`` now, found by its name or the name normalised;
     None when it has none. Its base tier: a usage event may sum several calls (a Codex
