@@ -8,28 +8,24 @@ with a replay of its run's events up to its ``through_seq``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from evalledger.ledger import EventType
-from evalledger.ledger._packed import PATTERN, PackedError, is_packed, unpack
+from evalledger.ledger._packed import PATTERN, PackedError, is_packed, unpacked
 from evalledger.ledger._queries import (
     SnapshotHead,
     payload_at,
     snapshot_heads,
     snapshotted_runs,
 )
-from evalledger.projections._snapshots import as_json, snapshot_kinds
+from evalledger.projections._snapshots import SnapshotKind, as_json, snapshot_kinds
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from evalledger.ledger import AnyEvent, Ledger
     from evalledger.ledger._lite import LiteEvent
-    from evalledger.projections import ResumeFold, SummaryFold
-
-    Kinds = dict[str, tuple[int, Callable[[], dict[str, Any]]]]
+    from evalledger.projections import Fold
 
 
 @dataclass
@@ -73,28 +69,38 @@ class SnapshotCheck:
         if not heads:
             return
         self.runs += 1
-        summary, resume = SummaryFold(run_id), ResumeFold(run_id)
-        read = ledger.events if self.deep else ledger.lite_events
-        replay = read(run_id, types=SummaryFold.TYPES | ResumeFold.TYPES)
-        try:
-            self._compare(ledger, _Replay(replay, summary, resume), heads, run_id, last)
-        except LedgerError as e:  # an event that does not decode (verify lists it)
-            why = str(e).removeprefix(f"{ledger.path}: ").removesuffix("; run `evalledger verify`")
-            self.problems.append(f"run {run_id}: its snapshots were not checked: {why}")
-        finally:
-            close = getattr(replay, "close", None)
-            if close is not None:
-                close()
-
-    def _compare(self, ledger: Ledger, replay: _Replay, heads: list[SnapshotHead],
-                 run_id: str, last: int) -> None:
-        """Each snapshot of ``heads`` (in ``through_seq`` order) against the folds as they
-        stand at its ``through_seq``."""
-        kinds = snapshot_kinds(replay.summary, replay.resume)
-        for head in heads:
-            if head.kind not in kinds or kinds[head.kind][0] != head.fold_version:
-                self.ignored += 1
+        kinds = snapshot_kinds(SummaryFold(run_id), ResumeFold(run_id))
+        known = [h for h in heads
+                 if h.kind in kinds and kinds[h.kind].version == h.fold_version]
+        self.ignored += len(heads) - len(known)
+        # One fold at a time, each over its own read of the run: a 100,000-task run's
+        # two folds together are 150 MB, and verify's peak is the larger one alone.
+        for fold in (SummaryFold(run_id), ResumeFold(run_id)):
+            kinds = snapshot_kinds(fold, ResumeFold(run_id)) if isinstance(
+                fold, SummaryFold) else snapshot_kinds(SummaryFold(run_id), fold)
+            mine = [h for h in known if kinds[h.kind].fold is fold]
+            if not mine:
                 continue
+            read = ledger.events if self.deep else ledger.lite_events
+            replay = read(run_id, types=type(fold).TYPES)
+            try:
+                self._compare(_Replay(replay, fold), mine, kinds, run_id, ledger, last)
+            except LedgerError as e:  # an event that does not decode (verify lists it)
+                why = str(e).removeprefix(f"{ledger.path}: ").removesuffix(
+                    "; run `evalledger verify`")
+                self.problems.append(f"run {run_id}: its snapshots were not checked: {why}")
+                return
+            finally:
+                close = getattr(replay, "close", None)
+                if close is not None:
+                    close()
+
+    def _compare(self, replay: _Replay, heads: list[SnapshotHead],
+                 kinds: dict[str, SnapshotKind], run_id: str, ledger: Ledger,
+                 last: int) -> None:
+        """Each snapshot of ``heads`` (in ``through_seq`` order) against its fold as it
+        stands at its ``through_seq``."""
+        for head in heads:
             where = (f"run {run_id}: the {head.kind} snapshot at seq {head.seq} "
                      f"(through seq {head.through_seq})")
             if head.through_seq >= head.seq:  # past the ledger's end too: seq <= last
@@ -103,40 +109,42 @@ class SnapshotCheck:
                 self.checked += 1
                 continue
             replay.fold_through(head.through_seq)
-            if not self._same(ledger, head, kinds[head.kind][1](), run_id):
+            if not self._same(ledger, head, kinds[head.kind], run_id):
                 self.problems.append(f"{where} differs from a full replay of the run")
             self.checked += 1
 
-    def _same(self, ledger: Ledger, head: SnapshotHead, value: dict[str, Any],
+    def _same(self, ledger: Ledger, head: SnapshotHead, made: SnapshotKind,
               run_id: str) -> bool:
-        """Whether the stored snapshot holds ``value``. First as text: the canonical
-        JSON of ``value``, encoded straight from it (no copy of it made, no parse of
-        the stored one: a 100,000-task run's summary is 44 MB of JSON), against the
-        stored value's text. A packed value is its JSON as msgspec wrote it, so it holds
-        ``value`` only as those very bytes (the same data spelled otherwise inside a
-        frame, ``true`` for ``1`` or keys twice, is no snapshot this code writes). What
-        differs as text in a plain value is compared as data (a payload in another
-        spelling, which verify names apart, or a float msgspec spells ``1e+20`` where
-        the ledger has ``1e20``)."""
+        """Whether the stored snapshot holds what ``made`` makes now. First as text:
+        the canonical JSON of the value, written a task key at a time, against the
+        stored value's text, unpacked as it is read (neither held whole, nor the
+        models it is made from: a 100,000-task run's summary is 44 MB of JSON). A
+        packed value is its JSON as msgspec wrote it, so it holds the value only as
+        those very bytes (the same data spelled otherwise inside a frame, ``true`` for
+        ``1`` or keys twice, is no snapshot this code writes). What differs as text in
+        a plain value is compared as data (a payload in another spelling, which verify
+        names apart, or a float msgspec spells ``1e+20`` where the ledger has
+        ``1e20``)."""
         payload = payload_at(ledger, head.seq)
         stored = _stored_value(head, payload)
         if stored is not None and _QUOTED_PACKED.fullmatch(stored):
             try:
-                same = unpack(stored) == _written(value)
+                same = _equal(unpacked(stored), made.written())
             except PackedError:
                 return False
             # Valid and canonical as stored: one JSON string, of base64 (nothing escaped).
             if same and not self.deep:
                 self.vouched.add(head.seq)
             return same
-        if not self.deep and stored is not None and stored.encode() == _written(value):
+        if not self.deep and stored is not None and _equal((stored.encode(),),
+                                                           made.written()):
             # Canonical as written, unless a float is spelled 1e+20 (msgspec) where the
             # ledger's spelling is 1e20 (pydantic-core): then verify reads it whole.
             if not _EXPONENT.search(stored):
                 self.vouched.add(head.seq)
             return True
         data = self._value(payload, run_id)
-        return data is not None and not is_packed(data) and as_json(value) == data
+        return data is not None and not is_packed(data) and as_json(made.make()) == data
 
     def _value(self, payload: Any, run_id: str) -> Any:
         """The snapshot's ``value`` as JSON data; None when the payload is not a snapshot
@@ -182,31 +190,41 @@ def _head_text(head: SnapshotHead) -> str:
             f'"through_seq":{head.through_seq},"value":')
 
 
-def _written(value: dict[str, Any]) -> bytes | None:
-    """The canonical JSON of ``value`` (keys sorted at every level, no spaces), as a
-    snapshot stores it (packed: before packing); None when msgspec cannot encode it."""
+def _equal(stored: Iterable[bytes], written: Iterable[bytes]) -> bool:
+    """Whether two streams of bytes hold the same bytes, read side by side (neither
+    held whole); False when the value cannot be written as JSON at all."""
     import msgspec
 
+    left, right = iter(stored), iter(written)
+    a = b = memoryview(b"")
     try:
-        return msgspec.json.encode(value, order="sorted")
+        while True:
+            while not a and (piece := next(left, None)) is not None:
+                a = memoryview(piece)
+            while not b and (piece := next(right, None)) is not None:
+                b = memoryview(piece)
+            if not a or not b:
+                return not a and not b
+            n = min(len(a), len(b))
+            if a[:n] != b[:n]:
+                return False
+            a, b = a[n:], b[n:]
     except (TypeError, msgspec.EncodeError):
-        return None
+        return False
 
 
 class _Replay:
-    """A run's events folded into its two folds as far as asked, never further."""
+    """A run's events folded into a fold as far as asked, never further."""
 
-    def __init__(self, events: Iterator[LiteEvent | AnyEvent], summary: SummaryFold,
-                 resume: ResumeFold) -> None:
-        self.summary, self.resume = summary, resume
+    def __init__(self, events: Iterator[LiteEvent | AnyEvent], fold: Fold) -> None:
+        self.fold = fold
         self._events = events
         # Invariant: the next event not yet folded (None: the run's events are all read).
         self._pending = next(events, None)
 
     def fold_through(self, seq: int) -> None:
         while self._pending is not None and (self._pending.seq or 0) <= seq:
-            self.summary.apply(self._pending)
-            self.resume.apply(self._pending)
+            self.fold.apply(self._pending)
             self._pending = next(self._events, None)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Iterator
 from typing import Any
 
 PREFIX = "zstd:"
@@ -60,6 +61,23 @@ def unpack(packed: str | bytes) -> bytes:
     Raises:
         PackedError: not base64 of a zstd frame, or a frame that does not decompress.
     """
+    return b"".join(unpacked(packed))
+
+
+# Compressed bytes fed to the decompressor at a time: what one call writes stays small
+# (a block is at most 128 KiB of output, and a forged frame of tiny blocks is bounded
+# by its input), so a stream of the value is read in flat memory.
+_FEED = 1024
+
+
+def unpacked(packed: str | bytes) -> Iterator[bytes]:
+    """``unpack(packed)`` in pieces, never held whole (a 100,000-task run's summary is
+    44 MB of JSON): what ``verify`` compares a stored snapshot with a replay by.
+
+    Raises:
+        PackedError: as ``unpack`` (when the frame is found wanting: at once for its
+            form and declared size, at its end for what it held).
+    """
     if isinstance(packed, str):
         packed = packed.encode("ascii", "replace")
     quoted = packed[:1] == b'"'
@@ -73,17 +91,34 @@ def unpack(packed: str | bytes) -> bytes:
     try:
         frame = base64.b64decode(body[len(PREFIX):], validate=True)
         size = zstandard.frame_content_size(frame)
-        if not 0 <= size <= min(_MAX_SIZE, _MAX_RATIO * len(frame)):
-            raise PackedError("a packed value's frame does not declare a plausible size")
-        # One frame and nothing after it: decompress() would ignore a second frame,
-        # which a reader following the format (`zstd -d`) would append to the value.
-        reader = zstandard.ZstdDecompressor().decompressobj()
-        text = reader.decompress(frame)
     except (binascii.Error, zstandard.ZstdError) as e:
         raise PackedError(f"a packed value does not unpack: {e}") from e
-    if not reader.eof or reader.unused_data or len(text) != size:
+    if not 0 <= size <= min(_MAX_SIZE, _MAX_RATIO * len(frame)):
+        raise PackedError("a packed value's frame does not declare a plausible size")
+    return _decompressed(frame, size)
+
+
+def _decompressed(frame: bytes, size: int) -> Iterator[bytes]:
+    import zstandard
+
+    reader = zstandard.ZstdDecompressor().decompressobj()
+    written = 0
+    try:
+        for at in range(0, len(frame), _FEED):
+            # One frame and nothing after it: a second frame, which a reader following
+            # the format (`zstd -d`) would append to the value, is unused data here.
+            if reader.eof:
+                raise PackedError("a packed value is not one whole frame of its declared size")
+            text = reader.decompress(frame[at:at + _FEED])
+            written += len(text)
+            if written > size:
+                raise PackedError("a packed value is not one whole frame of its declared size")
+            if text:
+                yield text
+    except zstandard.ZstdError as e:
+        raise PackedError(f"a packed value does not unpack: {e}") from e
+    if not reader.eof or reader.unused_data or written != size:
         raise PackedError("a packed value is not one whole frame of its declared size")
-    return text
 
 
 def sql_unpack(value: str | bytes | int | float | None) -> str | bytes | int | float | None:

@@ -17,8 +17,8 @@ version is a ledger query (``evalledger.ledger._queries.latest_snapshot``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from evalledger._gc import collector_paused
 
@@ -52,17 +52,48 @@ def restore_fold(cls: type[F], run_id: str, value: str | bytes) -> F | None:
         return None
 
 
-def snapshot_kinds(summary: SummaryFold, resume: ResumeFold
-                   ) -> dict[str, tuple[int, Callable[[], dict[str, Any]]]]:
-    """Kind -> (the version of the code that makes it, how it is made from the folds)."""
+class SnapshotKind(NamedTuple):
+    """One kind of snapshot as the code of this version makes it."""
+
+    version: int
+    make: Callable[[], dict[str, Any]]
+    """Its value."""
+    written: Callable[[], Iterable[bytes]]
+    """The canonical JSON of ``make()`` (keys sorted, no spaces), in pieces: for the
+    large kinds a task key at a time, so a check never holds it whole."""
+    fold: Fold
+    """The fold it is made from."""
+
+
+def snapshot_kinds(summary: SummaryFold, resume: ResumeFold) -> dict[str, SnapshotKind]:
+    """Kind -> how the code of this version makes it from the folds."""
     version = type(summary).VERSION
+
+    def whole(make: Callable[[], dict[str, Any]]) -> Callable[[], Iterable[bytes]]:
+        return lambda: (canonical(make()),)
+
+    def summary_value() -> dict[str, Any]:
+        return summary.summary().model_dump(mode="json", exclude={"anchor"})
+
+    def headline() -> dict[str, Any]:
+        return summary.headline().model_dump(mode="json")
+
     return {
-        "summary_fold": (version, summary.state),
-        "resume_fold": (type(resume).VERSION, resume.state),
-        "summary": (version, lambda: summary.summary().model_dump(mode="json",
-                                                                   exclude={"anchor"})),
-        "headline": (version, lambda: summary.headline().model_dump(mode="json")),
+        "summary_fold": SnapshotKind(version, summary.state, summary.state_json, summary),
+        "resume_fold": SnapshotKind(type(resume).VERSION, resume.state, whole(resume.state),
+                                    resume),
+        "summary": SnapshotKind(version, summary_value,
+                                lambda: summary.summary_json(exclude=frozenset({"anchor"})),
+                                summary),
+        "headline": SnapshotKind(version, headline, whole(headline), summary),
     }
+
+
+def canonical(value: Any) -> bytes:
+    """``value``'s canonical JSON: keys sorted at every level, no spaces (msgspec's)."""
+    import msgspec
+
+    return msgspec.json.encode(value, order="sorted")
 
 
 def snapshot_events(run_id: str, through_seq: int, summary: SummaryFold,
@@ -71,9 +102,9 @@ def snapshot_events(run_id: str, through_seq: int, summary: SummaryFold,
     from evalledger.ledger import RunSnapshot
     from evalledger.ledger._packed import pack
 
-    return [RunSnapshot(run_id=run_id, kind=kind, fold_version=version,
-                        through_seq=through_seq, value=pack(make()))
-            for kind, (version, make) in snapshot_kinds(summary, resume).items()]
+    return [RunSnapshot(run_id=run_id, kind=kind, fold_version=made.version,
+                        through_seq=through_seq, value=pack(made.make()))
+            for kind, made in snapshot_kinds(summary, resume).items()]
 
 
 def as_json(value: Any) -> Any:

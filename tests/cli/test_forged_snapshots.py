@@ -222,9 +222,9 @@ def test_a_packed_value_that_does_not_unpack_is_replayed_past_and_named(
     before = [call(entry_point, db_path, *args) for args in (("show", "run-1"), ("runs",))]
     with Ledger(db_path) as ledger:
         through = ledger.last_lifecycle_seq("run-1")
-        bad = ledger.append([RunSnapshot(run_id="run-1", kind=kind, fold_version=version,
+        bad = ledger.append([RunSnapshot(run_id="run-1", kind=kind, fold_version=made.version,
                                          through_seq=through, value=value)
-                             for kind, (version, _) in snapshot_kinds(
+                             for kind, made in snapshot_kinds(
                                  SummaryFold("run-1"), ResumeFold("run-1")).items()
                              if kind != "headline"])
 
@@ -304,7 +304,7 @@ def test_a_packed_value_nested_a_million_deep_is_passed_over(
     value = "zstd:" + base64.b64encode(deep).decode()
     with Ledger(db_path) as ledger:
         through = ledger.last_lifecycle_seq("run-1")
-        version = snapshot_kinds(SummaryFold("run-1"), ResumeFold("run-1"))[kind][0]
+        version = snapshot_kinds(SummaryFold("run-1"), ResumeFold("run-1"))[kind].version
         ledger.append([RunSnapshot(run_id="run-1", kind=kind, fold_version=version,
                                    through_seq=through, value=value)])
 

@@ -9,13 +9,14 @@ import json
 import struct
 from pathlib import Path
 
+import msgspec
 import pytest
 import zstandard
 from hypothesis import given
 from hypothesis import strategies as st
 
 from evalledger.ledger import Ledger
-from evalledger.ledger._packed import PACK_FROM, PackedError, is_packed, pack, unpack
+from evalledger.ledger._packed import PACK_FROM, PackedError, is_packed, pack, unpack, unpacked
 
 _json = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=40),
@@ -95,3 +96,20 @@ def test_a_frame_that_claims_far_more_than_values_compress_to_is_refused_unread(
     assert len(frame) * 1024 < 4 << 20
     with pytest.raises(PackedError, match="plausible size"):
         unpack("zstd:" + base64.b64encode(frame).decode())
+
+
+def test_a_large_value_is_read_back_in_small_pieces_and_a_second_frame_is_refused() -> None:
+    """``unpacked`` gives the value a piece at a time (verify holds no 44 MB summary);
+    a frame followed by another, which `zstd -d` would append, is no value of ours."""
+    value = {"rows": [f"row {i} " * 8 for i in range(200_000)]}
+    packed = pack(value)
+    assert isinstance(packed, str)
+    pieces = list(unpacked(packed))
+    assert len(pieces) > 10 and max(map(len, pieces)) <= 1 << 20
+    assert b"".join(pieces) == msgspec.json.encode(value, order="sorted")
+
+    frame = base64.b64decode(packed.removeprefix("zstd:"))
+    twice = "zstd:" + base64.b64encode(frame + zstandard.ZstdCompressor().compress(b"{}")
+                                       ).decode()
+    with pytest.raises(PackedError):
+        b"".join(unpacked(twice))

@@ -38,7 +38,7 @@ from evalledger.projections import (
 )
 from evalledger.projections._fold import Fold
 from evalledger.projections._snapshots import restore_fold
-from evalledger.statuses import FinalStatus, RunStatus
+from evalledger.statuses import Category, FinalStatus, RunStatus
 
 from .builders import RUN, completed, interrupted, key, started, usage
 
@@ -309,3 +309,43 @@ def test_snapshots_the_code_before_the_structs_wrote_restore_in_a_real_ledger(
     assert render_json(load_summary(ledger, RUN)) == render_json(truth_summary.summary())
     assert load_headline(ledger, RUN) == truth_summary.headline().model_dump(mode="json")
     assert load_fold(ledger, ResumeFold, RUN).partition() == truth_resume.partition()
+
+
+def test_one_keys_grades_flags_and_isolation_are_its_own() -> None:
+    """Keys share one empty table until one is written to (a fold's memory): each write
+    goes to that key's own table, never another key's, nor the shared empty one."""
+    from evalledger.ledger import TaskFlagged, TaskGraded
+    from evalledger.projections import _summary
+
+    events: list[AnyEvent] = [started(key(0)), started(key(1)), completed(key(0)),
+                              completed(key(1))]
+    events += [
+        TaskIsolation(run_id=RUN, task_key=key(0), attempt=1, backend="bwrap", ts=TS % 3),
+        TaskFlagged(run_id=RUN, task_key=key(0), attempt=1, rule="git-history", why="w"),
+        TaskGraded(run_id=RUN, task_key=key(0), attempt=1, grades="strict",
+                   final_status=FinalStatus.FAILURE, category=Category.FAILED,
+                   criteria_from="recorded", criteria_hash="h", workspace_hash="w"),
+    ]
+    summary = fold(SummaryFold(RUN), events)
+    first, second = summary.keys[key(0)], summary.keys[key(1)]
+    assert first.flags == {"1": ["git-history"]} and set(first.grades) == {"strict"}
+    assert first.isolations == {"1": "bwrap"}
+    assert second.flags == second.grades == second.isolations == second.grading == {}
+    assert _summary._NONE_YET == {}
+    rows = {r.task_key: r for r in summary.summary().tasks}
+    assert rows[key(0)].flags == ["git-history"] and rows[key(1)].flags == []
+
+
+def test_equal_environments_are_one_dict_and_unequal_ones_are_not() -> None:
+    """Completions recording the same environment share one dict; another value (1.0
+    is not 1 as JSON) keeps its own."""
+    events: list[AnyEvent] = [started(key(i)) for i in range(4)]
+    events += [completed(key(0), environment_info={"exit_code": 0}),
+               completed(key(1), environment_info={"exit_code": 0}),
+               completed(key(2), environment_info={"exit_code": 1}),
+               completed(key(3), environment_info={"exit_code": 0.0})]
+    done = {k: v.completed for k, v in fold(SummaryFold(RUN), events).keys.items()}
+    envs = [done[key(i)].environment_info for i in range(4)]  # type: ignore[union-attr]
+    assert envs[0] is envs[1]
+    assert envs[2] is not envs[0] and envs[2]["exit_code"] == 1
+    assert envs[3] is not envs[0] and isinstance(envs[3]["exit_code"], float)

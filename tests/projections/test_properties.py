@@ -411,3 +411,21 @@ def test_a_grade_sets_summary_is_the_model_live_replayed_and_through_a_snapshot(
         assert {r.task_key: r.final_status for r in summaries[0].tasks
                 if r.task_key in expected} == expected
         assert summaries[0].grades == (grades or default)
+
+
+@given(graded_scenarios())
+def test_a_summary_and_a_fold_state_written_in_pieces_are_them_written_whole(
+    drawn: tuple[Scenario, list[AnyEvent]],
+) -> None:
+    """What verify compares a stored snapshot with, a key at a time, is byte for byte
+    the canonical JSON of the value a snapshot stores (as every grade set judges it)."""
+    from evalledger.projections._snapshots import canonical
+
+    scenario, _ = drawn
+    for run in scenario.runs:
+        summary = fold(SummaryFold(run.run_id), scenario.events)
+        assert b"".join(summary.state_json()) == canonical(summary.state())
+        for grades in (None, *summary.grade_sets):
+            whole = summary.summary(grades).model_dump(mode="json", exclude={"anchor"})
+            pieces = summary.summary_json(grades, exclude=frozenset({"anchor"}))
+            assert b"".join(pieces) == canonical(whole)
