@@ -75,9 +75,9 @@ class SnapshotCheck:
         self.ignored += len(heads) - len(known)
         # One fold at a time, each over its own read of the run: a 100,000-task run's
         # two folds together are 150 MB, and verify's peak is the larger one alone.
-        for fold in (SummaryFold(run_id), ResumeFold(run_id)):
-            kinds = snapshot_kinds(fold, ResumeFold(run_id)) if isinstance(
-                fold, SummaryFold) else snapshot_kinds(SummaryFold(run_id), fold)
+        for folding in (SummaryFold, ResumeFold):
+            kinds = snapshot_kinds(SummaryFold(run_id), ResumeFold(run_id))
+            fold = kinds["summary_fold" if folding is SummaryFold else "resume_fold"].fold
             mine = [h for h in known if kinds[h.kind].fold is fold]
             if not mine:
                 continue
@@ -94,6 +94,7 @@ class SnapshotCheck:
                 close = getattr(replay, "close", None)
                 if close is not None:
                     close()
+            del kinds, fold  # before the next fold is made
 
     def _compare(self, replay: _Replay, heads: list[SnapshotHead],
                  kinds: dict[str, SnapshotKind], run_id: str, ledger: Ledger,
