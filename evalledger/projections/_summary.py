@@ -21,9 +21,11 @@ Counting rules:
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 import statistics
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from sys import intern
@@ -650,16 +652,20 @@ class SummaryFold(Fold):
                        ) -> tuple[RunSummary, Iterator[TaskRow]]:
         """The summary without its rows, and its rows (made as they are read)."""
         head = self.headline(grades, count_infra=count_infra)
-        judged = {key.task_key: key for key in self._judged(head.grades)}
-        # Every planned key has a row: one that never started has no attempts.
-        order = sorted(judged.keys() | self.planned.keys())
-        statuses = [k.completed.final_status for k in judged.values()
-                    if k.completed is not None]
+        # The run's own verdicts are its keys as they stand: no table of them made again.
+        judged = self.keys if head.grades == ORIGINAL else {
+            key.task_key: key for key in self._judged(head.grades)}
+        # Every planned key has a row: one that never started has no attempts. (Sorted
+        # apart and merged: no set of a 100,000-task run's keys.)
+        order = list(heapq.merge(sorted(self.planned),
+                                 sorted(k for k in judged if k not in self.planned)))
+        statuses = Counter(k.completed.final_status for k in judged.values()
+                           if k.completed is not None)
         consensus, drift = self._versions()
         summary = RunSummary(
             **dict(head),
-            tasks_token_budget_exceeded=statuses.count(FinalStatus.TOKEN_BUDGET_EXCEEDED),
-            tasks_cost_budget_exceeded=statuses.count(FinalStatus.COST_BUDGET_EXCEEDED),
+            tasks_token_budget_exceeded=statuses[FinalStatus.TOKEN_BUDGET_EXCEEDED],
+            tasks_cost_budget_exceeded=statuses[FinalStatus.COST_BUDGET_EXCEEDED],
             skipped_tasks=[SkippedFile(path=s.path, reason=s.reason, deliberate=s.deliberate)
                            for s in self.skipped],
             tasks_cost_incomplete=sum(1 for k in self.keys.values() if not k.cost_complete),
