@@ -33,7 +33,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from evalledger._text import visible
+from evalledger._text import money, visible
 from evalledger.agents import lines_of, parser_for
 from evalledger.ledger import AnyEvent, EventRow, EventType, TaskCompleted, TaskEmitted
 from evalledger.projections import SummaryFold, error_digest
@@ -67,19 +67,18 @@ class _Idle(ProgressColumn):
                     if said else "")
 
 
-def task_line(result: TaskCompleted, *, whole: bool = True, note: str = "") -> str:
-    """One line per finished task, whatever its error message holds: control characters
-    and line breaks a command printed are spelled out, never sent to the terminal. The
-    error is whole (a pipe: nothing is cut), or its digest (a terminal: its first line
-    and the last that says what went wrong). ``note``: how the status meets the task's
-    ``expect`` (``as expected``)."""
-    cost = "" if result.cost_usd is None else f"  ${result.cost_usd:.4f}"
-    if not result.cost_complete:
-        cost = "  cost unknown"
+def task_line(result: TaskCompleted, *, note: str = "") -> str:
+    """One line per finished task: its status, key, time, cost as ``show`` says it (a
+    floor marked ``≥``), and its error's digest (its first line and the last that says
+    what went wrong: the whole message is in ``show --json`` and the reports), with
+    control characters a command printed spelled out, never sent to the terminal.
+    ``note``: how the status meets the task's ``expect`` (``as expected``)."""
+    cost = ""
+    if result.cost_usd is not None or not result.cost_complete:
+        cost = f"  {money(result.cost_usd, result.cost_complete)}"
+        cost = "  cost unknown" if cost == "  unknown" else cost
     note = f"  {note}" if note else ""
-    error = result.error_message
-    if error and not whole:
-        error = error_digest(error, failure_class=result.failure_class)
+    error = error_digest(result.error_message, failure_class=result.failure_class)
     detail = f"  {visible(error)}" if error else ""
     return (
         f"{result.final_status.value:<21} {visible(result.task_key)}  "
@@ -164,7 +163,7 @@ class Display:
             self._refresh()
 
     def on_complete(self, result: TaskCompleted, *, note: str = "") -> None:
-        self.echo(task_line(result, whole=self.progress is None, note=note))
+        self.echo(task_line(result, note=note))
 
     def on_task_start(self, task: ResolvedTask) -> None:
         """A task is about to start: note its stream format."""

@@ -96,7 +96,7 @@ def show(settings: Settings, run: str, as_json: bool, full_errors: bool, limit: 
     if per_success := success_cost_line(s):
         click.echo(f"per success: {per_success}")
     if len(s.variants) > 1 or any(len(v.pass_at_k) > 1 for v in s.variants):
-        table(*variant_table(s))
+        table(*variant_table(s), stacked_when_narrow=True)
         for v in s.variants:
             if v.flaky_tasks:
                 click.echo(f"flaky in {visible(v.variant_id)} (replicates disagree): "
@@ -106,7 +106,7 @@ def show(settings: Settings, run: str, as_json: bool, full_errors: bool, limit: 
                            f"task(s) with fewer than {at} graded replicates: "
                            f"{visible(', '.join(left))}")
     if len(s.usage_by_model) > 1:
-        table(*model_table(s))
+        table(*model_table(s), stacked_when_narrow=True)
     # A terminal gets each error's digest (the line that says what went wrong); a pipe,
     # where nothing is cut, the whole message.
     shorten = error_digest if sys.stdout.isatty() else str

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from evalledger._text import visible
 
 if TYPE_CHECKING:
+    from rich.console import Console
     from rich.table import Table
 
 
@@ -40,11 +41,39 @@ def rich_table(columns: Sequence[str], rows: Iterable[Sequence[object]]) -> Tabl
     return table
 
 
-def table(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    """A rich table in a terminal; tab-separated lines in a pipe (nothing cut)."""
+def table(columns: Sequence[str], rows: Sequence[Sequence[object]], *,
+          stacked_when_narrow: bool = False) -> None:
+    """A rich table in a terminal; tab-separated lines in a pipe (nothing cut).
+
+    ``stacked_when_narrow``: a table of a few wide rows (the variants of ``show``: 18
+    columns) that does not fit the terminal is turned, its rows side by side as
+    columns, or where even that is too wide, shown a row at a time, a line per column:
+    never squeezed until its cells read ``go…`` and ``$0…``."""
     if not sys.stdout.isatty():
         sys.stdout.write(tsv(columns) + "".join(map(tsv, rows)))
         return
     from rich.console import Console
 
-    Console(soft_wrap=True).print(rich_table(columns, rows))
+    console = Console(soft_wrap=True)
+    whole = rich_table(columns, rows)
+    if not stacked_when_narrow or _fits(console, whole):
+        console.print(whole)
+        return
+    # A column per row (a few variants side by side), else a block per row.
+    turned = rich_table([columns[0], *(cell(row[0]) for row in rows)],
+                        [[name, *(row[i] for row in rows)]
+                         for i, name in enumerate(columns) if i])
+    if _fits(console, turned):
+        console.print(turned)
+        return
+    for row in rows:
+        console.print(rich_table([columns[0], cell(row[0])],
+                                 [[name, value] for name, value in zip(columns[1:], row[1:],
+                                                                      strict=True)]))
+
+
+def _fits(console: Console, table: Table) -> bool:
+    # Measured as if the terminal had no edge: rich measures a table at most as wide as
+    # the console, squeezing it first.
+    unbounded = console.options.update_width(1 << 20)
+    return console.measure(table, options=unbounded).maximum <= console.width

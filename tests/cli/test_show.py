@@ -63,13 +63,16 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Made:
     return Made(cwd, db, run)
 
 
-def test_run_through_a_pipe_prints_the_whole_error(made: Made) -> None:
+def test_run_through_a_pipe_prints_the_errors_digest(made: Made) -> None:
+    """A task's line says what failed in one line, as a terminal does (#49): the whole
+    message is in the ledger, `show --json` and the reports."""
     with Ledger(made.db, read_only=True) as ledger:
         _, [(message,)] = ledger.query(
             "SELECT error_message FROM task_results WHERE task_key = ?", [FAILING])
     assert len(message) > 200 and message.rstrip().endswith(LAST_LINE)  # cut, it was lost
     [line] = [line for line in made.run.stdout.splitlines() if FAILING in line]
-    assert line.rstrip().endswith(LAST_LINE), line
+    assert line.rstrip().endswith(f"run_command \u2717 {LAST_LINE}"), line
+    assert "\\n" not in line and "Traceback" not in line, line
 
 
 def test_show_through_a_pipe_prints_the_whole_error(made: Made) -> None:
@@ -214,3 +217,58 @@ def test_pass_at_k_says_which_tasks_it_left_out(tmp_path: Path) -> None:
     shown = evalledger(tmp_path, db, "show", "r")
     assert ("pass@3 of default leaves out 1 task(s) with fewer than 3 graded replicates: t1"
             in shown.stdout), shown.stdout
+
+
+def test_a_wide_variants_table_is_stacked_on_a_narrow_terminal(tmp_path: Path) -> None:
+    """#49: on a 100-column terminal the 18 columns of the variants table (pass@k,
+    pass^k) were squeezed to cells reading ``go…`` and ``$0…``; there it is turned, a
+    column per variant and a line per figure, every value whole, and it is one row per
+    variant where it fits."""
+    db = _variants_run(tmp_path, ["gold-standard-prompt", "terse"])
+    code, narrow = in_terminal(tmp_path, "--ledger", str(db), "show", "r", "--limit", "1",
+                               columns=100)
+    assert code == 0, narrow
+    table = narrow[:narrow.index(next(ln for ln in narrow if "status" in ln))]
+    assert "\u2026" not in "\n".join(table), table
+    [head] = [line for line in table if line.startswith("variant ")]
+    assert "gold-standard-prompt" in head and "terse" in head, table
+    [rate] = [line for line in table if line.startswith("pass@3 [95%]")]
+    assert rate.count("100.0% [100.0%, 100.0%]") == 2, rate  # both variants, whole
+    code, wide = in_terminal(tmp_path, "--ledger", str(db), "show", "r", "--limit", "1",
+                             columns=400)
+    assert code == 0 and sum("pass^3" in line for line in wide) == 1, wide  # one header
+
+
+def test_variants_too_many_to_turn_are_shown_one_after_another(tmp_path: Path) -> None:
+    """Eight variants do not fit 100 columns even as columns: each is a block of its
+    own, a line per figure."""
+    names = [f"variant-number-{i}" for i in range(8)]
+    code, lines = in_terminal(tmp_path, "--ledger", str(_variants_run(tmp_path, names)),
+                              "show", "r", "--limit", "1", columns=100)
+    assert code == 0, lines
+    table = lines[:lines.index(next(ln for ln in lines if "status" in ln))]
+    assert "\u2026" not in "\n".join(table), table
+    heads = [line for line in table if line.startswith("variant ")]
+    assert [h.split()[-1] for h in heads] == names, table
+    assert sum(line.startswith("pass@3 [95%]") for line in table) == 8
+
+
+def _variants_run(tmp_path: Path, variants: list[str]) -> Path:
+    """A finished run ``r`` of two tasks of three replicates in each variant, one
+    replicate of three failing."""
+    from evalledger.ledger import RunFinished
+    from evalledger.statuses import FinalStatus, RunStatus
+
+    from ..projections.builders import completed, started
+
+    keys = [f"{variant}/t{t}/{i:02d}" for variant in variants for t in range(2)
+            for i in range(3)]
+    db = tmp_path / "l.db"
+    with Ledger(db) as ledger:
+        events: list = [RunStarted(run_id="r", planned=keys)]
+        for n, k in enumerate(keys):
+            status = FinalStatus.SUCCESS if n % 3 else FinalStatus.FAILURE
+            events += [started(k, run_id="r", variant_id=k.split("/")[0]),
+                       completed(k, status, run_id="r")]
+        ledger.append([*events, RunFinished(run_id="r", status=RunStatus.COMPLETED)])
+    return db
