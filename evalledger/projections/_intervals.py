@@ -17,7 +17,7 @@ formulas are the textbook ones and the tests check each against SciPy and statsm
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
@@ -58,22 +58,28 @@ def wilson(successes: int, trials: int, confidence: float = CONFIDENCE) -> Inter
     return Interval(low=max(0.0, round(center - half, 6)), high=min(1.0, round(center + half, 6)))
 
 
-def clustered_stderr(values: Sequence[float], clusters: Sequence[Hashable]) -> float | None:
+def clustered_stderr(values: Sequence[float], clusters: Sequence[Hashable] | None
+                     ) -> float | None:
     """The standard error of ``mean(values)`` robust to correlation inside a cluster (the
     replicates of one task): ``sqrt(G / (G - 1) * sum_g (sum_i in g (x_i - mean))^2) / n``
     over G clusters; None with fewer than two clusters. One value per cluster: the plain
-    ``stdev / sqrt(n)``."""
-    if len(values) != len(clusters):
+    ``stdev / sqrt(n)``. ``clusters`` None: the caller knows each value is a cluster of
+    its own (no table of a 100,000 of them is made; the same float, bit for bit)."""
+    if clusters is not None and len(values) != len(clusters):
         raise ValueError("one cluster per value")
     n = len(values)
-    sums: dict[Hashable, float] = {}
     mean = math.fsum(values) / n if n else 0.0
-    for value, cluster in zip(values, clusters, strict=True):
-        sums[cluster] = sums.get(cluster, 0.0) + (value - mean)
-    groups = len(sums)
+    if clusters is None:
+        deviations: Iterable[float] = (value - mean for value in values)
+        groups = n
+    else:
+        sums: dict[Hashable, float] = {}
+        for value, cluster in zip(values, clusters, strict=True):
+            sums[cluster] = sums.get(cluster, 0.0) + (value - mean)
+        deviations, groups = sums.values(), len(sums)
     if groups < 2:
         return None
-    return math.sqrt(groups / (groups - 1) * math.fsum(s * s for s in sums.values())) / n
+    return math.sqrt(groups / (groups - 1) * math.fsum(s * s for s in deviations)) / n
 
 
 def normal_interval(mean: float, stderr: float, confidence: float = CONFIDENCE, *,
