@@ -73,11 +73,12 @@ class SnapshotCheck:
         known = [h for h in heads
                  if h.kind in kinds and kinds[h.kind].version == h.fold_version]
         self.ignored += len(heads) - len(known)
-        # One fold at a time, each over its own read of the run: a 100,000-task run's
-        # two folds together are 150 MB, and verify's peak is the larger one alone.
-        for folding in (SummaryFold, ResumeFold):
+        # One fold at a time, each over its own read of the run (a 100,000-task run's
+        # summary fold is 80 MB, its resume fold 20): of fresh folds, the one whose
+        # state the kind is, then the snapshots made from it.
+        for state in ("summary_fold", "resume_fold"):
             kinds = snapshot_kinds(SummaryFold(run_id), ResumeFold(run_id))
-            fold = kinds["summary_fold" if folding is SummaryFold else "resume_fold"].fold
+            fold = kinds[state].fold
             mine = [h for h in known if kinds[h.kind].fold is fold]
             if not mine:
                 continue
