@@ -118,6 +118,10 @@ def sessions(root: Path, count: int) -> None:
     folder = root / "sessions"
     shutil.rmtree(folder, ignore_errors=True)
     (folder / "tasks").mkdir(parents=True)
+    # Bound read-only into each task's sandbox (bwrap or docker, where `auto` finds one):
+    # a folder of their own, apart from the ledger and --out, which no bind may hold.
+    said = folder / "transcripts"
+    said.mkdir()
     raw = lines = 0
     for i in range(count):
         # Each its own session: ids and counts differ as they do between real sessions.
@@ -128,11 +132,11 @@ def sessions(root: Path, count: int) -> None:
                 .replace("12000", str(12000 + 37 * i)).replace('"output_tokens": 120',
                                                                f'"output_tokens": {120 + i}'))
         transcript = "".join(json.dumps(line) + "\n" for line in json.loads(text))
-        (folder / f"s{i:04d}.jsonl").write_text(transcript)
+        (said / f"s{i:04d}.jsonl").write_text(transcript)
         raw, lines = raw + len(transcript.encode()), lines + transcript.count("\n")
         (folder / "tasks" / f"s{i:04d}.yaml").write_text(json.dumps({
-            "command": f"cat {folder / f's{i:04d}.jsonl'}", "stream_format": "claude-code",
-            "success_criteria": [{"type": "exit_code"}]}))
+            "command": f"cat $SAID/s{i:04d}.jsonl", "stream_format": "claude-code",
+            "binds": {"SAID": str(said)}, "success_criteria": [{"type": "exit_code"}]}))
     ledger = folder / "ledger.db"
     done = subprocess.run([sys.executable, "-m", "evalledger.cli", "--ledger", str(ledger),
                            "run", str(folder / "tasks"), "-j", "2", "--out",
