@@ -70,49 +70,56 @@ class SnapshotCheck:
             return
         self.runs += 1
         kinds = snapshot_kinds(SummaryFold(run_id), ResumeFold(run_id))
-        known = [h for h in heads
-                 if h.kind in kinds and kinds[h.kind].version == h.fold_version]
+        known = {id(h) for h in heads
+                 if h.kind in kinds and kinds[h.kind].version == h.fold_version}
         self.ignored += len(heads) - len(known)
         # One fold at a time, each over its own read of the run (a 100,000-task run's
         # summary fold is 80 MB, its resume fold 20): of fresh folds, the one whose
-        # state the kind is, then the snapshots made from it.
+        # state the kind is, then the snapshots made from it. What each finds is said
+        # in the order of the run's snapshots, as one replay of both would say it.
+        found: list[tuple[int, str]] = []  # (the snapshot's place among heads, what)
+        unread: str | None = None
         for state in ("summary_fold", "resume_fold"):
             kinds = snapshot_kinds(SummaryFold(run_id), ResumeFold(run_id))
             fold = kinds[state].fold
-            mine = [h for h in known if kinds[h.kind].fold is fold]
+            mine = [(at, h) for at, h in enumerate(heads)
+                    if id(h) in known and kinds[h.kind].fold is fold]
             if not mine:
                 continue
             read = ledger.events if self.deep else ledger.lite_events
             replay = read(run_id, types=type(fold).TYPES)
             try:
-                self._compare(_Replay(replay, fold), mine, kinds, run_id, ledger, last)
+                self._compare(_Replay(replay, fold), mine, kinds, run_id, ledger, last,
+                              found)
             except LedgerError as e:  # an event that does not decode (verify lists it)
-                why = str(e).removeprefix(f"{ledger.path}: ").removesuffix(
+                unread = unread or str(e).removeprefix(f"{ledger.path}: ").removesuffix(
                     "; run `evalledger verify`")
-                self.problems.append(f"run {run_id}: its snapshots were not checked: {why}")
-                return
             finally:
                 close = getattr(replay, "close", None)
                 if close is not None:
                     close()
             del kinds, fold  # before the next fold is made
+        self.problems += [line for _, line in sorted(found, key=lambda f: f[0])]
+        if unread is not None:
+            self.problems.append(f"run {run_id}: its snapshots were not checked: {unread}")
 
-    def _compare(self, replay: _Replay, heads: list[SnapshotHead],
-                 kinds: dict[str, SnapshotKind], run_id: str, ledger: Ledger,
-                 last: int) -> None:
-        """Each snapshot of ``heads`` (in ``through_seq`` order) against its fold as it
-        stands at its ``through_seq``."""
-        for head in heads:
+    def _compare(self, replay: _Replay, heads: list[tuple[int, SnapshotHead]],
+                 kinds: dict[str, SnapshotKind], run_id: str, ledger: Ledger, last: int,
+                 found: list[tuple[int, str]]) -> None:
+        """Each snapshot of ``heads`` (in ``through_seq`` order, each with its place
+        among the run's) against its fold as it stands at its ``through_seq``; what
+        differs into ``found``."""
+        for at, head in heads:
             where = (f"run {run_id}: the {head.kind} snapshot at seq {head.seq} "
                      f"(through seq {head.through_seq})")
             if head.through_seq >= head.seq:  # past the ledger's end too: seq <= last
                 beyond = f": the ledger ends at seq {last}" if head.through_seq > last else ""
-                self.problems.append(f"{where} claims events that come after it{beyond}")
+                found.append((at, f"{where} claims events that come after it{beyond}"))
                 self.checked += 1
                 continue
             replay.fold_through(head.through_seq)
             if not self._same(ledger, head, kinds[head.kind], run_id):
-                self.problems.append(f"{where} differs from a full replay of the run")
+                found.append((at, f"{where} differs from a full replay of the run"))
             self.checked += 1
 
     def _same(self, ledger: Ledger, head: SnapshotHead, made: SnapshotKind,

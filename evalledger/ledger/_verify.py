@@ -235,11 +235,6 @@ def _verify(ledger: Ledger, anchors: list[Anchor], checks: list[Check],
     report = VerifyReport(path=str(ledger.path), schema_version=ledger.schema_version,
                           since=since)
     meta, first_migration = _check_schema(ledger, report)
-    # The file's own check runs beside what follows (SQLite's, in a thread of its own).
-    storage = _StorageCheck(ledger) if since is None else None
-    # Derived data before the rows: a check's memory (a large run's folds) is given
-    # back before the walk holds its own, so verify's peak is the larger of the two.
-    derived = [line for check in checks for line in check(ledger)]
     last = ledger.last_seq()
     wanted = sorted({a.seq: a for a in anchors}.items())
     report.anchors_checked = len(wanted)
@@ -250,15 +245,18 @@ def _verify(ledger: Ledger, anchors: list[Anchor], checks: list[Check],
         _check_anchor(since, ledger.ledger_id, _stored_hash(ledger, since.seq), last, report)
         if len(report.anchors) > problems:  # the prefix it vouched for is not there
             return report
+        derived = _derived(ledger, checks)
         walk = _check_rows(ledger, report, (since.seq, since.hash))
         # Cheap, and meta is not in the anchored prefix: a back-dated created_at is
         # found after each run too.
         _check_created_at(meta.get("created_at"), first_migration, _first_native(ledger),
                           report)
     else:
+        # The file's own check runs beside what follows (SQLite's, in a thread of its own).
+        storage = _StorageCheck(ledger)
+        derived = _derived(ledger, checks)
         walk = _check_rows(ledger, report)
-        if storage is not None:
-            storage.report_to(report)
+        storage.report_to(report)
         _check_created_at(meta.get("created_at"), first_migration,
                           walk.identity.first_native, report)
     report.schema += walk.identity.changed()
@@ -270,6 +268,13 @@ def _verify(ledger: Ledger, anchors: list[Anchor], checks: list[Check],
     for seq, anchor in wanted:
         _check_anchor(anchor, ledger.ledger_id, _stored_hash(ledger, seq), last, report)
     return report
+
+
+def _derived(ledger: Ledger, checks: list[Check]) -> list[str]:
+    """What each check of derived data finds. Made before the walk over the rows: a
+    check's memory (a large run's folds) is given back before the walk holds its own,
+    so verify's peak is the larger of the two, not their sum."""
+    return [line for check in checks for line in check(ledger)]
 
 
 def _check_seals(ledger: Ledger, after: int, rows: bool, report: VerifyReport) -> None:

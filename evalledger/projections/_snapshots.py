@@ -17,7 +17,7 @@ version is a ledger query (``evalledger.ledger._queries.latest_snapshot``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from evalledger._gc import collector_paused
@@ -70,7 +70,10 @@ def snapshot_kinds(summary: SummaryFold, resume: ResumeFold) -> dict[str, Snapsh
     version = type(summary).VERSION
 
     def whole(make: Callable[[], dict[str, Any]]) -> Callable[[], Iterable[bytes]]:
-        return lambda: (canonical(make()),)
+        def written() -> Iterator[bytes]:
+            yield canonical(make())  # when read, as the pieces of the large kinds are
+
+        return written
 
     def summary_value() -> dict[str, Any]:
         return summary.summary().model_dump(mode="json", exclude={"anchor"})

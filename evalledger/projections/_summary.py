@@ -292,6 +292,8 @@ class _Shared:
             key = _encode(value)
         except (TypeError, msgspec.EncodeError):
             return value
+        if b"null" in key:  # None, or a NaN or infinity msgspec also writes as null
+            return value
         found = self._seen.get(key)
         if found is None:
             if len(self._seen) >= self.LIMIT:

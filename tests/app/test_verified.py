@@ -113,3 +113,32 @@ def test_many_rows_written_beside_a_run_are_left_to_verify(
     assert f" events after seq {before} checked through seq " in out.err_lines[-1], out.stderr
     with Ledger(db, read_only=True) as ledger:
         assert verified_through(ledger) == recorded
+
+
+def test_snapshots_are_said_in_their_order_and_not_checked_past_a_missing_prefix(
+    tmp_path: Path,
+) -> None:
+    """Two forged snapshots of a run, one of each fold: each fold is replayed apart,
+    and what differs is said in the order the snapshots were stored. From an anchor the
+    ledger no longer holds, nothing is checked (nor counted) at all."""
+    from evalledger.ledger import RunSnapshot
+    from evalledger.projections import ResumeFold, SummaryFold
+
+    db = tmp_path / "evalledger.db"
+    ran = evalledger(tmp_path, db, "run", str(_suite(tmp_path, ["true"])), "--run-id", "r")
+    assert ran.returncode == 0, ran.stderr
+    with Ledger(db) as ledger:
+        through = ledger.last_seq()
+        ledger.append([RunSnapshot(run_id="r", kind="resume_fold", through_seq=through,
+                                   fold_version=ResumeFold.VERSION, value={"bogus": 1})])
+        ledger.append([RunSnapshot(run_id="r", kind="summary", through_seq=through,
+                                   fold_version=SummaryFold.VERSION, value={"bogus": 2})])
+        anchor = ledger.anchor()
+    with Ledger(db, read_only=True) as ledger:
+        report, snapshots = check_ledger(ledger)
+        assert [line.split(" snapshot at")[0] for line in report.derived] == [
+            "snapshot: run r: the resume_fold", "snapshot: run r: the summary"]
+        elsewhere = anchor.model_copy(update={"hash": "0" * 64, "seq": 2})
+        report, snapshots = check_ledger(ledger, since=elsewhere)
+    assert not report.ok and report.anchors and not report.derived
+    assert snapshots.checked == snapshots.runs == 0

@@ -338,14 +338,18 @@ def test_one_keys_grades_flags_and_isolation_are_its_own() -> None:
 
 def test_equal_environments_are_one_dict_and_unequal_ones_are_not() -> None:
     """Completions recording the same environment share one dict; another value (1.0
-    is not 1 as JSON) keeps its own."""
-    events: list[AnyEvent] = [started(key(i)) for i in range(4)]
+    is not 1 as JSON) keeps its own, and so does one holding a null (msgspec writes a
+    NaN so too: not the same value)."""
+    events: list[AnyEvent] = [started(key(i)) for i in range(6)]
     events += [completed(key(0), environment_info={"exit_code": 0}),
                completed(key(1), environment_info={"exit_code": 0}),
                completed(key(2), environment_info={"exit_code": 1}),
-               completed(key(3), environment_info={"exit_code": 0.0})]
+               completed(key(3), environment_info={"exit_code": 0.0}),
+               completed(key(4), environment_info={"exit_code": None}),
+               completed(key(5), environment_info={"exit_code": None})]
     done = {k: v.completed for k, v in fold(SummaryFold(RUN), events).keys.items()}
     envs = [done[key(i)].environment_info for i in range(4)]  # type: ignore[union-attr]
     assert envs[0] is envs[1]
     assert envs[2] is not envs[0] and envs[2]["exit_code"] == 1
     assert envs[3] is not envs[0] and isinstance(envs[3]["exit_code"], float)
+    assert done[key(4)].environment_info is not done[key(5)].environment_info  # type: ignore[union-attr]
