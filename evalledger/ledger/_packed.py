@@ -61,7 +61,18 @@ def unpack(packed: str | bytes) -> bytes:
     Raises:
         PackedError: not base64 of a zstd frame, or a frame that does not decompress.
     """
-    return b"".join(unpacked(packed))
+    import zstandard
+
+    frame, size = _frame(packed)
+    # At once, into one buffer of its declared size: pieces joined would hold it twice.
+    reader = zstandard.ZstdDecompressor().decompressobj()
+    try:
+        text = reader.decompress(frame)
+    except zstandard.ZstdError as e:
+        raise PackedError(f"a packed value does not unpack: {e}") from e
+    if not reader.eof or reader.unused_data or len(text) != size:
+        raise PackedError("a packed value is not one whole frame of its declared size")
+    return text
 
 
 # Compressed bytes fed to the decompressor at a time: what one call writes stays small
@@ -77,6 +88,17 @@ def unpacked(packed: str | bytes) -> Iterator[bytes]:
     Raises:
         PackedError: as ``unpack`` (when the frame is found wanting: at once for its
             form and declared size, at its end for what it held).
+    """
+    frame, size = _frame(packed)
+    return _decompressed(frame, size)
+
+
+def _frame(packed: str | bytes) -> tuple[bytes, int]:
+    """The zstd frame a packed string holds, and the size it declares (checked
+    plausible: a forged row must not make a reader allocate what it claims).
+
+    Raises:
+        PackedError: not a packed string, not base64 of a frame, or an implausible size.
     """
     if isinstance(packed, str):
         packed = packed.encode("ascii", "replace")
@@ -95,7 +117,7 @@ def unpacked(packed: str | bytes) -> Iterator[bytes]:
         raise PackedError(f"a packed value does not unpack: {e}") from e
     if not 0 <= size <= min(_MAX_SIZE, _MAX_RATIO * len(frame)):
         raise PackedError("a packed value's frame does not declare a plausible size")
-    return _decompressed(frame, size)
+    return frame, size
 
 
 def _decompressed(frame: bytes, size: int) -> Iterator[bytes]:
