@@ -3,13 +3,17 @@
 A command prints nothing: the CLI shows these (a progress bar, a line per task, notes
 on stderr); a Python caller overrides what it wants to see. Each method here does
 nothing, but ``notice``, which logs (logger ``evalledger``), so a caller who overrides
-nothing still has the warnings where Python keeps them.
+nothing still has the warnings where Python keeps them: shown where the program
+configures logging to show them, never written to stderr unasked (``evalledger._logs``:
+the CLI prints them).
 """
 
 from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING
+
+from evalledger._logs import handler as _log_handler
 
 if TYPE_CHECKING:
     from evalledger.ledger import AnyEvent, EventRow, TaskCompleted
@@ -20,6 +24,7 @@ if TYPE_CHECKING:
     from ._transfer import TransferOutcome
 
 log = logging.getLogger("evalledger")
+log.addHandler(_log_handler())  # nowhere in a library, stderr in the CLI
 
 
 class Callbacks:

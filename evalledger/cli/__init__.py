@@ -5,11 +5,16 @@ import sys
 
 import click
 
+import evalledger._logs as _logs
+
 from ._errors import EXIT_INTERRUPTED, EXIT_USAGE
 from ._main import cli as cli
 
 
 def main() -> None:
+    # The library logs and prints nothing; a command shows its warnings on stderr, as
+    # they are (``could not keep the sandbox of ...``): evalledger._logs.
+    _logs.shown = True
     try:
         cli.main(prog_name="evalledger", standalone_mode=False)
     except click.exceptions.NoArgsIsHelpError as e:  # bare `evalledger`: the help

@@ -188,3 +188,32 @@ def test_a_python_caller_gets_an_interrupted_outcome_not_an_exit(tmp_path: Path)
     with Ledger(tmp_path / "l.db", read_only=True) as ledger:
         types = [e.type for e in ledger.events("r1")]
     assert "task.interrupted" in types and "run.finished" in types
+
+
+def test_a_python_caller_sees_no_warning_on_stderr_unless_its_logging_shows_it(
+    tmp_path: Path,
+) -> None:
+    """#48: ``evalledger.run`` prints nothing. A notice (here: a model with no price) is
+    logged to ``evalledger``; Python's last resort wrote it to the caller's stderr. It
+    shows where the program's logging shows it, and the CLI prints it."""
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    (folder / "t.yaml").write_text(yaml.safe_dump({
+        "command": "true", "model": "mystery-model-7", "isolation": "none",
+        "success_criteria": [{"type": "exit_code"}]}), encoding="utf-8")
+    said = "no price for model 'mystery-model-7'"
+
+    def python(prelude: str, db: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", prelude + _SCRIPT, str(folder), str(tmp_path / "out"),
+             str(tmp_path / db)], capture_output=True, text=True, timeout=120)
+
+    quiet = python("", "quiet.db")
+    assert quiet.returncode == 0 and quiet.stdout.startswith("ending"), quiet.stderr
+    assert quiet.stderr == ""
+    shown = python("import logging; logging.basicConfig()\n", "shown.db")
+    assert shown.returncode == 0 and said in shown.stderr, shown.stderr
+    cli = subprocess.run([sys.executable, "-m", "evalledger.cli", "--ledger",
+                          str(tmp_path / "cli.db"), "run", str(folder)],
+                         capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 0 and said in cli.stderr, cli.stderr
