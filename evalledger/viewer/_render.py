@@ -455,7 +455,12 @@ class Matrix:
 
 def task_matrix(summary: RunSummary, most: int = 200) -> Matrix | None:
     """The run's task ids by variant, the ones whose outcomes disagree most first (then
-    by id); None when there is nothing to cross (one variant, one replicate each)."""
+    by id); None when there is nothing to cross (one variant, one replicate each).
+    Made once per summary (``per_summary``): a 100,000-task run's took 0.45 s a page."""
+    return per_summary(summary, ("task_matrix", most), lambda: _task_matrix(summary, most))
+
+
+def _task_matrix(summary: RunSummary, most: int) -> Matrix | None:
     variants = tuple(sorted({r.variant_id for r in summary.tasks}))
     by_id: dict[str, dict[str, list[TaskRow]]] = {}
     for row in summary.tasks:
