@@ -76,9 +76,11 @@ def rate_card(pricing: str | None) -> RateCard:
     return DEFAULT_RATES.with_file(pricing) if pricing else DEFAULT_RATES
 
 
-# Formats whose agent reports what it spent, per model: the card prices only an attempt
-# cut off before its report (an estimate, a floor either way).
-_SELF_PRICED = frozenset({"claude-code"})
+# Formats whose agent reports what it spent: the card prices only an attempt cut off
+# before its report (an estimate, a floor either way), or, for OpenCode, a step it
+# priced at $0 (a model it has no price for): warning of a model the card lacks before
+# the run says a cost will be unknown that the agent itself reports (#49).
+_SELF_PRICED = frozenset({"claude-code", "opencode"})
 
 
 def unpriced(tasks: list[ResolvedTask], rates: RateCard, callbacks: Callbacks) -> list[str]:

@@ -288,8 +288,8 @@ class RunStarted(_Event):
     one's process died, and only when the folder proves it is that batch's (its marker
     file names the batch's token and pid: docs/ledger.md, "Dead batches")."""
     unpriced_models: list[str] = []
-    """Models named by tasks that have no price on the rate card (a ``claude-code``
-    task's model is not: the CLI reports its cost)."""
+    """Models named by tasks that have no price on the rate card (a ``claude-code`` or
+    ``opencode`` task's model is not: the agent reports its cost)."""
 
 
 class RunResumed(_Event):

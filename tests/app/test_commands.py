@@ -217,3 +217,24 @@ def test_a_python_caller_sees_no_warning_on_stderr_unless_its_logging_shows_it(
                           str(tmp_path / "cli.db"), "run", str(folder)],
                          capture_output=True, text=True, timeout=120)
     assert cli.returncode == 0 and said in cli.stderr, cli.stderr
+
+
+@pytest.mark.parametrize(("stream_format", "warned"), [
+    ("opencode", False), ("claude-code", False), ("codex", True), (None, True)])
+def test_a_model_the_card_lacks_is_warned_of_unless_its_agent_prices_itself(
+    tmp_path: Path, stream_format: str | None, warned: bool,
+) -> None:
+    """#49: Claude Code and OpenCode report what each step cost; a model the card lacks
+    is no unknown cost there, and the run says nothing of it before it starts."""
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    task = {"command": "true", "model": "mystery-model-9", "isolation": "none",
+            "success_criteria": [{"type": "exit_code"}]}
+    if stream_format is not None:
+        task["stream_format"] = stream_format
+    (folder / "t.yaml").write_text(yaml.safe_dump(task), encoding="utf-8")
+    ran = subprocess.run([sys.executable, "-m", "evalledger.cli", "--ledger",
+                          str(tmp_path / "l.db"), "run", str(folder)],
+                         capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert ("no price for model 'mystery-model-9'" in ran.stderr) is warned, ran.stderr
