@@ -371,15 +371,11 @@ async def _book_judge_usage(criterion: AgentJudge, index: int, stdout: bytes,
             found += meter.observe(data)
     found += meter.finish()
     for usage in found:
-        judging.tokens = judging.tokens + usage.tokens
-        if usage.cost_usd is None or usage.estimate:
-            judging.cost_complete = False
-        if usage.cost_usd is not None:
-            judging.cost_usd += usage.cost_usd
         call: dict[str, object] = {"judge": "agent_judge", "criterion": index}
         if usage.estimate:
             call["estimate"] = True
-        await judging.record(usage.model, usage.tokens, usage.cost_usd, call)
+        await judging.spent(usage.model, usage.tokens, usage.cost_usd, call,
+                            estimate=usage.estimate)
 
 
 def weighted_score(results: Sequence[CriterionResult]) -> float:

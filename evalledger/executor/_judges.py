@@ -83,6 +83,17 @@ class Judging:
     tokens: TokenCounts = field(default_factory=TokenCounts)
     """What they used so far."""
 
+    async def spent(self, model: str | None, tokens: TokenCounts, cost: float | None,
+                    call: dict[str, Any], *, estimate: bool = False) -> None:
+        """One judge's call: added to what this attempt's judges used and cost (an
+        unpriced or estimated one makes the cost a floor), then recorded."""
+        self.tokens = self.tokens + tokens
+        if cost is None or estimate:
+            self.cost_complete = False
+        if cost is not None:
+            self.cost_usd += cost
+        await self.record(model, tokens, cost, call)
+
 
 class JudgeError(Exception):
     """A call could not be had, or its answer has no score: the message says which, and
@@ -163,13 +174,8 @@ async def _sample(criterion: LlmJudge, index: int, sample: int,
                 response_bytes=len(text.encode()))
     if retried:
         call["retried"] = retried
-    judging.tokens = judging.tokens + tokens
-    cost = judging.rates.price(criterion.model, tokens)
-    if cost is None:
-        judging.cost_complete = False
-    else:
-        judging.cost_usd += cost
-    await judging.record(criterion.model, tokens, cost, call)
+    await judging.spent(criterion.model, tokens, judging.rates.price(criterion.model, tokens),
+                        call)
     return score_of(text)
 
 
