@@ -57,6 +57,7 @@ from evalledger.ledger import (
     TaskStarted,
     TaskUsage,
     TokenCounts,
+    chunked,
     utc_now,
 )
 from evalledger.projections import ResumeFold, SummaryFold
@@ -118,7 +119,7 @@ def record_run(ledger: Ledger, run_id: str, tasks: int, lines: int,
         )
         if finished:
             batch.append(completed)
-        ledger.append(batch)
+        ledger.append(chunked(batch))  # a fast command's lines come in one read: one chunk
         if finished and folder is not None:
             legacy = LegacyTask(
                 task_key=key, task_id=f"t{i:05d}", variant_id="default", replicate_index=0,

@@ -145,7 +145,8 @@ def sessions(root: Path, count: int) -> None:
         raise SystemExit(f"sessions: run failed: {done.stderr[-2000:]}")
     with sqlite3.connect(ledger) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        events = int(conn.execute("SELECT count(*) FROM events").fetchone()[0])
+        # Counted as lines: a chunk of k lines is k events (its seqs: max(seq) counts them).
+        events = int(conn.execute("SELECT max(seq) FROM events").fetchone()[0])
     size = ledger.stat().st_size
     print(f"sessions: {count} Claude Code sessions, {lines:,} transcript lines "
           f"({raw:,} bytes), {events:,} events: {size / events:,.0f} B/event, "

@@ -13,6 +13,7 @@ subprocesses.
 from __future__ import annotations
 
 import functools
+import json
 import re
 import sqlite3
 from collections.abc import Iterable, Iterator
@@ -47,6 +48,7 @@ from evalledger.ledger import (
     TaskOutput,
     TaskStarted,
     TokenCounts,
+    chunked,
 )
 from evalledger.ledger._events import ENVELOPE_FIELDS
 from evalledger.options import RunOptions
@@ -492,6 +494,12 @@ def test_the_documented_chain_check_works(tmp_path: Path) -> None:
             TaskOutput(run_id="r1", task_key="default/t/00", line="héllo ✓ \"quoted\"", n=1),
             TaskOutput(run_id="r1", task_key="default/t/00", line="0.00001", n=2),
         ])
+        # A chunk of lines, stored compressed, then a row after it.
+        ledger.append(chunked([TaskOutput(run_id="r1", task_key="default/t/00",
+                                          line=f"line {n} ✓", n=n) for n in range(3, 103)]))
+        ledger.append([TaskOutput(run_id="r1", task_key="default/t/00", line="last", n=103)])
+        assert ledger.db.execute("SELECT typeof(payload) FROM events WHERE seq = 104"
+                                 ).fetchone() == ("blob",)
     namespace: dict[str, Any] = {}
     exec(_code_block(section("ledger.md", "The hash chain"), "python"), namespace)
     first_broken_link = namespace["first_broken_link"]
@@ -503,6 +511,19 @@ def test_the_documented_chain_check_works(tmp_path: Path) -> None:
     db.commit()
     db.close()
     assert first_broken_link(path) == 3
+
+
+def test_the_chunk_query_gives_each_line_its_seq(tmp_path: Path) -> None:
+    """ledger.md's SQL over a chunk's lines gives what ``Ledger.rows`` gives."""
+    with Ledger(tmp_path / "l.db") as ledger:
+        ledger.append([RunStarted(run_id="r1", planned=["default/t/00"])])
+        ledger.append(chunked([TaskOutput(run_id="r1", task_key="default/t/00",
+                                          line=f"line {n}", n=n) for n in range(1, 40)]))
+        sql = _code_block(section("ledger.md", "Lines in chunks"), "sql")
+        _, rows = ledger.query(sql, ["r1", "default/t/00"])
+        assert rows == [(row.seq, json.loads(row.payload)["line"])
+                        for row in ledger.rows("r1", types=["task.output"])]
+        assert [seq for seq, _ in rows] == list(range(2, 41))
 
 
 def test_the_example_queries_run(fresh: Ledger) -> None:

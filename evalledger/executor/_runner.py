@@ -29,7 +29,7 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,8 @@ from evalledger.ledger import (
     TaskStarted,
     TaskUsage,
     TokenCounts,
+    chunked,
+    lines_of,
     new_event_ids,
     utc_now,
 )
@@ -130,6 +132,17 @@ class _Omitted:
                          if data is None else
                          TaskEmitted(run_id=run_id, task_key=task_key, ts=ts, data=data, n=n))
         return found
+
+
+def notify_lines(ctx: RunContext, events: Sequence[AnyEvent | EventRow]) -> None:
+    """Tell ``ctx.on_output`` of each line and event but usage, a chunk's lines each as
+    the ledger gives them back."""
+    for event in events:
+        if type(event) is EventRow and event.type == EventType.TASK_LINES:
+            for line in lines_of(event):
+                ctx.notify_output(line.decode())
+        elif event.type != EventType.TASK_USAGE:
+            ctx.notify_output(event.decode() if isinstance(event, EventRow) else event)
 
 
 def _size(text: str) -> int:
@@ -267,16 +280,16 @@ class _Streams:
         self._keep(recorded, stream)
         if events:  # it spoke: before the send, which a busy ledger may hold up
             self.touched(events[-1].ts)
+        # The read's lines one row (_lines): made here, so what the callbacks see is what
+        # the ledger gives back, ids included.
+        events = chunked(events)
         self.sending += 1
         try:
             await self._send(events)
         finally:
             self.sending -= 1
         if self.ctx.on_output is not None:
-            for event in events:
-                if event.type != EventType.TASK_USAGE:
-                    self.ctx.notify_output(event.decode() if isinstance(event, EventRow)
-                                           else event)
+            notify_lines(self.ctx, events)
 
     def _events(
         self, pairs: list[tuple[str, bool]], stream: str
@@ -373,8 +386,8 @@ class _Streams:
         """
         if (omitted := self.omitted) is not None:
             self.omitted = None
-            events = omitted.events(self.ctx.run_id, self.task.task_key, self.attempt,
-                                    self.task.max_output)
+            events = chunked(omitted.events(self.ctx.run_id, self.task.task_key, self.attempt,
+                                            self.task.max_output))
             with trio.CancelScope(shield=True):
                 await self.ctx.writer.append(*events)
         if usages := self.meter.finish():

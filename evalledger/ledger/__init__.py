@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from ._events import TaskGraded as TaskGraded
     from ._events import TaskInterrupted as TaskInterrupted
     from ._events import TaskIsolation as TaskIsolation
+    from ._events import TaskLines as TaskLines
     from ._events import TaskOutput as TaskOutput
     from ._events import TaskOutputTruncated as TaskOutputTruncated
     from ._events import TaskSkipped as TaskSkipped
@@ -63,6 +64,8 @@ if TYPE_CHECKING:
     from ._events import new_event_id as new_event_id
     from ._events import new_event_ids as new_event_ids
     from ._events import utc_now as utc_now
+    from ._lines import chunked as chunked
+    from ._lines import lines_of as lines_of
     from ._rows import EventRow as EventRow
     from ._rows import EventType as EventType
     from ._signing import SealReport as SealReport
@@ -123,6 +126,7 @@ _WHERE = {
     "TaskGraded": "_events",
     "TaskInterrupted": "_events",
     "TaskIsolation": "_events",
+    "TaskLines": "_events",
     "TaskOutputTruncated": "_events",
     "TaskStalled": "_events",
     "TaskOutput": "_events",
@@ -133,6 +137,8 @@ _WHERE = {
     "new_event_id": "_events",
     "new_event_ids": "_events",
     "utc_now": "_events",
+    "chunked": "_lines",
+    "lines_of": "_lines",
     "SCHEMA_VERSION": "_version",
     "DEFAULT_BUSY_TIMEOUT": "_store",
     "Ledger": "_store",
@@ -194,6 +200,7 @@ __all__ = [
     "TaskGraded",
     "TaskInterrupted",
     "TaskIsolation",
+    "TaskLines",
     "TaskOutput",
     "TaskOutputTruncated",
     "TaskSkipped",
@@ -202,6 +209,8 @@ __all__ = [
     "TaskUsage",
     "TokenCounts",
     "VerifyReport",
+    "chunked",
+    "lines_of",
     "link_hash",
     "new_event_id",
     "new_event_ids",

@@ -5,7 +5,8 @@ Row ``n``'s hash is::
     sha256( "\\n".join([hash(n-1), seq, event_id, run_id, task_key or "", type, ts, payload]) )
 
 over UTF-8, as lowercase hex, where ``hash(0)`` is 64 zeros and ``payload`` is the
-stored payload text, itself canonical JSON (keys sorted at every level, no
+stored payload text (a chunk of lines stored as a zstd frame: the text it holds, ``_lines``),
+itself canonical JSON (keys sorted at every level, no
 spaces, numbers as pydantic-core spells them: ``0.00001`` where Python's json
 writes ``1e-05``; the chain hashes the stored text, so nothing re-serialises).
 No envelope field may hold a newline (the event models refuse one) and a task
@@ -28,6 +29,7 @@ from collections.abc import Iterable
 from hashlib import sha256
 from typing import Any
 
+from ._lines import LINES, stored_lines
 from ._rows import EventRow, stored_id
 
 GENESIS = "0" * 64
@@ -36,7 +38,8 @@ GENESIS = "0" * 64
 def chain_rows(prev: str, first_seq: int, rows: Iterable[EventRow]) -> list[tuple[Any, ...]]:
     """Number consecutive rows from ``first_seq`` and hash them onto ``prev``:
     ``(seq, event_id, run_id, task_key, type, ts, payload, hash)`` each, ready to insert
-    (the id and the hash as the table stores them: ``_rows.stored_id``, ``stored_hash``).
+    (the id and the hash as the table stores them: ``_rows.stored_id``, ``stored_hash``;
+    a chunk's payload compressed, its seq its last line's: ``_lines``).
 
     The formula lives only here and in ``link``; this loop is the append hot path, so it
     is inlined (tests/ledger/test_verify.py holds the two equal).
@@ -45,12 +48,16 @@ def chain_rows(prev: str, first_seq: int, rows: Iterable[EventRow]) -> list[tupl
     add = out.append
     seq = first_seq
     for event_id, run_id, task_key, type_, ts, payload, _, _ in rows:
+        stored: str | bytes = payload
+        if type_ == LINES:  # a chunk of k lines takes k seqs, stored at its last (_lines)
+            count, stored = stored_lines(payload)
+            seq += count - 1
         digest = sha256(
             f"{prev}\n{seq}\n{event_id}\n{run_id}\n{task_key or ''}\n{type_}\n{ts}\n{payload}"
             .encode()
         ).digest()
         prev = digest.hex()
-        add((seq, stored_id(event_id), run_id, task_key, type_, ts, payload, digest))
+        add((seq, stored_id(event_id), run_id, task_key, type_, ts, stored, digest))
         seq += 1
     return out
 

@@ -431,6 +431,27 @@ class TaskEmitted(_TaskEvent):
     """Line number within the attempt, as for ``task.output``."""
 
 
+class TaskLines(_TaskEvent):
+    """Consecutive lines of one attempt in one row (a chunk): what the runner writes for
+    each read of a command's output from schema 17 on, stored compressed
+    ([ledger.md](ledger.md#lines-in-chunks)). Readers give it as the ``task.output`` and
+    ``task.event`` rows it holds, each with its own seq: a chunk of ``k`` lines stored at
+    ``seq`` holds the lines ``seq - k + 1`` to ``seq``."""
+
+    type: Literal[EventType.TASK_LINES] = EventType.TASK_LINES
+    lines: Annotated[list[tuple[_Line, JsonObject]], Field(min_length=1, max_length=1024)]
+    """Each line as ``[ts, payload]``: when it was read, and the payload its own row has
+    (a ``task.event``'s when it holds ``data``, else a ``task.output``'s)."""
+
+    @model_validator(mode="after")
+    def _lines_fit_their_types(self) -> TaskLines:
+        for ts, payload in self.lines:
+            type_ = EventType.TASK_EVENT if "data" in payload else EventType.TASK_OUTPUT
+            decode_row(EventRow(self.event_id, self.run_id, self.task_key, type_, ts,
+                                to_json(payload).decode()))
+        return self
+
+
 class TaskUsage(_TaskEvent):
     """Usage was reported (see [tasks.md](tasks.md#usage-and-cost))."""
 
@@ -859,6 +880,7 @@ Event = Annotated[
     | TaskStarted
     | TaskOutput
     | TaskEmitted
+    | TaskLines
     | TaskUsage
     | TaskCompleted
     | TaskInterrupted
@@ -881,7 +903,7 @@ EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 EVENT_TYPES: dict[str, type[_Event]] = {
     cls.model_fields["type"].default: cls
     for cls in (
-        RunStarted, RunResumed, TaskSkipped, TaskStarted, TaskOutput, TaskEmitted,
+        RunStarted, RunResumed, TaskSkipped, TaskStarted, TaskOutput, TaskEmitted, TaskLines,
         TaskUsage, TaskCompleted, TaskInterrupted, TaskIsolation, TaskStalled,
         TaskOutputTruncated, TaskGraded,
         RunGraded,

@@ -36,7 +36,7 @@ MARKER = re.compile(r"^<!-- fields: (\w+) -->$")
 
 _NAMES = {str: "text", int: "integer", float: "number", bool: "boolean"}
 _PLURALS = {"text": "text", "integer": "integers", "number": "numbers",
-            "boolean": "booleans", "object": "objects"}
+            "boolean": "booleans", "object": "objects", "[text, object]": "[text, object] pairs"}
 
 
 @functools.cache
@@ -90,6 +90,8 @@ def type_name(annotation: Any) -> str:
         return " or ".join(dict.fromkeys(type_name(type(a)) for a in args))
     if origin is list:
         return f"list of {_PLURALS[type_name(args[0])]}"
+    if origin is tuple:
+        return "[" + ", ".join(type_name(a) for a in args) + "]"
     if origin is dict or (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
         return "object"
     if isinstance(annotation, type) and issubclass(annotation, Enum):

@@ -147,7 +147,16 @@ def sql_unpack(value: str | bytes | int | float | None) -> str | bytes | int | f
     """``evalledger_unpack(x)`` in SQL (every connection a ``Ledger`` opens: ``evalledger
     sql``, the viewer, the Python API): a packed value's JSON text; any other value as it
     is; NULL for a packed value that does not unpack. So ``evalledger_unpack(
-    json_extract(payload, '$.value'))`` reads any snapshot's value."""
+    json_extract(payload, '$.value'))`` reads any snapshot's value, and
+    ``evalledger_unpack(payload)`` a ``task.lines`` row's lines (stored compressed)."""
+    if isinstance(value, bytes):
+        # A chunk of lines stored compressed (``_lines``): its text.
+        from ._lines import ChunkError, unstored
+
+        try:
+            return unstored(value)
+        except ChunkError:
+            return value
     if not isinstance(value, str) or not is_packed(value):
         return value
     try:

@@ -17,18 +17,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from itertools import islice
 from typing import Any
 
 from evalledger.hosts import attempt_environment, session_environment
 
+from ._lines import LINES, MAX_LINES, ChunkError, lines_of
 from ._queries import json_object
 from ._rows import EventRow, EventType, fetched
 from ._store import _COLUMNS, Ledger
 
-_OUTPUT_TYPES = f"('{EventType.TASK_OUTPUT}', '{EventType.TASK_EVENT}')"
+_OUTPUT_TYPES = (f"('{EventType.TASK_OUTPUT}', '{EventType.TASK_EVENT}', "
+                 f"'{EventType.TASK_LINES}')")
 # A page shows where output past max_output was left out, among the lines.
 _TRANSCRIPT = (f"type IN ('{EventType.TASK_OUTPUT}', '{EventType.TASK_EVENT}', "
-               f"'{EventType.TASK_OUTPUT_TRUNCATED}')")
+               f"'{EventType.TASK_LINES}', '{EventType.TASK_OUTPUT_TRUNCATED}')")
+_LARGEST = 2**63 - 1  # SQLite's largest integer
+_LINE_TYPES = frozenset({EventType.TASK_OUTPUT.value, EventType.TASK_EVENT.value})
 _json_string = json.JSONEncoder(ensure_ascii=False).encode
 
 
@@ -78,47 +83,70 @@ def transcript_rows(
     before that seq (``-1`` or 0: the last rows); ``through``: none after that seq.
     ``search`` keeps only rows whose text holds it.
     """
-    where = ["run_id = ?", _TRANSCRIPT]
-    params: list[Any] = [run_id]
-    if task_key is not None:
-        where.insert(1, "task_key = ?")
-        params.append(task_key)
-    if search:
-        # What a row shows holds the text: an output line's words, an event's data (as
-        # JSON spells it), never the payload's own field names ("line", "stream").
-        # First the payload as JSON spells the text (cheap, and true of every row that
-        # holds it), then the one field read out of the rows that pass.
-        spelled = _json_string(search)[1:-1]
-        where.append("instr(payload, ?) > 0 AND (CASE type WHEN ? THEN "
-                     "instr(json_extract(payload, '$.line'), ?) ELSE "
-                     "instr(json_extract(payload, '$.data'), ?) END) > 0")
-        params += [spelled, EventType.TASK_OUTPUT, search, spelled]
     backwards = before is not None
-    if before is not None and before > 0:
-        where.append("seq < ?")
-        params.append(before)
-    elif not backwards:
-        where.append("seq > ?")
-        params.append(after or 0)
-    if through is not None:
-        where.append("seq <= ?")
-        params.append(through)
-    _, rows = ledger.query(
-        f"SELECT {_COLUMNS} FROM events WHERE {' AND '.join(where)} "
-        f"ORDER BY seq {'DESC' if backwards else 'ASC'} LIMIT ?", [*params, limit + 1])
-    more = len(rows) > limit
-    found = [fetched(row) for row in rows[:limit]]
+    rows = _transcript(ledger, run_id, task_key, after=0 if backwards else after or 0,
+                       before=before if before is not None and before > 0 else None,
+                       through=through, backwards=backwards)
+    if search:
+        rows = (row for row in rows if _holds(row, search))
+    found = list(islice(rows, limit + 1))
+    more = len(found) > limit
+    found = found[:limit]
     if backwards:
         found.reverse()
     return found, more
 
 
+def _holds(row: EventRow, text: str) -> bool:
+    """Whether what a row shows holds ``text``: an output line's words, an event's data
+    (as JSON spells it), never the payload's own field names (``line``, ``stream``)."""
+    if row.type == EventType.TASK_OUTPUT:
+        return text in row.payload and text in str(json.loads(row.payload).get("line", ""))
+    if row.type == EventType.TASK_EVENT:
+        spelled = _json_string(text)[1:-1]
+        return spelled in row.payload and spelled in _json_string_of(
+            json.loads(row.payload).get("data"))
+    return False
+
+
+def _json_string_of(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _transcript(ledger: Ledger, run_id: str, task_key: str | None, *, after: int = 0,
+                before: int | None = None, through: int | None = None,
+                backwards: bool = False) -> Iterator[EventRow]:
+    """The transcript rows (lines, JSON events, where output was cut) of a task, or of
+    every task of the run, with ``after < seq < before`` and ``seq <= through``, in seq
+    order or newest first: one range scan of an index, each chunk given as its lines
+    (``_lines``: a chunk stored past the bound may hold lines inside it)."""
+    where, params = ["run_id = ?", _TRANSCRIPT, "seq > ?"], [run_id, after]
+    if task_key is not None:
+        where.insert(1, "task_key = ?")
+        params.insert(1, task_key)
+    bounds = [x for x in (before - 1 if before else None, through) if x is not None]
+    high = min(bounds) if bounds else None
+    if high is not None:
+        where.append("seq <= ?")
+        params.append(min(high + MAX_LINES - 1, _LARGEST))
+    rows = ledger.cursor(f"SELECT {_COLUMNS} FROM events WHERE {' AND '.join(where)} "
+                         f"ORDER BY seq {'DESC' if backwards else 'ASC'}", params)
+    for raw in rows:
+        row = fetched(raw)
+        if row.type == LINES:
+            try:
+                lines = list(lines_of(row, _LINE_TYPES, after, high))
+            except ChunkError:
+                lines = [row]
+            yield from reversed(lines) if backwards else lines
+        elif high is None or (row.seq or 0) <= high:
+            yield row
+
+
 def transcript_row_before(ledger: Ledger, run_id: str, task_key: str, seq: int) -> int | None:
     """The seq of the task's transcript row just before ``seq`` (None: there is none)."""
-    _, rows = ledger.query(
-        f"SELECT max(seq) FROM events WHERE run_id = ? AND task_key = ? AND {_TRANSCRIPT} "
-        "AND seq < ?", [run_id, task_key, seq])
-    return rows[0][0] if rows and rows[0][0] is not None else None
+    row = next(_transcript(ledger, run_id, task_key, before=seq, backwards=True), None)
+    return row.seq if row is not None else None
 
 
 def transcript_tail(ledger: Ledger, run_id: str, task_key: str, after: int,
@@ -126,37 +154,38 @@ def transcript_tail(ledger: Ledger, run_id: str, task_key: str, after: int,
     """The task's last ``limit`` transcript rows after seq ``after``, newest first;
     Claude Code's partial-message lines (``stream_event``) left out: the lines after
     them hold each message whole, and a tail of them would show nothing."""
-    _, rows = ledger.query(
-        f"SELECT {_COLUMNS} FROM events WHERE run_id = ? AND task_key = ? AND seq > ? "
-        f"AND {_TRANSCRIPT} AND NOT (type = ? AND instr(payload, "
-        "'\"type\":\"stream_event\"') > 0) ORDER BY seq DESC LIMIT ?",
-        [run_id, task_key, after, EventType.TASK_EVENT, limit])
-    return [fetched(row) for row in rows]
+    return list(islice((row for row in _transcript(ledger, run_id, task_key, after=after,
+                                                   backwards=True)
+                        if not (row.type == EventType.TASK_EVENT
+                                and '"type":"stream_event"' in row.payload)), limit))
 
 
 def usage_lines(ledger: Ledger, run_id: str, task_key: str) -> list[tuple[int, str, Any]]:
     """``(seq, ts, data)`` of the task's JSON lines that mention ``"usage"`` at all (the
     ones a conversation's running usage can move on), in seq order; ``data`` is the
     line's object as stored (None where a forged row holds no object there)."""
-    _, rows = ledger.query(
-        f"SELECT seq, ts, {json_object('$.data')} FROM events WHERE run_id = ? "
-        "AND task_key = ? AND type = ? AND instr(payload, '\"usage\"') > 0 ORDER BY seq",
-        [run_id, task_key, EventType.TASK_EVENT])
-    return [(seq, ts, json.loads(data) if data is not None else None)
-            for seq, ts, data in rows]
+    return [(row.seq or 0, row.ts, _data(row.payload))
+            for row in ledger.rows(run_id, task_key=task_key, types=[EventType.TASK_EVENT])
+            if '"usage"' in row.payload]
 
 
 def result_lines(ledger: Ledger, run_id: str) -> list[tuple[str, int, Any]]:
     """``(task_key, seq, data)`` of the run's JSON lines an agent ends a session or a turn
     with (Claude Code's and Gemini CLI's ``result``, Codex's ``turn.completed`` and
     ``turn.failed``), in seq order: what each attempt's agent said of how it ended."""
-    _, rows = ledger.query(
-        f"SELECT task_key, seq, {json_object('$.data')} FROM events WHERE run_id = ? "
-        "AND type = ? AND (instr(payload, '\"type\":\"result\"') > 0 "
-        "OR instr(payload, '\"type\":\"turn.') > 0) ORDER BY seq",
-        [run_id, EventType.TASK_EVENT])
-    return [(key, seq, json.loads(data) if data is not None else None)
-            for key, seq, data in rows]
+    return [(row.task_key or "", row.seq or 0, _data(row.payload))
+            for row in ledger.rows(run_id, types=[EventType.TASK_EVENT])
+            if '"type":"result"' in row.payload or '"type":"turn.' in row.payload]
+
+
+def _data(payload: str) -> Any:
+    """A ``task.event`` payload's ``data`` when it is an object (None where a forged row
+    holds something else there)."""
+    try:
+        data = json.loads(payload).get("data")
+    except (ValueError, AttributeError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def completion_environments(ledger: Ledger, run_id: str, until_seq: int | None = None,

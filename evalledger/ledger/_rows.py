@@ -8,6 +8,7 @@ models live in ``_events`` and are imported when an event is decoded.
 from __future__ import annotations
 
 import re
+from contextlib import suppress
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -25,6 +26,7 @@ class EventType(StrEnum):
     TASK_STARTED = "task.started"
     TASK_OUTPUT = "task.output"
     TASK_EVENT = "task.event"
+    TASK_LINES = "task.lines"
     TASK_USAGE = "task.usage"
     TASK_COMPLETED = "task.completed"
     TASK_INTERRUPTED = "task.interrupted"
@@ -76,12 +78,15 @@ class EventRow(NamedTuple):
 
 
 STREAM_TYPES = (EventType.TASK_OUTPUT, EventType.TASK_EVENT)
-# Types the covering lifecycle index leaves out: the lines a command prints (most rows)
-# and snapshots (large, and read by kind rather than folded).
-UNFOLDED_TYPES = (*STREAM_TYPES, EventType.RUN_SNAPSHOT)
+# Types the lifecycle index leaves out: the lines a command prints (most rows), alone or
+# in chunks, and snapshots (large, and read by kind rather than folded).
+UNFOLDED_TYPES = (*STREAM_TYPES, EventType.TASK_LINES, EventType.RUN_SNAPSHOT)
 # The partial lifecycle index's condition, written exactly so a query can repeat it:
 # SQLite uses a partial index only when the query's WHERE contains its WHERE terms.
 LIFECYCLE_WHERE = f"type NOT IN ({', '.join(repr(str(t)) for t in UNFOLDED_TYPES)})"
+# The condition of schema 6 to 16, before chunks (frozen: migrations 0006 and 0014 made
+# it, and a ledger not yet migrated is read through it).
+LIFECYCLE_WHERE_6 = ("type NOT IN ('task.output', 'task.event', 'run.snapshot')")
 # The condition of schema 3 to 5, before snapshots existed (frozen: migration 0003
 # made it, and a ledger not yet migrated is read through it).
 LIFECYCLE_WHERE_3 = f"type NOT IN ('{EventType.TASK_OUTPUT}', '{EventType.TASK_EVENT}')"
@@ -129,8 +134,14 @@ def text_hash(stored: Any) -> Any:
 
 def fetched(row: tuple[Any, ...]) -> EventRow:
     """A row fetched in EventRow's column order (``_store._COLUMNS``), its id and hash as
-    text."""
+    text, a chunk's payload as its text (``_lines``; one that does not decompress stays
+    the bytes it is: decoding it names the row)."""
     event_id, run_id, task_key, type_, ts, payload, seq, hash_ = row
+    if type(payload) is bytes and type_ == EventType.TASK_LINES:
+        from ._lines import ChunkError, unstored
+
+        with suppress(ChunkError):
+            payload = unstored(payload)
     return _new_tuple(EventRow, (text_id(event_id), run_id, task_key, type_, ts, payload, seq,
                                  text_hash(hash_)))
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import uuid
 
 from ._events import utc_now
-from ._rows import LIFECYCLE_WHERE, LIFECYCLE_WHERE_3, stored_hash, stored_id
+from ._rows import LIFECYCLE_WHERE, LIFECYCLE_WHERE_3, LIFECYCLE_WHERE_6, stored_hash, stored_id
 from ._sqlite_utils import Database, Migrations
 
 APPEND_ONLY_MESSAGE = "events are append-only"
@@ -327,7 +327,7 @@ def _m0006_lean_indexes(db: Database) -> None:
     db.execute("DROP INDEX events_lifecycle")
     db.execute(
         f"CREATE INDEX events_lifecycle ON events "
-        f"(run_id, seq, type, task_key, ts, event_id, payload, hash) WHERE {LIFECYCLE_WHERE}"
+        f"(run_id, seq, type, task_key, ts, event_id, payload, hash) WHERE {LIFECYCLE_WHERE_6}"
     )
     # seq is the rowid, and every index entry ends with the rowid: naming seq as a column
     # stored it twice. The same order, in ~8 fewer bytes an event.
@@ -605,7 +605,7 @@ def _m0014_binary_envelope(db: Database) -> None:
         "CREATE INDEX events_by_run_type ON events (run_id, type)",
         "CREATE INDEX events_by_run_task ON events (run_id, task_key)",
         "CREATE INDEX events_run_level ON events (type, run_id, seq) WHERE task_key IS NULL",
-        f"CREATE INDEX events_lifecycle ON events (run_id) WHERE {LIFECYCLE_WHERE}",
+        f"CREATE INDEX events_lifecycle ON events (run_id) WHERE {LIFECYCLE_WHERE_6}",
         *_APPEND_ONLY_TRIGGERS,
     ):
         db.execute(statement)
@@ -696,3 +696,14 @@ VIEWS = {
 def _m0016_clustered_pass_rate_intervals(db: Database) -> None:
     _recreate_views(db, _VIEWS_15, VIEWS)
     _set_version(db, 16)
+
+
+@MIGRATIONS(name="0017_chunked_lines")
+def _m0017_chunked_lines(db: Database) -> None:
+    # Lines come in chunks from here on (task.lines, _lines): the lifecycle index leaves
+    # them out as it does single lines. Older rows stay as they were written (their
+    # hashes are history); an older evalledger, which would read a chunk as an unknown
+    # event and miss its lines, refuses the file.
+    db.execute("DROP INDEX IF EXISTS events_lifecycle")
+    db.execute(f"CREATE INDEX events_lifecycle ON events (run_id) WHERE {LIFECYCLE_WHERE}")
+    _set_version(db, 17)

@@ -7,7 +7,8 @@ all in one transaction. Several processes appending to one file therefore
 interleave whole batches, and the chain stays one valid chain.
 
 Invariant: ``seq`` runs 1..N without gaps, because only ``append`` inserts and it
-assigns ``last + 1`` under the write lock.
+assigns ``last + 1`` under the write lock (a chunk of ``k`` lines takes ``last + 1`` to
+``last + k`` and is stored at the last: ``_lines``).
 
 A ``Ledger`` is not for concurrent use by several threads at once; it may move
 between threads (the executor appends from one worker thread at a time).
@@ -44,10 +45,13 @@ from ._errors import (
     RunConflict,
     RunNotFound,
 )
+from ._lines import LINES, MAX_LINES, ChunkError, lines_of
 from ._packed import sql_unpack
 from ._rows import (
     LIFECYCLE_WHERE,
     LIFECYCLE_WHERE_3,
+    LIFECYCLE_WHERE_6,
+    STREAM_TYPES,
     UNFOLDED_TYPES,
     EventRow,
     EventType,
@@ -235,8 +239,10 @@ class Ledger:
             with self._translate():
                 self._prepare(durable)
                 # What the lifecycle index's WHERE is in this file (a query must repeat it).
-                self._lifecycle_where = (LIFECYCLE_WHERE if self.schema_version >= 6
-                                         else LIFECYCLE_WHERE_3)
+                version = self.schema_version
+                self._lifecycle_where = (LIFECYCLE_WHERE if version >= 17 else
+                                         LIFECYCLE_WHERE_6 if version >= 6 else
+                                         LIFECYCLE_WHERE_3)
         except BaseException:
             self._conn.close()
             raise
@@ -541,21 +547,25 @@ class Ledger:
         # is; a retried or repeated event shows up as a UNIQUE violation of event_id and
         # takes the slow path below.
         conn.execute("SAVEPOINT optimistic")
+        chained = chain_rows(last_hash, last_seq + 1, rows)
         try:
-            _insert(conn, chain_rows(last_hash, last_seq + 1, rows))
+            _insert(conn, chained)
         except sqlite3.IntegrityError:
             conn.execute("ROLLBACK TO optimistic")
             conn.execute("RELEASE optimistic")
         else:
             conn.execute("RELEASE optimistic")
-            return list(range(last_seq + 1, last_seq + 1 + len(rows)))
+            return [row[0] for row in chained]
         seq_of = self._stored_seqs([row[0] for row in rows])
         new_rows: list[EventRow] = []
         for row in rows:
             if row[0] not in seq_of:
-                seq_of[row[0]] = last_seq + 1 + len(new_rows)
+                seq_of[row[0]] = 0
                 new_rows.append(row)
-        _insert(conn, chain_rows(last_hash, last_seq + 1, new_rows))
+        chained = chain_rows(last_hash, last_seq + 1, new_rows)
+        seq_of.update((row.event_id, stored[0]) for row, stored in zip(new_rows, chained,
+                                                                       strict=True))
+        _insert(conn, chained)
         return [seq_of[row[0]] for row in rows]
 
     def _stored_seqs(self, event_ids: list[str]) -> dict[str, int]:
@@ -578,11 +588,16 @@ class Ledger:
         types: Iterable[str] | None = None,
         after_seq: int = 0,
         until_seq: int | None = None,
+        stored: bool = False,
     ) -> Iterator[EventRow]:
-        """Stored rows in ``seq`` order, filtered; streamed, never fetched all at once.
+        """Rows in ``seq`` order, filtered; streamed, never fetched all at once.
 
         ``after_seq < seq <= until_seq``: a run as it was at ``until_seq`` is its rows
         up to there (what time travel folds).
+
+        A chunk of lines (``task.lines``, ``_lines``) comes as the lines it holds, each
+        with its own seq, type and payload; ``stored``: as the row the table holds (what
+        the chain, seals, export and merge read).
 
         With a run and several types, each type is one index range scan already in
         seq order, and the scans are merged here: no sort, constant memory.
@@ -590,6 +605,27 @@ class Ledger:
         type_list = sorted(set(types)) if types is not None else None
         if type_list is not None and not type_list:
             return
+        if stored or not (type_list is None or set(type_list) & set(STREAM_TYPES)):
+            yield from self._rows(run_id, task_key, type_list, after_seq, until_seq)
+            return
+        # Lines may sit in a chunk stored after until_seq (at its last line's seq).
+        wide = None if until_seq is None else min(until_seq + MAX_LINES - 1, 2**63 - 1)
+        wanted = None if type_list is None else frozenset(type_list)
+        scan_types = None if type_list is None else sorted({*type_list, LINES})
+        for row in self._rows(run_id, task_key, scan_types, after_seq, wide):
+            if row.type == LINES:
+                try:
+                    yield from lines_of(row, wanted, after_seq, until_seq)
+                    continue
+                except ChunkError:
+                    pass  # given as it is: decoding it names the row
+            if (until_seq is None or (row.seq or 0) <= until_seq) and (
+                    wanted is None or row.type in wanted):
+                yield row
+
+    def _rows(self, run_id: str | None, task_key: str | None, type_list: list[str] | None,
+              after_seq: int, until_seq: int | None) -> Iterator[EventRow]:
+        """The stored rows ``rows`` reads."""
         if run_id is not None and type_list is not None and task_key is None:
             if not set(type_list) & set(UNFOLDED_TYPES):
                 # Lifecycle types only: one index-only scan, already in seq order.
@@ -747,6 +783,16 @@ class Ledger:
             report = self.seal_report(run_id, until_seq=until_seq)
         self._seals[(run_id, sealed_through)] = (mark, report)
         return report
+
+    def cursor(self, sql: str, params: Sequence[Any]) -> Iterator[tuple[Any, ...]]:
+        """Rows of a query one at a time, as its reader takes them: a page that reads a
+        few rows of a range reads no more of the file (``_fetch`` reads a thousand)."""
+        with self._translate():
+            cursor = self._conn.execute(sql, params)
+            try:
+                yield from cursor
+            finally:
+                _close(cursor)
 
     def _fetch(self, sql: str, params: Sequence[Any]) -> Iterator[tuple[Any, ...]]:
         """Rows of a query, a thousand at a time (never all in memory at once)."""

@@ -127,7 +127,7 @@ def export_lines(ledger: Ledger, run_ids: Iterable[str]) -> Generator[bytes, Non
     digest = hashlib.sha256()
     count = 0
     for run_id in run_ids:
-        for row in ledger.rows(run_id):
+        for row in ledger.rows(run_id, stored=True):
             if row.type != EventType.RUN_SNAPSHOT:
                 line = (ndjson(row) + "\n").encode()
                 digest.update(line)
@@ -745,5 +745,5 @@ def _account(ledger: Ledger, batch: list[tuple[EventRow, int]], seqs: list[int],
 
 def rows_of(ledger: Ledger) -> Generator[tuple[EventRow, int], None, None]:
     """Every row of the ledger, in seq order, with its seq: what a merge reads."""
-    for row in ledger.rows():
+    for row in ledger.rows(stored=True):
         yield row, row.seq or 0

@@ -54,6 +54,7 @@ from ._anchor import Anchor
 from ._chain import GENESIS, link
 from ._errors import LedgerError, NotUtf8
 from ._events import AnyEvent, decode_row, output_payload
+from ._lines import MAX_LINES, ChunkError, line_count, unstored
 from ._rows import EventRow, EventType, fetched, stored_id, text_hash, text_id
 from ._schema import MIGRATIONS, TRIGGERS
 from ._sqlite_utils import Database
@@ -292,7 +293,7 @@ def _check_seals(ledger: Ledger, after: int, rows: bool, report: VerifyReport) -
             run_id = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
             if rows:
                 seals = Seals(run_id, rest=True)
-                for row in ledger.rows(run_id):
+                for row in ledger.rows(run_id, stored=True):
                     seals.feed(row.seq or 0, row.event_id, row.task_key, row.type, row.ts,
                                row.payload)
                 found = seals.report()
@@ -342,7 +343,7 @@ def _check_snapshot_rows(ledger: Ledger, seqs: list[int], report: VerifyReport) 
     """The payload check of ``run.snapshot`` rows the walk left for later (one at a time:
     a large run's are tens of MB each)."""
     for seq in seqs:
-        for row in ledger.rows(after_seq=seq - 1, until_seq=seq):
+        for row in ledger.rows(after_seq=seq - 1, until_seq=seq, stored=True):
             _checked_payload(row, seq, report)
 
 
@@ -589,6 +590,7 @@ def _check_part(ledger: Ledger, lo: int, hi: int, start: tuple[int, str] | None)
     packed = ledger.schema_version >= 14
     plain_output = _plain_output
     output_type, snapshot_type = EventType.TASK_OUTPUT.value, EventType.RUN_SNAPSHOT.value
+    lines_type = EventType.TASK_LINES.value
     events = 0
     for row in _walked(ledger, lo, hi, report):
         event_id, run_id, task_key, type_, ts, payload, seq, stored = row
@@ -596,9 +598,13 @@ def _check_part(ledger: Ledger, lo: int, hi: int, start: tuple[int, str] | None)
         if packed and (type(stored) is str or (type(row[0]) is str
                        and type(stored_id(row[0])) is bytes)):
             report.problem(report.storage_classes, (seq, _unpacked(row[0], stored)))
-        events += 1
-        if seq != prev_seq + 1:
-            report.problem(report.gaps, (prev_seq, seq))
+        count, plain = 1, False
+        if type_ == lines_type:
+            payload, count, plain = _chunk(event_id, run_id, task_key, ts, payload, seq,
+                                           prev_seq, report)
+        events += count
+        if seq != prev_seq + count:
+            report.problem(report.gaps, (prev_seq, seq - count + 1))
         texts = (type(event_id) is str and type(run_id) is str and type(type_) is str
                  and type(ts) is str and type(hash_) is str
                  and (task_key is None or type(task_key) is str))
@@ -614,8 +620,9 @@ def _check_part(ledger: Ledger, lo: int, hi: int, start: tuple[int, str] | None)
         if type_ == snapshot_type and texts and task_key is None and _clean(event_id, run_id,
                                                                              ts):
             part.snapshots.append(seq)
-        elif not (type_ == output_type and texts
-                  and plain_output(event_id, run_id, task_key, ts, payload)):
+        elif not (texts and (
+                (type_ == output_type and plain_output(event_id, run_id, task_key, ts, payload))
+                or (type_ == lines_type and plain))):
             full = EventRow(event_id, run_id, task_key, type_, ts, payload, seq, hash_)
             event = _checked_payload(full, seq, report)
             if event is not None and type_ in _IDENTITY_TYPES:
@@ -734,6 +741,84 @@ def _plain_output(event_id: str, run_id: str, task_key: str | None, ts: str,
         return False
     return (out.stream in _STREAMS
             and output_payload(out.line, out.n, out.stream, out.truncated) == payload)
+
+
+def _chunk(event_id: Any, run_id: Any, task_key: Any, ts: Any, payload: Any, seq: int,
+           prev_seq: int, report: VerifyReport) -> tuple[Any, int, bool]:
+    """A ``task.lines`` row's text, how many lines it holds (``_lines``), and whether it
+    is exactly what the runner writes (then no model is built for it). A frame that does
+    not decompress is named and its row read as it is (its link reads broken too); a
+    payload that holds no lines is taken to fill its place (its check names it)."""
+    if type(payload) is bytes:
+        try:
+            payload = unstored(payload)
+        except ChunkError as e:
+            report.problem(report.invalid_payloads, (seq, str(e)))
+            return payload.hex(), max(1, seq - prev_seq), False
+    if type(payload) is str and type(event_id) is str and type(run_id) is str and type(
+            ts) is str and type(task_key) is str:
+        count = _plain_chunk(event_id, run_id, task_key, ts, payload)
+        if count:
+            return payload, count, True
+    try:
+        return payload, line_count(EventRow("", "", None, EventType.TASK_LINES, "", payload)
+                                   ), False
+    except (ChunkError, TypeError):
+        return payload, max(1, seq - prev_seq), False
+
+
+class _Line(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True,
+            gc=False):
+    # Declared in key order, defaults left out: encoded, a line reads as the runner
+    # writes it (a task.output's fields, or a task.event's data kept as its raw text).
+    # msgspec takes no Raw in a union: an empty one says "absent".
+    data: msgspec.Raw = msgspec.Raw(b"")
+    line: str | None = None
+    n: int
+    stream: str = "stdout"
+    truncated: bool = False
+
+
+class _Chunk(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    lines: list[tuple[str, _Line]]
+
+
+_decode_chunk = msgspec.json.Decoder(_Chunk).decode
+_encode_chunk = msgspec.json.Encoder().encode
+
+
+def _plain_chunk(event_id: str, run_id: str, task_key: str, ts: str, payload: str) -> int:
+    """How many lines a ``task.lines`` row holds when it is exactly what the runner writes
+    (``_lines.chunked`` of lines each a ``task.output`` as ``TaskOutput.encoded`` writes
+    it or a ``task.event`` of canonical data): then it validates and is canonical. 0 says
+    only "not shown here": the full check decides.
+
+    The hot loop of verify on a ledger of chunks: the chunk is decoded once and written
+    again (the runner's spelling, which ``TaskOutput.encoded`` shares: a property test
+    holds it to the full check); a line is looked at alone only for what that cannot
+    show (its stream's name, a JSON event's data)."""
+    if not (task_key and _clean(event_id, run_id, ts) and "\n" not in task_key
+            and "\r" not in task_key):
+        return 0
+    try:
+        chunk = _decode_chunk(payload)
+    except msgspec.DecodeError:
+        return 0
+    entries = chunk.lines
+    if not 0 < len(entries) <= MAX_LINES or _encode_chunk(chunk) != payload.encode():
+        return 0
+    if not all(_clean(event_id, run_id, t) for t in {t for t, _ in entries}):
+        return 0
+    for _, line in entries:
+        if not line.data:
+            if line.line is None or line.stream not in _STREAMS:
+                return 0
+            continue
+        data = bytes(line.data).decode()
+        if (line.line is not None or line.stream != "stdout" or line.truncated
+                or not data.startswith("{") or not canonical_json(data)):
+            return 0
+    return len(entries)
 
 
 def _storage_classes(row: EventRow) -> str:

@@ -1,3 +1,3 @@
 """The ledger schema this evalledger writes (``_schema`` holds the migrations to it)."""
 
-SCHEMA_VERSION = 16
+SCHEMA_VERSION = 17

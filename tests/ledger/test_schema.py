@@ -59,7 +59,7 @@ def test_a_schema_13_ledger_migrates_with_its_history_and_views_as_they_were(
     assert all(isinstance(r[1], str) and isinstance(r[7], str) for r in rows_before)
 
     with Ledger(path) as ledger:  # read-write: migrates
-        assert ledger.schema_version == SCHEMA_VERSION == 16
+        assert ledger.schema_version == SCHEMA_VERSION == 17
         assert [(r.seq, r.event_id, r.run_id, r.task_key, r.type, r.ts, r.payload, r.hash)
                 for r in ledger.rows()] == rows_before
         report = verify(ledger)

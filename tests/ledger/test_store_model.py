@@ -52,6 +52,7 @@ from evalledger.ledger import (
     TaskGraded,
     TaskInterrupted,
     TaskIsolation,
+    TaskLines,
     TaskOutput,
     TaskOutputTruncated,
     TaskSkipped,
@@ -486,6 +487,9 @@ REPRESENTATIVE: dict[str, Any] = {
         truncated=True,
     ),
     "task.event": TaskEmitted(run_id="r", task_key="k", data=NESTED, n=0),
+    "task.lines": TaskLines(run_id="r", task_key="k", lines=[
+        ("2026-01-01T00:00:00.000000Z", {"line": "a é", "n": 1}),
+        ("2026-01-01T00:00:01.000000Z", {"data": NESTED, "n": 2})]),
     "task.usage": TaskUsage(
         run_id="r",
         task_key="k",
@@ -578,7 +582,7 @@ def test_every_event_type_payload_is_canonical(type_: str, ledger: Ledger) -> No
     assert set(json.loads(payload)) == set(type(event).model_fields) - envelope
     # What is stored is exactly that text, and it replays to the same event.
     (seq,) = ledger.append([event])
-    (row,) = ledger.rows()
+    (row,) = ledger.rows(stored=True)
     assert row.payload == payload
     (replayed,) = ledger.events(types=[type_])  # seals only when asked for
     assert replayed.seq == seq

@@ -125,8 +125,8 @@ CASES: dict[str, tuple[tuple[str, ...], str]] = {
                                "meta.schema_version is '3'"),
     "meta key added": (("INSERT INTO meta VALUES ('note', 'x')",), "unexpected meta.note"),
     "migration record deleted": (
-        ("DELETE FROM _sqlite_migrations WHERE name = '0016_clustered_pass_rate_intervals'",),
-        "but the ledger's 15 migrations make it 15"),
+        ("DELETE FROM _sqlite_migrations WHERE name = '0017_chunked_lines'",),
+        "but the ledger's 16 migrations make it 16"),
 }
 
 

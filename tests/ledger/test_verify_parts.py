@@ -25,13 +25,15 @@ from evalledger.ledger import (
     RunFinished,
     RunStarted,
     TaskCompleted,
+    TaskEmitted,
     TaskOutput,
     TaskStarted,
+    chunked,
     verify,
 )
 from evalledger.ledger import _verify as verify_module
 from evalledger.ledger._events import decode_row
-from evalledger.ledger._verify import _plain_output, canonical_json
+from evalledger.ledger._verify import _plain_chunk, _plain_output, canonical_json
 from evalledger.statuses import FinalStatus, RunStatus
 
 RUN, KEY = "run-1", "default/t/00"
@@ -160,6 +162,49 @@ def test_a_line_shown_plain_passes_the_full_check(payload: str,
     row = EventRow(event_id, run_id, task_key, "task.output", ts, payload, 1, "h")
     if _plain_output(event_id, run_id, task_key, ts, payload):
         assert _full_check(row), payload
+
+
+_LINE_PAYLOADS = st.one_of(
+    _SPELLINGS,
+    st.builds(lambda d, n: json.dumps({"data": d, "n": n}, separators=(",", ":"),
+                                      ensure_ascii=False, sort_keys=True),
+              st.dictionaries(st.text(max_size=3), st.integers() | st.floats() | st.none()
+                              | st.lists(st.integers(), max_size=2), max_size=3),
+              st.integers(0, 9)),
+    st.builds(lambda d: json.dumps({"data": d, "n": 1}), st.dictionaries(st.text(max_size=3),
+                                                                         st.integers())),
+)
+
+
+@given(lines=st.lists(st.tuples(st.sampled_from(["2026-12-02T00:00:00Z", "t\n", ""]),
+                                _LINE_PAYLOADS), min_size=1, max_size=4),
+       envelope=st.sampled_from([("id-1", RUN, KEY, "2026-12-02T00:00:00Z"),
+                                 ("id", RUN, None, "t"), ("id\n", RUN, KEY, "t")]))
+def test_a_chunk_shown_plain_passes_the_full_check(lines: list[tuple[str, str]],
+                                                   envelope: tuple[str, str, str, str]) -> None:
+    """verify's fast path for a chunk says "as the runner writes it" only of a chunk the
+    full check accepts: every line valid for its type, and all of it canonical."""
+    event_id, run_id, task_key, ts = envelope
+    payload = '{"lines":[' + ",".join(f"[{json.dumps(t)},{p}]" for t, p in lines) + "]}"
+    row = EventRow(event_id, run_id, task_key, "task.lines", ts, payload, len(lines), "h")
+    if _plain_chunk(event_id, run_id, task_key or "", ts, payload):
+        assert _full_check(row), payload
+
+
+@given(lines=st.lists(st.tuples(st.text(), st.sampled_from(["stdout", "stderr"]),
+                                st.booleans()), min_size=2, max_size=5),
+       data=st.dictionaries(st.text(max_size=3), st.integers() | st.floats(allow_nan=False)
+                            | st.text(max_size=4), max_size=3))
+def test_every_chunk_the_runner_writes_is_shown_plain(lines: list[tuple[str, str, bool]],
+                                                      data: dict[str, object]) -> None:
+    rows: list[EventRow | TaskEmitted] = [
+        TaskOutput.encoded(RUN, KEY, "2026-12-02T00:00:00Z", stream, line, n, truncated)
+        for n, (line, stream, truncated) in enumerate(lines, 1)]
+    rows.insert(1, TaskEmitted(run_id=RUN, task_key=KEY, ts="2026-12-02T00:00:01Z", data=data,
+                               n=9))
+    (chunk,) = chunked(rows)
+    assert _plain_chunk(chunk.event_id, chunk.run_id, KEY, chunk.ts, chunk.payload) == len(rows)
+    assert _full_check(chunk._replace(seq=len(rows)))
 
 
 # -- since: only what is new --------------------------------------------------------------------

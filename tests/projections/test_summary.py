@@ -488,7 +488,7 @@ def _plan(conn: sqlite3.Connection, sql: str, params: Any = ()) -> str:
 
 
 def test_schema_two_has_the_views_and_the_run_level_index(ledger: Ledger) -> None:
-    assert ledger.schema_version == SCHEMA_VERSION == 16
+    assert ledger.schema_version == SCHEMA_VERSION == 17
     objects = dict(ledger.db.execute(
         "SELECT name, type FROM sqlite_master WHERE type IN ('view', 'index')"
     ).fetchall())
@@ -624,7 +624,7 @@ def test_a_schema_two_ledger_is_given_the_lifecycle_index(db_path: Path) -> None
     assert old_ledger(db_path, events, "0003_lifecycle_index") == "2"
 
     with Ledger(db_path) as ledger:
-        assert ledger.schema_version == SCHEMA_VERSION == 16
+        assert ledger.schema_version == SCHEMA_VERSION == 17
         issued: list[str] = []
         ledger.db.conn.set_trace_callback(issued.append)
         try:

@@ -41,6 +41,7 @@ from evalledger.ledger import (
     TaskEmitted,
     TaskStarted,
     TaskUsage,
+    lines_of,
     utc_now,
 )
 from evalledger.pricing import RateCard
@@ -375,6 +376,15 @@ async def _append_rows(ctx: RunContext, rows: list[tuple[Any, ...]],
     if events:
         await ctx.writer.append(*events)
     for sent in events:
+        if isinstance(sent, EventRow) and sent.type == EventType.TASK_LINES:
+            # A read's lines in one row (the worker's runner made it): each line as the
+            # ledger gives it back.
+            for line in (row.decode() for row in lines_of(sent)):
+                if remote is not None:
+                    _meter(remote, line, ctx.rates)
+                if ctx.on_output is not None:
+                    ctx.notify_output(line)
+            continue
         if remote is not None:
             _meter(remote, sent, ctx.rates)
         if isinstance(sent, TaskUsage):
@@ -395,7 +405,11 @@ def _meter(remote: _RemoteAttempt, sent: AnyEvent | EventRow, rates: RateCard) -
 
 
 def _typed(row: EventRow) -> AnyEvent | EventRow:
-    return row if row.type == EventType.TASK_OUTPUT else row.decode()
+    return row if row.type in _AS_ROWS else row.decode()
+
+
+# Kept in stored form on the way to the writer: output lines and chunks of lines.
+_AS_ROWS = frozenset({EventType.TASK_OUTPUT, EventType.TASK_LINES})
 
 
 async def _keep_artifacts(task: ResolvedTask, ctx: RunContext, blob: bytes | int) -> None:
