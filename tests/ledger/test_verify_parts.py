@@ -325,3 +325,31 @@ def test_a_part_refuses_a_file_put_in_the_ledgers_place(db_path: Path) -> None:
         patch.setattr(verify_module, "_file_id", lambda path: (file.st_dev, file.st_ino + 1))
         assert _report_lines(db_path, 3) == whole
     assert "hash chain broken at seq 30: the row was changed after it was written" in whole
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+    | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.text(max_size=3), inner, max_size=3), max_leaves=8)
+
+
+def _sorted(value: object) -> object:
+    if isinstance(value, dict):
+        return {k: _sorted(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(v) for v in value]
+    return value
+
+
+@given(value=st.dictionaries(st.text(max_size=3), _JSON, max_size=4),
+       sort_keys=st.booleans(), spaced=st.booleans())
+def test_canonical_json_is_pydantics_spelling_with_every_key_sorted(
+        value: dict[str, object], sort_keys: bool, spaced: bool) -> None:
+    """verify's canonical check against its definition: the text pydantic-core writes for
+    the value with every object's keys sorted."""
+    from pydantic_core import to_json
+
+    text = (json.dumps(value, sort_keys=sort_keys) if spaced else
+            to_json(_sorted(value) if sort_keys else value).decode())
+    assert canonical_json(text) == (text == to_json(_sorted(json.loads(text))).decode())
