@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from ._packed import whole_frame
 from ._rows import STREAM_TYPES, EventRow, EventType
 
 if TYPE_CHECKING:
@@ -150,13 +151,7 @@ def unstored(value: bytes) -> str:
         raise ChunkError(f"a chunk does not decompress: {e}") from e
     if not 0 <= size <= _MAX_SIZE:
         raise ChunkError("a chunk's frame does not declare a plausible size")
-    reader = zstandard.ZstdDecompressor().decompressobj()
-    try:
-        data = reader.decompress(value)
-    except zstandard.ZstdError as e:
-        raise ChunkError(f"a chunk does not decompress: {e}") from e
-    if not reader.eof or reader.unused_data or len(data) != size:
-        raise ChunkError("a chunk is not one whole frame of its declared size")
+    data = whole_frame(value, size, "a chunk", "decompress", ChunkError)
     try:
         return data.decode()
     except UnicodeDecodeError as e:

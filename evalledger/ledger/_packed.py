@@ -61,17 +61,30 @@ def unpack(packed: str | bytes) -> bytes:
     Raises:
         PackedError: not base64 of a zstd frame, or a frame that does not decompress.
     """
-    import zstandard
 
     frame, size = _frame(packed)
-    # At once, into one buffer of its declared size: pieces joined would hold it twice.
+    return whole_frame(frame, size, "a packed value", "unpack", PackedError)
+
+
+def whole_frame(frame: bytes, size: int, what: str, verb: str,
+                error: type[ValueError]) -> bytes:
+    """What one zstd ``frame`` of declared ``size`` (checked plausible by the caller)
+    holds, decompressed at once, into one buffer of that size (pieces joined would hold
+    it twice); nothing may follow the frame.
+
+    Raises:
+        error: ``{what} does not {verb}: ...``, or ``{what} is not one whole frame of its
+            declared size``.
+    """
+    import zstandard
+
     reader = zstandard.ZstdDecompressor().decompressobj()
     try:
         text = reader.decompress(frame)
     except zstandard.ZstdError as e:
-        raise PackedError(f"a packed value does not unpack: {e}") from e
+        raise error(f"{what} does not {verb}: {e}") from e
     if not reader.eof or reader.unused_data or len(text) != size:
-        raise PackedError("a packed value is not one whole frame of its declared size")
+        raise error(f"{what} is not one whole frame of its declared size")
     return text
 
 
