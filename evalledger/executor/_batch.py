@@ -30,6 +30,7 @@ from evalledger.hosts import host_info
 from evalledger.ledger import (
     AnyEvent,
     EventRow,
+    EventType,
     Ledger,
     RunFinished,
     RunResumed,
@@ -37,6 +38,7 @@ from evalledger.ledger import (
     Signer,
     TaskCompleted,
     TaskSkipped,
+    lines_of,
 )
 from evalledger.options import PreservationMode, RunOptions
 from evalledger.pricing import DEFAULT_RATES, RateCard, prices_source
@@ -333,7 +335,11 @@ async def _run(
 
         def on_committed(events: Sequence[AnyEvent | EventRow]) -> None:
             for event in events:
-                on_event(event)
+                if type(event) is EventRow and event.type == EventType.TASK_LINES:
+                    for line in lines_of(event):  # a chunk: its lines, as a reader gets them
+                        on_event(line)
+                else:
+                    on_event(event)
 
     async with open_writer(ledger, on_committed, signer) as writer:
         ctx = RunContext(

@@ -24,6 +24,7 @@ import dataclasses
 import functools
 import itertools
 import logging
+import math
 import os
 import secrets
 import threading
@@ -148,6 +149,13 @@ def notify_lines(ctx: RunContext, events: Sequence[AnyEvent | EventRow]) -> None
 def _size(text: str) -> int:
     # As UTF-8 with its newline; nearly every line is ASCII (its length, no encoding).
     return (len(text) if text.isascii() else len(text.encode("utf-8", "replace"))) + 1
+# How long what an attempt printed may wait for more of its output before it is handed
+# to the writer: an agent prints a line per read, seconds apart, and lines written
+# together are one row, compressed (a chunk, ledger/_lines), not a row each. A reader
+# of the ledger (the live viewer) sees them this much later; the terminal's --stream too.
+LINGER = 0.5
+# What an attempt holds at most before it is handed over without waiting (one chunk).
+_FLUSH_EVENTS = 1024
 # How long a cancelled attempt may wait to hand over what it already read: the writer
 # drains its channel shielded, so only a stalled disk makes this bound matter.
 _LAST_WRITE = 5.0
@@ -239,6 +247,10 @@ class _Streams:
     stalled: str | None = None
     # Sends under way: a reader held up by a busy ledger is not a silent command.
     sending: int = 0
+    # What was read and not yet handed to the writer (``flush``), and when it must be
+    # (trio time; inf: nothing waits).
+    pending: list[AnyEvent | EventRow] = field(default_factory=list)
+    flush_at: float = math.inf
     # The model API failure a claude-code stream was in when it last spoke of its API.
     api_error: str | None = None
     # Whether the workspace's size was looked at while the command ran (limits.disk).
@@ -275,14 +287,28 @@ class _Streams:
         return "\n".join(self.kept[stream])
 
     async def lines(self, pairs: list[tuple[str, bool]], stream: str) -> None:
-        """Record one read's worth of lines (and any usage they report) in one send."""
+        """Record one read's worth of lines (and any usage they report): held until
+        ``flush``, which the reader calls once ``flush_at`` comes (``LINGER`` after the
+        first of them) or enough is held."""
         events, recorded = self._events(pairs, stream)
         self._keep(recorded, stream)
-        if events:  # it spoke: before the send, which a busy ledger may hold up
-            self.touched(events[-1].ts)
-        # The read's lines one row (_lines): made here, so what the callbacks see is what
-        # the ledger gives back, ids included.
-        events = chunked(events)
+        if not events:
+            return
+        self.touched(events[-1].ts)  # it spoke: before the send, which may wait
+        self.pending += events
+        if len(self.pending) >= _FLUSH_EVENTS or self.budget_stop is not None:
+            await self.flush()
+        elif self.flush_at == math.inf:
+            self.flush_at = trio.current_time() + LINGER
+
+    async def flush(self) -> None:
+        """Hand what was read to the writer, in one send: its lines one row each run of
+        them (``chunked``: a chunk, made here so that what the callbacks see is what the
+        ledger gives back, ids included). Every other event of the attempt is appended
+        after a flush: the ledger keeps the order things happened in."""
+        events, self.pending, self.flush_at = chunked(self.pending), [], math.inf
+        if not events:
+            return
         self.sending += 1
         try:
             await self._send(events)
@@ -384,6 +410,8 @@ class _Streams:
         Shielded: once taken from the meter (or the tail) it is held nowhere else, so a
         cancellation must not drop it between the two.
         """
+        with trio.CancelScope(shield=True):
+            await self.flush()
         if (omitted := self.omitted) is not None:
             self.omitted = None
             events = chunked(omitted.events(self.ctx.run_id, self.task.task_key, self.attempt,
@@ -421,9 +449,13 @@ async def _record_stream(stream: trio.abc.ReceiveStream, name: str, state: _Stre
         while True:
             state.waiting += 1
             try:
-                chunk = await stream.receive_some(65536)
+                with trio.move_on_at(state.flush_at) as lingered:
+                    chunk = await stream.receive_some(65536)
             finally:
                 state.waiting -= 1
+            if lingered.cancelled_caught:  # nothing more came meanwhile: hand it over
+                await state.flush()
+                continue
             if not chunk:
                 break
             state.received += len(chunk)
@@ -434,12 +466,14 @@ async def _record_stream(stream: trio.abc.ReceiveStream, name: str, state: _Stre
                     return
     except trio.Cancelled:
         # Stopped mid-stream: a last line without its newline is still output.
-        if pairs := splitter.close():
-            with trio.CancelScope(shield=True), trio.move_on_after(1):
+        with trio.CancelScope(shield=True), trio.move_on_after(1):
+            if pairs := splitter.close():
                 await state.lines(pairs, name)
+            await state.flush()
         raise
     if pairs := splitter.close():
         await state.lines(pairs, name)
+    await state.flush()
 
 
 def _environment_info(exit_code: int | None, meter: UsageMeter,
@@ -965,6 +999,7 @@ async def _watch_stall(task: ResolvedTask, ctx: RunContext, state: _Streams, att
                 continue
             spoke = state.arm()  # armed before recording: what it says meanwhile counts
             idle = round(trio.current_time() - state.last_activity, 3)
+            await state.flush()  # what it said before the silence comes before it
             last_seq = await trio.to_thread.run_sync(
                 _last_seq, ctx.ledger_path, ctx.run_id, task.task_key, abandon_on_cancel=True)
             await ctx.writer.append(TaskStalled(

@@ -666,6 +666,9 @@ def test_output_held_up_by_a_locked_ledger_is_not_dropped(
     # A small channel: a few dozen reads fill it (its size changes nothing else), so the
     # command is done well before its 2 s deadline however loaded the machine.
     monkeypatch.setattr(_writer, "CHANNEL_CAPACITY", 16)
+    # Each read handed over at once (no linger): the command's line-a-read fills the
+    # channel then, as an agent's would only after 16 lingers.
+    monkeypatch.setattr(_runner, "LINGER", 0.0)
     writers: list[_writer.LedgerWriter] = []
     open_writer = _batch.open_writer
 

@@ -29,7 +29,15 @@ from typing import Any
 import pytest
 import trio
 
-from evalledger.executor import MAX_LINE, BatchConfig, _criteria, _runner, _sandbox, run_batch
+from evalledger.executor import (
+    MAX_LINE,
+    BatchConfig,
+    Callbacks,
+    _criteria,
+    _runner,
+    _sandbox,
+    run_batch,
+)
 from evalledger.executor import isolation as _isolation
 from evalledger.executor._process import release_pipes
 from evalledger.ledger import (
@@ -40,6 +48,7 @@ from evalledger.ledger import (
     TaskOutputTruncated,
     TaskUsage,
     TokenCounts,
+    verify,
 )
 from evalledger.options import RunOptions
 from evalledger.pricing import DEFAULT_RATES
@@ -63,6 +72,8 @@ from .attempts import (
     script,
     task_events,
 )
+from .batches import config as config_of
+from .batches import run as run_batches
 
 # -- helpers -------------------------------------------------------------------------------
 
@@ -1541,3 +1552,67 @@ def test_what_the_command_made_unreadable_does_not_fail_a_copy_to_grade_in() -> 
         assert done.stdout.split() == ["['plain',", "'secret']", "0o0", "0"]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# -- what an attempt prints is held a moment, then written as one row -------------------------
+
+# Prints its lines one write each, each read before the next is written (one read a line,
+# as an agent's), a JSON line and a stderr line among them; then exits.
+ONE_A_READ = r"""
+import fcntl, os, sys, termios, time
+def unread(fd):
+    return int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, bytes(4)), sys.byteorder)
+give_up = time.monotonic() + 60
+for fd, text in [(1, "one"), (1, '{"type": "note", "k": 1}'), (2, "to stderr"), (1, "four"),
+                 (1, "five"), (1, "six")]:
+    os.write(fd, (text + "\n").encode())
+    while unread(fd) and time.monotonic() < give_up:
+        time.sleep(0.0005)
+"""
+
+
+def test_lines_read_apart_are_one_row_once_the_attempt_rests(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A line a read, as an agent prints: held while the attempt goes on (here, until its
+    pipes close), then one task.lines row; read back, callbacks included, as its lines."""
+    monkeypatch.setattr(_runner, "LINGER", NEVER)
+    task = make_task("reads", [PY, "-c", ONE_A_READ])
+    seen: list[object] = []
+    committed: list[object] = []
+    with Ledger(tmp_path / "l.db") as ledger:
+        run_batches(ledger, [task], config_of(tmp_path),
+                    Callbacks(on_output=seen.append, on_event=committed.append))
+        stored = list(ledger.rows(RUN_ID, stored=True))
+        read = list(ledger.events(RUN_ID, types={"task.output", "task.event"}))
+        assert verify(ledger).ok
+    assert [row.type for row in stored if row.type in (
+        "task.lines", "task.output", "task.event")] == ["task.lines"]
+    assert [(type(e).__name__, e.n) for e in read] == [  # type: ignore[union-attr]
+        ("TaskOutput", 1), ("TaskEmitted", 2), ("TaskOutput", 3), ("TaskOutput", 4),
+        ("TaskOutput", 5), ("TaskOutput", 6)]
+    assert [getattr(e, "stream", "stdout") for e in read][2] == "stderr"
+    assert [e.event_id for e in seen] == [e.event_id for e in read]  # type: ignore[attr-defined]
+    lines_committed = [e for e in committed if getattr(e, "type", "") in ("task.output",
+                                                                         "task.event")]
+    assert [e.event_id for e in lines_committed] == [  # type: ignore[attr-defined]
+        e.event_id for e in read]
+
+
+def test_a_held_line_reaches_the_ledger_while_the_command_waits(tmp_path: Path) -> None:
+    """Held no longer than the linger: the command waits, silent, until its line is
+    committed (it would time out if the line waited for more output)."""
+    go = tmp_path / "go"
+
+    def on_event(event: object) -> None:
+        if getattr(event, "type", "") == "task.output" and '"waiting"' in str(
+                getattr(event, "payload", "")):
+            go.touch()
+
+    waits = ["sh", "-c", 'echo waiting; while [ ! -e "$1" ]; do sleep 0.01; done; echo done',
+             "waits", str(go)]
+    task = make_task("waits", waits, timeout=NEVER)
+    with Ledger(tmp_path / "l.db") as ledger:
+        result = run_batches(ledger, [task], config_of(tmp_path), Callbacks(on_event=on_event))
+        assert completed(result, ledger, task).final_status is FinalStatus.SUCCESS
+        assert lines(ledger, task) == ["waiting", "done"]
