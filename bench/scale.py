@@ -16,7 +16,9 @@ command in a fresh process (its wall time and peak RSS, from ``wait4``):
 - ``--sessions`` (default 200) real-shaped Claude Code sessions (the stream-json
   transcript of tests/agents/transcripts, each with its own ids and numbers), each
   printed by a task's command through ``evalledger run``: the ledger's bytes per event
-  and its size against the transcripts it holds (targets: <= 120 B/event, <= 0.5x).
+  and its size against the transcripts it holds (targets: <= 120 B/event, <= 0.5x);
+  then the same sessions each printed a line at a time, 50 ms apart, as an agent
+  streams them (a line a read: what the runner's linger makes one row of).
 
 Lines scripts read: ``verify large: 512,345 events/s, peak 97.1 MiB``,
 ``ratio verify RSS large/small: 1.01``, ``sessions: 1,424 B/event`` and ``ratio
@@ -107,15 +109,16 @@ def since_after_a_run(root: Path, large: Path, lines: int) -> None:
     print(f"ratio verify full/since: {s / s2:.0f}")
 
 
-def sessions(root: Path, count: int) -> None:
+def sessions(root: Path, count: int, pause: float = 0.0) -> None:
     """``count`` Claude Code sessions recorded by ``evalledger run``: the ledger's bytes per
-    event and against the transcripts' own bytes."""
+    event and against the transcripts' own bytes. ``pause``: each line printed alone,
+    this many seconds after the last (as an agent streams: a line a read); 0: at once."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import json
 
     from tests.agents.transcripts.claude_code import RESULT, TRANSCRIPT
 
-    folder = root / "sessions"
+    folder = root / ("sessions" if not pause else "streamed")
     shutil.rmtree(folder, ignore_errors=True)
     (folder / "tasks").mkdir(parents=True)
     # Bound read-only into each task's sandbox (bwrap or docker, where `auto` finds one):
@@ -134,12 +137,16 @@ def sessions(root: Path, count: int) -> None:
         transcript = "".join(json.dumps(line) + "\n" for line in json.loads(text))
         (said / f"s{i:04d}.jsonl").write_text(transcript)
         raw, lines = raw + len(transcript.encode()), lines + transcript.count("\n")
+        command = (f"cat $SAID/s{i:04d}.jsonl" if not pause else
+                   f"while IFS= read -r l; do printf '%s\\n' \"$l\"; sleep {pause}; done "
+                   f"< $SAID/s{i:04d}.jsonl")
         (folder / "tasks" / f"s{i:04d}.yaml").write_text(json.dumps({
-            "command": f"cat $SAID/s{i:04d}.jsonl", "stream_format": "claude-code",
+            "command": command, "stream_format": "claude-code",
             "binds": {"SAID": str(said)}, "success_criteria": [{"type": "exit_code"}]}))
     ledger = folder / "ledger.db"
     done = subprocess.run([sys.executable, "-m", "evalledger.cli", "--ledger", str(ledger),
-                           "run", str(folder / "tasks"), "-j", "2", "--out",
+                           "run", str(folder / "tasks"), "-j", "2" if not pause else "8",
+                           "--out",
                            str(folder / "runs")], capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"sessions: run failed: {done.stderr[-2000:]}")
@@ -148,10 +155,12 @@ def sessions(root: Path, count: int) -> None:
         # Counted as lines: a chunk of k lines is k events (its seqs: max(seq) counts them).
         events = int(conn.execute("SELECT max(seq) FROM events").fetchone()[0])
     size = ledger.stat().st_size
-    print(f"sessions: {count} Claude Code sessions, {lines:,} transcript lines "
+    label = "sessions" if not pause else f"sessions streamed ({pause:g}s a line)"
+    print(f"{label}: {count} Claude Code sessions, {lines:,} transcript lines "
           f"({raw:,} bytes), {events:,} events: {size / events:,.0f} B/event, "
           f"{size / lines:,.0f} B/transcript line (target <= 120 B/event)")
-    print(f"ratio ledger/transcripts: {size / raw:.2f} (target <= 0.5)")
+    print(f"ratio ledger/transcripts{'' if not pause else ' streamed'}: {size / raw:.2f} "
+          "(target <= 0.5)")
 
 
 def main() -> None:
@@ -193,6 +202,7 @@ def main() -> None:
                   f"{figures['large'][label] / figures['small'][label]:.2f}")
         since_after_a_run(root, ledger_of(root, args.large, args.lines), args.lines)
         sessions(root, args.sessions)
+        sessions(root, args.sessions, pause=0.05)
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
 
 
