@@ -271,16 +271,25 @@ def cost_line(total_cost_usd: float, cost_complete: bool,
 
 def unpriced_line(summary: RunSummary) -> str:
     """Why the cost is a floor: which models had no price, and how much they used
-    (``a model with no price: mystery (15 tokens), ...``); and when some attempt's spend
-    was never reported in full though what it reported was priced (an imported TIMEOUT:
-    the old harness killed the agent mid-turn), that too."""
+    (``a model with no price: mystery (15 tokens), ...``); the tasks whose agent's usage
+    went unread (their task said ``stream_format: native``); and when some other
+    attempt's spend was never reported in full though what it reported was priced (an
+    imported TIMEOUT: the old harness killed the agent mid-turn), that too."""
     named = [f"{_text(m.model or '(no model named)')} ({m.tokens.total:,} tokens)"
              for m in summary.unpriced]
     parts = [("a model with no price: " if len(named) == 1 else "models with no price: ")
              + ", ".join(named)] if named else []
-    if summary.unreported:
+    unread = sum(summary.spend_unread.values())
+    parts += [f"spend unread: {_how_many_tasks(n)} printed {_text(name)} usage under "
+              f"stream_format: native (name it: stream_format: {_text(name)})"
+              for name, n in summary.spend_unread.items()]
+    if summary.unreported and summary.tasks_cost_incomplete > unread:
         parts.append("spend never reported in full (an attempt stopped mid-turn)")
     return "; ".join(parts)
+
+
+def _how_many_tasks(n: int) -> str:
+    return f"{n} task{'s' if n != 1 else ''}"
 
 
 def variant_table(summary: RunSummary) -> tuple[list[str], list[list[str]]]:

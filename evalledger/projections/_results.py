@@ -323,6 +323,11 @@ class RunSummary(RunHeadline):
     order of their latest ``run.graded``."""
     skipped_tasks: list[SkippedFile]
     tasks_cost_incomplete: int
+    spend_unread: dict[str, int] = {}
+    """Per agent stream format (``claude-code``...), the task keys whose latest attempt
+    printed that agent's usage while its task's ``stream_format`` was ``native``: what
+    it spent was not read (among ``tasks_cost_incomplete``; name the format to have it
+    read). Empty: none."""
     usage_by_model: list[ModelUsage]
     variants: list[VariantStats]
     version_consensus: dict[str, Any]

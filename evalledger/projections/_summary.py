@@ -672,6 +672,7 @@ class SummaryFold(Fold):
             skipped_tasks=[SkippedFile(path=s.path, reason=s.reason, deliberate=s.deliberate)
                            for s in self.skipped],
             tasks_cost_incomplete=sum(1 for k in self.keys.values() if not k.cost_complete),
+            spend_unread=self._unread(),
             usage_by_model=[
                 ModelUsage(model=name, tokens=spend.tokens, cost_usd=round(spend.cost, 10),
                            cost_complete=spend.complete)
@@ -689,6 +690,17 @@ class SummaryFold(Fold):
         )
         rows = (self._row(judged[k]) if k in judged else _unstarted(k) for k in order)
         return summary, rows
+
+    def _unread(self) -> dict[str, int]:
+        """Per agent format, the keys whose latest attempt's spend went unread (its task
+        said ``native``: ``environment_info.unread_format``)."""
+        found: Counter[str] = Counter()
+        for key in self.keys.values():
+            done = key.completed
+            if done is not None and isinstance(
+                    unread := done.environment_info.get("unread_format"), str):
+                found[unread] += 1
+        return dict(sorted(found.items()))
 
     def row(self, task_key: str, grades: str | None = None) -> TaskRow | None:
         """One key's row of the summary, without building the others."""

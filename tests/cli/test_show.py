@@ -272,3 +272,29 @@ def _variants_run(tmp_path: Path, variants: list[str]) -> Path:
                        completed(k, status, run_id="r")]
         ledger.append([*events, RunFinished(run_id="r", status=RunStatus.COMPLETED)])
     return db
+
+
+def test_an_agents_usage_read_as_native_is_named_unread_not_stopped_mid_turn(
+    tmp_path: Path,
+) -> None:
+    """A native task whose command printed Claude Code's result (its spend) ended well:
+    the cost is a floor because its stream was not read as Claude Code's, and the line
+    says so and how to have it read, not that an attempt stopped mid-turn (issue #49)."""
+    from tests.agents.transcripts.claude_code import RESULT
+
+    from .helpers import evalledger
+
+    said = tmp_path / "said.jsonl"
+    said.write_text(json.dumps(RESULT) + "\n", encoding="utf-8")
+    write_task(tmp_path / "tasks" / "agent.yaml", f"cat {said}")
+    db = tmp_path / "l.db"
+    ran = evalledger(tmp_path, db, "run", str(tmp_path / "tasks"))
+    assert ran.returncode == 0, ran
+    show = evalledger(tmp_path, db, "show", "latest")
+    floor = [line for line in show.stdout.splitlines() if line.startswith("cost is a floor")]
+    assert floor == ["cost is a floor: spend unread: 1 task printed claude-code usage under "
+                     "stream_format: native (name it: stream_format: claude-code)"], show.stdout
+    assert "mid-turn" not in show.stdout + ran.stdout
+    summary = json.loads(evalledger(tmp_path, db, "report", "latest", "--format",
+                                    "json").stdout)
+    assert (summary["spend_unread"], summary["tasks_cost_incomplete"]) == ({"claude-code": 1}, 1)

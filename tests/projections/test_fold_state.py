@@ -58,6 +58,7 @@ LAYOUTS = {
     ("SummaryFold", 12): "bb7ba7782b6a5c83",  # + LIMIT_EXCEEDED among the statuses
     ("SummaryFold", 13): "bb7ba7782b6a5c83",  # + pass_at_k_left_out, pass_rate_stderr
     ("SummaryFold", 14): "bcb966cfbcd07bf1",  # + each attempt's grading spend, a regrade's
+    ("SummaryFold", 15): "bcb966cfbcd07bf1",  # + spend_unread in the summary (same state)
     ("ResumeFold", 2): "488576a01a3d6a5a",
 }
 
