@@ -199,11 +199,8 @@ def load_summary_page(ledger: Ledger, run_id: str, limit: int, *, grades: str | 
     """The run's summary (as ``load_summary``) with only its first ``limit`` task rows.
 
     A finished run's rows are cut out of its snapshot without building the others (a
-    100,000-task run's summary is 44 MB of JSON, its rows as models 400 MB): each of
-    those is read for its isolation alone. Any other run (or a snapshot this reader
-    cannot cut) is folded whole, then cut."""
-    from evalledger.projections import isolation_counts
-
+    100,000-task run's summary is 44 MB of JSON, its rows as models 400 MB). Any other
+    run (or a snapshot this reader cannot cut) is folded whole, then cut."""
     snap = (None if grades is not None or count_infra
             else _current(ledger, run_id, "summary", True))
     page = _page(snap, limit) if snap is not None else None
@@ -211,19 +208,14 @@ def load_summary_page(ledger: Ledger, run_id: str, limit: int, *, grades: str | 
         return page
     summary = load_summary(ledger, run_id, grades=grades, count_infra=count_infra)
     return SummaryPage(summary.model_copy(update={"tasks": summary.tasks[:limit]}),
-                       len(summary.tasks), isolation_counts(summary.tasks))
+                       len(summary.tasks), summary.tasks_by_isolation)
 
 
 def _page(snap: Snapshot, limit: int) -> SummaryPage | None:
     import msgspec
 
-    from evalledger.projections import RunSummary, isolation_counts
+    from evalledger.projections import RunSummary
 
-    class Confined(msgspec.Struct):  # the fields isolation_counts reads
-        attempts: int
-        isolation: str = "none"
-
-    confined = msgspec.json.Decoder(Confined).decode
     try:
         # A plain value is decoded in the payload whole, not cut out: no 44 MB copy.
         value = (snap.value if snap.packed else
@@ -233,7 +225,7 @@ def _page(snap: Snapshot, limit: int) -> SummaryPage | None:
         data = {name: msgspec.json.decode(raw) for name, raw in fields.items()}
         data["tasks"] = [msgspec.json.decode(raw) for raw in rows[:limit]]
         summary = RunSummary.model_validate(data)
-        isolation = isolation_counts(confined(raw) for raw in rows)
+        isolation = summary.tasks_by_isolation  # counted when it was made: no row read
     # Damaged or forged (verify names it; RecursionError: nested a million deep): fold.
     except (msgspec.DecodeError, ValueError, KeyError, RecursionError):
         return None

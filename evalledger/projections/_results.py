@@ -323,6 +323,9 @@ class RunSummary(RunHeadline):
     order of their latest ``run.graded``."""
     skipped_tasks: list[SkippedFile]
     tasks_cost_incomplete: int
+    tasks_by_isolation: dict[str, int] = {}
+    """How many task keys that ran each isolation confined (their latest attempts): what
+    the isolation line of ``show`` and run.md says, without reading every row."""
     spend_unread: dict[str, int] = {}
     """Per agent stream format (``claude-code``...), the task keys whose latest attempt
     printed that agent's usage while its task's ``stream_format`` was ``native``: what

@@ -673,6 +673,8 @@ class SummaryFold(Fold):
                            for s in self.skipped],
             tasks_cost_incomplete=sum(1 for k in self.keys.values() if not k.cost_complete),
             spend_unread=self._unread(),
+            tasks_by_isolation=dict(sorted(Counter(
+                k.isolation() for k in judged.values() if k.attempts).items())),
             usage_by_model=[
                 ModelUsage(model=name, tokens=spend.tokens, cost_usd=round(spend.cost, 10),
                            cost_complete=spend.complete)

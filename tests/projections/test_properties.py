@@ -48,6 +48,7 @@ from evalledger.projections import (
     RunSummary,
     SummaryFold,
     fold,
+    isolation_counts,
     render_json,
 )
 from evalledger.statuses import Category, FinalStatus
@@ -209,6 +210,9 @@ def test_summary_counts_tokens_and_money_match_the_model(scenario: Scenario) -> 
                     assert row.final_status == final.outcome
                     assert row.category == final.outcome.category
                     assert row.cost_usd == final.completed_cost
+
+            # The isolation counts made with the summary are its rows' (a page reads them).
+            assert summary.tasks_by_isolation == isolation_counts(summary.tasks)
 
             status, finished_at = model.expected_status()
             assert summary.status == status
