@@ -23,8 +23,10 @@ if TYPE_CHECKING:
     from .app import ResumeRequest as ResumeRequest
     from .app import RunOutcome as RunOutcome
     from .app import RunSettings as RunSettings
+    from .app import list_runs as list_runs
     from .app import resume_run as resume
     from .app import start_run as run
+    from .app import summary as summary
     from .errors import EvalledgerError as EvalledgerError
     from .ledger import Ledger as Ledger
     from .ledger import LedgerError as LedgerError
@@ -38,6 +40,7 @@ _LAZY = {
     "Callbacks": "evalledger.app", "Ending": "evalledger.app",
     "ResumeRequest": "evalledger.app", "RunOutcome": "evalledger.app",
     "RunSettings": "evalledger.app", "EvalledgerError": "evalledger.errors",
+    "summary": "evalledger.app", "list_runs": "evalledger.app",
     "RunOptions": "evalledger.options",
     "Ledger": "evalledger.ledger", "LedgerError": "evalledger.ledger",
     "verify": "evalledger.ledger", "Category": "evalledger.statuses",
@@ -74,7 +77,9 @@ __all__ = [
     "RunSettings",
     "RunStatus",
     "__version__",
+    "list_runs",
     "resume",
     "run",
+    "summary",
     "verify",
 ]

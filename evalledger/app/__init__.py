@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from ._import import RunImport as RunImport
     from ._import import import_runs as import_runs
     from ._prepare import shard_spec as shard_spec
+    from ._read import list_runs as list_runs
+    from ._read import summary as summary
     from ._resume import resume_run as resume_run
     from ._run import start_run as start_run
     from ._settings import RunSettings as RunSettings
@@ -55,6 +57,8 @@ _WHERE = {
     "ImportOutcome": "_import",
     "RunImport": "_import",
     "import_runs": "_import",
+    "list_runs": "_read",
+    "summary": "_read",
     "resume_run": "_resume",
     "start_run": "_run",
     "RunSettings": "_settings",
@@ -83,8 +87,10 @@ __all__ = [
     "export",
     "import_events",
     "import_runs",
+    "list_runs",
     "merge",
     "resume_run",
     "shard_spec",
     "start_run",
+    "summary",
 ]
