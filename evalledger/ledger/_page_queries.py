@@ -16,6 +16,7 @@ is the reader's.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from itertools import islice
 from typing import Any
@@ -81,7 +82,7 @@ def transcript_rows(
 
     ``after``: the rows after that seq (0 or None: from the first); ``before``: the rows
     before that seq (``-1`` or 0: the last rows); ``through``: none after that seq.
-    ``search`` keeps only rows whose text holds it.
+    ``search`` keeps only rows whose text holds it, whatever its case.
     """
     backwards = before is not None
     rows = _transcript(ledger, run_id, task_key, after=0 if backwards else after or 0,
@@ -98,14 +99,18 @@ def transcript_rows(
 
 
 def _holds(row: EventRow, text: str) -> bool:
-    """Whether what a row shows holds ``text``: an output line's words, an event's data
-    (as JSON spells it), never the payload's own field names (``line``, ``stream``)."""
+    """Whether what a row shows holds ``text``, whatever its case: an output line's
+    words, an event's data (as JSON spells it), never the payload's own field names
+    (``line``, ``stream``). First the payload as JSON spells the text (cheap, and true
+    of every row that holds it), then the one field read out of the rows that pass."""
+    spelled = re.compile(re.escape(_json_string(text)[1:-1]), re.IGNORECASE)
+    if not spelled.search(row.payload):
+        return False
     if row.type == EventType.TASK_OUTPUT:
-        return text in row.payload and text in str(json.loads(row.payload).get("line", ""))
+        line = json.loads(row.payload).get("line", "")
+        return re.search(re.escape(text), str(line), re.IGNORECASE) is not None
     if row.type == EventType.TASK_EVENT:
-        spelled = _json_string(text)[1:-1]
-        return spelled in row.payload and spelled in _json_string_of(
-            json.loads(row.payload).get("data"))
+        return spelled.search(_json_string_of(json.loads(row.payload).get("data"))) is not None
     return False
 
 

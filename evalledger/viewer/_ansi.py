@@ -46,11 +46,15 @@ def ansi_html(text: str, *, newlines: bool = False, mark: str = "") -> Markup:
 
 
 def _marked(shown: str, mark: str) -> str:
-    """``shown`` escaped, each ``mark`` in it wrapped in ``<mark>``: split before
-    escaping, so a mark never lands inside an entity."""
-    if not mark or mark not in shown:
+    """``shown`` escaped, each ``mark`` in it (whatever its case: as the search found it)
+    wrapped in ``<mark>``: split before escaping, so a mark never lands inside an
+    entity."""
+    if not mark:
         return str(escape(shown))
-    return f"<mark>{escape(mark)}</mark>".join(str(escape(part)) for part in shown.split(mark))
+    # A group in the pattern keeps each match, as written, at the odd places.
+    parts = re.split(f"({re.escape(mark)})", shown, flags=re.IGNORECASE)
+    return "".join(f"<mark>{escape(part)}</mark>" if i % 2 else str(escape(part))
+                   for i, part in enumerate(parts))
 
 
 class _State:

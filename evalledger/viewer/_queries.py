@@ -245,7 +245,7 @@ def search_run(ledger: Ledger, run_id: str, text: str, *, after: int = 0,
                limit: int = 500, seconds: float = 0.2,
                window: int = SEARCH_WINDOW) -> RunSearch:
     """The first ``limit`` transcript lines of the run after seq ``after`` that hold
-    ``text`` (as typed: case matters, as in a task's own search), by task; read for about
+    ``text`` (whatever its case, as in a task's own search), by task; read for about
     ``seconds`` at most (``window`` events at a time)."""
     deadline = time.monotonic() + seconds
     end = ledger.last_seq()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -265,7 +266,8 @@ def around(text: str, mark: str, width: int = 240) -> str:
     search's long line: the part that holds what was looked for), its cuts marked."""
     if len(text) <= width:
         return text
-    at = max(text.find(mark), 0) if mark else 0
+    found = re.search(re.escape(mark), text, re.IGNORECASE) if mark else None
+    at = found.start() if found else 0
     start = max(0, min(at - width // 3, len(text) - width))
     end = start + width
     return ("\u2026" if start else "") + text[start:end] + ("\u2026" if end < len(text) else "")

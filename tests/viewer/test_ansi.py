@@ -64,3 +64,15 @@ def test_a_search_is_marked_in_what_is_shown_never_inside_an_escape() -> None:
 def test_marking_changes_no_text(text: str, mark: str) -> None:
     shown = str(ansi_html(text, mark=mark))
     assert shown.replace("<mark>", "").replace("</mark>", "") == str(ansi_html(text))
+
+
+@given(st.text(alphabet="aAbB<&é É", max_size=30), st.text(alphabet="aAbB<&é É", min_size=1,
+                                                          max_size=3))
+def test_a_search_is_marked_whatever_its_case_and_as_it_is_written(text: str,
+                                                                    mark: str) -> None:
+    shown = str(ansi_html(text, mark=mark))
+    # Taking the marks away leaves the line as it is shown, its own case kept.
+    assert re.sub("</?mark>", "", shown) == str(ansi_html(text))
+    marked = [html.unescape(m) for m in re.findall("<mark>(.*?)</mark>", shown)]
+    assert all(m.lower() == mark.lower() for m in marked)
+    assert len(marked) == len(re.findall(re.escape(mark), visible(text), re.IGNORECASE))

@@ -268,18 +268,18 @@ def test_a_long_criterion_detail_is_folded_under_its_reason(failures: str, page:
 
 def test_a_search_of_every_transcript_marks_what_it_found(failures: str, page: Any) -> None:
     page.goto(f"{failures}/runs/{RUN}")
-    page.fill("form.search-all input[name=q]", "Overloaded")
+    page.fill("form.search-all input[name=q]", "529 overloaded")  # any case finds it
     page.press("form.search-all input[name=q]", "Enter")
-    page.wait_for_url("**/search?q=Overloaded")
+    page.wait_for_url("**/search?q=529+overloaded")
     found = page.locator("section.found")
     expect(found).to_have_count(1)
     expect(found).to_have_attribute("data-task", "default/api-529/00")
     expect(page.locator("p.count")).to_contain_text("1 line in 1 task hold")
-    expect(found.locator("mark")).to_have_text(["Overloaded"])
+    expect(found.locator("mark")).to_have_text(["529 Overloaded"])  # as it is written
     found.locator("h2 a").click()  # the task's own lines that hold it, marked
     expect(page.locator("h1")).to_have_text("default/api-529/00")
     expect(page.locator("table.lines tbody tr[data-seq]")).to_have_count(1)
-    expect(page.locator("table.lines mark")).to_have_text(["Overloaded"])
+    expect(page.locator("table.lines mark")).to_have_text(["529 Overloaded"])
 
 
 def test_typing_in_the_filter_narrows_the_table(failures: str, page: Any) -> None:
