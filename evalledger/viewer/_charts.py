@@ -155,9 +155,11 @@ def histogram(values: Sequence[float], title: str, *, bins: int = 20, width: int
             f'width="{max(bar_w - 1, 0.5):.1f}" height="{h:.1f}" fill="{_BAR}"><title>'
             f"{_seconds(start)}-{_seconds(end)}: {count}</title></rect>"
         )
+    places = (0.0, 0.5, 1.0) if high > low else (0.0,)
     body += _axes(left, right, top_m, bottom,
-                  x_ticks=[(left + plot_w * f, _seconds(low + (high - low) * f))
-                           for f in ((0.0, 0.5, 1.0) if high > low else (0.0,))],
+                  x_ticks=list(zip((left + plot_w * f for f in places),
+                                   _tick_seconds([low + (high - low) * f for f in places]),
+                                   strict=True)),
                   y_ticks=[(bottom - plot_h * n / top, str(n))
                            for n in sorted({0, top // 2, top}) if top],
                   x_title=x_title, y_title=y_title, height=height)
@@ -224,10 +226,21 @@ def _axes(left: float, right: float, top: float, bottom: float, *,
     return body
 
 
-def _seconds(value: float) -> str:
+def _seconds(value: float, digits: int = 1) -> str:
     if not math.isfinite(value):
         return "?"
-    return f"{value:.1f}s" if value < 120 else f"{value / 60:.1f}m"
+    return f"{value:.{digits}f}s" if value < 120 else f"{value / 60:.{digits}f}m"
+
+
+def _tick_seconds(values: Sequence[float]) -> list[str]:
+    """``values`` as an axis labels them: with as many decimals as it takes (up to
+    milliseconds' worth) for different values to read differently (durations of 3.21 s
+    to 3.24 s read ``3.21s 3.23s 3.24s``, not ``3.2s`` three times)."""
+    for digits in range(1, 4):
+        labels = [_seconds(v, digits) for v in values]
+        if len(set(labels)) == len(set(values)):
+            break
+    return labels
 
 
 def _number(value: float) -> str:

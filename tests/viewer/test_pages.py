@@ -404,3 +404,15 @@ def test_output_left_out_past_max_output_reads_as_a_note_between_head_and_tail(
     omitted = 5000 - len(head) - len(tail)
     assert f"… {omitted:,} lines (" in html.unescape(note[2]) and "past max_output (200 bytes)" \
         in html.unescape(note[2])
+
+
+def test_a_narrow_spread_of_durations_has_ticks_that_read_apart() -> None:
+    """Durations of 3.21 s to 3.24 s: the axis said ``3.2s 3.2s 3.2s`` (issue #49)."""
+    from evalledger.viewer._charts import histogram
+
+    ticks = re.findall(r">([^<>]*s)</text>", str(histogram([3.21, 3.22, 3.24], "durations")))
+    assert ticks == ["3.21s", "3.23s", "3.24s"]
+    # A wide spread keeps one decimal; one value alone, its one tick.
+    assert re.findall(r">([^<>]*s)</text>", str(histogram([1.0, 9.0], "d"))) == [
+        "1.0s", "5.0s", "9.0s"]
+    assert re.findall(r">([^<>]*s)</text>", str(histogram([2.5, 2.5], "d"))) == ["2.5s"]
