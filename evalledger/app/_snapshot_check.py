@@ -235,10 +235,3 @@ class _Replay:
         while self._pending is not None and (self._pending.seq or 0) <= seq:
             self.fold.apply(self._pending)
             self._pending = next(self._events, None)
-
-
-def check_snapshots(ledger: Ledger, *, deep: bool = False) -> SnapshotCheck:
-    """Check every snapshot against a replay of its run (see ``SnapshotCheck``)."""
-    check = SnapshotCheck(deep=deep)
-    check(ledger)
-    return check

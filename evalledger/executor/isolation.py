@@ -40,8 +40,6 @@ from pathlib import Path
 
 # Where the workspace is, inside.
 WORKSPACE = "/work"
-# The fd the prelude reports its probes on.
-PROBE_FD = 3
 # What an isolated command gets of the runner's environment without asking.
 _BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
              "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
