@@ -541,13 +541,19 @@ _LOCAL = ("run {run_id} was recorded in this ledger (it has no run.merged): even
           "are not taken from a file")
 
 
+# A stored payload as the text the chain hashes (a chunk of lines is stored compressed:
+# ``_lines``), which is what a carried event holds.
+_PAYLOAD = "CASE WHEN typeof(payload) = 'blob' THEN evalledger_unpack(payload) ELSE payload END"
+_PAYLOAD_E = _PAYLOAD.replace("payload", "e.payload")
+
+
 def _stored(ledger: Ledger, event_ids: list[str]) -> dict[str, tuple[Any, ...]]:
     """The stored envelope and payload of those of ``event_ids`` the ledger holds."""
     found: dict[str, tuple[Any, ...]] = {}
     for i in range(0, len(event_ids), 900):
         chunk = [stored_id(event_id) for event_id in event_ids[i : i + 900]]
         _, rows = ledger.query(
-            "SELECT event_id, run_id, task_key, type, ts, payload FROM events "
+            f"SELECT event_id, run_id, task_key, type, ts, {_PAYLOAD} FROM events "
             f"WHERE event_id IN ({','.join('?' * len(chunk))})", chunk)
         found.update((text_id(r[0]), r[1:]) for r in rows)
     return found
@@ -567,7 +573,7 @@ def _held(ledger: Ledger, rows: list[EventRow]) -> dict[str, bool]:
             "WITH v (i, r, k, t, s, p) AS (VALUES "
             f"{','.join(['(?, ?, ?, ?, ?, ?)'] * len(chunk))}) "
             "SELECT v.i, e.run_id IS NOT v.r OR e.task_key IS NOT v.k OR e.type IS NOT v.t "
-            "OR e.ts IS NOT v.s OR e.payload IS NOT v.p FROM v JOIN events e "
+            f"OR e.ts IS NOT v.s OR {_PAYLOAD_E} IS NOT v.p FROM v JOIN events e "
             "ON e.event_id = v.i",
             list(chain.from_iterable((stored_id(row[0]), *row[1:6]) for row in chunk)))
         found.update((text_id(event_id), bool(other)) for event_id, other in pairs)
@@ -594,7 +600,7 @@ def _unlike(ledger: Ledger, held: list[tuple[EventRow, int]]) -> list[str]:
             f"{','.join(['(?, ?, ?, ?, ?, ?, ?)'] * len(chunk))}) "
             "SELECT v.i FROM v JOIN events e ON e.seq = v.q WHERE e.event_id IS NOT v.i "
             "OR e.run_id IS NOT v.r OR e.task_key IS NOT v.k OR e.type IS NOT v.t "
-            "OR e.ts IS NOT v.s OR e.payload IS NOT v.p",
+            f"OR e.ts IS NOT v.s OR {_PAYLOAD_E} IS NOT v.p",
             [value for row, seq in chunk
              for value in (seq, stored_id(row[0]), *row[1:6])])
         unlike += [text_id(r[0]) for r in rows]

@@ -223,3 +223,32 @@ def test_a_schema_16_ledger_reads_its_rows_and_takes_chunks_after_migrating(
         assert (report.broken_links, report.gaps, report.invalid_payloads, report.schema
                 ) == ([], [], [], []), report.lines()
         assert report.events == 9 + 1
+
+
+def test_a_transfer_run_again_meets_its_chunks_as_held(tmp_path: Path) -> None:
+    """A chunk is stored compressed and carried as its text: merging or importing the
+    same events again adds nothing and finds nothing different (they were compared with
+    the stored frame, and every chunk read as another payload)."""
+    from evalledger.app import export, import_events, merge
+    from evalledger.ledger import RunFinished
+
+    source = tmp_path / "source.db"
+    with Ledger(source) as ledger:
+        ledger.append([RunStarted(run_id=RUN)])
+        for size in (40, 1, 30):  # compressed, a single line, compressed
+            ledger.append(chunked([TaskOutput.encoded(RUN, KEYS[0], TS, "stdout",
+                                                      f"line {n} of {size}", n, False)
+                                   for n in range(1, size + 1)]))
+        ledger.append([RunFinished(run_id=RUN, status="completed")])
+        blobs = ledger.db.execute(
+            "SELECT count(*) FROM events WHERE typeof(payload) = 'blob'").fetchone()[0]
+    assert blobs == 2
+    events = tmp_path / "run.ndjson"
+    export([RUN], events, ledger=source)
+    imported, merged = tmp_path / "imported.db", tmp_path / "merged.db"
+    assert [import_events(events, ledger=imported).added for _ in range(2)] == [5, 0]
+    assert [merge([source], ledger=merged)[0].added for _ in range(2)] == [5, 0]
+    for path in (imported, merged):
+        with Ledger(path, read_only=True) as ledger:
+            assert len(list(ledger.rows(RUN, types=["task.output"]))) == 71
+            assert verify(ledger).ok
