@@ -301,17 +301,25 @@ class _Streams:
         elif self.flush_at == math.inf:
             self.flush_at = trio.current_time() + LINGER
 
-    async def flush(self) -> None:
+    async def flush(self, *, committed: bool = False) -> None:
         """Hand what was read to the writer, in one send: its lines one row each run of
         them (``chunked``: a chunk, made here so that what the callbacks see is what the
         ledger gives back, ids included). Every other event of the attempt is appended
-        after a flush: the ledger keeps the order things happened in."""
+        after a flush: the ledger keeps the order things happened in. ``committed``:
+        return once they are in the ledger (what a stall reads the last seq of)."""
         events, self.pending, self.flush_at = chunked(self.pending), [], math.inf
         if not events:
             return
         self.sending += 1
         try:
-            await self._send(events)
+            if not committed:
+                await self._send(events)
+            else:
+                if len(events) > 1:
+                    await self._send(events[:-1])
+                # Sent whole even when cancelled meanwhile (as _send does).
+                with trio.CancelScope(shield=True), trio.move_on_after(_LAST_WRITE):
+                    await self.ctx.writer.append_durable(events[-1])
         finally:
             self.sending -= 1
         if self.ctx.on_output is not None:
@@ -999,7 +1007,8 @@ async def _watch_stall(task: ResolvedTask, ctx: RunContext, state: _Streams, att
                 continue
             spoke = state.arm()  # armed before recording: what it says meanwhile counts
             idle = round(trio.current_time() - state.last_activity, 3)
-            await state.flush()  # what it said before the silence comes before it
+            # What it said before the silence comes before it, and is read for last_seq.
+            await state.flush(committed=True)
             last_seq = await trio.to_thread.run_sync(
                 _last_seq, ctx.ledger_path, ctx.run_id, task.task_key, abandon_on_cancel=True)
             await ctx.writer.append(TaskStalled(

@@ -67,7 +67,7 @@ class EventSink(Protocol):
 
     async def append(self, *events: AnyEvent | EventRow) -> None: ...
 
-    async def append_durable(self, event: AnyEvent) -> int: ...
+    async def append_durable(self, event: AnyEvent | EventRow) -> int: ...
 
 
 class LedgerWriter:
@@ -89,7 +89,7 @@ class LedgerWriter:
         except (trio.BrokenResourceError, trio.ClosedResourceError) as e:
             raise WriterFailed(f"the ledger writer stopped: {self.failure}") from e
 
-    async def append_durable(self, event: AnyEvent) -> int:
+    async def append_durable(self, event: AnyEvent | EventRow) -> int:
         """Queue an event and wait until it is committed; return its seq."""
         ack = _Ack()
         try:

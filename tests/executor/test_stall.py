@@ -205,3 +205,17 @@ def test_a_stalled_attempt_is_never_regraded() -> None:
 
     assert not gradable(FinalStatus.STALLED)
     assert gradable(FinalStatus.FAILURE) and gradable(FinalStatus.TIMEOUT)
+
+
+def test_a_stall_sooner_than_the_linger_comes_after_the_line_it_names(tmp_path: Path) -> None:
+    """Its line still held (a stall_timeout under the half second lines are held for):
+    written, and committed, before the stall, whose last_seq is its seq."""
+    pidfile = tmp_path / "pid"
+    task = make_task("hangs", [*HANGS, str(pidfile)], timeout=PATIENCE * 4, stall_timeout=0.2)
+    with Ledger(tmp_path / "l.db") as ledger:
+        run(ledger, [task], config(tmp_path))
+        evs = events(ledger)
+    [line] = of_type(evs, TaskOutput)
+    stalled = of_type(evs, TaskStalled)[-1]
+    assert (stalled.last_n, stalled.last_seq) == (line.n, line.seq)
+    assert line.seq is not None and stalled.seq is not None and line.seq < stalled.seq

@@ -203,7 +203,7 @@ class _ForwardToDriver:
     async def append(self, *events: AnyEvent | EventRow) -> None:
         await self._put([_row(e) for e in events])
 
-    async def append_durable(self, event: AnyEvent) -> int:
+    async def append_durable(self, event: AnyEvent | EventRow) -> int:
         # The driver commits it; what ran it is said where the run's summary looks.
         if isinstance(event, TaskCompleted):
             # Validated again, not copied: the model sorts the merged object's keys, as
