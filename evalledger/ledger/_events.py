@@ -445,6 +445,12 @@ class TaskLines(_TaskEvent):
 
     @model_validator(mode="after")
     def _lines_fit_their_types(self) -> TaskLines:
+        from ._lines import MAX_BYTES
+
+        # No more than a reader takes back (a frame that claims more is refused).
+        if len(text := to_json(self.lines)) > MAX_BYTES:
+            raise ValueError(f"a chunk holds at most {MAX_BYTES:,} bytes of lines, not "
+                             f"{len(text):,}")
         for ts, payload in self.lines:
             type_ = EventType.TASK_EVENT if "data" in payload else EventType.TASK_OUTPUT
             decode_row(EventRow(self.event_id, self.run_id, self.task_key, type_, ts,

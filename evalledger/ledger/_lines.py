@@ -45,7 +45,7 @@ _PACK_FROM = 256
 # reader allocate what it claims): a chunk's text is at most MAX_TEXT characters and one
 # line more (at most 64 KiB of characters, each written as at most 6: "\u0000"), each
 # character at most 4 bytes of UTF-8.
-_MAX_SIZE = 4 * (MAX_TEXT + 6 * 64 * 1024 + 1024)
+MAX_BYTES = 4 * (MAX_TEXT + 6 * 64 * 1024 + 1024)
 _EVENT_PREFIX = '{"data":'
 
 _str = json.encoder.encode_basestring
@@ -109,6 +109,8 @@ def stored_lines(text: str) -> tuple[int, bytes | str]:
     """
     count = len(_entries(text))
     data = text.encode()
+    if len(data) > MAX_BYTES:
+        raise ChunkError(f"a chunk holds {len(data):,} bytes of text, over {MAX_BYTES:,}")
     if len(data) < _PACK_FROM:
         return count, text
     import zstandard
@@ -149,7 +151,7 @@ def unstored(value: bytes) -> str:
         size = zstandard.frame_content_size(value)
     except zstandard.ZstdError as e:
         raise ChunkError(f"a chunk does not decompress: {e}") from e
-    if not 0 <= size <= _MAX_SIZE:
+    if not 0 <= size <= MAX_BYTES:
         raise ChunkError("a chunk's frame does not declare a plausible size")
     data = whole_frame(value, size, "a chunk", "decompress", ChunkError)
     try:

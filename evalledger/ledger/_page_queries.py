@@ -26,7 +26,7 @@ from evalledger.hosts import attempt_environment, session_environment
 from ._lines import LINES, MAX_LINES, ChunkError, lines_of
 from ._queries import json_object
 from ._rows import EventRow, EventType, fetched
-from ._store import _COLUMNS, Ledger
+from ._store import _COLUMNS, Ledger, _invalid
 
 _OUTPUT_TYPES = (f"('{EventType.TASK_OUTPUT}', '{EventType.TASK_EVENT}', "
                  f"'{EventType.TASK_LINES}')")
@@ -141,8 +141,8 @@ def _transcript(ledger: Ledger, run_id: str, task_key: str | None, *, after: int
         if row.type == LINES:
             try:
                 lines = list(lines_of(row, _LINE_TYPES, after, high))
-            except ChunkError:
-                lines = [row]
+            except ChunkError as e:  # damaged or forged: named, as any such row is
+                raise _invalid(ledger.path, row, e) from e
             yield from reversed(lines) if backwards else lines
         elif high is None or (row.seq or 0) <= high:
             yield row

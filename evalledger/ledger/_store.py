@@ -615,10 +615,11 @@ class Ledger:
         for row in self._rows(run_id, task_key, scan_types, after_seq, wide):
             if row.type == LINES:
                 try:
-                    yield from lines_of(row, wanted, after_seq, until_seq)
-                    continue
-                except ChunkError:
-                    pass  # given as it is: decoding it names the row
+                    lines = list(lines_of(row, wanted, after_seq, until_seq))
+                except ChunkError as e:  # damaged or forged: named, as any such row is
+                    raise _invalid(self.path, row, e) from e
+                yield from lines
+                continue
             if (until_seq is None or (row.seq or 0) <= until_seq) and (
                     wanted is None or row.type in wanted):
                 yield row

@@ -128,6 +128,7 @@ def export_lines(ledger: Ledger, run_ids: Iterable[str]) -> Generator[bytes, Non
     count = 0
     for run_id in run_ids:
         for row in ledger.rows(run_id, stored=True):
+            _whole(ledger, row)
             if row.type != EventType.RUN_SNAPSHOT:
                 line = (ndjson(row) + "\n").encode()
                 digest.update(line)
@@ -752,4 +753,19 @@ def _account(ledger: Ledger, batch: list[tuple[EventRow, int]], seqs: list[int],
 def rows_of(ledger: Ledger) -> Generator[tuple[EventRow, int], None, None]:
     """Every row of the ledger, in seq order, with its seq: what a merge reads."""
     for row in ledger.rows(stored=True):
+        _whole(ledger, row)
         yield row, row.seq or 0
+
+
+def _whole(ledger: Ledger, row: EventRow) -> None:
+    """A row whose payload is not text (a chunk of lines whose frame does not
+    decompress: damaged or forged) is never carried: named, as a replay names it.
+
+    Raises:
+        InvalidEvent: the row's payload is not text.
+    """
+    if type(row.payload) is not str:
+        from ._store import _invalid
+
+        raise _invalid(ledger.path, row, ValueError(
+            f"its payload is stored as {type(row.payload).__name__}, not text"))

@@ -613,6 +613,11 @@ def _check_part(ledger: Ledger, lo: int, hi: int, start: tuple[int, str] | None)
         if type_ == lines_type:
             payload, count, plain = _chunk(event_id, run_id, task_key, ts, payload, seq,
                                            prev_seq, report)
+        if seq - count < prev_seq:  # a chunk of more lines than it has seqs for
+            report.problem(report.invalid_payloads, (seq, (
+                f"it holds {count} lines but takes seqs after {prev_seq} only "
+                f"({seq - prev_seq})")))
+            count = max(1, seq - prev_seq)
         events += count
         if seq != prev_seq + count:
             report.problem(report.gaps, (prev_seq, seq - count + 1))
@@ -756,16 +761,17 @@ def _plain_output(event_id: str, run_id: str, task_key: str | None, ts: str,
 
 def _chunk(event_id: Any, run_id: Any, task_key: Any, ts: Any, payload: Any, seq: int,
            prev_seq: int, report: VerifyReport) -> tuple[Any, int, bool]:
-    """A ``task.lines`` row's text, how many lines it holds (``_lines``), and whether it
-    is exactly what the runner writes (then no model is built for it). A frame that does
-    not decompress is named and its row read as it is (its link reads broken too); a
-    payload that holds no lines is taken to fill its place (its check names it)."""
+    """A ``task.lines`` row's text, how many lines it holds (``_lines``), and whether its
+    payload is checked already: exactly what the runner writes (then no model is built
+    for it), or a frame that does not decompress, named here (its row read as it is: its
+    link reads broken too). A payload that holds no lines is taken to fill its place
+    (its check names it)."""
     if type(payload) is bytes:
         try:
             payload = unstored(payload)
         except ChunkError as e:
             report.problem(report.invalid_payloads, (seq, str(e)))
-            return payload.hex(), max(1, seq - prev_seq), False
+            return payload.hex(), max(1, seq - prev_seq), True
     if type(payload) is str and type(event_id) is str and type(run_id) is str and type(
             ts) is str and type(task_key) is str:
         count = _plain_chunk(event_id, run_id, task_key, ts, payload)

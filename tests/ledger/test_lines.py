@@ -184,16 +184,45 @@ def test_a_chunk_that_does_not_decompress_is_named(chunk_at_seq_5: Ledger, forge
     tamper(chunk_at_seq_5, "UPDATE events SET payload = ? WHERE seq = 5", forged)
     with Ledger(chunk_at_seq_5.path, read_only=True) as reader:
         report = verify(reader)
-        assert any(seq == 5 and said in what for seq, what in report.invalid_payloads), (
-            report.invalid_payloads)
-        with pytest.raises(InvalidEvent, match="seq 5"):
-            list(reader.events(RUN))
+        assert [seq for seq, _ in report.invalid_payloads] == [5]  # said once
+        assert said in report.invalid_payloads[0][1]
+        # Every reader names it, a filtered one too (its lines are not left out unsaid),
+        # and nothing carries it.
+        for read in (lambda: list(reader.events(RUN)),
+                     lambda: list(reader.rows(RUN, types=["task.output"])),
+                     lambda: transcript_rows(reader, RUN, KEYS[0], through=3),
+                     lambda: transcript_tail(reader, RUN, KEYS[0], 0, 10),
+                     lambda: list(export_lines(reader, [RUN]))):
+            with pytest.raises(InvalidEvent, match="seq 5"):
+                read()
 
 
 def test_a_chunk_of_too_many_lines_is_refused_by_its_model() -> None:
     with pytest.raises(ValueError, match="1024"):
         TaskLines(run_id=RUN, task_key=KEYS[0],
                   lines=[(TS, {"line": "x", "n": n}) for n in range(1, MAX_LINES + 2)])
+    # Nor more text than a reader takes back (it refuses a frame that claims more).
+    with pytest.raises(ValueError, match="bytes of lines"):
+        TaskLines(run_id=RUN, task_key=KEYS[0],
+                  lines=[(TS, {"line": "x" * 20_000, "n": n}) for n in range(1, 200)])
+
+
+def test_a_chunk_rewritten_to_hold_more_lines_than_its_seqs_is_named(
+    chunk_at_seq_5: Ledger,
+) -> None:
+    ledger = chunk_at_seq_5
+    text = ledger.db.execute("SELECT evalledger_unpack(payload) FROM events WHERE seq = 5"
+                             ).fetchone()[0]
+    grown = json.loads(text)
+    grown["lines"] += grown["lines"][:2]
+    tamper(ledger, "UPDATE events SET payload = ? WHERE seq = 5",
+           json.dumps(grown, separators=(",", ":"), ensure_ascii=False))
+    with Ledger(ledger.path, read_only=True) as reader:
+        report = verify(reader)
+    assert report.broken_links == [5] and report.gaps == []
+    assert [(seq, what) for seq, what in report.invalid_payloads] == [
+        (5, "it holds 6 lines but takes seqs after 1 only (4)")]
+    assert report.events == 6
 
 
 def test_export_carries_the_chunk_as_stored(chunk_at_seq_5: Ledger) -> None:
