@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from evalledger.errors import EvalledgerError
 
+from ._lines import line_count
 from ._rows import EventRow, EventType, stored_id, text_id
 from ._store import _first_error, translate_errors
 
@@ -698,12 +699,13 @@ def append_all(ledger: Ledger, rows: Iterable[tuple[EventRow, int]], *, source: 
     for row, seq in rows:
         if row.type in (EventType.RUN_SNAPSHOT, EventType.RUN_MERGED):
             continue  # derived, and about the source's seqs
-        done.read += 1
-        span = done.runs.setdefault(row.run_id, [seq, seq])
+        count = line_count(row)  # events counted as lines: a chunk holds several
+        done.read += count
+        span = done.runs.setdefault(row.run_id, [seq - count + 1, seq])
         if seq > span[1]:
             span[1] = seq
-        elif seq < span[0]:
-            span[0] = seq
+        if seq - count + 1 < span[0]:
+            span[0] = seq - count + 1
         batch.append((row, seq))
         size += len(row.payload)
         if len(batch) >= batch_rows or size >= BATCH_BYTES:
@@ -726,16 +728,18 @@ def _account(ledger: Ledger, batch: list[tuple[EventRow, int]], seqs: list[int],
     first_of: dict[int, EventRow] = {}
     held: list[tuple[EventRow, int]] = []
     for (row, source_seq), seq in zip(batch, seqs, strict=True):
-        span = spans.setdefault(row.run_id, [source_seq, source_seq])
+        # A chunk of k lines (stored at its last) is k events, from source_seq - k + 1.
+        count = line_count(row)
+        span = spans.setdefault(row.run_id, [source_seq - count + 1, source_seq])
         if source_seq > span[1]:
             span[1] = source_seq
-        elif source_seq < span[0]:
-            span[0] = source_seq
+        if source_seq - count + 1 < span[0]:
+            span[0] = source_seq - count + 1
         if seq <= before:
             held.append((row, seq))
         elif (first := first_of.get(seq)) is None:
             first_of[seq] = row
-            new[row.run_id] = new.get(row.run_id, 0) + 1
+            new[row.run_id] = new.get(row.run_id, 0) + count
         elif (which := _differs(row, first[1:6])) is not None:
             raise Conflict(f"event {row.event_id} (seq {source_seq} in {source}) appears "
                            f"twice there with another {which}")

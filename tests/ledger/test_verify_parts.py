@@ -327,8 +327,8 @@ def test_a_part_refuses_a_file_put_in_the_ledgers_place(db_path: Path) -> None:
     assert "hash chain broken at seq 30: the row was changed after it was written" in whole
 
 
-_JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+_JSON = st.recursive(  # JSON's values (no NaN or infinity: JSON has none)
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=3),
     lambda inner: st.lists(inner, max_size=3)
     | st.dictionaries(st.text(max_size=3), inner, max_size=3), max_leaves=8)
