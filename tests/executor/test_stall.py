@@ -23,14 +23,20 @@ RECOVERS = ["sh", "-c", 'echo a; while [ ! -e "$1" ]; do sleep 0.01; done; echo 
             "recovers"]
 
 
+def _hung(tmp_path: Path, *, stall_timeout: float) -> tuple[list[AnyEvent], Path]:
+    """The events of a run of HANGS (ended as stalled), and the file of its pid."""
+    pidfile = tmp_path / "pid"
+    task = make_task("hangs", [*HANGS, str(pidfile)], timeout=PATIENCE * 4,
+                     stall_timeout=stall_timeout)
+    with Ledger(tmp_path / "l.db") as ledger:
+        run(ledger, [task], config(tmp_path))
+        return events(ledger), pidfile
+
+
 def test_an_agent_that_prints_then_hangs_is_stalled_and_ended_before_its_timeout(
     tmp_path: Path,
 ) -> None:
-    pidfile = tmp_path / "pid"
-    task = make_task("hangs", [*HANGS, str(pidfile)], timeout=PATIENCE * 4, stall_timeout=0.5)
-    with Ledger(tmp_path / "l.db") as ledger:
-        run(ledger, [task], config(tmp_path))
-        evs = events(ledger)
+    evs, pidfile = _hung(tmp_path, stall_timeout=0.5)
     [stalled] = of_type(evs, TaskStalled)
     [line] = of_type(evs, TaskOutput)
     # Its evidence: the last thing it said, where the ledger holds it, and when.
@@ -210,11 +216,7 @@ def test_a_stalled_attempt_is_never_regraded() -> None:
 def test_a_stall_sooner_than_the_linger_comes_after_the_line_it_names(tmp_path: Path) -> None:
     """Its line still held (a stall_timeout under the half second lines are held for):
     written, and committed, before the stall, whose last_seq is its seq."""
-    pidfile = tmp_path / "pid"
-    task = make_task("hangs", [*HANGS, str(pidfile)], timeout=PATIENCE * 4, stall_timeout=0.2)
-    with Ledger(tmp_path / "l.db") as ledger:
-        run(ledger, [task], config(tmp_path))
-        evs = events(ledger)
+    evs, _ = _hung(tmp_path, stall_timeout=0.2)
     [line] = of_type(evs, TaskOutput)
     stalled = of_type(evs, TaskStalled)[-1]
     assert (stalled.last_n, stalled.last_seq) == (line.n, line.seq)
