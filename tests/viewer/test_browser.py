@@ -400,3 +400,14 @@ def test_axe_finds_no_violation_on_the_first_hour_pages(
     scenes_server: str, browser: Any, path: str
 ) -> None:
     assert axe_violations(browser, scenes_server + path) == []
+
+
+def test_the_runs_list_keeps_each_date_on_one_line_at_1280_px(scenes_server: str,
+                                                             page: Any) -> None:
+    """Issue #49: the runs list wrapped its dates at 1280 px (a laptop's width)."""
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.goto(scenes_server + "/")
+    lines = page.evaluate("""() => [...document.querySelectorAll('td.when')].map(td => {
+        const range = document.createRange(); range.selectNodeContents(td);
+        return range.getClientRects().length; })""")
+    assert lines and set(lines) == {1}, lines
