@@ -30,7 +30,6 @@ from evalledger.hosts import host_info
 from evalledger.ledger import (
     AnyEvent,
     EventRow,
-    EventType,
     Ledger,
     RunFinished,
     RunResumed,
@@ -38,7 +37,7 @@ from evalledger.ledger import (
     Signer,
     TaskCompleted,
     TaskSkipped,
-    lines_of,
+    as_lines,
 )
 from evalledger.options import PreservationMode, RunOptions
 from evalledger.pricing import DEFAULT_RATES, RateCard, prices_source
@@ -334,12 +333,8 @@ async def _run(
         on_event = callbacks.on_event
 
         def on_committed(events: Sequence[AnyEvent | EventRow]) -> None:
-            for event in events:
-                if type(event) is EventRow and event.type == EventType.TASK_LINES:
-                    for line in lines_of(event):  # a chunk: its lines, as a reader gets them
-                        on_event(line)
-                else:
-                    on_event(event)
+            for event in as_lines(events):  # a chunk: its lines, as a reader gets them
+                on_event(event)
 
     async with open_writer(ledger, on_committed, signer) as writer:
         ctx = RunContext(

@@ -51,8 +51,8 @@ from evalledger.ledger import (
     TaskStarted,
     TaskUsage,
     TokenCounts,
+    as_lines,
     chunked,
-    lines_of,
     new_event_ids,
     utc_now,
 )
@@ -138,11 +138,8 @@ class _Omitted:
 def notify_lines(ctx: RunContext, events: Sequence[AnyEvent | EventRow]) -> None:
     """Tell ``ctx.on_output`` of each line and event but usage, a chunk's lines each as
     the ledger gives them back."""
-    for event in events:
-        if type(event) is EventRow and event.type == EventType.TASK_LINES:
-            for line in lines_of(event):
-                ctx.notify_output(line.decode())
-        elif event.type != EventType.TASK_USAGE:
+    for event in as_lines(events):
+        if event.type != EventType.TASK_USAGE:
             ctx.notify_output(event.decode() if isinstance(event, EventRow) else event)
 
 

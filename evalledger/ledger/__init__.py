@@ -64,8 +64,8 @@ if TYPE_CHECKING:
     from ._events import new_event_id as new_event_id
     from ._events import new_event_ids as new_event_ids
     from ._events import utc_now as utc_now
+    from ._lines import as_lines as as_lines
     from ._lines import chunked as chunked
-    from ._lines import lines_of as lines_of
     from ._rows import EventRow as EventRow
     from ._rows import EventType as EventType
     from ._signing import SealReport as SealReport
@@ -137,8 +137,8 @@ _WHERE = {
     "new_event_id": "_events",
     "new_event_ids": "_events",
     "utc_now": "_events",
+    "as_lines": "_lines",
     "chunked": "_lines",
-    "lines_of": "_lines",
     "SCHEMA_VERSION": "_version",
     "DEFAULT_BUSY_TIMEOUT": "_store",
     "Ledger": "_store",
@@ -209,8 +209,8 @@ __all__ = [
     "TaskUsage",
     "TokenCounts",
     "VerifyReport",
+    "as_lines",
     "chunked",
-    "lines_of",
     "link_hash",
     "new_event_id",
     "new_event_ids",

@@ -107,7 +107,7 @@ def stored_lines(text: str) -> tuple[int, bytes | str]:
     Raises:
         ChunkError: the payload is not a chunk (a row written by hand).
     """
-    count = len(_entries(text))
+    count = count_lines(text)
     data = text.encode()
     if len(data) > MAX_BYTES:
         raise ChunkError(f"a chunk holds {len(data):,} bytes of text, over {MAX_BYTES:,}")
@@ -160,13 +160,28 @@ def unstored(value: bytes) -> str:
         raise ChunkError("a chunk's text is not UTF-8") from e
 
 
+def count_lines(text: str | bytes) -> int:
+    """How many lines a chunk's payload holds.
+
+    Raises:
+        ChunkError: it does not read as lines.
+    """
+    return len(_entries(text))
+
+
 def line_count(row: EventRow) -> int:
     """How many seqs the stored row takes: its lines for a chunk, else 1.
 
     Raises:
         ChunkError: a chunk that does not read as lines.
     """
-    return len(_entries(row.payload)) if row.type == LINES else 1
+    return count_lines(row.payload) if row.type == LINES else 1
+
+
+def widened(until_seq: int | None) -> int | None:
+    """How far past ``until_seq`` a read bounded by it looks for a chunk (stored at its
+    last line's seq) holding lines up to it."""
+    return None if until_seq is None else min(until_seq + MAX_LINES - 1, 2**63 - 1)
 
 
 def lines_of(row: EventRow, types: frozenset[str] | None = None, after_seq: int = 0,
@@ -195,21 +210,18 @@ def lines_of(row: EventRow, types: frozenset[str] | None = None, after_seq: int 
                                   type_, ts, payload, seq if numbered else None, None))
 
 
-def as_lines(rows: Iterable[EventRow]) -> Iterator[EventRow]:
-    """``rows`` with each chunk given as its lines (a chunk that does not read as lines
-    given as it is: decoding it names the row)."""
-    for row in rows:
-        if row.type == LINES:
-            try:
-                yield from lines_of(row)
-                continue
-            except ChunkError:
-                pass
-        yield row
+def as_lines(events: Iterable[AnyEvent | EventRow]) -> Iterator[AnyEvent | EventRow]:
+    """``events`` with each chunk (a ``task.lines`` row) given as its lines, every other
+    event as it is: what a run's callbacks see of what was written.
+
+    Raises:
+        ChunkError: a chunk does not read as lines.
+    """
+    for event in events:
+        if type(event) is EventRow and event.type == LINES:
+            yield from lines_of(event)
+        else:
+            yield event
 
 
 _new_row = tuple.__new__
-
-
-def is_line_type(types: Iterable[str] | None) -> bool:
-    return types is None or any(t in STREAM_TYPES for t in types)

@@ -17,24 +17,22 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import islice
 from typing import Any
 
 from evalledger.hosts import attempt_environment, session_environment
 
-from ._lines import LINES, MAX_LINES, ChunkError, lines_of
+from ._lines import widened
 from ._queries import json_object
 from ._rows import EventRow, EventType, fetched
-from ._store import _COLUMNS, Ledger, _invalid
+from ._store import _COLUMNS, Ledger, read_as_lines
 
 _OUTPUT_TYPES = (f"('{EventType.TASK_OUTPUT}', '{EventType.TASK_EVENT}', "
                  f"'{EventType.TASK_LINES}')")
 # A page shows where output past max_output was left out, among the lines.
 _TRANSCRIPT = (f"type IN ('{EventType.TASK_OUTPUT}', '{EventType.TASK_EVENT}', "
                f"'{EventType.TASK_LINES}', '{EventType.TASK_OUTPUT_TRUNCATED}')")
-_LARGEST = 2**63 - 1  # SQLite's largest integer
-_LINE_TYPES = frozenset({EventType.TASK_OUTPUT.value, EventType.TASK_EVENT.value})
 _json_string = json.JSONEncoder(ensure_ascii=False).encode
 
 
@@ -89,7 +87,8 @@ def transcript_rows(
                        before=before if before is not None and before > 0 else None,
                        through=through, backwards=backwards)
     if search:
-        rows = (row for row in rows if _holds(row, search))
+        holds = _holding(search)
+        rows = (row for row in rows if holds(row))
     found = list(islice(rows, limit + 1))
     more = len(found) > limit
     found = found[:limit]
@@ -98,20 +97,25 @@ def transcript_rows(
     return found, more
 
 
-def _holds(row: EventRow, text: str) -> bool:
+def _holding(text: str) -> Callable[[EventRow], bool]:
     """Whether what a row shows holds ``text``, whatever its case: an output line's
     words, an event's data (as JSON spells it), never the payload's own field names
     (``line``, ``stream``). First the payload as JSON spells the text (cheap, and true
     of every row that holds it), then the one field read out of the rows that pass."""
+    plain = re.compile(re.escape(text), re.IGNORECASE)
     spelled = re.compile(re.escape(_json_string(text)[1:-1]), re.IGNORECASE)
-    if not spelled.search(row.payload):
+
+    def holds(row: EventRow) -> bool:
+        if not spelled.search(row.payload):
+            return False
+        if row.type == EventType.TASK_OUTPUT:
+            return plain.search(str(json.loads(row.payload).get("line", ""))) is not None
+        if row.type == EventType.TASK_EVENT:
+            data = _json_string_of(json.loads(row.payload).get("data"))
+            return spelled.search(data) is not None
         return False
-    if row.type == EventType.TASK_OUTPUT:
-        line = json.loads(row.payload).get("line", "")
-        return re.search(re.escape(text), str(line), re.IGNORECASE) is not None
-    if row.type == EventType.TASK_EVENT:
-        return spelled.search(_json_string_of(json.loads(row.payload).get("data"))) is not None
-    return False
+
+    return holds
 
 
 def _json_string_of(value: Any) -> str:
@@ -131,21 +135,14 @@ def _transcript(ledger: Ledger, run_id: str, task_key: str | None, *, after: int
         params.insert(1, task_key)
     bounds = [x for x in (before - 1 if before else None, through) if x is not None]
     high = min(bounds) if bounds else None
-    if high is not None:
+    if (wide := widened(high)) is not None:
         where.append("seq <= ?")
-        params.append(min(high + MAX_LINES - 1, _LARGEST))
+        params.append(wide)
     rows = ledger.cursor(f"SELECT {_COLUMNS} FROM events WHERE {' AND '.join(where)} "
                          f"ORDER BY seq {'DESC' if backwards else 'ASC'}", params)
-    for raw in rows:
-        row = fetched(raw)
-        if row.type == LINES:
-            try:
-                lines = list(lines_of(row, _LINE_TYPES, after, high))
-            except ChunkError as e:  # damaged or forged: named, as any such row is
-                raise _invalid(ledger.path, row, e) from e
-            yield from reversed(lines) if backwards else lines
-        elif high is None or (row.seq or 0) <= high:
-            yield row
+    # The query keeps the transcript's types: a chunk holds only lines.
+    yield from read_as_lines(ledger.path, map(fetched, rows), None, after, high,
+                             backwards=backwards)
 
 
 def transcript_row_before(ledger: Ledger, run_id: str, task_key: str, seq: int) -> int | None:

@@ -45,7 +45,7 @@ from ._errors import (
     RunConflict,
     RunNotFound,
 )
-from ._lines import LINES, MAX_LINES, ChunkError, lines_of
+from ._lines import LINES, ChunkError, lines_of, widened
 from ._packed import sql_unpack
 from ._rows import (
     LIFECYCLE_WHERE,
@@ -609,20 +609,11 @@ class Ledger:
             yield from self._rows(run_id, task_key, type_list, after_seq, until_seq)
             return
         # Lines may sit in a chunk stored after until_seq (at its last line's seq).
-        wide = None if until_seq is None else min(until_seq + MAX_LINES - 1, 2**63 - 1)
         wanted = None if type_list is None else frozenset(type_list)
         scan_types = None if type_list is None else sorted({*type_list, LINES})
-        for row in self._rows(run_id, task_key, scan_types, after_seq, wide):
-            if row.type == LINES:
-                try:
-                    lines = list(lines_of(row, wanted, after_seq, until_seq))
-                except ChunkError as e:  # damaged or forged: named, as any such row is
-                    raise _invalid(self.path, row, e) from e
-                yield from lines
-                continue
-            if (until_seq is None or (row.seq or 0) <= until_seq) and (
-                    wanted is None or row.type in wanted):
-                yield row
+        yield from read_as_lines(
+            self.path, self._rows(run_id, task_key, scan_types, after_seq, widened(until_seq)),
+            wanted, after_seq, until_seq)
 
     def _rows(self, run_id: str | None, task_key: str | None, type_list: list[str] | None,
               after_seq: int, until_seq: int | None) -> Iterator[EventRow]:
@@ -1167,6 +1158,30 @@ def _read_only_authorizer(action: int, arg1: str | None, arg2: str | None,
             and (arg1 or "").lower() in _WRITING_PRAGMAS):
         return sqlite3.SQLITE_DENY
     return sqlite3.SQLITE_OK
+
+
+def read_as_lines(path: Path, rows: Iterable[EventRow], wanted: frozenset[str] | None,
+                  after_seq: int, until_seq: int | None, *, backwards: bool = False,
+                  ) -> Iterator[EventRow]:
+    """Stored ``rows`` (in seq order, or newest first when ``backwards``) as a reader gets
+    them: each chunk as its lines of ``wanted`` types (None: all) in ``after_seq < seq <=
+    until_seq``, every other row kept when it is within ``until_seq`` and of ``wanted``
+    (the rows were read as far as ``_lines.widened`` looks).
+
+    Raises:
+        InvalidEvent: a chunk does not read as lines (damaged or forged), named as any
+            such row is.
+    """
+    for row in rows:
+        if row.type == LINES:
+            try:
+                lines = list(lines_of(row, wanted, after_seq, until_seq))
+            except ChunkError as e:
+                raise _invalid(path, row, e) from e
+            yield from reversed(lines) if backwards else lines
+        elif (until_seq is None or (row.seq or 0) <= until_seq) and (
+                wanted is None or row.type in wanted):
+            yield row
 
 
 def _invalid(path: Path, row: EventRow, error: ValueError) -> InvalidEvent:

@@ -55,7 +55,7 @@ from ._anchor import Anchor
 from ._chain import GENESIS, link
 from ._errors import LedgerError, NotUtf8
 from ._events import AnyEvent, decode_row, output_payload
-from ._lines import MAX_LINES, ChunkError, line_count, unstored
+from ._lines import MAX_LINES, ChunkError, count_lines, unstored
 from ._rows import EventRow, EventType, fetched, stored_id, text_hash, text_id
 from ._schema import MIGRATIONS, TRIGGERS
 from ._sqlite_utils import Database
@@ -778,8 +778,7 @@ def _chunk(event_id: Any, run_id: Any, task_key: Any, ts: Any, payload: Any, seq
         if count:
             return payload, count, True
     try:
-        return payload, line_count(EventRow("", "", None, EventType.TASK_LINES, "", payload)
-                                   ), False
+        return payload, count_lines(payload), False
     except (ChunkError, TypeError):
         return payload, max(1, seq - prev_seq), False
 

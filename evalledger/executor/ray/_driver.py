@@ -41,7 +41,7 @@ from evalledger.ledger import (
     TaskEmitted,
     TaskStarted,
     TaskUsage,
-    lines_of,
+    as_lines,
     utc_now,
 )
 from evalledger.pricing import RateCard
@@ -375,16 +375,11 @@ async def _append_rows(ctx: RunContext, rows: list[tuple[Any, ...]],
     assert not any(isinstance(e, TaskCompleted) for e in events), "one per attempt, last"
     if events:
         await ctx.writer.append(*events)
-    for sent in events:
-        if isinstance(sent, EventRow) and sent.type == EventType.TASK_LINES:
-            # A read's lines in one row (the worker's runner made it): each line as the
-            # ledger gives it back.
-            for line in (row.decode() for row in lines_of(sent)):
-                if remote is not None:
-                    _meter(remote, line, ctx.rates)
-                if ctx.on_output is not None:
-                    ctx.notify_output(line)
-            continue
+    # A chunk (a read's lines, made by the worker's runner): each line as the ledger
+    # gives it back, a JSON event typed for the meter.
+    for sent in as_lines(events):
+        if type(sent) is EventRow and sent.type == EventType.TASK_EVENT:
+            sent = sent.decode()
         if remote is not None:
             _meter(remote, sent, ctx.rates)
         if isinstance(sent, TaskUsage):
