@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .app import RunSettings as RunSettings
     from .app import list_runs as list_runs
     from .app import resume_run as resume
+    from .app import search as search
     from .app import start_run as run
     from .app import summary as summary
     from .errors import EvalledgerError as EvalledgerError
@@ -40,7 +41,7 @@ _LAZY = {
     "Callbacks": "evalledger.app", "Ending": "evalledger.app",
     "ResumeRequest": "evalledger.app", "RunOutcome": "evalledger.app",
     "RunSettings": "evalledger.app", "EvalledgerError": "evalledger.errors",
-    "summary": "evalledger.app", "list_runs": "evalledger.app",
+    "summary": "evalledger.app", "list_runs": "evalledger.app", "search": "evalledger.app",
     "RunOptions": "evalledger.options",
     "Ledger": "evalledger.ledger", "LedgerError": "evalledger.ledger",
     "verify": "evalledger.ledger", "Category": "evalledger.statuses",
@@ -80,6 +81,7 @@ __all__ = [
     "list_runs",
     "resume",
     "run",
+    "search",
     "summary",
     "verify",
 ]

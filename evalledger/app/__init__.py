@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from ._read import summary as summary
     from ._resume import resume_run as resume_run
     from ._run import start_run as start_run
+    from ._search import search as search
     from ._settings import RunSettings as RunSettings
     from ._transfer import ExportOutcome as ExportOutcome
     from ._transfer import TransferOutcome as TransferOutcome
@@ -58,6 +59,7 @@ _WHERE = {
     "RunImport": "_import",
     "import_runs": "_import",
     "list_runs": "_read",
+    "search": "_search",
     "summary": "_read",
     "resume_run": "_resume",
     "start_run": "_run",
@@ -90,6 +92,7 @@ __all__ = [
     "list_runs",
     "merge",
     "resume_run",
+    "search",
     "shard_spec",
     "start_run",
     "summary",

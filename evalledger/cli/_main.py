@@ -45,6 +45,7 @@ COMMANDS = {
     "runs": "_runs",
     "scan": "_scan",
     "schema": "_schema",
+    "search": "_search",
     "show": "_show",
     "sql": "_sql",
     "verify": "_verify",

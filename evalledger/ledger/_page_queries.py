@@ -19,7 +19,7 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from itertools import islice
-from typing import Any
+from typing import Any, NamedTuple
 
 from evalledger.hosts import attempt_environment, session_environment
 
@@ -45,17 +45,29 @@ def task_lifecycle(ledger: Ledger, run_id: str, task_key: str) -> list[EventRow]
     return [fetched(row) for row in rows]
 
 
+class Start(NamedTuple):
+    """An attempt's start: its ``task.started`` seq, its number and the task's
+    ``stream_format`` (None: native)."""
+
+    seq: int
+    attempt: int
+    stream_format: str | None
+
+
 def attempt_starts(ledger: Ledger, run_id: str, task_keys: list[str],
-                   ) -> dict[str, list[tuple[int, int]]]:
-    """Per key of ``task_keys``, its attempts' starts as ``(seq, attempt)`` in seq order
-    (a start that names no attempt reads as 1): a range scan of each key's rows."""
-    found: dict[str, list[tuple[int, int]]] = {}
+                   ) -> dict[str, list[Start]]:
+    """Per key of ``task_keys``, its attempts' starts in seq order (a start that names
+    no attempt reads as 1): a range scan of each key's rows."""
+    found: dict[str, list[Start]] = {}
     for key in task_keys:
         _, rows = ledger.query(
-            "SELECT seq, json_extract(payload, '$.attempt') FROM events WHERE run_id = ? "
-            "AND task_key = ? AND type = ? ORDER BY seq", [run_id, key, EventType.TASK_STARTED])
-        found[key] = [(seq, attempt if isinstance(attempt, int) else 1)
-                      for seq, attempt in rows]
+            "SELECT seq, json_extract(payload, '$.attempt'), "
+            "json_extract(payload, '$.definition.stream_format') FROM events "
+            "WHERE run_id = ? AND task_key = ? AND type = ? ORDER BY seq",
+            [run_id, key, EventType.TASK_STARTED])
+        found[key] = [Start(seq, attempt if isinstance(attempt, int) else 1,
+                            form if isinstance(form, str) else None)
+                      for seq, attempt, form in rows]
     return found
 
 

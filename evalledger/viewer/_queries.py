@@ -264,7 +264,7 @@ def search_run(ledger: Ledger, run_id: str, text: str, *, after: int = 0,
             timed = True
             break
     keys = list(dict.fromkeys(row.task_key or "" for row in rows))
-    starts = {key: ([seq for seq, _ in found], [number for _, number in found])
+    starts = {key: ([start.seq for start in found], [start.attempt for start in found])
               for key, found in attempt_starts(ledger, run_id, keys).items()}
     by_task: dict[str, Found] = {}
     for row in rows:
