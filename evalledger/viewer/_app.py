@@ -81,6 +81,7 @@ from ._render import (
 from ._report import report_html
 from ._resources import (
     DiffView,
+    EverySearchView,
     ListedRun,
     Resource,
     RunList,
@@ -153,6 +154,7 @@ def create_app(ledger_path: str | Path, *, token: str | None = None,
         Route("/runs/{run_id}/search", views.search_page),
         Route("/diff/{run_a}/{run_b}", views.diff_page),
         Route("/compare", views.compare),
+        Route("/search", views.search_every_page),
         # The JSON twin of each resource: the same data function, rendered as JSON.
         Route("/api/runs", _as_json(views.runs)),
         Route("/api/runs/{run_id}", _as_json(views.run)),
@@ -161,6 +163,7 @@ def create_app(ledger_path: str | Path, *, token: str | None = None,
         Route("/api/runs/{run_id}/tasks/{task_key:path}", _as_json(views.task)),
         Route("/api/runs/{run_id}/transcript/{task_key:path}", _as_json(views.transcript)),
         Route("/api/runs/{run_id}/search", _as_json(views.search)),
+        Route("/api/search", _as_json(views.search_every)),
         Route("/api/diff/{run_a}/{run_b}", _as_json(views.diff)),
         Route("/api/stream", views.stream),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
@@ -361,6 +364,29 @@ class _Views:
                                           lines=found.lines, next=found.after,
                                           timed=found.timed, tasks=found.tasks)
 
+    async def search_every(self, request: Request) -> EverySearchView:
+        """The transcript lines of every run that hold ``?q=``, newest run first, from
+        ``?run=``'s seq ``?after=`` on (the first ``SEARCH_LINES``, read for
+        ``SEARCH_SECONDS`` at most); nothing is read for an empty ``q``."""
+        q = request.query_params.get("q", "")
+        order = [r.run_id for r in self.state.newest_first()]
+        start = request.query_params.get("run") or None
+        if start is not None:
+            run = self.state.run(start)
+            if run is None:
+                raise HTTPException(404, f"no run {start!r} in {self.state.path.name}")
+            start = run.run_id
+        after = whole(request.query_params, "after", 0)
+        if start is None:  # ``after`` is a seq of the run it goes on in: none, it starts anew
+            after = 0
+        found = (await self._read(_queries.search_runs, order[order.index(start):]
+                                  if start in order else order, q, after=after,
+                                  limit=SEARCH_LINES, seconds=SEARCH_SECONDS)
+                 if q else _queries.EverySearch([], 0))
+        return EverySearchView.model_construct(
+            q=q, run=start, after=after, lines=found.lines, next_run=found.next_run,
+            next_after=found.next_after, timed=found.timed, runs=found.runs)
+
     async def diff(self, request: Request) -> DiffView:
         """What changed from run A to run B (``/diff/A/B``), by their summaries now."""
         runs = []
@@ -414,6 +440,10 @@ class _Views:
     async def search_page(self, request: Request) -> Response:
         view = await self.search(request)
         return self._page("search.html", found=view)
+
+    async def search_every_page(self, request: Request) -> Response:
+        view = await self.search_every(request)
+        return self._page("search_every.html", found=view)
 
     async def compare(self, request: Request) -> Response:
         """``/compare?run=A&run=B``: the diff of two runs, the older first (as the runs

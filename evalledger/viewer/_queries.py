@@ -275,6 +275,50 @@ def search_run(ledger: Ledger, run_id: str, text: str, *, after: int = 0,
                      reached if reached < end else None, timed)
 
 
+@dataclass
+class RunFound:
+    """What a search of every run found in one of them."""
+
+    run_id: str
+    tasks: list[Found]
+    lines: int
+
+
+@dataclass
+class EverySearch:
+    """What a search of every run found, newest run first, and where it goes on
+    (``next_run`` from seq ``next_after``; None: it read every run) having found its
+    ``lines`` or (``timed``) used its time."""
+
+    runs: list[RunFound]
+    lines: int
+    next_run: str | None = None
+    next_after: int = 0
+    timed: bool = False
+
+
+def search_runs(ledger: Ledger, run_ids: list[str], text: str, *, after: int = 0,
+                limit: int = 500, seconds: float = 0.2) -> EverySearch:
+    """``search_run`` over ``run_ids`` in their order (the first from seq ``after``, the
+    rest from their start) until ``limit`` lines are found or about ``seconds`` spent."""
+    deadline = time.monotonic() + seconds
+    found: list[RunFound] = []
+    lines = 0
+    for run_id in run_ids:
+        left = deadline - time.monotonic()
+        if left <= 0 or lines >= limit:
+            return EverySearch(found, lines, run_id, after, left <= 0)
+        one = search_run(ledger, run_id, text, after=after, limit=limit - lines,
+                         seconds=left)
+        if one.lines:
+            found.append(RunFound(run_id, one.tasks, one.lines))
+            lines += one.lines
+        if one.after is not None:
+            return EverySearch(found, lines, run_id, one.after, one.timed)
+        after = 0
+    return EverySearch(found, lines)
+
+
 class TailLine(NamedTuple):
     """A line of the report's transcript tail: what it is (stdout, stderr, json, or a
     conversation line's kind: assistant, tool, result, ...) and its text."""

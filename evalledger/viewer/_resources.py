@@ -34,7 +34,7 @@ from evalledger.projections import (
 )
 
 from ._memo import per_summary
-from ._queries import Attempt, Found, Line
+from ._queries import Attempt, Found, Line, RunFound
 from ._render import TableQuery
 
 
@@ -156,6 +156,22 @@ class SearchView(Resource):
     next: int | None
     timed: bool
     tasks: list[Found]
+
+
+class EverySearchView(Resource):
+    """``/search?q= &run= &after=`` and ``/api/search``: the transcript lines of every run
+    that hold a text, newest run first (from run ``run``'s seq ``after`` on), by run and
+    task; ``next_run`` / ``next_after``: where the search goes on (None: it read every
+    run), having found its ``lines`` or (``timed``) used the time a page has."""
+
+    q: str
+    run: str | None
+    after: int
+    lines: int
+    next_run: str | None
+    next_after: int
+    timed: bool
+    runs: list[RunFound]
 
 
 class SummaryView(Resource):

@@ -43,9 +43,10 @@ def expect(target: Any) -> Any:
     return playwright_expect(target)
 
 
-def axe_violations(browser: Any, url: str) -> list[str]:
+def axe_violations(browser: Any, url: str, scheme: str = "light") -> list[str]:
     """What axe-core (from npm: tests/real_agents.py) finds wrong on the page at ``url``,
-    a line per rule broken; it fails, or skips outside CI, where axe-core is missing.
+    a line per rule broken, the page in the ``scheme`` (light or dark) a browser asks
+    for; it fails, or skips outside CI, where axe-core is missing.
     Injected through a context that bypasses the page's policy (the app's allows its own
     script only)."""
     from tests.real_agents import axe_script
@@ -54,7 +55,8 @@ def axe_violations(browser: Any, url: str) -> list[str]:
     if not script.exists():
         unavailable("BROWSER", f"axe-core is not installed ({script}): "
                                "python -m tests.real_agents install")
-    context = browser.new_context(viewport={"width": 1400, "height": 900}, bypass_csp=True)
+    context = browser.new_context(viewport={"width": 1400, "height": 900}, bypass_csp=True,
+                                  color_scheme=scheme)
     try:
         page = context.new_page()
         page.goto(url)

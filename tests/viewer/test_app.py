@@ -193,6 +193,47 @@ def test_a_search_of_every_transcript_finds_each_line_by_task(
     assert "<mark>oop</mark>s" in task
 
 
+def test_a_search_of_every_run_finds_each_runs_lines_newest_run_first(
+    client: TestClient, suite: Suite
+) -> None:
+    found = client.get("/api/search", params={"q": "OOPS"}).json()
+    assert [r["run_id"] for r in found["runs"]] == [suite.second, suite.first]
+    assert [[(t["task_key"], [ln["text"] for ln in t["lines"]]) for t in r["tasks"]]
+            for r in found["runs"]] == [[("default/ok/00", ["oops"])]] * 2
+    assert (found["lines"], found["next_run"], found["timed"]) == (2, None, False)
+    # The first 500 lines that hold it, and where to go on from; going on from there
+    # finds what each run's own search finds, each line once.
+    seen: list[tuple[str, int]] = []
+    params: dict[str, object] = {"q": "line"}
+    while True:
+        page = client.get("/api/search", params=params).json()
+        assert page["lines"] <= 500 and not page["timed"]
+        seen += [(r["run_id"], ln["seq"]) for r in page["runs"] for t in r["tasks"]
+                 for ln in t["lines"]]
+        if page["next_run"] is None:
+            break
+        params = {"q": "line", "run": page["next_run"], "after": page["next_after"]}
+    each: list[tuple[str, int]] = []
+    for run_id in (suite.second, suite.first):
+        after: int | None = 0
+        while after is not None:
+            one = client.get(f"/api/runs/{run_id}/search",
+                             params={"q": "line", "after": after}).json()
+            each += [(run_id, ln["seq"]) for t in one["tasks"] for ln in t["lines"]]
+            after = one["next"]
+    assert len(seen) > 500 and seen == each
+    # From a run on; a run the ledger lacks; nothing read for no text.
+    assert [r["run_id"] for r in client.get("/api/search", params={
+        "q": "oops", "run": suite.first}).json()["runs"]] == [suite.first]
+    assert client.get("/api/search", params={"q": "oops", "run": "nope"}).status_code == 404
+    assert client.get("/api/search").json() == {
+        "q": "", "run": None, "after": 0, "lines": 0, "next_run": None, "next_after": 0,
+        "timed": False, "runs": []}
+    page = client.get("/search", params={"q": "oops"}).text
+    assert "2 lines in 2 runs hold" in page and page.count("<mark>oops</mark>") == 2
+    assert 'action="/search"' in client.get("/").text
+
+
 @given(window=st.integers(1, 400), limit=st.integers(1, 700))
 @settings(max_examples=15, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -484,6 +525,7 @@ PARAMETERS: dict[str, dict[str, list[str]]] = {
     "/runs/{run_id}/search": {"after": AFTER},
     "/diff/{run_a}/{run_b}": {},
     "/compare": {},
+    "/search": {"after": AFTER},
     "/api/runs": {"page": PAGE, "status": ["nope"]},
     "/api/runs/{run_id}": {"at": AT},
     "/api/runs/{run_id}/summary": {"at": AT},
@@ -492,6 +534,7 @@ PARAMETERS: dict[str, dict[str, list[str]]] = {
     "/api/runs/{run_id}/transcript/{task_key:path}": {
         **TRANSCRIPT, "limit": [*NOT_NUMBERS, "0", "-1", "-2", "5001"]},
     "/api/runs/{run_id}/search": {"after": AFTER},
+    "/api/search": {"after": AFTER},
     "/api/diff/{run_a}/{run_b}": {},
     "/api/stream": {},
     "/static": {},

@@ -395,11 +395,12 @@ def test_each_agents_conversation_reads_in_the_browser(
 @pytest.mark.parametrize("path", [
     "/", f"/runs/{FIRST}", f"/runs/{SECOND}", f"/runs/{IMPORTED}", f"/diff/{FIRST}/{SECOND}",
     f"/runs/{FIRST}/tasks/{AGENT_KEY}", f"/runs/{FIRST}/tasks/{AGENT_KEY}?view=raw",
-    f"/runs/{FIRST}/tasks/alpha/colours/00"])
+    f"/runs/{FIRST}/tasks/alpha/colours/00", "/compare", "/search?q=e"])
+@pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_axe_finds_no_violation_on_the_first_hour_pages(
-    scenes_server: str, browser: Any, path: str
+    scenes_server: str, browser: Any, path: str, scheme: str
 ) -> None:
-    assert axe_violations(browser, scenes_server + path) == []
+    assert axe_violations(browser, scenes_server + path, scheme) == []
 
 
 def test_the_runs_list_keeps_each_date_on_one_line_at_1280_px(scenes_server: str,

@@ -282,6 +282,22 @@ def test_a_search_of_every_transcript_marks_what_it_found(failures: str, page: A
     expect(page.locator("table.lines mark")).to_have_text(["529 Overloaded"])
 
 
+def test_a_search_of_every_run_finds_a_line_of_each(failures: str, page: Any) -> None:
+    page.goto(failures)
+    page.fill("form.search-every input[name=q]", "LINE 30")  # any case, every run
+    page.press("form.search-every input[name=q]", "Enter")
+    page.wait_for_url("**/search?q=LINE+30")
+    found = page.locator("section.found-run")
+    expect(found).to_have_count(1)
+    expect(found).to_have_attribute("data-run", RUN)
+    expect(found.locator("section.found")).to_have_attribute("data-task", "default/claims/00")
+    expect(found.locator("mark")).to_have_text(["line 30"])  # as it is written
+    expect(page.locator("p.count")).to_contain_text("1 line in 1 run hold")
+    found.locator("h2 a").click()  # the run's own search
+    page.wait_for_url(f"**/runs/{RUN}/search?q=LINE+30")
+    expect(page.locator("section.found mark")).to_have_text(["line 30"])
+
+
 def test_typing_in_the_filter_narrows_the_table(failures: str, page: Any) -> None:
     page.goto(f"{failures}/runs/{RUN}")
     rows = page.locator("table.tasks tbody tr[data-task]")
@@ -303,9 +319,11 @@ def test_typing_in_the_filter_narrows_the_table(failures: str, page: Any) -> Non
 @pytest.mark.parametrize("path", [
     "/", f"/runs/{RUN}", f"/runs/{CROSSED}", f"/runs/{RUN}/tasks/default/claims/00",
     f"/runs/{RUN}/tasks/default/pytest-fails/00", f"/diff/{RUN}/{CROSSED}",
-    f"/runs/{RUN}/search?q=529", f"/runs/{RUN}/tasks/default/api-529/00?q=529&view=raw"])
-def test_axe_finds_no_violation(failures: str, browser: Any, path: str) -> None:
-    assert axe_violations(browser, failures + path) == []
+    f"/runs/{RUN}/search?q=529", f"/runs/{RUN}/tasks/default/api-529/00?q=529&view=raw",
+    "/search?q=line"])
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_axe_finds_no_violation(failures: str, browser: Any, path: str, scheme: str) -> None:
+    assert axe_violations(browser, failures + path, scheme) == []
 
 
 def test_files_changed_shows_what_the_agent_did_to_its_workspace(failures: str, page: Any) -> None:

@@ -27,7 +27,7 @@ def test_each_api_route_is_a_resources_data_function_rendered_as_json(suite: Sui
         app = app.app  # through the middleware
     api = [r for r in app.routes if isinstance(r, Route) and r.path.startswith("/api/")
            and r.path != "/api/stream"]  # a stream of changes, not a resource
-    assert len(api) == 8
+    assert len(api) == 9
     for route in api:
         data = getattr(route.endpoint, "resource", None)
         assert data is not None, f"{route.path} builds its JSON itself"
