@@ -141,6 +141,10 @@ def translate_errors(path: Path, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> 
                 f"{path}: {detail}: the disk holding the ledger, or the temp folder "
                 f"({tempfile.gettempdir()}), is full") from e
         if primary == _SQLITE_CANTOPEN:
+            folder = Path(path).absolute().parent
+            if not folder.is_dir():  # SQLite says only "unable to open database file"
+                raise LedgerIOError(f"cannot open {path}: its folder {folder} does not "
+                                    "exist (a ledger is created in an existing folder)") from e
             raise LedgerIOError(f"cannot open {path}: {detail}") from e
         raise LedgerIOError(f"{path}: {detail}") from e
 

@@ -546,3 +546,13 @@ def test_sql_json_keeps_columns_with_the_same_name(one_run: Path) -> None:
     result = invoke(one_run, "sql", "SELECT 1 AS a, 2 AS a, 3 AS b", "--format", "json")
     assert result.returncode == 0, result
     assert json.loads(result.stdout) == {"a": 1, "a:2": 2, "b": 3}
+
+
+def test_a_ledger_in_a_missing_folder_is_said_so_by_a_writing_command(tmp_path: Path) -> None:
+    """SQLite says only "unable to open database file"; the folder that is missing is
+    what a user has to make (or mistyped)."""
+    write_task(tmp_path / "tasks" / "t.yaml", "true")
+    db = tmp_path / "no-such-folder" / "l.db"
+    said = assert_one_line_error(evalledger(tmp_path, db, "run", str(tmp_path / "tasks")))
+    assert f"its folder {db.parent} does not exist" in said
+    assert not db.parent.exists()
