@@ -121,7 +121,30 @@ def load_task_set(options: RunOptions, callbacks: Callbacks, *,
     if not task_set.tasks:
         raise NothingToRun(_nothing_to_run(options, task_set))
     check_isolation(task_set.tasks, options, callbacks)
+    check_gateway(task_set.tasks, options)
     return task_set
+
+
+def check_gateway(tasks: Sequence[ResolvedTask], options: RunOptions) -> None:
+    """Refuse to start tasks with ``gateway`` where their agent could not reach it.
+
+    Raises:
+        Unavailable: saying which tasks and what would let them.
+    """
+    through = [t for t in tasks if t.gateway]
+    if not through:
+        return
+    if options.executor != "local":
+        raise Unavailable(f"{len(through)} task(s) call through the gateway, which runs "
+                          "with the local executor only (not --executor ray)")
+    shut = sorted({t.isolation for t in through if t.isolation != "none"
+                   and t.network == "none"})
+    if shut:
+        raise Unavailable(
+            f"{sum(t.isolation in shut and t.network == 'none' for t in through)} task(s) "
+            f"call through the gateway under isolation {', '.join(shut)} with network: "
+            "none, where nothing on the host can be reached: give them network: host (the "
+            "gateway listens on the host's loopback) or isolation: none")
 
 
 def check_isolation(tasks: Sequence[ResolvedTask], options: RunOptions,

@@ -18,7 +18,7 @@ import functools
 import logging
 import secrets
 import tempfile
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +56,7 @@ from ._writer import WriterStats, open_writer
 from .isolation import DOCKER_MARK, remove_containers
 
 if TYPE_CHECKING:
+    from ._gateway import Gateway
     from .ray import RayExecutor
 
 log = logging.getLogger("evalledger.executor")
@@ -336,7 +337,8 @@ async def _run(
             for event in as_lines(events):  # a chunk: its lines, as a reader gets them
                 on_event(event)
 
-    async with open_writer(ledger, on_committed, signer) as writer:
+    async with open_writer(ledger, on_committed, signer) as writer, \
+            _gateway_for(to_run) as gateway:
         ctx = RunContext(
             run_id=config.run_id,
             writer=writer,
@@ -354,6 +356,8 @@ async def _run(
             rates=config.rate_card,
             spent_usd=resume.spent_usd if resume else 0.0,
             ledger_path=str(Path(ledger.path).resolve()),
+            gateway=gateway,
+            max_cost_usd=config.max_cost_usd,
         )
         if to_run and config.preservation_mode != "none":
             await trio.to_thread.run_sync(private_folder, ctx.artifacts_root)
@@ -434,6 +438,21 @@ async def _run(
         with trio.CancelScope(shield=True):
             await writer.append_durable(RunFinished(run_id=config.run_id, status=status))
     return BatchResult(config.run_id, status, completed, writer.stats)
+
+
+@contextlib.asynccontextmanager
+async def _gateway_for(tasks: Sequence[ResolvedTask]) -> AsyncIterator[Gateway | None]:
+    """The batch's model gateway, when one of its tasks calls through it (none else:
+    hypercorn and httpx are not even imported)."""
+    if not any(task.gateway for task in tasks):
+        yield None
+        return
+    import os
+
+    from ._gateway import open_gateway
+
+    async with open_gateway(dict(os.environ)) as gateway:
+        yield gateway
 
 
 def _host(config: BatchConfig) -> dict[str, str]:

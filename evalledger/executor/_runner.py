@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -82,6 +82,9 @@ from ._process import (
 from ._status import AttemptFacts, BudgetStop, final_status
 from ._usage import Usage, UsageMeter
 from ._writer import EventSink, WriterFailed
+
+if TYPE_CHECKING:
+    from ._gateway import Gateway, GatewayAttempt
 
 log = logging.getLogger("evalledger.executor")
 
@@ -193,6 +196,10 @@ class RunContext:
     canary: str | None = None
     # The agents' versions asked so far (``agent_version_command``), once per batch.
     agent_versions: AgentVersions = field(default_factory=AgentVersions)
+    # The batch's model gateway, when a task has ``gateway`` (docs/gateway.md).
+    gateway: Gateway | None = None
+    # The run's max_cost_usd: past it, the gateway refuses an agent's next call.
+    max_cost_usd: float | None = None
     # Numbers the attempts' marks: shared by every attempt the context runs.
     _marks_made: Iterator[int] = field(default_factory=itertools.count)
 
@@ -250,6 +257,8 @@ class _Streams:
     flush_at: float = math.inf
     # The model API failure a claude-code stream was in when it last spoke of its API.
     api_error: str | None = None
+    # Behind the gateway: the failure its last model call met, as the gateway saw it.
+    api_failure: str | None = None
     # Whether the workspace's size was looked at while the command ran (limits.disk).
     watched_disk: bool = False
     # What its processes opened in its task folder, where that is watched (_access).
@@ -381,6 +390,8 @@ class _Streams:
         result or a failed turn saying the API was overloaded, rate-limited or answered
         5xx; OpenCode's ``APIError``). Still failing when the attempt fails: an
         infrastructure failure."""
+        if self.meter.gateway:  # what the gateway saw is what counts, never what is said
+            return
         said = api_health(self.meter.format, data)
         if said is not None:
             self.api_error = said or None
@@ -427,6 +438,51 @@ class _Streams:
             ts = utc_now()
             with trio.CancelScope(shield=True):
                 await self.ctx.writer.append(*(self._usage_event(u, ts) for u in usages))
+
+    # -- the gateway's side (``_gateway.Metered``) -----------------------------------------
+
+    def count(self, usage: Usage) -> None:
+        """A model call the gateway metered: counted in the attempt's totals and the
+        run's spend, held to the budgets."""
+        self.meter.book(usage)
+        self.ctx.spent_usd += usage.cost_usd or 0.0
+        self.check_budget()
+
+    async def record(self, usage: Usage, call: dict[str, object]) -> None:
+        """The call, recorded after the lines read before it."""
+        from ._gateway import usage_event
+
+        event = usage_event(usage, call, self.ctx.run_id, self.task.task_key)
+        with trio.CancelScope(shield=True):  # counted: so recorded, whatever comes
+            await self.flush()
+            await self.ctx.writer.append(event)
+        self.touched(event.ts)
+
+    def refusal(self) -> str | None:
+        if self.budget_stop is not None:
+            return f"the task's budget is spent: {self.budget_stop.detail}"
+        budget, meter, ctx = self.task.budget, self.meter, self.ctx
+        if budget.max_tokens is not None and meter.live_tokens >= budget.max_tokens:
+            return f"the task's budget is spent: used {meter.live_tokens} tokens, budget " \
+                   f"{budget.max_tokens}"
+        if budget.max_cost_usd is not None and meter.live_cost_usd >= budget.max_cost_usd:
+            return f"the task's budget is spent: spent ${meter.live_cost_usd:.4f}, budget " \
+                   f"${budget.max_cost_usd:.4f}"
+        if ctx.max_cost_usd is not None and ctx.spent_usd >= ctx.max_cost_usd:
+            return f"the run's budget is spent: spent ${ctx.spent_usd:.4f}, budget " \
+                   f"${ctx.max_cost_usd:.4f}"
+        return None
+
+    def refused(self, reason: str) -> None:
+        if self.budget_stop is None:
+            status = (FinalStatus.TOKEN_BUDGET_EXCEEDED if "tokens" in reason
+                      else FinalStatus.COST_BUDGET_EXCEEDED)
+            self.budget_stop = BudgetStop(status, f"{reason}; the gateway refused a call")
+
+    def api_seen(self, status: int | str, provider: str) -> None:
+        self.api_failure = (None if status == "" else
+                            f"{provider} answered HTTP {status}" if isinstance(status, int)
+                            else f"{provider}: {status}")
 
     def check_budget(self) -> None:
         budget = self.task.budget
@@ -528,8 +584,8 @@ async def run_task(
             tags=list(task.tags),
         )
     )
-    state = _Streams(task, ctx, UsageMeter(task.stream_format, task.model, ctx.rates),
-                     attempt)
+    state = _Streams(task, ctx, UsageMeter(task.stream_format, task.model, ctx.rates,
+                                           gateway=bool(task.gateway)), attempt)
 
     async def interrupted(reason: str) -> AttemptOutcome:
         # What the attempt used and no result line reported: booked before the
@@ -561,12 +617,18 @@ async def _attempt(
     kept_hash: str | None = None
     judging = Judging(functools.partial(_record_judge, state), ctx.rates, ctx.base_env,
                       Path(task.workdir) if task.workdir else None)
+    gate: GatewayAttempt | None = None
     try:
         sandbox = await _make_sandbox(task, ctx, artifacts)
         jail = await _confine(task, ctx, sandbox, attempt)
         env, marker = _command_env(task, ctx, sandbox, jail)
+        if task.gateway:
+            gate, env = _through_gateway(task, ctx, state, env)
         timed_out, exit_code = await _execute(task, ctx, state, env, marker, deadline, jail,
                                               attempt)
+        if gate is not None:  # its calls' spend is booked before anything is settled
+            closing, gate = gate, None
+            await _close_gate(ctx, closing)
         await state.settle()
         if state.isolation_error is not None:
             facts = AttemptFacts(error=state.isolation_error)
@@ -618,8 +680,12 @@ async def _attempt(
         with contextlib.suppress(WriterFailed):  # cut short before it was booked
             await state.settle()
     finally:
+        if gate is not None:  # cut short (an error, cancellation): its calls still count
+            await _close_gate(ctx, gate)
         if sandbox is not None:
             await _finish_sandbox(task, ctx, sandbox, artifacts)
+    if state.api_failure is not None:
+        facts = dataclasses.replace(facts, api_failure=state.api_failure)
     verdict = final_status(facts)
     meter = state.meter
     return AttemptOutcome(TaskCompleted(
@@ -646,6 +712,26 @@ async def _attempt(
         grade_pending=ctx.no_grade and verdict.status is FinalStatus.NOT_GRADED,
         folder_reads=state.folder_reads.paths if state.folder_reads is not None else [],
     ))
+
+
+def _through_gateway(task: ResolvedTask, ctx: RunContext, state: _Streams,
+                     env: dict[str, str]) -> tuple[GatewayAttempt, dict[str, str]]:
+    """The attempt's token at the gateway, and its environment pointed there: its base
+    URLs and keys the gateway's, none of the runner's keys."""
+    from ._gateway import gateway_keys_removed
+
+    if ctx.gateway is None:
+        raise RuntimeError("a task has gateway but the batch started no gateway")
+    gate = ctx.gateway.attempt(frozenset(task.gateway), state, ctx.rates.price)
+    return gate, {**gateway_keys_removed(env), **gate.env(ctx.gateway.base_url)}
+
+
+async def _close_gate(ctx: RunContext, gate: GatewayAttempt) -> None:
+    """Wait out the attempt's calls under way (a second Ctrl-C: none), shielded: what
+    they report is the attempt's spend."""
+    assert ctx.gateway is not None
+    with trio.CancelScope(shield=True):
+        await ctx.gateway.close(gate, now=ctx.kill_now.is_set())
 
 
 async def _grading_copy(task: ResolvedTask, ctx: RunContext, sandbox: Path) -> Path | None:

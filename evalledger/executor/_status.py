@@ -66,6 +66,8 @@ class AttemptFacts:
     api_error: str | None = None
     # Why what the command left cannot be graded (isolation.WorkspaceUnfit): its doing.
     unfit: str | None = None
+    # Behind the gateway: how its last model call failed, as the gateway saw it.
+    api_failure: str | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,12 @@ class Verdict:
 def final_status(facts: AttemptFacts) -> Verdict:
     """Decide how an attempt ended (the order is in the module's docstring)."""
     status, message, blame = _status(facts)
+    if (blame is FailureClass.AGENT and facts.api_failure is not None
+            and status in (FinalStatus.FAILURE, FinalStatus.TIMEOUT)):
+        # Seen, not said: the gateway passed the agent's last model call on and the API
+        # failed it. What the agent did after is the API's doing: infrastructure's.
+        return Verdict(status, f"{message} (the model API failed: {facts.api_failure}, "
+                               "as the gateway saw)", weighted_score(facts.criteria), _INFRA)
     if blame is FailureClass.AGENT and facts.api_error is not None:
         # Said, not seen: a line the agent printed is no evidence (an agent that prints a
         # fake 529 must not pass its failure off as infra, nor earn retries). It stays the

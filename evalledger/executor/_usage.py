@@ -127,9 +127,13 @@ class UsageMeter:
     """
 
     def __init__(
-        self, stream_format: str, default_model: str | None, rates: RateCard = DEFAULT_RATES
+        self, stream_format: str, default_model: str | None, rates: RateCard = DEFAULT_RATES,
+        *, gateway: bool = False,
     ) -> None:
         self.stream_format = stream_format
+        # Its calls metered by the gateway (``book``): what the lines say of usage is
+        # read for the models and versions they name, and never booked.
+        self.gateway = gateway
         self.model = default_model
         self.rates = rates
         self.totals = NO_TOKENS
@@ -176,6 +180,20 @@ class UsageMeter:
 
     def observe(self, data: dict[str, Any]) -> tuple[Usage, ...]:
         """A JSON line arrived; return the usage to record now (often none)."""
+        if self.gateway:
+            self._observe(data)
+            self._clear_estimate()
+            self._unreported = False
+            return _NONE
+        return self._observe(data)
+
+    def book(self, usage: Usage) -> None:
+        """A model call the gateway metered: counted in the totals, as recorded."""
+        if usage.model:
+            self.models_used.add(usage.model)
+        self._add(usage)
+
+    def _observe(self, data: dict[str, Any]) -> tuple[Usage, ...]:
         if data.get("type") == "version":
             self.versions.update(_texts(data))
             return _NONE
@@ -340,7 +358,7 @@ class UsageMeter:
     def stopped(self) -> None:
         """The command was stopped (a budget): in a format that reports usage as each
         turn ends, what it did after its last report is owed, and never will be."""
-        if self.format in REPORTED_FORMATS:
+        if self.format in REPORTED_FORMATS and not self.gateway:
             self._unreported = True
 
     def _message(self, key: str, model: str | None, tokens: Tokens) -> None:
@@ -395,6 +413,10 @@ class UsageMeter:
         return self._priced(self.model, final.cost_usd, totals)
 
     def _account(self, usage: Usage) -> None:
+        if not self.gateway:  # else the gateway's calls are what is counted (``book``)
+            self._add(usage)
+
+    def _add(self, usage: Usage) -> None:
         self.totals = self.totals + usage.tokens
         if usage.estimate:  # what the stream did not show is not in it: a floor
             self.cost_complete = False

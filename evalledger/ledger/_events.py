@@ -355,8 +355,9 @@ class TaskStarted(_TaskEvent):
     of ``description``, ``tags``, ``prompt``, ``workdir``, ``env``, ``timeout``,
     ``model``, ``stream_format``, ``budget``, ``success_criteria``, ``expect``,
     ``isolation``, ``network``, ``env_passthrough``, ``binds``, ``image``,
-    ``dockerfile``, ``stall_timeout``, ``stall_action``, ``max_output`` and ``limits``
-    (all five, when any is not at its default) the task sets to other than its default
+    ``dockerfile``, ``stall_timeout``, ``stall_action``, ``max_output``, ``limits``
+    (all five, when any is not at its default) and ``gateway`` (its providers) the task
+    sets to other than its default
     (before 0.2 the first ten were recorded at their defaults too; ``retries`` and
     ``agent_version_command``, like ``ray``, are how it runs, not what it is: never
     recorded here; see
@@ -467,13 +468,16 @@ class TaskUsage(_TaskEvent):
     cache_write_tokens: int = 0
     """Tokens written to a prompt cache."""
     call: Annotated[JsonObject | None, Field(exclude_if=_absent)] = None
-    """Only on a judge's usage (role ``grader``): the call it paid for: ``api``,
+    """A model call the [gateway](gateway.md#what-is-recorded) passed on (``via``:
+    ``gateway``): ``provider``, ``api``, ``path``, ``status``, ``streamed``,
+    ``latency_seconds``, ``seconds``, ``request_id``, ``cut``. On a judge's usage (role
+    ``grader``): the call it paid for: ``api``,
     ``criterion`` (its index), ``sample``, ``status`` (the HTTP status, or ``timeout``,
     ``unreachable``), ``tries``, ``retried`` (why each try before the answer failed, e.g.
     ``HTTP 429``, ``cannot reach it: ...``; left out when the first try answered),
     ``latency_seconds``, ``prompt_sha256`` and
     ``request_bytes``, ``response`` (its text, at most 4,096 characters),
-    ``response_sha256`` and ``response_bytes``. Never the key. Left out otherwise."""
+    ``response_sha256`` and ``response_bytes``. Never a key. Left out otherwise."""
     cost_usd: float | None = None
     """The cost of this usage in USD. **null means unpriced**: the model has no rate.
     Never booked as 0."""

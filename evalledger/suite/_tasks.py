@@ -307,6 +307,9 @@ Isolation = Literal["auto", "none", "bwrap", "docker"]
 DEFAULT_ISOLATION = "auto"
 ISOLATION_VARIABLE = "EVALLEDGER_ISOLATION"
 Network = Literal["none", "host"]
+# The model APIs a task's agent may call through the gateway (docs/gateway.md).
+GatewayProvider = Literal["anthropic", "openai", "gemini"]
+GATEWAY_PROVIDERS: tuple[GatewayProvider, ...] = ("anthropic", "openai", "gemini")
 # What a stall does (docs/tasks.md, "Stalls and retries").
 StallAction = Literal["kill", "warn"]
 
@@ -407,6 +410,10 @@ class TaskSettings(_Strict):
     """Paths the command may read, by the name of a variable that holds the path (relative
     to the file naming it); under isolation bound read-only at the same path. Merged
     across layers."""
+    gateway: bool | list[GatewayProvider] | None = None
+    """The agent calls its model API through evalledger's gateway: true (every provider:
+    anthropic, openai, gemini) or the providers it may call. Its base URLs and keys are
+    set to the gateway's and a per-attempt token; its usage is what the APIs answered."""
 
     @field_validator("env_passthrough")
     @classmethod
@@ -552,6 +559,7 @@ class ResolvedTask(_Strict):
     binds: dict[str, str] = {}
     image: str | None = None
     dockerfile: str | None = None
+    gateway: list[GatewayProvider] = []
 
     def definition(self) -> dict[str, Any]:
         """What the task *is*, as ``task.started`` records it: everything but where it
@@ -588,7 +596,8 @@ class ResolvedTask(_Strict):
 
 # Keys a definition holds only when not at their default (``ResolvedTask.definition``).
 _LATER_KEYS = ("expect", "isolation", "network", "env_passthrough", "binds", "image",
-               "dockerfile", "stall_timeout", "stall_action", "max_output", "limits")
+               "dockerfile", "stall_timeout", "stall_action", "max_output", "limits",
+               "gateway")
 
 _REQUIRED = object()
 
@@ -1050,6 +1059,11 @@ def _resolve(
                                                       or settings.get("dockerfile")):
         raise ValueError("isolation docker: the task needs an image or a dockerfile")
     _resolve_limits(settings)
+    gateway = settings.get("gateway")
+    if isinstance(gateway, bool):
+        settings["gateway"] = list(GATEWAY_PROVIDERS) if gateway else []
+    elif gateway is not None:
+        settings["gateway"] = [p for p in GATEWAY_PROVIDERS if p in gateway]
     workdir = settings.pop("workdir", None)
     given = {k: v for k, v in settings.items() if v is not None}
     repeats = overrides.repeats or variant.repeats or (exp.repeats if exp else 1)

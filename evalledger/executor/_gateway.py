@@ -1,0 +1,487 @@
+"""The model gateway: a batch's local HTTP server that an attempt's agent calls its model
+API through, so that what the attempt spent is what the API answered, not what the agent
+printed (docs/gateway.md).
+
+A task with ``gateway:`` gets, per attempt, a token of its own in its base URLs
+(``ANTHROPIC_BASE_URL=http://127.0.0.1:PORT/TOKEN/anthropic``, ``OPENAI_BASE_URL``,
+``GOOGLE_GEMINI_BASE_URL``) and as its API keys; the runner's own keys never reach it.
+Each request on a token is sent upstream with the runner's key, its answer passed back
+as it arrives (server-sent events included), and read on the way for the usage the API
+reported (``_gateway_api``). Each call is recorded as a ``task.usage`` whose ``call``
+says what it was (provider, API, status, latency, streamed, cut, request id), priced
+from the rate card; the attempt's totals and budgets count these, never its stdout.
+
+An agent killed mid-answer (a timeout, Ctrl-C, a budget) leaves its call to finish: the
+gateway reads the rest of the answer (without passing it on) for its final usage, until
+the attempt is closed and then ``DRAIN`` seconds more; a call still unfinished then is
+recorded with what it had reported, as a floor (``estimate``).
+
+A call that would start once the task's budget (or the run's) is spent is refused with
+the API's own error shape (HTTP 400: a client does not retry it), and ends the attempt
+as its budget does: spend passes a budget by at most the calls already under way.
+
+Runs on the batch's trio loop: hypercorn serves, httpx calls upstream (both imported
+when a batch has a task with ``gateway``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import secrets
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import trio
+
+from evalledger.ledger import TaskUsage, utc_now
+
+from ._gateway_api import PROVIDERS, Provider, Reading, api_of, gemini_model, reads_usage
+from ._usage import Usage
+
+if TYPE_CHECKING:
+    import httpx
+
+log = logging.getLogger(__name__)
+
+# Seconds a call an attempt left unfinished may still take to report its usage, once
+# the attempt is closed.
+DRAIN = 10.0
+# The most of a request's body the gateway reads (it holds it to send it upstream).
+MAX_REQUEST = 64 * 1024 * 1024
+# What an answer's headers may not carry back: hop-by-hop, and lengths the server sets.
+_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length",
+                  "proxy-connection", "te", "trailer", "upgrade"})
+# Statuses an API answers when it, not the request, failed (said so in ``call.status``).
+API_FAILURES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+# How a run points the gateway elsewhere than the real APIs, per provider, and at a CA
+# bundle to trust for them (a local TLS upstream, a corporate proxy).
+UPSTREAM_VARIABLE = "EVALLEDGER_GATEWAY_{}_URL"
+CA_VARIABLE = "EVALLEDGER_GATEWAY_CA"
+# Seconds instead of ``DRAIN`` (a test's short wait, a slow API's long one).
+DRAIN_VARIABLE = "EVALLEDGER_GATEWAY_DRAIN"
+
+
+@dataclass
+class Call:
+    """One request as the gateway passed it on, and what it learnt of it."""
+
+    provider: str
+    api: str
+    path: str
+    streamed: bool
+    started: float
+    status: int | str | None = None
+    latency_seconds: float | None = None
+    cut: bool = False
+    reading: Reading | None = None
+    model: str | None = None
+    # Its usage, once counted (``Metered.count``): when its final usage came.
+    counted: Usage | None = None
+
+    def facts(self, seconds: float) -> dict[str, object]:
+        """What ``task.usage.call`` records of it."""
+        facts: dict[str, object] = {
+            "via": "gateway", "provider": self.provider, "api": self.api, "path": self.path,
+            "status": self.status, "streamed": self.streamed, "seconds": round(seconds, 6)}
+        if self.latency_seconds is not None:
+            facts["latency_seconds"] = round(self.latency_seconds, 6)
+        if self.cut:
+            facts["cut"] = True
+        if self.reading is not None and self.reading.request_id:
+            facts["request_id"] = self.reading.request_id
+        return dict(sorted(facts.items()))  # canonical: as every payload's keys are
+
+
+class Metered(Protocol):
+    """What an attempt's side of the gateway reports to (the runner's ``_Streams``)."""
+
+    def count(self, usage: Usage) -> None:
+        """A call's usage is known: counted now, before its answer's end reaches the
+        agent (its next call is held to the budget with it)."""
+
+    async def record(self, usage: Usage, call: dict[str, object]) -> None:
+        """A call ended: record it (counted already)."""
+
+    def refusal(self) -> str | None:
+        """Why a new call may not start (a budget is spent), or None."""
+
+    def refused(self, reason: str) -> None:
+        """A call was refused for ``reason``."""
+
+    def api_seen(self, status: int | str, provider: str) -> None:
+        """A call's answer: a failure of the API (its status, ``timeout``,
+        ``unreachable``), or ``""``: it answered."""
+
+
+@dataclass
+class GatewayAttempt:
+    """One attempt's token, the providers it may call, and its calls under way."""
+
+    token: str
+    providers: frozenset[str]
+    meter: Metered
+    rates: Callable[[str | None, Any], float | None]
+    in_flight: int = 0
+    closing: trio.Event = field(default_factory=trio.Event)
+    idle: trio.Event = field(default_factory=trio.Event)
+    drain_by: float = math.inf
+
+    def env(self, base_url: str) -> dict[str, str]:
+        """The agent's variables: each provider's base URL (the gateway's, with the
+        token) and the token as its key."""
+        env: dict[str, str] = {}
+        for name in sorted(self.providers):
+            provider = PROVIDERS[name]
+            url = f"{base_url}/{self.token}/{name}{provider.base_url_suffix}"
+            env.update(dict.fromkeys(provider.base_url_variables, url))
+            env.update(dict.fromkeys(provider.agent_key_variables, self.token))
+        return env
+
+
+class Gateway:
+    """The batch's gateway: ``open_gateway`` starts it; ``attempt`` gives an attempt a
+    token, ``close`` waits out its calls."""
+
+    def __init__(self, client: httpx.AsyncClient, upstreams: Mapping[str, str],
+                 keys: Mapping[str, str], drain: float = DRAIN) -> None:
+        self.client = client
+        self.drain = drain
+        self.upstreams = dict(upstreams)
+        self.keys = dict(keys)
+        self.base_url = ""
+        self._attempts: dict[str, GatewayAttempt] = {}
+
+    def attempt(self, providers: frozenset[str], meter: Metered,
+                rates: Callable[[str | None, Any], float | None]) -> GatewayAttempt:
+        token = "evl-" + secrets.token_urlsafe(24)
+        opened = GatewayAttempt(token, providers, meter, rates)
+        opened.idle.set()
+        self._attempts[token] = opened
+        return opened
+
+    async def close(self, attempt: GatewayAttempt, *, now: bool = False) -> None:
+        """The attempt is over: no new call on its token; its calls under way get
+        ``drain`` seconds (none when ``now``) to report their usage, then are cut (each
+        recorded)."""
+        attempt.drain_by = trio.current_time() + (0.0 if now else self.drain)
+        attempt.closing.set()
+        with trio.move_on_at(attempt.drain_by + 1.0):  # each call stops itself at drain_by
+            await attempt.idle.wait()
+        self._attempts.pop(attempt.token, None)
+
+    # -- serving -------------------------------------------------------------------
+
+    async def __call__(self, scope: dict[str, Any], receive: Callable[[], Awaitable[Any]],
+                       send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        if scope["type"] != "http":
+            return
+        _, token, name, *rest = [*scope["path"].split("/", 3), ""][:4]
+        attempt = self._attempts.get(token)
+        provider = PROVIDERS.get(name)
+        if attempt is None or attempt.closing.is_set():
+            await _answer(send, 401, {"error": {"message": "evalledger gateway: unknown or "
+                                                "expired token"}})
+            return
+        if provider is None or name not in attempt.providers:
+            await _answer(send, 404, {"error": {"message": f"evalledger gateway: no provider "
+                                                f"{name!r} for this task (gateway: "
+                                                f"{sorted(attempt.providers)})"}})
+            return
+        attempt.in_flight += 1
+        attempt.idle = trio.Event()
+        try:
+            await self._call(attempt, provider, "/" + rest[0], scope, receive, send)
+        finally:
+            attempt.in_flight -= 1
+            if attempt.in_flight == 0:
+                attempt.idle.set()
+
+    async def _call(self, attempt: GatewayAttempt, provider: Provider, path: str,
+                    scope: dict[str, Any], receive: Callable[[], Awaitable[Any]],
+                    send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+        import httpx
+
+        body = await _body(receive)
+        if body is None:
+            await _answer(send, 413, provider.error(413, "request too large"))
+            return
+        request = _json(body)
+        api = api_of(provider.name, path)
+        streamed = (request.get("stream") is True or "alt=sse" in scope["query_string"].decode()
+                    or path.endswith(":streamGenerateContent"))
+        call = Call(provider.name, api, path, streamed, trio.current_time())
+        call.model = model = (request.get("model") if isinstance(request.get("model"), str)
+                              else gemini_model(path))
+        if reads_usage(provider.name, api) and (reason := attempt.meter.refusal()):
+            attempt.meter.refused(reason)
+            call.status = 400
+            await _answer(send, 400, provider.error(400, f"evalledger gateway: {reason}"))
+            await self._book(attempt, call)
+            return
+        if provider.name == "openai" and api == "chat" and streamed:
+            body = _with_usage_asked(request) or body
+        call.reading = Reading(provider.name, api, model)
+        upstream = self.upstreams[provider.name].rstrip("/") + path
+        query = _query(scope["query_string"].decode(), provider.key_params)
+        headers = _forwarded(scope["headers"], provider)
+        key = self.keys.get(provider.name)
+        if key:
+            headers.update(provider.auth(key))
+        try:
+            async with trio.open_nursery() as nursery:
+                gone = trio.Event()
+                nursery.start_soon(_watch_disconnect, receive, gone)
+                await self._relay(attempt, call, scope["method"],
+                                  upstream + ("?" + query if query else ""), headers, body,
+                                  send, gone)
+                nursery.cancel_scope.cancel()
+        except httpx.TimeoutException:
+            call.status = "timeout"
+            await _answer_quietly(send, 504, provider.error(504, "upstream timed out"))
+        except httpx.HTTPError as e:
+            call.status = "unreachable"
+            log.debug("gateway: %s unreachable", upstream, exc_info=True)
+            await _answer_quietly(send, 502, provider.error(
+                502, f"evalledger gateway: cannot reach {provider.name}: {type(e).__name__}"))
+        if isinstance(call.status, str) or call.status in API_FAILURES:
+            attempt.meter.api_seen(call.status or "unreachable", provider.name)
+        elif call.status is not None and call.status < 400:
+            attempt.meter.api_seen("", provider.name)
+        with trio.CancelScope(shield=True):
+            await self._book(attempt, call)
+
+    async def _relay(self, attempt: GatewayAttempt, call: Call, method: str, url: str,
+                     headers: dict[str, str], body: bytes,
+                     send: Callable[[dict[str, Any]], Awaitable[None]],
+                     gone: trio.Event) -> None:
+        """Send the request upstream and its answer back as it comes; once the agent is
+        gone, read the rest for its usage until the attempt's drain time."""
+        assert call.reading is not None
+        reading = call.reading
+        with trio.move_on_at(math.inf) as limit:
+            async def deadline() -> None:
+                await attempt.closing.wait()
+                limit.deadline = attempt.drain_by
+
+            async with trio.open_nursery() as watch:
+                watch.start_soon(deadline)
+                async with self.client.stream(method, url, headers=headers,
+                                              content=body) as response:
+                    call.status = response.status_code
+                    call.latency_seconds = trio.current_time() - call.started
+                    reading.request_id = (response.headers.get("request-id")
+                                          or response.headers.get("x-request-id"))
+                    reading.sse = call.streamed = response.headers.get(
+                        "content-type", "").startswith("text/event-stream")
+                    passing = not gone.is_set()
+                    if passing:
+                        passing = await _send(send, {
+                            "type": "http.response.start", "status": response.status_code,
+                            "headers": [(k.encode("latin-1"), v.encode("latin-1"))
+                                        for k, v in response.headers.multi_items()
+                                        if k.lower() not in _HOP]})
+                    answered = response.status_code < 400
+                    # A JSON answer's last chunk waits for its usage to be counted; a
+                    # stream's usage comes in an event before its end (counted as read).
+                    held = b""
+                    async for chunk in response.aiter_raw():
+                        if answered:
+                            reading.feed(chunk)
+                            self._count_once(attempt, call)
+                        if not reading.sse:
+                            chunk, held = held, chunk
+                        if chunk and passing and not gone.is_set():
+                            passing = await _send(send, {"type": "http.response.body",
+                                                         "body": chunk, "more_body": True})
+                    if answered:
+                        reading.finish()
+                        self._count_once(attempt, call)
+                    if passing and not gone.is_set():
+                        await _send(send, {"type": "http.response.body", "body": held})
+                watch.cancel_scope.cancel()
+        if limit.cancelled_caught:
+            call.cut = True
+
+    def _usage(self, attempt: GatewayAttempt, call: Call) -> Usage:
+        """What the call's answer reported (a floor when it was cut before its final
+        usage), priced."""
+        from evalledger.ledger import NO_TOKENS
+
+        reading = call.reading
+        model = reading.model if reading is not None and reading.model else call.model
+        tokens = reading.tokens if reading is not None else NO_TOKENS
+        floor = (reads_usage(call.provider, call.api) and reading is not None
+                 and not reading.complete and call.status == 200)
+        return Usage(model, tokens, attempt.rates(model, tokens), estimate=floor)
+
+    def _count_once(self, attempt: GatewayAttempt, call: Call) -> None:
+        if call.counted is None and call.reading is not None and call.reading.complete \
+                and reads_usage(call.provider, call.api):
+            call.counted = self._usage(attempt, call)
+            attempt.meter.count(call.counted)
+
+    async def _book(self, attempt: GatewayAttempt, call: Call) -> None:
+        """Record the call: what its answer reported, or, from an API that reports no
+        usage (``count_tokens``, a model listing), only a failure."""
+        if not reads_usage(call.provider, call.api) and isinstance(call.status, int) \
+                and call.status < 400:
+            return
+        usage = call.counted
+        if usage is None:
+            usage = self._usage(attempt, call)
+            attempt.meter.count(usage)
+        call.cut = call.cut or usage.estimate
+        await attempt.meter.record(usage, call.facts(trio.current_time() - call.started))
+
+
+def usage_event(usage: Usage, call: dict[str, object], run_id: str,
+                task_key: str) -> TaskUsage:
+    """A gateway call as the ``task.usage`` that records it."""
+    event = usage.event(run_id, task_key, utc_now())
+    return event.model_copy(update={"call": call})
+
+
+@contextlib.asynccontextmanager
+async def open_gateway(env: Mapping[str, str]) -> AsyncIterator[Gateway]:
+    """The batch's gateway, listening on a loopback port until the block ends.
+    ``env``: the runner's environment (the keys, and ``EVALLEDGER_GATEWAY_*``)."""
+    import httpx
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    upstreams = {name: env.get(UPSTREAM_VARIABLE.format(name.upper())) or p.upstream
+                 for name, p in PROVIDERS.items()}
+    keys = {name: next((env[v] for v in p.key_variables if env.get(v)), "")
+            for name, p in PROVIDERS.items()}
+    ca = env.get(CA_VARIABLE)
+    verify: ssl.SSLContext | bool = (ssl.create_default_context(cafile=ca) if ca
+                                     else True)
+    timeout = httpx.Timeout(connect=30.0, read=900.0, write=60.0, pool=60.0)
+    async with httpx.AsyncClient(verify=verify, timeout=timeout, trust_env=False,
+                                 http2=False) as client:
+        gateway = Gateway(client, upstreams, keys, _seconds(env.get(DRAIN_VARIABLE), DRAIN))
+        config = Config()
+        config.bind = ["127.0.0.1:0"]
+        config.accesslog = None
+        config.errorlog = logging.getLogger("evalledger.gateway.hypercorn")
+        config.keep_alive_timeout = 900
+        stop = trio.Event()
+        async with trio.open_nursery() as nursery:
+            binds = await nursery.start(
+                lambda task_status: serve(gateway, config,  # type: ignore[arg-type]
+                                          shutdown_trigger=stop.wait,
+                                          task_status=task_status))
+            gateway.base_url = binds[0]
+            try:
+                yield gateway
+            finally:
+                stop.set()
+                nursery.cancel_scope.deadline = trio.current_time() + 5.0
+
+
+def _seconds(value: str | None, default: float) -> float:
+    try:
+        seconds = float(value) if value else default
+    except ValueError:
+        return default
+    return seconds if 0 <= seconds < math.inf else default
+
+
+def gateway_keys_removed(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` without any provider's key: what an agent behind the gateway must not get."""
+    keys = {v for p in PROVIDERS.values() for v in (*p.key_variables, *p.agent_key_variables)}
+    return {k: v for k, v in env.items() if k not in keys}
+
+
+async def _body(receive: Callable[[], Awaitable[Any]]) -> bytes | None:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b"".join(chunks)
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_REQUEST:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def _json(body: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(body) if body else {}
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _with_usage_asked(request: dict[str, Any]) -> bytes | None:
+    """A streamed Chat Completions request asking for the usage chunk (without it the
+    stream reports none), when it did not ask itself."""
+    options = request.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage") is True:
+        return None
+    asked = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+    return json.dumps({**request, "stream_options": asked}).encode()
+
+
+def _forwarded(headers: list[tuple[bytes, bytes]], provider: Provider) -> dict[str, str]:
+    """The request's headers as sent upstream: without its key, its host, hop-by-hop
+    headers, or an encoding the gateway could not read usage through."""
+    dropped = {*_HOP, "host", "accept-encoding", *provider.key_headers}
+    kept = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in headers}
+    return {k: v for k, v in kept.items() if k not in dropped} | {
+        "accept-encoding": "identity"}
+
+
+def _query(query: str, key_params: tuple[str, ...]) -> str:
+    from urllib.parse import parse_qsl, urlencode
+
+    pairs = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k not in key_params]
+    return urlencode(pairs)
+
+
+async def _watch_disconnect(receive: Callable[[], Awaitable[Any]], gone: trio.Event) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    gone.set()
+
+
+async def _send(send: Callable[[dict[str, Any]], Awaitable[None]],
+                message: dict[str, Any]) -> bool:
+    """Send to the agent; False once it is gone."""
+    try:
+        await send(message)
+    except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+        return False
+    except Exception:  # hypercorn's own "the connection closed" errors
+        log.debug("gateway: the agent went away", exc_info=True)
+        return False
+    return True
+
+
+async def _answer(send: Callable[[dict[str, Any]], Awaitable[None]], status: int,
+                  data: dict[str, Any]) -> None:
+    body = json.dumps(data).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _answer_quietly(send: Callable[[dict[str, Any]], Awaitable[None]], status: int,
+                          data: dict[str, Any]) -> None:
+    with contextlib.suppress(Exception):  # the agent may be gone, or mid-answer
+        await _answer(send, status, data)

@@ -1,0 +1,273 @@
+"""The model APIs the gateway speaks: where each is, how it is authenticated, how its
+errors look, and what usage its answers report (docs/gateway.md).
+
+Pure: no I/O. A ``Reading`` follows one answer as its bytes pass through (a JSON body,
+or server-sent events as they stream) and says what the API reported: the model, the
+token counts and whether they are whole (an answer cut before its final usage is a
+floor).
+
+- Anthropic Messages: ``message_start`` gives the input side and the model, each
+  ``message_delta`` the output so far (cumulative); a JSON answer its ``usage``.
+- OpenAI Responses: ``response.completed`` / ``response.incomplete`` /
+  ``response.failed`` carry the usage (cached input counted inside ``input_tokens``).
+- OpenAI Chat Completions: the ``usage`` of the answer, or of a stream's last chunk
+  (the gateway asks for it: ``stream_options.include_usage``).
+- Gemini generateContent / streamGenerateContent: ``usageMetadata`` (each chunk's is
+  the total so far); ``toolUsePromptTokenCount`` is input (a tool's result read back),
+  ``thoughtsTokenCount`` output.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from evalledger.ledger import NO_TOKENS, TokenCounts
+
+# One event of a stream, or a JSON body, at most this large is read for its usage: an
+# answer is passed on whole whatever its size, a larger event is just not looked into.
+MAX_EVENT = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Provider:
+    """One API: its name in the gateway's paths and ``gateway:``, its upstream by
+    default, the runner's variables holding its key, and how an agent is pointed at the
+    gateway (base URL and key variables)."""
+
+    name: str
+    upstream: str
+    key_variables: tuple[str, ...]
+    # The agent's variables: its base URL (the gateway's path for it) and its key.
+    base_url_variables: tuple[str, ...]
+    base_url_suffix: str
+    agent_key_variables: tuple[str, ...]
+    # Request headers and query parameters that carry a key: never sent upstream.
+    key_headers: tuple[str, ...]
+    key_params: tuple[str, ...] = ()
+
+    def auth(self, key: str) -> dict[str, str]:
+        if self.name == "anthropic":
+            return {"x-api-key": key}
+        if self.name == "gemini":
+            return {"x-goog-api-key": key}
+        return {"authorization": f"Bearer {key}"}
+
+    def error(self, status: int, message: str) -> dict[str, Any]:
+        """An error body as the API itself shapes one (what its clients parse)."""
+        if self.name == "anthropic":
+            kind = "invalid_request_error" if status == 400 else "api_error"
+            return {"type": "error", "error": {"type": kind, "message": message}}
+        if self.name == "gemini":
+            state = "INVALID_ARGUMENT" if status == 400 else "UNAVAILABLE"
+            return {"error": {"code": status, "message": message, "status": state}}
+        return {"error": {"message": message, "type": "invalid_request_error"
+                          if status == 400 else "server_error", "code": None, "param": None}}
+
+
+PROVIDERS: dict[str, Provider] = {p.name: p for p in (
+    Provider("anthropic", "https://api.anthropic.com", ("ANTHROPIC_API_KEY",),
+             ("ANTHROPIC_BASE_URL",), "", ("ANTHROPIC_API_KEY",),
+             ("x-api-key", "authorization")),
+    Provider("openai", "https://api.openai.com", ("OPENAI_API_KEY",),
+             ("OPENAI_BASE_URL",), "/v1", ("OPENAI_API_KEY", "CODEX_API_KEY"),
+             ("authorization",)),
+    Provider("gemini", "https://generativelanguage.googleapis.com",
+             ("GEMINI_API_KEY", "GOOGLE_API_KEY"), ("GOOGLE_GEMINI_BASE_URL",), "",
+             ("GEMINI_API_KEY", "GOOGLE_API_KEY"), ("x-goog-api-key", "authorization"),
+             ("key",)),
+)}
+
+
+def api_of(provider: str, path: str) -> str:
+    """Which API of ``provider`` a request path calls: ``messages``, ``responses``,
+    ``chat``, ``generate`` (Gemini, either way), or the path's last part."""
+    if provider == "gemini" and ":" in path.rsplit("/", 1)[-1]:
+        return "generate"
+    last = path.rstrip("/").rsplit("/", 1)[-1]
+    return {"completions": "chat"}.get(last, last)
+
+
+def gemini_model(path: str) -> str | None:
+    """The model a Gemini path names (``.../models/gemini-2.5-pro:generateContent``)."""
+    last = path.rsplit("/", 1)[-1]
+    return last.split(":", 1)[0] if ":" in last else None
+
+
+@dataclass
+class Reading:
+    """What one answer has reported so far. ``complete``: its final usage came (else its
+    counts are a floor: the answer was cut before it)."""
+
+    provider: str
+    api: str
+    model: str | None = None
+    tokens: TokenCounts = NO_TOKENS
+    complete: bool = False
+    request_id: str | None = None
+    _buffer: bytearray = field(default_factory=bytearray)
+    # The answer is server-sent events (its content type says so), else one JSON body.
+    sse: bool = False
+
+    def feed(self, chunk: bytes) -> None:
+        """More of the answer's body."""
+        self._buffer += chunk
+        if not self.sse:
+            if len(self._buffer) > MAX_EVENT:
+                self._buffer.clear()  # too large to look into: its usage stays unknown
+            return
+        while True:
+            end, size = _event_end(self._buffer)
+            if end < 0:
+                if len(self._buffer) > MAX_EVENT:
+                    self._buffer.clear()
+                return
+            event = bytes(self._buffer[:end])
+            del self._buffer[:end + size]
+            data = _event_data(event)
+            if data is not None:
+                self._see(data)
+
+    def finish(self) -> None:
+        """The body ended: a JSON answer is read whole; a stream's last event may lack
+        its blank line."""
+        if self.sse:
+            data = _event_data(bytes(self._buffer))
+            if data is not None:
+                self._see(data)
+        else:
+            try:
+                data = json.loads(self._buffer)
+            except ValueError:
+                data = None
+            if isinstance(data, dict):
+                self._see(data)
+                self.complete = self.complete or "usage" in data or "usageMetadata" in data
+        self._buffer.clear()
+
+    def _see(self, data: dict[str, Any]) -> None:
+        read_for(self.provider, self.api)(self, data)
+
+
+def _event_end(buffer: bytearray) -> tuple[int, int]:
+    """Where the first whole server-sent event of ``buffer`` ends, and its separator's
+    size; -1 when none is whole yet."""
+    found = [(i, n) for i, n in ((buffer.find(b"\n\n"), 2), (buffer.find(b"\r\n\r\n"), 4))
+             if i >= 0]
+    return min(found) if found else (-1, 0)
+
+
+def _event_data(event: bytes) -> dict[str, Any] | None:
+    """A server-sent event's data lines joined, as a JSON object (None: not one)."""
+    lines = [line[5:].lstrip() for line in event.splitlines() if line.startswith(b"data:")]
+    if not lines:
+        return None
+    try:
+        data = json.loads(b"\n".join(lines))
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _anthropic(reading: Reading, data: dict[str, Any]) -> None:
+    kind = data.get("type")
+    message = data.get("message") if kind == "message_start" else data
+    if kind == "message_start" and isinstance(message, dict):
+        reading.request_id = reading.request_id or _text(message.get("id"))
+    if isinstance(message, dict) and isinstance(message.get("model"), str):
+        reading.model = message["model"]
+    usage = (message or {}).get("usage") if isinstance(message, dict) else None
+    if not isinstance(usage, dict):
+        return
+    before = reading.tokens
+    # A delta's counts are the message's so far; a field it leaves out keeps its value.
+    reading.tokens = TokenCounts.model_construct(
+        input_tokens=_int(usage.get("input_tokens")) or before.input_tokens,
+        output_tokens=_int(usage.get("output_tokens")) or before.output_tokens,
+        cache_read_tokens=(_int(usage.get("cache_read_input_tokens"))
+                           or before.cache_read_tokens),
+        cache_write_tokens=(_int(usage.get("cache_creation_input_tokens"))
+                            or before.cache_write_tokens))
+    if kind in ("message_delta", None, "message"):  # the output's final count
+        reading.complete = True
+
+
+def _responses(reading: Reading, data: dict[str, Any]) -> None:
+    response = data.get("response") if "response" in data else data
+    if not isinstance(response, dict):
+        return
+    reading.request_id = reading.request_id or _text(response.get("id"))
+    if isinstance(response.get("model"), str):
+        reading.model = response["model"]
+    usage = response.get("usage")
+    if isinstance(usage, dict):
+        cached = _int((usage.get("input_tokens_details") or {}).get("cached_tokens"))
+        reading.tokens = TokenCounts.model_construct(
+            input_tokens=max(0, _int(usage.get("input_tokens")) - cached),
+            output_tokens=_int(usage.get("output_tokens")), cache_read_tokens=cached,
+            cache_write_tokens=0)
+        reading.complete = True
+
+
+def _chat(reading: Reading, data: dict[str, Any]) -> None:
+    reading.request_id = reading.request_id or _text(data.get("id"))
+    if isinstance(data.get("model"), str):
+        reading.model = data["model"]
+    usage = data.get("usage")
+    if isinstance(usage, dict):
+        cached = _int((usage.get("prompt_tokens_details") or {}).get("cached_tokens"))
+        reading.tokens = TokenCounts.model_construct(
+            input_tokens=max(0, _int(usage.get("prompt_tokens")) - cached),
+            output_tokens=_int(usage.get("completion_tokens")), cache_read_tokens=cached,
+            cache_write_tokens=0)
+        reading.complete = True
+
+
+def _gemini(reading: Reading, data: dict[str, Any]) -> None:
+    reading.request_id = reading.request_id or _text(data.get("responseId"))
+    if isinstance(data.get("modelVersion"), str):
+        reading.model = data["modelVersion"]
+    usage = data.get("usageMetadata")
+    if isinstance(usage, dict):
+        cached = _int(usage.get("cachedContentTokenCount"))
+        prompt = _int(usage.get("promptTokenCount")) + _int(usage.get("toolUsePromptTokenCount"))
+        reading.tokens = TokenCounts.model_construct(
+            input_tokens=max(0, prompt - cached), cache_read_tokens=cached,
+            output_tokens=(_int(usage.get("candidatesTokenCount"))
+                           + _int(usage.get("thoughtsTokenCount"))),
+            cache_write_tokens=0)
+        # Each chunk's is the total so far: whole once the answer says it finished.
+        candidates = data.get("candidates")
+        reading.complete = not reading.sse or any(
+            isinstance(c, dict) and c.get("finishReason") for c in candidates or ())
+
+
+def _nothing(reading: Reading, data: dict[str, Any]) -> None:
+    """An API the gateway passes on without reading usage (``count_tokens``, models)."""
+    reading.complete = True
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+_READERS: dict[tuple[str, str], Callable[[Reading, dict[str, Any]], None]] = {
+    ("anthropic", "messages"): _anthropic, ("openai", "responses"): _responses,
+    ("openai", "chat"): _chat, ("gemini", "generate"): _gemini,
+}
+
+
+def reads_usage(provider: str, api: str) -> bool:
+    """Whether answers of this API report usage the gateway books (else it passes them
+    on and books nothing)."""
+    return (provider, api) in _READERS
+
+
+def read_for(provider: str, api: str) -> Callable[[Reading, dict[str, Any]], None]:
+    return _READERS.get((provider, api), _nothing)

@@ -1,0 +1,325 @@
+"""The model gateway (executor/_gateway.py) as a run uses it: a real agent process (a
+small Python client, as an SDK calls) pointed at it by its environment, real fake
+upstreams on loopback ports, and what the ledger recorded checked against what each
+upstream answered."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from evalledger.ledger import Ledger, TaskCompleted, TaskUsage, TokenCounts
+from evalledger.pricing import DEFAULT_RATES
+from evalledger.statuses import FailureClass, FinalStatus
+from tests.cli.helpers import PATIENCE, evalledger, wait_until
+from tests.fake_agent_api import FakeAgentApi, Turn, Usage
+from tests.fake_api import FakeApi, Reply
+
+from .real_agent_tasks import counts, only_run
+
+SONNET = "claude-sonnet-4-5"
+# An agent as an SDK is one: calls its API at the base URL and with the key its
+# environment gives, streaming or not; says what it saw of its environment.
+CLIENT = '''
+import json, os, signal, sys, urllib.error, urllib.request
+calls = json.loads(sys.argv[1])
+if os.environ.get("HOLD_ON"):  # says what it was answered before a budget's SIGTERM ends it
+    signal.signal(signal.SIGTERM, lambda *_: None)
+seen = {k: os.environ.get(k, "") for k in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY",
+        "GEMINI_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "GOOGLE_GEMINI_BASE_URL")}
+open("seen.json", "w").write(json.dumps(seen))
+open(os.environ["PID_FILE"], "w").write(str(os.getpid()))
+bases = {"anthropic": seen["ANTHROPIC_BASE_URL"], "openai": seen["OPENAI_BASE_URL"],
+         "gemini": seen["GOOGLE_GEMINI_BASE_URL"]}
+keys = {"anthropic": ("x-api-key", seen["ANTHROPIC_API_KEY"]),
+        "openai": ("authorization", "Bearer " + seen["OPENAI_API_KEY"]),
+        "gemini": ("x-goog-api-key", seen["GEMINI_API_KEY"])}
+for call in calls:
+    name, value = keys[call.get("via", call["provider"])]
+    base = bases[call.get("via", call["provider"])]
+    if "via" in call:  # another provider's path on this one's token
+        base = base.rsplit("/", 1)[0] + "/" + call["provider"]
+    request = urllib.request.Request(base + call["path"], method="POST",
+        data=json.dumps(call["body"]).encode(),
+        headers={name: value, "content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request) as answer:
+            print(json.dumps({"status": answer.status, "bytes": len(answer.read())}))
+    except urllib.error.HTTPError as e:
+        said = json.dumps({"status": e.code, "error": json.loads(e.read())})
+        print(said)
+        with open(os.environ["PID_FILE"] + ".answer", "w") as answer:
+            answer.write(said)
+        sys.exit(1)
+'''
+
+
+def anthropic(stream: bool = True) -> dict[str, Any]:
+    return {"provider": "anthropic", "path": "/v1/messages", "body": {
+        "model": SONNET, "stream": stream, "max_tokens": 100,
+        "messages": [{"role": "user", "content": "hi"}]}}
+
+
+def run_agent(folder: Path, calls: list[dict[str, Any]], upstreams: dict[str, str], *,
+              gateway: object = True, **fields: Any) -> tuple[int, Path]:
+    """One task whose command is ``CLIENT`` making ``calls``, run through the gateway
+    with the runner's keys ``sk-runner-*`` and the upstreams given."""
+    (folder / "client.py").write_text(CLIENT, encoding="utf-8")
+    task = {"command": [sys.executable, str(folder / "client.py"), json.dumps(calls)],
+            "isolation": "none", "gateway": gateway, "timeout": 60,
+            "success_criteria": [{"type": "exit_code"}], **fields,
+            "env": {"ANTHROPIC_API_KEY": "sk-task-own", "PID_FILE": str(folder / "pid"),
+                    **fields.get("env", {})}}
+    (folder / "tasks").mkdir(exist_ok=True)
+    (folder / "tasks" / "agent.yaml").write_text(yaml.safe_dump(task), encoding="utf-8")
+    env = {"ANTHROPIC_API_KEY": "sk-runner-a", "OPENAI_API_KEY": "sk-runner-o",
+           "GEMINI_API_KEY": "sk-runner-g", "EVALLEDGER_GATEWAY_DRAIN": "0.5",
+           **{f"EVALLEDGER_GATEWAY_{name.upper()}_URL": url for name, url in upstreams.items()}}
+    db = folder / "l.db"
+    done = evalledger(folder, db, "run", str(folder / "tasks"), "--kill-grace", "0.5", env=env)
+    return done.returncode, db
+
+
+def read(db: Path) -> tuple[list[TaskUsage], TaskCompleted]:
+    with Ledger(db, read_only=True) as ledger:
+        events = list(ledger.events(only_run(db)))
+    (completed,) = [e for e in events if isinstance(e, TaskCompleted)]
+    return [e for e in events if isinstance(e, TaskUsage)], completed
+
+
+def total(usages: list[TaskUsage]) -> TokenCounts:
+    found = TokenCounts()
+    for usage in usages:
+        found += usage.tokens
+    return found
+
+
+def test_each_call_is_booked_as_the_upstream_answered_it_and_keys_stay_the_runners(
+        tmp_path: Path) -> None:
+    script = [Turn(text="a", usage=Usage(100, 20, 5000, 300)), Turn(text="b", usage=Usage(7, 9))]
+    with FakeAgentApi(script, main_model=SONNET) as api:
+        code, db = run_agent(tmp_path, [anthropic(), anthropic(stream=False)],
+                             {"anthropic": api.url})
+    assert code == 0
+    usages, done = read(db)
+    assert [u.tokens for u in usages] == [counts(s.usage) for s in api.served]
+    assert [u.model for u in usages] == [SONNET, SONNET]
+    # The fake answers each as a stream (stream: false or not): read as what came.
+    assert [u.call["streamed"] for u in usages if u.call] == [True, True]
+    assert all(u.call and u.call["via"] == "gateway" and u.call["status"] == 200
+               and u.call["request_id"] for u in usages)
+    assert [u.cost_usd for u in usages] == [DEFAULT_RATES.price(SONNET, u.tokens) for u in usages]
+    assert done.tokens == total(usages) and done.cost_complete
+    assert done.cost_usd == pytest.approx(sum(u.cost_usd or 0 for u in usages), abs=1e-12)
+    # Upstream got the runner's key; the agent only its token, never a key of ours.
+    assert {r["headers"]["x-api-key"] for r in api.requests} == {"sk-runner-a"}
+    seen = _seen(tmp_path)
+    assert seen["ANTHROPIC_API_KEY"].startswith("evl-")
+    assert seen["ANTHROPIC_API_KEY"] == seen["OPENAI_API_KEY"] == seen["GEMINI_API_KEY"]
+    assert seen["ANTHROPIC_BASE_URL"].endswith(f"/{seen['ANTHROPIC_API_KEY']}/anthropic")
+    assert seen["OPENAI_BASE_URL"].endswith("/openai/v1")
+
+
+def _seen(folder: Path) -> dict[str, str]:
+    (found,) = folder.glob("runs/*/artifacts/default/agent/00/seen.json")
+    return json.loads(found.read_text())
+
+
+def sse(*events: dict[str, Any]) -> Reply:
+    return Reply(body="".join(f"data: {json.dumps(e)}\n\n" for e in events),
+                 headers={"content-type": "text/event-stream"})
+
+
+GEMINI_PATH = "/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse"
+
+
+@pytest.mark.parametrize(("call", "reply", "model", "tokens"), [
+    ({"provider": "anthropic", "path": "/v1/messages", "body": {"model": SONNET}},
+     Reply(body={"type": "message", "id": "msg_9", "model": SONNET, "content": [], "usage": {
+         "input_tokens": 11, "output_tokens": 22, "cache_read_input_tokens": 33,
+         "cache_creation_input_tokens": 44}}),
+     SONNET, TokenCounts(input_tokens=11, output_tokens=22, cache_read_tokens=33,
+                         cache_write_tokens=44)),
+    ({"provider": "openai", "path": "/chat/completions", "body": {
+        "model": "gpt-4o", "stream": True}},
+     sse({"id": "c1", "model": "gpt-4o", "choices": [{"delta": {"content": "hi"}}]},
+         {"id": "c1", "model": "gpt-4o", "choices": [], "usage": {
+             "prompt_tokens": 120, "completion_tokens": 30,
+             "prompt_tokens_details": {"cached_tokens": 100}}}),
+     "gpt-4o", TokenCounts(input_tokens=20, output_tokens=30, cache_read_tokens=100)),
+    ({"provider": "openai", "path": "/responses", "body": {"model": "gpt-5"}},
+     Reply(body={"id": "resp_1", "object": "response", "model": "gpt-5", "usage": {
+         "input_tokens": 500, "input_tokens_details": {"cached_tokens": 200},
+         "output_tokens": 60}}),
+     "gpt-5", TokenCounts(input_tokens=300, output_tokens=60, cache_read_tokens=200)),
+    # Gemini: each chunk's usage is the total so far; a tool's result read back is
+    # input, thoughts are output.
+    ({"provider": "gemini", "path": GEMINI_PATH, "body": {}},
+     sse({"responseId": "g1", "modelVersion": "gemini-2.5-pro", "candidates": [{}],
+          "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 1}},
+         {"responseId": "g1", "modelVersion": "gemini-2.5-pro",
+          "candidates": [{"finishReason": "STOP"}], "usageMetadata": {
+              "promptTokenCount": 1000, "cachedContentTokenCount": 400,
+              "toolUsePromptTokenCount": 50, "candidatesTokenCount": 70,
+              "thoughtsTokenCount": 30}}),
+     "gemini-2.5-pro", TokenCounts(input_tokens=650, output_tokens=100,
+                                   cache_read_tokens=400)),
+], ids=["anthropic-json", "chat-stream", "responses-json", "gemini-stream"])
+def test_each_api_s_usage_is_read_as_it_reports_it(
+        tmp_path: Path, call: dict[str, Any], reply: Reply, model: str,
+        tokens: TokenCounts) -> None:
+    with FakeApi() as api:
+        api.script.append(reply)
+        code, db = run_agent(tmp_path, [call], {call["provider"]: api.url})
+        (seen,) = api.seen
+    assert code == 0
+    (usage,), done = read(db)
+    assert (usage.model, usage.tokens, usage.estimate) == (model, tokens, False)
+    assert done.tokens == tokens
+    # The runner's key went upstream, in the provider's own header; the token did not.
+    header = {"anthropic": "x-api-key", "openai": "authorization",
+              "gemini": "x-goog-api-key"}[call["provider"]]
+    assert seen.headers[header].endswith(f"sk-runner-{call['provider'][0]}")
+    assert "evl-" not in json.dumps(seen.headers)
+    if call["provider"] == "openai" and call["path"] == "/chat/completions":
+        # A stream reports its usage only when asked: the gateway asks.
+        assert seen.body["stream_options"] == {"include_usage": True}
+    assert seen.path == "/v1" + call["path"] if call["provider"] == "openai" else call["path"]
+
+
+def test_a_call_past_the_budget_is_refused_in_the_apis_own_shape(tmp_path: Path) -> None:
+    script = [Turn(text="a", usage=Usage(1000, 1000)), Turn(text="never", usage=Usage(1, 1))]
+    with FakeAgentApi(script, main_model=SONNET) as api:
+        code, db = run_agent(tmp_path, [anthropic(), anthropic(), anthropic()],
+                             {"anthropic": api.url}, budget={"max_cost_usd": 0.01},
+                             env={"HOLD_ON": "1"})
+        served = len(api.served)
+    assert code == 1 and served == 1  # the second call never left the gateway
+    usages, done = read(db)
+    assert done.final_status == FinalStatus.COST_BUDGET_EXCEEDED
+    assert done.error_message == "spent $0.0180, budget $0.0100"  # the call that passed it
+    spent, refused = usages
+    assert spent.cost_usd is not None and spent.cost_usd > 0.01
+    assert (refused.tokens, refused.cost_usd, refused.call and refused.call["status"]) == (
+        TokenCounts(), 0.0, 400)
+    said = json.loads((tmp_path / "pid.answer").read_text())
+    assert said["status"] == 400
+    assert said["error"]["type"] == "error"  # Anthropic's error shape: not retried
+    assert said["error"]["error"]["type"] == "invalid_request_error"
+    assert "the task's budget is spent" in said["error"]["error"]["message"]
+
+
+def _printed(db: Path) -> list[dict[str, Any]]:
+    """What the client printed of each answer (a JSON line each)."""
+    from evalledger.ledger import TaskEmitted
+
+    with Ledger(db, read_only=True) as ledger:
+        return [e.data for e in ledger.events(only_run(db)) if isinstance(e, TaskEmitted)]
+
+
+def test_an_api_failure_the_gateway_saw_is_infrastructures_and_retried(
+        tmp_path: Path) -> None:
+    overloaded = Reply(status=529, body={"type": "error", "error": {
+        "type": "overloaded_error", "message": "Overloaded"}})
+    with FakeApi() as api:
+        api.script.extend([overloaded, overloaded])
+        code, db = run_agent(tmp_path, [anthropic(stream=False)], {"anthropic": api.url},
+                             retries=1)
+    assert code == 1
+    with Ledger(db, read_only=True) as ledger:
+        events = list(ledger.events(only_run(db)))
+    completions = [e for e in events if isinstance(e, TaskCompleted)]
+    assert [c.failure_class for c in completions] == [FailureClass.INFRA] * 2
+    assert all("anthropic answered HTTP 529, as the gateway saw" in (c.error_message or "")
+               for c in completions)
+    calls = [e.call for e in events if isinstance(e, TaskUsage)]
+    assert [c and c["status"] for c in calls] == [529, 529]
+
+
+def test_an_agent_that_only_says_its_api_failed_keeps_its_failure(tmp_path: Path) -> None:
+    """It printed Claude Code's 529 result line; the gateway saw its call answered."""
+    lie = json.dumps({"type": "result", "subtype": "success", "is_error": True,
+                      "api_error_status": 529, "result": "API Error: 529 Overloaded"})
+    with FakeAgentApi([Turn(text="a", usage=Usage(5, 5))], main_model=SONNET) as api:
+        (tmp_path / "lie.txt").write_text(lie + "\n")
+        code, db = run_agent(
+            tmp_path, [anthropic()], {"anthropic": api.url}, stream_format="claude-code",
+            success_criteria=[{"type": "file_exists", "path": "never.txt"}])
+    assert code == 1
+    _, done = read(db)
+    assert done.failure_class == FailureClass.AGENT
+
+
+def _pid_gone(folder: Path) -> bool:
+    try:
+        os.kill(int((folder / "pid").read_text()), 0)
+    except ProcessLookupError:
+        return True
+    except (OSError, ValueError):  # not written yet
+        return False
+    return False
+
+
+@pytest.mark.parametrize("released", [True, False], ids=["answered-after", "never-answered"])
+def test_a_call_cut_by_the_agents_end_is_read_to_its_usage_or_booked_as_a_floor(
+        tmp_path: Path, released: bool) -> None:
+    """The agent's timeout kills it while its second answer is held upstream. The
+    gateway reads on: answered within its drain, the call is booked exact; never, what
+    its start reported, as a floor."""
+    hold = threading.Event()
+    script = [Turn(text="a", usage=Usage(10, 10)), Turn(text="b", usage=Usage(300, 77),
+                                                        hold=hold)]
+    with FakeAgentApi(script, main_model=SONNET) as api:
+        def release() -> None:
+            assert api.holding.wait(PATIENCE)
+            wait_until(lambda: _pid_gone(tmp_path), "the agent killed")
+            hold.set()
+
+        releaser = threading.Thread(target=release, daemon=True)
+        if released:
+            releaser.start()
+        code, db = run_agent(tmp_path, [anthropic(), anthropic()], {"anthropic": api.url},
+                             timeout=2)
+        if released:
+            releaser.join(PATIENCE)
+        truth = [counts(s.usage) for s in api.served]
+    assert code == 1
+    usages, done = read(db)
+    assert done.final_status == FinalStatus.TIMEOUT
+    first, cut = usages
+    assert first.tokens == truth[0] and not first.estimate
+    assert cut.call is not None and cut.call.get("cut", False) is not released
+    if released:
+        assert (cut.tokens, cut.estimate) == (truth[1], False)
+        assert done.cost_complete
+    else:  # its start: the input side, and the one output token it reports
+        assert cut.tokens == TokenCounts(input_tokens=300, output_tokens=1)
+        assert cut.estimate and not done.cost_complete
+
+
+def test_a_token_opens_only_its_attempts_providers_and_only_while_it_runs(
+        tmp_path: Path) -> None:
+    with FakeApi() as api:
+        api.script.append(Reply(body={"ok": True}))
+        code, db = run_agent(tmp_path, [{"provider": "openai", "via": "anthropic",
+                                         "path": "/v1/responses", "body": {}}],
+                             {"openai": api.url},
+                             gateway=["anthropic"])
+        assert api.seen == []
+    assert code == 1
+    (said,) = _printed(db)
+    assert said["status"] == 404 and "no provider 'openai'" in said["error"]["error"]["message"]
+    # A token once its attempt ended: refused.
+    import urllib.error
+    import urllib.request
+
+    with pytest.raises(urllib.error.URLError):  # the run's gateway is gone with its run
+        urllib.request.urlopen(_seen(tmp_path)["ANTHROPIC_BASE_URL"] + "/v1/messages",
+                               data=b"{}", timeout=5)
