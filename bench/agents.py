@@ -9,6 +9,9 @@ booked, marked an estimate, no count above what the API answered, and the run's 
 says it is a floor (``cost_complete`` false); ``WRONG`` otherwise.
 tests/executor/test_real_agents.py asserts the same cases.
 
+The cases "through the gateway" run the CLI behind evalledger's model gateway
+(docs/gateway.md): what is booked is what the API answered, in every ending.
+
 Run: python bench/agents.py (after ``python -m tests.real_agents install``). Not part of
 the tests; takes about 30 s.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import sys
 import tempfile
@@ -41,10 +45,13 @@ from tests.executor.real_agent_tasks import (  # noqa: E402
     codex_script,
     codex_task,
     emitted,
+    gateway_env,
     only_run,
     recorded,
+    release_once_the_agent_is_gone,
     result_line,
     script,
+    through_gateway,
     truth,
     write,
 )
@@ -56,7 +63,7 @@ Case = Callable[[Path], tuple[FakeAgentApi, Path]]
 
 def _claude(flags: str = "", *, version: str | None = None, main: str = OPUS,
             subagent: bool = False, hold: bool = False, ending: str = "end",
-            native: bool = False, **fields: Any) -> Case:
+            native: bool = False, gateway: bool = False, **fields: Any) -> Case:
     def run(folder: Path) -> tuple[FakeAgentApi, Path]:
         db = folder / "l.db"
         held = threading.Event() if hold else None
@@ -65,12 +72,21 @@ def _claude(flags: str = "", *, version: str | None = None, main: str = OPUS,
             task = claude_task(folder, api, version=version, flags=flags, **fields)
             if native:
                 del task["stream_format"]
+            env: dict[str, str] = {}
+            if gateway:  # the held answer comes once the CLI is dead: read on, whole
+                task, env = through_gateway(task), gateway_env(api)
+                if held is not None:
+                    release_once_the_agent_is_gone(api, held, folder / "home")
             tasks = write(folder, answer=task)
             if ending in ("end", "timeout", "budget"):
-                evalledger(folder, db, "run", str(tasks))
+                evalledger(folder, db, "run", str(tasks), env=env)
                 return api, db
-            proc = spawn(folder, db, "run", str(tasks))
+            proc = spawn(folder, db, "run", str(tasks), env=env)
             api.holding.wait(PATIENCE)
+            if gateway:
+                proc.send_signal(signal.SIGINT)
+                proc.communicate(timeout=PATIENCE)
+                return api, db
             shown = "msg_0002" if flags else "msg_0001"
             wait_until(lambda: any(shown in json.dumps(x) for x in emitted(db)), shown)
             if ending == "ctrl-c":
@@ -123,6 +139,14 @@ CASES: list[tuple[str, Case]] = [
      _claude(version=PINNED["claude"][1][1], main="claude-opus-5-5")),
     (f"Codex {PINNED['codex'][1][0]} ({CODEX_MODEL}, priced from a pricing file)", _codex()),
     ("Codex, Ctrl-C while its second answer is pending", _codex(interrupt=True)),
+    ("through the gateway: Claude Code, normal", _claude(gateway=True)),
+    ("through the gateway: a subagent on haiku", _claude(subagent=True, gateway=True)),
+    ("through the gateway: Ctrl-C while the second answer is pending (no partial "
+     "messages)", _claude(hold=True, ending="ctrl-c", gateway=True)),
+    ("through the gateway: timeout mid-run", _claude(hold=True, ending="timeout",
+                                                      timeout=8, gateway=True)),
+    ("through the gateway: cost budget $0.01, passed by the first answer",
+     _claude(ending="budget", budget={"max_cost_usd": 0.01}, gateway=True)),
 ]
 
 
@@ -132,6 +156,9 @@ def _tokens(t: TokenCounts) -> str:
 
 
 def main() -> None:
+    # The CLIs live in the test cache, outside any workspace: run unconfined, as the
+    # tests do (tests/conftest.py).
+    os.environ.setdefault("EVALLEDGER_ISOLATION", "none")
     print("| case | recorded: in / out / cache read / cache write, cost | truth: finished "
           "calls, the CLI's cost | reads |")
     print("|---|---|---|---|")

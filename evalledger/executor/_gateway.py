@@ -375,18 +375,25 @@ async def open_gateway(env: Mapping[str, str]) -> AsyncIterator[Gateway]:
         config.accesslog = None
         config.errorlog = logging.getLogger("evalledger.gateway.hypercorn")
         config.keep_alive_timeout = 900
+        config.graceful_timeout = 5.0
         stop = trio.Event()
+        shielded = trio.CancelScope(shield=True)
+
+        async def serving(task_status: trio.TaskStatus[list[str]]) -> None:
+            # Shielded from the batch's cancellation (Ctrl-C): the calls under way are
+            # read on for their usage while the attempts close; stopped by ``stop``.
+            with shielded:
+                await serve(gateway, config, shutdown_trigger=stop.wait,  # type: ignore[arg-type]
+                            task_status=task_status)
+
         async with trio.open_nursery() as nursery:
-            binds = await nursery.start(
-                lambda task_status: serve(gateway, config,  # type: ignore[arg-type]
-                                          shutdown_trigger=stop.wait,
-                                          task_status=task_status))
+            binds = await nursery.start(serving)
             gateway.base_url = binds[0]
             try:
                 yield gateway
             finally:
                 stop.set()
-                nursery.cancel_scope.deadline = trio.current_time() + 5.0
+                shielded.deadline = trio.current_time() + config.graceful_timeout + 1.0
 
 
 def _seconds(value: str | None, default: float) -> float:

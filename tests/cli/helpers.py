@@ -107,11 +107,13 @@ def evalledger(
 
 def spawn(cwd: Path, db: Path, *args: str, command: Sequence[str] = COMMAND,
           **popen: Any) -> subprocess.Popen[str]:
-    """``evalledger --ledger DB ARGS...`` started as a real process (text mode)."""
+    """``evalledger --ledger DB ARGS...`` started as a real process (text mode);
+    ``env``: added to this process's environment."""
     popen.setdefault("stdout", subprocess.PIPE)
     popen.setdefault("stderr", subprocess.PIPE)
     return subprocess.Popen(
-        [*command, "--ledger", str(db), *args], cwd=cwd, env=_env(), text=True, **popen
+        [*command, "--ledger", str(db), *args], cwd=cwd, env=_env(**popen.pop("env", {})),
+        text=True, **popen
     )
 
 

@@ -14,7 +14,7 @@ import yaml
 
 from evalledger.ledger import Ledger, TaskCompleted, TaskEmitted, TaskUsage, TokenCounts
 from evalledger.pricing import normalize_model
-from tests.cli.helpers import evalledger
+from tests.cli.helpers import PATIENCE, evalledger, wait_until
 from tests.fake_agent_api import FakeAgentApi, Served, Turn, Usage
 from tests.real_agents import require
 
@@ -140,3 +140,45 @@ def codex_task(folder: Path, api: FakeAgentApi, **fields: Any) -> dict[str, Any]
 def codex_script(hold: threading.Event | None = None) -> list[Turn]:
     return [Turn(command="echo 42 > answer.txt", usage=Usage(9342, 38, 9088)),
             Turn(text="I wrote 42 to answer.txt.", usage=Usage(0, 32), hold=hold)]
+
+
+# Behind the gateway (docs/gateway.md): the runner's key, which the CLI never gets.
+RUNNER_KEY = "sk-ant-runner"
+
+
+def gateway_env(api: FakeAgentApi) -> dict[str, str]:
+    """The runner's environment for a run whose Claude Code calls through the gateway to
+    ``api``: its key, the upstream, and a drain long enough for a test to answer in."""
+    return {"ANTHROPIC_API_KEY": RUNNER_KEY, "EVALLEDGER_GATEWAY_ANTHROPIC_URL": api.url,
+            "EVALLEDGER_GATEWAY_DRAIN": "30"}
+
+
+def through_gateway(task: dict[str, Any]) -> dict[str, Any]:
+    """``task`` calling its model through the gateway (its own base URL and key are
+    overridden by the gateway's)."""
+    return {**task, "gateway": ["anthropic"], "isolation": "none"}
+
+
+def agent_alive(home: Path) -> bool:
+    """Whether a process of this test's agent (its HOME) is still running."""
+    mark = f"HOME={home}".encode() + b"\0"
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if mark in environ.read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def release_once_the_agent_is_gone(api: FakeAgentApi, hold: threading.Event,
+                                    home: Path) -> threading.Thread:
+    """Answer the held call in full once the agent is dead: the gateway reads it on."""
+    def release() -> None:
+        assert api.holding.wait(PATIENCE), "the agent never asked for its held answer"
+        wait_until(lambda: not agent_alive(home), "the agent killed")
+        hold.set()
+
+    thread = threading.Thread(target=release, daemon=True)
+    thread.start()
+    return thread

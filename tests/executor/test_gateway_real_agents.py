@@ -1,0 +1,122 @@
+"""The real Claude Code CLI (pinned, from npm) through the gateway, against the fake
+Anthropic API: in every ending, the tokens and cost recorded per model are what the
+upstream answered (its truth), never what the CLI printed, and its key never reaches it.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evalledger.ledger import TokenCounts
+from evalledger.pricing import DEFAULT_RATES, normalize_model
+from evalledger.statuses import FinalStatus
+from tests.cli.helpers import PATIENCE, evalledger, spawn
+from tests.fake_agent_api import FakeAgentApi, Turn, Usage
+
+from .real_agent_tasks import (
+    OPUS,
+    RUNNER_KEY,
+    SUBAGENT,
+    claude_task,
+    gateway_env,
+    recorded,
+    release_once_the_agent_is_gone,
+    script,
+    through_gateway,
+    truth,
+    write,
+)
+
+# The slow tier: the real agent CLI (a Node.js program) in every ending.
+pytestmark = pytest.mark.slow
+
+
+def _env(api: FakeAgentApi) -> dict[str, str]:
+    return gateway_env(api)
+
+
+def _task(folder: Path, api: FakeAgentApi, **fields: Any) -> Path:
+    return write(folder, answer=through_gateway(claude_task(folder, api, **fields)))
+
+
+def _exact(db: Path, api: FakeAgentApi) -> dict[str, TokenCounts]:
+    """Every call's usage recorded as the upstream answered it: per model the truth,
+    no estimate, each priced from the rate card; the attempts' totals the same."""
+    by_model, usages, completed, _ = recorded(db)
+    assert all(call.finished for call in api.served)
+    assert by_model == truth(api.served)
+    assert all(u.call and u.call["via"] == "gateway" and not u.estimate for u in usages)
+    for usage in usages:
+        assert usage.cost_usd == DEFAULT_RATES.price(usage.model, usage.tokens)
+    total = TokenCounts()
+    for usage in usages:
+        total += usage.tokens
+    if completed:  # an interrupted attempt has none: its usage events are its spend
+        assert sum((c.tokens for c in completed), TokenCounts()) == total
+        assert all(c.cost_complete for c in completed)
+    # The upstream only ever saw the runner's key; the CLI only its token.
+    assert {r["headers"].get("x-api-key") for r in api.requests} == {RUNNER_KEY}
+    return by_model
+
+
+@pytest.mark.parametrize("subagent", [False, True], ids=["alone", "subagent-on-haiku"])
+def test_claude_code_through_the_gateway_books_what_each_model_was_answered(
+        tmp_path: Path, subagent: bool) -> None:
+    db = tmp_path / "l.db"
+    with FakeAgentApi(script(subagent=subagent), main_model=OPUS, side=SUBAGENT) as api:
+        out = evalledger(tmp_path, db, "run", str(_task(tmp_path, api)), env=_env(api))
+    assert out.returncode == 0, out.stdout + out.stderr
+    by_model = _exact(db, api)
+    assert len(by_model) == 1 + subagent
+    (done,) = recorded(db)[2]
+    assert done.final_status == FinalStatus.SUCCESS
+
+
+@pytest.mark.parametrize("ending", ["ctrl-c", "timeout"])
+def test_claude_code_cut_off_through_the_gateway_is_booked_exact(tmp_path: Path,
+                                                                 ending: str) -> None:
+    """Its second answer is held after its start; the attempt ends there (Ctrl-C to the
+    runner, its timeout) and the CLI is killed. The gateway reads the answer on once it
+    comes: the usage is the upstream's, whole, where the CLI's stream showed 1 token."""
+    db = tmp_path / "l.db"
+    hold = threading.Event()
+    with FakeAgentApi(script(hold=hold), main_model=OPUS) as api:
+        tasks = _task(tmp_path, api, timeout=8 if ending == "timeout" else 60)
+        releaser = release_once_the_agent_is_gone(api, hold, tmp_path / "home")
+        if ending == "timeout":
+            out = evalledger(tmp_path, db, "run", str(tasks), env=_env(api))
+            assert out.returncode == 1, out.stdout + out.stderr
+        else:
+            proc = spawn(tmp_path, db, "run", str(tasks), env=_env(api))
+            assert api.holding.wait(PATIENCE)
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=PATIENCE)
+        releaser.join(PATIENCE)
+    by_model, usages, completed, _ = recorded(db)
+    assert len(api.served) == 2 and _exact(db, api) == by_model
+    if ending == "timeout":
+        assert [c.final_status for c in completed] == [FinalStatus.TIMEOUT]
+    assert [u.call and u.call.get("cut", False) for u in usages] == [False, False]
+
+
+def test_claude_code_past_its_budget_gets_no_further_call(tmp_path: Path) -> None:
+    """Its first answer passes the task's budget: the next call is refused at the
+    gateway (the upstream never sees it) and the attempt ends COST_BUDGET_EXCEEDED."""
+    db = tmp_path / "l.db"
+    turns = [Turn(command="echo 42 > answer.txt", usage=Usage(4, 87, 0, 14876)),
+             Turn(text="never sent", usage=Usage(1, 1))]
+    with FakeAgentApi(turns, main_model=OPUS) as api:
+        out = evalledger(tmp_path, db, "run", str(_task(
+            tmp_path, api, budget={"max_cost_usd": 0.01})), env=_env(api))
+    assert out.returncode == 1, out.stdout + out.stderr
+    by_model, usages, (done,), _ = recorded(db)
+    assert len(api.served) == 1
+    assert done.final_status == FinalStatus.COST_BUDGET_EXCEEDED
+    assert by_model == truth(api.served)  # the refused call: recorded, no tokens
+    assert usages[0].call is not None and usages[0].call["status"] == 200
+    assert {normalize_model(u.model or "") for u in usages} == {normalize_model(OPUS)}
