@@ -53,9 +53,10 @@ log = logging.getLogger(__name__)
 DRAIN = 10.0
 # The most of a request's body the gateway reads (it holds it to send it upstream).
 MAX_REQUEST = 64 * 1024 * 1024
-# What an answer's headers may not carry back: hop-by-hop, and lengths the server sets.
-_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length",
-                  "proxy-connection", "te", "trailer", "upgrade"})
+# Hop-by-hop headers: each connection's own, never passed on. (An answer's length is:
+# its body is passed on byte for byte.)
+_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te",
+                  "trailer", "upgrade"})
 # Statuses an API answers when it, not the request, failed (said so in ``call.status``).
 API_FAILURES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 # How a run points the gateway elsewhere than the real APIs, per provider, and at a CA
@@ -127,6 +128,8 @@ class GatewayAttempt:
     meter: Metered
     rates: Callable[[str | None, Any], float | None]
     in_flight: int = 0
+    # The calls under way: each one's cancel scope, given the drain's deadline at close.
+    scopes: set[trio.CancelScope] = field(default_factory=set)
     closing: trio.Event = field(default_factory=trio.Event)
     idle: trio.Event = field(default_factory=trio.Event)
     drain_by: float = math.inf
@@ -170,6 +173,8 @@ class Gateway:
         recorded)."""
         attempt.drain_by = trio.current_time() + (0.0 if now else self.drain)
         attempt.closing.set()
+        for scope in attempt.scopes:
+            scope.deadline = attempt.drain_by
         with trio.move_on_at(attempt.drain_by + 1.0):  # each call stops itself at drain_by
             await attempt.idle.wait()
         self._attempts.pop(attempt.token, None)
@@ -238,13 +243,8 @@ class Gateway:
         if key:
             headers.update(provider.auth(key))
         try:
-            async with trio.open_nursery() as nursery:
-                gone = trio.Event()
-                nursery.start_soon(_watch_disconnect, receive, gone)
-                await self._relay(attempt, call, scope["method"],
-                                  upstream + ("?" + query if query else ""), headers, body,
-                                  send, gone)
-                nursery.cancel_scope.cancel()
+            await self._relay(attempt, call, scope["method"],
+                              upstream + ("?" + query if query else ""), headers, body, send)
         except httpx.TimeoutException:
             call.status = "timeout"
             await _answer_quietly(send, 504, provider.error(504, "upstream timed out"))
@@ -262,19 +262,16 @@ class Gateway:
 
     async def _relay(self, attempt: GatewayAttempt, call: Call, method: str, url: str,
                      headers: dict[str, str], body: bytes,
-                     send: Callable[[dict[str, Any]], Awaitable[None]],
-                     gone: trio.Event) -> None:
+                     send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         """Send the request upstream and its answer back as it comes; once the agent is
         gone, read the rest for its usage until the attempt's drain time."""
         assert call.reading is not None
         reading = call.reading
-        with trio.move_on_at(math.inf) as limit:
-            async def deadline() -> None:
-                await attempt.closing.wait()
+        with trio.CancelScope() as limit:
+            attempt.scopes.add(limit)  # its deadline: the attempt's drain, once it closes
+            if attempt.closing.is_set():
                 limit.deadline = attempt.drain_by
-
-            async with trio.open_nursery() as watch:
-                watch.start_soon(deadline)
+            try:
                 async with self.client.stream(method, url, headers=headers,
                                               content=body) as response:
                     call.status = response.status_code
@@ -283,13 +280,12 @@ class Gateway:
                                           or response.headers.get("x-request-id"))
                     reading.sse = call.streamed = response.headers.get(
                         "content-type", "").startswith("text/event-stream")
-                    passing = not gone.is_set()
-                    if passing:
-                        passing = await _send(send, {
-                            "type": "http.response.start", "status": response.status_code,
-                            "headers": [(k.encode("latin-1"), v.encode("latin-1"))
-                                        for k, v in response.headers.multi_items()
-                                        if k.lower() not in _HOP]})
+                    # Once the agent is gone (killed mid-answer), read on for the usage.
+                    passing = await _send(send, {
+                        "type": "http.response.start", "status": response.status_code,
+                        "headers": [(k.encode("latin-1"), v.encode("latin-1"))
+                                    for k, v in response.headers.multi_items()
+                                    if k.lower() not in _HOP]})
                     answered = response.status_code < 400
                     # A JSON answer's last chunk waits for its usage to be counted; a
                     # stream's usage comes in an event before its end (counted as read).
@@ -300,15 +296,16 @@ class Gateway:
                             self._count_once(attempt, call)
                         if not reading.sse:
                             chunk, held = held, chunk
-                        if chunk and passing and not gone.is_set():
+                        if chunk and passing:
                             passing = await _send(send, {"type": "http.response.body",
                                                          "body": chunk, "more_body": True})
                     if answered:
                         reading.finish()
                         self._count_once(attempt, call)
-                    if passing and not gone.is_set():
+                    if passing:
                         await _send(send, {"type": "http.response.body", "body": held})
-                watch.cancel_scope.cancel()
+            finally:
+                attempt.scopes.discard(limit)
         if limit.cancelled_caught:
             call.cut = True
 
@@ -447,7 +444,7 @@ def _with_usage_asked(request: dict[str, Any]) -> bytes | None:
 def _forwarded(headers: list[tuple[bytes, bytes]], provider: Provider) -> dict[str, str]:
     """The request's headers as sent upstream: without its key, its host, hop-by-hop
     headers, or an encoding the gateway could not read usage through."""
-    dropped = {*_HOP, "host", "accept-encoding", *provider.key_headers}
+    dropped = {*_HOP, "host", "content-length", "accept-encoding", *provider.key_headers}
     kept = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in headers}
     return {k: v for k, v in kept.items() if k not in dropped} | {
         "accept-encoding": "identity"}
@@ -458,12 +455,6 @@ def _query(query: str, key_params: tuple[str, ...]) -> str:
 
     pairs = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k not in key_params]
     return urlencode(pairs)
-
-
-async def _watch_disconnect(receive: Callable[[], Awaitable[Any]], gone: trio.Event) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-    gone.set()
 
 
 async def _send(send: Callable[[dict[str, Any]], Awaitable[None]],

@@ -118,23 +118,39 @@ class Reading:
             if len(self._buffer) > MAX_EVENT:
                 self._buffer.clear()  # too large to look into: its usage stays unknown
             return
-        while True:
-            end, size = _event_end(self._buffer)
-            if end < 0:
-                if len(self._buffer) > MAX_EVENT:
-                    self._buffer.clear()
-                return
-            event = bytes(self._buffer[:end])
-            del self._buffer[:end + size]
-            data = _event_data(event)
-            if data is not None:
+        buffer = self._buffer
+        if buffer.find(b"usage") < 0:
+            # No event here carries usage (a stream's text deltas, nearly all of it): keep
+            # only what follows the last blank line, the start of an event to come.
+            lf, crlf = buffer.rfind(b"\n\n"), buffer.rfind(b"\n\r\n")
+            del buffer[:max(lf + 2 if lf >= 0 else 0, crlf + 3 if crlf >= 0 else 0)]
+            return
+        # One pass over what came (each search starts where the last ended: linear), each
+        # whole event cut out, the rest kept for the next chunk. An event ends at a blank
+        # line: "\n\n", or "\n\r\n" (CRLF lines).
+        at = 0
+        lf, crlf = buffer.find(b"\n\n"), buffer.find(b"\n\r\n")
+        while lf >= 0 or crlf >= 0:
+            end, size = (lf, 2) if crlf < 0 or 0 <= lf < crlf else (crlf, 3)
+            # Only the events that carry usage are parsed (a stream's text deltas, nearly
+            # all of it, never are).
+            if buffer.find(b"usage", at, end) >= 0 and (
+                    data := _event_data(bytes(buffer[at:end]))) is not None:
                 self._see(data)
+            at = end + size
+            if 0 <= lf < at:
+                lf = buffer.find(b"\n\n", at)
+            if 0 <= crlf < at:
+                crlf = buffer.find(b"\n\r\n", at)
+        del buffer[:at]
+        if len(self._buffer) > MAX_EVENT:
+            self._buffer.clear()
 
     def finish(self) -> None:
         """The body ended: a JSON answer is read whole; a stream's last event may lack
         its blank line."""
         if self.sse:
-            data = _event_data(bytes(self._buffer))
+            data = _event_data(bytes(self._buffer)) if b"usage" in self._buffer else None
             if data is not None:
                 self._see(data)
         else:
@@ -149,14 +165,6 @@ class Reading:
 
     def _see(self, data: dict[str, Any]) -> None:
         read_for(self.provider, self.api)(self, data)
-
-
-def _event_end(buffer: bytearray) -> tuple[int, int]:
-    """Where the first whole server-sent event of ``buffer`` ends, and its separator's
-    size; -1 when none is whole yet."""
-    found = [(i, n) for i, n in ((buffer.find(b"\n\n"), 2), (buffer.find(b"\r\n\r\n"), 4))
-             if i >= 0]
-    return min(found) if found else (-1, 0)
 
 
 def _event_data(event: bytes) -> dict[str, Any] | None:
@@ -178,7 +186,7 @@ def _int(value: Any) -> int:
 def _anthropic(reading: Reading, data: dict[str, Any]) -> None:
     kind = data.get("type")
     message = data.get("message") if kind == "message_start" else data
-    if kind == "message_start" and isinstance(message, dict):
+    if kind in ("message_start", "message") and isinstance(message, dict):
         reading.request_id = reading.request_id or _text(message.get("id"))
     if isinstance(message, dict) and isinstance(message.get("model"), str):
         reading.model = message["model"]
