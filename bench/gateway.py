@@ -30,8 +30,8 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evalledger.executor._gateway import open_gateway  # noqa: E402
-from evalledger.executor._usage import Usage  # noqa: E402
+from evalledger.executor._gateway import open_gateway
+from evalledger.executor._usage import Usage
 
 UPSTREAM = textwrap.dedent('''
     import json, sys, time
