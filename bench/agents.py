@@ -44,6 +44,7 @@ from tests.executor.real_agent_tasks import (  # noqa: E402
     claude_task,
     codex_script,
     codex_task,
+    codex_through_gateway,
     emitted,
     gateway_env,
     only_run,
@@ -101,18 +102,23 @@ def _claude(flags: str = "", *, version: str | None = None, main: str = OPUS,
     return run
 
 
-def _codex(*, interrupt: bool = False) -> Case:
+def _codex(*, interrupt: bool = False, gateway: bool = False) -> Case:
     def run(folder: Path) -> tuple[FakeAgentApi, Path]:
         db = folder / "l.db"
         pricing = folder / "prices.yaml"
         pricing.write_text(f"{CODEX_MODEL}: {{input: 2, output: 12, cache_read: 0.2}}\n")
         hold = threading.Event() if interrupt else None
         with FakeAgentApi(codex_script(hold), main_model=CODEX_MODEL) as api:
-            tasks = write(folder, answer=codex_task(folder, api))
+            task, env = codex_task(folder, api), {}
+            if gateway:
+                task, env = codex_through_gateway(folder, api), gateway_env(api)
+                if hold is not None:
+                    release_once_the_agent_is_gone(api, hold, folder / "home")
+            tasks = write(folder, answer=task)
             if not interrupt:
-                evalledger(folder, db, "run", str(tasks), "--pricing", str(pricing))
+                evalledger(folder, db, "run", str(tasks), "--pricing", str(pricing), env=env)
                 return api, db
-            proc = spawn(folder, db, "run", str(tasks), "--pricing", str(pricing))
+            proc = spawn(folder, db, "run", str(tasks), "--pricing", str(pricing), env=env)
             api.holding.wait(PATIENCE)
             wait_until(lambda: any(x.get("type") == "item.completed" for x in emitted(db)),
                        "the shell call")
@@ -147,6 +153,9 @@ CASES: list[tuple[str, Case]] = [
                                                       timeout=8, gateway=True)),
     ("through the gateway: cost budget $0.01, passed by the first answer",
      _claude(ending="budget", budget={"max_cost_usd": 0.01}, gateway=True)),
+    ("through the gateway: Codex, normal", _codex(gateway=True)),
+    ("through the gateway: Codex, Ctrl-C while its second answer is pending",
+     _codex(interrupt=True, gateway=True)),
 ]
 
 

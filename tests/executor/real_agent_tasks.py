@@ -137,6 +137,23 @@ def codex_task(folder: Path, api: FakeAgentApi, **fields: Any) -> dict[str, Any]
         "success_criteria": CRITERIA, "timeout": 60, **fields}
 
 
+def codex_through_gateway(folder: Path, api: FakeAgentApi, **fields: Any) -> dict[str, Any]:
+    """Codex behind the gateway: a provider of its own whose key is ``OPENAI_API_KEY``
+    and whose base URL, known only once the attempt starts, is ``$OPENAI_BASE_URL``
+    (given with ``-c``: Codex's built-in provider reads no base URL from the
+    environment)."""
+    task = codex_task(folder, api, **fields)
+    (folder / "codex" / "config.toml").write_text(
+        'model_provider = "gateway"\n[model_providers.gateway]\nname = "gateway"\n'
+        'base_url = "http://set-by-the-command"\nwire_api = "responses"\n'
+        'env_key = "OPENAI_API_KEY"\n')
+    binary, rest = task["command"].split(" ", 1)
+    url = 'model_providers.gateway.base_url=\\"$OPENAI_BASE_URL\\"'
+    task["command"] = f'{binary} -c "{url}" {rest}'
+    return {**task, "gateway": ["openai"], "isolation": "none",
+            "env": {k: v for k, v in task["env"].items() if k != "FAKE_API_KEY"}}
+
+
 def codex_script(hold: threading.Event | None = None) -> list[Turn]:
     return [Turn(command="echo 42 > answer.txt", usage=Usage(9342, 38, 9088)),
             Turn(text="I wrote 42 to answer.txt.", usage=Usage(0, 32), hold=hold)]
@@ -147,9 +164,10 @@ RUNNER_KEY = "sk-ant-runner"
 
 
 def gateway_env(api: FakeAgentApi) -> dict[str, str]:
-    """The runner's environment for a run whose Claude Code calls through the gateway to
-    ``api``: its key, the upstream, and a drain long enough for a test to answer in."""
+    """The runner's environment for a run whose agent calls through the gateway to
+    ``api``: its keys, the upstreams, and a drain long enough for a test to answer in."""
     return {"ANTHROPIC_API_KEY": RUNNER_KEY, "EVALLEDGER_GATEWAY_ANTHROPIC_URL": api.url,
+            "OPENAI_API_KEY": RUNNER_KEY, "EVALLEDGER_GATEWAY_OPENAI_URL": api.url,
             "EVALLEDGER_GATEWAY_DRAIN": "30"}
 
 

@@ -19,10 +19,13 @@ from tests.cli.helpers import PATIENCE, evalledger, spawn
 from tests.fake_agent_api import FakeAgentApi, Turn, Usage
 
 from .real_agent_tasks import (
+    CODEX_MODEL,
     OPUS,
     RUNNER_KEY,
     SUBAGENT,
     claude_task,
+    codex_script,
+    codex_through_gateway,
     gateway_env,
     recorded,
     release_once_the_agent_is_gone,
@@ -60,7 +63,8 @@ def _exact(db: Path, api: FakeAgentApi) -> dict[str, TokenCounts]:
         assert sum((c.tokens for c in completed), TokenCounts()) == total
         assert all(c.cost_complete for c in completed)
     # The upstream only ever saw the runner's key; the CLI only its token.
-    assert {r["headers"].get("x-api-key") for r in api.requests} == {RUNNER_KEY}
+    assert {r["headers"].get("x-api-key") or r["headers"].get("authorization")
+            for r in api.requests} <= {RUNNER_KEY, f"Bearer {RUNNER_KEY}"}
     return by_model
 
 
@@ -120,3 +124,34 @@ def test_claude_code_past_its_budget_gets_no_further_call(tmp_path: Path) -> Non
     assert by_model == truth(api.served)  # the refused call: recorded, no tokens
     assert usages[0].call is not None and usages[0].call["status"] == 200
     assert {normalize_model(u.model or "") for u in usages} == {normalize_model(OPUS)}
+
+
+@pytest.mark.parametrize("ending", ["end", "ctrl-c"])
+def test_codex_through_the_gateway_books_what_it_was_answered(tmp_path: Path,
+                                                              ending: str) -> None:
+    """Its stream reports usage only as a turn ends: cut off, it reported nothing of the
+    held call (a floor of 0 without the gateway). Through it: the upstream's, whole."""
+    db = tmp_path / "l.db"
+    pricing = tmp_path / "prices.yaml"
+    pricing.write_text(f"{CODEX_MODEL}: {{input: 2, output: 12, cache_read: 0.2}}\n")
+    hold = threading.Event() if ending == "ctrl-c" else None
+    with FakeAgentApi(codex_script(hold), main_model=CODEX_MODEL) as api:
+        tasks = write(tmp_path, answer=codex_through_gateway(tmp_path, api))
+        if hold is None:
+            out = evalledger(tmp_path, db, "run", str(tasks), "--pricing", str(pricing),
+                             env=_env(api))
+            assert out.returncode == 0, out.stdout + out.stderr
+        else:
+            releaser = release_once_the_agent_is_gone(api, hold, tmp_path / "home")
+            proc = spawn(tmp_path, db, "run", str(tasks), "--pricing", str(pricing),
+                         env=_env(api))
+            assert api.holding.wait(PATIENCE)
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=PATIENCE)
+            releaser.join(PATIENCE)
+    by_model, usages, _, _ = recorded(db)
+    assert len(api.served) == 2
+    assert by_model == truth(api.served) and all(call.finished for call in api.served)
+    assert all(u.call and u.call["api"] == "responses" and not u.estimate for u in usages)
+    assert {r["headers"].get("authorization") for r in api.requests
+            if r["path"].endswith("/responses")} == {f"Bearer {RUNNER_KEY}"}
