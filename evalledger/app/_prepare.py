@@ -143,8 +143,11 @@ def check_gateway(tasks: Sequence[ResolvedTask], options: RunOptions) -> None:
         raise Unavailable(
             f"{sum(t.isolation in shut and t.network == 'none' for t in through)} task(s) "
             f"call through the gateway under isolation {', '.join(shut)} with network: "
-            "none, where nothing on the host can be reached: give them network: host (the "
-            "gateway listens on the host's loopback) or isolation: none")
+            "none, where nothing on the host can be reached: give them network: gateway "
+            "(the gateway their only way out)")
+    if any(t.isolation == "docker" and t.network == "gateway" for t in through):
+        raise Unavailable("network: gateway runs under isolation bwrap (or auto) only: "
+                          "under docker, give the task network: host")
 
 
 def check_isolation(tasks: Sequence[ResolvedTask], options: RunOptions,

@@ -338,7 +338,7 @@ async def _run(
                 on_event(event)
 
     async with open_writer(ledger, on_committed, signer) as writer, \
-            _gateway_for(to_run) as gateway:
+            _gateway_for(to_run, sandboxes.root) as gateway:
         ctx = RunContext(
             run_id=config.run_id,
             writer=writer,
@@ -441,9 +441,11 @@ async def _run(
 
 
 @contextlib.asynccontextmanager
-async def _gateway_for(tasks: Sequence[ResolvedTask]) -> AsyncIterator[Gateway | None]:
+async def _gateway_for(tasks: Sequence[ResolvedTask],
+                       root: Path) -> AsyncIterator[Gateway | None]:
     """The batch's model gateway, when one of its tasks calls through it (none else:
-    hypercorn and httpx are not even imported)."""
+    hypercorn and httpx are not even imported); its unix socket in the batch's private
+    folder (``root``), for sandboxes of ``network: gateway``."""
     if not any(task.gateway for task in tasks):
         yield None
         return
@@ -451,7 +453,9 @@ async def _gateway_for(tasks: Sequence[ResolvedTask]) -> AsyncIterator[Gateway |
 
     from ._gateway import open_gateway
 
-    async with open_gateway(dict(os.environ)) as gateway:
+    bridged = any(task.network == "gateway" for task in tasks)
+    async with open_gateway(dict(os.environ),
+                            root / "gateway.sock" if bridged else None) as gateway:
         yield gateway
 
 

@@ -34,6 +34,7 @@ import secrets
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
@@ -157,7 +158,12 @@ class Gateway:
         self.upstreams = dict(upstreams)
         self.keys = dict(keys)
         self.base_url = ""
+        self.socket_path: Path | None = None
         self._attempts: dict[str, GatewayAttempt] = {}
+
+    @property
+    def port(self) -> int:
+        return int(self.base_url.rsplit(":", 1)[1])
 
     def attempt(self, providers: frozenset[str], meter: Metered,
                 rates: Callable[[str | None, Any], float | None]) -> GatewayAttempt:
@@ -349,9 +355,11 @@ def usage_event(usage: Usage, call: dict[str, object], run_id: str,
 
 
 @contextlib.asynccontextmanager
-async def open_gateway(env: Mapping[str, str]) -> AsyncIterator[Gateway]:
-    """The batch's gateway, listening on a loopback port until the block ends.
-    ``env``: the runner's environment (the keys, and ``EVALLEDGER_GATEWAY_*``)."""
+async def open_gateway(env: Mapping[str, str],
+                       socket_path: Path | None = None) -> AsyncIterator[Gateway]:
+    """The batch's gateway, listening on a loopback port (and on ``socket_path``, a unix
+    socket that sandboxes of ``network: gateway`` reach it through) until the block
+    ends. ``env``: the runner's environment (the keys, and ``EVALLEDGER_GATEWAY_*``)."""
     import httpx
     from hypercorn.config import Config
     from hypercorn.trio import serve
@@ -368,7 +376,7 @@ async def open_gateway(env: Mapping[str, str]) -> AsyncIterator[Gateway]:
                                  http2=False) as client:
         gateway = Gateway(client, upstreams, keys, _seconds(env.get(DRAIN_VARIABLE), DRAIN))
         config = Config()
-        config.bind = ["127.0.0.1:0"]
+        config.bind = ["127.0.0.1:0", *([f"unix:{socket_path}"] if socket_path else [])]
         config.accesslog = None
         config.errorlog = logging.getLogger("evalledger.gateway.hypercorn")
         config.keep_alive_timeout = 900
@@ -386,6 +394,7 @@ async def open_gateway(env: Mapping[str, str]) -> AsyncIterator[Gateway]:
         async with trio.open_nursery() as nursery:
             binds = await nursery.start(serving)
             gateway.base_url = binds[0]
+            gateway.socket_path = socket_path
             try:
                 yield gateway
             finally:

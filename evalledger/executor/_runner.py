@@ -849,7 +849,20 @@ async def _confine(task: ResolvedTask, ctx: RunContext, sandbox: Path,
     if ctx.canary is None:
         ctx.canary = await trio.to_thread.run_sync(_isolation.make_canary, ctx.sandbox_root)
     return await make_jail(task, backend, image, sandbox, ctx.canary, ctx.sandbox_root,
-                           ctx.batch_token, ctx.base_env)
+                           ctx.batch_token, ctx.base_env, _bridge(task, ctx))
+
+
+def _bridge(task: ResolvedTask, ctx: RunContext) -> _isolation.Bridge | None:
+    """What ``network: gateway`` binds in: the gateway's socket and this interpreter."""
+    if task.network != "gateway":
+        return None
+    if ctx.gateway is None or ctx.gateway.socket_path is None:
+        raise IsolationLeak("network: gateway, and the batch has no gateway socket")
+    import sys
+
+    python = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+    return _isolation.Bridge(str(ctx.gateway.socket_path), ctx.gateway.port, python,
+                             sys.base_prefix)
 
 
 def _asked_backend(task: ResolvedTask) -> str:
@@ -882,12 +895,17 @@ async def isolation_backend(
 
 async def make_jail(task: ResolvedTask, backend: _isolation.Bwrap | _isolation.Docker,
                     image: str, sandbox: Path, canary: str, sandbox_root: Path, token: str,
-                    base_env: dict[str, str]) -> Jail:
-    """The confinement of one attempt's commands on ``sandbox`` (``isolation_backend``'s)."""
+                    base_env: dict[str, str], bridge: _isolation.Bridge | None = None,
+                    ) -> Jail:
+    """The confinement of one attempt's commands on ``sandbox`` (``isolation_backend``'s);
+    ``bridge``: the gateway, bridged in (``network: gateway``)."""
     binds = tuple(sorted(set(task.binds.values())))
     if isinstance(backend, _isolation.Bwrap):
         return _isolation.Jail(backend, sandbox, task.network, binds, canary, task.limits.tmp,
-                               asked=task.isolation if task.isolation == "auto" else None)
+                               asked=task.isolation if task.isolation == "auto" else None,
+                               bridge=bridge)
+    if bridge is not None:
+        raise IsolationLeak("network: gateway runs under bwrap only (docker: not yet)")
     mark = sandbox_root / _isolation.DOCKER_MARK
     if not mark.exists():  # the watchdog's cue: this batch has containers to remove
         await trio.to_thread.run_sync(mark.touch)

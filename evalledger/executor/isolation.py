@@ -112,12 +112,14 @@ class Bwrap:
 
     def argv(self, command: str | list[str], workspace: Path, *, network: str,
              binds: Sequence[str] = (), probe: Sequence[str] | None = None,
-             tmp: int | None = None) -> list[str]:
+             tmp: int | None = None, mounts: Sequence[tuple[str, str]] = ()) -> list[str]:
         """The argv that runs ``command`` confined, the workspace at ``/work``.
 
-        ``binds`` are host paths bound read-only at the same path. With ``probe`` (the
-        prelude's arguments: three paths, a port, an fd) the prelude runs first. ``tmp``:
-        the size of its ``/tmp`` (a tmpfs, in the host's memory) in bytes.
+        ``binds`` are host paths bound read-only at the same path, ``mounts`` host paths
+        bound read-only where each says. With ``probe`` (the prelude's arguments: three
+        paths, a port, an fd) the prelude runs first. ``tmp``: the size of its ``/tmp``
+        (a tmpfs, in the host's memory) in bytes. ``network``: ``host`` shares the
+        host's; any other (``none``, ``gateway``) gives it a loopback of its own.
         """
         args = [self.path, "--die-with-parent", "--unshare-all"]
         if network == "host":
@@ -127,6 +129,8 @@ class Bwrap:
                  "--tmpfs", "/tmp", "--bind", str(workspace), WORKSPACE]
         for path in binds:
             args += ["--ro-bind", path, path]
+        for host, inside in mounts:
+            args += ["--ro-bind", host, inside]
         args += ["--chdir", WORKSPACE, "--"]
         inner = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
         if probe is None:
@@ -255,6 +259,38 @@ def hidden_from_others(root: str) -> list[str]:
     return hidden
 
 
+# Where a sandbox of ``network: gateway`` finds the gateway's socket and the forwarder
+# that is its only way out (docs/gateway.md, "Isolation").
+GATEWAY_SOCKET = "/run/evalledger/gateway.sock"
+FORWARDER = "/run/evalledger/forwarder.py"
+
+
+@dataclass(frozen=True)
+class Bridge:
+    """What ``network: gateway`` binds into a sandbox: the gateway's unix socket, the
+    port its forwarder listens on inside (the gateway's own, in the agent's base URLs),
+    and the runner's interpreter that runs the forwarder (with its standard library)."""
+
+    socket: str
+    port: int
+    python: str
+    prefix: str
+
+    def mounts(self) -> list[tuple[str, str]]:
+        forwarder = str(Path(__file__).with_name("_forwarder.py"))
+        found = [(self.socket, GATEWAY_SOCKET), (forwarder, FORWARDER)]
+        # The system's own folders are bound already; an interpreter elsewhere (pyenv,
+        # a venv's base) is bound where it is.
+        if not self.prefix.startswith(("/usr/", "/bin/", "/lib")):
+            found.append((self.prefix, self.prefix))
+        return found
+
+    def wrap(self, command: str | list[str]) -> list[str]:
+        inner = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+        return [self.python, "-I", "-S", FORWARDER, GATEWAY_SOCKET, str(self.port), "--",
+                *inner]
+
+
 @dataclass(frozen=True)
 class Jail:
     """How one attempt's commands run under bwrap: the agent's, behind the prelude, and
@@ -270,14 +306,20 @@ class Jail:
     tmp: int | None = None
     # ``auto`` when the task named no backend (recorded as what it asked).
     asked: str | None = None
+    # ``network: gateway``: the gateway bridged in, the agent's only way out.
+    bridge: Bridge | None = None
 
     def agent(self, command: str | list[str], hidden: Sequence[str], fd: int) -> list[str]:
         """The agent's argv: the prelude probes (the canary, then ``hidden``: the ledger,
-        the task file) and reports on ``fd``, then runs ``command``."""
+        the task file) and reports on ``fd``, then runs ``command`` (behind the
+        gateway's forwarder, with ``network: gateway``)."""
         paths = [self.canary, *hidden, "", ""][:3]
+        mounts = self.bridge.mounts() if self.bridge is not None else []
+        if self.bridge is not None:
+            command = self.bridge.wrap(command)
         return self.bwrap.argv(command, self.workspace, network=self.network,
                                binds=self.binds, probe=[*paths, _port(self.network), str(fd)],
-                               tmp=self.tmp)
+                               tmp=self.tmp, mounts=mounts)
 
     def grader(self, command: str | list[str], binds: Sequence[str] = ()) -> list[str]:
         """A ``run_command``'s argv: the workspace as the agent left it, and of the task's
@@ -331,7 +373,7 @@ def read_probes(line: str) -> dict[str, str] | None:
 def leaks(probes: Mapping[str, str], network: str) -> list[str]:
     """What the probes saw that isolation should have hidden."""
     found = [f"{name} is visible" for name in PROBE_NAMES[:3] if probes.get(name) == "visible"]
-    if network == "none" and probes.get("network") == "connected":
+    if network != "host" and probes.get("network") == "connected":
         found.append("a port of the runner's host answered")
     return found
 

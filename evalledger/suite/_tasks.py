@@ -306,7 +306,7 @@ Isolation = Literal["auto", "none", "bwrap", "docker"]
 # agents, a test suite whose commands live outside their workspaces).
 DEFAULT_ISOLATION = "auto"
 ISOLATION_VARIABLE = "EVALLEDGER_ISOLATION"
-Network = Literal["none", "host"]
+Network = Literal["none", "host", "gateway"]
 # The model APIs a task's agent may call through the gateway (docs/gateway.md).
 GatewayProvider = Literal["anthropic", "openai", "gemini"]
 GATEWAY_PROVIDERS: tuple[GatewayProvider, ...] = ("anthropic", "openai", "gemini")
@@ -402,7 +402,8 @@ class TaskSettings(_Strict):
     """With isolation docker, instead of image: a Dockerfile (relative to the file naming
     it), built with its folder as the context, once per content."""
     network: Network | None = None
-    """Under isolation: none (default: a loopback of its own) or host (the host's)."""
+    """Under isolation: none (default: a loopback of its own), host (the host's) or
+    gateway (a loopback of its own whose only way out is the model gateway)."""
     env_passthrough: list[str] | None = None
     """Under isolation: names of the runner's environment variables the command gets
     (an API key); it gets no other. Merged across layers."""
@@ -1064,6 +1065,9 @@ def _resolve(
         settings["gateway"] = list(GATEWAY_PROVIDERS) if gateway else []
     elif gateway is not None:
         settings["gateway"] = [p for p in GATEWAY_PROVIDERS if p in gateway]
+    if settings.get("network") == "gateway" and not settings.get("gateway"):
+        raise ValueError("network: gateway: the task calls no API through the gateway "
+                         "(give it gateway: true, or the providers it calls)")
     workdir = settings.pop("workdir", None)
     given = {k: v for k, v in settings.items() if v is not None}
     repeats = overrides.repeats or variant.repeats or (exp.repeats if exp else 1)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import threading
 from pathlib import Path
@@ -323,3 +324,71 @@ def test_a_token_opens_only_its_attempts_providers_and_only_while_it_runs(
     with pytest.raises(urllib.error.URLError):  # the run's gateway is gone with its run
         urllib.request.urlopen(_seen(tmp_path)["ANTHROPIC_BASE_URL"] + "/v1/messages",
                                data=b"{}", timeout=5)
+
+
+# Run inside the sandbox by the runner's own interpreter: what the agent can reach.
+PROBES = '''
+import json, os, socket, sys, urllib.error, urllib.request
+def reach(family, address):
+    s = socket.socket(family, socket.SOCK_STREAM)
+    s.settimeout(3)
+    try:
+        s.connect(address)
+        return "connected"
+    except OSError as e:
+        return type(e).__name__
+    finally:
+        s.close()
+found = {"host_port": reach(socket.AF_INET, ("127.0.0.1", int(sys.argv[1]))),
+         "outside": reach(socket.AF_INET, ("10.255.255.1", 80)),
+         "upstream": reach(socket.AF_INET, ("127.0.0.1", int(sys.argv[2])))}
+try:
+    socket.getaddrinfo("example.com", 443)
+    found["dns"] = "resolved"
+except OSError as e:
+    found["dns"] = type(e).__name__
+request = urllib.request.Request(os.environ["ANTHROPIC_BASE_URL"] + "/v1/messages",
+    method="POST", data=json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 5,
+    "messages": [{"role": "user", "content": "hi"}]}).encode(),
+    headers={"x-api-key": os.environ["ANTHROPIC_API_KEY"], "content-type": "application/json"})
+with urllib.request.urlopen(request, timeout=10) as answer:
+    found["api"] = answer.status
+found["key"] = os.environ["ANTHROPIC_API_KEY"][:4]
+print(json.dumps(found))
+'''
+
+
+def test_under_bwrap_with_network_gateway_the_agent_reaches_its_api_and_nothing_else(
+        tmp_path: Path, bwrap: object) -> None:
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    (workdir / "probes.py").write_text(PROBES, encoding="utf-8")
+    python = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+    with socket.socket() as host_service, FakeAgentApi(
+            [Turn(text="a", usage=Usage(12, 3))], main_model=SONNET) as api:
+        host_service.bind(("127.0.0.1", 0))
+        host_service.listen()
+        port = host_service.getsockname()[1]
+        upstream_port = api.url.rsplit(":", 1)[1]
+        task = {"command": [python, "-I", "-S", "/work/probes.py", str(port), upstream_port],
+                "workdir": str(workdir), "isolation": "bwrap", "network": "gateway",
+                "gateway": ["anthropic"], "timeout": 60,
+                "success_criteria": [{"type": "exit_code"}]}
+        (tmp_path / "tasks").mkdir()
+        (tmp_path / "tasks" / "probe.yaml").write_text(yaml.safe_dump(task), encoding="utf-8")
+        db = tmp_path / "l.db"
+        done = evalledger(tmp_path, db, "run", str(tmp_path / "tasks"), env={
+            "ANTHROPIC_API_KEY": "sk-runner-a", "EVALLEDGER_GATEWAY_ANTHROPIC_URL": api.url})
+        served = [counts(s.usage) for s in api.served]
+    assert done.returncode == 0, done.stdout + done.stderr
+    (found,) = _printed(db)
+    # Its API, through the gateway; nothing else: no host port (the upstream's own
+    # included), no address outside, no name resolved.
+    assert found["api"] == 200 and found["key"] == "evl-"
+    assert found["host_port"] != "connected" and found["upstream"] != "connected"
+    assert found["outside"] != "connected" and found["dns"] != "resolved"
+    usages, completed = read(db)
+    assert [u.tokens for u in usages] == served and completed.tokens == served[0]
+    with Ledger(db, read_only=True) as ledger:
+        (isolation,) = [e for e in ledger.events(only_run(db)) if e.type == "task.isolation"]
+    assert isolation.network == "gateway" and isolation.probes["network"] == "refused"

@@ -1,0 +1,77 @@
+"""The gateway's end inside a sandbox of ``network: gateway`` (docs/gateway.md): the
+sandbox's only way out is this process, which listens on its own loopback's
+``127.0.0.1:PORT`` and passes each connection to the gateway's unix socket, bound in.
+
+Run as ``python -I -S _forwarder.py SOCKET PORT -- COMMAND...`` inside the sandbox (the
+runner's interpreter, its standard library bound read-only): it listens first, then runs
+the command as its child, serves until the command ends, and ends as it did (its exit
+code, or the signal that killed it), so the attempt reads as the command's. Standard
+library only: nothing of evalledger is importable in there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import sys
+import threading
+
+
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+    with contextlib.suppress(OSError):  # either end gone: the other is told below
+        while data := source.recv(65536):
+            sink.sendall(data)
+    for end, how in ((sink, socket.SHUT_WR), (source, socket.SHUT_RD)):
+        with contextlib.suppress(OSError):
+            end.shutdown(how)
+
+
+def _serve(listener: socket.socket, path: str) -> None:
+    while True:
+        client, _ = listener.accept()
+        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            upstream.connect(path)
+        except OSError:
+            client.close()
+            upstream.close()
+            continue
+        for source, sink in ((client, upstream), (upstream, client)):
+            threading.Thread(target=_pump, args=(source, sink), daemon=True).start()
+
+
+def main(argv: list[str]) -> int:
+    path, port, separator, *command = argv
+    if separator != "--" or not command:
+        print("usage: _forwarder.py SOCKET PORT -- COMMAND...", file=sys.stderr)
+        return 2
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", int(port)))
+    listener.listen(64)  # listening before the command starts: its first call finds it
+    child = os.fork()
+    if child == 0:
+        listener.close()
+        try:
+            os.execvp(command[0], command)
+        except OSError as e:
+            print(f"evalledger: cannot run {command[0]}: {e}", file=sys.stderr)
+            os._exit(127)
+    # This side holds no pipe of the command's: its output ends when the command's does.
+    for fd in (0, 1, 2):
+        os.close(fd)
+    threading.Thread(target=_serve, args=(listener, path), daemon=True).start()
+    for name in ("SIGTERM", "SIGINT", "SIGHUP"):  # passed on: the command decides
+        signal.signal(getattr(signal, name), lambda number, _: os.kill(child, number))
+    _, status = os.waitpid(child, 0)
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        signal.signal(number, signal.SIG_DFL)
+        os.kill(os.getpid(), number)
+    return os.waitstatus_to_exitcode(status)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
