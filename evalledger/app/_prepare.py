@@ -5,6 +5,7 @@ touched."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import secrets
 from collections.abc import Sequence
@@ -145,9 +146,11 @@ def check_gateway(tasks: Sequence[ResolvedTask], options: RunOptions) -> None:
             f"call through the gateway under isolation {', '.join(shut)} with network: "
             "none, where nothing on the host can be reached: give them network: gateway "
             "(the gateway their only way out)")
-    if any(t.isolation == "docker" and t.network == "gateway" for t in through):
-        raise Unavailable("network: gateway runs under isolation bwrap (or auto) only: "
-                          "under docker, give the task network: host")
+    if any(t.isolation == "docker" and t.network == "gateway" for t in through) and (
+            os.geteuid() != 0):
+        raise Unavailable("network: gateway under docker enters each container's network "
+                          "namespace, which only root may: run as root, or use isolation "
+                          "bwrap")
 
 
 def check_isolation(tasks: Sequence[ResolvedTask], options: RunOptions,

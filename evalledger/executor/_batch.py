@@ -453,10 +453,28 @@ async def _gateway_for(tasks: Sequence[ResolvedTask],
 
     from ._gateway import open_gateway
 
-    bridged = any(task.network == "gateway" for task in tasks)
-    async with open_gateway(dict(os.environ),
-                            root / "gateway.sock" if bridged else None) as gateway:
-        yield gateway
+    if not any(task.network == "gateway" for task in tasks):
+        async with open_gateway(dict(os.environ)) as gateway:
+            yield gateway
+        return
+    with _socket_folder(root) as folder:
+        async with open_gateway(dict(os.environ), folder / "gateway.sock") as gateway:
+            yield gateway
+
+
+@contextlib.contextmanager
+def _socket_folder(root: Path) -> Iterator[Path]:
+    """Where the gateway's unix socket goes: the batch's private folder, unless its path
+    would pass what a unix socket's may hold (108 bytes: a deep ``TMPDIR``); then a
+    private folder of its own in /tmp, removed after."""
+    if len(str(root / "gateway.sock").encode()) < 100:
+        yield root
+        return
+    folder = Path(tempfile.mkdtemp(prefix="evalledger-gw-", dir="/tmp"))
+    try:
+        yield folder
+    finally:
+        remove_tree(folder, ignore_errors=True)
 
 
 def _host(config: BatchConfig) -> dict[str, str]:

@@ -7,6 +7,10 @@ runner's interpreter, its standard library bound read-only): it listens first, t
 the command as its child, serves until the command ends, and ends as it did (its exit
 code, or the signal that killed it), so the attempt reads as the command's. Standard
 library only: nothing of evalledger is importable in there.
+
+A container has no interpreter of the runner's: there it runs on the host as
+``_forwarder.py --netns /proc/PID/ns/net SOCKET PORT``, entering only the container's
+network namespace (root may), and serves until it is ended.
 """
 
 from __future__ import annotations
@@ -42,7 +46,30 @@ def _serve(listener: socket.socket, path: str) -> None:
             threading.Thread(target=_pump, args=(source, sink), daemon=True).start()
 
 
+def _in_namespace(netns: str, path: str, port: str) -> int:
+    """Serve from inside another network namespace (a container's, ``/proc/PID/ns/net``):
+    this process stays on the host's file system, where the gateway's socket is; says
+    ``ready`` once it listens."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(netns, os.O_RDONLY)
+    if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+        print(f"cannot enter {netns}: {os.strerror(ctypes.get_errno())}", flush=True)
+        return 1
+    os.close(fd)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", int(port)))
+    listener.listen(64)
+    print("ready", flush=True)
+    _serve(listener, path)
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--netns"] and len(argv) == 4:
+        return _in_namespace(*argv[1:])
     path, port, separator, *command = argv
     if separator != "--" or not command:
         print("usage: _forwarder.py SOCKET PORT -- COMMAND...", file=sys.stderr)

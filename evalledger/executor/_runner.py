@@ -27,6 +27,7 @@ import logging
 import math
 import os
 import secrets
+import subprocess
 import threading
 import time
 from collections import deque
@@ -904,14 +905,13 @@ async def make_jail(task: ResolvedTask, backend: _isolation.Bwrap | _isolation.D
         return _isolation.Jail(backend, sandbox, task.network, binds, canary, task.limits.tmp,
                                asked=task.isolation if task.isolation == "auto" else None,
                                bridge=bridge)
-    if bridge is not None:
-        raise IsolationLeak("network: gateway runs under bwrap only (docker: not yet)")
     mark = sandbox_root / _isolation.DOCKER_MARK
     if not mark.exists():  # the watchdog's cue: this batch has containers to remove
         await trio.to_thread.run_sync(mark.touch)
     return _isolation.Container(backend, image, sandbox, task.network, binds, canary, token,
                                 _isolation.cli_settings(base_env),
-                                tuple(_limits.docker_flags(task.limits)), task.limits.tmp)
+                                tuple(_limits.docker_flags(task.limits)), task.limits.tmp,
+                                bridge)
 
 
 def _command_env(task: ResolvedTask, ctx: RunContext, sandbox: Path,
@@ -1194,6 +1194,8 @@ class _Probe:
         self._fds: list[int] = []
         self._fifos: list[Path] = []
         self._go: int | None = None
+        # network: gateway under docker: the forwarder entered into the container.
+        self._forwarder: subprocess.Popen[str] | None = None
         self.said = b""  # what the prelude reported, as read so far
         try:
             if isinstance(jail, _isolation.Jail):
@@ -1232,6 +1234,30 @@ class _Probe:
         return await spawn(argv, cwd=str(self.jail.workspace), env=self.jail.client_env(env),
                            stdin=bool(task.prompt), kind=Contained)
 
+    async def bridge_in(self, bridge: _isolation.Bridge) -> None:
+        """The gateway into the container's network namespace: a forwarder on the host,
+        entered there, listening once this returns (ended with the probe).
+
+        Raises:
+            OSError: it could not be started or did not listen (saying why).
+        """
+        assert isinstance(self.jail, _isolation.Container)
+        done = await trio.to_thread.run_sync(
+            self.jail.docker.run, "inspect", "--format", "{{.State.Pid}}", self.name)
+        pid = done.stdout.strip()
+        if done.returncode or not pid.isdigit() or pid == "0":
+            raise OSError(f"no process of container {self.name}: {done.stderr.strip()}")
+        self._forwarder = subprocess.Popen(bridge.enter(int(pid)), stdout=subprocess.PIPE,
+                                           stdin=subprocess.DEVNULL, text=True)
+        stdout = self._forwarder.stdout
+        assert stdout is not None
+        with trio.move_on_after(30):
+            said = await trio.to_thread.run_sync(stdout.readline, abandon_on_cancel=True)
+            if said.strip() == "ready":
+                return
+            raise OSError(f"its forwarder did not start: {said.strip() or 'no word'}")
+        raise OSError("its forwarder did not listen within 30 s")
+
     def go(self) -> None:
         """The report is read: let the command start (docker; bwrap's needs no word)."""
         if self._go is not None:
@@ -1251,6 +1277,12 @@ class _Probe:
     def close(self) -> None:
         self.stream.close()
         self._release()
+        if self._forwarder is not None:
+            self._forwarder.kill()
+            self._forwarder.wait()
+            if self._forwarder.stdout is not None:
+                self._forwarder.stdout.close()
+            self._forwarder = None
 
     def _release(self) -> None:
         for fd in self._fds:
@@ -1306,6 +1338,13 @@ async def _read_probes(probe: _Probe, jail: Jail,
     # The first line only: what a command might write there later is not the prelude's.
     while not probe.read_enough() and (chunk := await probe.stream.receive_some(4096)):
         probe.said += chunk
+    if isinstance(jail, _isolation.Container) and jail.bridge is not None:
+        try:  # before the command starts: its first call finds the gateway
+            await probe.bridge_in(jail.bridge)
+        except OSError as e:
+            state.isolation_error = f"network: gateway: {e}"
+            stop.cancel()
+            return
     probe.go()
     await _record_probes(probe, jail, task, ctx, state, attempt, stop)
 

@@ -285,6 +285,12 @@ class Bridge:
             found.append((self.prefix, self.prefix))
         return found
 
+    def enter(self, pid: int) -> list[str]:
+        """The argv of a forwarder on the host serving inside the network namespace of
+        process ``pid`` (a container's)."""
+        return [self.python, "-I", "-S", str(Path(__file__).with_name("_forwarder.py")),
+                "--netns", f"/proc/{pid}/ns/net", self.socket, str(self.port)]
+
     def wrap(self, command: str | list[str]) -> list[str]:
         inner = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
         return [self.python, "-I", "-S", FORWARDER, GATEWAY_SOCKET, str(self.port), "--",
@@ -662,6 +668,9 @@ class Container:
     # ``docker run``'s flags for the task's limits, and the size of its /tmp.
     limits: tuple[str, ...] = ()
     tmp: int | None = None
+    # ``network: gateway``: the gateway bridged in (by a forwarder on the host that
+    # enters the container's network namespace).
+    bridge: Bridge | None = None
 
     def client_env(self, command_env: Mapping[str, str]) -> dict[str, str]:
         """The ``docker run`` client's environment: the command's (it forwards those

@@ -358,12 +358,22 @@ print(json.dumps(found))
 '''
 
 
-def test_under_bwrap_with_network_gateway_the_agent_reaches_its_api_and_nothing_else(
-        tmp_path: Path, bwrap: object) -> None:
+@pytest.mark.parametrize("backend", ["bwrap", pytest.param("docker", marks=pytest.mark.slow)])
+def test_with_network_gateway_the_agent_reaches_its_api_and_nothing_else(
+        tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
+    """Under bwrap (the runner's interpreter bound in) and docker (the test image's
+    Python): the same probes from inside."""
+    if backend == "bwrap":
+        request.getfixturevalue("bwrap")
+        python = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+        confined: dict[str, Any] = {"isolation": "bwrap"}
+    else:
+        images = request.getfixturevalue("docker_images")
+        python, confined = "/usr/bin/python3", {"isolation": "docker",
+                                                "image": images["python"]}
     workdir = tmp_path / "work"
     workdir.mkdir()
     (workdir / "probes.py").write_text(PROBES, encoding="utf-8")
-    python = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
     with socket.socket() as host_service, FakeAgentApi(
             [Turn(text="a", usage=Usage(12, 3))], main_model=SONNET) as api:
         host_service.bind(("127.0.0.1", 0))
@@ -371,7 +381,7 @@ def test_under_bwrap_with_network_gateway_the_agent_reaches_its_api_and_nothing_
         port = host_service.getsockname()[1]
         upstream_port = api.url.rsplit(":", 1)[1]
         task = {"command": [python, "-I", "-S", "/work/probes.py", str(port), upstream_port],
-                "workdir": str(workdir), "isolation": "bwrap", "network": "gateway",
+                "workdir": str(workdir), "network": "gateway", **confined,
                 "gateway": ["anthropic"], "timeout": 60,
                 "success_criteria": [{"type": "exit_code"}]}
         (tmp_path / "tasks").mkdir()
