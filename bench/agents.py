@@ -1,4 +1,4 @@
-"""Issue #29's table, re-made on this code: the pinned real Claude Code and Codex CLIs
+"""Issue #29's table, re-made on this code: the pinned real Claude Code, Codex and Gemini CLIs
 (tests/real_agents.py) run through ``evalledger run`` against local fake model APIs
 (tests/fake_agent_api.py), what the ledger recorded beside the truth: the usage of the
 calls the API finished, and the CLI's own ``total_cost_usd`` where it reported one.
@@ -38,6 +38,8 @@ from evalledger.ledger import TokenCounts  # noqa: E402
 from tests.cli.helpers import PATIENCE, evalledger, spawn, wait_until  # noqa: E402
 from tests.executor.real_agent_tasks import (  # noqa: E402
     CODEX_MODEL,
+    GEMINI_MODEL,
+    GEMINI_ROUTED,
     OPUS,
     SUBAGENT,
     TOOL,
@@ -47,6 +49,8 @@ from tests.executor.real_agent_tasks import (  # noqa: E402
     codex_through_gateway,
     emitted,
     gateway_env,
+    gemini_script,
+    gemini_through_gateway,
     only_run,
     recorded,
     release_once_the_agent_is_gone,
@@ -56,7 +60,7 @@ from tests.executor.real_agent_tasks import (  # noqa: E402
     truth,
     write,
 )
-from tests.fake_agent_api import FakeAgentApi  # noqa: E402
+from tests.fake_agent_api import FakeAgentApi, Turn, Usage  # noqa: E402
 from tests.real_agents import PINNED  # noqa: E402
 
 Case = Callable[[Path], tuple[FakeAgentApi, Path]]
@@ -128,6 +132,28 @@ def _codex(*, interrupt: bool = False, gateway: bool = False) -> Case:
     return run
 
 
+def _gemini(*, interrupt: bool = False) -> Case:
+    """Gemini CLI through the gateway: left to its router (a side call), or its model
+    named and its second answer held, then Ctrl-C."""
+    def run(folder: Path) -> tuple[FakeAgentApi, Path]:
+        db = folder / "l.db"
+        hold = threading.Event() if interrupt else None
+        main = GEMINI_MODEL if interrupt else GEMINI_ROUTED
+        with FakeAgentApi(gemini_script(hold), main_model=main,
+                          side=[Turn(text="route", usage=Usage(310, 18))]) as api:
+            tasks = write(folder, answer=gemini_through_gateway(folder, routed=not interrupt))
+            if hold is None:
+                evalledger(folder, db, "run", str(tasks), env=gateway_env(api))
+                return api, db
+            release_once_the_agent_is_gone(api, hold, folder / "home")
+            proc = spawn(folder, db, "run", str(tasks), env=gateway_env(api))
+            api.holding.wait(PATIENCE)
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=PATIENCE)
+        return api, db
+    return run
+
+
 PARTIAL = "--include-partial-messages"
 CASES: list[tuple[str, Case]] = [
     (f"Claude Code {PINNED['claude'][1][0]}, normal (default model {OPUS})", _claude()),
@@ -156,6 +182,10 @@ CASES: list[tuple[str, Case]] = [
     ("through the gateway: Codex, normal", _codex(gateway=True)),
     ("through the gateway: Codex, Ctrl-C while its second answer is pending",
      _codex(interrupt=True, gateway=True)),
+    (f"through the gateway: Gemini CLI {PINNED['gemini'][1][0]}, its router's side call "
+     "and the model it chose", _gemini()),
+    ("through the gateway: Gemini CLI, Ctrl-C while its second answer is pending",
+     _gemini(interrupt=True)),
 ]
 
 
@@ -181,7 +211,9 @@ def main() -> None:
         total = sum(by_model.values(), TokenCounts())
         true = sum(truth(api.served).values(), TokenCounts())
         results = [x for x in lines if x.get("type") == "result"]
-        cli_cost = result_line(results)["total_cost_usd"] if len(results) == 1 else None
+        # The CLI's own cost, where its result line has one (Claude Code's).
+        cli_cost = (result_line(results).get("total_cost_usd") if len(results) == 1
+                    else None)
         cost, complete = summary["total_cost_usd"], summary["cost_complete"]
         said = money(cost, complete)
         exact = by_model == truth(api.served) and complete and (

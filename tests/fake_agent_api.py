@@ -1,6 +1,7 @@
 """Local stand-ins for the model APIs the real agent CLIs call: Anthropic's Messages API
-(Claude Code) and OpenAI's Responses API (Codex), both streaming server-sent events as
-the real ones do, answering from a script and recording what each call was told and
+(Claude Code), OpenAI's Responses API (Codex) and Gemini's streamGenerateContent (Gemini
+CLI; its router's generateContent answered as a side call), each streaming server-sent
+events as the real ones do, answering from a script and recording what each call was told and
 what usage each answer reported (the truth a ledger is checked against).
 
 A script is a list of ``Turn``: a tool call (the agent's own shell tool) or a final
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
@@ -95,9 +96,15 @@ class FakeAgentApi(LoopbackServer):
                 if path.endswith("/messages/count_tokens"):
                     self._json(200, {"input_tokens": 100})
                 elif path.endswith("/messages"):
-                    api._answer(self, body, anthropic=True)
+                    api._answer(self, body, "anthropic")
                 elif path.endswith("/responses"):
-                    api._answer(self, body, anthropic=False)
+                    api._answer(self, body, "responses")
+                elif path.endswith(":countTokens"):
+                    self._json(200, {"totalTokens": 100})
+                elif path.endswith(":streamGenerateContent"):
+                    api._answer(self, {**body, "model": _gemini_model(path)}, "gemini")
+                elif path.endswith(":generateContent"):  # a side call: Gemini CLI's router
+                    api._side_json(self, _gemini_model(path))
                 else:
                     self._json(404, {"error": {"type": "not_found", "message": self.path}})
 
@@ -131,8 +138,8 @@ class FakeAgentApi(LoopbackServer):
                 return self.script.pop(0), False
             return Turn(text="Nothing more to do."), False
 
-    def _answer(self, handler: BaseHTTPRequestHandler, body: dict[str, Any], *,
-                anthropic: bool) -> None:
+    def _answer(self, handler: BaseHTTPRequestHandler, body: dict[str, Any],
+                dialect: str) -> None:
         model = str(body.get("model") or "")
         turn, side = self._next(model)
         served = Served(model, turn.usage, side)
@@ -143,7 +150,7 @@ class FakeAgentApi(LoopbackServer):
         handler.send_header("cache-control", "no-cache")
         handler.end_headers()
         number = len(self.served)
-        events = (_anthropic_events if anthropic else _responses_events)(turn, model, number)
+        events = _DIALECTS[dialect](turn, model, number)
         try:
             for index, (name, data) in enumerate(events):
                 if index == 1 and turn.hold is not None:
@@ -151,14 +158,33 @@ class FakeAgentApi(LoopbackServer):
                     handler.wfile.flush()
                     self.holding.set()
                     turn.hold.wait()
-                handler.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+                said = f"data: {json.dumps(data)}\r\n\r\n" if name is None else (
+                    f"event: {name}\ndata: {json.dumps(data)}\n\n")
+                handler.wfile.write(said.encode())
                 handler.wfile.flush()
             served.finished = True
         except (BrokenPipeError, ConnectionResetError):
             pass  # the agent was stopped while the answer was on its way
 
+    def _side_json(self, handler: BaseHTTPRequestHandler, model: str) -> None:
+        """A side call answered whole (Gemini CLI's router asks which model to use)."""
+        turn, _ = self._next(model)
+        with self._lock:
+            self.served.append(Served(model, turn.usage, True, finished=True))
+        usage = turn.usage
+        payload = json.dumps({"candidates": [{"content": {"role": "model", "parts": [
+            {"text": json.dumps({"complexity_reasoning": "A small task.",
+                                 "complexity_score": 10})}]}, "finishReason": "STOP"}],
+            "usageMetadata": _gemini_usage(usage), "modelVersion": model}).encode()
+        handler.send_response(200)
+        handler.send_header("content-type", "application/json")
+        handler.send_header("content-length", str(len(payload)))
+        handler.end_headers()
+        handler.wfile.write(payload)
 
-def _anthropic_events(turn: Turn, model: str, number: int) -> Iterator[tuple[str, Any]]:
+
+def _anthropic_events(turn: Turn, model: str, number: int,
+                      ) -> Iterator[tuple[str | None, Any]]:
     """A Messages API stream: the message's start with its input usage and one output
     token, its content block, then ``message_delta`` with the real output count."""
     usage = turn.usage
@@ -194,7 +220,8 @@ def _anthropic_events(turn: Turn, model: str, number: int) -> Iterator[tuple[str
     yield "message_stop", {"type": "message_stop"}
 
 
-def _responses_events(turn: Turn, model: str, number: int) -> Iterator[tuple[str, Any]]:
+def _responses_events(turn: Turn, model: str, number: int,
+                      ) -> Iterator[tuple[str | None, Any]]:
     """A Responses API stream: created, one output item (a shell call or a message),
     completed with the usage (OpenAI counts cached input inside ``input_tokens``)."""
     usage = turn.usage
@@ -221,3 +248,39 @@ def _responses_events(turn: Turn, model: str, number: int) -> Iterator[tuple[str
                   "output_tokens": usage.output,
                   "output_tokens_details": {"reasoning_tokens": 0},
                   "total_tokens": usage.input + usage.cache_read + usage.output}}}
+
+
+def _gemini_model(path: str) -> str:
+    return path.rsplit("/", 1)[-1].split(":", 1)[0]
+
+
+def _gemini_usage(usage: Usage, *, output: int | None = None) -> dict[str, int]:
+    """Gemini's usage: the prompt counts cached input in; candidates are the output."""
+    return {"promptTokenCount": usage.input + usage.cache_read,
+            "cachedContentTokenCount": usage.cache_read,
+            "candidatesTokenCount": usage.output if output is None else output,
+            "totalTokenCount": usage.input + usage.cache_read + usage.output}
+
+
+def _gemini_events(turn: Turn, model: str, number: int) -> Iterator[tuple[str | None, Any]]:
+    """A streamGenerateContent stream: a first chunk (a word of text, the usage so far:
+    the prompt and one output token), then the call or the answer with the whole usage
+    (each chunk's usage is the total so far)."""
+    yield None, {"candidates": [{"content": {"role": "model", "parts": [{"text": ""}]},
+                                 "index": 0}],
+                 "usageMetadata": _gemini_usage(turn.usage, output=1),
+                 "modelVersion": model, "responseId": f"g{number:04d}"}
+    if turn.command is not None:
+        part: dict[str, Any] = {"functionCall": {"name": "run_shell_command",
+                                                 "args": {"command": turn.command}}}
+    else:
+        part = {"text": turn.text}
+    yield None, {"candidates": [{"content": {"role": "model", "parts": [part]},
+                                 "finishReason": "STOP", "index": 0}],
+                 "usageMetadata": _gemini_usage(turn.usage), "modelVersion": model,
+                 "responseId": f"g{number:04d}"}
+
+
+# How each API streams (an event name None: Gemini's, data lines only, CRLF).
+_DIALECTS: dict[str, Callable[[Turn, str, int], Iterator[tuple[str | None, Any]]]] = {
+    "anthropic": _anthropic_events, "responses": _responses_events, "gemini": _gemini_events}

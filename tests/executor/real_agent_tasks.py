@@ -154,6 +154,39 @@ def codex_through_gateway(folder: Path, api: FakeAgentApi, **fields: Any) -> dic
             "env": {k: v for k, v in task["env"].items() if k != "FAKE_API_KEY"}}
 
 
+GEMINI_MODEL = "gemini-2.5-pro"
+# Gemini CLI 0.61.0 with its model left to "auto": its router asks this model which
+# model to use (a side call), and the main one is this.
+GEMINI_ROUTER, GEMINI_ROUTED = "gemini-3.5-flash-lite", "gemini-3.8-flash"
+# Gemini CLI with an API key (never asked for a login), no telemetry, no folder trust
+# prompt.
+GEMINI_SETTINGS = {"security": {"auth": {"selectedType": "gemini-api-key"},
+                                "folderTrust": {"enabled": False}},
+                   "telemetry": {"enabled": False},
+                   "privacy": {"usageStatisticsEnabled": False}}
+
+
+def gemini_through_gateway(folder: Path, *, routed: bool = False,
+                           **fields: Any) -> dict[str, Any]:
+    """Gemini CLI behind the gateway (it reads ``GOOGLE_GEMINI_BASE_URL`` and
+    ``GEMINI_API_KEY``), its model named (``routed``: left to its router)."""
+    binary = require("gemini")
+    settings = folder / "home" / ".gemini" / "settings.json"
+    settings.parent.mkdir(parents=True, exist_ok=True)
+    settings.write_text(json.dumps(GEMINI_SETTINGS))
+    model = "" if routed else f"-m {GEMINI_MODEL} "
+    return {"command": f"{binary} {model}--output-format stream-json --yolo "
+                       "-p 'Write 42 to answer.txt.'",
+            "stream_format": "gemini", "gateway": ["gemini"], "isolation": "none",
+            "env": {"HOME": str(folder / "home")}, "success_criteria": CRITERIA,
+            "timeout": 60, **fields}
+
+
+def gemini_script(hold: threading.Event | None = None) -> list[Turn]:
+    return [Turn(command="echo 42 > answer.txt", usage=Usage(5200, 40, 1000)),
+            Turn(text="I wrote 42 to answer.txt.", usage=Usage(300, 12, 6200), hold=hold)]
+
+
 def codex_script(hold: threading.Event | None = None) -> list[Turn]:
     return [Turn(command="echo 42 > answer.txt", usage=Usage(9342, 38, 9088)),
             Turn(text="I wrote 42 to answer.txt.", usage=Usage(0, 32), hold=hold)]
@@ -168,6 +201,7 @@ def gateway_env(api: FakeAgentApi) -> dict[str, str]:
     ``api``: its keys, the upstreams, and a drain long enough for a test to answer in."""
     return {"ANTHROPIC_API_KEY": RUNNER_KEY, "EVALLEDGER_GATEWAY_ANTHROPIC_URL": api.url,
             "OPENAI_API_KEY": RUNNER_KEY, "EVALLEDGER_GATEWAY_OPENAI_URL": api.url,
+            "GEMINI_API_KEY": RUNNER_KEY, "EVALLEDGER_GATEWAY_GEMINI_URL": api.url,
             "EVALLEDGER_GATEWAY_DRAIN": "30"}
 
 

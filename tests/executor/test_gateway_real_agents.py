@@ -1,6 +1,7 @@
-"""The real Claude Code CLI (pinned, from npm) through the gateway, against the fake
-Anthropic API: in every ending, the tokens and cost recorded per model are what the
-upstream answered (its truth), never what the CLI printed, and its key never reaches it.
+"""The real Claude Code, Codex and Gemini CLIs (pinned, from npm) through the gateway,
+against fake APIs: in every ending, the tokens and cost recorded per model are what the
+upstream answered (its truth), never what the CLI printed, and no key of the runner's
+reaches the CLI.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from tests.fake_agent_api import FakeAgentApi, Turn, Usage
 
 from .real_agent_tasks import (
     CODEX_MODEL,
+    GEMINI_MODEL,
+    GEMINI_ROUTED,
+    GEMINI_ROUTER,
     OPUS,
     RUNNER_KEY,
     SUBAGENT,
@@ -27,6 +31,8 @@ from .real_agent_tasks import (
     codex_script,
     codex_through_gateway,
     gateway_env,
+    gemini_script,
+    gemini_through_gateway,
     recorded,
     release_once_the_agent_is_gone,
     script,
@@ -64,6 +70,7 @@ def _exact(db: Path, api: FakeAgentApi) -> dict[str, TokenCounts]:
         assert all(c.cost_complete for c in completed)
     # The upstream only ever saw the runner's key; the CLI only its token.
     assert {r["headers"].get("x-api-key") or r["headers"].get("authorization")
+            or r["headers"].get("x-goog-api-key")
             for r in api.requests} <= {RUNNER_KEY, f"Bearer {RUNNER_KEY}"}
     return by_model
 
@@ -155,3 +162,31 @@ def test_codex_through_the_gateway_books_what_it_was_answered(tmp_path: Path,
     assert all(u.call and u.call["api"] == "responses" and not u.estimate for u in usages)
     assert {r["headers"].get("authorization") for r in api.requests
             if r["path"].endswith("/responses")} == {f"Bearer {RUNNER_KEY}"}
+
+
+@pytest.mark.parametrize("ending", ["end", "ctrl-c"])
+def test_gemini_cli_through_the_gateway_books_what_each_model_was_answered(
+        tmp_path: Path, ending: str) -> None:
+    """Left to its router, it asks a small model which model to use (a side call its
+    stream never reports), then works on the one chosen: both booked, exact. Cut off
+    (Ctrl-C, its second answer held), the held call is read on: exact too."""
+    db = tmp_path / "l.db"
+    hold = threading.Event() if ending == "ctrl-c" else None
+    routed = hold is None
+    main = GEMINI_ROUTED if routed else GEMINI_MODEL
+    with FakeAgentApi(gemini_script(hold), main_model=main,
+                      side=[Turn(text="route", usage=Usage(310, 18))]) as api:
+        tasks = write(tmp_path, answer=gemini_through_gateway(tmp_path, routed=routed))
+        if hold is None:
+            out = evalledger(tmp_path, db, "run", str(tasks), env=_env(api))
+            assert out.returncode == 0, out.stdout + out.stderr
+        else:
+            releaser = release_once_the_agent_is_gone(api, hold, tmp_path / "home")
+            proc = spawn(tmp_path, db, "run", str(tasks), env=_env(api))
+            assert api.holding.wait(PATIENCE)
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=PATIENCE)
+            releaser.join(PATIENCE)
+    by_model = _exact(db, api)
+    assert set(by_model) == ({GEMINI_ROUTER, GEMINI_ROUTED} if routed else {GEMINI_MODEL})
+    assert len(api.served) == 2 + routed
