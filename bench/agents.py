@@ -1,5 +1,5 @@
-"""Issue #29's table, re-made on this code: the pinned real Claude Code, Codex and Gemini CLIs
-(tests/real_agents.py) run through ``evalledger run`` against local fake model APIs
+"""Issue #29's table, re-made on this code: the pinned real Claude Code, Codex, Gemini and
+OpenCode CLIs (tests/real_agents.py) run through ``evalledger run`` against local fake model APIs
 (tests/fake_agent_api.py), what the ledger recorded beside the truth: the usage of the
 calls the API finished, and the CLI's own ``total_cost_usd`` where it reported one.
 
@@ -40,6 +40,7 @@ from tests.executor.real_agent_tasks import (  # noqa: E402
     CODEX_MODEL,
     GEMINI_MODEL,
     GEMINI_ROUTED,
+    OPENCODE_MODEL,
     OPUS,
     SUBAGENT,
     TOOL,
@@ -52,6 +53,7 @@ from tests.executor.real_agent_tasks import (  # noqa: E402
     gemini_script,
     gemini_through_gateway,
     only_run,
+    opencode_through_gateway,
     recorded,
     release_once_the_agent_is_gone,
     result_line,
@@ -154,6 +156,27 @@ def _gemini(*, interrupt: bool = False) -> Case:
     return run
 
 
+def _opencode(*, interrupt: bool = False) -> Case:
+    """OpenCode through the gateway: its title call on a small model, then its steps;
+    or its second answer held, then Ctrl-C."""
+    def run(folder: Path) -> tuple[FakeAgentApi, Path]:
+        db = folder / "l.db"
+        hold = threading.Event() if interrupt else None
+        with FakeAgentApi(script(hold=hold), main_model=OPENCODE_MODEL,
+                          side=[Turn(text="Write the answer", usage=Usage(80, 4))]) as api:
+            tasks = write(folder, answer=opencode_through_gateway(folder))
+            if hold is None:
+                evalledger(folder, db, "run", str(tasks), env=gateway_env(api))
+                return api, db
+            release_once_the_agent_is_gone(api, hold, folder / "home")
+            proc = spawn(folder, db, "run", str(tasks), env=gateway_env(api))
+            api.holding.wait(PATIENCE)
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=PATIENCE)
+        return api, db
+    return run
+
+
 PARTIAL = "--include-partial-messages"
 CASES: list[tuple[str, Case]] = [
     (f"Claude Code {PINNED['claude'][1][0]}, normal (default model {OPUS})", _claude()),
@@ -186,6 +209,10 @@ CASES: list[tuple[str, Case]] = [
      "and the model it chose", _gemini()),
     ("through the gateway: Gemini CLI, Ctrl-C while its second answer is pending",
      _gemini(interrupt=True)),
+    (f"through the gateway: OpenCode {PINNED['opencode'][1][0]}, its title call and its "
+     "steps", _opencode()),
+    ("through the gateway: OpenCode, Ctrl-C while its second answer is pending",
+     _opencode(interrupt=True)),
 ]
 
 

@@ -21,6 +21,7 @@ PINNED: dict[str, tuple[str, tuple[str, ...]]] = {
     "claude": ("@anthropic-ai/claude-code", ("2.1.197", "2.1.332")),
     "codex": ("@openai/codex", ("0.171.0",)),
     "gemini": ("@google/gemini-cli", ("0.61.0",)),
+    "opencode": ("opencode-ai", ("1.18.33",)),
 }
 # The accessibility checker the browser tests run in the pages (a script, no CLI).
 AXE = ("axe-core", "4.14.1")

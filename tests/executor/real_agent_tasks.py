@@ -182,6 +182,26 @@ def gemini_through_gateway(folder: Path, *, routed: bool = False,
             "timeout": 60, **fields}
 
 
+OPENCODE_MODEL = "claude-sonnet-4-5"
+
+
+def opencode_through_gateway(folder: Path, **fields: Any) -> dict[str, Any]:
+    """OpenCode behind the gateway: its Anthropic provider's base URL and key read from
+    the environment the gateway sets (its config, ``OPENCODE_CONFIG``)."""
+    binary = require("opencode")
+    config = folder / "opencode.json"
+    config.write_text(json.dumps({
+        "model": f"anthropic/{OPENCODE_MODEL}", "autoupdate": False, "share": "disabled",
+        "provider": {"anthropic": {"options": {"baseURL": "{env:ANTHROPIC_BASE_URL}/v1",
+                                               "apiKey": "{env:ANTHROPIC_API_KEY}"}}}}))
+    (folder / "home").mkdir(parents=True, exist_ok=True)
+    return {"command": f"{binary} run --format json 'Write 42 to answer.txt.'",
+            "stream_format": "opencode", "gateway": ["anthropic"], "isolation": "none",
+            "env": {"HOME": str(folder / "home"), "OPENCODE_CONFIG": str(config),
+                    "OPENCODE_DISABLE_AUTOUPDATE": "1"},
+            "success_criteria": CRITERIA, "timeout": 60, **fields}
+
+
 def gemini_script(hold: threading.Event | None = None) -> list[Turn]:
     return [Turn(command="echo 42 > answer.txt", usage=Usage(5200, 40, 1000)),
             Turn(text="I wrote 42 to answer.txt.", usage=Usage(300, 12, 6200), hold=hold)]

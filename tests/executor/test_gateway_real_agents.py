@@ -1,4 +1,4 @@
-"""The real Claude Code, Codex and Gemini CLIs (pinned, from npm) through the gateway,
+"""The real Claude Code, Codex, Gemini CLI and OpenCode (pinned, from npm) through the gateway,
 against fake APIs: in every ending, the tokens and cost recorded per model are what the
 upstream answered (its truth), never what the CLI printed, and no key of the runner's
 reaches the CLI.
@@ -24,6 +24,7 @@ from .real_agent_tasks import (
     GEMINI_MODEL,
     GEMINI_ROUTED,
     GEMINI_ROUTER,
+    OPENCODE_MODEL,
     OPUS,
     RUNNER_KEY,
     SUBAGENT,
@@ -33,6 +34,7 @@ from .real_agent_tasks import (
     gateway_env,
     gemini_script,
     gemini_through_gateway,
+    opencode_through_gateway,
     recorded,
     release_once_the_agent_is_gone,
     script,
@@ -190,3 +192,29 @@ def test_gemini_cli_through_the_gateway_books_what_each_model_was_answered(
     by_model = _exact(db, api)
     assert set(by_model) == ({GEMINI_ROUTER, GEMINI_ROUTED} if routed else {GEMINI_MODEL})
     assert len(api.served) == 2 + routed
+
+
+@pytest.mark.parametrize("ending", ["end", "ctrl-c"])
+def test_opencode_through_the_gateway_books_its_title_call_and_every_step(
+        tmp_path: Path, ending: str) -> None:
+    """It names its session with a call on a small model (a side call its stream never
+    reports), then works: every call booked, exact; cut off by Ctrl-C, the held call
+    read on."""
+    db = tmp_path / "l.db"
+    hold = threading.Event() if ending == "ctrl-c" else None
+    with FakeAgentApi(script(hold=hold), main_model=OPENCODE_MODEL,
+                      side=[Turn(text="Write the answer", usage=Usage(80, 4))]) as api:
+        tasks = write(tmp_path, answer=opencode_through_gateway(tmp_path))
+        if hold is None:
+            out = evalledger(tmp_path, db, "run", str(tasks), env=_env(api))
+            assert out.returncode == 0, out.stdout + out.stderr
+        else:
+            releaser = release_once_the_agent_is_gone(api, hold, tmp_path / "home")
+            proc = spawn(tmp_path, db, "run", str(tasks), env=_env(api))
+            assert api.holding.wait(PATIENCE)
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=PATIENCE)
+            releaser.join(PATIENCE)
+    by_model = _exact(db, api)
+    assert any(call.side for call in api.served)  # its title
+    assert len(by_model) == 2
