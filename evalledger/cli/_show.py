@@ -11,6 +11,7 @@ from evalledger._text import money, visible
 from evalledger.projections import (
     RunSummary,
     TaskRow,
+    calls_line,
     cost_line,
     error_digest,
     infra_note,
@@ -95,6 +96,8 @@ def show(settings: Settings, run: str, as_json: bool, full_errors: bool, limit: 
                    f"{' (see --pricing)' if s.unpriced else ''}")
     if per_success := success_cost_line(s):
         click.echo(f"per success: {per_success}")
+    if calls := calls_line(s):
+        click.echo(calls)
     if len(s.variants) > 1 or any(len(v.pass_at_k) > 1 for v in s.variants):
         table(*variant_table(s), stacked_when_narrow=True)
         for v in s.variants:

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ._fold import on as on
     from ._fold import types_of as types_of
     from ._junit import render_junit as render_junit
+    from ._reports import calls_line as calls_line
     from ._reports import cost_line as cost_line
     from ._reports import infra_note as infra_note
     from ._reports import interval_kind as interval_kind
@@ -98,6 +99,7 @@ _WHERE = {
     "render_json": "_reports",
     "render_markdown": "_reports",
     "isolation_counts": "_reports",
+    "calls_line": "_reports",
     "isolation_line": "_reports",
     "infra_note": "_reports",
     "status_word": "_reports",
@@ -160,6 +162,7 @@ __all__ = [
     "TaskRow",
     "UnknownGrades",
     "VariantStats",
+    "calls_line",
     "compare_runs",
     "compare_to_baseline",
     "compute_drift",

@@ -74,6 +74,7 @@ def _heading(s: RunSummary, cut_off: bool) -> list[str]:
         f"- Max parallel: {s.max_parallel}",
         f"- Models: {', '.join(map(_text, s.models)) if s.models else '-'}",
         f"- Isolation: {isolation_line(s)}",
+        *([f"- {said[0].upper()}{said[1:]}"] if (said := calls_line(s)) else []),
     ]
 
 
@@ -286,6 +287,19 @@ def unpriced_line(summary: RunSummary) -> str:
     if summary.unreported and summary.tasks_cost_incomplete > unread:
         parts.append("spend never reported in full (an attempt stopped mid-turn)")
     return "; ".join(parts)
+
+
+def calls_line(s: RunSummary) -> str | None:
+    """``model calls through the gateway: 14 (2 failed: 529 x2)``; None without any."""
+    if not s.model_calls:
+        return None
+    total = sum(s.model_calls.values())
+    failed = {k: n for k, n in s.model_calls.items() if not (k.isdigit() and int(k) < 400)}
+    said = f"model calls through the gateway: {total:,}"
+    if failed:
+        said += (f" ({sum(failed.values()):,} failed: "
+                 + ", ".join(f"{_text(k)} x{n}" for k, n in failed.items()) + ")")
+    return said
 
 
 def _how_many_tasks(n: int) -> str:

@@ -331,6 +331,12 @@ class RunSummary(RunHeadline):
     printed that agent's usage while its task's ``stream_format`` was ``native``: what
     it spent was not read (among ``tasks_cost_incomplete``; name the format to have it
     read). Empty: none."""
+    model_calls: dict[str, int] = {}
+    """The agents' model calls through the [gateway](gateway.md), by how each was
+    answered: its HTTP status (``200``; ``400`` for one the gateway refused past a
+    budget; ``429``, ``529``...) or ``timeout``, ``unreachable``. An agent's client that
+    retried a failed call made a call of each try: every one is counted. Empty: no call
+    went through the gateway."""
     usage_by_model: list[ModelUsage]
     variants: list[VariantStats]
     version_consensus: dict[str, Any]

@@ -318,6 +318,7 @@ class _State(msgspec.Struct, gc=False):
 
     by_model: list[tuple[str | None, _Spend]]
     by_role: list[tuple[str, _Spend]]
+    calls: dict[str, int]
     cost_gap: bool
     drift: list[dict[str, Any]]
     experiment_id: str | None
@@ -359,6 +360,8 @@ class SummaryFold(Fold):
         self.models: set[str] = set()
         self.by_model: dict[str | None, _Spend] = {}
         self.by_role: dict[str, _Spend] = {}
+        # The agents' model calls through the gateway, by how each was answered.
+        self.calls: dict[str, int] = {}
         # A task.completed of the run said cost_complete false (of any key: the `runs`
         # view reads every completion).
         self.cost_gap = False
@@ -389,7 +392,8 @@ class SummaryFold(Fold):
     def _state(self, keys: list[Any]) -> _State:
         return _State(
             by_model=list(self.by_model.items()), by_role=list(self.by_role.items()),
-            cost_gap=self.cost_gap, drift=self.drift, experiment_id=self.experiment_id,
+            calls=self.calls, cost_gap=self.cost_gap, drift=self.drift,
+            experiment_id=self.experiment_id,
             finished_at=self.finished_at, grade_sets=list(self.grade_sets.items()),
             keys=keys, latest_complete=self.latest_complete,
             max_parallel=self.max_parallel, models=sorted(self.models),
@@ -402,6 +406,7 @@ class SummaryFold(Fold):
     def _restored(cls, run_id: str, s: _State) -> SummaryFold:
         fold = cls(run_id)
         fold.by_model, fold.by_role = dict(s.by_model), dict(s.by_role)
+        fold.calls = dict(s.calls)
         fold.cost_gap, fold.drift, fold.experiment_id = s.cost_gap, s.drift, s.experiment_id
         fold.finished_at, fold.max_parallel = s.finished_at, s.max_parallel
         fold.grade_sets, fold.latest_complete = dict(s.grade_sets), s.latest_complete
@@ -415,6 +420,9 @@ class SummaryFold(Fold):
     @on(TaskUsage)
     def _task_usage(self, event: TaskUsage) -> None:
         key = self.keys.get(event.task_key)
+        if event.call and event.call.get("via") == "gateway":
+            answered = str(event.call.get("status"))
+            self.calls[answered] = self.calls.get(answered, 0) + 1
         if unreported_turn(event):
             # Spend never reported (a turn cut off), not a model without a price: the
             # cost is a floor for want of spend, as an incomplete task.completed says.
@@ -673,6 +681,7 @@ class SummaryFold(Fold):
                            for s in self.skipped],
             tasks_cost_incomplete=sum(1 for k in self.keys.values() if not k.cost_complete),
             spend_unread=self._unread(),
+            model_calls=dict(sorted(self.calls.items())),
             tasks_by_isolation=dict(sorted(Counter(
                 k.isolation() for k in judged.values() if k.attempts).items())),
             usage_by_model=[

@@ -210,6 +210,8 @@ def test_a_call_past_the_budget_is_refused_in_the_apis_own_shape(tmp_path: Path)
     assert spent.cost_usd is not None and spent.cost_usd > 0.01
     assert (refused.tokens, refused.cost_usd, refused.call and refused.call["status"]) == (
         TokenCounts(), 0.0, 400)
+    shown = json.loads(evalledger(tmp_path, db, "show", "latest", "--json").stdout)
+    assert shown["model_calls"] == {"200": 1, "400": 1}
     said = json.loads((tmp_path / "pid.answer").read_text())
     assert said["status"] == 400
     assert said["error"]["type"] == "error"  # Anthropic's error shape: not retried
@@ -242,6 +244,11 @@ def test_an_api_failure_the_gateway_saw_is_infrastructures_and_retried(
                for c in completions)
     calls = [e.call for e in events if isinstance(e, TaskUsage)]
     assert [c and c["status"] for c in calls] == [529, 529]
+    # The summary counts each try, by how it was answered; show says so.
+    shown = evalledger(tmp_path, db, "show", "latest", "--json")
+    assert json.loads(shown.stdout)["model_calls"] == {"529": 2}
+    said = evalledger(tmp_path, db, "show", "latest").stdout
+    assert "model calls through the gateway: 2 (2 failed: 529 x2)" in said
 
 
 def test_an_agent_that_only_says_its_api_failed_keeps_its_failure(tmp_path: Path) -> None:

@@ -59,6 +59,7 @@ LAYOUTS = {
     ("SummaryFold", 13): "bb7ba7782b6a5c83",  # + pass_at_k_left_out, pass_rate_stderr
     ("SummaryFold", 14): "bcb966cfbcd07bf1",  # + each attempt's grading spend, a regrade's
     ("SummaryFold", 15): "bcb966cfbcd07bf1",  # + spend_unread in the summary (same state)
+    ("SummaryFold", 16): "2c0cab1a0a9f9f7f",  # + the gateway's calls by how each was answered
     ("ResumeFold", 2): "488576a01a3d6a5a",
 }
 
@@ -193,12 +194,16 @@ SUMMARY_FOLD_14 = {
 }
 
 
-def test_a_version_14_summary_fold_state_restores_as_it_was_written() -> None:
+# Version 16 adds the gateway's calls by how each was answered (none in these events).
+SUMMARY_FOLD_16 = {**SUMMARY_FOLD_14, "calls": {}}
+
+
+def test_a_version_16_summary_fold_state_restores_as_it_was_written() -> None:
     events = _events()
     live = fold(SummaryFold(RUN), events)
-    assert json.dumps(live.state(), sort_keys=True) == json.dumps(SUMMARY_FOLD_14,
+    assert json.dumps(live.state(), sort_keys=True) == json.dumps(SUMMARY_FOLD_16,
                                                                   sort_keys=True)
-    restored = SummaryFold.restore(RUN, json.loads(json.dumps(SUMMARY_FOLD_14)))
+    restored = SummaryFold.restore(RUN, json.loads(json.dumps(SUMMARY_FOLD_16)))
     assert json.dumps(restored.state()) == json.dumps(live.state())
     assert render_json(restored.summary()) == render_json(live.summary())
 
