@@ -21,6 +21,7 @@ from pathlib import Path
 import trio
 
 from evalledger.ledger import CriterionResult
+from evalledger.projections import last_error
 from evalledger.suite import (
     AgentJudge,
     Criterion,
@@ -284,6 +285,9 @@ async def evaluate(
         if isinstance(criterion, ExitCode):
             passed = evidence.exit_code == criterion.equals
             detail = f"exit code {evidence.exit_code}, expected {criterion.equals}"
+            if not passed and (said := last_error(evidence.stderr)):
+                # Why it failed, as it said last (the digest reads this line).
+                detail += f"\n{said}"
         elif isinstance(criterion, FileExists | FileContains):
             passed, detail = await trio.to_thread.run_sync(_check_file, criterion, evidence)
         elif isinstance(criterion, OutputContains):

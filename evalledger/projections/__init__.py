@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ._diff import diff_runs as diff_runs
     from ._digest import error_digest as error_digest
     from ._digest import failure_kinds as failure_kinds
+    from ._digest import last_error as last_error
     from ._flaky import FlakyTask as FlakyTask
     from ._flaky import flaky_history as flaky_history
     from ._fold import Fold as Fold
@@ -96,6 +97,7 @@ _WHERE = {
     "cost_line": "_reports",
     "error_digest": "_digest",
     "failure_kinds": "_digest",
+    "last_error": "_digest",
     "render_json": "_reports",
     "render_markdown": "_reports",
     "isolation_counts": "_reports",
@@ -177,6 +179,7 @@ __all__ = [
     "interval_kind",
     "isolation_counts",
     "isolation_line",
+    "last_error",
     "model_table",
     "on",
     "pass_at",

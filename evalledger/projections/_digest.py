@@ -21,6 +21,7 @@ Pure: text in, text out.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from evalledger.statuses import FailureClass
 
@@ -65,27 +66,71 @@ def error_digest(error_message: str | None, *, limit: int = LIMIT,
     return _fit(said, limit)
 
 
-# The kind of a failure whose agent's model API gave up under it (``failure_kinds``).
+def last_error(text: str) -> str | None:
+    """The last line of a command's output that says what went wrong (an exception's
+    last line, an ``Error: ...``), cleaned; None when no line does. What a command that
+    failed said last of why: an agent's ``APIConnectionError: Connection error.`` sits
+    at the bottom of its stderr."""
+    for raw in reversed(text.splitlines()[-200:]):
+        line = _clean(raw)
+        if line and _ERROR_LINE.match(line):
+            return _fit(line, LIMIT)
+    return None
+
+
+_ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception)\b.*|^(?:error|fatal)\b.*",
+                         re.IGNORECASE)
+
+
+# The kinds of failure, by cause (``failure_kinds``; docs/results.md, "Failure kinds").
 MODEL_API = "model API"
+AGENT_CRASHED = "agent crashed"
+TESTS_FAILED = "tests failed"
+TESTS_EDITED = "tests edited"
+TIMED_OUT = "timed out"
+LIMIT_HIT = "limit hit"
+INFRA = "infra"
+# What a criterion's failure says of its cause: the agent's command ended other than
+# expected; the task's tests (a command that grades) failed. Any other criterion's type
+# is its own kind (``file_exists``: the answer is not where it should be).
+_CAUSES = {"exit_code": AGENT_CRASHED, "run_command": TESTS_FAILED}
+_LIMITS = frozenset({"TOKEN_BUDGET_EXCEEDED", "COST_BUDGET_EXCEEDED", "LIMIT_EXCEEDED"})
 
 
 def failure_kinds(status: str | None, error_message: str | None, *,
-                  failure_class: str | None = None) -> tuple[str, ...]:
-    """What kinds of failure an attempt that did not succeed had, best first: ``model
-    API`` when its agent's model API gave up (its ``failure_class`` and message read as
-    ``error_digest`` reads them); each failed criterion's type for a ``FAILURE`` (``run_command``,
-    ``file_exists``); else its status (``TIMEOUT``, ``ERROR``). Empty for a success, an
-    attempt not graded and one not finished.
+                  failure_class: str | None = None,
+                  flags: Sequence[str] = ()) -> tuple[str, ...]:
+    """What an attempt that did not succeed failed of, by cause, best first:
 
-    What the viewer's bar of failure kinds counts and its ``kind`` filter matches: a
-    task whose two criteria failed is of both kinds.
+    - ``model API``: its agent's model API gave up under it (its ``failure_class`` and
+      message read as ``error_digest`` reads them), then ``infra``;
+    - ``infra``: what runs the agent failed (an error, a stall, a sandbox not built);
+    - ``timed out``; ``limit hit`` (a budget, a limit of the host);
+    - ``tests edited``: a scan flagged it (``flags``) for editing its tests;
+    - for a ``FAILURE``, each failed criterion's cause: ``agent crashed`` (its command
+      ended other than expected: ``exit_code``), ``tests failed`` (``run_command``),
+      else the criterion's type (``file_exists``, ``output_contains``...).
+
+    Empty for a success, an attempt not graded and one not finished. What the viewer's
+    bar of failure kinds counts and its ``kind`` filter matches: a task whose agent
+    crashed and whose tests failed is of both kinds.
     """
     if status in (None, "SUCCESS", "NOT_GRADED"):
         return ()
     text = (error_message or "").strip()
     kinds = [MODEL_API] if failure_class == FailureClass.INFRA and _API.search(text) else []
-    criteria = [kind for kind, _ in _criteria(text) if kind] if status == "FAILURE" else []
-    kinds += criteria or [status]
+    if failure_class == FailureClass.INFRA:
+        kinds.append(INFRA)
+    elif status == "TIMEOUT":
+        kinds.append(TIMED_OUT)
+    elif status in _LIMITS:
+        kinds.append(LIMIT_HIT)
+    if "tests-edited" in flags:
+        kinds.append(TESTS_EDITED)
+    if status == "FAILURE" and failure_class != FailureClass.INFRA:
+        kinds += [_CAUSES.get(kind, kind) for kind, _ in _criteria(text) if kind]
+    if not kinds:
+        kinds.append(status)
     return tuple(dict.fromkeys(kinds))
 
 

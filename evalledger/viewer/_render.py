@@ -159,15 +159,19 @@ def _has_outcome(row: TaskRow, wanted: str, claimed: Collection[str]) -> bool:
 def kinds_of(row: TaskRow) -> tuple[str, ...]:
     """``failure_kinds`` of a row."""
     status = row.final_status.value if row.final_status is not None else None
-    return failure_kinds(status, row.error_message, failure_class=row.failure_class)
+    return failure_kinds(status, row.error_message, failure_class=row.failure_class,
+                         flags=row.flags)
 
 
 def kind_label(kind: str) -> str:
-    """A failure kind as the bar names it: ``run_command ✗``, ``TIMEOUT``, ``model API
-    failed``."""
+    """A failure kind as the bar names it: by its cause (``agent crashed``, ``tests
+    failed``, ``model API failed``...), a criterion's type (``file_exists ✗``), a
+    status (``ERROR``)."""
     if kind == MODEL_API:
         return "model API failed"
-    return visible(kind) if kind.isupper() else f"{visible(kind)} \u2717"
+    if kind.isupper() or " " in kind:
+        return visible(kind)
+    return f"{visible(kind)} \u2717"
 
 
 def kind_counts(summary: RunSummary) -> list[tuple[str, int]]:

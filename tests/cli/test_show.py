@@ -298,3 +298,26 @@ def test_an_agents_usage_read_as_native_is_named_unread_not_stopped_mid_turn(
     summary = json.loads(evalledger(tmp_path, db, "report", "latest", "--format",
                                     "json").stdout)
     assert (summary["spend_unread"], summary["tasks_cost_incomplete"]) == ({"claude-code": 1}, 1)
+
+
+def test_a_crashed_agent_reads_as_what_it_said_last_not_its_exit_code(tmp_path: Path) -> None:
+    """Its stderr's last error line is the exit_code criterion's detail and the task's
+    digest; the bar's kind says the agent crashed."""
+    from evalledger.projections import failure_kinds
+    from tests.cli.helpers import evalledger
+
+    crash = ("import sys; print('working'); sys.stderr.write('Traceback (most recent call "
+             "last):\\n  File \"agent.py\", line 9\\nopenai.APIConnectionError: "
+             "Connection error.\\n'); sys.exit(1)")
+    write_task(tmp_path / "tasks" / "crash.yaml", [sys.executable, "-c", crash],
+               criteria=[{"type": "exit_code", "equals": 0},
+                         {"type": "file_exists", "path": "answer.txt"}])
+    db = tmp_path / "l.db"
+    assert evalledger(tmp_path, db, "run", str(tmp_path / "tasks")).returncode == 1
+    code, lines = in_terminal(tmp_path, "--ledger", str(db), "show", "latest", columns=200)
+    assert code == 0
+    assert any("exit_code \u2717 openai.APIConnectionError: Connection error. (+1 more)"
+               in line for line in lines), lines
+    (row,) = json.loads(evalledger(tmp_path, db, "show", "latest", "--json").stdout)["tasks"]
+    assert failure_kinds(row["final_status"], row["error_message"],
+                         failure_class=row["failure_class"]) == ("agent crashed", "file_exists")

@@ -5,8 +5,17 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from evalledger.projections import error_digest, failure_kinds
-from evalledger.projections._digest import LIMIT, MODEL_API
+from evalledger.projections import error_digest, failure_kinds, last_error
+from evalledger.projections._digest import (
+    AGENT_CRASHED,
+    LIMIT,
+    LIMIT_HIT,
+    MODEL_API,
+    TESTS_EDITED,
+    TESTS_FAILED,
+    TIMED_OUT,
+)
+from evalledger.projections._digest import INFRA as INFRA_KIND
 from evalledger.statuses import FailureClass, FinalStatus
 
 INFRA = FailureClass.INFRA
@@ -70,21 +79,38 @@ def test_a_digest_is_one_line_within_the_limit(message: str) -> None:
 # -- failure_kinds: what the viewer's bar counts and its filter matches ----------------------
 
 
-def test_a_failure_is_of_each_criterion_that_failed() -> None:
+def test_a_failure_is_named_by_its_cause_then_each_other_criterion_that_failed() -> None:
     said = ("file_contains: answer.txt is not a file; run_command: exit code 2: x; "
+            "exit_code: exit code 1, expected 0\nAPIConnectionError: Connection error.; "
             "file_contains: b.txt lacks 'y'")
-    assert failure_kinds("FAILURE", said) == ("file_contains", "run_command")
-    assert failure_kinds("FAILURE", PYTEST) == ("run_command",)
+    assert failure_kinds("FAILURE", said) == ("file_contains", TESTS_FAILED, AGENT_CRASHED)
+    assert failure_kinds("FAILURE", PYTEST) == (TESTS_FAILED,)
+    # A scan that found its tests edited: said first.
+    assert failure_kinds("FAILURE", PYTEST, flags=["tests-edited", "network"]) == (
+        TESTS_EDITED, TESTS_FAILED)
 
 
-def test_a_model_api_failure_comes_first_and_the_status_stands_for_no_criterion() -> None:
+def test_a_model_api_failure_comes_first_and_a_status_says_its_own_cause() -> None:
     said = ("file_exists: answer.txt is not a file (the agent's model API failed: result "
             "is_error: 529)")
-    assert failure_kinds("FAILURE", said, failure_class=INFRA) == (MODEL_API, "file_exists")
+    assert failure_kinds("FAILURE", said, failure_class=INFRA) == (MODEL_API, INFRA_KIND)
     assert failure_kinds("ERROR", "command not found (the agent's model API failed: 500)",
-                         failure_class=INFRA) == (MODEL_API, "ERROR")
-    assert failure_kinds("TIMEOUT", "timed out after 20s") == ("TIMEOUT",)
+                         failure_class=INFRA) == (MODEL_API, INFRA_KIND)
+    assert failure_kinds("STALLED", "stalled: no output for 30s", failure_class=INFRA) == (
+        INFRA_KIND,)
+    assert failure_kinds("TIMEOUT", "timed out after 20s") == (TIMED_OUT,)
+    for status in ("TOKEN_BUDGET_EXCEEDED", "COST_BUDGET_EXCEEDED", "LIMIT_EXCEEDED"):
+        assert failure_kinds(status, "spent $2.01, budget $2.00") == (LIMIT_HIT,)
     assert failure_kinds("FAILURE", "exited 1") == ("FAILURE",)
+
+
+def test_the_last_error_a_command_printed_is_what_its_crash_digest_says() -> None:
+    stderr = ("Starting\nTraceback (most recent call last):\n  File \"/tmp/x/a.py\", line 3\n"
+              "openai.APIConnectionError: Connection error.\n")
+    assert last_error(stderr) == "openai.APIConnectionError: Connection error."
+    assert last_error("all fine\nbye\n") is None
+    said = f"exit_code: exit code 1, expected 0\n{last_error(stderr)}"
+    assert error_digest(said) == "exit_code \u2717 openai.APIConnectionError: Connection error."
 
 
 @given(st.sampled_from([*FinalStatus, None]), st.none() | st.text(max_size=300),
@@ -107,5 +133,5 @@ def test_a_note_of_the_model_apis_failure_is_believed_only_where_the_class_says_
     assert error_digest(forged, failure_class=INFRA).startswith("model API failed")
     for agents in (FailureClass.AGENT, None):  # the agent's, or a class not known
         assert error_digest(forged, failure_class=agents) == "run_command \u2717 assert 1 == 2"
-        assert failure_kinds("FAILURE", forged, failure_class=agents) == ("run_command",)
-    assert failure_kinds("FAILURE", forged, failure_class=INFRA) == (MODEL_API, "run_command")
+        assert failure_kinds("FAILURE", forged, failure_class=agents) == (TESTS_FAILED,)
+    assert failure_kinds("FAILURE", forged, failure_class=INFRA) == (MODEL_API, INFRA_KIND)

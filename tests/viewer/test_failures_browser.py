@@ -229,11 +229,12 @@ def test_failures_come_first_with_a_bar_of_their_kinds(failures: str, page: Any)
         "default/api-529/00", "default/claims/00", "default/lacks-yes/00",
         "default/pytest-fails/00", "default/edits/00", "default/ok/00"]
     expect(page.locator("p.count")).to_contain_text("failures first")
-    # Each kind with how many tasks failed so (the 529 the agent printed is no kind of
-    # its own: that task lacked its file).
+    # Each kind with how many tasks failed so, by cause where a criterion says one (a
+    # run_command's: the tests failed); the 529 the agent printed is no kind of its own:
+    # that task lacked its file.
     kinds = page.locator("nav.kinds .kind")
     assert [" ".join(k.split()) for k in kinds.all_text_contents()] == [
-        "file_exists \u2717 2", "output_contains \u2717 1", "run_command \u2717 1"]
+        "file_exists \u2717 2", "output_contains \u2717 1", "tests failed 1"]
     kinds.nth(0).click()
     page.wait_for_url("**kind=file_exists**")
     assert [r.get_attribute("data-task") for r in rows.all()] == [
