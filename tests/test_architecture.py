@@ -114,6 +114,50 @@ def test_an_import_upward_or_sideways_is_named_wherever_it_is(tmp_path: Path) ->
     ]
 
 
+# -- the front ends ask through exported names -------------------------------------------
+
+# The packages people and programs meet evalledger through: they use what the packages
+# below them export, never a private module of theirs (``evalledger.app._repository``);
+# the domain's shared helpers at the top (``evalledger._text``) are every layer's.
+FRONTS = ("cli", "viewer")
+
+
+def private_imports(root: Path = PACKAGE) -> list[str]:
+    """Each import, in ``cli/`` and ``viewer/``, of another package's private module."""
+    wrong = []
+    for front in FRONTS:
+        for path in sorted((root / front).glob("*.py")):
+            for module, target, line in _imports(root, path):
+                # evalledger.<package>._<module>: the shared helpers at the top
+                # (``evalledger._text``) are every layer's.
+                parts = target.split(".")
+                if _layer(target) != front and any(p.startswith("_") for p in parts[2:]):
+                    wrong.append(f"{module}:{line} imports {target}: import what "
+                                 f"evalledger.{parts[1]} exports")
+    return wrong
+
+
+def test_the_front_ends_import_only_exported_names_of_other_packages() -> None:
+    assert private_imports() == []
+
+
+def test_a_private_import_of_another_package_is_named(tmp_path: Path) -> None:
+    root = tmp_path / "evalledger"
+    for folder in ("cli", "viewer", "app"):
+        (root / folder).mkdir(parents=True)
+    (root / "cli" / "_show.py").write_text(
+        "from evalledger.app import load_summary\n"  # exported: fine
+        "from ._common import pass_settings\n"  # its own package's: fine
+        "def later():\n    from evalledger.app._repository import load_summary_page\n")
+    (root / "viewer" / "_app.py").write_text("import evalledger.ledger._queries\n")
+    (root / "app" / "_run.py").write_text("from evalledger.ledger._store import Ledger\n")
+    assert private_imports(root) == [
+        "evalledger.cli._show:4 imports evalledger.app._repository: import what "
+        "evalledger.app exports",
+        "evalledger.viewer._app:1 imports evalledger.ledger._queries: import what "
+        "evalledger.ledger exports"]
+
+
 # -- the tests themselves: a test module is never a library --------------------------------
 
 TESTS = Path(__file__).resolve().parent

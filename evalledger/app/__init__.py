@@ -39,15 +39,42 @@ if TYPE_CHECKING:
     from ._prepare import shard_spec as shard_spec
     from ._read import list_runs as list_runs
     from ._read import summary as summary
+    from ._regrade import RegradeRequest as RegradeRequest
+    from ._regrade import regrade as regrade
+    from ._reports import FORMATS as FORMATS
+    from ._reports import render_report as render_report
+    from ._reports import write_text as write_text
+    from ._repository import RUN_COLUMNS as RUN_COLUMNS
+    from ._repository import ListedRun as ListedRun
+    from ._repository import flaky_tasks as flaky_tasks
+    from ._repository import listed_runs as listed_runs
+    from ._repository import load_fold as load_fold
+    from ._repository import load_folds as load_folds
+    from ._repository import load_summary as load_summary
+    from ._repository import load_summary_page as load_summary_page
+    from ._repository import recent_runs as recent_runs
+    from ._repository import run_is_over as run_is_over
+    from ._repository import run_status as run_status
+    from ._repository import snapshot_summary as snapshot_summary
+    from ._repository import status_of as status_of
     from ._resume import resume_run as resume_run
     from ._run import start_run as start_run
+    from ._scan import scan as scan
+    from ._search import Hit as Hit
     from ._search import search as search
+    from ._search import search_ledger as search_ledger
     from ._settings import RunSettings as RunSettings
+    from ._settings import open_ledger as open_ledger
     from ._transfer import ExportOutcome as ExportOutcome
     from ._transfer import TransferOutcome as TransferOutcome
     from ._transfer import export as export
     from ._transfer import import_events as import_events
     from ._transfer import merge as merge
+    from ._verified import check_ledger as check_ledger
+    from ._verified import verified_through as verified_through
+    from ._workspace import WorkspaceChanges as WorkspaceChanges
+    from ._workspace import diff_lines as diff_lines
+    from ._workspace import workspace_changes as workspace_changes
 
 _WHERE = {
     "ResumeRequest": "evalledger.projections",
@@ -70,30 +97,84 @@ _WHERE = {
     "export": "_transfer",
     "import_events": "_transfer",
     "merge": "_transfer",
+    "load_summary": "_repository",
+    "run_is_over": "_repository",
+    "run_status": "_repository",
+    "flaky_tasks": "_repository",
+    "recent_runs": "_repository",
+    "open_ledger": "_settings",
+    "RegradeRequest": "_regrade",
+    "regrade": "_regrade",
+    "FORMATS": "_reports",
+    "render_report": "_reports",
+    "write_text": "_reports",
+    "ListedRun": "_repository",
+    "RUN_COLUMNS": "_repository",
+    "scan": "_scan",
+    "Hit": "_search",
+    "search_ledger": "_search",
+    "load_summary_page": "_repository",
+    "check_ledger": "_verified",
+    "verified_through": "_verified",
+    "snapshot_summary": "_repository",
+    "workspace_changes": "_workspace",
+    "load_fold": "_repository",
+    "diff_lines": "_workspace",
+    "WorkspaceChanges": "_workspace",
+    "load_folds": "_repository",
+    "status_of": "_repository",
+    "listed_runs": "_repository",
 }
 
 __getattr__ = _attributes(__name__, _WHERE)
 
 __all__ = [
     "DEFAULT_LEDGER",
+    "FORMATS",
+    "RUN_COLUMNS",
     "Callbacks",
     "Ending",
     "ExportOutcome",
+    "Hit",
     "ImportOutcome",
+    "ListedRun",
+    "RegradeRequest",
     "ResumeRequest",
     "RunImport",
     "RunOutcome",
     "RunSettings",
     "TransferOutcome",
     "Verdict",
+    "WorkspaceChanges",
+    "check_ledger",
+    "diff_lines",
     "export",
+    "flaky_tasks",
     "import_events",
     "import_runs",
     "list_runs",
+    "listed_runs",
+    "load_fold",
+    "load_folds",
+    "load_summary",
+    "load_summary_page",
     "merge",
+    "open_ledger",
+    "recent_runs",
+    "regrade",
+    "render_report",
     "resume_run",
+    "run_is_over",
+    "run_status",
+    "scan",
     "search",
+    "search_ledger",
     "shard_spec",
+    "snapshot_summary",
     "start_run",
+    "status_of",
     "summary",
+    "verified_through",
+    "workspace_changes",
+    "write_text",
 ]

@@ -53,7 +53,7 @@ def list_runs(*, ledger: Path | str = DEFAULT_LEDGER,
     Raises:
         LedgerNotFound: no ledger at ``ledger``.
     """
-    from ._repository import list_runs as listed
+    from ._repository import listed_runs as listed
 
     with Ledger(ledger, read_only=True) as opened:
         return [{**run.columns, "cut_off": run.cut_off}

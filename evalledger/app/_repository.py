@@ -368,7 +368,7 @@ RUN_COLUMNS = ("run_id", "experiment_id", "started_at", "finished_at", "status",
                "tasks_ungraded", "cost_complete", "grader_cost_usd")
 
 
-def list_runs(ledger: Ledger, limit: int) -> list[ListedRun]:
+def listed_runs(ledger: Ledger, limit: int) -> list[ListedRun]:
     """The newest ``limit`` runs, newest first (``Ledger.run_ids``, reversed), each with
     the ``runs`` view's columns and its shown status."""
     listed = []

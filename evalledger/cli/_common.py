@@ -43,7 +43,7 @@ def rebuild_summary(ledger: Ledger, run_id: str, grades: str | None = None,
     """The run's summary as ``run.json`` holds it (as grade set ``grades`` judges it:
     default, the latest complete one; its rates counting infrastructure failures when
     ``count_infra``), anchored in the ledger."""
-    from evalledger.app._repository import load_summary
+    from evalledger.app import load_summary
 
     return load_summary(ledger, run_id, grades=grades,
                         count_infra=count_infra).anchored(ledger.anchor(run_id))
@@ -67,7 +67,7 @@ grades_option = click.option(
 def run_is_over(ledger: Ledger, run_id: str) -> bool:
     """Whether the run is over: its latest boundary is a run.finished (a resume
     reopens it), or the process that was running it on this host is gone."""
-    from evalledger.app._repository import run_is_over as over
+    from evalledger.app import run_is_over as over
 
     return over(ledger, run_id)
 
@@ -76,7 +76,7 @@ def is_cut_off(ledger: Ledger, run_id: str, status: str) -> bool:
     """Whether a run the ledger calls ``running`` was cut off: the process running it
     is gone without recording ``run.finished`` (``resume`` finishes it). What turns
     its status into ``cut off`` (``status_word``) in ``runs``, ``show`` and ``report``."""
-    from evalledger.app._repository import run_status
+    from evalledger.app import run_status
     from evalledger.statuses import ShownStatus
 
     return run_status(ledger, run_id, status) is ShownStatus.CUT_OFF

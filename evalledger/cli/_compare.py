@@ -65,8 +65,13 @@ def compare(settings: Settings, run_a: str, run_b: str | None, variants: tuple[s
 
         evalledger compare 20261101-0930 latest --fail-on significant-regression
     """
-    from evalledger.projections import compare_runs, compare_to_baseline
-    from evalledger.projections._compare_reports import render_junit, render_markdown, render_text
+    from evalledger.projections import (
+        compare_runs,
+        compare_to_baseline,
+        comparison_junit,
+        comparison_markdown,
+        comparison_text,
+    )
 
     if run_b is None and not (variants or baseline or grades_b):
         raise UserError("give RUN_B, --variants X Y, --baseline X or --grades-b NAME")
@@ -91,12 +96,12 @@ def compare(settings: Settings, run_a: str, run_b: str | None, variants: tuple[s
         click.echo(found[0].model_dump_json(indent=2) if not baseline else
                    "[" + ",\n".join(c.model_dump_json(indent=2) for c in found) + "]")
     elif output == "markdown":
-        click.echo(render_markdown(found), nl=False)
+        click.echo(comparison_markdown(found), nl=False)
     elif output == "junit":
-        click.echo(render_junit(found), nl=False)
+        click.echo(comparison_junit(found), nl=False)
     else:
         for c in found:
-            click.echo("\n".join(render_text(c)))
+            click.echo("\n".join(comparison_text(c)))
     for c in found:
         if c.nothing_because and fail_on != "never":
             click.echo(f"--fail-on {fail_on}: nothing to compare ({visible(c.nothing_because)})",

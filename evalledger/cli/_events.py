@@ -6,9 +6,7 @@ import time
 
 import click
 
-from evalledger.ledger import EVENT_TYPES
-from evalledger.ledger._queries import has_task, has_type
-from evalledger.ledger._transfer import ndjson
+from evalledger.ledger import EVENT_TYPES, has_task, has_type, ndjson
 
 from ._common import resolve_run, run_is_over
 from ._errors import UserError

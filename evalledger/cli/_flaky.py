@@ -32,7 +32,7 @@ def flaky(settings: Settings, runs: tuple[str, ...], last: int, experiment: str 
 
         evalledger flaky --experiment nightly --last 30
     """
-    from evalledger.app._repository import flaky_tasks, recent_runs
+    from evalledger.app import flaky_tasks, recent_runs
 
     with settings.open_ledger(read_only=True) as ledger:
         if runs:

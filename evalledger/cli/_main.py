@@ -142,7 +142,7 @@ class Settings:
         self.ledger_path = ledger_path
 
     def open_ledger(self, *, read_only: bool = False, durable: bool = False) -> Ledger:
-        from evalledger.app._settings import open_ledger
+        from evalledger.app import open_ledger
 
         return open_ledger(self.ledger_path, read_only=read_only, durable=durable)
 

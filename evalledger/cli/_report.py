@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from evalledger._files import same_file
-from evalledger.app._reports import FORMATS, render_report, write_text
+from evalledger.app import FORMATS, render_report, write_text
 
 from ._common import (
     count_infra_option,

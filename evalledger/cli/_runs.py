@@ -21,7 +21,7 @@ from ._main import Settings, pass_settings
 from ._tables import cell, table
 
 if TYPE_CHECKING:
-    from evalledger.app._repository import ListedRun
+    from evalledger.app import ListedRun
 
 FORMATS = ("csv", "json", "tsv")
 
@@ -45,13 +45,13 @@ def runs(settings: Settings, limit: int, format_: str | None, as_json: bool) -> 
 
         evalledger runs --limit 5 --format csv
     """
-    from evalledger.app._repository import list_runs
+    from evalledger.app import listed_runs
 
     if as_json and format_ not in (None, "json"):
         raise click.UsageError(f"--json and --format {format_} disagree: give one")
     format_ = "json" if as_json else format_
     with settings.open_ledger(read_only=True) as ledger:
-        listed = list_runs(ledger, limit)
+        listed = listed_runs(ledger, limit)
     if format_ is None and sys.stdout.isatty():
         _table(listed)
     elif format_ is None:  # a pipe (`| less`, `| column -t`): words for people, nothing cut
@@ -92,7 +92,7 @@ def _delimited(listed: list[ListedRun], format_: str) -> None:
 
 
 def _columns() -> tuple[str, ...]:
-    from evalledger.app._repository import RUN_COLUMNS
+    from evalledger.app import RUN_COLUMNS
 
     return RUN_COLUMNS
 

@@ -39,7 +39,7 @@ def scan(settings: Settings, run: str, rules: Path | None, only: tuple[str, ...]
 
         evalledger scan latest
     """
-    from evalledger.app._scan import scan as scan_run
+    from evalledger.app import scan as scan_run
 
     outcome = scan_run(settings.ledger_path, run, rules, only)
     for flag in outcome.flags:

@@ -21,6 +21,6 @@ def schema(kind: str, format_: str) -> None:
 
         evalledger schema task > task.schema.json
     """
-    from evalledger.suite._reference import json_schema, reference_markdown
+    from evalledger.suite import json_schema, reference_markdown
 
     click.echo(reference_markdown() if format_ == "markdown" else json_schema(kind), nl=False)

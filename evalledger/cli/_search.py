@@ -21,7 +21,7 @@ from ._main import Settings, pass_settings
 from ._tables import tsv
 
 if TYPE_CHECKING:
-    from evalledger.app._search import Hit
+    from evalledger.app import Hit
 
 # Around a match, a terminal shows this many characters of a long line.
 _AROUND = 120
@@ -48,7 +48,7 @@ def search(settings: Settings, text: str, runs: tuple[str, ...], limit: int,
 
         evalledger search "APIConnectionError" latest
     """
-    from evalledger.app._search import search_ledger
+    from evalledger.app import search_ledger
 
     with settings.open_ledger(read_only=True) as ledger:
         found = search_ledger(ledger, text, runs, limit=limit)

@@ -72,7 +72,7 @@ def show(settings: Settings, run: str, as_json: bool, full_errors: bool, limit: 
         if as_json or limit == 0:
             s = rebuild_summary(ledger, run_id, grades, count_infra)
         else:
-            from evalledger.app._repository import load_summary_page
+            from evalledger.app import load_summary_page
 
             page = load_summary_page(ledger, run_id, limit, grades=grades,
                                      count_infra=count_infra)

@@ -63,8 +63,7 @@ _SQL_COMMENT = re.compile(r"--\s")
 def _schema_columns() -> dict[str, list[str]]:
     """Every view and the events table of a ledger of this version, with its columns, in
     the schema's order: an empty ledger made in memory by the migrations themselves."""
-    from evalledger.ledger._schema import MIGRATIONS
-    from evalledger.ledger._sqlite_utils import Database
+    from evalledger.ledger import MIGRATIONS, Database
 
     conn = sqlite3.connect(":memory:")
     try:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from evalledger.app import Callbacks
-from evalledger.ledger._transfer import MAX_LINE_BYTES
+from evalledger.ledger import MAX_LINE_BYTES
 
 from ._main import Settings, pass_settings
 

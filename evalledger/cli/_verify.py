@@ -49,7 +49,7 @@ def verify(settings: Settings, anchors: tuple[str, ...], since: str | None, deep
         evalledger verify --anchor checkpoints/2026-11-30.json --anchor runs/R/run.json
         evalledger verify --since last
     """
-    from evalledger.app._verified import check_ledger, verified_through
+    from evalledger.app import check_ledger, verified_through
 
     pinned = [Anchor.load(path) for path in anchors]
     with settings.open_ledger(read_only=True) as ledger:
@@ -89,7 +89,7 @@ def checkpoint(settings: Settings, output: Path | None) -> None:
         evalledger checkpoint -o checkpoints/$(date +%F).json
     """
     from evalledger._files import same_file
-    from evalledger.app._reports import write_text  # the reports' writer: whole or not at all
+    from evalledger.app import write_text  # the reports' writer: whole or not at all
 
     if output is not None and same_file(output, settings.ledger_path):
         raise UserError(f"-o {output} is the ledger itself; choose another file")

@@ -15,7 +15,7 @@ from ._main import Settings, pass_settings
 
 def _allowed_hosts(ctx: click.Context, param: click.Parameter,
                    values: tuple[str, ...]) -> tuple[str, ...]:
-    from evalledger.viewer._hosts import allowed_name
+    from evalledger.viewer import allowed_name
 
     for value in values:
         try:
@@ -52,8 +52,7 @@ def view(settings: Settings, ledger_path: Path | None, host: str, port: int,
         evalledger view --open
     """
     from evalledger.ledger import Ledger
-    from evalledger.viewer import serve
-    from evalledger.viewer._serve import is_loopback
+    from evalledger.viewer import is_loopback, serve
 
     path = ledger_path or settings.ledger_path
     with Ledger(path, read_only=True):  # a clear error now, not a broken page later

@@ -66,15 +66,36 @@ if TYPE_CHECKING:
     from ._events import utc_now as utc_now
     from ._lines import as_lines as as_lines
     from ._lines import chunked as chunked
+    from ._page_queries import attempt_starts as attempt_starts
+    from ._page_queries import completion_environments as completion_environments
+    from ._page_queries import result_lines as result_lines
+    from ._page_queries import run_imported as run_imported
+    from ._page_queries import task_lifecycle as task_lifecycle
+    from ._page_queries import transcript_row_before as transcript_row_before
+    from ._page_queries import transcript_rows as transcript_rows
+    from ._page_queries import transcript_tail as transcript_tail
+    from ._page_queries import usage_lines as usage_lines
+    from ._queries import has_task as has_task
+    from ._queries import has_type as has_type
+    from ._queries import imported_runs as imported_runs
+    from ._queries import run_seq_span as run_seq_span
+    from ._queries import task_activity as task_activity
+    from ._queries import touched_since as touched_since
     from ._rows import EventRow as EventRow
     from ._rows import EventType as EventType
+    from ._schema import MIGRATIONS as MIGRATIONS
+    from ._signing import SEALED_TYPES as SEALED_TYPES
     from ._signing import SealReport as SealReport
+    from ._signing import Seals as Seals
     from ._signing import Signer as Signer
+    from ._sqlite_utils import Database as Database
     from ._store import DEFAULT_BUSY_TIMEOUT as DEFAULT_BUSY_TIMEOUT
     from ._store import Ledger as Ledger
     from ._store import pick_run as pick_run
     from ._tokens import NO_TOKENS as NO_TOKENS
     from ._tokens import TokenCounts as TokenCounts
+    from ._transfer import MAX_LINE_BYTES as MAX_LINE_BYTES
+    from ._transfer import ndjson as ndjson
     from ._verify import VerifyReport as VerifyReport
     from ._verify import verify as verify
     from ._verify import verify_events as verify_events
@@ -146,6 +167,27 @@ _WHERE = {
     "VerifyReport": "_verify",
     "verify": "_verify",
     "verify_events": "_verify",
+    "has_task": "_queries",
+    "has_type": "_queries",
+    "ndjson": "_transfer",
+    "MIGRATIONS": "_schema",
+    "Database": "_sqlite_utils",
+    "MAX_LINE_BYTES": "_transfer",
+    "attempt_starts": "_page_queries",
+    "completion_environments": "_page_queries",
+    "result_lines": "_page_queries",
+    "run_imported": "_page_queries",
+    "task_lifecycle": "_page_queries",
+    "transcript_row_before": "_page_queries",
+    "transcript_rows": "_page_queries",
+    "transcript_tail": "_page_queries",
+    "usage_lines": "_page_queries",
+    "imported_runs": "_queries",
+    "run_seq_span": "_queries",
+    "task_activity": "_queries",
+    "touched_since": "_queries",
+    "SEALED_TYPES": "_signing",
+    "Seals": "_signing",
 }
 
 
@@ -157,13 +199,17 @@ __all__ = [
     "EVENT_ADAPTER",
     "EVENT_TYPES",
     "GENESIS",
+    "MAX_LINE_BYTES",
+    "MIGRATIONS",
     "NO_TOKENS",
     "SCHEMA_VERSION",
+    "SEALED_TYPES",
     "Anchor",
     "AnyEvent",
     "AppendOnlyViolation",
     "BadAnchor",
     "CriterionResult",
+    "Database",
     "Event",
     "EventRow",
     "EventType",
@@ -193,6 +239,7 @@ __all__ = [
     "RunSnapshot",
     "RunStarted",
     "SealReport",
+    "Seals",
     "Signer",
     "TaskCompleted",
     "TaskEmitted",
@@ -210,11 +257,27 @@ __all__ = [
     "TokenCounts",
     "VerifyReport",
     "as_lines",
+    "attempt_starts",
     "chunked",
+    "completion_environments",
+    "has_task",
+    "has_type",
+    "imported_runs",
     "link_hash",
+    "ndjson",
     "new_event_id",
     "new_event_ids",
     "pick_run",
+    "result_lines",
+    "run_imported",
+    "run_seq_span",
+    "task_activity",
+    "task_lifecycle",
+    "touched_since",
+    "transcript_row_before",
+    "transcript_rows",
+    "transcript_tail",
+    "usage_lines",
     "utc_now",
     "verify",
     "verify_events",

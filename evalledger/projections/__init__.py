@@ -15,15 +15,20 @@ from typing import TYPE_CHECKING
 from evalledger._lazy import attributes as _attributes
 
 if TYPE_CHECKING:
-
     from ._compare import Comparison as Comparison
     from ._compare import compare_runs as compare_runs
     from ._compare import compare_to_baseline as compare_to_baseline
+    from ._compare_reports import comparison_junit as comparison_junit
+    from ._compare_reports import comparison_markdown as comparison_markdown
+    from ._compare_reports import comparison_text as comparison_text
+    from ._compare_reports import p_value_line as p_value_line
+    from ._compare_reports import power_line as power_line
     from ._diff import Change as Change
     from ._diff import FailOn as FailOn
     from ._diff import RunDiff as RunDiff
     from ._diff import TaskDiff as TaskDiff
     from ._diff import diff_runs as diff_runs
+    from ._digest import MODEL_API as MODEL_API
     from ._digest import error_digest as error_digest
     from ._digest import failure_kinds as failure_kinds
     from ._digest import last_error as last_error
@@ -34,6 +39,7 @@ if TYPE_CHECKING:
     from ._fold import fold as fold
     from ._fold import on as on
     from ._fold import types_of as types_of
+    from ._intervals import Interval as Interval
     from ._junit import render_junit as render_junit
     from ._reports import calls_line as calls_line
     from ._reports import cost_line as cost_line
@@ -134,11 +140,19 @@ _WHERE = {
     "VariantStats": "_results",
     "pass_at": "_summary",
     "tag_stats": "_results",
+    "p_value_line": "_compare_reports",
+    "power_line": "_compare_reports",
+    "MODEL_API": "_digest",
+    "Interval": "_intervals",
+    "comparison_junit": "_compare_reports",
+    "comparison_markdown": "_compare_reports",
+    "comparison_text": "_compare_reports",
 }
 
 __getattr__ = _attributes(__name__, _WHERE)
 
 __all__ = [
+    "MODEL_API",
     "ORIGINAL",
     "Change",
     "Comparison",
@@ -146,6 +160,7 @@ __all__ = [
     "FailOn",
     "FlakyTask",
     "Fold",
+    "Interval",
     "ModelUsage",
     "Partition",
     "Projection",
@@ -167,6 +182,9 @@ __all__ = [
     "calls_line",
     "compare_runs",
     "compare_to_baseline",
+    "comparison_junit",
+    "comparison_markdown",
+    "comparison_text",
     "compute_drift",
     "cost_line",
     "diff_runs",
@@ -182,9 +200,11 @@ __all__ = [
     "last_error",
     "model_table",
     "on",
+    "p_value_line",
     "pass_at",
     "pass_hat",
     "plan_resume",
+    "power_line",
     "rate_cell",
     "render_json",
     "render_junit",

@@ -36,7 +36,7 @@ def rate_text(side: Side) -> str:
             f"rates, {side.graded} graded)")
 
 
-def render_text(c: Comparison) -> list[str]:
+def comparison_text(c: Comparison) -> list[str]:
     pct = f"{c.confidence:.0%}"
     lines = [f"compare {visible(c.a.name)} -> {visible(c.b.name)}: {c.pairs} task(s) both "
              f"graded ({len(c.only_a)} only in A, {len(c.only_b)} only in B)",
@@ -66,7 +66,7 @@ def _difference(c: Comparison) -> str:
         f"seed {c.seed})" if d else "")
 
 
-def render_markdown(found: Sequence[Comparison]) -> str:
+def comparison_markdown(found: Sequence[Comparison]) -> str:
     """One table row per comparison, the test and p-value named, then the power hint."""
     lines = ["| A | B | pairs | pass rate A | pass rate B | B - A "
              f"| {TEST}: p | verdict |", "|---|---|---:|---:|---:|---:|---:|---|"]
@@ -89,7 +89,7 @@ def _md(text: str) -> str:
     return visible(text).replace("|", "\\|")
 
 
-def render_junit(found: Sequence[Comparison]) -> str:
+def comparison_junit(found: Sequence[Comparison]) -> str:
     """One test case per comparison, failed when it is a significant regression; its
     properties hold the test, the p-values and the seed."""
     failures = sum(c.significant_regression() for c in found)
@@ -105,7 +105,7 @@ def render_junit(found: Sequence[Comparison]) -> str:
                             ("confidence", str(c.confidence)), ("pairs", str(c.pairs)),
                             ("bootstrap_seed", str(c.seed)), ("verdict", c.verdict)):
             ET.SubElement(props, "property", {"name": name, "value": value})
-        said = "\n".join(render_text(c))
+        said = "\n".join(comparison_text(c))
         if c.significant_regression():
             failure = ET.SubElement(case, "failure", {
                 "message": f"significant regression: {TEST} p = {c.adjusted_p:.4g}",

@@ -5,6 +5,8 @@ Depends on the domain modules only (statuses, values); the executor, the project
 and the application layer build on it, never the other way round.
 """
 
+from ._reference import json_schema as json_schema
+from ._reference import reference_markdown as reference_markdown
 from ._tasks import DEFAULT_MAX_OUTPUT as DEFAULT_MAX_OUTPUT
 from ._tasks import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
 from ._tasks import MAX_REPEATS as MAX_REPEATS
@@ -64,7 +66,9 @@ __all__ = [
     "Variant",
     "content_hash",
     "evaluated",
+    "json_schema",
     "load_tasks",
     "meets",
+    "reference_markdown",
     "task_files",
 ]

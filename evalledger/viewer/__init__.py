@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._app import create_app as create_app
+    from ._hosts import allowed_name as allowed_name
+    from ._serve import is_loopback as is_loopback
     from ._serve import serve as serve
 
 from ._report import report_html as report_html
@@ -25,11 +27,15 @@ def __getattr__(name: str) -> Any:
         from ._app import create_app
 
         return create_app
-    if name == "serve":
-        from ._serve import serve
+    if name in ("serve", "is_loopback"):
+        from . import _serve
 
-        return serve
+        return getattr(_serve, name)
+    if name == "allowed_name":
+        from ._hosts import allowed_name
+
+        return allowed_name
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["create_app", "report_html", "serve"]
+__all__ = ["allowed_name", "create_app", "is_loopback", "report_html", "serve"]

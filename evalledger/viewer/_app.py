@@ -45,8 +45,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from evalledger.agents import parser_for
-from evalledger.app._repository import snapshot_summary
-from evalledger.app._workspace import workspace_changes
+from evalledger.app import snapshot_summary, workspace_changes
 from evalledger.ledger import LedgerError
 from evalledger.projections import (
     RunSummary,
@@ -583,7 +582,7 @@ class _Views:
 
     async def diff_page(self, request: Request) -> Response:
         view = await self.diff(request)
-        from evalledger.projections._compare_reports import p_value_line, power_line
+        from evalledger.projections import p_value_line, power_line
 
         return self._page("diff.html", result=view.result, tasks=view.tasks_by_change(),
                           paired=view.paired, p_value_line=p_value_line(view.paired),

@@ -26,7 +26,7 @@ from evalledger.agents import (
     lines_of,
     parser_for,
 )
-from evalledger.app._repository import load_fold
+from evalledger.app import load_fold
 from evalledger.ledger import (
     AnyEvent,
     EventRow,
@@ -39,8 +39,6 @@ from evalledger.ledger import (
     TaskIsolation,
     TaskStarted,
     TaskUsage,
-)
-from evalledger.ledger._page_queries import (
     attempt_starts,
     completion_environments,
     result_lines,

@@ -33,8 +33,10 @@ from markupsafe import Markup
 from evalledger._text import money, visible
 from evalledger._version import __version__
 from evalledger.agents import Entry, Text, final_facts, parser_for
-from evalledger.app._workspace import diff_lines
+from evalledger.app import diff_lines
 from evalledger.projections import (
+    MODEL_API,
+    Interval,
     RoleUsage,
     RunSummary,
     TagStats,
@@ -47,8 +49,6 @@ from evalledger.projections import (
     tag_stats,
     variant_table,
 )
-from evalledger.projections._digest import MODEL_API
-from evalledger.projections._intervals import Interval
 from evalledger.statuses import Category, FinalStatus
 
 from . import _charts

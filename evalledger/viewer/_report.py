@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from evalledger.app._workspace import WorkspaceChanges, workspace_changes
+from evalledger.app import WorkspaceChanges, workspace_changes
 from evalledger.ledger import Ledger
 from evalledger.projections import RunSummary
 

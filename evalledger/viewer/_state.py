@@ -30,24 +30,23 @@ from pathlib import Path
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
-from evalledger.app._repository import load_folds, status_of
+from evalledger.app import load_folds, status_of
 from evalledger.ledger import (
+    SEALED_TYPES,
     AnyEvent,
     EventType,
     Ledger,
     LedgerError,
     RunNotFound,
     RunStarted,
+    Seals,
     TaskStalled,
-    pick_run,
-)
-from evalledger.ledger._queries import (
     imported_runs,
+    pick_run,
     run_seq_span,
     task_activity,
     touched_since,
 )
-from evalledger.ledger._signing import SEALED_TYPES, Seals
 from evalledger.projections import ResumeFold, RunHeadline, RunSummary, SummaryFold
 from evalledger.statuses import ShownStatus
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from evalledger.app._repository import list_runs, run_is_over
+from evalledger.app._repository import listed_runs, run_is_over
 from evalledger.executor._process import kill_marked
 from evalledger.ledger import Ledger, RunStarted, TaskStarted
 from evalledger.projections import shown_status
@@ -50,7 +50,7 @@ def sql_statuses(db: Path) -> dict[str, str]:
 def shown_everywhere(db: Path) -> dict[str, dict[str, ShownStatus]]:
     """Each run's shown status as each reader says it."""
     with Ledger(db, read_only=True) as ledger:
-        listed = {run.columns["run_id"]: run.shown for run in list_runs(ledger, 100)}
+        listed = {run.columns["run_id"]: run.shown for run in listed_runs(ledger, 100)}
         over = {run_id: run_is_over(ledger, run_id) for run_id in listed}
     viewer = LedgerState(db)
     viewer.load()
