@@ -213,28 +213,35 @@ def _rule(raw: object, where: str) -> Rule:
     if [transcript, workspace, reads].count(None) != 2:
         raise InvalidRequest(f"{where} ({name}): give `transcript` (a regex), `workspace` "
                              "or `reads` (globs), one of them")
+    where = f"{where} ({name})"
     if reads is not None:
-        reads = [reads] if isinstance(reads, str) else reads
-        if not isinstance(reads, list) or not reads or not all(
-                isinstance(g, str) for g in reads):
-            raise InvalidRequest(f"{where} ({name}): `reads` is a list of globs")
-        return Rule(name, why, reads=tuple(reads))
+        return Rule(name, why, reads=_globs(reads, where, "reads", empty=False))
     if transcript is not None:
-        if not isinstance(transcript, str):
-            raise InvalidRequest(f"{where} ({name}): `transcript` is a regex")
-        try:
-            re.compile(transcript.replace("{task_file}", "x"))
-        except re.error as e:
-            raise InvalidRequest(f"{where} ({name}): not a regex: {e}") from None
-        return Rule(name, why, transcript=transcript)
-    if isinstance(workspace, str):
-        workspace = [workspace]
-    if not isinstance(workspace, list) or not all(isinstance(g, str) for g in workspace):
-        raise InvalidRequest(f"{where} ({name}): `workspace` is a list of globs")
+        return Rule(name, why, transcript=_regex(transcript, where))
     added = raw.get("added", False)
     if not isinstance(added, bool):
-        raise InvalidRequest(f"{where} ({name}): `added` is true or false")
-    return Rule(name, why, workspace=tuple(workspace), added=added)
+        raise InvalidRequest(f"{where}: `added` is true or false")
+    return Rule(name, why, workspace=_globs(workspace, where, "workspace"), added=added)
+
+
+def _globs(value: object, where: str, key: str, *, empty: bool = True) -> tuple[str, ...]:
+    """A rule's globs: one, or a list of them (``empty``: none allowed)."""
+    globs = [value] if isinstance(value, str) else value
+    if not isinstance(globs, list) or (not globs and not empty) or not all(
+            isinstance(g, str) for g in globs):
+        raise InvalidRequest(f"{where}: `{key}` is a list of globs")
+    return tuple(globs)
+
+
+def _regex(value: object, where: str) -> str:
+    """A rule's transcript regex, checked to compile (``{task_file}`` stands for a name)."""
+    if not isinstance(value, str):
+        raise InvalidRequest(f"{where}: `transcript` is a regex")
+    try:
+        re.compile(value.replace("{task_file}", "x"))
+    except re.error as e:
+        raise InvalidRequest(f"{where}: not a regex: {e}") from None
+    return value
 
 
 # -- matching ----------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ whether a difference is more than noise (``projections.compare_runs``)."""
 from __future__ import annotations
 
 import sys
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import click
 
@@ -13,6 +13,9 @@ from evalledger._text import visible
 from ._common import count_infra_option, grades_option, rebuild_summary, resolve_run
 from ._errors import EXIT_TASKS_FAILED, UserError
 from ._main import Settings, pass_settings
+
+if TYPE_CHECKING:
+    from evalledger.projections import Comparison, RunSummary
 
 Gate = Literal["significant-regression", "regression", "never"]
 
@@ -65,14 +68,6 @@ def compare(settings: Settings, run_a: str, run_b: str | None, variants: tuple[s
 
         evalledger compare 20261101-0930 latest --fail-on significant-regression
     """
-    from evalledger.projections import (
-        compare_runs,
-        compare_to_baseline,
-        comparison_junit,
-        comparison_markdown,
-        comparison_text,
-    )
-
     if run_b is None and not (variants or baseline or grades_b):
         raise UserError("give RUN_B, --variants X Y, --baseline X or --grades-b NAME")
     if variants and baseline:
@@ -81,19 +76,41 @@ def compare(settings: Settings, run_a: str, run_b: str | None, variants: tuple[s
         a = rebuild_summary(ledger, resolve_run(ledger, run_a), grades, count_infra)
         b = a if run_b is None and grades_b is None else rebuild_summary(
             ledger, resolve_run(ledger, run_b or run_a), grades_b or grades, count_infra)
-    if baseline:
-        if baseline not in {v.variant_id for v in a.variants}:
-            raise UserError(f"{a.run_id} has no variant {visible(baseline)}")
-        others = [v.variant_id for v in b.variants if b is not a or v.variant_id != baseline]
-        if not others:
-            raise UserError(f"{b.run_id} has no variant but {visible(baseline)} to compare "
-                            "with it")
-        found = compare_to_baseline(a, b, baseline, others, confidence=confidence, seed=seed)
-    else:
-        found = [compare_runs(a, b, confidence=confidence, seed=seed,
-                              variants=tuple(variants) if variants else None)]  # type: ignore[arg-type]
-    if as_json or output == "json":
-        click.echo(found[0].model_dump_json(indent=2) if not baseline else
+    found = _compared(a, b, variants, baseline, confidence, seed)
+    _print(found, "json" if as_json else output, listed=bool(baseline))
+    for c in found:
+        if c.nothing_because and fail_on != "never":
+            click.echo(f"--fail-on {fail_on}: nothing to compare ({visible(c.nothing_because)})",
+                       err=True)
+    if any(c.fails(fail_on) for c in found):
+        sys.exit(EXIT_TASKS_FAILED)
+
+
+def _compared(a: RunSummary, b: RunSummary, variants: tuple[str, str] | None,
+              baseline: str | None, confidence: float, seed: int) -> list[Comparison]:
+    """B against A: one comparison (their tasks, or two variants), or each variant of B
+    against ``baseline`` of A."""
+    from evalledger.projections import compare_runs, compare_to_baseline
+
+    if not baseline:
+        return [compare_runs(a, b, confidence=confidence, seed=seed,
+                             variants=tuple(variants) if variants else None)]  # type: ignore[arg-type]
+    if baseline not in {v.variant_id for v in a.variants}:
+        raise UserError(f"{a.run_id} has no variant {visible(baseline)}")
+    others = [v.variant_id for v in b.variants if b is not a or v.variant_id != baseline]
+    if not others:
+        raise UserError(f"{b.run_id} has no variant but {visible(baseline)} to compare "
+                        "with it")
+    return compare_to_baseline(a, b, baseline, others, confidence=confidence, seed=seed)
+
+
+def _print(found: list[Comparison], output: str, *, listed: bool) -> None:
+    """The comparisons as ``output`` says: json (a list of them when ``listed``),
+    markdown, junit, or text for people."""
+    from evalledger.projections import comparison_junit, comparison_markdown, comparison_text
+
+    if output == "json":
+        click.echo(found[0].model_dump_json(indent=2) if not listed else
                    "[" + ",\n".join(c.model_dump_json(indent=2) for c in found) + "]")
     elif output == "markdown":
         click.echo(comparison_markdown(found), nl=False)
@@ -102,9 +119,3 @@ def compare(settings: Settings, run_a: str, run_b: str | None, variants: tuple[s
     else:
         for c in found:
             click.echo("\n".join(comparison_text(c)))
-    for c in found:
-        if c.nothing_because and fail_on != "never":
-            click.echo(f"--fail-on {fail_on}: nothing to compare ({visible(c.nothing_because)})",
-                       err=True)
-    if any(c.fails(fail_on) for c in found):
-        sys.exit(EXIT_TASKS_FAILED)

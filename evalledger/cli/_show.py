@@ -86,28 +86,8 @@ def show(settings: Settings, run: str, as_json: bool, full_errors: bool, limit: 
         click.echo(s.model_dump_json(indent=2))
         return
     click.echo(_headline(s, gone))
-    # On stderr with the other notes: a pipe's stdout stays the counts and the table.
-    click.echo(f"isolation: {isolation_line(s, confined)}", err=True)
-    # As `run` says them: on stderr, so a pipe's stdout stays the counts and the table.
-    for k in s.skipped_tasks:
-        click.echo(f"skipped {visible(k.path)}: {visible(k.reason)}", err=True)
-    if not s.cost_complete:
-        click.echo(f"cost is a floor: {unpriced_line(s)}"
-                   f"{' (see --pricing)' if s.unpriced else ''}")
-    if per_success := success_cost_line(s):
-        click.echo(f"per success: {per_success}")
-    if calls := calls_line(s):
-        click.echo(calls)
-    if len(s.variants) > 1 or any(len(v.pass_at_k) > 1 for v in s.variants):
-        table(*variant_table(s), stacked_when_narrow=True)
-        for v in s.variants:
-            if v.flaky_tasks:
-                click.echo(f"flaky in {visible(v.variant_id)} (replicates disagree): "
-                           f"{visible(', '.join(v.flaky_tasks))}")
-            for at, left in v.pass_at_k_left_out.items():
-                click.echo(f"pass@{at} of {visible(v.variant_id)} leaves out {len(left)} "
-                           f"task(s) with fewer than {at} graded replicates: "
-                           f"{visible(', '.join(left))}")
+    _notes(s, confined)
+    _variants(s)
     if len(s.usage_by_model) > 1:
         table(*model_table(s), stacked_when_narrow=True)
     # A terminal gets each error's digest (the line that says what went wrong); a pipe,
@@ -124,6 +104,39 @@ def show(settings: Settings, run: str, as_json: bool, full_errors: bool, limit: 
                        "(evalledger sql \"SELECT * FROM task_flags\")", err=True)
     if full_errors:
         _echo_full_errors(s.tasks)
+
+
+def _notes(s: RunSummary, confined: dict[str, int] | None) -> None:
+    """What the headline leaves to lines of their own: isolation, skipped files, why
+    the cost is a floor, cost per success, the gateway's calls."""
+    # On stderr with the other notes: a pipe's stdout stays the counts and the table.
+    click.echo(f"isolation: {isolation_line(s, confined)}", err=True)
+    # As `run` says them: on stderr, so a pipe's stdout stays the counts and the table.
+    for k in s.skipped_tasks:
+        click.echo(f"skipped {visible(k.path)}: {visible(k.reason)}", err=True)
+    if not s.cost_complete:
+        click.echo(f"cost is a floor: {unpriced_line(s)}"
+                   f"{' (see --pricing)' if s.unpriced else ''}")
+    if per_success := success_cost_line(s):
+        click.echo(f"per success: {per_success}")
+    if calls := calls_line(s):
+        click.echo(calls)
+
+
+def _variants(s: RunSummary) -> None:
+    """The variants' table, where there is more than one variant or pass@k, and what
+    each leaves out."""
+    if not (len(s.variants) > 1 or any(len(v.pass_at_k) > 1 for v in s.variants)):
+        return
+    table(*variant_table(s), stacked_when_narrow=True)
+    for v in s.variants:
+        if v.flaky_tasks:
+            click.echo(f"flaky in {visible(v.variant_id)} (replicates disagree): "
+                       f"{visible(', '.join(v.flaky_tasks))}")
+        for at, left in v.pass_at_k_left_out.items():
+            click.echo(f"pass@{at} of {visible(v.variant_id)} leaves out {len(left)} "
+                       f"task(s) with fewer than {at} graded replicates: "
+                       f"{visible(', '.join(left))}")
 
 
 def _headline(s: RunSummary, gone: bool) -> str:

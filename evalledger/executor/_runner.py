@@ -41,6 +41,7 @@ import trio
 from evalledger.agents import api_health
 from evalledger.ledger import (
     AnyEvent,
+    CriterionResult,
     EventRow,
     EventType,
     TaskCompleted,
@@ -631,38 +632,8 @@ async def _attempt(
             closing, gate = gate, None
             await _close_gate(ctx, closing)
         await state.settle()
-        if state.isolation_error is not None:
-            facts = AttemptFacts(error=state.isolation_error)
-        elif state.stalled is not None:
-            facts = AttemptFacts(stalled=state.stalled)
-        elif ctx.no_grade:
-            facts = AttemptFacts((), timed_out, task.timeout, state.budget_stop,
-                                 api_error=state.api_error)
-        else:
-            grader_env = env
-            if jail is not None:  # what was graded; the graders may change it
-                workspace_hash = await trio.to_thread.run_sync(
-                    functools.partial(_isolation.hash_tree, sandbox, defuse=True),
-                    abandon_on_cancel=True)
-                grader_env = {**env, "EVALLEDGER_TASK_DIR": str(Path(task.source).parent)}
-            graded = await _grading_copy(task, ctx, sandbox)
-            if graded is not None and jail is None:  # graders find where they grade
-                grader_env = {**grader_env, "EVALLEDGER_SANDBOX": str(graded)}
-            try:
-                where = graded or sandbox
-                evidence = Evidence(
-                    where, exit_code, state.text("stdout"), state.text("stderr"),
-                    jail=jail if jail is None or graded is None
-                    else dataclasses.replace(jail, workspace=graded))
-                criteria = await evaluate(task.success_criteria, evidence, grader_env,
-                                          ctx.kill_now, deadline, ctx.kill_grace, judging)
-            finally:
-                if graded is not None:
-                    with trio.CancelScope(shield=True):
-                        await trio.to_thread.run_sync(
-                            functools.partial(_sandbox.remove_tree, graded, ignore_errors=True))
-            facts = AttemptFacts(criteria, timed_out, task.timeout, state.budget_stop,
-                                 api_error=state.api_error)
+        facts, workspace_hash = await _judged(task, ctx, state, sandbox, jail, env,
+                                              exit_code, timed_out, deadline, judging)
         if ctx.preservation_mode != "none":  # kept: what a regrade reads, and checks
             kept_hash = await trio.to_thread.run_sync(_kept_hash, sandbox,
                                                       abandon_on_cancel=True)
@@ -713,6 +684,57 @@ async def _attempt(
         grade_pending=ctx.no_grade and verdict.status is FinalStatus.NOT_GRADED,
         folder_reads=state.folder_reads.paths if state.folder_reads is not None else [],
     ))
+
+
+async def _judged(task: ResolvedTask, ctx: RunContext, state: _Streams, sandbox: Path,
+                  jail: Jail | None, env: dict[str, str], exit_code: int | None,
+                  timed_out: bool, deadline: float, judging: Judging,
+                  ) -> tuple[AttemptFacts, str | None]:
+    """What the attempt's command came to, once it ended: a leak, a stall, ungraded
+    (``--no-grade``), or its criteria checked; and, confined, the hash of the workspace
+    as it was graded (the graders may change it)."""
+    if state.isolation_error is not None:
+        return AttemptFacts(error=state.isolation_error), None
+    if state.stalled is not None:
+        return AttemptFacts(stalled=state.stalled), None
+    if ctx.no_grade:
+        return AttemptFacts((), timed_out, task.timeout, state.budget_stop,
+                            api_error=state.api_error), None
+    workspace_hash = None
+    if jail is not None:
+        workspace_hash = await trio.to_thread.run_sync(
+            functools.partial(_isolation.hash_tree, sandbox, defuse=True),
+            abandon_on_cancel=True)
+    criteria = await _grade(task, ctx, state, sandbox, jail, env, exit_code, deadline,
+                            judging)
+    return AttemptFacts(criteria, timed_out, task.timeout, state.budget_stop,
+                        api_error=state.api_error), workspace_hash
+
+
+async def _grade(task: ResolvedTask, ctx: RunContext, state: _Streams, sandbox: Path,
+                 jail: Jail | None, env: dict[str, str], exit_code: int | None,
+                 deadline: float, judging: Judging) -> list[CriterionResult]:
+    """The task's criteria checked against what the attempt left: in a copy of the
+    workspace where a criterion runs code and the workspace is kept (``_grading_copy``),
+    removed after."""
+    grader_env = env
+    if jail is not None:
+        grader_env = {**env, "EVALLEDGER_TASK_DIR": str(Path(task.source).parent)}
+    graded = await _grading_copy(task, ctx, sandbox)
+    if graded is not None and jail is None:  # graders find where they grade
+        grader_env = {**grader_env, "EVALLEDGER_SANDBOX": str(graded)}
+    try:
+        evidence = Evidence(
+            graded or sandbox, exit_code, state.text("stdout"), state.text("stderr"),
+            jail=jail if jail is None or graded is None
+            else dataclasses.replace(jail, workspace=graded))
+        return await evaluate(task.success_criteria, evidence, grader_env, ctx.kill_now,
+                              deadline, ctx.kill_grace, judging)
+    finally:
+        if graded is not None:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(
+                    functools.partial(_sandbox.remove_tree, graded, ignore_errors=True))
 
 
 def _through_gateway(task: ResolvedTask, ctx: RunContext, state: _Streams,
@@ -948,6 +970,9 @@ def command_env(task: ResolvedTask, base_env: dict[str, str], run_id: str, marke
     return env
 
 
+# Graded E by radon, and kept whole: the command's start (three ways), its readers,
+# watchers, deadline and the end of its process group share one nursery and one set of
+# cancel scopes; split apart, which scope ends what would be passed around, not read.
 async def _execute(
     task: ResolvedTask, ctx: RunContext, state: _Streams, env: dict[str, str], marker: str,
     deadline: float, jail: Jail | None = None, attempt: int = 1,

@@ -783,10 +783,7 @@ def _variant_stats(variant_id: str, keys: list[_Key], count_infra: bool = False
     done = [k.completed for k in keys if k.completed is not None]
     counts = _tally(done)
     infra = _infra(keys)
-    # What the rates are taken over: infrastructure failures measure no agent.
-    graded = [k for k in keys if k.completed is not None and k.completed.category in GRADED
-              and (count_infra or not left_out(k.completed.category,
-                                               k.completed.failure_class))]
+    graded = _rated(keys, count_infra)
     scores = [k.completed.weighted_score for k in graded if k.completed is not None]
     samples = _samples(graded)
     at_k, at_k_stderr, hat_k = _by_k(samples)
@@ -808,25 +805,41 @@ def _variant_stats(variant_id: str, keys: list[_Key], count_infra: bool = False
             scores, None if len(samples) == len(graded) else [k.task_id for k in graded])),
         pass_at_k=at_k,
         pass_at_k_stderr=at_k_stderr,
-        pass_at_k_left_out={k: sorted(t for t, (n, _) in samples.items() if n < int(k))
-                            for k in at_k if any(n < int(k) for n, _ in samples.values())},
+        pass_at_k_left_out=_left_out_at(at_k, samples),
         pass_hat_k=hat_k,
         flaky_tasks=sorted(t for t, (n, c) in samples.items() if 0 < c < n),
         cost_usd=round(sum(k.spend.cost for k in keys), 10),
         cost_complete=all(k.cost_complete for k in keys),
-        tokens_total=sum(k.spend.input + k.spend.output + k.spend.cache_read
-                         + k.spend.cache_write for k in keys),
+        tokens_total=sum(_tokens_of(k.spend) for k in keys),
         mean_duration_seconds=_mean([c.duration_seconds for c in done]),
     )
+
+
+def _rated(keys: Iterable[_Key], count_infra: bool) -> list[_Key]:
+    """The keys a variant's rates are taken over: graded, and (unless counted) not an
+    infrastructure failure, which measures no agent."""
+    return [k for k in keys if k.completed is not None and k.completed.category in GRADED
+            and (count_infra or not left_out(k.completed.category,
+                                             k.completed.failure_class))]
+
+
+def _left_out_at(at_k: dict[str, float], samples: dict[str, tuple[int, int]],
+                 ) -> dict[str, list[str]]:
+    """Per k of pass@k, the task ids with fewer than k graded replicates (left out of
+    it); only the k that leave some out."""
+    return {k: sorted(t for t, (n, _) in samples.items() if n < int(k))
+            for k in at_k if any(n < int(k) for n, _ in samples.values())}
+
+
+def _tokens_of(spend: _Spend) -> int:
+    return spend.input + spend.output + spend.cache_read + spend.cache_write
 
 
 def _rate_stderr(keys: Iterable[_Key], count_infra: bool) -> float | None:
     """The pass rate's standard error clustered by task id, where some task has two
     graded replicates (they are not independent trials); None otherwise (the rate's
     interval is Wilson's then)."""
-    graded = [k for k in keys if k.completed is not None and k.completed.category in GRADED
-              and (count_infra or not left_out(k.completed.category,
-                                               k.completed.failure_class))]
+    graded = _rated(keys, count_infra)
     tasks = [k.task_id for k in graded]
     # Sorted, not a set: a 100,000-task run's set of ids is 4 MB of verify's peak.
     if not any(a == b for a, b in itertools.pairwise(sorted(tasks))):

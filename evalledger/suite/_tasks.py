@@ -1052,22 +1052,7 @@ def _resolve(
     if settings.pop("skip", None):
         return None
     settings.update(_overridden(overrides))
-    if settings.get("isolation") is None:
-        settings["isolation"] = default_isolation()
-    if settings.get("command") is None:
-        raise ValueError("command: a task needs a command")
-    if settings.get("isolation") == "docker" and not (settings.get("image")
-                                                      or settings.get("dockerfile")):
-        raise ValueError("isolation docker: the task needs an image or a dockerfile")
-    _resolve_limits(settings)
-    gateway = settings.get("gateway")
-    if isinstance(gateway, bool):
-        settings["gateway"] = list(GATEWAY_PROVIDERS) if gateway else []
-    elif gateway is not None:
-        settings["gateway"] = [p for p in GATEWAY_PROVIDERS if p in gateway]
-    if settings.get("network") == "gateway" and not settings.get("gateway"):
-        raise ValueError("network: gateway: the task calls no API through the gateway "
-                         "(give it gateway: true, or the providers it calls)")
+    _complete(settings)
     workdir = settings.pop("workdir", None)
     given = {k: v for k, v in settings.items() if v is not None}
     repeats = overrides.repeats or variant.repeats or (exp.repeats if exp else 1)
@@ -1084,6 +1069,31 @@ def _resolve(
         )
         for i in range(repeats)
     ]
+
+
+def _complete(settings: dict[str, Any]) -> None:
+    """Every layer merged: the defaults that depend on the machine or on other keys
+    put in, ``limits`` and ``gateway`` in their resolved shape.
+
+    Raises:
+        ValueError: a key the task needs is missing, or two keys disagree.
+    """
+    if settings.get("isolation") is None:
+        settings["isolation"] = default_isolation()
+    if settings.get("command") is None:
+        raise ValueError("command: a task needs a command")
+    if settings.get("isolation") == "docker" and not (settings.get("image")
+                                                      or settings.get("dockerfile")):
+        raise ValueError("isolation docker: the task needs an image or a dockerfile")
+    _resolve_limits(settings)
+    gateway = settings.get("gateway")
+    if isinstance(gateway, bool):
+        settings["gateway"] = list(GATEWAY_PROVIDERS) if gateway else []
+    elif gateway is not None:
+        settings["gateway"] = [p for p in GATEWAY_PROVIDERS if p in gateway]
+    if settings.get("network") == "gateway" and not settings.get("gateway"):
+        raise ValueError("network: gateway: the task calls no API through the gateway "
+                         "(give it gateway: true, or the providers it calls)")
 
 
 def _resolve_limits(settings: dict[str, Any]) -> None:

@@ -72,13 +72,27 @@ def highlighted(diff: Sequence[tuple[str, str]], path: str | None,
     if lexer is None or len(text) > MOST_CHARS or budget.spent or any(
             len(diff[i][1]) > LONGEST for i in code):
         return plain
-    lines: list[list[tuple[str, str]]] = [[]]  # per line, its runs of one class
+    lines = _runs(lexer, text, budget)
+    if lines is None or len(lines) != len(code):
+        return plain  # spent, or the lexer changed the text: shown as it is
+    for i, runs in zip(code, lines, strict=True):
+        kind, line = diff[i]
+        plain[i] = (kind, Markup(str(escape(line[0])) + "".join(
+            _span(cls, str(escape(visible(part)))) for cls, part in runs)))
+    return plain
+
+
+def _runs(lexer: Any, text: str, budget: Budget) -> list[list[tuple[str, str]]] | None:
+    """``text``'s lines, each as its runs of one class; None once ``budget`` is spent
+    (the diffs after are plain too), or where the lexer changed the text (a BOM, a line
+    end)."""
+    lines: list[list[tuple[str, str]]] = [[]]
     given: list[str] = []
     began = time.thread_time()
     for n_token, (token, value) in enumerate(lexer.get_tokens(text)):
         if n_token % 8 == 7 and budget.used + time.thread_time() - began > budget.seconds:
-            budget.used = budget.seconds + 1  # spent: the diffs after are plain too
-            return plain
+            budget.used = budget.seconds + 1
+            return None
         given.append(value)
         cls = _class(token)
         for n, part in enumerate(value.split("\n")):
@@ -90,13 +104,7 @@ def highlighted(diff: Sequence[tuple[str, str]], path: str | None,
             elif part:
                 runs.append((cls, part))
     budget.used += time.thread_time() - began
-    if "".join(given) != text or len(lines) != len(code):
-        return plain  # the lexer changed the text (a BOM, a line end): shown as it is
-    for i, runs in zip(code, lines, strict=True):
-        kind, line = diff[i]
-        plain[i] = (kind, Markup(str(escape(line[0])) + "".join(
-            _span(cls, str(escape(visible(part)))) for cls, part in runs)))
-    return plain
+    return lines if "".join(given) == text else None
 
 
 def _span(cls: str, shown: str) -> str:

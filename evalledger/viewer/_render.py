@@ -609,49 +609,65 @@ def conversation(rows: Sequence[Line | AttemptMark], tries: Sequence[Attempt], *
     attempt's stream format (``agents``); other lines as they are. ``from_start``: the
     rows begin the transcript (else the first row's line before is not among them, and
     what it took is not known)."""
-    parsers = {t.number: parser_for(t.stream_format) for t in tries}
-    began = {t.number: seconds(t.started.ts) for t in tries}
-    # Per attempt, its last item's time: its start where the rows begin it.
-    latest: dict[int, float | None] = dict(began) if from_start else {}
-    previous: int | None = None
-    items: list[Said | AttemptMark] = []
-    chunks: list[str] = []  # the streamed answer the last item began, joined once it ends
-
-    def joined() -> None:
-        last = items[-1]
-        assert isinstance(last, Said) and last.entry is not None
-        items[-1] = dataclasses.replace(last, entry=dataclasses.replace(
-            last.entry, steps=(Text("".join(chunks), delta=True),)))
-        chunks.clear()
-
+    reading = _Conversation(tries, from_start)
     for row in rows:
-        entry = None
-        if not isinstance(row, AttemptMark):
-            parser = parsers.get(row.attempt)
-            entry = parser(row.data) if parser is not None and row.data is not None else None
-        if _chunks(entry) and chunks:
+        reading.add(row)
+    return reading.items()
+
+
+class _Conversation:
+    """``conversation``'s reading: the items so far, each attempt's last time, and the
+    chunks of a streamed answer the last item began (joined once it ends)."""
+
+    def __init__(self, tries: Sequence[Attempt], from_start: bool) -> None:
+        self.parsers = {t.number: parser_for(t.stream_format) for t in tries}
+        self.began = {t.number: seconds(t.started.ts) for t in tries}
+        # Per attempt, its last item's time: its start where the rows begin it.
+        self.latest: dict[int, float | None] = dict(self.began) if from_start else {}
+        self.previous: int | None = None
+        self.said: list[Said | AttemptMark] = []
+        self.chunks: list[str] = []
+
+    def add(self, row: Line | AttemptMark) -> None:
+        entry = self._entry(row)
+        if _chunks(entry) and self.chunks:
             # An answer streamed in chunks reads as one message (its lines apart in raw).
             assert entry is not None
-            chunks += [s.text for s in entry.steps if isinstance(s, Text)]
-            continue
-        if len(chunks) > 1:
-            joined()
-        chunks.clear()
+            self.chunks += [s.text for s in entry.steps if isinstance(s, Text)]
+            return
+        self._join()
         if isinstance(row, AttemptMark):
-            items.append(row)
-            continue
-        if previous is not None and row.attempt != previous:  # an attempt begins here
-            latest.setdefault(row.attempt, began.get(row.attempt))
-        at, start, before = seconds(row.ts), began.get(row.attempt), latest.get(row.attempt)
-        items.append(Said(row, entry, elapsed=between(start, at), took=between(before, at)))
-        latest[row.attempt] = at
-        previous = row.attempt
+            self.said.append(row)
+            return
+        if self.previous is not None and row.attempt != self.previous:  # one begins here
+            self.latest.setdefault(row.attempt, self.began.get(row.attempt))
+        at, start = seconds(row.ts), self.began.get(row.attempt)
+        before = self.latest.get(row.attempt)
+        self.said.append(Said(row, entry, elapsed=between(start, at), took=between(before, at)))
+        self.latest[row.attempt] = at
+        self.previous = row.attempt
         if _chunks(entry):
             assert entry is not None
-            chunks += [s.text for s in entry.steps if isinstance(s, Text)]
-    if len(chunks) > 1:
-        joined()
-    return items
+            self.chunks += [s.text for s in entry.steps if isinstance(s, Text)]
+
+    def items(self) -> list[Said | AttemptMark]:
+        self._join()
+        return self.said
+
+    def _entry(self, row: Line | AttemptMark) -> Entry | None:
+        if isinstance(row, AttemptMark):
+            return None
+        parser = self.parsers.get(row.attempt)
+        return parser(row.data) if parser is not None and row.data is not None else None
+
+    def _join(self) -> None:
+        """The streamed answer the last item began, its chunks as one text."""
+        if len(self.chunks) > 1:
+            last = self.said[-1]
+            assert isinstance(last, Said) and last.entry is not None
+            self.said[-1] = dataclasses.replace(last, entry=dataclasses.replace(
+                last.entry, steps=(Text("".join(self.chunks), delta=True),)))
+        self.chunks.clear()
 
 
 def seconds(ts: str | None) -> float | None:
@@ -712,26 +728,34 @@ def tool_shown(name: str, value: Any) -> ToolShown:
             return ToolShown("shell", line)
         path = next((v for k in ("file_path", "path", "filePath", "notebook_path")
                      if isinstance(v := value.get(k), str)), None)
-        old, new = value.get("old_string"), value.get("new_string")
-        if kind in _EDITS and isinstance(old, str) and isinstance(new, str):
-            return ToolShown("diff", path=path, diff=_diff_lines(old, new))
-        edits = value.get("edits")
-        if kind == "multiedit" and isinstance(edits, list):
-            lines: list[tuple[str, str]] = []
-            for edit in edits:
-                if isinstance(edit, Mapping) and isinstance(edit.get("old_string"), str) \
-                        and isinstance(edit.get("new_string"), str):
-                    lines += _diff_lines(edit["old_string"], edit["new_string"])
-            return ToolShown("diff", path=path, diff=tuple(lines[:MAX_DIFF_LINES]),
-                             note=f"{len(edits)} edits")
-        if kind == "write" and isinstance(value.get("content"), str):
-            content = value["content"]
-            return ToolShown("file", content, path,
-                             f"{len(content.splitlines()):,} lines written")
-        if kind == "read" and path is not None:
-            span = [f"{k} {value[k]}" for k in ("offset", "limit") if k in value]
-            return ToolShown("read", path=path, note=", ".join(map(str, span)))
+        shown = _file_tool(kind, value, path)
+        if shown is not None:
+            return shown
     return ToolShown("input", tool_input(value))
+
+
+def _file_tool(kind: str, value: Mapping[str, Any], path: str | None) -> ToolShown | None:
+    """An edit (one, or several) as a diff, a file written, a file read; None for any
+    other call."""
+    old, new = value.get("old_string"), value.get("new_string")
+    if kind in _EDITS and isinstance(old, str) and isinstance(new, str):
+        return ToolShown("diff", path=path, diff=_diff_lines(old, new))
+    edits = value.get("edits")
+    if kind == "multiedit" and isinstance(edits, list):
+        lines: list[tuple[str, str]] = []
+        for edit in edits:
+            if isinstance(edit, Mapping) and isinstance(edit.get("old_string"), str) \
+                    and isinstance(edit.get("new_string"), str):
+                lines += _diff_lines(edit["old_string"], edit["new_string"])
+        return ToolShown("diff", path=path, diff=tuple(lines[:MAX_DIFF_LINES]),
+                         note=f"{len(edits)} edits")
+    if kind == "write" and isinstance(value.get("content"), str):
+        content = value["content"]
+        return ToolShown("file", content, path, f"{len(content.splitlines()):,} lines written")
+    if kind == "read" and path is not None:
+        span = [f"{k} {value[k]}" for k in ("offset", "limit") if k in value]
+        return ToolShown("read", path=path, note=", ".join(map(str, span)))
+    return None
 
 
 def _diff_lines(old: str, new: str) -> tuple[tuple[str, str], ...]:
