@@ -23,7 +23,9 @@ if TYPE_CHECKING:
     from .app import ResumeRequest as ResumeRequest
     from .app import RunOutcome as RunOutcome
     from .app import RunSettings as RunSettings
+    from .app import compare as compare
     from .app import list_runs as list_runs
+    from .app import regrade as regrade
     from .app import resume_run as resume
     from .app import search as search
     from .app import start_run as run
@@ -42,6 +44,7 @@ _LAZY = {
     "ResumeRequest": "evalledger.app", "RunOutcome": "evalledger.app",
     "RunSettings": "evalledger.app", "EvalledgerError": "evalledger.errors",
     "summary": "evalledger.app", "list_runs": "evalledger.app", "search": "evalledger.app",
+    "compare": "evalledger.app", "regrade": "evalledger.app",
     "RunOptions": "evalledger.options",
     "Ledger": "evalledger.ledger", "LedgerError": "evalledger.ledger",
     "verify": "evalledger.ledger", "Category": "evalledger.statuses",
@@ -78,7 +81,9 @@ __all__ = [
     "RunSettings",
     "RunStatus",
     "__version__",
+    "compare",
     "list_runs",
+    "regrade",
     "resume",
     "run",
     "search",

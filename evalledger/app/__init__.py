@@ -37,10 +37,13 @@ if TYPE_CHECKING:
     from ._import import RunImport as RunImport
     from ._import import import_runs as import_runs
     from ._prepare import shard_spec as shard_spec
+    from ._read import compare as compare
+    from ._read import compared as compared
     from ._read import list_runs as list_runs
+    from ._read import regrade as regrade
     from ._read import summary as summary
     from ._regrade import RegradeRequest as RegradeRequest
-    from ._regrade import regrade as regrade
+    from ._regrade import grade_again as grade_again
     from ._reports import FORMATS as FORMATS
     from ._reports import render_report as render_report
     from ._reports import write_text as write_text
@@ -86,6 +89,9 @@ _WHERE = {
     "RunImport": "_import",
     "import_runs": "_import",
     "list_runs": "_read",
+    "compare": "_read",
+    "compared": "_read",
+    "regrade": "_read",
     "search": "_search",
     "summary": "_read",
     "resume_run": "_resume",
@@ -104,7 +110,7 @@ _WHERE = {
     "recent_runs": "_repository",
     "open_ledger": "_settings",
     "RegradeRequest": "_regrade",
-    "regrade": "_regrade",
+    "grade_again": "_regrade",
     "FORMATS": "_reports",
     "render_report": "_reports",
     "write_text": "_reports",
@@ -147,9 +153,12 @@ __all__ = [
     "Verdict",
     "WorkspaceChanges",
     "check_ledger",
+    "compare",
+    "compared",
     "diff_lines",
     "export",
     "flaky_tasks",
+    "grade_again",
     "import_events",
     "import_runs",
     "list_runs",

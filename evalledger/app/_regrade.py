@@ -91,7 +91,7 @@ class _Attempt:
     was: FinalStatus
 
 
-def regrade(ledger_path: Path | str, run: str, request: RegradeRequest,
+def grade_again(ledger_path: Path | str, run: str, request: RegradeRequest,
             on_graded: Callable[[TaskGraded, FinalStatus], None] | None = None,
             ) -> RegradeOutcome:
     """Grade the run's counted attempts again (see the module's docstring).

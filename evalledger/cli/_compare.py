@@ -15,7 +15,7 @@ from ._errors import EXIT_TASKS_FAILED, UserError
 from ._main import Settings, pass_settings
 
 if TYPE_CHECKING:
-    from evalledger.projections import Comparison, RunSummary
+    from evalledger.projections import Comparison
 
 Gate = Literal["significant-regression", "regression", "never"]
 
@@ -76,7 +76,9 @@ def compare(settings: Settings, run_a: str, run_b: str | None, variants: tuple[s
         a = rebuild_summary(ledger, resolve_run(ledger, run_a), grades, count_infra)
         b = a if run_b is None and grades_b is None else rebuild_summary(
             ledger, resolve_run(ledger, run_b or run_a), grades_b or grades, count_infra)
-    found = _compared(a, b, variants, baseline, confidence, seed)
+    from evalledger.app import compared
+
+    found = compared(a, b, variants, baseline, confidence, seed)
     _print(found, "json" if as_json else output, listed=bool(baseline))
     for c in found:
         if c.nothing_because and fail_on != "never":
@@ -84,24 +86,6 @@ def compare(settings: Settings, run_a: str, run_b: str | None, variants: tuple[s
                        err=True)
     if any(c.fails(fail_on) for c in found):
         sys.exit(EXIT_TASKS_FAILED)
-
-
-def _compared(a: RunSummary, b: RunSummary, variants: tuple[str, str] | None,
-              baseline: str | None, confidence: float, seed: int) -> list[Comparison]:
-    """B against A: one comparison (their tasks, or two variants), or each variant of B
-    against ``baseline`` of A."""
-    from evalledger.projections import compare_runs, compare_to_baseline
-
-    if not baseline:
-        return [compare_runs(a, b, confidence=confidence, seed=seed,
-                             variants=tuple(variants) if variants else None)]  # type: ignore[arg-type]
-    if baseline not in {v.variant_id for v in a.variants}:
-        raise UserError(f"{a.run_id} has no variant {visible(baseline)}")
-    others = [v.variant_id for v in b.variants if b is not a or v.variant_id != baseline]
-    if not others:
-        raise UserError(f"{b.run_id} has no variant but {visible(baseline)} to compare "
-                        "with it")
-    return compare_to_baseline(a, b, baseline, others, confidence=confidence, seed=seed)
 
 
 def _print(found: list[Comparison], output: str, *, listed: bool) -> None:

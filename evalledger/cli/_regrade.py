@@ -48,8 +48,7 @@ def regrade(settings: Settings, run: str, criteria: Path | None, from_tasks: Pat
 
         evalledger regrade latest --criteria stricter.yaml --name strict
     """
-    from evalledger.app import RegradeRequest
-    from evalledger.app import regrade as grade_again
+    from evalledger.app import RegradeRequest, grade_again
 
     def said(event: object, was: object) -> None:
         status = event.final_status.value  # type: ignore[attr-defined]

@@ -1,5 +1,6 @@
-"""The public read API (``evalledger.summary``, ``evalledger.list_runs``): what
-``report --format json`` and ``runs --format json`` print, as values."""
+"""The public read API (``evalledger.summary``, ``evalledger.list_runs``,
+``evalledger.compare``) and ``evalledger.regrade``: what ``report --format json``,
+``runs --format json`` and ``compare --json`` print, as values; a grade set appended."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import evalledger
+from evalledger.errors import EvalledgerError
 from evalledger.ledger import LedgerNotFound, RunNotFound
 from tests.cli.helpers import evalledger as cli
 from tests.cli.helpers import write_task
@@ -53,3 +55,27 @@ def test_a_missing_run_or_ledger_is_said_and_nothing_is_made(two_runs: Path,
     with pytest.raises(LedgerNotFound):
         evalledger.summary(ledger=missing)
     assert not missing.exists()
+
+
+def test_compare_is_what_compare_json_prints(two_runs: Path) -> None:
+    first, second = (run["run_id"] for run in evalledger.list_runs(ledger=two_runs)[::-1])
+    printed = json.loads(cli(two_runs.parent, two_runs, "compare", first, second,
+                             "--json").stdout)
+    (found,) = evalledger.compare(first, second, ledger=two_runs)
+    assert found.model_dump(mode="json") == printed
+    assert (found.a.name, found.b.name, found.pairs) == (first, second, 2)
+    with pytest.raises(EvalledgerError):  # nothing to compare it with
+        evalledger.compare(first, ledger=two_runs)
+
+
+def test_regrade_appends_a_grade_set_the_summary_reads(tmp_path: Path) -> None:
+    write_task(tmp_path / "tasks" / "ok.yaml", "echo fine > out.txt")
+    db = tmp_path / "l.db"
+    assert cli(tmp_path, db, "run", str(tmp_path / "tasks")).returncode == 0
+    (tmp_path / "stricter.yaml").write_text(
+        "- {type: file_contains, path: out.txt, includes: [finer]}\n", encoding="utf-8")
+    outcome = evalledger.regrade(ledger=db, criteria=tmp_path / "stricter.yaml",
+                                 name="stricter")
+    assert (outcome.grades, outcome.complete, len(outcome.graded)) == ("stricter", True, 1)
+    assert evalledger.summary(ledger=db, grades="stricter").tasks_failed == 1
+    assert evalledger.summary(ledger=db, grades="original").tasks_succeeded == 1
