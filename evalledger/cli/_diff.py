@@ -30,9 +30,13 @@ from ._tables import table
 @click.option("--grades-b", metavar="NAME",
               help="RUN_B's grade set, when not --grades': two gradings of one run compared "
                    "(`diff R R --grades original --grades-b strict`).")
+@click.option("--variants", "pairs", multiple=True, metavar="A=B",
+              help="Pair RUN_A's variant A with RUN_B's variant B (their tasks compared "
+                   "as one); repeatable. Default: where each run has one variant, those "
+                   "two, whatever their names.")
 @pass_settings
 def diff(settings: Settings, run_a: str, run_b: str, as_json: bool, fail_on: FailOn,
-         grades: str | None, grades_b: str | None) -> None:
+         grades: str | None, grades_b: str | None, pairs: tuple[str, ...]) -> None:
     """Compare two runs task by task: regressions, fixes, score/duration/cost deltas.
 
     Regressions first, then fixes, changes, keys not run on one side (never started
@@ -46,7 +50,10 @@ def diff(settings: Settings, run_a: str, run_b: str, as_json: bool, fail_on: Fai
     with settings.open_ledger(read_only=True) as ledger:
         a = rebuild_summary(ledger, resolve_run(ledger, run_a), grades)
         b = rebuild_summary(ledger, resolve_run(ledger, run_b), grades_b or grades)
-    result = diff_runs(a, b)
+    result = diff_runs(a, b, _pairs(pairs) if pairs else None)
+    for x, y in result.variants.items():
+        click.echo(f"variant {visible(x)} of {result.run_a} paired with {visible(y)} of "
+                   f"{result.run_b}", err=True)
     if as_json:
         click.echo(result.model_dump_json(indent=2))
     else:
@@ -84,3 +91,14 @@ def diff(settings: Settings, run_a: str, run_b: str, as_json: bool, fail_on: Fai
             sys.exit(EXIT_TASKS_FAILED)
     elif result.fails(fail_on):
         sys.exit(EXIT_TASKS_FAILED)
+
+
+def _pairs(given: tuple[str, ...]) -> dict[str, str]:
+    found = {}
+    for pair in given:
+        x, eq, y = pair.partition("=")
+        if not eq or not x or not y:
+            raise click.BadParameter(f"{pair!r} is not A=B (a variant of RUN_A, one of "
+                                     "RUN_B)", param_hint="--variants")
+        found[x] = y
+    return found

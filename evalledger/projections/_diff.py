@@ -8,6 +8,7 @@ that succeeded in A and failed or errored in B; a fix, the other way round.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
@@ -51,6 +52,9 @@ class RunDiff(BaseModel):
     run_b: str
     counts: dict[str, int]
     tasks: list[TaskDiff]
+    variants: dict[str, str] = {}
+    """A's variants paired with B's of another name (A's → B's): their keys are compared
+    as one (``paired_variants``). Empty: each key with the key of its own name."""
 
     def fails(self, on: FailOn) -> bool:
         """Whether a CI gate set to ``on`` fails on this diff (``significant-regression``
@@ -93,9 +97,33 @@ def _change(a: TaskRow | None, b: TaskRow | None) -> Change:
     return "unchanged" if a.final_status == b.final_status else "changed"
 
 
-def diff_runs(a: RunSummary, b: RunSummary) -> RunDiff:
-    """Compare every task key present in either run, in key order."""
-    rows_a = {r.task_key: r for r in a.tasks}
+def paired_variants(a: RunSummary, b: RunSummary,
+                    given: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Which variant of B each of A's pairs with, where their names differ: ``given``
+    (A's name → B's); without it, where each run has one variant and their names
+    differ, those two (an agent's run named by its model, say, against the next one's);
+    else none (a key pairs with the key of its own name)."""
+    if given is not None:
+        return {x: y for x, y in given.items() if x != y}
+    names_a = {v.variant_id for v in a.variants}
+    names_b = {v.variant_id for v in b.variants}
+    if len(names_a) == 1 and len(names_b) == 1 and names_a != names_b:
+        return {next(iter(names_a)): next(iter(names_b))}
+    return {}
+
+
+def _in_b(key: str, variants: Mapping[str, str]) -> str:
+    """A's task key as B's, its variant paired (``variant/task/replicate``)."""
+    variant, slash, rest = key.partition("/")
+    return f"{variants.get(variant, variant)}{slash}{rest}"
+
+
+def diff_runs(a: RunSummary, b: RunSummary,
+              variants: Mapping[str, str] | None = None) -> RunDiff:
+    """Compare every task key present in either run, in key order (B's keys: A's with
+    their variants paired, ``paired_variants``)."""
+    paired = paired_variants(a, b, variants)
+    rows_a = {_in_b(r.task_key, paired): r for r in a.tasks}
     rows_b = {r.task_key: r for r in b.tasks}
     tasks = []
     for key in sorted(rows_a.keys() | rows_b.keys()):
@@ -118,4 +146,5 @@ def diff_runs(a: RunSummary, b: RunSummary) -> RunDiff:
     counts = dict.fromkeys(get_args(Change), 0)
     for t in tasks:
         counts[t.change] += 1
-    return RunDiff(run_a=a.run_id, run_b=b.run_id, counts=counts, tasks=tasks)
+    return RunDiff(run_a=a.run_id, run_b=b.run_id, counts=counts, tasks=tasks,
+                   variants=paired)

@@ -396,7 +396,7 @@ class _Views:
             runs.append(run.summary())
         # The bootstrap's resamples take a few milliseconds: off the event loop.
         paired = await anyio.to_thread.run_sync(compare_runs, runs[0], runs[1])
-        return DiffView.model_construct(result=diff_runs(*runs), paired=paired)
+        return DiffView.model_construct(result=diff_runs(runs[0], runs[1]), paired=paired)
 
     # -- pages -----------------------------------------------------------------------------
 

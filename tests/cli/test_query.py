@@ -179,3 +179,34 @@ def test_events_follow_tails_a_run_until_it_finishes(db_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     types = [json.loads(line)["type"] for line in result.stdout.splitlines()]
     assert types == ["run.started"] + ["task.output"] * 5 + ["run.finished"]
+
+
+def test_diff_pairs_runs_of_one_variant_each_and_says_so(tmp_path: Path) -> None:
+    """Two experiments' runs, their one variant named apart (opus, sonnet): their tasks
+    pair, and the regression is found; --variants pairs as asked."""
+    import yaml
+
+    from .helpers import evalledger, write_tasks
+
+    write_tasks(tmp_path / "tasks", {name: {"success_criteria": [{"type": "exit_code"}]}
+                                     for name in ("t0", "t1")})
+    db = tmp_path / "l.db"
+    for variant, command in (("opus", "true"), ("sonnet", 'test "$EVALLEDGER_TASK_KEY" '
+                                                           '!= sonnet/t1/00')):
+        (tmp_path / f"{variant}.yaml").write_text(yaml.safe_dump({
+            "experiment_id": variant, "tasks": ["tasks/"],
+            "variants": [{"variant_id": variant, "command": command}]}))
+        evalledger(tmp_path, db, "run", "-e", str(tmp_path / f"{variant}.yaml"),
+                   "--run-id", variant)
+    done = evalledger(tmp_path, db, "diff", "opus", "sonnet", "--json")
+    assert done.returncode == 1  # a regression
+    found = json.loads(done.stdout)
+    assert found["variants"] == {"opus": "sonnet"}
+    assert {t["task_key"]: t["change"] for t in found["tasks"]} == {
+        "sonnet/t0/00": "unchanged", "sonnet/t1/00": "regression"}
+    assert done.stderr == "variant opus of opus paired with sonnet of sonnet\n"
+    apart = evalledger(tmp_path, db, "diff", "opus", "sonnet", "--json", "--variants",
+                       "x=y")
+    assert json.loads(apart.stdout)["counts"]["added"] == 2 and apart.returncode == 0
+    bad = evalledger(tmp_path, db, "diff", "opus", "sonnet", "--variants", "opus")
+    assert bad.returncode == 2 and "is not A=B" in bad.stderr

@@ -425,3 +425,28 @@ def test_runs_with_no_task_only_skipped_files_or_only_interruptions_render(
     assert stops.tasks_unfinished == 1 and not stops.cost_complete
     assert stops.tasks_cost_incomplete == 1 and stops.tokens.input_tokens == 7
     assert "Total cost: unknown" in render_markdown(stops)
+
+
+def _variant_run(run_id: str, variant: str, failing: set[str]) -> RunSummary:
+    keys = [f"{variant}/t{i}/00" for i in range(3)]
+    events: list = [RunStarted(run_id=run_id, planned=keys)]
+    for k in keys:
+        status = FinalStatus.FAILURE if k.split("/")[1] in failing else FinalStatus.SUCCESS
+        events += [started(k, run_id=run_id, variant_id=variant),
+                   completed(k, status, run_id=run_id)]
+    return summarize([*events, RunFinished(run_id=run_id, status=RunStatus.COMPLETED)], run_id)
+
+
+def test_runs_of_one_variant_each_pair_by_task_whatever_the_variants_are_named() -> None:
+    """An agent's run named by its model against the next model's: its tasks pair (a
+    regression found), not 3 added and 3 removed."""
+    a, b = _variant_run("a", "opus", set()), _variant_run("b", "sonnet", {"t1"})
+    found = diff_runs(a, b)
+    assert found.variants == {"opus": "sonnet"}
+    assert {t.task_key: t.change for t in found.tasks} == {
+        "sonnet/t0/00": "unchanged", "sonnet/t1/00": "regression",
+        "sonnet/t2/00": "unchanged"}
+    # Asked for: pairs as given; none given, each key with its own name only.
+    assert diff_runs(a, b, {}).counts["added"] == 3
+    assert diff_runs(a, b, {"opus": "sonnet"}).counts["regression"] == 1
+    assert diff_runs(a, a).variants == {}
