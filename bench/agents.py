@@ -57,6 +57,7 @@ from tests.executor.real_agent_tasks import (  # noqa: E402
     recorded,
     release_once_the_agent_is_gone,
     result_line,
+    run_to_its_end,
     script,
     through_gateway,
     truth,
@@ -144,14 +145,7 @@ def _gemini(*, interrupt: bool = False) -> Case:
         with FakeAgentApi(gemini_script(hold), main_model=main,
                           side=[Turn(text="route", usage=Usage(310, 18))]) as api:
             tasks = write(folder, answer=gemini_through_gateway(folder, routed=not interrupt))
-            if hold is None:
-                evalledger(folder, db, "run", str(tasks), env=gateway_env(api))
-                return api, db
-            release_once_the_agent_is_gone(api, hold, folder / "home")
-            proc = spawn(folder, db, "run", str(tasks), env=gateway_env(api))
-            api.holding.wait(PATIENCE)
-            proc.send_signal(signal.SIGINT)
-            proc.communicate(timeout=PATIENCE)
+            run_to_its_end(folder, db, tasks, api, hold, gateway_env(api))
         return api, db
     return run
 
@@ -165,14 +159,7 @@ def _opencode(*, interrupt: bool = False) -> Case:
         with FakeAgentApi(script(hold=hold), main_model=OPENCODE_MODEL,
                           side=[Turn(text="Write the answer", usage=Usage(80, 4))]) as api:
             tasks = write(folder, answer=opencode_through_gateway(folder))
-            if hold is None:
-                evalledger(folder, db, "run", str(tasks), env=gateway_env(api))
-                return api, db
-            release_once_the_agent_is_gone(api, hold, folder / "home")
-            proc = spawn(folder, db, "run", str(tasks), env=gateway_env(api))
-            api.holding.wait(PATIENCE)
-            proc.send_signal(signal.SIGINT)
-            proc.communicate(timeout=PATIENCE)
+            run_to_its_end(folder, db, tasks, api, hold, gateway_env(api))
         return api, db
     return run
 

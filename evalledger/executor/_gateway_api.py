@@ -208,31 +208,27 @@ def _anthropic(reading: Reading, data: dict[str, Any]) -> None:
 
 def _responses(reading: Reading, data: dict[str, Any]) -> None:
     response = data.get("response") if "response" in data else data
-    if not isinstance(response, dict):
-        return
-    reading.request_id = reading.request_id or _text(response.get("id"))
-    if isinstance(response.get("model"), str):
-        reading.model = response["model"]
-    usage = response.get("usage")
-    if isinstance(usage, dict):
-        cached = _int((usage.get("input_tokens_details") or {}).get("cached_tokens"))
-        reading.tokens = TokenCounts.model_construct(
-            input_tokens=max(0, _int(usage.get("input_tokens")) - cached),
-            output_tokens=_int(usage.get("output_tokens")), cache_read_tokens=cached,
-            cache_write_tokens=0)
-        reading.complete = True
+    if isinstance(response, dict):
+        _openai(reading, response, "input_tokens", "output_tokens", "input_tokens_details")
 
 
 def _chat(reading: Reading, data: dict[str, Any]) -> None:
-    reading.request_id = reading.request_id or _text(data.get("id"))
-    if isinstance(data.get("model"), str):
-        reading.model = data["model"]
-    usage = data.get("usage")
+    _openai(reading, data, "prompt_tokens", "completion_tokens", "prompt_tokens_details")
+
+
+def _openai(reading: Reading, answer: dict[str, Any], input_: str, output: str,
+            details: str) -> None:
+    """An OpenAI answer (a Responses response, a Chat Completions chunk): its id, model
+    and usage, whose input counts the cached tokens in."""
+    reading.request_id = reading.request_id or _text(answer.get("id"))
+    if isinstance(answer.get("model"), str):
+        reading.model = answer["model"]
+    usage = answer.get("usage")
     if isinstance(usage, dict):
-        cached = _int((usage.get("prompt_tokens_details") or {}).get("cached_tokens"))
+        cached = _int((usage.get(details) or {}).get("cached_tokens"))
         reading.tokens = TokenCounts.model_construct(
-            input_tokens=max(0, _int(usage.get("prompt_tokens")) - cached),
-            output_tokens=_int(usage.get("completion_tokens")), cache_read_tokens=cached,
+            input_tokens=max(0, _int(usage.get(input_)) - cached),
+            output_tokens=_int(usage.get(output)), cache_read_tokens=cached,
             cache_write_tokens=0)
         reading.complete = True
 

@@ -5,6 +5,7 @@ against them, and readers of what the ledger recorded against the servers' truth
 from __future__ import annotations
 
 import json
+import signal
 import threading
 from collections import defaultdict
 from pathlib import Path
@@ -14,7 +15,7 @@ import yaml
 
 from evalledger.ledger import Ledger, TaskCompleted, TaskEmitted, TaskUsage, TokenCounts
 from evalledger.pricing import normalize_model
-from tests.cli.helpers import PATIENCE, evalledger, wait_until
+from tests.cli.helpers import PATIENCE, evalledger, spawn, wait_until
 from tests.fake_agent_api import FakeAgentApi, Served, Turn, Usage
 from tests.real_agents import require
 
@@ -254,3 +255,27 @@ def release_once_the_agent_is_gone(api: FakeAgentApi, hold: threading.Event,
     thread = threading.Thread(target=release, daemon=True)
     thread.start()
     return thread
+
+
+def run_interrupted(folder: Path, db: Path, tasks: Path, api: FakeAgentApi,
+                    hold: threading.Event, env: dict[str, str], *args: str) -> None:
+    """``evalledger run`` of ``tasks`` as a real process, Ctrl-C'd once the agent waits
+    on its held answer, which is then given in full once the agent is dead (the
+    gateway reads it on)."""
+    releaser = release_once_the_agent_is_gone(api, hold, folder / "home")
+    proc = spawn(folder, db, "run", str(tasks), *args, env=env)
+    assert api.holding.wait(PATIENCE), "the agent never asked for its held answer"
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=PATIENCE)
+    releaser.join(PATIENCE)
+
+
+def run_to_its_end(folder: Path, db: Path, tasks: Path, api: FakeAgentApi,
+                   hold: threading.Event | None, env: dict[str, str], *args: str) -> None:
+    """``evalledger run`` of ``tasks``: to its end, which must succeed (no ``hold``), or
+    Ctrl-C'd on the held answer (``run_interrupted``)."""
+    if hold is not None:
+        run_interrupted(folder, db, tasks, api, hold, env, *args)
+        return
+    out = evalledger(folder, db, "run", str(tasks), *args, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr

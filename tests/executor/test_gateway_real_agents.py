@@ -6,7 +6,6 @@ reaches the CLI.
 
 from __future__ import annotations
 
-import signal
 import threading
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import pytest
 from evalledger.ledger import TokenCounts
 from evalledger.pricing import DEFAULT_RATES, normalize_model
 from evalledger.statuses import FinalStatus
-from tests.cli.helpers import PATIENCE, evalledger, spawn
+from tests.cli.helpers import PATIENCE, evalledger
 from tests.fake_agent_api import FakeAgentApi, Turn, Usage
 
 from .real_agent_tasks import (
@@ -37,6 +36,8 @@ from .real_agent_tasks import (
     opencode_through_gateway,
     recorded,
     release_once_the_agent_is_gone,
+    run_interrupted,
+    run_to_its_end,
     script,
     through_gateway,
     truth,
@@ -100,16 +101,13 @@ def test_claude_code_cut_off_through_the_gateway_is_booked_exact(tmp_path: Path,
     hold = threading.Event()
     with FakeAgentApi(script(hold=hold), main_model=OPUS) as api:
         tasks = _task(tmp_path, api, timeout=8 if ending == "timeout" else 60)
-        releaser = release_once_the_agent_is_gone(api, hold, tmp_path / "home")
         if ending == "timeout":
+            releaser = release_once_the_agent_is_gone(api, hold, tmp_path / "home")
             out = evalledger(tmp_path, db, "run", str(tasks), env=_env(api))
             assert out.returncode == 1, out.stdout + out.stderr
+            releaser.join(PATIENCE)
         else:
-            proc = spawn(tmp_path, db, "run", str(tasks), env=_env(api))
-            assert api.holding.wait(PATIENCE)
-            proc.send_signal(signal.SIGINT)
-            proc.communicate(timeout=PATIENCE)
-        releaser.join(PATIENCE)
+            run_interrupted(tmp_path, db, tasks, api, hold, _env(api))
     by_model, usages, completed, _ = recorded(db)
     assert len(api.served) == 2 and _exact(db, api) == by_model
     if ending == "timeout":
@@ -146,18 +144,7 @@ def test_codex_through_the_gateway_books_what_it_was_answered(tmp_path: Path,
     hold = threading.Event() if ending == "ctrl-c" else None
     with FakeAgentApi(codex_script(hold), main_model=CODEX_MODEL) as api:
         tasks = write(tmp_path, answer=codex_through_gateway(tmp_path, api))
-        if hold is None:
-            out = evalledger(tmp_path, db, "run", str(tasks), "--pricing", str(pricing),
-                             env=_env(api))
-            assert out.returncode == 0, out.stdout + out.stderr
-        else:
-            releaser = release_once_the_agent_is_gone(api, hold, tmp_path / "home")
-            proc = spawn(tmp_path, db, "run", str(tasks), "--pricing", str(pricing),
-                         env=_env(api))
-            assert api.holding.wait(PATIENCE)
-            proc.send_signal(signal.SIGINT)
-            proc.communicate(timeout=PATIENCE)
-            releaser.join(PATIENCE)
+        run_to_its_end(tmp_path, db, tasks, api, hold, _env(api), "--pricing", str(pricing))
     by_model, usages, _, _ = recorded(db)
     assert len(api.served) == 2
     assert by_model == truth(api.served) and all(call.finished for call in api.served)
@@ -179,16 +166,7 @@ def test_gemini_cli_through_the_gateway_books_what_each_model_was_answered(
     with FakeAgentApi(gemini_script(hold), main_model=main,
                       side=[Turn(text="route", usage=Usage(310, 18))]) as api:
         tasks = write(tmp_path, answer=gemini_through_gateway(tmp_path, routed=routed))
-        if hold is None:
-            out = evalledger(tmp_path, db, "run", str(tasks), env=_env(api))
-            assert out.returncode == 0, out.stdout + out.stderr
-        else:
-            releaser = release_once_the_agent_is_gone(api, hold, tmp_path / "home")
-            proc = spawn(tmp_path, db, "run", str(tasks), env=_env(api))
-            assert api.holding.wait(PATIENCE)
-            proc.send_signal(signal.SIGINT)
-            proc.communicate(timeout=PATIENCE)
-            releaser.join(PATIENCE)
+        run_to_its_end(tmp_path, db, tasks, api, hold, _env(api))
     by_model = _exact(db, api)
     assert set(by_model) == ({GEMINI_ROUTER, GEMINI_ROUTED} if routed else {GEMINI_MODEL})
     assert len(api.served) == 2 + routed
@@ -205,16 +183,7 @@ def test_opencode_through_the_gateway_books_its_title_call_and_every_step(
     with FakeAgentApi(script(hold=hold), main_model=OPENCODE_MODEL,
                       side=[Turn(text="Write the answer", usage=Usage(80, 4))]) as api:
         tasks = write(tmp_path, answer=opencode_through_gateway(tmp_path))
-        if hold is None:
-            out = evalledger(tmp_path, db, "run", str(tasks), env=_env(api))
-            assert out.returncode == 0, out.stdout + out.stderr
-        else:
-            releaser = release_once_the_agent_is_gone(api, hold, tmp_path / "home")
-            proc = spawn(tmp_path, db, "run", str(tasks), env=_env(api))
-            assert api.holding.wait(PATIENCE)
-            proc.send_signal(signal.SIGINT)
-            proc.communicate(timeout=PATIENCE)
-            releaser.join(PATIENCE)
+        run_to_its_end(tmp_path, db, tasks, api, hold, _env(api))
     by_model = _exact(db, api)
     assert any(call.side for call in api.served)  # its title
     assert len(by_model) == 2
