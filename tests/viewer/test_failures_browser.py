@@ -299,6 +299,24 @@ def test_a_search_of_every_run_finds_a_line_of_each(failures: str, page: Any) ->
     expect(page.locator("section.found mark")).to_have_text(["line 30"])
 
 
+def test_j_opens_the_first_failure_and_its_page_shows_the_failure_first(
+        failures: str, page: Any) -> None:
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.goto(f"{failures}/runs/{RUN}")
+    page.keyboard.press("j")  # the first failure of the table (failures first)
+    page.wait_for_url(f"**/runs/{RUN}/tasks/default/api-529/00**")
+    page.goto(f"{failures}/runs/{RUN}/tasks/default/pytest-fails/00")
+    # What failed and why on the first screen: the error, then the criteria; what the
+    # attempt was (started, isolation, tokens) folded under one line below them.
+    error = page.locator("#attempt-1 .error-block")
+    criteria = page.locator("#attempt-1 table.criteria")
+    assert error.bounding_box()["y"] < criteria.bounding_box()["y"] < 500
+    meta = page.locator("#attempt-1 details.meta")
+    assert meta.get_attribute("open") is None
+    assert criteria.bounding_box()["y"] < meta.bounding_box()["y"]
+    expect(meta.locator("summary")).to_contain_text("exit code")
+
+
 def test_typing_in_the_filter_narrows_the_table(failures: str, page: Any) -> None:
     page.goto(f"{failures}/runs/{RUN}")
     rows = page.locator("table.tasks tbody tr[data-task]")
@@ -358,7 +376,7 @@ def test_a_narrow_screen_shows_task_cards_and_folds_long_errors(
         "td => getComputedStyle(td, '::before').content") == '"score "'
     assert page.evaluate("document.documentElement.scrollWidth") <= 400
     page.goto(f"{failures}/runs/{RUN}/tasks/default/pytest-fails/00")
-    folded = page.locator("#attempt-1 table.kv td.err details.more")
+    folded = page.locator("#attempt-1 .error-block details.more")
     expect(folded.locator("summary")).to_have_text("run_command \u2717 assert 0 is None")
     folded.locator("summary").click()
     expect(folded).to_contain_text("FAILED test_stats.py::test_median")
