@@ -90,6 +90,20 @@ class Attempt:
         return str(self.started.definition.get("stream_format") or "native")
 
     @property
+    def tokens(self) -> int:
+        """Tokens its usage reports hold (what an attempt without a completion spent)."""
+        return sum(u.tokens.total for u in self.usage)
+
+    @property
+    def cost(self) -> tuple[float | None, bool]:
+        """What its usage reports cost, and whether that is all of it: never, for an
+        attempt that did not end (its last turn went unreported): a floor."""
+        priced = [u.cost_usd for u in self.usage if u.cost_usd is not None]
+        whole = self.completed is not None and len(priced) == len(self.usage) and not any(
+            u.estimate for u in self.usage)
+        return (sum(priced) if priced else None), whole
+
+    @property
     def imported(self) -> dict[str, Any] | None:
         """Where the attempt came from, when it was imported (not run here)."""
         return self.started.imported

@@ -610,3 +610,29 @@ def test_the_edges_of_each_range_are_served_and_one_past_them_refused(
         "runs"] == client.get("/api/runs").json()["runs"]
     assert client.get(f"/runs/{suite.first}", params={"at": "", "sort": "", "dir": ""}
                       ).status_code == 200
+
+
+def test_an_interrupted_attempt_says_what_it_spent_as_a_floor(tmp_path: Path) -> None:
+    """Its usage reports are what it spent: their tokens, and their cost as a floor
+    (its last turn went unreported)."""
+    from evalledger.ledger import (
+        RunFinished,
+        RunStarted,
+        TaskInterrupted,
+        TaskStarted,
+        TaskUsage,
+    )
+
+    key = "default/cut/00"
+    db = tmp_path / "l.db"
+    with Ledger(db) as ledger:
+        ledger.append([
+            RunStarted(run_id="cut", planned=[key]),
+            TaskStarted(run_id="cut", task_key=key, task_id="cut"),
+            TaskUsage(run_id="cut", task_key=key, model="m", input_tokens=1200,
+                      output_tokens=300, cost_usd=0.0123),
+            TaskInterrupted(run_id="cut", task_key=key, reason="cancelled"),
+            RunFinished(run_id="cut", status="interrupted")])
+    with TestClient(create_app(db)) as client:
+        page = html.unescape(client.get(f"/runs/cut/tasks/{key}").text)
+    assert "this attempt: interrupted · 1,500 tokens · \u2265 $0.0123" in page
