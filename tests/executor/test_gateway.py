@@ -375,6 +375,9 @@ def test_with_network_gateway_the_agent_reaches_its_api_and_nothing_else(
         python = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
         confined: dict[str, Any] = {"isolation": "bwrap"}
     else:
+        from ..needs import root
+
+        root("network: gateway under docker (entering a container's network namespace)")
         images = request.getfixturevalue("docker_images")
         python, confined = "/usr/bin/python3", {"isolation": "docker",
                                                 "image": images["python"]}
