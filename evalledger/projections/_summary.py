@@ -128,8 +128,6 @@ class _Spend(msgspec.Struct, array_like=True, gc=False):
         self.output += usage.output_tokens
         self.cache_read += usage.cache_read_tokens
         self.cache_write += usage.cache_write_tokens
-        if usage.estimate:  # what a stream showed before it was cut off: a floor
-            self.complete = False
         if usage.cost_usd is None:
             self.complete = False
         else:

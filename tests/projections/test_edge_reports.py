@@ -450,26 +450,3 @@ def test_runs_of_one_variant_each_pair_by_task_whatever_the_variants_are_named()
     assert diff_runs(a, b, {}).counts["added"] == 3
     assert diff_runs(a, b, {"opus": "sonnet"}).counts["regression"] == 1
     assert diff_runs(a, a).variants == {}
-
-
-def test_a_models_cost_that_holds_an_estimate_is_a_floor() -> None:
-    """A stream cut off before its agent reported: what it showed, priced, is booked as
-    an estimate; its model's cost is then marked a floor, as the run's is."""
-    from evalledger.ledger import TaskUsage
-    from evalledger.projections import model_table
-
-    events: list = [
-        RunStarted(run_id=RUN, planned=[K0, K1]),
-        started(K0), TaskUsage(run_id=RUN, task_key=K0, model="m-1", input_tokens=10,
-                               cost_usd=0.01),
-        completed(K0),
-        started(K1), TaskUsage(run_id=RUN, task_key=K1, model="m-2", input_tokens=10,
-                               cost_usd=0.02, estimate=True),
-        completed(K1, cost_complete=False),
-        RunFinished(run_id=RUN, status=RunStatus.COMPLETED)]
-    s = summarize(events)
-    assert {m.model: m.cost_complete for m in s.usage_by_model} == {"m-1": True, "m-2": False}
-    _, rows = model_table(s)
-    shown = {row[0]: row for row in rows}
-    assert any("\u2265" in cell for cell in shown["m-2"]) and not any(
-        "\u2265" in cell for cell in shown["m-1"])
