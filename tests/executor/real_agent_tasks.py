@@ -180,7 +180,8 @@ def gemini_through_gateway(folder: Path, *, routed: bool = False,
                        "-p 'Write 42 to answer.txt.'",
             "stream_format": "gemini", "gateway": ["gemini"], "isolation": "none",
             "env": {"HOME": str(folder / "home")}, "success_criteria": CRITERIA,
-            "timeout": 60, **fields}
+            # A bound, not a wait: its first start takes long on a loaded machine.
+            "timeout": 180, **fields}
 
 
 OPENCODE_MODEL = "claude-sonnet-4-5"
@@ -200,7 +201,8 @@ def opencode_through_gateway(folder: Path, **fields: Any) -> dict[str, Any]:
             "stream_format": "opencode", "gateway": ["anthropic"], "isolation": "none",
             "env": {"HOME": str(folder / "home"), "OPENCODE_CONFIG": str(config),
                     "OPENCODE_DISABLE_AUTOUPDATE": "1"},
-            "success_criteria": CRITERIA, "timeout": 60, **fields}
+            # A bound, not a wait: its first start takes long on a loaded machine.
+            "success_criteria": CRITERIA, "timeout": 180, **fields}
 
 
 def gemini_script(hold: threading.Event | None = None) -> list[Turn]:
@@ -212,6 +214,9 @@ def codex_script(hold: threading.Event | None = None) -> list[Turn]:
     return [Turn(command="echo 42 > answer.txt", usage=Usage(9342, 38, 9088)),
             Turn(text="I wrote 42 to answer.txt.", usage=Usage(0, 32), hold=hold)]
 
+
+# How long a real CLI may take to come to a call it was scripted to make.
+AGENT_PATIENCE = 4 * PATIENCE
 
 # Behind the gateway (docs/gateway.md): the runner's key, which the CLI never gets.
 RUNNER_KEY = "sk-ant-runner"
@@ -248,7 +253,9 @@ def release_once_the_agent_is_gone(api: FakeAgentApi, hold: threading.Event,
                                     home: Path) -> threading.Thread:
     """Answer the held call in full once the agent is dead: the gateway reads it on."""
     def release() -> None:
-        assert api.holding.wait(PATIENCE), "the agent never asked for its held answer"
+        # A CLI's first start (OpenCode's: a compiled binary and its first-run set-up)
+        # takes long on a loaded machine: its turn is waited for, however long.
+        assert api.holding.wait(AGENT_PATIENCE), "the agent never asked for its held answer"
         wait_until(lambda: not agent_alive(home), "the agent killed")
         hold.set()
 
@@ -264,7 +271,7 @@ def run_interrupted(folder: Path, db: Path, tasks: Path, api: FakeAgentApi,
     gateway reads it on)."""
     releaser = release_once_the_agent_is_gone(api, hold, folder / "home")
     proc = spawn(folder, db, "run", str(tasks), *args, env=env)
-    assert api.holding.wait(PATIENCE), "the agent never asked for its held answer"
+    assert api.holding.wait(AGENT_PATIENCE), "the agent never asked for its held answer"
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=PATIENCE)
     releaser.join(PATIENCE)
