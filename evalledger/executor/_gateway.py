@@ -41,7 +41,15 @@ import trio
 
 from evalledger.ledger import TaskUsage, utc_now
 
-from ._gateway_api import PROVIDERS, Provider, Reading, api_of, gemini_model, reads_usage
+from ._gateway_api import (
+    PROVIDERS,
+    Provider,
+    Reading,
+    allowed,
+    api_of,
+    gemini_model,
+    reads_usage,
+)
 from ._usage import Usage
 
 if TYPE_CHECKING:
@@ -233,6 +241,12 @@ class Gateway:
         call = Call(provider.name, api, path, streamed, trio.current_time())
         call.model = model = (request.get("model") if isinstance(request.get("model"), str)
                               else gemini_model(path))
+        if not allowed(provider.name, api, scope["method"]):
+            call.status = 404
+            await _answer(send, 404, provider.error(404, f"evalledger gateway: {api!r} is "
+                                                    "no API the gateway meters"))
+            await self._book(attempt, call)
+            return
         if reads_usage(provider.name, api) and (reason := attempt.meter.refusal()):
             attempt.meter.refused(reason)
             call.status = 400

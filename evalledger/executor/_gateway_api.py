@@ -83,11 +83,28 @@ PROVIDERS: dict[str, Provider] = {p.name: p for p in (
 
 def api_of(provider: str, path: str) -> str:
     """Which API of ``provider`` a request path calls: ``messages``, ``responses``,
-    ``chat``, ``generate`` (Gemini, either way), or the path's last part."""
-    if provider == "gemini" and ":" in path.rsplit("/", 1)[-1]:
-        return "generate"
-    last = path.rstrip("/").rsplit("/", 1)[-1]
+    ``chat``, ``generate`` (Gemini's generateContent, either way), or the path's last
+    part (a Gemini method's name: ``countTokens``)."""
+    last = path.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+    if provider == "gemini" and ":" in last:
+        method = last.split(":", 1)[1]
+        return "generate" if method in ("generateContent", "streamGenerateContent") else method
     return {"completions": "chat"}.get(last, last)
+
+
+# What an agent may post that spends nothing: passed on, not metered. Any other post
+# to an API whose usage the gateway does not read is refused: an agent must not spend
+# past its meter and its budget through an API the gateway cannot count (embeddings,
+# batches, an old completions API). A read (GET, HEAD: a CLI's check that its base URL
+# answers, a model listing) spends nothing and is passed on.
+FREE = frozenset({("anthropic", "count_tokens"), ("openai", "models"),
+                  ("anthropic", "models"), ("gemini", "countTokens"), ("gemini", "models")})
+_READS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def allowed(provider: str, api: str, method: str) -> bool:
+    """Whether the gateway passes a call on: one it meters, a free one, or a read."""
+    return method in _READS or reads_usage(provider, api) or (provider, api) in FREE
 
 
 def gemini_model(path: str) -> str | None:

@@ -412,3 +412,21 @@ def test_with_network_gateway_the_agent_reaches_its_api_and_nothing_else(
     with Ledger(db, read_only=True) as ledger:
         (isolation,) = [e for e in ledger.events(only_run(db)) if e.type == "task.isolation"]
     assert isolation.network == "gateway" and isolation.probes["network"] == "refused"
+
+
+def test_an_api_the_gateway_cannot_meter_is_refused_not_passed_on(tmp_path: Path) -> None:
+    """An agent must not spend past its meter and budget through an API whose usage the
+    gateway does not read (embeddings here): refused, recorded, never sent upstream."""
+    with FakeApi() as api:
+        api.script.append(Reply(body={"data": [], "usage": {"prompt_tokens": 9}}))
+        code, db = run_agent(tmp_path, [{"provider": "openai", "path": "/embeddings",
+                                         "body": {"model": "text-embedding-3-small"}}],
+                             {"openai": api.url})
+        assert api.seen == []
+    assert code == 1
+    (said,) = _printed(db)
+    assert said["status"] == 404 and "no API the gateway meters" in said["error"]["error"][
+        "message"]
+    (usage,), _ = read(db)
+    assert usage.call is not None and (usage.call["api"], usage.call["status"]) == (
+        "embeddings", 404)

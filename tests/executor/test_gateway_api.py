@@ -71,5 +71,7 @@ def test_apis_and_models_are_told_by_their_paths() -> None:
     assert api_of("openai", "/v1/responses") == "responses"
     assert api_of("gemini", "/v1beta/models/gemini-2.5-pro:streamGenerateContent") == "generate"
     assert api_of("anthropic", "/v1/messages/count_tokens") == "count_tokens"
+    assert api_of("gemini", "/v1beta/models/gemini-2.5-pro:countTokens") == "countTokens"
+    assert api_of("gemini", "/v1beta/models/gemini-2.5-pro:embedContent") == "embedContent"
     assert gemini_model("/v1beta/models/gemini-2.5-pro:generateContent") == "gemini-2.5-pro"
     assert gemini_model("/v1beta/models") is None
