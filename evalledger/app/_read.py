@@ -37,12 +37,8 @@ def summary(run: str = "latest", *, ledger: Path | str = DEFAULT_LEDGER,
         RunNotFound: no run answers to ``run``, or a prefix names several.
         UnknownGrades: the run has no grade set ``grades``.
     """
-    from ._repository import load_summary
-
     with Ledger(ledger, read_only=True) as opened:
-        run_id = opened.resolve_run(run)
-        found = load_summary(opened, run_id, grades=grades, count_infra=count_infra)
-        return found.anchored(opened.anchor(run_id))
+        return _anchored(opened, run, grades, count_infra)
 
 
 def list_runs(*, ledger: Path | str = DEFAULT_LEDGER,
@@ -107,6 +103,7 @@ def compared(a: RunSummary, b: RunSummary, variants: tuple[str, str] | None,
 
 
 def _anchored(ledger: Ledger, run: str, grades: str | None, count_infra: bool) -> RunSummary:
+    """The run's summary as ``report --format json`` prints it: anchored to the ledger."""
     from ._repository import load_summary
 
     run_id = ledger.resolve_run(run)
