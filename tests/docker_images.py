@@ -2,7 +2,8 @@
 
 ``busybox``: Debian's static busybox and its applets, nothing else (a shell, coreutils,
 ``nc``, ``setsid``). ``python``: that, plus this machine's ``/usr/bin/python3`` with its
-standard library and the shared libraries it links (what the example agent needs).
+standard library and the shared libraries it and its ``ssl`` module link (what the
+example agent needs; a client of HTTPS).
 ``agent``: busybox, plus ``/bin/bash`` and the shared libraries of bash and of the
 binaries named (a real agent CLI, bound in at run time, needs those and a shell).
 Each is tagged by a hash of what went into it, so a second build is a lookup.
@@ -62,7 +63,10 @@ def build(kind: str, binaries: tuple[str, ...] = ()) -> str:
     files = [BUSYBOX]
     if kind == "python":
         version = os.path.basename(os.path.realpath(PYTHON))  # python3.11
-        files += [PYTHON, f"/usr/lib/{version}", *_libraries(PYTHON)]
+        dynload = Path(f"/usr/lib/{version}/lib-dynload")
+        files += [PYTHON, f"/usr/lib/{version}", *sorted(
+            {lib for binary in (PYTHON, *map(str, dynload.glob("_ssl.*.so")))
+             for lib in _libraries(binary)})]
     if kind == "agent":
         files += ["/bin/bash", *sorted({lib for binary in ("/bin/bash", *binaries)
                                         for lib in _libraries(binary)})]

@@ -5,13 +5,17 @@ request, for the tests of what calls such an API (judges)."""
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
+
+if TYPE_CHECKING:
+    import trustme
 
 
 @dataclass
@@ -54,10 +58,20 @@ class LoopbackServer:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.origin = "http://127.0.0.1"
+
+    def secure(self, ca: trustme.CA) -> Self:
+        """Serve HTTPS instead, as the real APIs do, with a certificate for ``localhost``
+        that ``ca`` issued: a test CA, which a client trusts only when told to."""
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ca.issue_cert("localhost").configure_cert(context)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.origin = "https://localhost"
+        return self
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        return f"{self.origin}:{self.server.server_address[1]}"
 
     def __enter__(self) -> Self:
         self.thread.start()

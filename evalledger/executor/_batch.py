@@ -56,6 +56,7 @@ from ._writer import WriterStats, open_writer
 from .isolation import DOCKER_MARK, remove_containers
 
 if TYPE_CHECKING:
+    from ._egress import Egress
     from ._gateway import Gateway
     from .ray import RayExecutor
 
@@ -338,7 +339,7 @@ async def _run(
                 on_event(event)
 
     async with open_writer(ledger, on_committed, signer) as writer, \
-            _gateway_for(to_run, sandboxes.root) as gateway:
+            _gateway_for(to_run, sandboxes.root) as (gateway, egress):
         ctx = RunContext(
             run_id=config.run_id,
             writer=writer,
@@ -357,6 +358,7 @@ async def _run(
             spent_usd=resume.spent_usd if resume else 0.0,
             ledger_path=str(Path(ledger.path).resolve()),
             gateway=gateway,
+            egress=egress,
             max_cost_usd=config.max_cost_usd,
         )
         if to_run and config.preservation_mode != "none":
@@ -441,13 +443,14 @@ async def _run(
 
 
 @contextlib.asynccontextmanager
-async def _gateway_for(tasks: Sequence[ResolvedTask],
-                       root: Path) -> AsyncIterator[Gateway | None]:
+async def _gateway_for(tasks: Sequence[ResolvedTask], root: Path,
+                       ) -> AsyncIterator[tuple[Gateway | None, Egress | None]]:
     """The batch's model gateway, when one of its tasks calls through it (none else:
     hypercorn and httpx are not even imported); its unix socket in the batch's private
-    folder (``root``), for sandboxes of ``network: gateway``."""
+    folder (``root``), for sandboxes of ``network: gateway``; and the egress proxy's
+    there, when one of those has ``allow_domains``."""
     if not any(task.gateway for task in tasks):
-        yield None
+        yield None, None
         return
     import os
 
@@ -455,11 +458,17 @@ async def _gateway_for(tasks: Sequence[ResolvedTask],
 
     if not any(task.network == "gateway" for task in tasks):
         async with open_gateway(dict(os.environ)) as gateway:
-            yield gateway
+            yield gateway, None
         return
+    from ._egress import open_egress
+
     with _socket_folder(root) as folder:
         async with open_gateway(dict(os.environ), folder / "gateway.sock") as gateway:
-            yield gateway
+            if not any(task.allow_domains for task in tasks):
+                yield gateway, None
+                return
+            async with open_egress(folder / "egress.sock") as egress:
+                yield gateway, egress
 
 
 @contextlib.contextmanager
@@ -467,7 +476,7 @@ def _socket_folder(root: Path) -> Iterator[Path]:
     """Where the gateway's unix socket goes: the batch's private folder, unless its path
     would pass what a unix socket's may hold (108 bytes: a deep ``TMPDIR``); then a
     private folder of its own in /tmp, removed after."""
-    if len(str(root / "gateway.sock").encode()) < 100:
+    if len(str(root / "egress.sock").encode()) < 100:
         yield root
         return
     folder = Path(tempfile.mkdtemp(prefix="evalledger-gw-", dir="/tmp"))

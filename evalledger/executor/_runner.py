@@ -45,6 +45,7 @@ from evalledger.ledger import (
     EventRow,
     EventType,
     TaskCompleted,
+    TaskEgress,
     TaskEmitted,
     TaskIsolation,
     TaskOutput,
@@ -86,6 +87,7 @@ from ._usage import Usage, UsageMeter
 from ._writer import EventSink, WriterFailed
 
 if TYPE_CHECKING:
+    from ._egress import Egress, EgressAttempt
     from ._gateway import Gateway, GatewayAttempt
 
 log = logging.getLogger("evalledger.executor")
@@ -200,6 +202,8 @@ class RunContext:
     agent_versions: AgentVersions = field(default_factory=AgentVersions)
     # The batch's model gateway, when a task has ``gateway`` (docs/gateway.md).
     gateway: Gateway | None = None
+    # The batch's egress proxy, when a task has ``allow_domains`` (docs/gateway.md).
+    egress: Egress | None = None
     # The run's max_cost_usd: past it, the gateway refuses an agent's next call.
     max_cost_usd: float | None = None
     # Numbers the attempts' marks: shared by every attempt the context runs.
@@ -460,6 +464,18 @@ class _Streams:
             await self.ctx.writer.append(event)
         self.touched(event.ts)
 
+    async def egress(self, host: str, port: int, allowed: bool, reason: str | None,
+                     sent_bytes: int, received_bytes: int, seconds: float) -> None:
+        """A connection through the egress proxy (``_egress.Recorder``), recorded after
+        the lines read before it."""
+        event = TaskEgress(run_id=self.ctx.run_id, task_key=self.task.task_key,
+                           attempt=self.attempt, host=host, port=port, allowed=allowed,
+                           reason=reason, sent_bytes=sent_bytes,
+                           received_bytes=received_bytes, seconds=seconds)
+        with trio.CancelScope(shield=True):
+            await self.flush()
+            await self.ctx.writer.append(event)
+
     def refusal(self) -> str | None:
         if self.budget_stop is not None:
             return f"the task's budget is spent: {self.budget_stop.detail}"
@@ -619,7 +635,7 @@ async def _attempt(
     kept_hash: str | None = None
     judging = Judging(functools.partial(_record_judge, state), ctx.rates, ctx.base_env,
                       Path(task.workdir) if task.workdir else None)
-    gate: GatewayAttempt | None = None
+    gate: _Gates | None = None
     try:
         sandbox = await _make_sandbox(task, ctx, artifacts)
         jail = await _confine(task, ctx, sandbox, attempt)
@@ -737,24 +753,49 @@ async def _grade(task: ResolvedTask, ctx: RunContext, state: _Streams, sandbox: 
                     functools.partial(_sandbox.remove_tree, graded, ignore_errors=True))
 
 
+@dataclass
+class _Gates:
+    """An attempt's ways out: its token at the gateway, and at the egress proxy when
+    its task has ``allow_domains``."""
+
+    gateway: GatewayAttempt
+    egress: EgressAttempt | None = None
+
+
 def _through_gateway(task: ResolvedTask, ctx: RunContext, state: _Streams,
-                     env: dict[str, str]) -> tuple[GatewayAttempt, dict[str, str]]:
+                     env: dict[str, str]) -> tuple[_Gates, dict[str, str]]:
     """The attempt's token at the gateway, and its environment pointed there: its base
-    URLs and keys the gateway's, none of the runner's keys."""
+    URLs and keys the gateway's, none of the runner's keys (and its proxy the egress
+    proxy, with ``allow_domains``)."""
     from ._gateway import gateway_keys_removed
 
     if ctx.gateway is None:
         raise RuntimeError("a task has gateway but the batch started no gateway")
-    gate = ctx.gateway.attempt(frozenset(task.gateway), state, ctx.rates.price)
-    return gate, {**gateway_keys_removed(env), **gate.env(ctx.gateway.base_url)}
+    gates = _Gates(ctx.gateway.attempt(frozenset(task.gateway), state, ctx.rates.price))
+    env = {**gateway_keys_removed(env), **gates.gateway.env(ctx.gateway.base_url)}
+    if task.allow_domains:
+        if ctx.egress is None:
+            raise RuntimeError("a task has allow_domains but the batch started no proxy")
+        gates.egress = ctx.egress.attempt(tuple(task.allow_domains), state)
+        env.update(gates.egress.env(_egress_port(ctx.gateway.port)))
+    return gates, env
 
 
-async def _close_gate(ctx: RunContext, gate: GatewayAttempt) -> None:
+def _egress_port(gateway_port: int) -> int:
+    """The egress proxy's port inside the sandbox: any but the gateway's."""
+    from ._egress import PORT
+
+    return PORT if gateway_port != PORT else PORT + 1
+
+
+async def _close_gate(ctx: RunContext, gates: _Gates) -> None:
     """Wait out the attempt's calls under way (a second Ctrl-C: none), shielded: what
-    they report is the attempt's spend."""
+    they report is the attempt's spend; end its connections left open (each recorded)."""
     assert ctx.gateway is not None
     with trio.CancelScope(shield=True):
-        await ctx.gateway.close(gate, now=ctx.kill_now.is_set())
+        if gates.egress is not None and ctx.egress is not None:
+            await ctx.egress.close(gates.egress)
+        await ctx.gateway.close(gates.gateway, now=ctx.kill_now.is_set())
 
 
 async def _grading_copy(task: ResolvedTask, ctx: RunContext, sandbox: Path) -> Path | None:
@@ -876,16 +917,22 @@ async def _confine(task: ResolvedTask, ctx: RunContext, sandbox: Path,
 
 
 def _bridge(task: ResolvedTask, ctx: RunContext) -> _isolation.Bridge | None:
-    """What ``network: gateway`` binds in: the gateway's socket and this interpreter."""
+    """What ``network: gateway`` binds in: the gateway's socket (and the egress proxy's,
+    with ``allow_domains``) and this interpreter."""
     if task.network != "gateway":
         return None
     if ctx.gateway is None or ctx.gateway.socket_path is None:
         raise IsolationLeak("network: gateway, and the batch has no gateway socket")
+    egress = None
+    if task.allow_domains:
+        if ctx.egress is None:
+            raise IsolationLeak("allow_domains, and the batch has no egress proxy")
+        egress = (str(ctx.egress.socket_path), _egress_port(ctx.gateway.port))
     import sys
 
     python = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
     return _isolation.Bridge(str(ctx.gateway.socket_path), ctx.gateway.port, python,
-                             sys.base_prefix)
+                             sys.base_prefix, egress)
 
 
 def _asked_backend(task: ResolvedTask) -> str:

@@ -259,9 +259,11 @@ def hidden_from_others(root: str) -> list[str]:
     return hidden
 
 
-# Where a sandbox of ``network: gateway`` finds the gateway's socket and the forwarder
-# that is its only way out (docs/gateway.md, "Isolation").
+# Where a sandbox of ``network: gateway`` finds the gateway's socket (and the egress
+# proxy's, with ``allow_domains``) and the forwarder that is its only way out
+# (docs/gateway.md, "Isolation").
 GATEWAY_SOCKET = "/run/evalledger/gateway.sock"
+EGRESS_SOCKET = "/run/evalledger/egress.sock"
 FORWARDER = "/run/evalledger/forwarder.py"
 
 
@@ -269,31 +271,43 @@ FORWARDER = "/run/evalledger/forwarder.py"
 class Bridge:
     """What ``network: gateway`` binds into a sandbox: the gateway's unix socket, the
     port its forwarder listens on inside (the gateway's own, in the agent's base URLs),
-    and the runner's interpreter that runs the forwarder (with its standard library)."""
+    the runner's interpreter that runs the forwarder (with its standard library), and
+    with ``allow_domains`` the egress proxy's socket and port."""
 
     socket: str
     port: int
     python: str
     prefix: str
+    egress: tuple[str, int] | None = None
 
     def mounts(self) -> list[tuple[str, str]]:
         forwarder = str(Path(__file__).with_name("_forwarder.py"))
         found = [(self.socket, GATEWAY_SOCKET), (forwarder, FORWARDER)]
+        if self.egress is not None:
+            found.append((self.egress[0], EGRESS_SOCKET))
         # The system's own folders are bound already; an interpreter elsewhere (pyenv,
         # a venv's base) is bound where it is.
         if not self.prefix.startswith(("/usr/", "/bin/", "/lib")):
             found.append((self.prefix, self.prefix))
         return found
 
+    def _routes(self, inside: bool) -> list[str]:
+        """The forwarder's ``SOCKET PORT`` pairs: the sockets' paths inside the sandbox
+        (``inside``) or on the host (a forwarder entering a container's namespace)."""
+        routes = [GATEWAY_SOCKET if inside else self.socket, str(self.port)]
+        if self.egress is not None:
+            routes += [EGRESS_SOCKET if inside else self.egress[0], str(self.egress[1])]
+        return routes
+
     def enter(self, pid: int) -> list[str]:
         """The argv of a forwarder on the host serving inside the network namespace of
         process ``pid`` (a container's)."""
         return [self.python, "-I", "-S", str(Path(__file__).with_name("_forwarder.py")),
-                "--netns", f"/proc/{pid}/ns/net", self.socket, str(self.port)]
+                "--netns", f"/proc/{pid}/ns/net", *self._routes(inside=False)]
 
     def wrap(self, command: str | list[str]) -> list[str]:
         inner = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
-        return [self.python, "-I", "-S", FORWARDER, GATEWAY_SOCKET, str(self.port), "--",
+        return [self.python, "-I", "-S", FORWARDER, *self._routes(inside=True), "--",
                 *inner]
 
 

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from ._events import RunSnapshot as RunSnapshot
     from ._events import RunStarted as RunStarted
     from ._events import TaskCompleted as TaskCompleted
+    from ._events import TaskEgress as TaskEgress
     from ._events import TaskEmitted as TaskEmitted
     from ._events import TaskFlagged as TaskFlagged
     from ._events import TaskGraded as TaskGraded
@@ -142,6 +143,7 @@ _WHERE = {
     "RunSnapshot": "_events",
     "RunStarted": "_events",
     "TaskCompleted": "_events",
+    "TaskEgress": "_events",
     "TaskEmitted": "_events",
     "TaskFlagged": "_events",
     "TaskGraded": "_events",
@@ -242,6 +244,7 @@ __all__ = [
     "Seals",
     "Signer",
     "TaskCompleted",
+    "TaskEgress",
     "TaskEmitted",
     "TaskFlagged",
     "TaskGraded",

@@ -356,8 +356,8 @@ class TaskStarted(_TaskEvent):
     ``model``, ``stream_format``, ``budget``, ``success_criteria``, ``expect``,
     ``isolation``, ``network``, ``env_passthrough``, ``binds``, ``image``,
     ``dockerfile``, ``stall_timeout``, ``stall_action``, ``max_output``, ``limits``
-    (all five, when any is not at its default) and ``gateway`` (its providers) the task
-    sets to other than its default
+    (all five, when any is not at its default), ``gateway`` (its providers) and
+    ``allow_domains`` the task sets to other than its default
     (before 0.2 the first ten were recorded at their defaults too; ``retries`` and
     ``agent_version_command``, like ``ray``, are how it runs, not what it is: never
     recorded here; see
@@ -778,7 +778,9 @@ class TaskIsolation(_TaskEvent):
     image: Annotated[str | None, Field(exclude_if=_absent)] = None
     """Only with ``docker``: the id of the image the command ran in (``sha256:...``)."""
     network: str = "none"
-    """``none`` (a loopback of its own) or ``host``."""
+    """``none`` (a loopback of its own), ``host``, or ``gateway`` (a loopback of its own
+    whose only way out is the model gateway, and the egress proxy with
+    ``allow_domains``)."""
     probes: JsonObject = {}
     """What the prelude found inside before the command started: ``canary``, ``ledger``
     and ``task_file`` (``absent`` or ``visible``), ``network`` (a connect to a port the
@@ -794,6 +796,34 @@ class TaskIsolation(_TaskEvent):
     """The backend's version (``bubblewrap 0.8.0``, ``docker 20.10.24``: the daemon's)."""
     workspace: str | None = None
     """Where the command found its workspace (``/work``)."""
+
+
+class TaskEgress(_TaskEvent):
+    """A connection an attempt's command asked the egress proxy for, under ``network:
+    gateway`` with ``allow_domains`` ([gateway.md](gateway.md#other-hosts-allow_domains)):
+    let through to a host the task allows (recorded when it closes, with what it carried)
+    or denied (recorded as it is refused). Recorded before the attempt's
+    ``task.completed``."""
+
+    type: Literal[EventType.TASK_EGRESS] = EventType.TASK_EGRESS
+    allowed: bool
+    """It was let through (its host and port are in the task's ``allow_domains``)."""
+    attempt: int = 1
+    """The attempt (as in its ``task.started``)."""
+    host: _Line
+    """The host it asked for (lower case, as the command named it: a name or an
+    address)."""
+    port: int
+    """The port it asked for."""
+    reason: Annotated[str | None, Field(exclude_if=_absent)] = None
+    """Why it was denied (``not in allow_domains``, ``not CONNECT: GET``, ``bad request``),
+    or why a connection let through ended early (``cannot connect: ...``)."""
+    received_bytes: int = 0
+    """Bytes the host sent the command."""
+    seconds: float = 0.0
+    """How long it was open (0 for a denied one)."""
+    sent_bytes: int = 0
+    """Bytes the command sent the host."""
 
 
 class RunFinished(_Event):
@@ -895,6 +925,7 @@ Event = Annotated[
     | TaskCompleted
     | TaskInterrupted
     | TaskIsolation
+    | TaskEgress
     | TaskStalled
     | TaskOutputTruncated
     | TaskGraded
@@ -914,7 +945,7 @@ EVENT_TYPES: dict[str, type[_Event]] = {
     cls.model_fields["type"].default: cls
     for cls in (
         RunStarted, RunResumed, TaskSkipped, TaskStarted, TaskOutput, TaskEmitted, TaskLines,
-        TaskUsage, TaskCompleted, TaskInterrupted, TaskIsolation, TaskStalled,
+        TaskUsage, TaskCompleted, TaskInterrupted, TaskIsolation, TaskEgress, TaskStalled,
         TaskOutputTruncated, TaskGraded,
         RunGraded,
         TaskFlagged, RunFinished, RunSnapshot, RunMerged, RunSigned,

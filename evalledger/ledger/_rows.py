@@ -31,6 +31,7 @@ class EventType(StrEnum):
     TASK_COMPLETED = "task.completed"
     TASK_INTERRUPTED = "task.interrupted"
     TASK_ISOLATION = "task.isolation"
+    TASK_EGRESS = "task.egress"
     TASK_STALLED = "task.stalled"
     TASK_OUTPUT_TRUNCATED = "task.output_truncated"
     TASK_GRADED = "task.graded"

@@ -312,7 +312,7 @@ def _check_seals(ledger: Ledger, after: int, rows: bool, report: VerifyReport) -
 # (A regrade's gradings and their usage, a scan's flags and a transfer's account do.)
 _BATCH_TASK_TYPES = (EventType.TASK_STARTED, EventType.TASK_COMPLETED,
                      EventType.TASK_INTERRUPTED, EventType.TASK_SKIPPED,
-                     EventType.TASK_ISOLATION, EventType.TASK_STALLED,
+                     EventType.TASK_ISOLATION, EventType.TASK_EGRESS, EventType.TASK_STALLED,
                      EventType.TASK_OUTPUT_TRUNCATED)
 _OPENINGS = (EventType.RUN_STARTED, EventType.RUN_RESUMED)
 

@@ -310,7 +310,9 @@ Network = Literal["none", "host", "gateway"]
 # The model APIs a task's agent may call through the gateway (docs/gateway.md).
 GatewayProvider = Literal["anthropic", "openai", "gemini"]
 GATEWAY_PROVIDERS: tuple[GatewayProvider, ...] = ("anthropic", "openai", "gemini")
-# What a stall does (docs/tasks.md, "Stalls and retries").
+# An ``allow_domains`` entry: a host name or address, or ``*.`` and a domain, and a port.
+_LABEL = r"[a-z0-9]([a-z0-9-]*[a-z0-9])?"
+_ALLOWED_DOMAIN = re.compile(rf"(\*\.)?{_LABEL}(\.{_LABEL})*(:[0-9]{{1,5}})?")
 StallAction = Literal["kill", "warn"]
 
 # How a task may be expected to end instead of succeeding: a category (``failed``,
@@ -415,6 +417,22 @@ class TaskSettings(_Strict):
     """The agent calls its model API through evalledger's gateway: true (every provider:
     anthropic, openai, gemini) or the providers it may call. Its base URLs and keys are
     set to the gateway's and a per-attempt token; its usage is what the APIs answered."""
+    allow_domains: list[str] | None = None
+    """With network gateway: other hosts the command may reach through evalledger's
+    proxy (HTTPS_PROXY; CONNECT only), each connection recorded: pypi.org (port 443),
+    *.pythonhosted.org (any host under it), host:PORT (that port instead)."""
+
+    @field_validator("allow_domains")
+    @classmethod
+    def _domain_names(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        names = [name.strip().lower().rstrip(".") for name in value]
+        for name, given in zip(names, value, strict=True):
+            if not _ALLOWED_DOMAIN.fullmatch(name):
+                raise ValueError(f"allow_domains: {given!r} is no host name (pypi.org, "
+                                 "*.pythonhosted.org, host:8443)")
+        return sorted(set(names))
 
     @field_validator("env_passthrough")
     @classmethod
@@ -561,6 +579,7 @@ class ResolvedTask(_Strict):
     image: str | None = None
     dockerfile: str | None = None
     gateway: list[GatewayProvider] = []
+    allow_domains: list[str] = []
 
     def definition(self) -> dict[str, Any]:
         """What the task *is*, as ``task.started`` records it: everything but where it
@@ -598,7 +617,7 @@ class ResolvedTask(_Strict):
 # Keys a definition holds only when not at their default (``ResolvedTask.definition``).
 _LATER_KEYS = ("expect", "isolation", "network", "env_passthrough", "binds", "image",
                "dockerfile", "stall_timeout", "stall_action", "max_output", "limits",
-               "gateway")
+               "gateway", "allow_domains")
 
 _REQUIRED = object()
 
@@ -1094,6 +1113,9 @@ def _complete(settings: dict[str, Any]) -> None:
     if settings.get("network") == "gateway" and not settings.get("gateway"):
         raise ValueError("network: gateway: the task calls no API through the gateway "
                          "(give it gateway: true, or the providers it calls)")
+    if settings.get("allow_domains") and settings.get("network") != "gateway":
+        raise ValueError("allow_domains: only with network: gateway (the proxy to them is "
+                         "the gateway's)")
 
 
 def _resolve_limits(settings: dict[str, Any]) -> None:

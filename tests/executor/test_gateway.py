@@ -69,9 +69,12 @@ def anthropic(stream: bool = True) -> dict[str, Any]:
 
 
 def run_agent(folder: Path, calls: list[dict[str, Any]], upstreams: dict[str, str], *,
-              gateway: object = True, **fields: Any) -> tuple[int, Path]:
+              gateway: object = True, ca: Path | None = None,
+              **fields: Any) -> tuple[int, Path]:
     """One task whose command is ``CLIENT`` making ``calls``, run through the gateway
-    with the runner's keys ``sk-runner-*`` and the upstreams given."""
+    with the runner's keys ``sk-runner-*``, the upstreams given, and the CA bundle
+    ``ca`` to trust for them."""
+    folder.mkdir(exist_ok=True)
     (folder / "client.py").write_text(CLIENT, encoding="utf-8")
     task = {"command": [sys.executable, str(folder / "client.py"), json.dumps(calls)],
             "isolation": "none", "gateway": gateway, "timeout": 60,
@@ -82,7 +85,8 @@ def run_agent(folder: Path, calls: list[dict[str, Any]], upstreams: dict[str, st
     (folder / "tasks" / "agent.yaml").write_text(yaml.safe_dump(task), encoding="utf-8")
     env = {"ANTHROPIC_API_KEY": "sk-runner-a", "OPENAI_API_KEY": "sk-runner-o",
            "GEMINI_API_KEY": "sk-runner-g", "EVALLEDGER_GATEWAY_DRAIN": "0.5",
-           **{f"EVALLEDGER_GATEWAY_{name.upper()}_URL": url for name, url in upstreams.items()}}
+           **{f"EVALLEDGER_GATEWAY_{name.upper()}_URL": url for name, url in upstreams.items()},
+           **({"EVALLEDGER_GATEWAY_CA": str(ca)} if ca else {})}
     db = folder / "l.db"
     done = evalledger(folder, db, "run", str(folder / "tasks"), "--kill-grace", "0.5", env=env)
     return done.returncode, db
@@ -126,6 +130,33 @@ def test_each_call_is_booked_as_the_upstream_answered_it_and_keys_stay_the_runne
     assert seen["ANTHROPIC_API_KEY"] == seen["OPENAI_API_KEY"] == seen["GEMINI_API_KEY"]
     assert seen["ANTHROPIC_BASE_URL"].endswith(f"/{seen['ANTHROPIC_API_KEY']}/anthropic")
     assert seen["OPENAI_BASE_URL"].endswith("/openai/v1")
+
+
+def test_an_https_upstream_is_trusted_through_the_ca_given_and_no_other(
+        tmp_path: Path) -> None:
+    """As the real APIs are reached (HTTPS, verified): a local upstream whose certificate
+    a test CA issued is reached once that CA is given (EVALLEDGER_GATEWAY_CA), and each
+    call booked as it answered; without it, the certificate is refused and nothing
+    reaches the upstream (the call is recorded, unreachable)."""
+    import trustme
+
+    ca = trustme.CA()
+    bundle = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(bundle))
+    script = [Turn(text="a", usage=Usage(100, 20, 5000, 300)), Turn(text="b", usage=Usage(7, 9))]
+    with FakeAgentApi(script, main_model=SONNET).secure(ca) as api:
+        assert api.url.startswith("https://localhost:")
+        trusted, db = run_agent(tmp_path / "trusted", [anthropic(), anthropic(stream=False)],
+                                {"anthropic": api.url}, ca=bundle)
+        untrusted, refused_db = run_agent(tmp_path / "untrusted", [anthropic()],
+                                          {"anthropic": api.url})
+    assert trusted == 0 and untrusted == 1
+    usages, done = read(db)
+    assert [u.tokens for u in usages] == [counts(s.usage) for s in api.served]
+    assert len(api.served) == 2 and done.tokens == total(usages)
+    assert {r["headers"]["x-api-key"] for r in api.requests} == {"sk-runner-a"}
+    (refused,), _ = read(refused_db)
+    assert refused.call is not None and refused.call["status"] == "unreachable"
 
 
 def _seen(folder: Path) -> dict[str, str]:

@@ -47,6 +47,7 @@ from evalledger.ledger import (
     RunSnapshot,
     RunStarted,
     TaskCompleted,
+    TaskEgress,
     TaskEmitted,
     TaskFlagged,
     TaskGraded,
@@ -556,6 +557,9 @@ REPRESENTATIVE: dict[str, Any] = {
         probes={"task_file": "absent", "canary": "visible"},  # sorted when built
         reason="bwrap is not installed", uid=1000, version="bubblewrap 0.8.0",
         workspace="/work"),
+    "task.egress": TaskEgress(run_id="r", task_key="k", allowed=True, attempt=2,
+                              host="pypi.org", port=443, reason="cannot connect: ü",
+                              received_bytes=9, seconds=0.5, sent_bytes=7),
     "run.finished": RunFinished(run_id="r", status=RunStatus.BUDGET_STOPPED),
     "run.snapshot": RunSnapshot(run_id="r", fold_version=3, kind="summary", through_seq=7,
                                 value=NESTED),

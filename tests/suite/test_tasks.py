@@ -728,7 +728,7 @@ def test_the_legacy_hash_is_the_hash_older_versions_computed(tmp_path: Path) -> 
     old = task.model_dump(mode="json", exclude={
         "task_key", "replicate_index", "ray", "expect", "source", "isolation", "network",
         "env_passthrough", "binds", "image", "dockerfile", "stall_timeout", "stall_action",
-        "max_output", "limits", "gateway",
+        "max_output", "limits", "gateway", "allow_domains",
         "retries", "agent_version_command"})
     old["workdir"] = "fixtures/w"
 
