@@ -14,14 +14,13 @@ paths: nothing is read for it.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import os
 import stat
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evalledger._diffs import diff_lines
 from evalledger.errors import InvalidRequest
 from evalledger.ledger import EventType, Ledger, TaskStarted
 
@@ -29,8 +28,6 @@ from ._regrade import _artifacts_root, _transferred, kept_workspace
 
 MOST_FILES = 200
 MOST_BYTES = 1 << 20  # a file larger is named, not diffed
-MOST_LINES = 400  # diff lines of one file
-LONGEST_LINE = 2_000  # characters of one diff line shown (minified code, data: cut)
 
 
 @dataclass(frozen=True)
@@ -215,26 +212,3 @@ def _modified(original: Path | None, kept: Path, path: str, before: str,
     if old is None or new is None:
         return FileChange(path, "modified", note="binary")
     return FileChange(path, "modified", diff_lines(old, new))
-
-
-def diff_lines(old: Sequence[str], new: Sequence[str], *, context: int = 3,
-               most: int = MOST_LINES) -> tuple[tuple[str, str], ...]:
-    """``old`` to ``new`` as a unified diff's lines, each with its kind (``add``,
-    ``del``, ``hunk``, ``ctx``); past ``most`` lines, one saying how many more."""
-    kinds = {"+": "add", "-": "del", "@": "hunk"}
-    lines = iter(difflib.unified_diff(old, new, lineterm="", n=context))
-    # Its two header lines (--- and +++) are dropped by place: a removed line "-- x"
-    # reads "--- x" in the diff, and is kept.
-    next(lines, None)
-    next(lines, None)
-    shown = [(kinds.get(line[:1], "ctx"), _cut(line)) for line in lines]
-    if len(shown) > most:
-        shown = [*shown[:most], ("hunk", f"\u2026 {len(shown) - most} more lines")]
-    return tuple(shown)
-
-
-def _cut(line: str) -> str:
-    """A diff line, cut past ``LONGEST_LINE`` characters with how many were left out."""
-    if len(line) <= LONGEST_LINE:
-        return line
-    return f"{line[:LONGEST_LINE]}\u2026 [{len(line) - LONGEST_LINE:,} more characters]"

@@ -21,14 +21,13 @@ from __future__ import annotations
 import json
 import secrets
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import anyio
-from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -45,39 +44,41 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from evalledger.agents import parser_for
-from evalledger.app import snapshot_summary, workspace_changes
-from evalledger.ledger import LedgerError
-from evalledger.projections import (
-    RunSummary,
-    TaskRow,
-    compare_runs,
-    diff_runs,
-    render_junit,
-    render_markdown,
+from evalledger.app import (
+    Line,
+    report_html,
+    snapshot_summary,
+    variant_bound,
+    workspace_changes,
 )
-from evalledger.statuses import ShownStatus
-
-from . import _charts, _queries
-from ._hosts import HostGate, HostRule
-from ._memo import per_summary
-from ._params import BadParameter, choice, whole
-from ._render import (
+from evalledger.ledger import LedgerError
+from evalledger.projections import RunSummary, TaskRow, compare_runs, diff_runs
+from evalledger.render import (
     CLAIMED,
     STATIC,
     AttemptMark,
     TableQuery,
-    between,
     conversation,
     neighbours,
     not_started,
-    render,
+    p_value_line,
+    per_summary,
+    power_line,
+    render_junit,
+    render_markdown,
+    render_page,
     run_charts,
-    seconds,
+    runs_cost_pass,
     segment,
     summary_tags,
+    usage_chart,
     with_marks,
 )
-from ._report import report_html
+from evalledger.statuses import ShownStatus
+
+from . import _queries
+from ._hosts import HostGate, HostRule
+from ._params import BadParameter, choice, table_query, whole
 from ._resources import (
     DiffView,
     EverySearchView,
@@ -241,7 +242,7 @@ class _Views:
             return frozenset()
         key = (run.run_id, at if at is not None else run.last_seq)
         if key not in self._bound:
-            self._bound[key] = await self._read(_queries.variant_bound, summary, at)
+            self._bound[key] = await self._read(variant_bound, summary, at)
             while len(self._bound) > _TIME_TRAVEL_CACHE:
                 self._bound.popitem(last=False)
         return self._bound[key]
@@ -257,7 +258,7 @@ class _Views:
         # ``seq``: how far the folds had read when the page was made. A live page compares
         # it with the stream's hello: a change folded in between (before the page
         # subscribed) is no notice it will ever get, so it refreshes once.
-        return HTMLResponse(render(template, mode="app", ledger_name=self.state.path.name,
+        return HTMLResponse(render_page(template, mode="app", ledger_name=self.state.path.name,
                                    seq=self.state.seq, **context))
 
     # -- data: one function per resource, rendered as a page or as JSON by its route -------
@@ -296,7 +297,7 @@ class _Views:
     async def tasks(self, request: Request) -> TaskTable:
         """A page of a run's task table (now, or as of ``?at=``), as ``?outcome= &tag=
         &variant= &q= &sort= &dir= &page=`` ask (``TableQuery``)."""
-        table = TableQuery.parse(request.query_params)
+        table = table_query(request.query_params)
         run = self._run(request)
         rows = await self._rows(table, run,
                                 (await self._folded(run, self._at(request, run))).summary)
@@ -410,7 +411,7 @@ class _Views:
             return self._page("_runs_table.html", **context)
         live = _local(str(request.url.include_query_params(fragment="live")))
         return self._page("runs.html", live_url=live, statuses=RUN_STATUSES,
-                          cost_pass=_runs_cost_pass(listing.runs), **context)
+                          cost_pass=runs_cost_pass(listing.runs), **context)
 
     async def run_page(self, request: Request) -> Response:
         fragment = choice(request.query_params, "fragment", ("live",))
@@ -527,7 +528,7 @@ class _Views:
         """Where the task sits in the run's task table as the page was opened from it
         (``?list=``: that table's filters and order; the whole table, failures first,
         without)."""
-        listed = TableQuery.parse(dict(parse_qsl(request.query_params.get("list", ""))))
+        listed = table_query(dict(parse_qsl(request.query_params.get("list", ""))))
         run = self._run(request)
         summary = (await self._folded(run, None)).summary
         return neighbours(await self._rows(listed, run, summary), task.task_key), listed
@@ -554,7 +555,7 @@ class _Views:
         return response
 
     async def _marked(self, task: TaskView,
-                      page: Transcript) -> list[_queries.Line | AttemptMark]:
+                      page: Transcript) -> list[Line | AttemptMark]:
         """The page's lines with attempt marks: the attempt of the row before the page
         (a page inside an attempt repeats no mark) is read when there is one."""
         before_page = (await self._read(_queries.row_before, task.run_id, task.task_key,
@@ -573,7 +574,7 @@ class _Views:
         return dict(
             row=task.row, tries=tries, running=task.running, run_status=task.run_status,
             finals=reading.finals,
-            usage_charts={t.number: _usage_chart(t, curves.get(t.number)) for t in tries
+            usage_charts={t.number: usage_chart(t, curves.get(t.number)) for t in tries
                           if t.usage or curves.get(t.number)},
             definitions={t.number: json.dumps(t.started.definition, indent=2,
                                               ensure_ascii=False, sort_keys=True)
@@ -582,8 +583,6 @@ class _Views:
 
     async def diff_page(self, request: Request) -> Response:
         view = await self.diff(request)
-        from evalledger.projections import p_value_line, power_line
-
         return self._page("diff.html", result=view.result, tasks=view.tasks_by_change(),
                           paired=view.paired, p_value_line=p_value_line(view.paired),
                           power_line=power_line(view.paired))
@@ -596,7 +595,7 @@ class _Views:
         if request.url.path.startswith("/api/"):
             return JSONResponse({"error": message}, status_code=status)
         links = exc.links if isinstance(exc, _NotYet) else []
-        return HTMLResponse(render("error.html", mode="app", ledger_name=self.state.path.name,
+        return HTMLResponse(render_page("error.html", mode="app", ledger_name=self.state.path.name,
                                    status_code=status, message=message, links=links),
                             status_code=status)
 
@@ -631,42 +630,6 @@ class _NotYet(HTTPException):
         base = f"/runs/{segment(run_id)}"
         self.links = [(f"{base}?at={first_seq}", f"the run as it began (event {first_seq})"),
                       (base, "the run now")]
-
-
-def _usage_chart(attempt: _queries.Attempt, curve: list[tuple[str, int]] | None) -> Markup:
-    """Tokens used so far against seconds since the attempt started: the running count
-    of its agent's messages where its transcript is a conversation (such an agent records
-    its usage once, at the end), else its usage reports as they were recorded."""
-    start = seconds(attempt.started.ts)
-
-    def since(ts: str) -> float:
-        return between(start, seconds(ts)) or 0.0
-
-    points = []
-    if curve:
-        points = [(since(ts), float(total)) for ts, total in curve]
-    else:
-        total = 0
-        for usage in attempt.usage:
-            total += usage.tokens.total
-            points.append((since(usage.ts), float(total)))
-    ended = attempt.completed or attempt.interrupted
-    return _charts.steps(points, "tokens used over the attempt", y_title="tokens",
-                         x_title="time since the attempt started",
-                         until=since(ended.ts) if ended else None)
-
-
-def _runs_cost_pass(runs: Sequence[ListedRun]) -> Markup | None:
-    """Cost against pass rate for the runs listed, when they are runs of one suite (one
-    experiment id) and two or more have graded tasks; else None."""
-    graded = [r for r in runs if r.graded]
-    if len(graded) < 2 or {r.experiment_id for r in runs} in ({None}, set()) or len(
-            {r.experiment_id for r in runs}) != 1:
-        return None
-    return _charts.scatter(
-        [(r.run_id, r.total_cost_usd, r.pass_rate,
-          (r.pass_rate_interval.low, r.pass_rate_interval.high)) for r in graded],
-        "cost against pass rate per run", x_title="cost (USD)", y_title="pass rate")
 
 
 def _as_json(data: Callable[[Request], Awaitable[Resource]],

@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 from starlette.responses import JSONResponse, Response
 
+from evalledger.app import Line
 from evalledger.projections import (
     Comparison,
     RunDiff,
@@ -30,12 +31,10 @@ from evalledger.projections import (
     TagStats,
     TaskDiff,
     TaskRow,
-    render_json,
 )
+from evalledger.render import TableQuery, per_summary, render_json
 
-from ._memo import per_summary
-from ._queries import Attempt, Found, Line, RunFound
-from ._render import TableQuery
+from ._queries import Attempt, Found, RunFound
 
 
 class Resource(BaseModel):

@@ -142,15 +142,6 @@ def test_a_file_the_agent_made_unreadable_is_named_so(tmp_path: Path) -> None:
         ("new.txt", "added", "unreadable (Permission denied)")]))
 
 
-def test_a_diff_line_is_cut_and_a_removed_line_like_a_header_is_kept() -> None:
-    from evalledger.app._workspace import LONGEST_LINE, diff_lines
-
-    shown = diff_lines(["-- a comment", "x"], ["x", "++ y", "z" * (LONGEST_LINE + 5)])
-    assert ("del", "--- a comment") in shown and ("add", "+++ y") in shown
-    cut = [line for kind, line in shown if kind == "add" and "z" in line]
-    assert cut == ["+" + "z" * (LONGEST_LINE - 1) + "\u2026 [6 more characters]"]
-
-
 def test_a_tree_the_agent_made_too_deep_is_said_so_not_a_traceback(tmp_path: Path) -> None:
     """report.html crashed on a 1,100-deep tree (os.walk recursing once per level)."""
     kept = tmp_path / "kept"

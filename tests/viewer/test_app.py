@@ -22,7 +22,8 @@ from starlette.testclient import TestClient
 
 from evalledger._text import money
 from evalledger.ledger import Ledger
-from evalledger.projections import SummaryFold, fold, render_json
+from evalledger.projections import SummaryFold, fold
+from evalledger.render import render_json
 from evalledger.viewer import _queries, create_app
 
 from ..waiting import PATIENCE, wait_until
