@@ -531,12 +531,13 @@ PARAMETERS: dict[str, dict[str, list[str]]] = {
     "/api/runs/{run_id}": {"at": AT},
     "/api/runs/{run_id}/summary": {"at": AT},
     "/api/runs/{run_id}/tasks": TABLE,
-    "/api/runs/{run_id}/tasks/{task_key:path}": {},
+    "/api/runs/{run_id}/tasks/{task_key:path}": {"files": PAGE},
     "/api/runs/{run_id}/transcript/{task_key:path}": {
         **TRANSCRIPT, "limit": [*NOT_NUMBERS, "0", "-1", "-2", "5001"]},
     "/api/runs/{run_id}/search": {"after": AFTER},
     "/api/search": {"after": AFTER},
     "/api/diff/{run_a}/{run_b}": {},
+    "/api/compare": {},
     "/api/stream": {},
     "/static": {},
 }
