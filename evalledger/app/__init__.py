@@ -27,6 +27,7 @@ from evalledger._lazy import attributes as _attributes
 DEFAULT_LEDGER = "evalledger.db"
 
 if TYPE_CHECKING:
+    from evalledger._workspace_diff import WorkspaceChanges as WorkspaceChanges
     from evalledger.projections import ResumeRequest as ResumeRequest
 
     from ._batch import Ending as Ending
@@ -80,7 +81,6 @@ if TYPE_CHECKING:
     from ._transfer import merge as merge
     from ._verified import check_ledger as check_ledger
     from ._verified import verified_through as verified_through
-    from ._workspace import WorkspaceChanges as WorkspaceChanges
     from ._workspace import workspace_changes as workspace_changes
 
 _WHERE = {
@@ -134,7 +134,7 @@ _WHERE = {
     "snapshot_summary": "_repository",
     "workspace_changes": "_workspace",
     "load_fold": "_repository",
-    "WorkspaceChanges": "_workspace",
+    "WorkspaceChanges": "evalledger._workspace_diff",
     "load_folds": "_repository",
     "status_of": "_repository",
     "listed_runs": "_repository",

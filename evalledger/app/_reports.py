@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from evalledger._files import write_atomic
+from evalledger._workspace_diff import WorkspaceChanges
 from evalledger.ledger import Ledger, completion_environments, run_imported
 from evalledger.projections import RunSummary
 from evalledger.render import (
@@ -30,7 +31,7 @@ from evalledger.render import (
 )
 
 from ._transcripts import tails
-from ._workspace import WorkspaceChanges, workspace_changes
+from ._workspace import workspace_changes
 
 FORMATS = ("md", "json", "html", "junit")
 # What `run` and `resume` write into <out>/<run_id>/ when a batch ends.
