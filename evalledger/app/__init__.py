@@ -46,7 +46,6 @@ if TYPE_CHECKING:
     from ._regrade import RegradeRequest as RegradeRequest
     from ._regrade import grade_again as grade_again
     from ._reports import FORMATS as FORMATS
-    from ._reports import changed_files as changed_files
     from ._reports import render_report as render_report
     from ._reports import report_html as report_html
     from ._reports import variant_bound as variant_bound
@@ -119,7 +118,6 @@ _WHERE = {
     "render_report": "_reports",
     "report_html": "_reports",
     "variant_bound": "_reports",
-    "changed_files": "_reports",
     "Line": "_transcripts",
     "transcript_line": "_transcripts",
     "write_text": "_reports",
@@ -161,7 +159,6 @@ __all__ = [
     "TransferOutcome",
     "Verdict",
     "WorkspaceChanges",
-    "changed_files",
     "check_ledger",
     "compare",
     "compared",

@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from ._cells import success_cost_line as success_cost_line
     from ._cells import unpriced_line as unpriced_line
     from ._cells import variant_table as variant_table
-    from ._cells import with_interval as with_interval
     from ._comparison import comparison_junit as comparison_junit
     from ._comparison import comparison_markdown as comparison_markdown
     from ._comparison import comparison_text as comparison_text
@@ -48,12 +47,10 @@ if TYPE_CHECKING:
     from ._html import run_charts as run_charts
     from ._html import runs_cost_pass as runs_cost_pass
     from ._html import segment as segment
-    from ._html import stylesheet as stylesheet
     from ._html import summary_tags as summary_tags
     from ._html import usage_chart as usage_chart
     from ._junit import render_junit as render_junit
     from ._memo import per_summary as per_summary
-    from ._memo import recent_per_summary as recent_per_summary
     from ._report import CHANGED_CHARS as CHANGED_CHARS
     from ._report import CHANGED_FILES as CHANGED_FILES
     from ._report import CHANGED_TASKS as CHANGED_TASKS
@@ -65,20 +62,14 @@ if TYPE_CHECKING:
     from ._reports import render_markdown as render_markdown
     from ._table import CLAIMED as CLAIMED
     from ._table import DEFAULT_SORT as DEFAULT_SORT
-    from ._table import OUTCOMES as OUTCOMES
     from ._table import SORTS as SORTS
     from ._table import TABLE_OUTCOMES as TABLE_OUTCOMES
     from ._table import Neighbours as Neighbours
     from ._table import TableQuery as TableQuery
     from ._table import neighbours as neighbours
-    from ._table import outcome as outcome
-    from ._table import status_of as status_of
-    from ._table import task_matrix as task_matrix
     from ._transcript import AttemptMark as AttemptMark
     from ._transcript import Said as Said
-    from ._transcript import ToolShown as ToolShown
     from ._transcript import conversation as conversation
-    from ._transcript import tool_shown as tool_shown
     from ._transcript import with_marks as with_marks
 
 _WHERE = {
@@ -95,7 +86,6 @@ _WHERE = {
     "success_cost_line": "_cells",
     "unpriced_line": "_cells",
     "variant_table": "_cells",
-    "with_interval": "_cells",
     "comparison_junit": "_comparison",
     "comparison_markdown": "_comparison",
     "comparison_text": "_comparison",
@@ -107,12 +97,10 @@ _WHERE = {
     "run_charts": "_html",
     "runs_cost_pass": "_html",
     "segment": "_html",
-    "stylesheet": "_html",
     "summary_tags": "_html",
     "usage_chart": "_html",
     "render_junit": "_junit",
     "per_summary": "_memo",
-    "recent_per_summary": "_memo",
     "CHANGED_CHARS": "_report",
     "CHANGED_FILES": "_report",
     "CHANGED_TASKS": "_report",
@@ -125,19 +113,13 @@ _WHERE = {
     "CLAIMED": "_table",
     "DEFAULT_SORT": "_table",
     "Neighbours": "_table",
-    "OUTCOMES": "_table",
     "SORTS": "_table",
     "TABLE_OUTCOMES": "_table",
     "TableQuery": "_table",
     "neighbours": "_table",
-    "outcome": "_table",
-    "status_of": "_table",
-    "task_matrix": "_table",
     "AttemptMark": "_transcript",
     "Said": "_transcript",
-    "ToolShown": "_transcript",
     "conversation": "_transcript",
-    "tool_shown": "_transcript",
     "with_marks": "_transcript",
 }
 
@@ -149,7 +131,6 @@ __all__ = [
     "CHANGED_TASKS",
     "CLAIMED",
     "DEFAULT_SORT",
-    "OUTCOMES",
     "SORTS",
     "STATIC",
     "TABLE_OUTCOMES",
@@ -160,7 +141,6 @@ __all__ = [
     "Said",
     "TableQuery",
     "TailLine",
-    "ToolShown",
     "calls_line",
     "comparison_junit",
     "comparison_markdown",
@@ -174,12 +154,10 @@ __all__ = [
     "model_table",
     "neighbours",
     "not_started",
-    "outcome",
     "p_value_line",
     "per_summary",
     "power_line",
     "rate_cell",
-    "recent_per_summary",
     "render_json",
     "render_junit",
     "render_markdown",
@@ -188,17 +166,12 @@ __all__ = [
     "run_charts",
     "runs_cost_pass",
     "segment",
-    "status_of",
     "status_text",
     "status_word",
-    "stylesheet",
     "success_cost_line",
     "summary_tags",
-    "task_matrix",
-    "tool_shown",
     "unpriced_line",
     "usage_chart",
     "variant_table",
-    "with_interval",
     "with_marks",
 ]

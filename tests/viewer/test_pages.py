@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from evalledger.app import changed_files
+from evalledger.app._reports import changed_files
 from evalledger.ledger import (
     Ledger,
     RunStarted,
