@@ -31,6 +31,7 @@ from pathlib import Path
 
 from starlette.testclient import TestClient
 
+from evalledger.app import report_html
 from evalledger.ledger import (
     Ledger,
     RunFinished,
@@ -42,7 +43,7 @@ from evalledger.ledger import (
 )
 from evalledger.projections import SummaryFold, fold
 from evalledger.statuses import FinalStatus
-from evalledger.viewer import create_app, report_html
+from evalledger.viewer import create_app
 
 sys.path.insert(0, str(Path(__file__).parent))
 from rebuild import RUN, build

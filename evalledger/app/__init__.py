@@ -10,7 +10,7 @@ into another. ``evalledger.run`` and ``evalledger.resume`` are ``start_run`` and
 ``resume_run``: the CLI calls exactly these.
 
 Layering: this package may import every package below it (ledger, suite, importers,
-projections, executor); only the CLI and the viewer import it.
+projections, executor, render); only the CLI and the viewer import it.
 
 Names are imported on first use (PEP 562): ``evalledger export`` needs neither trio
 nor the executor.
@@ -27,6 +27,7 @@ from evalledger._lazy import attributes as _attributes
 DEFAULT_LEDGER = "evalledger.db"
 
 if TYPE_CHECKING:
+    from evalledger._workspace_diff import WorkspaceChanges as WorkspaceChanges
     from evalledger.projections import ResumeRequest as ResumeRequest
 
     from ._batch import Ending as Ending
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
     from ._regrade import grade_again as grade_again
     from ._reports import FORMATS as FORMATS
     from ._reports import render_report as render_report
+    from ._reports import report_html as report_html
+    from ._reports import variant_bound as variant_bound
     from ._reports import write_text as write_text
     from ._repository import RUN_COLUMNS as RUN_COLUMNS
     from ._repository import ListedRun as ListedRun
@@ -68,6 +71,8 @@ if TYPE_CHECKING:
     from ._search import search_ledger as search_ledger
     from ._settings import RunSettings as RunSettings
     from ._settings import open_ledger as open_ledger
+    from ._transcripts import Line as Line
+    from ._transcripts import transcript_line as transcript_line
     from ._transfer import ExportOutcome as ExportOutcome
     from ._transfer import TransferOutcome as TransferOutcome
     from ._transfer import export as export
@@ -75,8 +80,6 @@ if TYPE_CHECKING:
     from ._transfer import merge as merge
     from ._verified import check_ledger as check_ledger
     from ._verified import verified_through as verified_through
-    from ._workspace import WorkspaceChanges as WorkspaceChanges
-    from ._workspace import diff_lines as diff_lines
     from ._workspace import workspace_changes as workspace_changes
 
 _WHERE = {
@@ -113,6 +116,10 @@ _WHERE = {
     "grade_again": "_regrade",
     "FORMATS": "_reports",
     "render_report": "_reports",
+    "report_html": "_reports",
+    "variant_bound": "_reports",
+    "Line": "_transcripts",
+    "transcript_line": "_transcripts",
     "write_text": "_reports",
     "ListedRun": "_repository",
     "RUN_COLUMNS": "_repository",
@@ -125,8 +132,7 @@ _WHERE = {
     "snapshot_summary": "_repository",
     "workspace_changes": "_workspace",
     "load_fold": "_repository",
-    "diff_lines": "_workspace",
-    "WorkspaceChanges": "_workspace",
+    "WorkspaceChanges": "evalledger._workspace_diff",
     "load_folds": "_repository",
     "status_of": "_repository",
     "listed_runs": "_repository",
@@ -143,6 +149,7 @@ __all__ = [
     "ExportOutcome",
     "Hit",
     "ImportOutcome",
+    "Line",
     "ListedRun",
     "RegradeRequest",
     "ResumeRequest",
@@ -155,7 +162,6 @@ __all__ = [
     "check_ledger",
     "compare",
     "compared",
-    "diff_lines",
     "export",
     "flaky_tasks",
     "grade_again",
@@ -172,6 +178,7 @@ __all__ = [
     "recent_runs",
     "regrade",
     "render_report",
+    "report_html",
     "resume_run",
     "run_is_over",
     "run_status",
@@ -183,6 +190,8 @@ __all__ = [
     "start_run",
     "status_of",
     "summary",
+    "transcript_line",
+    "variant_bound",
     "verified_through",
     "workspace_changes",
     "write_text",

@@ -36,13 +36,8 @@ from evalledger.ledger import (
     TaskCompleted,
     VerifyReport,
 )
-from evalledger.projections import (
-    ResumePlan,
-    RunSummary,
-    SkippedFile,
-    SummaryFold,
-    render_junit,
-)
+from evalledger.projections import ResumePlan, RunSummary, SkippedFile, SummaryFold
+from evalledger.render import render_junit
 from evalledger.statuses import Category, RunStatus
 from evalledger.suite import ResolvedTask, Skipped, meets
 

@@ -27,8 +27,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evalledger._workspace_diff import WorkspaceUnfit, walk
 from evalledger.errors import InvalidRequest
-from evalledger.executor.isolation import WorkspaceUnfit, walk
 from evalledger.ledger import (
     EventType,
     Evidence,

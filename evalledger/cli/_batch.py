@@ -15,7 +15,8 @@ from evalledger._text import money
 from evalledger.app import DEFAULT_LEDGER, Callbacks, Ending, RunOutcome, Verdict
 from evalledger.ledger import AnyEvent, EventRow, TaskCompleted, VerifyReport
 from evalledger.options import ExecutorKind
-from evalledger.projections import RunSummary, SummaryFold, isolation_line, unpriced_line
+from evalledger.projections import RunSummary, SummaryFold
+from evalledger.render import isolation_line, unpriced_line
 from evalledger.statuses import Category
 from evalledger.suite import ResolvedTask
 

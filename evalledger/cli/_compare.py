@@ -91,7 +91,7 @@ def compare(settings: Settings, run_a: str, run_b: str | None, variants: tuple[s
 def _print(found: list[Comparison], output: str, *, listed: bool) -> None:
     """The comparisons as ``output`` says: json (a list of them when ``listed``),
     markdown, junit, or text for people."""
-    from evalledger.projections import comparison_junit, comparison_markdown, comparison_text
+    from evalledger.render import comparison_junit, comparison_markdown, comparison_text
 
     if output == "json":
         click.echo(found[0].model_dump_json(indent=2) if not listed else

@@ -80,7 +80,8 @@ def diff(settings: Settings, run_a: str, run_b: str, as_json: bool, fail_on: Fai
         if not result.tasks:
             click.echo("neither run has any task", err=True)
     if fail_on == "significant-regression":
-        from evalledger.projections import compare_runs, p_value_line
+        from evalledger.projections import compare_runs
+        from evalledger.render import p_value_line
 
         paired = compare_runs(a, b)
         said = (f"nothing to compare ({visible(paired.nothing_because)})"

@@ -66,7 +66,7 @@ def runs(settings: Settings, limit: int, format_: str | None, as_json: bool) -> 
 def _lines(listed: list[ListedRun]) -> None:
     """Tab-separated lines for people: the status word, costs rounded, and where grading
     spent some, whose the cost was (agent, grader)."""
-    from evalledger.projections import cost_line
+    from evalledger.render import cost_line
 
     shown = [c for c in _columns() if c not in ("cost_complete", "grader_cost_usd")]
     lines = []

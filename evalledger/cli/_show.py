@@ -8,12 +8,10 @@ from collections.abc import Callable, Iterable
 import click
 
 from evalledger._text import money, visible
-from evalledger.projections import (
-    RunSummary,
-    TaskRow,
+from evalledger.projections import RunSummary, TaskRow, error_digest
+from evalledger.render import (
     calls_line,
     cost_line,
-    error_digest,
     infra_note,
     interval_kind,
     isolation_line,

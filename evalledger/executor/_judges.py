@@ -17,7 +17,6 @@ steered it off the format), so the criterion fails, the agent's failure.
 
 from __future__ import annotations
 
-import difflib
 import email.utils
 import functools
 import hashlib
@@ -26,7 +25,6 @@ import math
 import os
 import re
 import secrets
-import stat
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -36,6 +34,7 @@ from typing import Any
 
 import trio
 
+from evalledger._workspace_diff import read_head, unified_diff
 from evalledger.ledger import CriterionResult, TokenCounts
 from evalledger.pricing import DEFAULT_RATES, RateCard
 from evalledger.suite import LlmJudge
@@ -319,7 +318,8 @@ def _inputs(criterion: LlmJudge, sandbox: Path, stdout: str, stderr: str,
         said = (stdout + ("\n" + stderr if stderr else ""))[-TRANSCRIPT_CHARS:]
         inputs.append(("the agent's output", said))
     if criterion.diff:
-        inputs.append(("the agent's changes (unified diff)", _diff(workdir, sandbox)))
+        inputs.append(("the agent's changes (unified diff)", unified_diff(
+            workdir, sandbox, most_chars=DIFF_CHARS, file_bytes=FILE_BYTES)))
     return inputs
 
 
@@ -353,67 +353,10 @@ def _read(sandbox: Path, name: str) -> str:
         target = (root / name).resolve()
         if not target.is_relative_to(root):
             return f"({name} resolves outside the workspace: not shown)"
-        data = _head(target, FILE_BYTES + 1)
+        data = read_head(target, FILE_BYTES + 1)
     except (OSError, RuntimeError, ValueError) as e:
         return f"({name} cannot be read: {getattr(e, 'strerror', None) or e})"
     if data is None:
         return f"({name} is not a regular file: not shown)"
     text = data[:FILE_BYTES].decode("utf-8", errors="replace")
     return text + ("\n(cut at 64 KiB)" if len(data) > FILE_BYTES else "")
-
-
-def _head(path: Path | str, size: int) -> bytes | None:
-    """The first ``size`` bytes of a regular file (None: not one), symlinks not followed.
-
-    Raises:
-        OSError: it cannot be opened or read.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        chunks, left = [], size
-        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-def _diff(workdir: Path | None, sandbox: Path) -> str:
-    """The workspace's text changes against the original workdir (none: every file is
-    new), at most ``DIFF_CHARS``."""
-    before = _texts(workdir) if workdir is not None and workdir.is_dir() else {}
-    after = _texts(sandbox)
-    out: list[str] = []
-    size = 0
-    for name in sorted(before.keys() | after.keys()):
-        a, b = before.get(name), after.get(name)
-        if a == b:
-            continue
-        lines = difflib.unified_diff(
-            (a or "").splitlines(keepends=True), (b or "").splitlines(keepends=True),
-            f"a/{name}" if a is not None else "/dev/null",
-            f"b/{name}" if b is not None else "/dev/null")
-        for line in lines:
-            size += len(line)
-            if size > DIFF_CHARS:
-                return "".join(out) + "\n(diff cut at 64 KiB)"
-            out.append(line if line.endswith("\n") else line + "\n")
-    return "".join(out) or "(no changes)"
-
-
-def _texts(root: Path) -> dict[str, str]:
-    found = {}
-    for top, folders, files in os.walk(root):
-        folders[:] = sorted(f for f in folders if f not in (".git", "__pycache__"))
-        for name in files:
-            path = os.path.join(top, name)
-            try:
-                data = _head(path, FILE_BYTES)
-                if data is not None:
-                    found[os.path.relpath(path, root)] = data.decode("utf-8")
-            except (OSError, UnicodeDecodeError):
-                continue  # not a readable text file: not shown
-    return found

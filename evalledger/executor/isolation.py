@@ -34,9 +34,16 @@ import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+# A tree the command left is walked, by every reader, the one way (bounded, no link
+# followed): the domain's, where the viewer's and the judges' diffs read it too.
+from evalledger._workspace_diff import MAX_DEPTH as MAX_DEPTH
+from evalledger._workspace_diff import MAX_RELATIVE_PATH as MAX_RELATIVE_PATH
+from evalledger._workspace_diff import WorkspaceUnfit as WorkspaceUnfit
+from evalledger._workspace_diff import walk as walk
 
 # Where the workspace is, inside.
 WORKSPACE = "/work"
@@ -415,18 +422,6 @@ HASH_BUDGET = 1024 * 1024 * 1024
 _SETID = stat.S_ISUID | stat.S_ISGID
 
 
-# How deep, and how long a path below it, a workspace may be to be graded: past either
-# what a command left cannot be copied, hashed or diffed by name (Linux's PATH_MAX is
-# 4,096 bytes, the workspace's own folder included), and it is the command's doing.
-MAX_DEPTH = 256
-MAX_RELATIVE_PATH = 3072
-
-
-class WorkspaceUnfit(Exception):
-    """What the command left cannot be graded (its message says why: folders nested too
-    deep, a path too long). The command's doing: the attempt fails, the agent's failure."""
-
-
 def hash_tree(root: Path, *, defuse: bool = False) -> str:
     """sha256 of a workspace: every entry's path, kind and permission bits, a file's
     contents, a link's target; in path order, links never followed, each file's
@@ -485,51 +480,6 @@ def check_fit(root: Path) -> None:
     """
     for _ in walk(root):
         pass
-
-
-def walk(root: Path) -> Iterator[tuple[str, list[str], list[str]]]:
-    """``os.walk(root)`` top-down with each folder's names sorted, without recursion and
-    bounded: what every reader of a workspace the command left walks it with. Links to
-    folders are listed among the folders and not entered; a folder that cannot be listed
-    has no names.
-
-    Raises:
-        WorkspaceUnfit: folders nested deeper than ``MAX_DEPTH``, or a path longer than
-            ``MAX_RELATIVE_PATH`` bytes below ``root``.
-    """
-    base = len(os.fsencode(str(root))) + 1
-    pending: list[tuple[str, int]] = [(str(root), 0)]
-    while pending:
-        top, depth = pending.pop()
-        folders, files = _listed(top)
-        folders.sort()
-        files.sort()
-        for name in (*folders, *files):
-            if len(os.fsencode(os.path.join(top, name))) - base > MAX_RELATIVE_PATH:
-                raise WorkspaceUnfit(f"a path longer than {MAX_RELATIVE_PATH} bytes")
-        yield top, folders, files
-        below = [p for p in (os.path.join(top, n) for n in folders) if not os.path.islink(p)]
-        if below and depth >= MAX_DEPTH:
-            raise WorkspaceUnfit(f"folders nested deeper than {MAX_DEPTH} levels")
-        pending.extend((path, depth + 1) for path in reversed(below))
-
-
-def _listed(folder: str) -> tuple[list[str], list[str]]:
-    """A folder's names as ``os.walk`` splits them: folders (links to folders included),
-    everything else; nothing when it cannot be listed."""
-    folders: list[str] = []
-    files: list[str] = []
-    try:
-        with os.scandir(folder) as entries:
-            for entry in entries:
-                try:
-                    is_folder = entry.is_dir()
-                except OSError:
-                    is_folder = False
-                (folders if is_folder else files).append(entry.name)
-    except OSError:
-        pass
-    return folders, files
 
 
 def _file_digest(path: str) -> bytes:

@@ -141,7 +141,7 @@ def _criteria(text: str) -> list[tuple[str, str]]:
             for part in _SPLIT.split(text)]
 
 
-# The criterion types (suite/_tasks.py): "; " then one of these and ": " starts another.
+# The criterion types (suite/_models.py): "; " then one of these and ": " starts another.
 _TYPES = "exit_code|file_exists|file_contains|output_contains|run_command|llm_judge|agent_judge"
 _SPLIT = re.compile(rf"; (?=(?:{_TYPES}): )")
 _CRITERION = re.compile(rf"^({_TYPES}): (.*)$", re.DOTALL)

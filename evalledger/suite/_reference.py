@@ -18,7 +18,7 @@ from pydantic.fields import FieldInfo
 
 from evalledger.ledger._fields import field_docs
 
-from ._tasks import (
+from ._models import (
     TASK_ID_PATTERN,
     Budget,
     ExitCode,

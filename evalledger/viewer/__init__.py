@@ -1,12 +1,11 @@
 """``evalledger view``: a read-only web viewer over a ledger, live while runs are written.
 
-Pages are views over the same folds and queries the CLI uses (``projections``);
+Pages are views over the same folds and queries the CLI uses (``projections``,
+``app``), rendered by ``evalledger.render`` (whose templates the HTML report shares);
 the app never writes. ``create_app`` builds the ASGI app; ``serve`` runs it with
-hypercorn's trio worker; ``report_html`` renders a run as one self-contained
-page (what ``evalledger report --format html`` writes).
+hypercorn's trio worker.
 
-The web stack is imported only when the app is asked for: writing an HTML report
-at the end of a run needs Jinja2, not Starlette.
+The web stack is imported only when the app is asked for.
 """
 
 from __future__ import annotations
@@ -18,8 +17,6 @@ if TYPE_CHECKING:
     from ._hosts import allowed_name as allowed_name
     from ._serve import is_loopback as is_loopback
     from ._serve import serve as serve
-
-from ._report import report_html as report_html
 
 
 def __getattr__(name: str) -> Any:
@@ -38,4 +35,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["allowed_name", "create_app", "is_loopback", "report_html", "serve"]
+__all__ = ["allowed_name", "create_app", "is_loopback", "serve"]

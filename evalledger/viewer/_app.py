@@ -1,10 +1,11 @@
 """The viewer's web app: Starlette routes over one ``LedgerState``.
 
 Each resource (the runs, a run, its task table, its summary, a task, a page of its
-transcript, a diff) has one data function here returning its typed model
-(``_resources``); its ``/api/...`` route is that function rendered as JSON, and its
-page renders the same value (Datasette's shape: a request's parameters are parsed and
-its rows paged once). Nothing here counts anything the projections do not. The app
+transcript, a search, a diff, a comparison's pick) has one data function here returning
+its typed model (``_resources``); its ``/api/...`` route is that function rendered as
+JSON, and a page renders the same values (Datasette's shape: a request's parameters are
+parsed and its rows paged once). Every page names the resources it is drawn from
+(``_page``), so each has its JSON twin. Nothing here counts anything the projections do not. The app
 only reads: the ledger is opened read-only, and there is no route that writes.
 
 Security: everything a task printed is untrusted. Templates escape it, and every
@@ -21,14 +22,13 @@ from __future__ import annotations
 import json
 import secrets
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import anyio
-from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -45,40 +45,43 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from evalledger.agents import parser_for
-from evalledger.app import snapshot_summary, workspace_changes
-from evalledger.ledger import LedgerError
-from evalledger.projections import (
-    RunSummary,
-    TaskRow,
-    compare_runs,
-    diff_runs,
-    render_junit,
-    render_markdown,
+from evalledger.app import (
+    Line,
+    report_html,
+    snapshot_summary,
+    variant_bound,
+    workspace_changes,
 )
-from evalledger.statuses import ShownStatus
-
-from . import _charts, _queries
-from ._hosts import HostGate, HostRule
-from ._memo import per_summary
-from ._params import BadParameter, choice, whole
-from ._render import (
+from evalledger.ledger import LedgerError
+from evalledger.projections import RunSummary, TaskRow, compare_runs, diff_runs
+from evalledger.render import (
     CLAIMED,
     STATIC,
     AttemptMark,
     TableQuery,
-    between,
     conversation,
     neighbours,
     not_started,
-    render,
+    p_value_line,
+    per_summary,
+    power_line,
+    render_junit,
+    render_markdown,
+    render_page,
     run_charts,
-    seconds,
+    runs_cost_pass,
     segment,
     summary_tags,
+    usage_chart,
     with_marks,
 )
-from ._report import report_html
+from evalledger.statuses import ShownStatus
+
+from . import _queries
+from ._hosts import HostGate, HostRule
+from ._params import BadParameter, choice, table_query, whole
 from ._resources import (
+    CompareView,
     DiffView,
     EverySearchView,
     ListedRun,
@@ -143,17 +146,17 @@ def create_app(ledger_path: str | Path, *, token: str | None = None,
                 group.cancel_scope.cancel()
 
     routes = [
-        Route("/", views.runs_page),
-        Route("/runs/{run_id}", views.run_page),
-        Route("/runs/{run_id}/run.json", views.download),
-        Route("/runs/{run_id}/run.md", views.download),
-        Route("/runs/{run_id}/report.html", views.download),
-        Route("/runs/{run_id}/junit.xml", views.download),
-        Route("/runs/{run_id}/tasks/{task_key:path}", views.task_page),
-        Route("/runs/{run_id}/search", views.search_page),
-        Route("/diff/{run_a}/{run_b}", views.diff_page),
-        Route("/compare", views.compare),
-        Route("/search", views.search_every_page),
+        # Each page, and the resources it is drawn from: each has its JSON twin below.
+        Route("/", _page(views.runs_page, views.runs)),
+        Route("/runs/{run_id}", _page(views.run_page, views.run, views.tasks)),
+        *(Route(f"/runs/{{run_id}}/{name}", _page(views.download, views.summary))
+          for name in ("run.json", "run.md", "report.html", "junit.xml")),
+        Route("/runs/{run_id}/tasks/{task_key:path}",
+              _page(views.task_page, views.task, views.transcript)),
+        Route("/runs/{run_id}/search", _page(views.search_page, views.search)),
+        Route("/diff/{run_a}/{run_b}", _page(views.diff_page, views.diff)),
+        Route("/compare", _page(views.compare_page, views.compare)),
+        Route("/search", _page(views.search_every_page, views.search_every)),
         # The JSON twin of each resource: the same data function, rendered as JSON.
         Route("/api/runs", _as_json(views.runs)),
         Route("/api/runs/{run_id}", _as_json(views.run)),
@@ -164,6 +167,7 @@ def create_app(ledger_path: str | Path, *, token: str | None = None,
         Route("/api/runs/{run_id}/search", _as_json(views.search)),
         Route("/api/search", _as_json(views.search_every)),
         Route("/api/diff/{run_a}/{run_b}", _as_json(views.diff)),
+        Route("/api/compare", _as_json(views.compare)),
         Route("/api/stream", views.stream),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
@@ -241,7 +245,7 @@ class _Views:
             return frozenset()
         key = (run.run_id, at if at is not None else run.last_seq)
         if key not in self._bound:
-            self._bound[key] = await self._read(_queries.variant_bound, summary, at)
+            self._bound[key] = await self._read(variant_bound, summary, at)
             while len(self._bound) > _TIME_TRAVEL_CACHE:
                 self._bound.popitem(last=False)
         return self._bound[key]
@@ -257,7 +261,7 @@ class _Views:
         # ``seq``: how far the folds had read when the page was made. A live page compares
         # it with the stream's hello: a change folded in between (before the page
         # subscribed) is no notice it will ever get, so it refreshes once.
-        return HTMLResponse(render(template, mode="app", ledger_name=self.state.path.name,
+        return HTMLResponse(render_page(template, mode="app", ledger_name=self.state.path.name,
                                    seq=self.state.seq, **context))
 
     # -- data: one function per resource, rendered as a page or as JSON by its route -------
@@ -277,33 +281,42 @@ class _Views:
                                                "imported": run.imported is not None})
                   for run, shown in found[start:start + RUNS_PER_PAGE]]
         return RunList.model_construct(seq=self.state.seq, total=len(found), page=page,
-                                       runs=listed, q=q, status=status)
+                                       pages=pages(len(found), RUNS_PER_PAGE), runs=listed,
+                                       q=q, status=status)
 
     async def run(self, request: Request, *, anchored: bool = True) -> RunView:
-        """A run now, or as of ``?at=``; ``anchored``: its summary as ``run.json`` holds
-        it (the JSON's; the page shows no anchor and reads none)."""
+        """A run now, or as of ``?at=``, with what its page says of it; ``anchored``: its
+        summary as ``run.json`` holds it (the JSON's; the page shows no anchor and reads
+        none)."""
         run = self._run(request)
         at = self._at(request, run)
         past = await self._folded(run, at)
         summary = past.summary
+        bound = await self._variant_bound(run, summary, at)
         if anchored:
             summary = await self._anchored(run, summary, at)
+        previous = self.state.previous(run)
         return RunView.model_construct(
             run_id=run.run_id, status_shown=run.shown_status if at is None else summary.status,
             first_seq=run.first_seq, last_seq=run.last_seq, imported=run.imported,
-            summary=summary, tags=summary_tags(summary), at=at, running=past.running)
+            summary=summary, tags=summary_tags(summary), at=at, running=past.running,
+            liveness=run.liveness() if at is None else {},
+            not_started=not_started(summary), variant_bound=bound,
+            previous=previous.run_id if previous else None,
+            others=[r.run_id for r in self.state.newest_first()
+                    if r is not run][:COMPARE_CHOICES])
 
     async def tasks(self, request: Request) -> TaskTable:
         """A page of a run's task table (now, or as of ``?at=``), as ``?outcome= &tag=
         &variant= &q= &sort= &dir= &page=`` ask (``TableQuery``)."""
-        table = TableQuery.parse(request.query_params)
+        table = table_query(request.query_params)
         run = self._run(request)
         rows = await self._rows(table, run,
                                 (await self._folded(run, self._at(request, run))).summary)
         start = (table.page - 1) * TASKS_PER_PAGE
         return TaskTable.model_construct(
             total=len(rows), page=table.page, pages=pages(len(rows), TASKS_PER_PAGE),
-            tasks=rows[start:start + TASKS_PER_PAGE], query=table)
+            tasks=rows[start:start + TASKS_PER_PAGE], query=table, listed=table.as_list())
 
     async def summary(self, request: Request) -> SummaryView:
         """A run's summary as ``run.json`` holds it (now, or as of ``?at=``)."""
@@ -313,8 +326,25 @@ class _Views:
         return SummaryView.model_construct(summary=await self._anchored(run, summary, at))
 
     async def task(self, request: Request) -> TaskView:
-        """A task of a run: its row and its attempts. A key the run plans has one before
-        it starts; 404 for a key the run does not know."""
+        """A task of a run, as its page shows it: its row and its attempts, what each
+        attempt's agent said of how it ended and its usage over time, where it sits in
+        the list it was opened from (``?list=``: that table's query; the whole table,
+        failures first, without) and what its agent changed (``?files=``: a page of the
+        files). A key the run plans has one before it starts; 404 for a key the run does
+        not know."""
+        task = await self._attempts(await self._task(request))
+        listed = table_query(dict(parse_qsl(request.query_params.get("list", ""))))
+        run = self._run(request)
+        rows = await self._rows(listed, run, (await self._folded(run, None)).summary)
+        # Read once no task of the run is running (as the page always has).
+        changes = (await self._read(workspace_changes, task.run_id, task.task_key,
+                                    page=whole(request.query_params, "files", 1, low=1))
+                   if task.attempts and not run.running else None)
+        return task.model_copy(update={"neighbours": neighbours(rows, task.task_key),
+                                       "listed": listed, "changes": changes})
+
+    async def _task(self, request: Request) -> TaskView:
+        """``task``'s row and attempts alone: what a live page's tail reads each time."""
         run = self._run(request)
         key = request.path_params["task_key"]
         tries: list[_queries.Attempt] = await self._read(_queries.attempts, run.run_id, key)
@@ -324,7 +354,17 @@ class _Views:
             raise HTTPException(404, f"run {run.run_id} has no task {key!r}")
         return TaskView.model_construct(
             run_id=run.run_id, task_key=key, row=row, attempts=tries,
-            running=run.running, run_status=run.shown_status, planned=planned)
+            running=key in run.running, run_status=run.shown_status, planned=planned)
+
+    async def _attempts(self, task: TaskView) -> TaskView:
+        """``task`` with what its attempts' transcripts say besides their lines: each
+        one's usage over time and its agent's last word on how it ended."""
+        if not any(parser_for(t.stream_format) for t in task.attempts):  # nothing to read
+            return task
+        reading: _queries.Reading = await self._read(
+            _queries.usage_curves, task.run_id, task.task_key, task.attempts)
+        return task.model_copy(update={"usage_curves": reading.curves,
+                                       "claims": reading.finals})
 
     async def transcript(self, request: Request, task: TaskView | None = None, *,
                          limit: int | None = None) -> Transcript:
@@ -404,32 +444,25 @@ class _Views:
         fragment = choice(request.query_params, "fragment", ("live",))
         listing = await self.runs(request)
         context = dict(runs=listing.runs, total=listing.total, page=listing.page,
-                       pages=pages(listing.total, RUNS_PER_PAGE), q=listing.q,
-                       status=listing.status)
+                       pages=listing.pages, q=listing.q, status=listing.status)
         if fragment == "live":
             return self._page("_runs_table.html", **context)
         live = _local(str(request.url.include_query_params(fragment="live")))
         return self._page("runs.html", live_url=live, statuses=RUN_STATUSES,
-                          cost_pass=_runs_cost_pass(listing.runs), **context)
+                          cost_pass=runs_cost_pass(listing.runs), **context)
 
     async def run_page(self, request: Request) -> Response:
         fragment = choice(request.query_params, "fragment", ("live",))
         table = await self.tasks(request)  # first: a bad table query is a 400, whatever the run
-        view, run = await self.run(request, anchored=False), self._run(request)
+        view = await self.run(request, anchored=False)
         summary = view.summary
-        previous = self.state.previous(run)
         context = dict(
             summary=summary, status=view.status_shown, charts=run_charts(summary),
             rows=table.tasks, table=table.query, total_rows=table.total, pages=table.pages,
-            listed=table.query.as_list(),
-            tags=view.tags, at=view.at, first_seq=view.first_seq, last_seq=view.last_seq,
-            running=view.running,
-            liveness=run.liveness() if view.at is None else {},
-            not_started=not_started(summary),
-            variant_bound=await self._variant_bound(run, summary, view.at),
-            imported=view.imported, previous=previous.run_id if previous else None,
-            others=[r.run_id for r in self.state.newest_first()
-                    if r is not run][:COMPARE_CHOICES],
+            listed=table.listed, tags=view.tags, at=view.at, first_seq=view.first_seq,
+            last_seq=view.last_seq, running=view.running, liveness=view.liveness,
+            not_started=view.not_started, variant_bound=view.variant_bound,
+            imported=view.imported, previous=view.previous, others=view.others,
         )
         if fragment == "live":
             return self._page("_run_live.html", **context)
@@ -444,10 +477,10 @@ class _Views:
         view = await self.search_every(request)
         return self._page("search_every.html", found=view)
 
-    async def compare(self, request: Request) -> Response:
+    async def compare(self, request: Request) -> CompareView:
         """``/compare?run=A&run=B``: the diff of two runs, the older first (as the runs
         page's boxes and the run page's menu ask for it); with any other number of runs,
-        a page to pick two."""
+        the runs to pick two from."""
         picked = []
         for spec in request.query_params.getlist("run"):
             if not spec:
@@ -461,10 +494,18 @@ class _Views:
             order = self.state.order
             older, newer = sorted(picked, key=lambda r: order.index(r.run_id)
                                   if r.run_id in order else len(order))
-            return RedirectResponse(
-                f"/diff/{segment(older.run_id)}/{segment(newer.run_id)}", status_code=303)
-        runs = [r.headline() for r in self.state.newest_first()]
-        return self._page("compare.html", runs=runs, picked=[r.run_id for r in picked])
+            return CompareView.model_construct(
+                runs=[], picked=[r.run_id for r in picked],
+                diff=f"/diff/{segment(older.run_id)}/{segment(newer.run_id)}")
+        return CompareView.model_construct(
+            runs=[r.headline() for r in self.state.newest_first()],
+            picked=[r.run_id for r in picked], diff=None)
+
+    async def compare_page(self, request: Request) -> Response:
+        view = await self.compare(request)
+        if view.diff is not None:
+            return RedirectResponse(view.diff, status_code=303)
+        return self._page("compare.html", runs=view.runs, picked=view.picked)
 
     async def download(self, request: Request) -> Response:
         """The run's summary as a file: ``run.json``, ``run.md``, ``junit.xml`` or the
@@ -491,10 +532,11 @@ class _Views:
         params = request.query_params
         fragment = choice(params, "fragment", ("attempts", "tail"))
         asked = choice(params, "view", ("raw", "conversation"))
-        task = await self.task(request)
-        attempts = await self._attempt_context(task)
-        if fragment == "attempts":
-            return self._page("_attempts.html", **attempts)
+        if fragment == "attempts":  # a live page's attempts: the neighbours read no more
+            return self._page("_attempts.html",
+                              **_attempt_context(await self._attempts(await self._task(
+                                  request))))
+        task = await (self._task(request) if fragment == "tail" else self.task(request))
         page = await self.transcript(request, task, limit=LINES_PER_PAGE)
         # A conversation by default wherever an attempt's agent has a parser (agents).
         readable = any(parser_for(t.stream_format) for t in task.attempts)
@@ -503,11 +545,6 @@ class _Views:
         if fragment == "tail":
             return self._tail(page, task.attempts, view)
         here = f"/runs/{segment(task.run_id)}/tasks/{segment(task.task_key)}"
-        nav, listed = await self._neighbours(request, task)
-        files_page = whole(params, "files", 1, low=1)
-        changes = (await self._read(workspace_changes, task.run_id, task.task_key,
-                                    page=files_page)
-                   if task.attempts and not task.running else None)
         rows = await self._marked(task, page)
         return self._page(
             "task.html", run_id=task.run_id, task_key=task.task_key, page=page,
@@ -518,19 +555,10 @@ class _Views:
                    if view == "conversation" else []),
             follow=not page.search and not page.more_after, after_seq=page.after,
             tail_url=url_with(f"{here}?fragment=tail", view=view),
-            attempts_url=f"{here}?fragment=attempts", planned=task.planned, nav=nav,
-            listed=listed, changes=changes, **attempts,
+            attempts_url=f"{here}?fragment=attempts", planned=task.planned,
+            nav=task.neighbours, listed=task.listed, changes=task.changes,
+            **_attempt_context(task),
         )
-
-    async def _neighbours(self, request: Request,
-                          task: TaskView) -> tuple[Any, TableQuery]:
-        """Where the task sits in the run's task table as the page was opened from it
-        (``?list=``: that table's filters and order; the whole table, failures first,
-        without)."""
-        listed = TableQuery.parse(dict(parse_qsl(request.query_params.get("list", ""))))
-        run = self._run(request)
-        summary = (await self._folded(run, None)).summary
-        return neighbours(await self._rows(listed, run, summary), task.task_key), listed
 
     async def _rows(self, table: TableQuery, run: RunState,
                     summary: RunSummary) -> list[TaskRow]:
@@ -554,7 +582,7 @@ class _Views:
         return response
 
     async def _marked(self, task: TaskView,
-                      page: Transcript) -> list[_queries.Line | AttemptMark]:
+                      page: Transcript) -> list[Line | AttemptMark]:
         """The page's lines with attempt marks: the attempt of the row before the page
         (a page inside an attempt repeats no mark) is read when there is one."""
         before_page = (await self._read(_queries.row_before, task.run_id, task.task_key,
@@ -563,27 +591,8 @@ class _Views:
         return with_marks(page.lines, task.attempts, None if before_page is None
                           else _queries.attempt_at(task.attempts, before_page))
 
-    async def _attempt_context(self, task: TaskView) -> dict[str, Any]:
-        tries = task.attempts
-        reading = _queries.Reading()
-        if any(parser_for(t.stream_format) for t in tries):  # else nothing to read
-            reading = await self._read(_queries.usage_curves, task.run_id, task.task_key,
-                                       tries)
-        curves = reading.curves
-        return dict(
-            row=task.row, tries=tries, running=task.running, run_status=task.run_status,
-            finals=reading.finals,
-            usage_charts={t.number: _usage_chart(t, curves.get(t.number)) for t in tries
-                          if t.usage or curves.get(t.number)},
-            definitions={t.number: json.dumps(t.started.definition, indent=2,
-                                              ensure_ascii=False, sort_keys=True)
-                         for t in tries},
-        )
-
     async def diff_page(self, request: Request) -> Response:
         view = await self.diff(request)
-        from evalledger.projections import p_value_line, power_line
-
         return self._page("diff.html", result=view.result, tasks=view.tasks_by_change(),
                           paired=view.paired, p_value_line=p_value_line(view.paired),
                           power_line=power_line(view.paired))
@@ -596,8 +605,9 @@ class _Views:
         if request.url.path.startswith("/api/"):
             return JSONResponse({"error": message}, status_code=status)
         links = exc.links if isinstance(exc, _NotYet) else []
-        return HTMLResponse(render("error.html", mode="app", ledger_name=self.state.path.name,
-                                   status_code=status, message=message, links=links),
+        return HTMLResponse(render_page("error.html", mode="app",
+                                        ledger_name=self.state.path.name,
+                                        status_code=status, message=message, links=links),
                             status_code=status)
 
     async def stream(self, request: Request) -> Response:
@@ -622,6 +632,21 @@ class _Views:
                                           "X-Accel-Buffering": "no"})
 
 
+def _attempt_context(task: TaskView) -> dict[str, Any]:
+    """What the task page's attempts draw from ``task``: the running pill (the page's
+    filters take a set of running keys), the claims, the usage charts, the definitions."""
+    tries, curves = task.attempts, task.usage_curves
+    return dict(
+        row=task.row, tries=tries, running={task.task_key} if task.running else frozenset(),
+        run_status=task.run_status, finals=task.claims,
+        usage_charts={t.number: usage_chart(t, curves.get(t.number)) for t in tries
+                      if t.usage or curves.get(t.number)},
+        definitions={t.number: json.dumps(t.started.definition, indent=2,
+                                          ensure_ascii=False, sort_keys=True)
+                     for t in tries},
+    )
+
+
 class _NotYet(HTTPException):
     """``?at=`` names an event from before the run existed: nothing to show but that."""
 
@@ -633,42 +658,6 @@ class _NotYet(HTTPException):
                       (base, "the run now")]
 
 
-def _usage_chart(attempt: _queries.Attempt, curve: list[tuple[str, int]] | None) -> Markup:
-    """Tokens used so far against seconds since the attempt started: the running count
-    of its agent's messages where its transcript is a conversation (such an agent records
-    its usage once, at the end), else its usage reports as they were recorded."""
-    start = seconds(attempt.started.ts)
-
-    def since(ts: str) -> float:
-        return between(start, seconds(ts)) or 0.0
-
-    points = []
-    if curve:
-        points = [(since(ts), float(total)) for ts, total in curve]
-    else:
-        total = 0
-        for usage in attempt.usage:
-            total += usage.tokens.total
-            points.append((since(usage.ts), float(total)))
-    ended = attempt.completed or attempt.interrupted
-    return _charts.steps(points, "tokens used over the attempt", y_title="tokens",
-                         x_title="time since the attempt started",
-                         until=since(ended.ts) if ended else None)
-
-
-def _runs_cost_pass(runs: Sequence[ListedRun]) -> Markup | None:
-    """Cost against pass rate for the runs listed, when they are runs of one suite (one
-    experiment id) and two or more have graded tasks; else None."""
-    graded = [r for r in runs if r.graded]
-    if len(graded) < 2 or {r.experiment_id for r in runs} in ({None}, set()) or len(
-            {r.experiment_id for r in runs}) != 1:
-        return None
-    return _charts.scatter(
-        [(r.run_id, r.total_cost_usd, r.pass_rate,
-          (r.pass_rate_interval.low, r.pass_rate_interval.high)) for r in graded],
-        "cost against pass rate per run", x_title="cost (USD)", y_title="pass rate")
-
-
 def _as_json(data: Callable[[Request], Awaitable[Resource]],
              ) -> Callable[[Request], Awaitable[Response]]:
     """A route answering a resource's data as JSON."""
@@ -677,6 +666,19 @@ def _as_json(data: Callable[[Request], Awaitable[Resource]],
         return (await data(request)).json_response()
 
     endpoint.resource = data  # type: ignore[attr-defined]  # which data it answers (tests)
+    return endpoint
+
+
+def _page(page: Callable[[Request], Awaitable[Response]],
+          *data: Callable[..., Awaitable[Resource]],
+          ) -> Callable[[Request], Awaitable[Response]]:
+    """A route answering ``page``, drawn from the resources ``data`` return (each one's
+    JSON twin is its ``_as_json`` route)."""
+
+    async def endpoint(request: Request) -> Response:
+        return await page(request)
+
+    endpoint.resources = data  # type: ignore[attr-defined]  # what it is drawn from (tests)
     return endpoint
 
 

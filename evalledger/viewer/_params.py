@@ -7,13 +7,16 @@ page, a ``LIMIT`` below zero (which SQLite reads as "no limit") or an unknown so
 is refused with a reason before any query runs: never a 500, never silently read as
 something else. An empty value is the default, as a form sends a field left unset.
 Parameters a route does not read are ignored (the access token travels in the first
-URL). Pure: no web framework here; the app turns ``BadParameter`` into a 400.
+URL); the run page's task table is read whole (``table_query``). Pure: no web
+framework here; the app turns ``BadParameter`` into a 400.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from typing import overload
+from typing import Protocol, overload, runtime_checkable
+
+from evalledger.render import DEFAULT_SORT, SORTS, TABLE_OUTCOMES, TableQuery
 
 INT64_MAX = 2**63 - 1
 _DIGITS = len(str(INT64_MAX))
@@ -61,6 +64,35 @@ def choice(params: Mapping[str, str], name: str, allowed: Collection[str],
     if raw in allowed:
         return raw
     raise BadParameter(f"{name}={_shown(raw)} is not one of: {', '.join(allowed)}")
+
+
+@runtime_checkable
+class _MultiMapping(Protocol):
+    """A query string that can hold a name more than once (Starlette's)."""
+
+    def getlist(self, key: str) -> list[str]: ...
+
+
+def table_query(query: Mapping[str, str]) -> TableQuery:
+    """The run page's task table a URL asks for: ``outcome`` repeated (as a form's boxes
+    send it) or comma-separated (as the page's links spell it).
+
+    Raises:
+        BadParameter: a status, sort key, direction or page out of range (tags,
+            variants, kinds and text are free: an unknown one matches nothing).
+    """
+    given = query.getlist("outcome") if isinstance(query, _MultiMapping) else [
+        query.get("outcome", "")]
+    outcomes = [choice({"outcome": one}, "outcome", TABLE_OUTCOMES)
+                for value in given for one in value.split(",")]
+    return TableQuery(
+        outcomes=tuple(dict.fromkeys(o for o in outcomes if o)),
+        kind=query.get("kind", ""), tag=query.get("tag", ""),
+        variant=query.get("variant", ""), text=query.get("q", ""),
+        sort=choice(query, "sort", SORTS, DEFAULT_SORT),
+        descending=choice(query, "dir", ("asc", "desc")) == "desc",
+        page=whole(query, "page", 1, low=1),
+    )
 
 
 def _shown(raw: str) -> str:

@@ -1,36 +1,30 @@
 """Reads a page needs that are not in the server's folds: a task's attempts, a page of
-its transcript, a run as it was at some seq, an attempt's usage over time, the report's
-transcript tails.
+its transcript, a run as it was at some seq, an attempt's usage over time.
 
 Blocking calls, run in worker threads by the app. The SQL is the ledger's
 (``evalledger.ledger._page_queries``: named range scans of the schema's indexes);
-this module turns the rows into what a page shows.
+this module turns the rows into what a page shows (a transcript row as
+``app.transcript_line`` reads it, the HTML report's too).
 """
 
 from __future__ import annotations
 
-import json
 import time
 from bisect import bisect_right
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple
+from typing import Any
 
 from evalledger.agents import (
     PARSERS,
     USAGE_PARSERS,
     Entry,
     FinalResult,
-    Parser,
     RunningUsage,
-    lines_of,
-    parser_for,
 )
-from evalledger.app import load_fold
+from evalledger.app import Line, load_fold, transcript_line
 from evalledger.ledger import (
     AnyEvent,
     EventRow,
-    EventType,
     Ledger,
     TaskCompleted,
     TaskFlagged,
@@ -40,13 +34,10 @@ from evalledger.ledger import (
     TaskStarted,
     TaskUsage,
     attempt_starts,
-    completion_environments,
     result_lines,
-    run_imported,
     task_lifecycle,
     transcript_row_before,
     transcript_rows,
-    transcript_tail,
     usage_lines,
 )
 from evalledger.projections import RunSummary, SummaryFold
@@ -135,31 +126,10 @@ def attempts(ledger: Ledger, run_id: str, task_key: str) -> list[Attempt]:
     return found
 
 
-def imported(ledger: Ledger, run_id: str) -> dict[str, Any] | None:
-    """Where the run came from, when it was imported (its first ``run.started``)."""
-    return run_imported(ledger, run_id)
-
-
 def attempt_at(tries: list[Attempt], seq: int) -> int | None:
     """The number of the attempt a row at ``seq`` belongs to (None: before the first)."""
     index = bisect_right([t.started.seq or 0 for t in tries], seq) - 1
     return tries[index].number if index >= 0 else None
-
-
-@dataclass
-class Line:
-    """One transcript row as a page shows it."""
-
-    kind: ClassVar[str] = "line"  # beside an AttemptMark's "mark" in a page's rows
-
-    seq: int
-    ts: str
-    attempt: int
-    n: int
-    stream: str  # stdout | stderr | json | note (output left out past max_output)
-    text: str
-    truncated: bool = False
-    data: dict[str, Any] | None = None  # a JSON line's object
 
 
 @dataclass
@@ -187,7 +157,7 @@ def transcript(
                                  limit=limit, search=search)
     starts = [t.started.seq or 0 for t in tries]
     numbers = [t.number for t in tries]
-    lines = [_line(row, starts, numbers) for row in rows]
+    lines = [transcript_line(row, starts, numbers) for row in rows]
     if before is not None:
         more_before, more_after = more, before > 0
     else:
@@ -198,34 +168,6 @@ def transcript(
 def row_before(ledger: Ledger, run_id: str, task_key: str, seq: int) -> int | None:
     """The seq of the task's transcript row just before ``seq`` (None: there is none)."""
     return transcript_row_before(ledger, run_id, task_key, seq)
-
-
-def _line(row: EventRow, starts: list[int], numbers: list[int]) -> Line:
-    payload = json.loads(row.payload)
-    seq = row.seq or 0
-    index = bisect_right(starts, seq) - 1
-    attempt = numbers[index] if index >= 0 else 1
-    if row.type == EventType.TASK_OUTPUT_TRUNCATED:
-        return Line(seq, row.ts, attempt, int(payload.get("from_n", 0)), "note",
-                    omitted_text(payload))
-    if row.type == EventType.TASK_EVENT:
-        data = payload.get("data") if isinstance(payload.get("data"), dict) else {}
-        return Line(seq, row.ts, attempt, int(payload.get("n", 0)), "json",
-                    json.dumps(data, ensure_ascii=False, sort_keys=True), data=data)
-    # Left out of the payload when they are the default (stdout, not truncated).
-    stream = str(payload.get("stream", "stdout"))
-    return Line(seq, row.ts, attempt, int(payload.get("n", 0)), stream,
-                str(payload.get("line", "")), truncated=bool(payload.get("truncated")))
-
-
-def omitted_text(payload: dict[str, Any]) -> str:
-    """What a page says where a ``task.output_truncated`` cut the transcript."""
-    lines, size = payload.get("omitted_lines"), payload.get("omitted_bytes")
-    limit = payload.get("limit_bytes")
-    tail = ("; the last lines follow" if payload.get("tail_from_n") is not None else "")
-    return (f"… {lines:,} lines ({size:,} bytes) not recorded: past max_output "
-            f"({limit:,} bytes){tail} …" if isinstance(lines, int) and isinstance(size, int)
-            and isinstance(limit, int) else "… output past max_output not recorded …")
 
 
 @dataclass
@@ -282,7 +224,7 @@ def search_run(ledger: Ledger, run_id: str, text: str, *, after: int = 0,
     for row in rows:
         key = row.task_key or ""
         seqs, numbers = starts.get(key, ([], []))
-        by_task.setdefault(key, Found(key, [])).lines.append(_line(row, seqs, numbers))
+        by_task.setdefault(key, Found(key, [])).lines.append(transcript_line(row, seqs, numbers))
     return RunSearch(list(by_task.values()), len(rows),
                      reached if reached < end else None, timed)
 
@@ -329,68 +271,6 @@ def search_runs(ledger: Ledger, run_ids: list[str], text: str, *, after: int = 0
             return EverySearch(found, lines, run_id, one.after, one.timed)
         after = 0
     return EverySearch(found, lines)
-
-
-class TailLine(NamedTuple):
-    """A line of the report's transcript tail: what it is (stdout, stderr, json, or a
-    conversation line's kind: assistant, tool, result, ...) and its text."""
-
-    kind: str
-    text: str
-
-
-def tails(ledger: Ledger, summary: RunSummary, *, lines: int = 20, chars: int = 2000,
-          ) -> dict[str, list[TailLine]]:
-    """Per task key, the tail of its latest attempt's transcript (what the HTML report
-    shows): its last ``lines`` rows, a conversation's JSON lines read as the conversation
-    (``agents``), kept whole, newest first, while they fit in ``chars`` characters. A
-    newest line longer than that alone shows its end, saying how much was left out.
-
-    One scan of the run's starts finds each key's latest attempt; then one
-    ``LIMIT lines`` range scan per key, backwards from its last row.
-    """
-    latest: dict[str, TaskStarted] = {}
-    for event in ledger.events(summary.run_id, types={EventType.TASK_STARTED}):
-        if isinstance(event, TaskStarted):
-            latest[event.task_key] = event
-    found: dict[str, list[TailLine]] = {}
-    for row in summary.tasks:
-        started = latest.get(row.task_key)
-        if started is None:
-            found[row.task_key] = []
-            continue
-        rows = transcript_tail(ledger, summary.run_id, row.task_key, started.seq or 0, lines)
-        parser = parser_for(str(started.definition.get("stream_format") or "native"))
-        kept: list[TailLine] = []  # newest first
-        room = chars
-        for stored in rows:  # newest first: read no more than fits
-            line = _line(stored, [started.seq or 0], [started.attempt])
-            room = _fit(reversed(_tail_lines(line, parser, chars)), room, kept)
-            if room < 0:
-                break
-        found[row.task_key] = kept[::-1]
-    return found
-
-
-def _tail_lines(line: Line, parser: Parser | None, width: int) -> list[TailLine]:
-    if line.data is None or parser is None:
-        return [TailLine(line.stream, line.text)]
-    return [TailLine(ln.kind, ln.text) for ln in lines_of(parser(line.data), width=width)]
-
-
-def _fit(newest_first: Iterable[TailLine], room: int, kept: list[TailLine]) -> int:
-    """Add to ``kept`` (newest first) the lines that fit in ``room`` characters, whole;
-    return the room left, -1 once a line did not fit (nothing older may follow it)."""
-    for tail in newest_first:
-        if len(tail.text) > room:
-            if not kept:  # the newest line alone is too long: its end, marked as cut
-                left = len(tail.text) - room
-                kept.append(TailLine(tail.kind, f"[{left:,} characters before] \u2026"
-                                                f"{tail.text[-room:]}"))
-            return -1
-        room -= len(tail.text)
-        kept.append(tail)
-    return room
 
 
 @dataclass(frozen=True)
@@ -447,37 +327,3 @@ def claimed_success(ledger: Ledger, run_id: str) -> frozenset[str]:
     return frozenset(key for key, well in said.items() if well)
 
 
-def variant_bound(ledger: Ledger, summary: RunSummary, until_seq: int | None = None,
-                  ) -> frozenset[str]:
-    """The environment fields of the run's version drift that its variants define: the
-    keys of each variant agree on one value, and the variants differ (an experiment of
-    two models has two models by design: that is its point, not drift).
-
-    Read only when there is drift and more than one variant: the latest completion of
-    each key, its ``environment_info``, by the fold's rule (the highest attempt).
-    """
-    names = set(summary.version_drift)
-    if not names or len(summary.variants) < 2:
-        return frozenset()
-    variant_of = {row.task_key: row.variant_id for row in summary.tasks}
-    values: dict[str, dict[str, set[str]]] = {}
-    for key, info in _latest_environments(ledger, summary.run_id, until_seq).items():
-        variant = variant_of.get(key)
-        if variant is None:
-            continue
-        for name in names & info.keys():
-            values.setdefault(name, {}).setdefault(variant, set()).add(
-                json.dumps(info[name], sort_keys=True))
-    return frozenset(name for name, by_variant in values.items()
-                     if all(len(v) == 1 for v in by_variant.values()))
-
-
-def _latest_environments(ledger: Ledger, run_id: str, until_seq: int | None,
-                         ) -> dict[str, dict[str, Any]]:
-    """Per task key, the ``environment_info`` of its latest completion (the highest
-    attempt; of equal ones, the last)."""
-    latest: dict[str, tuple[int, dict[str, Any]]] = {}
-    for key, number, info in completion_environments(ledger, run_id, until_seq):
-        if key not in latest or number >= latest[key][0]:
-            latest[key] = (number, info)
-    return {key: info for key, (_, info) in latest.items()}

@@ -2,11 +2,14 @@
 renders as an HTML page or as JSON (Datasette's shape: the data once, two renderings).
 
 The app's data functions (``_app._Views``: ``runs``, ``run``, ``tasks``, ``task``,
-``transcript``, ``summary``, ``diff``) parse a request and return one of these; the
-``/api`` route returns ``json_response()``, the page route renders a template from
-the same value. Fields marked ``exclude`` are what a page needs to draw itself (the
-query it was asked, the keys running at ``?at=``) and not part of the JSON, which
-keeps the shape docs/cli.md gives it.
+``transcript``, ``summary``, ``search``, ``search_every``, ``diff``, ``compare``) parse
+a request and return one of these; the ``/api`` route returns ``json_response()``, the
+page route renders a template from the same value. Every page is drawn from resources
+(the run page from its run and its task table, a task page from its task and its
+transcript), and every field a page reads is in the JSON too: the query it was asked,
+the keys running, what the page says beside the summary (liveness, the tasks not
+started, the fields the variants define, the previous run). Only how a page draws it
+(charts, links, the conversation's layout) is the page's own.
 
 JSON: pydantic, as everything the viewer shows is already a pydantic model of the
 projections (``RunSummary``, ``TaskRow``, ``RunDiff``); the bytes are those
@@ -19,9 +22,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer
-from starlette.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, field_serializer
+from starlette.responses import JSONResponse, RedirectResponse, Response
 
+from evalledger.agents import FinalResult
+from evalledger.app import Line, WorkspaceChanges
 from evalledger.projections import (
     Comparison,
     RunDiff,
@@ -30,12 +35,10 @@ from evalledger.projections import (
     TagStats,
     TaskDiff,
     TaskRow,
-    render_json,
 )
+from evalledger.render import Neighbours, TableQuery, per_summary, render_json
 
-from ._memo import per_summary
-from ._queries import Attempt, Found, Line, RunFound
-from ._render import TableQuery
+from ._queries import Attempt, Found, RunFound
 
 
 class Resource(BaseModel):
@@ -61,9 +64,12 @@ class RunList(Resource):
     """The ledger's last event as read."""
     total: int
     page: int
+    pages: int
     runs: list[ListedRun]
-    q: str = Field("", exclude=True)
-    status: str = Field("", exclude=True)
+    q: str = ""
+    """The text asked for (an id, experiment or model holds it), lower case."""
+    status: str = ""
+    """The status asked for."""
 
 
 class RunView(Resource):
@@ -76,8 +82,26 @@ class RunView(Resource):
     imported: dict[str, Any] | None
     summary: RunSummary
     tags: list[TagStats]
-    at: int | None = Field(None, exclude=True)
-    running: frozenset[str] = Field(frozenset(), exclude=True)
+    at: int | None = None
+    """The event it is shown as of (``?at=``); None: now."""
+    running: frozenset[str] = frozenset()
+    """The keys with an attempt running (then)."""
+    liveness: dict[str, tuple[float, bool]] = {}
+    """Per key running now: seconds since it last produced anything, and whether it is
+    stalled (none as of ``?at=``)."""
+    not_started: int = 0
+    """Its tasks with no attempt yet."""
+    variant_bound: frozenset[str] = frozenset()
+    """The drifted environment fields its variants define: not drift."""
+    previous: str | None = None
+    """The run before it that ran the same thing (the same experiment; without one, a
+    task key in common): what the page offers to compare with first."""
+    others: list[str] = []
+    """The other runs the page offers to compare with, newest first (the first 100)."""
+
+    @field_serializer("running", "variant_bound")
+    def _sorted(self, keys: frozenset[str]) -> list[str]:
+        return sorted(keys)
 
     def json_response(self) -> Response:
         body = self.model_dump(mode="json", exclude={"summary"})
@@ -97,8 +121,11 @@ class TaskTable(Resource):
     page: int
     pages: int
     tasks: list[TaskRow]
-    query: TableQuery = Field(exclude=True)
+    query: TableQuery
     """What was asked (a page's links repeat it)."""
+    listed: str
+    """The query (its filters and order, not its page) as one URL parameter's value: how
+    a task page opened from this table knows it (``?list=``)."""
 
 
 class TaskView(Resource):
@@ -108,9 +135,24 @@ class TaskView(Resource):
     task_key: str
     row: TaskRow | None
     attempts: list[Attempt]
-    running: frozenset[str] = Field(frozenset(), exclude=True)
-    run_status: str = Field("", exclude=True)
-    planned: bool = Field(False, exclude=True)
+    running: bool = False
+    """An attempt of it is running now."""
+    run_status: str = ""
+    """Its run's status as shown."""
+    planned: bool = False
+    """Its run plans it (it has a page before it starts)."""
+    claims: dict[int, FinalResult] = {}
+    """Per attempt, how its agent said the session ended (its last result line)."""
+    usage_curves: dict[int, list[tuple[str, int]]] = {}
+    """Per attempt whose transcript is a conversation: ``(ts, tokens so far)`` each time
+    one of its lines moved the running count."""
+    neighbours: Neighbours | None = None
+    """Where it sits in ``listed`` (None: not among its rows)."""
+    listed: TableQuery = TableQuery()
+    """The list it was opened from (``?list=``: that task table's query)."""
+    changes: WorkspaceChanges | None = None
+    """What its agent changed (a page of the files, ``?files=``); None while the run has
+    a task running, or before its first attempt."""
 
     @field_serializer("attempts")
     def _attempts_json(self, attempts: list[Attempt]) -> list[dict[str, Any]]:
@@ -131,8 +173,10 @@ class Transcript(Resource):
     more_before: bool
     more_after: bool
     lines: list[Line]
-    search: str = Field("", exclude=True)
-    after: int = Field(0, exclude=True)
+    search: str = ""
+    """The text its lines hold (``?q=``)."""
+    after: int = 0
+    """The seq it begins after (``?after=``)."""
 
     @property
     def first_seq(self) -> int:
@@ -200,6 +244,22 @@ class DiffView(Resource):
     def tasks_by_change(self) -> list[TaskDiff]:
         """The tasks, regressions first, then fixes, changes, additions, removals."""
         return sorted(self.result.tasks, key=lambda t: (_CHANGE_ORDER[t.change], t.task_key))
+
+
+class CompareView(Resource):
+    """``/compare?run=A&run=B`` and ``/api/compare``: with two runs, where their diff is
+    (the older first; the page and its twin redirect there); else the runs to pick two
+    from, newest first."""
+
+    runs: list[RunHeadline]
+    picked: list[str]
+    diff: str | None
+    """The diff's page (``/diff/A/B``), once two runs are picked."""
+
+    def json_response(self) -> Response:
+        if self.diff is not None:
+            return RedirectResponse(f"/api{self.diff}", status_code=303)
+        return super().json_response()
 
 
 _CHANGE_ORDER = {"regression": 0, "fix": 1, "changed": 2, "added": 3, "removed": 4,

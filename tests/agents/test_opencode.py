@@ -12,7 +12,8 @@ import pytest
 
 from evalledger.agents import FinalResult, Text, Thinking, Tokens, ToolCall, ToolResult, read_line
 from evalledger.ledger import TaskCompleted, TaskEmitted, TaskOutput, TaskUsage
-from evalledger.projections import SummaryFold, fold, unpriced_line
+from evalledger.projections import SummaryFold, fold
+from evalledger.render import unpriced_line
 from evalledger.statuses import FailureClass, FinalStatus
 from tests.executor.batches import RUN, config, make_task, of_type
 from tests.executor.replay import ran, replay

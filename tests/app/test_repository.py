@@ -35,8 +35,9 @@ from evalledger.ledger import (
 )
 from evalledger.ledger._queries import latest_snapshot
 from evalledger.ledger._rows import LIFECYCLE_WHERE, LIFECYCLE_WHERE_3
-from evalledger.projections import ResumeFold, SummaryFold, fold, render_json
+from evalledger.projections import ResumeFold, SummaryFold, fold
 from evalledger.projections._snapshots import snapshot_events
+from evalledger.render import render_json
 from evalledger.statuses import FinalStatus, RunStatus
 from tests.projections.builders import RUN, completed, key, old_ledger, started, usage
 from tests.projections.scenarios import SETTINGS, Scenario, scenarios

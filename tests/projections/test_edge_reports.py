@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from markdown_it import MarkdownIt
 from pydantic import ValidationError
 
 from evalledger.cli import cli
@@ -25,7 +24,6 @@ from evalledger.ledger import (
     AnyEvent,
     Ledger,
     RunFinished,
-    RunResumed,
     RunStarted,
     TaskInterrupted,
     TaskSkipped,
@@ -33,22 +31,15 @@ from evalledger.ledger import (
     TokenCounts,
 )
 from evalledger.pricing import DEFAULT_RATES, Rate
-from evalledger.projections import (
-    ResumeFold,
-    RunSummary,
-    diff_runs,
-    fold,
-    render_json,
-    render_markdown,
-)
+from evalledger.projections import ResumeFold, RunSummary, diff_runs, fold
+from evalledger.render import render_json, render_markdown
 from evalledger.statuses import FinalStatus, RunStatus
 from tests.cli.helpers import assert_one_line_error, evalledger
+from tests.render.markdown import table_rows
 
 from .builders import RUN, completed, rebuilt, started, summarize
 
 K0, K1 = "default/t0/00", "default/t1/00"
-
-MD = MarkdownIt("commonmark").enable("table")
 
 
 def store(path: Path, events: list[AnyEvent]) -> Path:
@@ -66,46 +57,7 @@ def invoke(db: Path, *args: str) -> Any:
     return CliRunner().invoke(cli, ["--ledger", str(db), *args])
 
 
-def table_rows(markdown: str) -> list[list[str]]:
-    """Every table row (header rows included) as parsed by a CommonMark+tables parser."""
-    rows: list[list[str]] = []
-    current: list[str] | None = None
-    for token in MD.parse(markdown):
-        if token.type == "tr_open":
-            current = []
-        elif token.type == "inline" and current is not None:
-            current.append(token.content)
-        elif token.type == "tr_close" and current is not None:
-            rows.append(current)
-            current = None
-    return rows
-
-
-def headings(markdown: str) -> list[str]:
-    tokens = MD.parse(markdown)
-    return [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
-
-
-REPORT_HEADINGS = [
-    f"Run {RUN}", "Summary", "Variants", "Tasks", "Tokens and cost", "Drift since the run started",
-    "Skipped task files", "Environment",
-]
-
-
-# -- run.md: text from the ledger must not change the document's structure ------------------
-
-
-@pytest.mark.parametrize("message", ["first\r\nsecond", "first\rsecond"])
-def test_a_carriage_return_in_an_error_message_keeps_the_task_row_whole(message: str) -> None:
-    # An error message taken from a tool's output with CRLF line ends. `_cell` turns
-    # "\n" into a space but leaves "\r", which Markdown also reads as a line end: the
-    # row is cut in two and "second" becomes a row of its own.
-    s = summarize([RunStarted(run_id=RUN, planned=[K0]), started(K0),
-                   completed(K0, FinalStatus.ERROR, error_message=message)])
-    rows = [r for r in table_rows(render_markdown(s)) if len(r) == 7]  # the Tasks table
-    assert len(rows) == 2, rows  # its header and exactly one task row
-    assert rows[1][0] == K0
-    assert "first" in rows[1][6] and "second" in rows[1][6]
+# -- show: text from the ledger must not change its lines -------------------------------------
 
 
 def test_show_prints_one_line_per_task_even_with_a_carriage_return(tmp_path: Path) -> None:
@@ -120,48 +72,6 @@ def test_show_prints_one_line_per_task_even_with_a_carriage_return(tmp_path: Pat
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert [line.split("\t")[0] for line in lines[1:]] == ["task", K0], lines
-
-
-def test_markup_in_an_error_message_is_shown_not_interpreted() -> None:
-    # "expected <int>" is raw HTML to a Markdown renderer: the words vanish (or, for
-    # <details> and the like, swallow the rest of the table) on GitHub and in viewers.
-    message = "expected <int> got <details>"
-    s = summarize([RunStarted(run_id=RUN, planned=[K0]), started(K0),
-                   completed(K0, FinalStatus.FAILURE, error_message=message)])
-    html = MD.render(render_markdown(s))
-    assert "&lt;int&gt;" in html and "&lt;details&gt;" in html
-    assert "<details>" not in html
-
-
-@pytest.mark.parametrize("where", ["model", "environment", "drift"])
-def test_free_text_from_the_ledger_adds_no_heading_to_run_md(where: str) -> None:
-    # Model names come from the command's own usage lines, environment values and
-    # drift lines are written out unescaped: a newline in any of them starts a new
-    # Markdown block (here a heading) in run.md.
-    evil = "x\n## Injected"
-    events: list[AnyEvent] = [RunStarted(run_id=RUN, planned=[K0]), started(K0)]
-    if where == "model":
-        events.append(TaskUsage(run_id=RUN, task_key=K0, model=evil, cost_usd=0.0))
-    env = {"agent": evil} if where == "environment" else {}
-    events.append(completed(K0, environment_info=env))
-    if where == "drift":
-        events.append(RunResumed(run_id=RUN, drift={"lines": [f"task {evil}: new"]}))
-    events += [TaskSkipped(run_id=RUN, path="tasks/bad.yaml", reason="bad"),
-               RunFinished(run_id=RUN, status=RunStatus.COMPLETED)]
-    found = headings(render_markdown(summarize(events)))
-    assert "Injected" not in found, found
-    assert set(found) <= set(REPORT_HEADINGS)
-
-
-def test_a_skipped_path_with_a_backtick_is_one_code_span() -> None:
-    path = "tasks/it`s.yaml"
-    s = summarize([RunStarted(run_id=RUN), TaskSkipped(run_id=RUN, path=path, reason="bad")])
-    spans = [
-        child.content
-        for token in MD.parse(render_markdown(s)) if token.children
-        for child in token.children if child.type == "code_inline"
-    ]
-    assert path in spans, spans
 
 
 # -- SQL views against the Python projections on odd streams ---------------------------------

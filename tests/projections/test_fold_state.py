@@ -30,14 +30,10 @@ from evalledger.ledger import (
     verify,
 )
 from evalledger.options import RunOptions
-from evalledger.projections import (
-    ResumeFold,
-    SummaryFold,
-    fold,
-    render_json,
-)
+from evalledger.projections import ResumeFold, SummaryFold, fold
 from evalledger.projections._fold import Fold
 from evalledger.projections._snapshots import restore_fold
+from evalledger.render import render_json
 from evalledger.statuses import Category, FinalStatus, RunStatus
 
 from .builders import RUN, completed, interrupted, key, started, usage

@@ -43,14 +43,8 @@ from evalledger.ledger import (
     TaskSkipped,
     TaskStarted,
 )
-from evalledger.projections import (
-    ResumeFold,
-    RunSummary,
-    SummaryFold,
-    fold,
-    isolation_counts,
-    render_json,
-)
+from evalledger.projections import ResumeFold, RunSummary, SummaryFold, fold
+from evalledger.render import isolation_counts, render_json
 from evalledger.statuses import Category, FinalStatus
 
 from .scenarios import (

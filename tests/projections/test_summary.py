@@ -1,9 +1,9 @@
 """The run summary (SPEC §7), its reports, and the SQL audit views (SPEC §6), by example.
 
 Covers version consensus and drift across ``environment_info``, the budget
-sub-counts, unpriced usage (totals become floors, never a booked zero), what
-``run.md`` says, the status of a resumed run, and the schema-2 views and indexes
-(including a real schema-1 file migrated on open).
+sub-counts, unpriced usage (totals become floors, never a booked zero), run.json as
+written, the status of a resumed run, and the schema-2 views and indexes (including a
+real schema-1 file migrated on open). What ``run.md`` says: tests/render.
 """
 
 from __future__ import annotations
@@ -29,19 +29,13 @@ from evalledger.ledger import (
     TaskEmitted,
     TaskInterrupted,
     TaskOutput,
-    TaskSkipped,
     TaskUsage,
     TokenCounts,
     verify,
 )
-from evalledger.projections import (
-    RunSummary,
-    SummaryFold,
-    fold,
-    render_json,
-    render_markdown,
-)
+from evalledger.projections import RunSummary, SummaryFold, fold
 from evalledger.projections._intervals import clustered_stderr, normal_interval, wilson
+from evalledger.render import render_json, render_markdown
 from evalledger.statuses import Category, FinalStatus, RunStatus
 
 from .builders import (
@@ -328,64 +322,6 @@ def test_a_run_with_only_unpriced_usage_books_no_zero_as_complete() -> None:
 
 
 # -- reports ---------------------------------------------------------------------------------
-
-
-def test_markdown_report_says_what_a_reader_needs() -> None:
-    events: list[AnyEvent] = [
-        RunStarted(run_id=RUN, planned=[key(0), key(1), key(2)], experiment_id="exp-7",
-                   max_parallel=3),
-        TaskSkipped(run_id=RUN, path="tasks/broken.yaml", reason="missing command | bad"),
-        started(key(0)), usage(key(0), None, input_tokens=4),
-        completed(key(0), FinalStatus.SUCCESS, weighted_score=1.0, duration_seconds=3.25,
-                  cost_complete=False),
-        started(key(1)),
-        completed(key(1), FinalStatus.ERROR, error_message="sandbox\nvanished"),
-        RunFinished(run_id=RUN, status=RunStatus.INTERRUPTED),
-        resumed := RunResumed(
-            run_id=RUN, to_run=[key(2)], max_parallel=3,
-            drift={"lines": ["option timeout: 60 -> 90", f"task {key(2)}: definition changed"]},
-        ),
-        started(key(2)), completed(key(2), FinalStatus.FAILURE),
-        RunFinished(run_id=RUN, status=RunStatus.COMPLETED),
-    ]
-    s = summarize(events)
-    assert s.fingerprint_drift == [{"at": resumed.ts, "lines": [
-        "option timeout: 60 -> 90", f"task {key(2)}: definition changed"]}]
-    assert [(k.path, k.reason) for k in s.skipped_tasks] == [
-        ("tasks/broken.yaml", "missing command | bad")
-    ]
-    md = render_markdown(s)
-    assert md.startswith(f"# Run {RUN}\n")
-    assert "- Status: **completed** (experiment `exp-7`)" in md
-    assert "- Max parallel: 3" in md
-    # The ERROR measures no agent: left out of the rate, and said so.
-    assert "| 3 | 3 | 1 | 1 | 0 | 0 | 1 | 0 | 0 | 50.0% [9.5%, 90.5%] |" in md
-    assert ("Pass rates: (1 infrastructure failure(s) left out; --count-infra counts "
-            "them).") in md
-    assert f"| {key(0)} | SUCCESS | 1.00 | 3.2s | 0 | unknown |" in md
-    # An error of several lines: its digest in the row (one row stays one row, no
-    # literal \n), the message whole below, line breaks kept.
-    assert f"| {key(1)} | ERROR (infra) | 0.00 | 0.0s | 0 | unknown | sandbox … vanished |" in md
-    assert f"## Errors in full\n\n- `{key(1)}`:\n\n  ```\n  sandbox\n  vanished\n  ```\n" in md
-    assert "Cost is a floor: 1 task(s)" in md
-    assert "## Skipped task files" in md
-    assert "- `tasks/broken.yaml`: missing command \\| bad" in md
-    assert "## Drift since the run started" in md
-    assert (
-        f"- at {resumed.ts}: option timeout: 60 -> 90; task {key(2)}: definition changed"
-    ) in md
-
-
-def test_markdown_leaves_out_sections_with_nothing_to_say() -> None:
-    s = summarize([
-        RunStarted(run_id=RUN, planned=[key(0)]),
-        started(key(0)), completed(key(0), FinalStatus.SUCCESS),
-        RunFinished(run_id=RUN, status=RunStatus.COMPLETED),
-    ])
-    md = render_markdown(s)
-    assert "- Status: **completed**\n" in md
-    for absent in ("Skipped task files", "Drift since", "floor", "experiment"):
-        assert absent not in md
 
 
 def test_json_report_round_trips_and_written_reports_match(

@@ -31,7 +31,7 @@ from evalledger.suite import (
     meets,
     task_files,
 )
-from evalledger.suite._tasks import _FIRST_DEFAULTS, complete, evaluated
+from evalledger.suite._models import _FIRST_DEFAULTS, complete, evaluated
 
 from .yaml_files import MINIMAL, keys, write
 

@@ -22,7 +22,8 @@ from starlette.testclient import TestClient
 
 from evalledger._text import money
 from evalledger.ledger import Ledger
-from evalledger.projections import SummaryFold, fold, render_json
+from evalledger.projections import SummaryFold, fold
+from evalledger.render import render_json
 from evalledger.viewer import _queries, create_app
 
 from ..waiting import PATIENCE, wait_until
@@ -530,12 +531,13 @@ PARAMETERS: dict[str, dict[str, list[str]]] = {
     "/api/runs/{run_id}": {"at": AT},
     "/api/runs/{run_id}/summary": {"at": AT},
     "/api/runs/{run_id}/tasks": TABLE,
-    "/api/runs/{run_id}/tasks/{task_key:path}": {},
+    "/api/runs/{run_id}/tasks/{task_key:path}": {"files": PAGE},
     "/api/runs/{run_id}/transcript/{task_key:path}": {
         **TRANSCRIPT, "limit": [*NOT_NUMBERS, "0", "-1", "-2", "5001"]},
     "/api/runs/{run_id}/search": {"after": AFTER},
     "/api/search": {"after": AFTER},
     "/api/diff/{run_a}/{run_b}": {},
+    "/api/compare": {},
     "/api/stream": {},
     "/static": {},
 }

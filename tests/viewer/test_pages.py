@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
+from evalledger.app._reports import changed_files
 from evalledger.ledger import (
     Ledger,
     RunStarted,
@@ -23,7 +24,6 @@ from evalledger.ledger import (
 from evalledger.projections import SummaryFold, fold
 from evalledger.statuses import FinalStatus
 from evalledger.viewer import create_app
-from evalledger.viewer._report import _changes
 from tests.cli.helpers import evalledger, write_tasks
 
 from .scenes import AGENT_KEY, FIRST, IMPORTED, SECOND, Scenes
@@ -274,7 +274,7 @@ def test_the_report_shows_what_each_failed_tasks_agent_changed(tmp_path: Path) -
     # Diffs fill so much of a report: the files after are named, their diffs left out.
     with Ledger(db, read_only=True) as ledger:
         summary = fold(SummaryFold("r"), ledger.events("r", types=SummaryFold.TYPES)).summary()
-        roomy, tight = _changes(ledger, summary), _changes(ledger, summary, room=10)
+        roomy, tight = changed_files(ledger, summary), changed_files(ledger, summary, room=10)
     assert roomy["default/breaks/00"].files[0].diff
     (left,) = tight["default/breaks/00"].files
     assert left.diff == () and left.note.startswith("its diff left out")
@@ -356,7 +356,7 @@ def test_the_report_opens_what_a_task_link_names_and_reads_the_conversation(
 
 
 def _tail(db: Path) -> list[str]:
-    from evalledger.viewer import report_html
+    from evalledger.app import report_html
 
     with Ledger(db, read_only=True) as ledger:
         page = report_html(ledger, fold(SummaryFold("r"), ledger.events("r")).summary())
@@ -408,7 +408,7 @@ def test_output_left_out_past_max_output_reads_as_a_note_between_head_and_tail(
 
 def test_a_narrow_spread_of_durations_has_ticks_that_read_apart() -> None:
     """Durations of 3.21 s to 3.24 s: the axis said ``3.2s 3.2s 3.2s`` (issue #49)."""
-    from evalledger.viewer._charts import histogram
+    from evalledger.render._charts import histogram
 
     ticks = re.findall(r">([^<>]*s)</text>", str(histogram([3.21, 3.22, 3.24], "durations")))
     assert ticks == ["3.21s", "3.23s", "3.24s"]

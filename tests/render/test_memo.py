@@ -6,8 +6,8 @@ from __future__ import annotations
 import gc
 
 from evalledger.projections import RunSummary
-from evalledger.viewer import _memo
-from evalledger.viewer._memo import per_summary, recent_per_summary
+from evalledger.render import _memo
+from evalledger.render._memo import per_summary, recent_per_summary
 
 
 def test_a_value_is_made_once_per_summary_and_key() -> None:

@@ -1,10 +1,11 @@
-"""``_render``'s pure parts a page is made of: what a conversation says of time."""
+"""``render._transcript``'s pure parts a page is made of: what a conversation says of time."""
 
 from __future__ import annotations
 
+from evalledger.app import Line
 from evalledger.ledger import TaskStarted
-from evalledger.viewer._queries import Attempt, Line
-from evalledger.viewer._render import AttemptMark, Said, conversation
+from evalledger.render import AttemptMark, Said, conversation
+from evalledger.viewer._queries import Attempt
 
 
 def _started(attempt: int, second: int, seq: int) -> Attempt:

@@ -10,9 +10,9 @@ import time
 from hypothesis import given
 from hypothesis import strategies as st
 
+from evalledger._diffs import diff_lines
 from evalledger._text import visible
-from evalledger.app._workspace import diff_lines
-from evalledger.viewer._highlight import LONGEST, Budget, highlighted
+from evalledger.render._highlight import LONGEST, Budget, highlighted
 
 TAGS = re.compile(r'<span class="hl-(?:k|s|c|m|nf|nb)">|</span>')
 

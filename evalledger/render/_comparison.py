@@ -7,8 +7,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 
 from evalledger._text import visible
-
-from ._compare import TEST, Comparison, Side
+from evalledger.projections import TEST, Comparison, Side
 
 
 def power_line(c: Comparison) -> str:

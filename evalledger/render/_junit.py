@@ -16,9 +16,8 @@ from collections.abc import Collection
 from xml.etree import ElementTree as ET
 
 from evalledger._text import visible
+from evalledger.projections import RunSummary, TaskRow
 from evalledger.statuses import Category
-
-from ._results import RunSummary, TaskRow
 
 _SKIPPED = frozenset({None, Category.UNGRADED})
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evalledger._text import visible
-from evalledger.viewer._ansi import ansi_html
+from evalledger.render._ansi import ansi_html
 
 SPAN = re.compile(r'<span class="(a-(?:b|d|i|u|fg\d{1,2}|bg\d{1,2}))( a-(?:b|d|i|u|fg\d{1,2}|'
                   r'bg\d{1,2}))*">|</span>')
