@@ -163,9 +163,10 @@ async def _grade_all(ledger: Ledger, grader: Any, rates: Any, attempts: list[_At
                      signer: Signer) -> None:
     import trio
 
+    from evalledger._workspace_diff import WorkspaceUnfit
     from evalledger.executor._judges import Judging
     from evalledger.executor._regrade import Recorded, gradable, verdict
-    from evalledger.executor.isolation import IsolationUnavailable, WorkspaceUnfit, hash_tree
+    from evalledger.executor.isolation import IsolationUnavailable, hash_tree
 
     limiter = trio.CapacityLimiter(max(1, max_parallel))
 

@@ -27,7 +27,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from .isolation import WorkspaceUnfit, walk
+from evalledger._workspace_diff import WorkspaceUnfit, walk
 
 log = logging.getLogger(__name__)
 

@@ -401,8 +401,8 @@ def wrap(command: str | list[str], lines: str) -> list[str] | str:
 
 def disk_usage(root: Path) -> int:
     """Bytes the workspace takes on disk (blocks allocated: a sparse file counts what it
-    holds), by ``isolation.walk``'s bounded walk; links are not followed."""
-    from .isolation import walk
+    holds), by ``_workspace_diff.walk``'s bounded walk; links are not followed."""
+    from evalledger._workspace_diff import walk
 
     total = 0
     for top, folders, files in walk(root):

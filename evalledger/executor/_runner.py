@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from evalledger._workspace_diff import WorkspaceUnfit
 from evalledger.agents import api_health
 from evalledger.ledger import (
     AnyEvent,
@@ -655,7 +656,7 @@ async def _attempt(
                                                       abandon_on_cancel=True)
     except _sandbox.BuildFailed as e:
         facts = AttemptFacts(build_failed=str(e))
-    except _isolation.WorkspaceUnfit as e:  # only once the command has ended
+    except WorkspaceUnfit as e:  # only once the command has ended
         facts = AttemptFacts((), timed_out, task.timeout, state.budget_stop, unfit=str(e),
                              api_error=state.api_error)
     except IsolationLeak as e:
@@ -1226,7 +1227,7 @@ async def _check_disk(task: ResolvedTask, state: _Streams, workspace: Path) -> N
     try:
         used = await trio.to_thread.run_sync(_limits.disk_usage, workspace,
                                              abandon_on_cancel=True)
-    except _isolation.WorkspaceUnfit:
+    except WorkspaceUnfit:
         return  # said once the command has ended, as its failure
     if used > limit:
         state.limit_hit(f"disk: the workspace takes {_limits.size_text(used)}, past its "

@@ -12,7 +12,7 @@ The first that holds wins:
 4. the task's deadline cut something off, the command or a ``run_command`` criterion
    (cut off, or not started once it had passed): ``TIMEOUT``;
 4a. what the command left cannot be graded (folders nested deeper than 256 levels, a
-   path past 3,072 bytes: ``isolation.WorkspaceUnfit``): ``FAILURE``, saying so;
+   path past 3,072 bytes: ``_workspace_diff.WorkspaceUnfit``): ``FAILURE``, saying so;
 4b. a criterion could not be checked (a judge's API failed, or answered nothing
    readable): ``ERROR``, naming it (never a verdict either way);
 5. no criteria: ``NOT_GRADED`` (it ran to its end, nothing judges it);
@@ -64,7 +64,7 @@ class AttemptFacts:
     stalled: str | None = None
     # The model API error the agent's stream reported giving up on (overloaded, 5xx).
     api_error: str | None = None
-    # Why what the command left cannot be graded (isolation.WorkspaceUnfit): its doing.
+    # Why what the command left cannot be graded (_workspace_diff.WorkspaceUnfit): its doing.
     unfit: str | None = None
     # Behind the gateway: how its last model call failed, as the gateway saw it.
     api_failure: str | None = None

@@ -38,13 +38,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-# A tree the command left is walked, by every reader, the one way (bounded, no link
-# followed): the domain's, where the viewer's and the judges' diffs read it too.
-from evalledger._workspace_diff import MAX_DEPTH as MAX_DEPTH
-from evalledger._workspace_diff import MAX_RELATIVE_PATH as MAX_RELATIVE_PATH
-from evalledger._workspace_diff import WorkspaceUnfit as WorkspaceUnfit
-from evalledger._workspace_diff import walk as walk
-
 # Where the workspace is, inside.
 WORKSPACE = "/work"
 # What an isolated command gets of the runner's environment without asking.
@@ -438,6 +431,8 @@ def hash_tree(root: Path, *, defuse: bool = False) -> str:
         WorkspaceUnfit: folders nested deeper than ``MAX_DEPTH``, or a path longer than
             ``MAX_RELATIVE_PATH`` bytes below ``root``.
     """
+    from evalledger._workspace_diff import walk
+
     digest = hashlib.sha256()
     read: dict[tuple[int, int], bytes] = {}
     budget = HASH_BUDGET
@@ -478,6 +473,10 @@ def check_fit(root: Path) -> None:
     Raises:
         WorkspaceUnfit: as ``walk``.
     """
+    # Imported here: the watchdog runs this module in a bare interpreter, where nothing
+    # of the package is importable.
+    from evalledger._workspace_diff import walk
+
     for _ in walk(root):
         pass
 
