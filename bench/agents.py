@@ -3,17 +3,22 @@ OpenCode CLIs (tests/real_agents.py) run through ``evalledger run`` against loca
 (tests/fake_agent_api.py), what the ledger recorded beside the truth: the usage of the
 calls the API finished, and the CLI's own ``total_cost_usd`` where it reported one.
 
-A case reads ``exact`` when the tokens recorded equal the finished calls' and the cost
-the CLI's (to 1e-9); ``floor`` when the attempt was cut off: what its stream showed is
-booked, marked an estimate, no count above what the API answered, and the run's cost
-says it is a floor (``cost_complete`` false); ``WRONG`` otherwise.
+A case reads ``exact`` when the tokens recorded equal the finished calls', and the cost
+the CLI's and what the finished calls come to on the rate card (each to 1e-9);
+``floor`` when the attempt was cut off: what its stream showed is booked, marked an
+estimate, no count above what the API answered, and the run's cost says it is a floor
+(``cost_complete`` false); ``WRONG`` otherwise. ``ended``: the attempt's final status
+(``interrupted``: Ctrl-C'd), and the calls the gateway refused.
 tests/executor/test_real_agents.py asserts the same cases.
 
 The cases "through the gateway" run the CLI behind evalledger's model gateway
-(docs/gateway.md): what is booked is what the API answered, in every ending.
+(docs/gateway.md): what is booked is what the API answered, in every ending
+(tests/executor/test_gateway_real_agents.py asserts the same cases).
 
-Run: python bench/agents.py (after ``python -m tests.real_agents install``). Not part of
-the tests; takes about 30 s.
+Run: python bench/agents.py [WORD...] (after ``python -m tests.real_agents install``):
+the cases whose name holds every word given (``python bench/agents.py gateway``: those
+through the gateway). Not part of the tests; takes about 5 minutes, most of it the
+timeouts waited out.
 """
 
 from __future__ import annotations
@@ -35,27 +40,26 @@ sys.path.insert(0, str(ROOT))
 
 from evalledger._text import money  # noqa: E402
 from evalledger.ledger import TokenCounts  # noqa: E402
+from evalledger.pricing import DEFAULT_RATES  # noqa: E402
 from tests.cli.helpers import PATIENCE, evalledger, spawn, wait_until  # noqa: E402
 from tests.executor.real_agent_tasks import (  # noqa: E402
+    BUDGET_USD,
+    CODEX,
     CODEX_MODEL,
-    GEMINI_MODEL,
-    GEMINI_ROUTED,
-    OPENCODE_MODEL,
+    GEMINI,
+    GEMINI_AUTO,
+    OPENCODE,
     OPUS,
     SUBAGENT,
     TOOL,
+    Behind,
     claude_task,
     codex_script,
     codex_task,
-    codex_through_gateway,
     emitted,
     gateway_env,
-    gemini_script,
-    gemini_through_gateway,
     only_run,
-    opencode_through_gateway,
     recorded,
-    release_once_the_agent_is_gone,
     result_line,
     run_to_its_end,
     script,
@@ -63,7 +67,7 @@ from tests.executor.real_agent_tasks import (  # noqa: E402
     truth,
     write,
 )
-from tests.fake_agent_api import FakeAgentApi, Turn, Usage  # noqa: E402
+from tests.fake_agent_api import FakeAgentApi  # noqa: E402
 from tests.real_agents import PINNED  # noqa: E402
 
 Case = Callable[[Path], tuple[FakeAgentApi, Path]]
@@ -80,21 +84,16 @@ def _claude(flags: str = "", *, version: str | None = None, main: str = OPUS,
             task = claude_task(folder, api, version=version, flags=flags, **fields)
             if native:
                 del task["stream_format"]
-            env: dict[str, str] = {}
             if gateway:  # the held answer comes once the CLI is dead: read on, whole
-                task, env = through_gateway(task), gateway_env(api)
-                if held is not None:
-                    release_once_the_agent_is_gone(api, held, folder / "home")
+                tasks = write(folder, answer=through_gateway(task))
+                run_to_its_end(folder, db, tasks, api, held, gateway_env(api), ending=ending)
+                return api, db
             tasks = write(folder, answer=task)
             if ending in ("end", "timeout", "budget"):
-                evalledger(folder, db, "run", str(tasks), env=env)
+                evalledger(folder, db, "run", str(tasks))
                 return api, db
-            proc = spawn(folder, db, "run", str(tasks), env=env)
+            proc = spawn(folder, db, "run", str(tasks))
             api.holding.wait(PATIENCE)
-            if gateway:
-                proc.send_signal(signal.SIGINT)
-                proc.communicate(timeout=PATIENCE)
-                return api, db
             shown = "msg_0002" if flags else "msg_0001"
             wait_until(lambda: any(shown in json.dumps(x) for x in emitted(db)), shown)
             if ending == "ctrl-c":
@@ -109,23 +108,18 @@ def _claude(flags: str = "", *, version: str | None = None, main: str = OPUS,
     return run
 
 
-def _codex(*, interrupt: bool = False, gateway: bool = False) -> Case:
+def _codex(*, interrupt: bool = False) -> Case:
     def run(folder: Path) -> tuple[FakeAgentApi, Path]:
         db = folder / "l.db"
         pricing = folder / "prices.yaml"
-        pricing.write_text(f"{CODEX_MODEL}: {{input: 2, output: 12, cache_read: 0.2}}\n")
+        pricing.write_text(CODEX.prices)
         hold = threading.Event() if interrupt else None
         with FakeAgentApi(codex_script(hold), main_model=CODEX_MODEL) as api:
-            task, env = codex_task(folder, api), {}
-            if gateway:
-                task, env = codex_through_gateway(folder, api), gateway_env(api)
-                if hold is not None:
-                    release_once_the_agent_is_gone(api, hold, folder / "home")
-            tasks = write(folder, answer=task)
+            tasks = write(folder, answer=codex_task(folder, api))
             if not interrupt:
-                evalledger(folder, db, "run", str(tasks), "--pricing", str(pricing), env=env)
+                evalledger(folder, db, "run", str(tasks), "--pricing", str(pricing))
                 return api, db
-            proc = spawn(folder, db, "run", str(tasks), "--pricing", str(pricing), env=env)
+            proc = spawn(folder, db, "run", str(tasks), "--pricing", str(pricing))
             api.holding.wait(PATIENCE)
             wait_until(lambda: any(x.get("type") == "item.completed" for x in emitted(db)),
                        "the shell call")
@@ -135,33 +129,24 @@ def _codex(*, interrupt: bool = False, gateway: bool = False) -> Case:
     return run
 
 
-def _gemini(*, interrupt: bool = False) -> Case:
-    """Gemini CLI through the gateway: left to its router (a side call), or its model
-    named and its second answer held, then Ctrl-C."""
-    def run(folder: Path) -> tuple[FakeAgentApi, Path]:
-        db = folder / "l.db"
-        hold = threading.Event() if interrupt else None
-        main = GEMINI_MODEL if interrupt else GEMINI_ROUTED
-        with FakeAgentApi(gemini_script(hold), main_model=main,
-                          side=[Turn(text="route", usage=Usage(310, 18))]) as api:
-            tasks = write(folder, answer=gemini_through_gateway(folder, routed=not interrupt))
-            run_to_its_end(folder, db, tasks, api, hold, gateway_env(api))
-        return api, db
-    return run
+def _behind(agent: Behind, ending: str) -> Case:
+    """A CLI through the gateway (``Behind``) to ``ending``, as the tests run it."""
+    return lambda folder: agent.run(folder, ending)
 
 
-def _opencode(*, interrupt: bool = False) -> Case:
-    """OpenCode through the gateway: its title call on a small model, then its steps;
-    or its second answer held, then Ctrl-C."""
-    def run(folder: Path) -> tuple[FakeAgentApi, Path]:
-        db = folder / "l.db"
-        hold = threading.Event() if interrupt else None
-        with FakeAgentApi(script(hold=hold), main_model=OPENCODE_MODEL,
-                          side=[Turn(text="Write the answer", usage=Usage(80, 4))]) as api:
-            tasks = write(folder, answer=opencode_through_gateway(folder))
-            run_to_its_end(folder, db, tasks, api, hold, gateway_env(api))
-        return api, db
-    return run
+def _behind_rows(agent: Behind) -> list[tuple[str, Case]]:
+    """A CLI through the gateway: cut off, timed out, stopped by a budget."""
+    name = f"through the gateway: {agent.name}"
+    return [
+        (f"{name}, Ctrl-C while its second answer is pending", _behind(agent, "ctrl-c")),
+        (f"{name}, timeout ({agent.held_timeout:g} s) while its second answer is pending",
+         _behind(agent, "timeout")),
+        (f"{name}, cost budget ${BUDGET_USD}, passed by its first answer",
+         _behind(agent, "budget")),
+        (f"{name}, token budget {agent.before_its_second_step():,}: what it was answered "
+         "before its second step (that step refused at the gateway)",
+         _behind(agent, "budget-reached")),
+    ]
 
 
 PARTIAL = "--include-partial-messages"
@@ -189,17 +174,14 @@ CASES: list[tuple[str, Case]] = [
                                                       timeout=8, gateway=True)),
     ("through the gateway: cost budget $0.01, passed by the first answer",
      _claude(ending="budget", budget={"max_cost_usd": 0.01}, gateway=True)),
-    ("through the gateway: Codex, normal", _codex(gateway=True)),
-    ("through the gateway: Codex, Ctrl-C while its second answer is pending",
-     _codex(interrupt=True, gateway=True)),
+    ("through the gateway: Codex, normal", _behind(CODEX, "end")),
+    *_behind_rows(CODEX),
     (f"through the gateway: Gemini CLI {PINNED['gemini'][1][0]}, its router's side call "
-     "and the model it chose", _gemini()),
-    ("through the gateway: Gemini CLI, Ctrl-C while its second answer is pending",
-     _gemini(interrupt=True)),
+     "and the model it chose", _behind(GEMINI_AUTO, "end")),
+    *_behind_rows(GEMINI),
     (f"through the gateway: OpenCode {PINNED['opencode'][1][0]}, its title call and its "
-     "steps", _opencode()),
-    ("through the gateway: OpenCode, Ctrl-C while its second answer is pending",
-     _opencode(interrupt=True)),
+     "steps", _behind(OPENCODE, "end")),
+    *_behind_rows(OPENCODE),
 ]
 
 
@@ -212,16 +194,23 @@ def main() -> None:
     # The CLIs live in the test cache, outside any workspace: run unconfined, as the
     # tests do (tests/conftest.py).
     os.environ.setdefault("EVALLEDGER_ISOLATION", "none")
+    # Words on the command line: only the cases whose name holds every one of them.
+    words = [word.lower() for word in sys.argv[1:]]
+    cases = [(name, case) for name, case in CASES
+             if all(word in name.lower() for word in words)]
     print("| case | recorded: in / out / cache read / cache write, cost | truth: finished "
-          "calls, the CLI's cost | reads |")
-    print("|---|---|---|---|")
+          "calls, priced; the CLI's cost | ended | reads |")
+    print("|---|---|---|---|---|")
     began = time.monotonic()
-    for name, case in CASES:
+    for name, case in cases:
         with tempfile.TemporaryDirectory(prefix="evalledger-agents-") as tmp:
             api, db = case(Path(tmp))
-            by_model, _, _, lines = recorded(db)
+            by_model, usages, completed, lines = recorded(db)
             out = evalledger(Path(tmp), db, "show", only_run(db), "--json")
             summary = json.loads(out.stdout)
+            # The truth priced as the run prices (the rate card, and a case's pricing file).
+            prices = Path(tmp) / "prices.yaml"
+            rates = DEFAULT_RATES.with_file(prices) if prices.exists() else DEFAULT_RATES
         total = sum(by_model.values(), TokenCounts())
         true = sum(truth(api.served).values(), TokenCounts())
         results = [x for x in lines if x.get("type") == "result"]
@@ -230,17 +219,27 @@ def main() -> None:
                     else None)
         cost, complete = summary["total_cost_usd"], summary["cost_complete"]
         said = money(cost, complete)
-        exact = by_model == truth(api.served) and complete and (
-            cli_cost is None or math.isclose(cost, cli_cost, abs_tol=1e-9))
+        priced = [rates.price(model, tokens) for model, tokens in truth(api.served).items()]
+        true_cost = None if None in priced else sum(p or 0.0 for p in priced)
+        exact = by_model == truth(api.served) and complete and all(
+            expected is None or math.isclose(cost, expected, abs_tol=1e-9)
+            for expected in (cli_cost, true_cost))
         # A floor: marked so, and no count above what the API answered (a call cut off
         # counted as far as it went).
         ceiling = sum(truth(api.served, finished=False).values(), TokenCounts())
         under = all(getattr(total, f) <= getattr(ceiling, f) for f in TokenCounts.model_fields)
         reads = "exact" if exact else "floor" if under and not complete else "WRONG"
         models = ", ".join(sorted(by_model)) or "(none named)"
-        print(f"| {name} | {_tokens(total)}, {said} [{models}] | {_tokens(true)}"
-              f"{'' if cli_cost is None else f', ${cli_cost:.6f}'} | {reads} |")
-    print(f"\n{len(CASES)} cases in {time.monotonic() - began:.1f} s")
+        # How its last attempt ended (none: interrupted), and the calls the gateway
+        # refused (a budget spent).
+        ended = completed[-1].final_status.value if completed else "interrupted"
+        refused = sum(1 for u in usages if u.call and u.call.get("status") == 400)
+        if refused:
+            ended += f", {refused} call{'s' * (refused > 1)} refused"
+        print(f"| {name} | {_tokens(total)}, {said} [{models}] | {_tokens(true)}, "
+              f"{'no price' if true_cost is None else f'${true_cost:.6f}'}"
+              f"{'' if cli_cost is None else f'; ${cli_cost:.6f}'} | {ended} | {reads} |")
+    print(f"\n{len(cases)} cases in {time.monotonic() - began:.1f} s")
 
 
 if __name__ == "__main__":

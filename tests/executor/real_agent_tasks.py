@@ -1,20 +1,24 @@
-"""What the real-agent tests (test_real_agents.py) and bench/agents.py share: the pinned
-CLIs' models, the scripted turns the fake APIs answer with, the tasks that run each CLI
-against them, and readers of what the ledger recorded against the servers' truth."""
+"""What the real-agent tests (test_real_agents.py, test_gateway_real_agents.py) and
+bench/agents.py share: the pinned CLIs' models, the scripted turns the fake APIs answer
+with, the tasks that run each CLI against them, each CLI behind the gateway run to an
+ending (``Behind``), and readers of what the ledger recorded against the servers' truth."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import signal
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from evalledger.ledger import Ledger, TaskCompleted, TaskEmitted, TaskUsage, TokenCounts
-from evalledger.pricing import normalize_model
+from evalledger.pricing import DEFAULT_RATES, RateCard, normalize_model
 from tests.cli.helpers import PATIENCE, evalledger, spawn, wait_until
 from tests.fake_agent_api import FakeAgentApi, Served, Turn, Usage
 from tests.real_agents import require
@@ -122,37 +126,40 @@ def emitted(db: Path) -> list[dict[str, Any]]:
 
 def codex_task(folder: Path, api: FakeAgentApi, **fields: Any) -> dict[str, Any]:
     """Codex pointed at ``api`` by a config of its own (``CODEX_HOME``), model named."""
+    task = _codex(folder, "fake", f"{api.url}/v1", "FAKE_API_KEY", **fields)
+    task["env"]["FAKE_API_KEY"] = "sk-test"
+    return task
+
+
+def codex_through_gateway(folder: Path, **fields: Any) -> dict[str, Any]:
+    """Codex behind the gateway: a provider of its own whose key is ``OPENAI_API_KEY``
+    and whose base URL, known only once the attempt starts, is ``$OPENAI_BASE_URL``
+    (given with ``-c``: Codex's built-in provider reads no base URL from the
+    environment)."""
+    task = _codex(folder, "gateway", "http://set-by-the-command", "OPENAI_API_KEY", **fields)
+    binary, rest = task["command"].split(" ", 1)
+    url = 'model_providers.gateway.base_url=\\"$OPENAI_BASE_URL\\"'
+    task["command"] = f'{binary} -c "{url}" {rest}'
+    return {**task, "gateway": ["openai"], "isolation": "none"}
+
+
+def _codex(folder: Path, provider: str, base_url: str, key: str,
+           **fields: Any) -> dict[str, Any]:
+    """Codex with a model provider of its own in its config (``CODEX_HOME``), its
+    model named."""
     binary = require("codex")
     home = folder / "codex"
     home.mkdir(exist_ok=True)
     (home / "config.toml").write_text(
-        'model_provider = "fake"\n[model_providers.fake]\nname = "fake"\n'
-        f'base_url = "{api.url}/v1"\nwire_api = "responses"\nenv_key = "FAKE_API_KEY"\n')
+        f'model_provider = "{provider}"\n[model_providers.{provider}]\nname = "{provider}"\n'
+        f'base_url = "{base_url}"\nwire_api = "responses"\nenv_key = "{key}"\n')
     return {
         "command": f"{binary} exec --json --skip-git-repo-check "
                    "--dangerously-bypass-approvals-and-sandbox -",
         "prompt": "Write 42 to answer.txt.", "stream_format": "codex",
         "model": CODEX_MODEL, "agent_version_command": f"{binary} --version",
-        "env": {"CODEX_HOME": str(home), "FAKE_API_KEY": "sk-test",
-                "HOME": str(folder / "home")},
+        "env": {"CODEX_HOME": str(home), "HOME": str(folder / "home")},
         "success_criteria": CRITERIA, "timeout": 60, **fields}
-
-
-def codex_through_gateway(folder: Path, api: FakeAgentApi, **fields: Any) -> dict[str, Any]:
-    """Codex behind the gateway: a provider of its own whose key is ``OPENAI_API_KEY``
-    and whose base URL, known only once the attempt starts, is ``$OPENAI_BASE_URL``
-    (given with ``-c``: Codex's built-in provider reads no base URL from the
-    environment)."""
-    task = codex_task(folder, api, **fields)
-    (folder / "codex" / "config.toml").write_text(
-        'model_provider = "gateway"\n[model_providers.gateway]\nname = "gateway"\n'
-        'base_url = "http://set-by-the-command"\nwire_api = "responses"\n'
-        'env_key = "OPENAI_API_KEY"\n')
-    binary, rest = task["command"].split(" ", 1)
-    url = 'model_providers.gateway.base_url=\\"$OPENAI_BASE_URL\\"'
-    task["command"] = f'{binary} -c "{url}" {rest}'
-    return {**task, "gateway": ["openai"], "isolation": "none",
-            "env": {k: v for k, v in task["env"].items() if k != "FAKE_API_KEY"}}
 
 
 GEMINI_MODEL = "gemini-2.5-pro"
@@ -256,7 +263,8 @@ def release_once_the_agent_is_gone(api: FakeAgentApi, hold: threading.Event,
         # A CLI's first start (OpenCode's: a compiled binary and its first-run set-up)
         # takes long on a loaded machine: its turn is waited for, however long.
         assert api.holding.wait(AGENT_PATIENCE), "the agent never asked for its held answer"
-        wait_until(lambda: not agent_alive(home), "the agent killed")
+        # Killed by a Ctrl-C at once; by its timeout (``Behind.held_timeout``) later.
+        wait_until(lambda: not agent_alive(home), "the agent killed", AGENT_PATIENCE)
         hold.set()
 
     thread = threading.Thread(target=release, daemon=True)
@@ -278,11 +286,121 @@ def run_interrupted(folder: Path, db: Path, tasks: Path, api: FakeAgentApi,
 
 
 def run_to_its_end(folder: Path, db: Path, tasks: Path, api: FakeAgentApi,
-                   hold: threading.Event | None, env: dict[str, str], *args: str) -> None:
-    """``evalledger run`` of ``tasks``: to its end, which must succeed (no ``hold``), or
-    Ctrl-C'd on the held answer (``run_interrupted``)."""
-    if hold is not None:
+                   hold: threading.Event | None, env: dict[str, str], *args: str,
+                   ending: str = "end") -> None:
+    """``evalledger run`` of ``tasks`` to ``ending``: its end, which must succeed;
+    Ctrl-C'd on the held answer (``run_interrupted``); its timeout on the held answer,
+    which is given in full once the agent is dead; a budget (``budget``: the attempt
+    fails)."""
+    if ending == "ctrl-c":
+        assert hold is not None
         run_interrupted(folder, db, tasks, api, hold, env, *args)
         return
+    releaser = None
+    if ending == "timeout":
+        assert hold is not None
+        releaser = release_once_the_agent_is_gone(api, hold, folder / "home")
     out = evalledger(folder, db, "run", str(tasks), *args, env=env)
-    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.returncode == (0 if ending == "end" else 1), out.stdout + out.stderr
+    if releaser is not None:
+        assert api.holding.is_set(), "its timeout came before it asked for its held answer"
+        releaser.join(PATIENCE)
+
+
+# How a CLI behind the gateway is ended: the ways of ``run_to_its_end``. ``budget``: its
+# first answer passes the task's cost budget (the runner stops it at the next line it
+# prints); ``budget-reached``: what it was answered before its second step is the task's
+# token budget to the token (not passed: it goes on), and that step is refused at the
+# gateway.
+ENDINGS = ("end", "ctrl-c", "timeout", "budget", "budget-reached")
+# The task's budget in the ``budget`` ending: less than each CLI's first answer costs.
+BUDGET_USD = 0.005
+
+
+@dataclasses.dataclass(frozen=True)
+class Behind:
+    """A real CLI behind the gateway, as the tests and bench/agents.py run it: its
+    scripted turns (its second answer held, or not), its main model and the turns its
+    side calls get, its task (a function of its folder and fields), the rates of a
+    pricing file the run is given (YAML; none: the rate card's), and the timeout that
+    ends it while its second answer is held: a bound on how long it takes to come to
+    that call on a loaded machine, all of it waited out."""
+
+    name: str
+    model: str
+    turns: Callable[[threading.Event | None], list[Turn]]
+    side: tuple[Turn, ...]
+    task: Callable[..., dict[str, Any]]
+    held_timeout: float
+    prices: str = ""
+
+    def run(self, folder: Path, ending: str) -> tuple[FakeAgentApi, Path]:
+        """Run it to ``ending`` (``ENDINGS``) in ``folder``: the fake API (what it
+        served: the truth) and the ledger."""
+        assert ending in ENDINGS, ending
+        db = folder / "l.db"
+        hold = threading.Event() if ending in ("ctrl-c", "timeout") else None
+        fields: dict[str, Any] = {}
+        if ending == "timeout":
+            fields["timeout"] = self.held_timeout
+        elif ending == "budget":
+            fields["budget"] = {"max_cost_usd": BUDGET_USD}
+        elif ending == "budget-reached":
+            fields["budget"] = {"max_tokens": self.before_its_second_step()}
+        args: list[str] = []
+        if self.prices:
+            (folder / "prices.yaml").write_text(self.prices)
+            args = ["--pricing", str(folder / "prices.yaml")]
+        turns = self.turns(hold)
+        side_first = None
+        if ending == "budget-reached" and self.side:
+            # Its side call, asked as it starts, is to be in the budget before its
+            # second step asks: its first answer waits for the side call's end.
+            side_first = threading.Event()
+            turns[0] = dataclasses.replace(turns[0], hold=side_first)
+        with FakeAgentApi(turns, main_model=self.model, side=list(self.side)) as api:
+            if side_first is not None:
+                _release_after_a_side_call(api, side_first)
+            tasks = write(folder, answer=self.task(folder, **fields))
+            run_to_its_end(folder, db, tasks, api, hold, gateway_env(api), *args,
+                           ending=ending)
+        return api, db
+
+    def before_its_second_step(self) -> int:
+        """The tokens it is answered before its second step: its first, and its side
+        call's (a title, a router's choice: asked once, at its start)."""
+        return sum(counts(turn.usage).total for turn in (self.turns(None)[0], *self.side))
+
+    def rates(self, folder: Path) -> RateCard:
+        """The rates its run in ``folder`` priced its calls with."""
+        return DEFAULT_RATES.with_file(folder / "prices.yaml") if self.prices else DEFAULT_RATES
+
+
+def _release_after_a_side_call(api: FakeAgentApi, hold: threading.Event) -> None:
+    """Set ``hold`` once ``api`` answered a side call in full (or gave up waiting)."""
+    def release() -> None:
+        try:
+            wait_until(lambda: any(call.side and call.finished for call in api.served),
+                       "a side call answered", AGENT_PATIENCE)
+        finally:
+            hold.set()
+
+    threading.Thread(target=release, daemon=True).start()
+
+
+# The timeouts: six of these CLIs started at once on two cores came to their held call
+# in 6 s (Codex, a native binary), 16 s (Gemini CLI) and 27 s (OpenCode); about three
+# times that, and within AGENT_PATIENCE, which the other endings wait for that call.
+CODEX = Behind("Codex", CODEX_MODEL, codex_script, (), codex_through_gateway,
+               held_timeout=20,
+               prices=f"{CODEX_MODEL}: {{input: 2, output: 12, cache_read: 0.2}}\n")
+GEMINI = Behind("Gemini CLI", GEMINI_MODEL, gemini_script, (), gemini_through_gateway,
+                held_timeout=60)
+# Left to its router: a side call asks a small model which model to use.
+GEMINI_AUTO = Behind(
+    "Gemini CLI", GEMINI_ROUTED, gemini_script, (Turn(text="route", usage=Usage(310, 18)),),
+    functools.partial(gemini_through_gateway, routed=True), held_timeout=60)
+# Its session's title: a side call on a small model.
+OPENCODE = Behind("OpenCode", OPENCODE_MODEL, lambda hold: script(hold=hold),
+                  (Turn(text="Write the answer", usage=Usage(80, 4)),),
+                  opencode_through_gateway, held_timeout=90)

@@ -13,30 +13,26 @@ from typing import Any
 import pytest
 
 from evalledger.ledger import TokenCounts
-from evalledger.pricing import DEFAULT_RATES, normalize_model
+from evalledger.pricing import DEFAULT_RATES, RateCard, normalize_model
 from evalledger.statuses import FinalStatus
-from tests.cli.helpers import PATIENCE, evalledger
+from tests.cli.helpers import evalledger
 from tests.fake_agent_api import FakeAgentApi, Turn, Usage
 
 from .real_agent_tasks import (
-    CODEX_MODEL,
+    CODEX,
+    GEMINI,
+    GEMINI_AUTO,
     GEMINI_MODEL,
     GEMINI_ROUTED,
     GEMINI_ROUTER,
-    OPENCODE_MODEL,
+    OPENCODE,
     OPUS,
     RUNNER_KEY,
     SUBAGENT,
+    Behind,
     claude_task,
-    codex_script,
-    codex_through_gateway,
     gateway_env,
-    gemini_script,
-    gemini_through_gateway,
-    opencode_through_gateway,
     recorded,
-    release_once_the_agent_is_gone,
-    run_interrupted,
     run_to_its_end,
     script,
     through_gateway,
@@ -56,15 +52,17 @@ def _task(folder: Path, api: FakeAgentApi, **fields: Any) -> Path:
     return write(folder, answer=through_gateway(claude_task(folder, api, **fields)))
 
 
-def _exact(db: Path, api: FakeAgentApi) -> dict[str, TokenCounts]:
+def _exact(db: Path, api: FakeAgentApi, rates: RateCard = DEFAULT_RATES,
+           ) -> dict[str, TokenCounts]:
     """Every call's usage recorded as the upstream answered it: per model the truth,
-    no estimate, each priced from the rate card; the attempts' totals the same."""
+    no estimate, each priced from the rates (the rate card's, a pricing file's); the
+    attempts' totals the same."""
     by_model, usages, completed, _ = recorded(db)
     assert all(call.finished for call in api.served)
     assert by_model == truth(api.served)
     assert all(u.call and u.call["via"] == "gateway" and not u.estimate for u in usages)
     for usage in usages:
-        assert usage.cost_usd == DEFAULT_RATES.price(usage.model, usage.tokens)
+        assert usage.cost_usd == rates.price(usage.model, usage.tokens)
     total = TokenCounts()
     for usage in usages:
         total += usage.tokens
@@ -101,13 +99,7 @@ def test_claude_code_cut_off_through_the_gateway_is_booked_exact(tmp_path: Path,
     hold = threading.Event()
     with FakeAgentApi(script(hold=hold), main_model=OPUS) as api:
         tasks = _task(tmp_path, api, timeout=8 if ending == "timeout" else 60)
-        if ending == "timeout":
-            releaser = release_once_the_agent_is_gone(api, hold, tmp_path / "home")
-            out = evalledger(tmp_path, db, "run", str(tasks), env=_env(api))
-            assert out.returncode == 1, out.stdout + out.stderr
-            releaser.join(PATIENCE)
-        else:
-            run_interrupted(tmp_path, db, tasks, api, hold, _env(api))
+        run_to_its_end(tmp_path, db, tasks, api, hold, _env(api), ending=ending)
     by_model, usages, completed, _ = recorded(db)
     assert len(api.served) == 2 and _exact(db, api) == by_model
     if ending == "timeout":
@@ -116,8 +108,9 @@ def test_claude_code_cut_off_through_the_gateway_is_booked_exact(tmp_path: Path,
 
 
 def test_claude_code_past_its_budget_gets_no_further_call(tmp_path: Path) -> None:
-    """Its first answer passes the task's budget: the next call is refused at the
-    gateway (the upstream never sees it) and the attempt ends COST_BUDGET_EXCEEDED."""
+    """Its first answer passes the task's budget: the runner stops it at the next line
+    it prints, before its next call (a call made meanwhile is refused at the gateway);
+    the upstream never sees one, and the attempt ends COST_BUDGET_EXCEEDED."""
     db = tmp_path / "l.db"
     turns = [Turn(command="echo 42 > answer.txt", usage=Usage(4, 87, 0, 14876)),
              Turn(text="never sent", usage=Usage(1, 1))]
@@ -138,17 +131,11 @@ def test_codex_through_the_gateway_books_what_it_was_answered(tmp_path: Path,
                                                               ending: str) -> None:
     """Its stream reports usage only as a turn ends: cut off, it reported nothing of the
     held call (a floor of 0 without the gateway). Through it: the upstream's, whole."""
-    db = tmp_path / "l.db"
-    pricing = tmp_path / "prices.yaml"
-    pricing.write_text(f"{CODEX_MODEL}: {{input: 2, output: 12, cache_read: 0.2}}\n")
-    hold = threading.Event() if ending == "ctrl-c" else None
-    with FakeAgentApi(codex_script(hold), main_model=CODEX_MODEL) as api:
-        tasks = write(tmp_path, answer=codex_through_gateway(tmp_path, api))
-        run_to_its_end(tmp_path, db, tasks, api, hold, _env(api), "--pricing", str(pricing))
-    by_model, usages, _, _ = recorded(db)
+    api, db = CODEX.run(tmp_path, ending)
+    usages = recorded(db)[1]
+    _exact(db, api, CODEX.rates(tmp_path))
     assert len(api.served) == 2
-    assert by_model == truth(api.served) and all(call.finished for call in api.served)
-    assert all(u.call and u.call["api"] == "responses" and not u.estimate for u in usages)
+    assert all(u.call and u.call["api"] == "responses" for u in usages)
     assert {r["headers"].get("authorization") for r in api.requests
             if r["path"].endswith("/responses")} == {f"Bearer {RUNNER_KEY}"}
 
@@ -159,14 +146,8 @@ def test_gemini_cli_through_the_gateway_books_what_each_model_was_answered(
     """Left to its router, it asks a small model which model to use (a side call its
     stream never reports), then works on the one chosen: both booked, exact. Cut off
     (Ctrl-C, its second answer held), the held call is read on: exact too."""
-    db = tmp_path / "l.db"
-    hold = threading.Event() if ending == "ctrl-c" else None
-    routed = hold is None
-    main = GEMINI_ROUTED if routed else GEMINI_MODEL
-    with FakeAgentApi(gemini_script(hold), main_model=main,
-                      side=[Turn(text="route", usage=Usage(310, 18))]) as api:
-        tasks = write(tmp_path, answer=gemini_through_gateway(tmp_path, routed=routed))
-        run_to_its_end(tmp_path, db, tasks, api, hold, _env(api))
+    routed = ending == "end"
+    api, db = (GEMINI_AUTO if routed else GEMINI).run(tmp_path, ending)
     by_model = _exact(db, api)
     assert set(by_model) == ({GEMINI_ROUTER, GEMINI_ROUTED} if routed else {GEMINI_MODEL})
     assert len(api.served) == 2 + routed
@@ -178,12 +159,37 @@ def test_opencode_through_the_gateway_books_its_title_call_and_every_step(
     """It names its session with a call on a small model (a side call its stream never
     reports), then works: every call booked, exact; cut off by Ctrl-C, the held call
     read on."""
-    db = tmp_path / "l.db"
-    hold = threading.Event() if ending == "ctrl-c" else None
-    with FakeAgentApi(script(hold=hold), main_model=OPENCODE_MODEL,
-                      side=[Turn(text="Write the answer", usage=Usage(80, 4))]) as api:
-        tasks = write(tmp_path, answer=opencode_through_gateway(tmp_path))
-        run_to_its_end(tmp_path, db, tasks, api, hold, _env(api))
+    api, db = OPENCODE.run(tmp_path, ending)
     by_model = _exact(db, api)
     assert any(call.side for call in api.served)  # its title
     assert len(by_model) == 2
+
+
+@pytest.mark.parametrize("ending", ["timeout", "budget", "budget-reached"])
+@pytest.mark.parametrize("agent", [CODEX, GEMINI, OPENCODE], ids=["codex", "gemini", "opencode"])
+def test_a_cli_ended_by_its_timeout_or_budget_through_the_gateway_is_booked_exact(
+        tmp_path: Path, agent: Behind, ending: str) -> None:
+    """Its timeout fires while its second answer is held: the gateway reads that answer
+    on once it comes (the CLI dead), whole. Its first answer passes its cost budget: the
+    runner stops it at the next line it prints, and a call it made meanwhile is refused
+    at the gateway. Its token budget spent to the token by what it was answered before
+    its second step: that step is refused at the gateway (the upstream never sees it),
+    booked with no tokens, and the attempt ends as its budget does."""
+    api, db = agent.run(tmp_path, ending)
+    _exact(db, api, agent.rates(tmp_path))
+    _, usages, (done,), _ = recorded(db)
+    steps = [call for call in api.served if not call.side]
+    refused = [u for u in usages if u.call and u.call["status"] != 200]
+    if ending == "timeout":
+        assert done.final_status == FinalStatus.TIMEOUT
+        assert len(steps) == 2 and not refused
+        assert not any(u.call and u.call.get("cut") for u in usages)
+        return
+    assert len(steps) == 1  # the second never left the gateway
+    assert all(u.call and u.call["status"] == 400 and u.tokens == TokenCounts()
+               for u in refused)
+    if ending == "budget":
+        assert done.final_status == FinalStatus.COST_BUDGET_EXCEEDED
+        return
+    assert done.final_status == FinalStatus.TOKEN_BUDGET_EXCEEDED
+    assert refused and "the gateway refused a call" in (done.error_message or "")
