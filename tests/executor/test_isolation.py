@@ -26,12 +26,12 @@ import pytest
 import yaml
 
 import evalledger as evalledger_package
+from evalledger._workspace_diff import WorkspaceUnfit
 from evalledger.executor._limits import cgroup_homes
 from evalledger.executor._sandbox import remove_tree
 from evalledger.executor.isolation import (
     Bwrap,
     Jail,
-    WorkspaceUnfit,
     check_fit,
     hash_tree,
     hidden_from_others,
