@@ -59,6 +59,7 @@ from ._transcript import (
     imported_record,
     result_text,
     seconds,
+    in_workspace,
     tool_input,
     tool_shown,
 )
@@ -216,7 +217,7 @@ def environment() -> Environment:
                        status_class=status_class, segment=segment, ansi=ansi_html,
                        tool_input=tool_input, result_text=result_text,
                        final_facts=final_facts, record=imported_record, digest=_digest,
-                       folded=folded, around=around,
+                       folded=folded, around=around, in_workspace=in_workspace,
                        highlighted=_highlighted)
     env.globals.update(url=_url, version=__version__, OUTCOMES=OUTCOMES, graded=graded,
                        tag_counts=tag_counts, role_costs=role_costs,

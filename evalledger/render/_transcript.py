@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -260,6 +261,22 @@ def _file_tool(kind: str, value: Mapping[str, Any], path: str | None) -> ToolSho
 def _diff_lines(old: str, new: str) -> tuple[tuple[str, str], ...]:
     """An edit as a unified diff's lines, each with its kind (add, del, hunk, ctx)."""
     return diff_lines(old.splitlines(), new.splitlines(), context=2, most=MAX_DIFF_LINES)
+
+
+# An attempt's sandbox as the runner made it (``{TMPDIR}/evalledger-{run}-{16 hex}/{n}``,
+# executor/_batch.py): where an agent without isolation found its workspace, so the path
+# its tools named. What follows it is the path in the workspace.
+_SANDBOX = re.compile(r"(?:/[^\s/\"'<>]+)*/evalledger-[^\s/\"'<>]+-[0-9a-f]{16}/[0-9]+"
+                      r"(?:/|(?=[\s\"'<>:;,)\]}]|$))")
+
+
+def in_workspace(text: str) -> str:
+    """``text`` with each path into an attempt's sandbox made relative to its workspace
+    (``/tmp/evalledger-…/17/median.py``: ``median.py``; the workspace itself: ``.``), as
+    under isolation every path already reads from ``/work``."""
+    if "/evalledger-" not in text:
+        return text
+    return _SANDBOX.sub(lambda m: "" if m.group().endswith("/") else ".", text)
 
 
 def folded(text: str, most: int = FOLD_LINES) -> tuple[str, str, int]:

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from evalledger.app import Line
 from evalledger.ledger import TaskStarted
 from evalledger.render import AttemptMark, Said, conversation
+from evalledger.render._html import environment
+from evalledger.render._transcript import in_workspace
 from evalledger.viewer._queries import Attempt
 
 
@@ -38,3 +44,43 @@ def test_a_page_that_starts_inside_an_attempt_knows_no_time_before_its_first_ste
         _line(5, 9.0, 1), _line(6, 10.0, 1), AttemptMark(2, TRIES[1]), _line(11, 33.0, 2)]
     assert _times(conversation(rows, TRIES, from_start=False)) == [
         (9.0, None), (10.0, 1.0), (3.0, 3.0)]
+
+
+SANDBOX = "/tmp/evalledger-20261207-053025-5234-0123456789abcdef/17"
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    (f"{SANDBOX}/median.py", "median.py"),
+    (f"cd {SANDBOX} && python -m pytest tests/", "cd . && python -m pytest tests/"),
+    (f"File created successfully at: {SANDBOX}/src/a.py", "File created successfully at: "
+                                                         "src/a.py"),
+    (f'{{"path": "{SANDBOX}"}}', '{"path": "."}'),
+    (f"{SANDBOX}7/a.py", "a.py"),  # the 177th attempt's
+    ("/work/median.py and /tmp/evalledger-notes.txt", "/work/median.py and "
+                                                     "/tmp/evalledger-notes.txt"),
+])
+def test_a_path_into_an_attempts_sandbox_reads_relative_to_its_workspace(
+        text: str, shown: str) -> None:
+    assert in_workspace(text) == shown
+
+
+def test_a_conversation_names_the_files_an_agent_without_isolation_touched_by_their_place(
+) -> None:
+    """Claude Code without isolation names the files it writes by their sandbox path:
+    the conversation shows where they are in the workspace (the full path on hover)."""
+    write = {"type": "assistant", "message": {"id": "m1", "role": "assistant", "content": [
+        {"type": "tool_use", "id": "t1", "name": "Write",
+         "input": {"file_path": f"{SANDBOX}/median.py", "content": "print(2)\n"}}]}}
+    done = {"type": "user", "message": {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t1",
+         "content": f"File created successfully at: {SANDBOX}/median.py"}]}}
+    rows = [Line(seq=2 + i, ts="2026-01-01T00:00:01.0Z", attempt=1, n=1 + i, stream="json",
+                 text=json.dumps(data), data=data) for i, data in enumerate((write, done))]
+    tries = [Attempt(started=TaskStarted(
+        run_id="r", task_key="k", task_id="k", seq=1, attempt=1, ts="2026-01-01T00:00:00Z",
+        definition={"stream_format": "claude-code"}))]
+    page = environment().get_template("_conversation.html").render(
+        items=conversation(rows, tries), search=None)
+    assert '<span class="mono path" title="' + SANDBOX + '/median.py">median.py</span>' in page
+    assert "File created successfully at: median.py" in page
+    assert SANDBOX not in page.replace(f'title="{SANDBOX}/median.py"', "")
