@@ -84,6 +84,15 @@ class ModelUsage(BaseModel):
     """The priced part: a floor when ``cost_complete`` is false."""
     cost_complete: bool
     """False when some of this model's usage had no price."""
+    estimated: bool = False
+    """True when some of its usage is an estimate (an attempt cut off before its agent
+    reported its totals, read from its messages as they came): its tokens and cost are
+    a floor, priced as they are."""
+
+    @property
+    def whole(self) -> bool:
+        """Its cost is all of it: every usage priced, none an estimate."""
+        return self.cost_complete and not self.estimated
 
 
 
@@ -110,7 +119,8 @@ class VariantStats(BaseModel):
 
     variant_id: str
     tasks: int
-    """Task keys of the variant that started (every replicate of every task)."""
+    """Task keys of the variant the run planned (every replicate of every task), started
+    or not: ``tasks_run`` of them ended."""
     tasks_run: int
     tasks_succeeded: int
     tasks_failed: int

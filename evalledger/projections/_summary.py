@@ -122,12 +122,16 @@ class _Spend(msgspec.Struct, array_like=True, gc=False):
     cache_write: int = 0
     cost: float = 0.0
     complete: bool = True
+    # Some of it an estimate (``task.usage.estimate``): a floor, though priced.
+    estimated: bool = False
 
     def add(self, usage: TaskUsage) -> None:
         self.input += usage.input_tokens
         self.output += usage.output_tokens
         self.cache_read += usage.cache_read_tokens
         self.cache_write += usage.cache_write_tokens
+        if usage.estimate:
+            self.estimated = True
         if usage.cost_usd is None:
             self.complete = False
         else:
@@ -686,7 +690,7 @@ class SummaryFold(Fold):
                 k.isolation() for k in judged.values() if k.attempts).items())),
             usage_by_model=[
                 ModelUsage(model=name, tokens=spend.tokens, cost_usd=round(spend.cost, 10),
-                           cost_complete=spend.complete)
+                           cost_complete=spend.complete, estimated=spend.estimated)
                 for name, spend in sorted(self.by_model.items(), key=lambda i: i[0] or "")
             ],
             grade_sets=[ORIGINAL, *self.grade_sets],
@@ -746,8 +750,11 @@ class SummaryFold(Fold):
         by_variant: dict[str, list[_Key]] = {}
         for key in keys:
             by_variant.setdefault(key.variant_id, []).append(key)
-        return [_variant_stats(name, keys, count_infra)
-                for name, keys in sorted(by_variant.items())]
+        # Planned, not started yet (a live run): counted in its variant's tasks, by
+        # what its key says of it, as its row is (``_unstarted``).
+        waiting = Counter(_unstarted(k).variant_id for k in self.planned if k not in self.keys)
+        return [_variant_stats(name, by_variant.get(name, []), count_infra, waiting[name])
+                for name in sorted(by_variant.keys() | waiting.keys())]
 
     def _versions(self) -> tuple[dict[str, Any], dict[str, dict[str, int]]]:
         # Values are compared as JSON: null and "None", 3 and "3" differ.
@@ -778,8 +785,10 @@ class SummaryFold(Fold):
         return consensus, drift
 
 
-def _variant_stats(variant_id: str, keys: list[_Key], count_infra: bool = False
-                   ) -> VariantStats:
+def _variant_stats(variant_id: str, keys: list[_Key], count_infra: bool = False,
+                   waiting: int = 0) -> VariantStats:
+    """A variant's results from its started keys, and ``waiting`` keys planned that
+    have not started."""
     done = [k.completed for k in keys if k.completed is not None]
     counts = _tally(done)
     infra = _infra(keys)
@@ -789,7 +798,7 @@ def _variant_stats(variant_id: str, keys: list[_Key], count_infra: bool = False
     at_k, at_k_stderr, hat_k = _by_k(samples)
     return VariantStats(
         variant_id=variant_id,
-        tasks=len(keys),
+        tasks=len(keys) + waiting,
         tasks_run=len(done),
         tasks_succeeded=counts[Category.SUCCEEDED],
         tasks_failed=counts[Category.FAILED],

@@ -6,5 +6,5 @@ full until a new snapshot is written. Kept in a module of their own so that read
 a snapshot (``runs``, ``show``) does not import the folds and the event models.
 """
 
-SUMMARY_VERSION = 16
+SUMMARY_VERSION = 17
 RESUME_VERSION = 2

@@ -172,7 +172,7 @@ def model_table(summary: RunSummary) -> tuple[list[str], list[list[str]]]:
     header = ["model", "input", "output", "cache read", "cache write", "cost"]
     rows = [[m.model or "(not named)", f"{m.tokens.input_tokens:,}",
              f"{m.tokens.output_tokens:,}", f"{m.tokens.cache_read_tokens:,}",
-             f"{m.tokens.cache_write_tokens:,}", money(m.cost_usd, m.cost_complete)]
+             f"{m.tokens.cache_write_tokens:,}", money(m.cost_usd, m.whole)]
             for m in summary.usage_by_model]
     return header, rows
 

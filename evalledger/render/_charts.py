@@ -5,6 +5,7 @@ Every label is escaped here; the result is safe to put in a page as is.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from html import escape
@@ -170,9 +171,18 @@ def steps(points: Sequence[tuple[float, float]], title: str, *, width: int = 640
           height: int = 160, x_title: str = "", y_title: str = "",
           until: float | None = None) -> Markup:
     """A cumulative step line through (seconds, value) points, on labelled axes, drawn
-    on to ``until`` seconds (the end of what it measures) when that is later."""
-    if not points:
-        return _svg(width, 24, [f'<text x="0" y="14" {_FONT}>no usage reported</text>'], title)
+    on to ``until`` seconds (the end of what it measures) when that is later.
+
+    What is used so far never shrinks: a point below the highest before it (an agent
+    whose own total at its end is less than its messages' reports added up) is drawn at
+    that height, and what it said is written under the line."""
+    if not points or not any(y for _, y in points):
+        said = "no usage reported" if not points else f"0 {y_title} reported"
+        return _svg(width, 24, [f'<text x="0" y="14" {_FONT}>{escape(said)}</text>'], title)
+    below = points[-1][1] < max(y for _, y in points)
+    note = (f"at its end it said {_number(points[-1][1])} {y_title} in all, less than "
+            "what it reported on the way" if below else "")
+    points = list(itertools.accumulate(points, lambda a, b: (b[0], max(a[1], b[1]))))
     if len({p[0] for p in points}) == 1 and (until or 0.0) <= points[0][0]:
         # All of it at one moment, the last: no line to draw; say what it was.
         x, y = points[-1]
@@ -197,6 +207,9 @@ def steps(points: Sequence[tuple[float, float]], title: str, *, width: int = 640
                   x_ticks=[(left + plot_w * f, _seconds(x_max * f)) for f in (0.0, 0.5, 1.0)],
                   y_ticks=[(bottom - plot_h * f, _number(y_max * f)) for f in (0.0, 0.5, 1.0)],
                   x_title=x_title, y_title=y_title, height=height)
+    if note:
+        body.append(f'<text x="{left}" y="{height + 14}" {_FONT}>{escape(note)}</text>')
+        height += 20
     return _svg(width, height, body, title)
 
 

@@ -57,9 +57,9 @@ from ._transcript import (
     between,
     folded,
     imported_record,
+    in_workspace,
     result_text,
     seconds,
-    in_workspace,
     tool_input,
     tool_shown,
 )
@@ -308,7 +308,7 @@ def _run_charts(summary: RunSummary) -> dict[str, Markup]:
             [r.duration_seconds for r in summary.tasks if r.duration_seconds is not None],
             "task durations", x_title="duration", y_title="tasks"),
         "model_cost": _charts.bars(
-            [(m.model or "(no model)", m.cost_usd, money(m.cost_usd, m.cost_complete))
+            [(m.model or "(no model)", m.cost_usd, money(m.cost_usd, m.whole))
              for m in summary.usage_by_model], "cost per model"),
         "variant_cost": _charts.bars(
             [(v.variant_id, v.cost_usd, money(v.cost_usd, v.cost_complete)) for v in variants
@@ -319,14 +319,15 @@ def _run_charts(summary: RunSummary) -> dict[str, Markup]:
 def usage_chart(attempt: Try, curve: Sequence[tuple[str, int]] | None) -> Markup:
     """Tokens used so far against seconds since the attempt started: the running count
     of its agent's messages where its transcript is a conversation (such an agent records
-    its usage once, at the end), else its usage reports as they were recorded."""
+    its usage once, at the end), else its usage reports as they were recorded (behind
+    the gateway always: each call's, as the API answered it)."""
     start = seconds(attempt.started.ts)
 
     def since(ts: str) -> float:
         return between(start, seconds(ts)) or 0.0
 
     points = []
-    if curve:
+    if curve and not any(u.call and u.call.get("via") == "gateway" for u in attempt.usage):
         points = [(since(ts), float(total)) for ts, total in curve]
     else:
         total = 0

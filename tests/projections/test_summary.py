@@ -36,6 +36,7 @@ from evalledger.ledger import (
 from evalledger.projections import RunSummary, SummaryFold, fold
 from evalledger.projections._intervals import clustered_stderr, normal_interval, wilson
 from evalledger.render import render_json, render_markdown
+from evalledger.render._cells import model_table
 from evalledger.statuses import Category, FinalStatus, RunStatus
 
 from .builders import (
@@ -612,3 +613,28 @@ def test_replicates_make_the_pass_rate_interval_clustered_and_pass_at_k_names_wh
                                                    high=1.0)
     assert s.pass_rate_interval != wilson(5, 8)
     assert v.pass_at_k_left_out == {"3": ["t1"]}
+
+
+def test_a_live_runs_variants_count_the_tasks_planned_before_they_start() -> None:
+    """Twelve planned, two started: the variants say 12 tasks, not 2 (a variant none of
+    whose tasks started yet included), each with what ran of it."""
+    planned = [f"{v}/t{i}/00" for v in ("a", "b") for i in range(6)]
+    events: list[AnyEvent] = [
+        RunStarted(run_id=RUN, planned=planned),
+        started("a/t0/00", variant_id="a"), completed("a/t0/00", FinalStatus.SUCCESS),
+        started("a/t1/00", variant_id="a")]
+    variants = {v.variant_id: (v.tasks, v.tasks_run) for v in summarize(events).variants}
+    assert variants == {"a": (6, 1), "b": (6, 0)}
+
+
+def test_a_models_cost_that_holds_an_estimate_is_a_floor_though_priced() -> None:
+    """An attempt cut off before its agent reported: its usage read from its messages,
+    priced; the model's cost is whole otherwise, and ``show``'s table says ``≥``."""
+    events: list[AnyEvent] = [
+        RunStarted(run_id=RUN, planned=[key(0)]), started(key(0)),
+        TaskUsage(run_id=RUN, task_key=key(0), model="m-1", cost_usd=0.25, estimate=True,
+                  output_tokens=87),
+        completed(key(0), FinalStatus.TIMEOUT)]
+    (model,) = summarize(events).usage_by_model
+    assert model.cost_complete and model.estimated and not model.whole
+    assert model_table(summarize(events))[1] == [["m-1", "0", "87", "0", "0", "≥ $0.2500"]]
