@@ -11,6 +11,12 @@ Lines scripts read: ``added latency per call: 0.61 ms (target <= 2 ms)``, ``rati
 streaming throughput gateway/direct: 0.95 (target >= 0.9)`` (as fast as a socket
 goes) and ``ratio paced streaming throughput gateway/direct: 1.00`` (an event each 5 ms,
 as a model writes).
+
+The streamed ratio is the gateway's CPU per byte against the upstream's and the
+client's: three processes share the machine's cores (two, here, with whatever else
+runs), so it moves with the machine's load; run it several times and read the spread.
+docs/gateway.md ("Its cost") says what the gateway spends per byte and per call, and
+what a forwarder that only copies bytes reaches on the same machine.
 Run: python bench/gateway.py [--calls N] [--stream-mb M] [--rounds R]. Not part of the
 tests.
 """

@@ -446,7 +446,7 @@ async def _run(
 async def _gateway_for(tasks: Sequence[ResolvedTask], root: Path,
                        ) -> AsyncIterator[tuple[Gateway | None, Egress | None]]:
     """The batch's model gateway, when one of its tasks calls through it (none else:
-    hypercorn and httpx are not even imported); its unix socket in the batch's private
+    its HTTP and h11 are not even imported); its unix socket in the batch's private
     folder (``root``), for sandboxes of ``network: gateway``; and the egress proxy's
     there, when one of those has ``allow_domains``."""
     if not any(task.gateway for task in tasks):

@@ -20,8 +20,8 @@ A call that would start once the task's budget (or the run's) is spent is refuse
 the API's own error shape (HTTP 400: a client does not retry it), and ends the attempt
 as its budget does: spend passes a budget by at most the calls already under way.
 
-Runs on the batch's trio loop: hypercorn serves, httpx calls upstream (both imported
-when a batch has a task with ``gateway``).
+Runs on the batch's trio loop: its HTTP/1.1, both sides, is ``_gateway_http``'s (trio
+and h11; imported when a batch has a task with ``gateway``).
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ import json
 import logging
 import math
 import secrets
-import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
+from urllib.parse import quote, unquote
 
 import trio
 
@@ -50,22 +50,30 @@ from ._gateway_api import (
     gemini_model,
     reads_usage,
 )
+from ._gateway_http import (
+    GRACE,
+    Piece,
+    Reply,
+    Request,
+    Server,
+    UpstreamError,
+    Upstreams,
+    UpstreamTimeout,
+    listen,
+    tls_context,
+)
 from ._usage import Usage
-
-if TYPE_CHECKING:
-    import httpx
 
 log = logging.getLogger(__name__)
 
 # Seconds a call an attempt left unfinished may still take to report its usage, once
 # the attempt is closed.
 DRAIN = 10.0
-# The most of a request's body the gateway reads (it holds it to send it upstream).
-MAX_REQUEST = 64 * 1024 * 1024
 # Hop-by-hop headers: each connection's own, never passed on. (An answer's length is:
 # its body is passed on byte for byte.)
 _HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te",
                   "trailer", "upgrade"})
+_HOP_BYTES = frozenset(name.encode() for name in _HOP)
 # Statuses an API answers when it, not the request, failed (said so in ``call.status``).
 API_FAILURES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 # How a run points the gateway elsewhere than the real APIs, per provider, and at a CA
@@ -74,6 +82,8 @@ UPSTREAM_VARIABLE = "EVALLEDGER_GATEWAY_{}_URL"
 CA_VARIABLE = "EVALLEDGER_GATEWAY_CA"
 # Seconds instead of ``DRAIN`` (a test's short wait, a slow API's long one).
 DRAIN_VARIABLE = "EVALLEDGER_GATEWAY_DRAIN"
+# What a path sent upstream keeps unescaped (RFC 3986's path characters).
+_PATH_SAFE = "/:@!$&'()*+,;="
 
 
 @dataclass
@@ -159,7 +169,7 @@ class Gateway:
     """The batch's gateway: ``open_gateway`` starts it; ``attempt`` gives an attempt a
     token, ``close`` waits out its calls."""
 
-    def __init__(self, client: httpx.AsyncClient, upstreams: Mapping[str, str],
+    def __init__(self, client: Upstreams, upstreams: Mapping[str, str],
                  keys: Mapping[str, str], drain: float = DRAIN) -> None:
         self.client = client
         self.drain = drain
@@ -195,84 +205,77 @@ class Gateway:
 
     # -- serving -------------------------------------------------------------------
 
-    async def __call__(self, scope: dict[str, Any], receive: Callable[[], Awaitable[Any]],
-                       send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
-        if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-        if scope["type"] != "http":
-            return
-        _, token, name, *rest = [*scope["path"].split("/", 3), ""][:4]
+    async def handle(self, request: Request, reply: Reply) -> None:
+        """One request of an agent: refused (an unknown or expired token, a provider its
+        task did not name), or called upstream on its attempt's behalf."""
+        target, _, query = request.target.partition("?")
+        _, token, name, *rest = [*unquote(target).split("/", 3), ""][:4]
         attempt = self._attempts.get(token)
         provider = PROVIDERS.get(name)
         if attempt is None or attempt.closing.is_set():
-            await _answer(send, 401, {"error": {"message": "evalledger gateway: unknown or "
-                                                "expired token"}})
+            await _answer(reply, 401, {"error": {"message": "evalledger gateway: unknown or "
+                                                 "expired token"}})
             return
         if provider is None or name not in attempt.providers:
-            await _answer(send, 404, {"error": {"message": f"evalledger gateway: no provider "
-                                                f"{name!r} for this task (gateway: "
-                                                f"{sorted(attempt.providers)})"}})
+            await _answer(reply, 404, {"error": {"message": f"evalledger gateway: no "
+                                                 f"provider {name!r} for this task (gateway: "
+                                                 f"{sorted(attempt.providers)})"}})
             return
         attempt.in_flight += 1
         attempt.idle = trio.Event()
         try:
-            await self._call(attempt, provider, "/" + rest[0], scope, receive, send)
+            await self._call(attempt, provider, "/" + rest[0], query, request, reply)
         finally:
             attempt.in_flight -= 1
             if attempt.in_flight == 0:
                 attempt.idle.set()
 
     async def _call(self, attempt: GatewayAttempt, provider: Provider, path: str,
-                    scope: dict[str, Any], receive: Callable[[], Awaitable[Any]],
-                    send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
-        import httpx
-
-        body = await _body(receive)
+                    query: str, request: Request, reply: Reply) -> None:
+        body = request.body
         if body is None:
-            await _answer(send, 413, provider.error(413, "request too large"))
+            await _answer(reply, 413, provider.error(413, "request too large"))
             return
-        request = _json(body)
+        asked = _json(body)
         api = api_of(provider.name, path)
-        streamed = (request.get("stream") is True or "alt=sse" in scope["query_string"].decode()
+        streamed = (asked.get("stream") is True or "alt=sse" in query
                     or path.endswith(":streamGenerateContent"))
         call = Call(provider.name, api, path, streamed, trio.current_time())
-        call.model = model = (request.get("model") if isinstance(request.get("model"), str)
+        call.model = model = (asked.get("model") if isinstance(asked.get("model"), str)
                               else gemini_model(path))
-        if not allowed(provider.name, api, scope["method"]):
+        if not allowed(provider.name, api, request.method):
             call.status = 404
-            await _answer(send, 404, provider.error(404, f"evalledger gateway: {api!r} is "
-                                                    "no API the gateway meters"))
+            await _answer(reply, 404, provider.error(404, f"evalledger gateway: {api!r} is "
+                                                     "no API the gateway meters"))
             await self._book(attempt, call)
             return
         if reads_usage(provider.name, api) and (reason := attempt.meter.refusal()):
             attempt.meter.refused(reason)
             call.status = 400
-            await _answer(send, 400, provider.error(400, f"evalledger gateway: {reason}"))
+            await _answer(reply, 400, provider.error(400, f"evalledger gateway: {reason}"))
             await self._book(attempt, call)
             return
         if provider.name == "openai" and api == "chat" and streamed:
-            body = _with_usage_asked(request) or body
+            body = _with_usage_asked(asked) or body
         call.reading = Reading(provider.name, api, model)
-        upstream = self.upstreams[provider.name].rstrip("/") + path
-        query = _query(scope["query_string"].decode(), provider.key_params)
-        headers = _forwarded(scope["headers"], provider)
+        # The path as the agent meant it, its reserved characters escaped again.
+        upstream = self.upstreams[provider.name].rstrip("/") + quote(path, safe=_PATH_SAFE)
+        query = _query(query, provider.key_params)
+        headers = _forwarded(request.headers, provider)
         key = self.keys.get(provider.name)
         if key:
             headers.update(provider.auth(key))
         try:
-            await self._relay(attempt, call, scope["method"],
-                              upstream + ("?" + query if query else ""), headers, body, send)
-        except httpx.TimeoutException:
+            await self._relay(attempt, call, request.method,
+                              upstream + ("?" + query if query else ""), headers, body, reply)
+        except UpstreamTimeout:
             call.status = "timeout"
-            await _answer_quietly(send, 504, provider.error(504, "upstream timed out"))
-        except httpx.HTTPError as e:
+            await _answer_quietly(reply, 504, provider.error(504, "upstream timed out"))
+        except UpstreamError as e:
             call.status = "unreachable"
             log.debug("gateway: %s unreachable", upstream, exc_info=True)
-            await _answer_quietly(send, 502, provider.error(
-                502, f"evalledger gateway: cannot reach {provider.name}: {type(e).__name__}"))
+            await _answer_quietly(reply, 502, provider.error(
+                502, f"evalledger gateway: cannot reach {provider.name}: {e}"))
         if isinstance(call.status, str) or call.status in API_FAILURES:
             attempt.meter.api_seen(call.status or "unreachable", provider.name)
         elif call.status is not None and call.status < 400:
@@ -281,8 +284,7 @@ class Gateway:
             await self._book(attempt, call)
 
     async def _relay(self, attempt: GatewayAttempt, call: Call, method: str, url: str,
-                     headers: dict[str, str], body: bytes,
-                     send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+                     headers: dict[str, str], body: bytes, reply: Reply) -> None:
         """Send the request upstream and its answer back as it comes; once the agent is
         gone, read the rest for its usage until the attempt's drain time."""
         assert call.reading is not None
@@ -292,38 +294,37 @@ class Gateway:
             if attempt.closing.is_set():
                 limit.deadline = attempt.drain_by
             try:
-                async with self.client.stream(method, url, headers=headers,
-                                              content=body) as response:
-                    call.status = response.status_code
+                async with self.client.request(method, url, [
+                        (k.encode("latin-1"), v.encode("latin-1"))
+                        for k, v in headers.items()], body) as answer:
+                    call.status = answer.status
                     call.latency_seconds = trio.current_time() - call.started
-                    reading.request_id = (response.headers.get("request-id")
-                                          or response.headers.get("x-request-id"))
-                    reading.sse = call.streamed = response.headers.get(
-                        "content-type", "").startswith("text/event-stream")
+                    reading.request_id = (answer.header(b"request-id")
+                                          or answer.header(b"x-request-id"))
+                    reading.sse = call.streamed = (answer.header(b"content-type") or ""
+                                                   ).startswith("text/event-stream")
                     # Once the agent is gone (killed mid-answer), read on for the usage.
-                    passing = await _send(send, {
-                        "type": "http.response.start", "status": response.status_code,
-                        "headers": [(k.encode("latin-1"), v.encode("latin-1"))
-                                    for k, v in response.headers.multi_items()
-                                    if k.lower() not in _HOP]})
-                    answered = response.status_code < 400
-                    # A JSON answer's last chunk waits for its usage to be counted; a
+                    passing = await reply.start(answer.status, _passed_back(answer.headers),
+                                                answer.framing, answer.reason)
+                    answered = answer.status < 400
+                    # A JSON answer's last piece waits for its usage to be counted; a
                     # stream's usage comes in an event before its end (counted as read).
-                    held = b""
-                    async for chunk in response.aiter_raw():
+                    held: Piece | None = None
+                    while (piece := await answer.read()) is not None:
                         if answered:
-                            reading.feed(chunk)
+                            for start, end in piece.spans:
+                                reading.feed(piece.raw, start, end)
                             self._count_once(attempt, call)
-                        if not reading.sse:
-                            chunk, held = held, chunk
-                        if chunk and passing:
-                            passing = await _send(send, {"type": "http.response.body",
-                                                         "body": chunk, "more_body": True})
+                        passed: Piece | None = piece
+                        if not reading.sse:  # (held past the next receive: a copy)
+                            passed, held = held, piece.copy()
+                        if passed is not None and passing:
+                            passing = await reply.send(passed)
                     if answered:
                         reading.finish()
                         self._count_once(attempt, call)
                     if passing:
-                        await _send(send, {"type": "http.response.body", "body": held})
+                        await reply.end(held)
             finally:
                 attempt.scopes.discard(limit)
         if limit.cancelled_caught:
@@ -374,46 +375,35 @@ async def open_gateway(env: Mapping[str, str],
     """The batch's gateway, listening on a loopback port (and on ``socket_path``, a unix
     socket that sandboxes of ``network: gateway`` reach it through) until the block
     ends. ``env``: the runner's environment (the keys, and ``EVALLEDGER_GATEWAY_*``)."""
-    import httpx
-    from hypercorn.config import Config
-    from hypercorn.trio import serve
-
     upstreams = {name: env.get(UPSTREAM_VARIABLE.format(name.upper())) or p.upstream
                  for name, p in PROVIDERS.items()}
     keys = {name: next((env[v] for v in p.key_variables if env.get(v)), "")
             for name, p in PROVIDERS.items()}
-    ca = env.get(CA_VARIABLE)
-    verify: ssl.SSLContext | bool = (ssl.create_default_context(cafile=ca) if ca
-                                     else True)
-    timeout = httpx.Timeout(connect=30.0, read=900.0, write=60.0, pool=60.0)
-    async with httpx.AsyncClient(verify=verify, timeout=timeout, trust_env=False,
-                                 http2=False) as client:
-        gateway = Gateway(client, upstreams, keys, _seconds(env.get(DRAIN_VARIABLE), DRAIN))
-        config = Config()
-        config.bind = ["127.0.0.1:0", *([f"unix:{socket_path}"] if socket_path else [])]
-        config.accesslog = None
-        config.errorlog = logging.getLogger("evalledger.gateway.hypercorn")
-        config.keep_alive_timeout = 900
-        config.graceful_timeout = 5.0
-        stop = trio.Event()
-        shielded = trio.CancelScope(shield=True)
+    client = Upstreams(tls_context(env.get(CA_VARIABLE)))
+    gateway = Gateway(client, upstreams, keys, _seconds(env.get(DRAIN_VARIABLE), DRAIN))
+    server = Server(gateway.handle)
+    listeners = await listen("127.0.0.1", str(socket_path) if socket_path else None)
+    port = listeners[0].socket.getsockname()[1]
+    shielded = trio.CancelScope(shield=True)
 
-        async def serving(task_status: trio.TaskStatus[list[str]]) -> None:
-            # Shielded from the batch's cancellation (Ctrl-C): the calls under way are
-            # read on for their usage while the attempts close; stopped by ``stop``.
-            with shielded:
-                await serve(gateway, config, shutdown_trigger=stop.wait,  # type: ignore[arg-type]
-                            task_status=task_status)
+    async def serving(task_status: trio.TaskStatus[list[trio.SocketListener]]) -> None:
+        # Shielded from the batch's cancellation (Ctrl-C): the calls under way are read
+        # on for their usage while the attempts close; stopped by ``server.stop``.
+        with shielded:
+            await server.serve(listeners, task_status=task_status)
 
+    try:
         async with trio.open_nursery() as nursery:
-            binds = await nursery.start(serving)
-            gateway.base_url = binds[0]
+            await nursery.start(serving)
+            gateway.base_url = f"http://127.0.0.1:{port}"
             gateway.socket_path = socket_path
             try:
                 yield gateway
             finally:
-                stop.set()
-                shielded.deadline = trio.current_time() + config.graceful_timeout + 1.0
+                server.stop()
+                shielded.deadline = trio.current_time() + GRACE + 1.0
+    finally:
+        client.close()
 
 
 def _seconds(value: str | None, default: float) -> float:
@@ -428,22 +418,6 @@ def gateway_keys_removed(env: Mapping[str, str]) -> dict[str, str]:
     """``env`` without any provider's key: what an agent behind the gateway must not get."""
     keys = {v for p in PROVIDERS.values() for v in (*p.key_variables, *p.agent_key_variables)}
     return {k: v for k, v in env.items() if k not in keys}
-
-
-async def _body(receive: Callable[[], Awaitable[Any]]) -> bytes | None:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return b"".join(chunks)
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > MAX_REQUEST:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body"):
-            return b"".join(chunks)
 
 
 def _json(body: bytes) -> dict[str, Any]:
@@ -466,8 +440,10 @@ def _with_usage_asked(request: dict[str, Any]) -> bytes | None:
 
 def _forwarded(headers: list[tuple[bytes, bytes]], provider: Provider) -> dict[str, str]:
     """The request's headers as sent upstream: without its key, its host, hop-by-hop
-    headers, or an encoding the gateway could not read usage through."""
-    dropped = {*_HOP, "host", "content-length", "accept-encoding", *provider.key_headers}
+    headers, an encoding the gateway could not read usage through, or an ``expect``
+    (the gateway has the whole body already)."""
+    dropped = {*_HOP, "host", "content-length", "accept-encoding", "expect",
+               *provider.key_headers}
     kept = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in headers}
     return {k: v for k, v in kept.items() if k not in dropped} | {
         "accept-encoding": "identity"}
@@ -480,29 +456,20 @@ def _query(query: str, key_params: tuple[str, ...]) -> str:
     return urlencode(pairs)
 
 
-async def _send(send: Callable[[dict[str, Any]], Awaitable[None]],
-                message: dict[str, Any]) -> bool:
-    """Send to the agent; False once it is gone."""
-    try:
-        await send(message)
-    except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
-        return False
-    except Exception:  # hypercorn's own "the connection closed" errors
-        log.debug("gateway: the agent went away", exc_info=True)
-        return False
-    return True
+def _passed_back(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """An answer's headers as the agent gets them: without hop-by-hop ones (its body's
+    framing is the agent's connection's: its length kept, else chunked)."""
+    chunked = any(k == b"transfer-encoding" for k, _ in headers)
+    return [(k, v) for k, v in headers
+            if k not in _HOP_BYTES and not (chunked and k == b"content-length")]
 
 
-async def _answer(send: Callable[[dict[str, Any]], Awaitable[None]], status: int,
-                  data: dict[str, Any]) -> None:
-    body = json.dumps(data).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
+async def _answer(reply: Reply, status: int, data: dict[str, Any]) -> None:
+    await reply.answer(status, json.dumps(data).encode(), b"application/json")
 
 
-async def _answer_quietly(send: Callable[[dict[str, Any]], Awaitable[None]], status: int,
-                          data: dict[str, Any]) -> None:
-    with contextlib.suppress(Exception):  # the agent may be gone, or mid-answer
-        await _answer(send, status, data)
+async def _answer_quietly(reply: Reply, status: int, data: dict[str, Any]) -> None:
+    """An error answer, unless the answer had started (the agent's connection is then
+    closed mid-answer: its client sees it broken off)."""
+    if not reply.started:
+        await _answer(reply, status, data)

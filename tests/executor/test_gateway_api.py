@@ -38,15 +38,18 @@ def test_a_stream_reads_the_same_however_it_is_cut(cuts: list[int], crlf: bool,
     whole = Reading("anthropic", "messages", sse=True)
     whole.feed(body)
     whole.finish()
-    pieces = Reading("anthropic", "messages", sse=True)
+    # Fed its pieces, or where they lie in what came (the gateway's receive buffer).
+    pieces, spans = Reading("anthropic", "messages", sse=True), Reading(
+        "anthropic", "messages", sse=True)
     at = 0
-    for cut in sorted(min(c, len(body)) for c in cuts):
+    for cut in [*sorted(min(c, len(body)) for c in cuts), len(body)]:
         pieces.feed(body[at:cut])
+        spans.feed(bytearray(body), at, cut)
         at = cut
-    pieces.feed(body[at:])
-    pieces.finish()
-    assert (pieces.tokens, pieces.complete, pieces.model, pieces.request_id) == (
-        whole.tokens, whole.complete, whole.model, whole.request_id)
+    for reading in (pieces, spans):
+        reading.finish()
+        assert (reading.tokens, reading.complete, reading.model, reading.request_id) == (
+            whole.tokens, whole.complete, whole.model, whole.request_id)
     # Whole once its message_delta came; before, its start (a floor), or nothing.
     assert whole.complete == (stop >= 3)
     assert whole.tokens == (WHOLE if stop >= 3 else TokenCounts(
