@@ -98,6 +98,9 @@ class Call:
     status: int | str | None = None
     latency_seconds: float | None = None
     cut: bool = False
+    # The upstream's answer broke off (its connection lost) after it began: what it had
+    # reported is a floor, and the API failed.
+    broken: bool = False
     reading: Reading | None = None
     model: str | None = None
     # Its usage, once counted (``Metered.count``): when its final usage came.
@@ -112,6 +115,8 @@ class Call:
             facts["latency_seconds"] = round(self.latency_seconds, 6)
         if self.cut:
             facts["cut"] = True
+        if self.broken:
+            facts["broken"] = True
         if self.reading is not None and self.reading.request_id:
             facts["request_id"] = self.reading.request_id
         return dict(sorted(facts.items()))  # canonical: as every payload's keys are
@@ -272,11 +277,16 @@ class Gateway:
             call.status = "timeout"
             await _answer_quietly(reply, 504, provider.error(504, "upstream timed out"))
         except UpstreamError as e:
-            call.status = "unreachable"
             log.debug("gateway: %s unreachable", upstream, exc_info=True)
+            if call.latency_seconds is not None:  # it answered, then broke off mid-answer
+                call.broken = call.cut = True
+            else:
+                call.status = "unreachable"
             await _answer_quietly(reply, 502, provider.error(
                 502, f"evalledger gateway: cannot reach {provider.name}: {e}"))
-        if isinstance(call.status, str) or call.status in API_FAILURES:
+        if call.broken:
+            attempt.meter.api_seen("broke off mid-answer", provider.name)
+        elif isinstance(call.status, str) or call.status in API_FAILURES:
             attempt.meter.api_seen(call.status or "unreachable", provider.name)
         elif call.status is not None and call.status < 400:
             attempt.meter.api_seen("", provider.name)

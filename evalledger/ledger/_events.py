@@ -470,7 +470,8 @@ class TaskUsage(_TaskEvent):
     call: Annotated[JsonObject | None, Field(exclude_if=_absent)] = None
     """A model call the [gateway](gateway.md#what-is-recorded) passed on (``via``:
     ``gateway``): ``provider``, ``api``, ``path``, ``status``, ``streamed``,
-    ``latency_seconds``, ``seconds``, ``request_id``, ``cut``. On a judge's usage (role
+    ``latency_seconds``, ``seconds``, ``request_id``, ``cut``, ``broken``. On a judge's
+    usage (role
     ``grader``): the call it paid for: ``api``,
     ``criterion`` (its index), ``sample``, ``status`` (the HTTP status, or ``timeout``,
     ``unreachable``), ``tries``, ``retried`` (why each try before the answer failed, e.g.

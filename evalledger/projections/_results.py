@@ -344,7 +344,8 @@ class RunSummary(RunHeadline):
     model_calls: dict[str, int] = {}
     """The agents' model calls through the [gateway](gateway.md), by how each was
     answered: its HTTP status (``200``; ``400`` for one the gateway refused past a
-    budget; ``429``, ``529``...) or ``timeout``, ``unreachable``. An agent's client that
+    budget; ``429``, ``529``...) or ``timeout``, ``unreachable``, ``broken`` (its answer
+    began, then its connection was lost). An agent's client that
     retried a failed call made a call of each try: every one is counted. Empty: no call
     went through the gateway."""
     usage_by_model: list[ModelUsage]

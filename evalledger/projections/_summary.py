@@ -425,7 +425,8 @@ class SummaryFold(Fold):
     def _task_usage(self, event: TaskUsage) -> None:
         key = self.keys.get(event.task_key)
         if event.call and event.call.get("via") == "gateway":
-            answered = str(event.call.get("status"))
+            # One whose answer broke off mid-way failed, whatever its status began as.
+            answered = "broken" if event.call.get("broken") else str(event.call.get("status"))
             self.calls[answered] = self.calls.get(answered, 0) + 1
         if unreported_turn(event):
             # Spend never reported (a turn cut off), not a model without a price: the

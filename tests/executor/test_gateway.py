@@ -10,6 +10,7 @@ import os
 import socket
 import sys
 import threading
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from evalledger.pricing import DEFAULT_RATES
 from evalledger.statuses import FailureClass, FinalStatus
 from tests.cli.helpers import PATIENCE, evalledger, wait_until
 from tests.fake_agent_api import FakeAgentApi, Turn, Usage
-from tests.fake_api import FakeApi, Reply
+from tests.fake_api import FakeApi, LoopbackServer, Reply
 
 from .real_agent_tasks import counts, only_run
 
@@ -280,6 +281,49 @@ def test_an_api_failure_the_gateway_saw_is_infrastructures_and_retried(
     assert json.loads(shown.stdout)["model_calls"] == {"529": 2}
     said = evalledger(tmp_path, db, "show", "latest").stdout
     assert "model calls through the gateway: 2 (2 failed: 529 x2)" in said
+
+
+class BreakingApi(LoopbackServer):
+    """An Anthropic stream that starts (its input side reported), then its connection is
+    lost: no further event, no end."""
+
+    def __init__(self) -> None:
+        start = {"type": "message_start", "message": {
+            "id": "msg_1", "model": SONNET, "usage": {"input_tokens": 40, "output_tokens": 1}}}
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("transfer-encoding", "chunked")
+                self.end_headers()
+                event = f"event: message_start\ndata: {json.dumps(start)}\n\n".encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+                self.wfile.flush()
+                self.connection.shutdown(socket.SHUT_RDWR)  # lost: no last chunk
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.serve(Handler)
+
+
+def test_an_answer_whose_connection_is_lost_midway_is_a_floor_and_the_apis_failure(
+        tmp_path: Path) -> None:
+    """What the stream had reported is booked, marked a floor (cut, broken); the call
+    counts as failed, and the attempt's failure is infrastructure's."""
+    with BreakingApi() as api:
+        code, db = run_agent(tmp_path, [anthropic()], {"anthropic": api.url})
+    assert code == 1
+    (usage,), done = read(db)
+    assert usage.estimate and usage.tokens == TokenCounts(input_tokens=40, output_tokens=1)
+    assert usage.call is not None and (usage.call["status"], usage.call.get("cut"),
+                                       usage.call.get("broken")) == (200, True, True)
+    assert not done.cost_complete and done.failure_class == FailureClass.INFRA
+    assert "anthropic: broke off mid-answer" in (done.error_message or "")
+    shown = json.loads(evalledger(tmp_path, db, "show", "latest", "--json").stdout)
+    assert shown["model_calls"] == {"broken": 1}
 
 
 def test_an_agent_that_only_says_its_api_failed_keeps_its_failure(tmp_path: Path) -> None:
