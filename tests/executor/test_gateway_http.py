@@ -387,10 +387,14 @@ def test_an_upstream_that_breaks_off_its_stream_breaks_off_the_agents() -> None:
 
     wire, meter = through_gateway(upstream, agent)
     assert wire.endswith(start)
-    assert meter.seen == ["unreachable"] and meter.calls[0]["status"] == "unreachable"
-    # Booked with what its start reported: the input side and one output token.
-    assert (meter.counted[0].tokens.input_tokens, meter.counted[0].tokens.output_tokens) == (
-        9, 1)
+    # The API failed mid-answer: its call says it began (200) and broke off.
+    assert meter.seen == ["broke off mid-answer"]
+    (call,) = meter.calls
+    assert (call["status"], call["cut"], call["broken"]) == (200, True, True)
+    # Booked with what its start reported, the input side and one output token: a floor.
+    (usage,) = meter.counted
+    assert (usage.tokens.input_tokens, usage.tokens.output_tokens, usage.estimate) == (
+        9, 1, True)
 
 
 def test_an_agent_gone_mid_stream_leaves_its_call_read_to_its_usage() -> None:
