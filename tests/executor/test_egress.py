@@ -10,7 +10,6 @@ import socket
 import sys
 import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -21,6 +20,7 @@ from tests.cli.helpers import evalledger
 from tests.fake_agent_api import FakeAgentApi, Turn, Usage
 from tests.fake_api import FakeApi, Reply
 
+from .gateway_sandbox import confined_python
 from .real_agent_tasks import emitted, only_run
 
 SONNET = "claude-sonnet-4-5"
@@ -114,17 +114,7 @@ def test_allow_domains_opens_those_hosts_and_records_every_connection(
     """Through the proxy: the allowed host's port answers (bytes both ways, counted);
     another port of it, another host and a request without the attempt's token are
     refused; the host's port is still unreachable around the proxy."""
-    if backend == "bwrap":
-        request.getfixturevalue("bwrap")
-        python = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
-        confined: dict[str, Any] = {"isolation": "bwrap"}
-    else:
-        from ..needs import root
-
-        root("network: gateway under docker (entering a container's network namespace)")
-        images = request.getfixturevalue("docker_images")
-        python, confined = "/usr/bin/python3", {"isolation": "docker",
-                                                "image": images["python"]}
+    python, confined = confined_python(backend, request)
     import trustme
 
     ca = trustme.CA()

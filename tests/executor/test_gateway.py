@@ -24,6 +24,7 @@ from tests.cli.helpers import PATIENCE, evalledger, wait_until
 from tests.fake_agent_api import FakeAgentApi, Turn, Usage
 from tests.fake_api import FakeApi, LoopbackServer, Reply
 
+from .gateway_sandbox import confined_python
 from .real_agent_tasks import counts, only_run
 
 SONNET = "claude-sonnet-4-5"
@@ -445,17 +446,7 @@ def test_with_network_gateway_the_agent_reaches_its_api_and_nothing_else(
         tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
     """Under bwrap (the runner's interpreter bound in) and docker (the test image's
     Python): the same probes from inside."""
-    if backend == "bwrap":
-        request.getfixturevalue("bwrap")
-        python = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
-        confined: dict[str, Any] = {"isolation": "bwrap"}
-    else:
-        from ..needs import root
-
-        root("network: gateway under docker (entering a container's network namespace)")
-        images = request.getfixturevalue("docker_images")
-        python, confined = "/usr/bin/python3", {"isolation": "docker",
-                                                "image": images["python"]}
+    python, confined = confined_python(backend, request)
     workdir = tmp_path / "work"
     workdir.mkdir()
     (workdir / "probes.py").write_text(PROBES, encoding="utf-8")
