@@ -106,6 +106,16 @@ class Call:
     # Its usage, once counted (``Metered.count``): when its final usage came.
     counted: Usage | None = None
 
+    def api_seen(self) -> int | str | None:
+        """What the attempt is told of the API (``Metered.api_seen``): how it failed (its
+        status, ``timeout``, ``unreachable``, ``broke off mid-answer``), ``""``: it
+        answered; None: neither (a refusal, a client's error)."""
+        if self.broken:
+            return "broke off mid-answer"
+        if isinstance(self.status, str) or self.status in API_FAILURES:
+            return self.status or "unreachable"
+        return "" if self.status is not None and self.status < 400 else None
+
     def facts(self, seconds: float) -> dict[str, object]:
         """What ``task.usage.call`` records of it."""
         facts: dict[str, object] = {
@@ -248,16 +258,10 @@ class Gateway:
         call = Call(provider.name, api, path, streamed, trio.current_time())
         call.model = model = (asked.get("model") if isinstance(asked.get("model"), str)
                               else gemini_model(path))
-        if not allowed(provider.name, api, request.method):
-            call.status = 404
-            await _answer(reply, 404, provider.error(404, f"evalledger gateway: {api!r} is "
-                                                     "no API the gateway meters"))
-            await self._book(attempt, call)
-            return
-        if reads_usage(provider.name, api) and (reason := attempt.meter.refusal()):
-            attempt.meter.refused(reason)
-            call.status = 400
-            await _answer(reply, 400, provider.error(400, f"evalledger gateway: {reason}"))
+        if (refusal := _refusal(attempt, provider, api, request.method)) is not None:
+            call.status, reason = refusal
+            await _answer(reply, call.status, provider.error(call.status,
+                                                             f"evalledger gateway: {reason}"))
             await self._book(attempt, call)
             return
         if provider.name == "openai" and api == "chat" and streamed:
@@ -284,12 +288,8 @@ class Gateway:
                 call.status = "unreachable"
             await _answer_quietly(reply, 502, provider.error(
                 502, f"evalledger gateway: cannot reach {provider.name}: {e}"))
-        if call.broken:
-            attempt.meter.api_seen("broke off mid-answer", provider.name)
-        elif isinstance(call.status, str) or call.status in API_FAILURES:
-            attempt.meter.api_seen(call.status or "unreachable", provider.name)
-        elif call.status is not None and call.status < 400:
-            attempt.meter.api_seen("", provider.name)
+        if (seen := call.api_seen()) is not None:
+            attempt.meter.api_seen(seen, provider.name)
         with trio.CancelScope(shield=True):
             await self._book(attempt, call)
 
@@ -370,6 +370,18 @@ class Gateway:
             attempt.meter.count(usage)
         call.cut = call.cut or usage.estimate
         await attempt.meter.record(usage, call.facts(trio.current_time() - call.started))
+
+
+def _refusal(attempt: GatewayAttempt, provider: Provider, api: str,
+             method: str) -> tuple[int, str] | None:
+    """Why a call may not be sent upstream, with the status it is answered: an API the
+    gateway cannot meter (404), or a budget spent (400: no client retries it)."""
+    if not allowed(provider.name, api, method):
+        return 404, f"{api!r} is no API the gateway meters"
+    if reads_usage(provider.name, api) and (reason := attempt.meter.refusal()):
+        attempt.meter.refused(reason)
+        return 400, reason
+    return None
 
 
 def usage_event(usage: Usage, call: dict[str, object], run_id: str,

@@ -29,11 +29,12 @@ from evalledger.statuses import FinalStatus
 from evalledger.suite import Criterion, ResolvedTask
 
 from . import isolation as _isolation
+from ._confinement import isolation_backend, make_jail
 from ._criteria import CUT_OFF, Evidence, evaluate
 from ._judges import Judging
 from ._marks import MARKER_VAR
 from ._process import DEFAULT_KILL_GRACE
-from ._runner import command_env, isolation_backend, make_jail
+from ._runner import command_env
 from ._sandbox import copy_workspace, remove_tree
 from ._status import AttemptFacts, BudgetStop, Verdict, final_status
 

@@ -882,13 +882,13 @@ def test_a_report_its_reader_had_no_turn_to_read_is_recorded_all_the_same(
 
     from evalledger.executor import _runner
 
-    read = _runner._read_probes
+    read = _runner.read_probes
 
     async def starved(*args: object) -> None:
         await trio.sleep(600)  # cancelled when the attempt ends, as a starved task is
         await read(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(_runner, "_read_probes", starved)
+    monkeypatch.setattr(_runner, "read_probes", starved)
     tasks = write_tasks(tmp_path / "tasks", {"t": {
         "command": "exit 3", "isolation": "bwrap", "success_criteria": [{"type": "exit_code"}]}})
     db = tmp_path / "ledger.db"
