@@ -164,6 +164,7 @@ async def _grade_all(ledger: Ledger, grader: Any, rates: Any, attempts: list[_At
     import trio
 
     from evalledger._workspace_diff import WorkspaceUnfit
+    from evalledger.executor import open_writer
     from evalledger.executor._judges import Judging
     from evalledger.executor._regrade import Recorded, gradable, verdict
     from evalledger.executor.isolation import IsolationUnavailable, hash_tree
@@ -205,9 +206,9 @@ async def _grade_all(ledger: Ledger, grader: Any, rates: Any, attempts: list[_At
 
             async def record(model: str | None, tokens: TokenCounts, cost: float | None,
                              call: dict[str, object]) -> None:
-                ledger.append(signer.sealed([EventRow.of(TaskUsage(  # spent: booked at once
+                await writer.append_durable(TaskUsage(  # spent: booked at once
                     run_id=done.run_id, task_key=key, model=model, role="grader",
-                    cost_usd=cost, call={**call, "grades": name}, **dict(tokens)))]))
+                    cost_usd=cost, call={**call, "grades": name}, **dict(tokens)))
 
             judging = Judging(record, rates, workdir=Path(task.workdir)
                               if task.workdir else None)
@@ -226,12 +227,14 @@ async def _grade_all(ledger: Ledger, grader: Any, rates: Any, attempts: list[_At
             final_status=judged.status, category=judged.status.category,
             error_message=judged.error_message, weighted_score=judged.score,
             workspace_hash=found)
-        ledger.append(signer.sealed([EventRow.of(event)]))  # a fact as soon as it is one
+        await writer.append_durable(event)  # a fact as soon as it is one
         outcome.graded.append((event, attempt.was))
         if on_graded is not None:
             on_graded(event, attempt.was)
 
-    async with trio.open_nursery() as nursery:
+    # The batch's writer: appends leave the loop (a commit blocks no grading), each
+    # commit sealed.
+    async with open_writer(ledger, signer=signer) as writer, trio.open_nursery() as nursery:
         for attempt in attempts:
             if gradable(attempt.completed.final_status, attempt.completed.criteria):
                 nursery.start_soon(one, attempt)
