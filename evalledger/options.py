@@ -21,6 +21,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 PreservationMode = Literal["none", "move-on-write", "direct-write"]
 ExecutorKind = Literal["local", "ray"]
+# What an attempt's command can see and reach (docs/isolation.md): a task's key, and
+# ``run --isolation`` over every task. Declared once, here: the task files' models, the
+# run's options and the command line's choices are this.
+Isolation = Literal["auto", "none", "bwrap", "docker"]
+# Every replicate is resolved up front: a typo of a few zeros must not eat the memory.
+MAX_REPEATS = 10_000
+# Retries of infrastructure failures: a few cover a flaky API or node; more hide a fault.
+MAX_RETRIES = 20
 
 
 class Operational:
@@ -60,7 +68,7 @@ class RunOptions(BaseModel):
     """Where attempts run: this machine, or a Ray cluster (the ledger stays here)."""
     experiment: str | None = None
     """The experiment file (absolute), if the run has one."""
-    isolation: Literal["auto", "none", "bwrap", "docker"] | None = None
+    isolation: Isolation | None = None
     """The isolation of every task, overriding task files (docs/isolation.md)."""
     kill_grace: Annotated[float, _OPERATIONAL] = Field(default=DEFAULT_KILL_GRACE, gt=0)
     """Seconds a task's processes get between SIGTERM and SIGKILL when it is ended."""
@@ -86,12 +94,12 @@ class RunOptions(BaseModel):
     ray_address: Annotated[str | None, _OPERATIONAL] = None
     """With the Ray executor: the cluster to join (``auto`` or an address); none starts
     a local Ray for the run."""
-    repeats: int | None = Field(default=None, ge=1)
+    repeats: int | None = Field(default=None, ge=1, le=MAX_REPEATS)
     """Replicates per task, overriding the experiment and its variants."""
     require_isolation: Annotated[bool, _OPERATIONAL] = False
     """Refuse to start when a task's isolation cannot run here: what a run does anyway
     unless ``allow_unconfined`` (kept for the runs and scripts that name it)."""
-    retries: Annotated[int | None, _OPERATIONAL] = Field(default=None, ge=0, le=20)
+    retries: Annotated[int | None, _OPERATIONAL] = Field(default=None, ge=0, le=MAX_RETRIES)
     """Tries again after an infrastructure failure, overriding task files."""
     retry_backoff: Annotated[float, _OPERATIONAL] = Field(default=DEFAULT_RETRY_BACKOFF, ge=0)
     """Seconds before the first retry of a task; each next one waits twice as long."""

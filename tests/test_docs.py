@@ -51,13 +51,12 @@ from evalledger.ledger import (
     chunked,
 )
 from evalledger.ledger._events import ENVELOPE_FIELDS
-from evalledger.options import RunOptions
+from evalledger.options import MAX_REPEATS, RunOptions
 from evalledger.projections import RunDiff, RunSummary, SkippedFile, TaskDiff, TaskRow
 from evalledger.projections._diff import Change
 from evalledger.statuses import Category, FinalStatus, RunStatus
 from evalledger.suite import (
     DEFAULT_TIMEOUT,
-    MAX_REPEATS,
     TASK_ID_PATTERN,
     Budget,
     Criterion,

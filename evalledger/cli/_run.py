@@ -18,8 +18,14 @@ from typing import get_args
 import click
 
 from evalledger.app import RunSettings, shard_spec, start_run
-from evalledger.options import ExecutorKind, PreservationMode, RunOptions
-from evalledger.suite import MAX_REPEATS
+from evalledger.options import (
+    MAX_REPEATS,
+    MAX_RETRIES,
+    ExecutorKind,
+    Isolation,
+    PreservationMode,
+    RunOptions,
+)
 
 from ._batch import Terminal, executor_choice, executor_options, finish
 from ._common import PositiveNumber
@@ -46,7 +52,7 @@ from ._main import Settings, pass_settings
               help="Seconds without any output after which an attempt is stalled "
                    "(task.stalled; ended as STALLED unless its stall_action is warn), "
                    "overriding task files.")
-@click.option("--retries", type=click.IntRange(0, 20),
+@click.option("--retries", type=click.IntRange(0, MAX_RETRIES),
               help="Try an attempt again this many times after an infrastructure failure "
                    "(a stall, a sandbox, a process that could not start, a judge's API, a "
                    "lost Ray node), overriding task files.")
@@ -75,7 +81,7 @@ from ._main import Settings, pass_settings
 @click.option("--kill-grace", type=PositiveNumber(),
               help="Seconds between SIGTERM and SIGKILL when a task is ended (default: "
                    f"{RunOptions.default('kill_grace')}, or as the run had it).")
-@click.option("--isolation", type=click.Choice(["auto", "none", "bwrap", "docker"]),
+@click.option("--isolation", type=click.Choice(get_args(Isolation)),
               help="What every task's command can see, overriding task files: auto (the "
                    "strongest that runs here: bwrap), none (the whole machine: no "
                    "boundary), bwrap (its workspace, the system read-only) or docker (its "

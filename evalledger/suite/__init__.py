@@ -7,7 +7,6 @@ and the application layer build on it, never the other way round.
 
 from ._models import DEFAULT_MAX_OUTPUT as DEFAULT_MAX_OUTPUT
 from ._models import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
-from ._models import MAX_REPEATS as MAX_REPEATS
 from ._models import TASK_ID_PATTERN as TASK_ID_PATTERN
 from ._models import AgentJudge as AgentJudge
 from ._models import Budget as Budget
@@ -41,7 +40,6 @@ from ._tasks import task_files as task_files
 __all__ = [
     "DEFAULT_MAX_OUTPUT",
     "DEFAULT_TIMEOUT",
-    "MAX_REPEATS",
     "TASK_ID_PATTERN",
     "AgentJudge",
     "Budget",

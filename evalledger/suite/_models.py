@@ -31,6 +31,7 @@ from pydantic import (
 )
 
 from evalledger._values import Count, Number
+from evalledger.options import MAX_REPEATS, MAX_RETRIES, Isolation
 from evalledger.statuses import FinalStatus
 
 TASK_ID_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
@@ -56,10 +57,6 @@ def _not_empty(command: str | list[str]) -> str | list[str]:
     return command
 
 
-# Every replicate is resolved up front: a typo of a few zeros must not eat the memory.
-MAX_REPEATS = 10_000
-# Retries of infrastructure failures: a few cover a flaky API or node; more hide a fault.
-MAX_RETRIES = 20
 
 Command = Annotated[str | list[str], AfterValidator(_not_empty)]
 
@@ -286,8 +283,6 @@ _RAY_BUILTIN_RESOURCES = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": "memor
                           "object_store_memory": "not per task"}
 
 
-# What an attempt's command can see and reach (docs/isolation.md).
-Isolation = Literal["auto", "none", "bwrap", "docker"]
 # What a task file that names no isolation gets: the strongest backend that runs here.
 # ``EVALLEDGER_ISOLATION`` sets another default for a machine (a user's own trusted
 # agents, a test suite whose commands live outside their workspaces).

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ValidationError
 
 from evalledger._values import load_yaml
 from evalledger.errors import EvalledgerError
+from evalledger.options import Isolation
 
 from ._models import (
     DEFAULT_ISOLATION,
@@ -40,7 +41,6 @@ from ._models import (
     TASK_ID_PATTERN,
     TASK_SUFFIXES,
     ExperimentFile,
-    Isolation,
     Overrides,
     ResolvedTask,
     TaskFile,
