@@ -37,6 +37,23 @@ if TYPE_CHECKING:
     from ._import import ImportOutcome as ImportOutcome
     from ._import import RunImport as RunImport
     from ._import import import_runs as import_runs
+    from ._pages import Attempt as Attempt
+    from ._pages import EverySearch as EverySearch
+    from ._pages import Found as Found
+    from ._pages import Past as Past
+    from ._pages import Reading as Reading
+    from ._pages import RunFound as RunFound
+    from ._pages import RunSearch as RunSearch
+    from ._pages import TranscriptPage as TranscriptPage
+    from ._pages import attempt_at as attempt_at
+    from ._pages import attempts as attempts
+    from ._pages import claimed_success as claimed_success
+    from ._pages import row_before as row_before
+    from ._pages import search_run as search_run
+    from ._pages import search_runs as search_runs
+    from ._pages import summary_at as summary_at
+    from ._pages import transcript as transcript
+    from ._pages import usage_curves as usage_curves
     from ._prepare import shard_spec as shard_spec
     from ._read import compare as compare
     from ._read import compared as compared
@@ -136,6 +153,23 @@ _WHERE = {
     "load_folds": "_repository",
     "status_of": "_repository",
     "listed_runs": "_repository",
+    "Past": "_pages",
+    "summary_at": "_pages",
+    "Attempt": "_pages",
+    "attempts": "_pages",
+    "attempt_at": "_pages",
+    "TranscriptPage": "_pages",
+    "transcript": "_pages",
+    "row_before": "_pages",
+    "Found": "_pages",
+    "RunSearch": "_pages",
+    "search_run": "_pages",
+    "RunFound": "_pages",
+    "EverySearch": "_pages",
+    "search_runs": "_pages",
+    "Reading": "_pages",
+    "usage_curves": "_pages",
+    "claimed_success": "_pages",
 }
 
 __getattr__ = _attributes(__name__, _WHERE)
@@ -144,22 +178,33 @@ __all__ = [
     "DEFAULT_LEDGER",
     "FORMATS",
     "RUN_COLUMNS",
+    "Attempt",
     "Callbacks",
     "Ending",
+    "EverySearch",
     "ExportOutcome",
+    "Found",
     "Hit",
     "ImportOutcome",
     "Line",
     "ListedRun",
+    "Past",
+    "Reading",
     "RegradeRequest",
     "ResumeRequest",
+    "RunFound",
     "RunImport",
     "RunOutcome",
+    "RunSearch",
     "RunSettings",
+    "TranscriptPage",
     "TransferOutcome",
     "Verdict",
     "WorkspaceChanges",
+    "attempt_at",
+    "attempts",
     "check_ledger",
+    "claimed_success",
     "compare",
     "compared",
     "export",
@@ -180,17 +225,23 @@ __all__ = [
     "render_report",
     "report_html",
     "resume_run",
+    "row_before",
     "run_is_over",
     "run_status",
     "scan",
     "search",
     "search_ledger",
+    "search_run",
+    "search_runs",
     "shard_spec",
     "snapshot_summary",
     "start_run",
     "status_of",
     "summary",
+    "summary_at",
+    "transcript",
     "transcript_line",
+    "usage_curves",
     "variant_bound",
     "verified_through",
     "workspace_changes",

@@ -46,9 +46,24 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from evalledger.agents import parser_for
 from evalledger.app import (
+    Attempt,
+    EverySearch,
     Line,
+    Past,
+    Reading,
+    RunSearch,
+    TranscriptPage,
+    attempt_at,
+    attempts,
+    claimed_success,
     report_html,
+    row_before,
+    search_run,
+    search_runs,
     snapshot_summary,
+    summary_at,
+    transcript,
+    usage_curves,
     variant_bound,
     workspace_changes,
 )
@@ -77,7 +92,6 @@ from evalledger.render import (
 )
 from evalledger.statuses import ShownStatus
 
-from . import _queries
 from ._hosts import HostGate, HostRule
 from ._params import BadParameter, choice, table_query, whole
 from ._resources import (
@@ -187,7 +201,7 @@ class _Views:
     def __init__(self, state: LedgerState, keepalive: float) -> None:
         self.state = state
         self.keepalive = keepalive
-        self._past: OrderedDict[tuple[str, int], _queries.Past] = OrderedDict()
+        self._past: OrderedDict[tuple[str, int], Past] = OrderedDict()
         self._bound: OrderedDict[tuple[str, int], frozenset[str]] = OrderedDict()
 
     # -- helpers -------------------------------------------------------------------------
@@ -219,7 +233,7 @@ class _Views:
         key = ("anchored", None if anchor is None else anchor.model_dump_json())
         return per_summary(summary, key, lambda: summary.anchored(anchor))
 
-    async def _folded(self, run: RunState, at: int | None) -> _queries.Past:
+    async def _folded(self, run: RunState, at: int | None) -> Past:
         if at is None or at >= self.state.seq:
             if not run.has_summary and run.shown_status is not ShownStatus.RUNNING:
                 # A run that is over: its summary read from its snapshot in a worker
@@ -229,10 +243,10 @@ class _Views:
                 read = await self._read(snapshot_summary, run.run_id, until_seq=through)
                 if read is not None:
                     run.adopt(read, seq)
-            return _queries.Past(run.summary(), run.running)
+            return Past(run.summary(), run.running)
         key = (run.run_id, at)
         if key not in self._past:
-            self._past[key] = await self._read(_queries.summary_at, run.run_id, at)
+            self._past[key] = await self._read(summary_at, run.run_id, at)
             while len(self._past) > _TIME_TRAVEL_CACHE:
                 self._past.popitem(last=False)
         self._past.move_to_end(key)
@@ -347,7 +361,7 @@ class _Views:
         """``task``'s row and attempts alone: what a live page's tail reads each time."""
         run = self._run(request)
         key = request.path_params["task_key"]
-        tries: list[_queries.Attempt] = await self._read(_queries.attempts, run.run_id, key)
+        tries: list[Attempt] = await self._read(attempts, run.run_id, key)
         row = run.summary_fold.row(key)
         planned = key in run.summary_fold.planned
         if not tries and row is None and not planned:
@@ -361,8 +375,8 @@ class _Views:
         one's usage over time and its agent's last word on how it ended."""
         if not any(parser_for(t.stream_format) for t in task.attempts):  # nothing to read
             return task
-        reading: _queries.Reading = await self._read(
-            _queries.usage_curves, task.run_id, task.task_key, task.attempts)
+        reading: Reading = await self._read(
+            usage_curves, task.run_id, task.task_key, task.attempts)
         return task.model_copy(update={"usage_curves": reading.curves,
                                        "claims": reading.finals})
 
@@ -379,11 +393,11 @@ class _Views:
         search = params.get("q", "")
         if task is None:
             run_id, key = self._run(request).run_id, request.path_params["task_key"]
-            tries = await self._read(_queries.attempts, run_id, key)
+            tries = await self._read(attempts, run_id, key)
         else:
             run_id, key, tries = task.run_id, task.task_key, task.attempts
-        page: _queries.TranscriptPage = await self._read(
-            _queries.transcript, run_id, key, tries,
+        page: TranscriptPage = await self._read(
+            transcript, run_id, key, tries,
             search=search or None, after=after, before=before, limit=limit)
         return Transcript.model_construct(
             more_before=page.more_before, more_after=page.more_after, lines=page.lines,
@@ -396,9 +410,9 @@ class _Views:
         run = self._run(request)
         q = request.query_params.get("q", "")
         after = whole(request.query_params, "after", 0)
-        found = (await self._read(_queries.search_run, run.run_id, q, after=after,
+        found = (await self._read(search_run, run.run_id, q, after=after,
                                   limit=SEARCH_LINES, seconds=SEARCH_SECONDS)
-                 if q else _queries.RunSearch([], 0))
+                 if q else RunSearch([], 0))
         return SearchView.model_construct(run_id=run.run_id, q=q, after=after,
                                           lines=found.lines, next=found.after,
                                           timed=found.timed, tasks=found.tasks)
@@ -418,10 +432,10 @@ class _Views:
         after = whole(request.query_params, "after", 0)
         if start is None:  # ``after`` is a seq of the run it goes on in: none, it starts anew
             after = 0
-        found = (await self._read(_queries.search_runs, order[order.index(start):]
+        found = (await self._read(search_runs, order[order.index(start):]
                                   if start in order else order, q, after=after,
                                   limit=SEARCH_LINES, seconds=SEARCH_SECONDS)
-                 if q else _queries.EverySearch([], 0))
+                 if q else EverySearch([], 0))
         return EverySearchView.model_construct(
             q=q, run=start, after=after, lines=found.lines, next_run=found.next_run,
             next_after=found.next_after, timed=found.timed, runs=found.runs)
@@ -567,13 +581,13 @@ class _Views:
         if CLAIMED not in table.outcomes:
             return table.rows_of(summary)
         claimed = await self._read(lambda ledger: per_summary(
-            summary, "claimed_success", lambda: _queries.claimed_success(ledger, run.run_id)))
+            summary, "claimed_success", lambda: claimed_success(ledger, run.run_id)))
         return table.rows_of(summary, claimed)
 
-    def _tail(self, page: Transcript, tries: list[_queries.Attempt], view: str) -> Response:
+    def _tail(self, page: Transcript, tries: list[Attempt], view: str) -> Response:
         """What a live task page appends: the rows after the last one it shows."""
         after = page.after
-        rows = with_marks(page.lines, tries, _queries.attempt_at(tries, after)
+        rows = with_marks(page.lines, tries, attempt_at(tries, after)
                           if after else None)
         response = self._page("_lines.html" if view == "raw" else "_conversation.html",
                               rows=rows, items=conversation(rows, tries, from_start=not after))
@@ -585,11 +599,11 @@ class _Views:
                       page: Transcript) -> list[Line | AttemptMark]:
         """The page's lines with attempt marks: the attempt of the row before the page
         (a page inside an attempt repeats no mark) is read when there is one."""
-        before_page = (await self._read(_queries.row_before, task.run_id, task.task_key,
+        before_page = (await self._read(row_before, task.run_id, task.task_key,
                                         page.first_seq)
                        if page.more_before else None)
         return with_marks(page.lines, task.attempts, None if before_page is None
-                          else _queries.attempt_at(task.attempts, before_page))
+                          else attempt_at(task.attempts, before_page))
 
     async def diff_page(self, request: Request) -> Response:
         view = await self.diff(request)

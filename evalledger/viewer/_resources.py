@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, field_serializer
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from evalledger.agents import FinalResult
-from evalledger.app import Line, WorkspaceChanges
+from evalledger.app import Attempt, Found, Line, RunFound, WorkspaceChanges
 from evalledger.projections import (
     Comparison,
     RunDiff,
@@ -37,8 +37,6 @@ from evalledger.projections import (
     TaskRow,
 )
 from evalledger.render import Neighbours, TableQuery, per_summary, render_json
-
-from ._queries import Attempt, Found, RunFound
 
 
 class Resource(BaseModel):

@@ -6,12 +6,11 @@ import json
 
 import pytest
 
-from evalledger.app import Line
+from evalledger.app import Attempt, Line
 from evalledger.ledger import TaskStarted
 from evalledger.render import AttemptMark, Said, conversation
 from evalledger.render._html import environment
 from evalledger.render._transcript import in_workspace
-from evalledger.viewer._queries import Attempt
 
 
 def _started(attempt: int, second: int, seq: int) -> Attempt:

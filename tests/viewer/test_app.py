@@ -21,10 +21,11 @@ from starlette.routing import Mount, Route
 from starlette.testclient import TestClient
 
 from evalledger._text import money
+from evalledger.app import search_run
 from evalledger.ledger import Ledger
 from evalledger.projections import SummaryFold, fold
 from evalledger.render import render_json
-from evalledger.viewer import _queries, create_app
+from evalledger.viewer import create_app
 
 from ..waiting import PATIENCE, wait_until
 from .suites import Suite, run_json
@@ -244,11 +245,11 @@ def test_a_search_that_stops_and_goes_on_finds_what_one_search_finds(
     """Out of time after every window (``seconds=0``), or out of room after ``limit``
     lines: going on from where it stopped, each line is found once, in order."""
     with Ledger(suite.db, read_only=True) as ledger:
-        whole = _queries.search_run(ledger, suite.first, "line", limit=10**6)
+        whole = search_run(ledger, suite.first, "line", limit=10**6)
         seen: list[int] = []
         after: int | None = 0
         while after is not None:
-            found = _queries.search_run(ledger, suite.first, "line", after=after,
+            found = search_run(ledger, suite.first, "line", after=after,
                                         limit=limit, seconds=0, window=window)
             assert found.timed == (found.after is not None and found.lines < limit)
             seen += [ln.seq for t in found.tasks for ln in t.lines]

@@ -1,7 +1,8 @@
-"""Reads a page needs that are not in the server's folds: a task's attempts, a page of
-its transcript, a run as it was at some seq, an attempt's usage over time.
+"""Reads a viewer's page needs that are not in the server's folds: a task's attempts, a
+page of its transcript, a run as it was at some seq, an attempt's usage over time, a
+search of a run's transcripts.
 
-Blocking calls, run in worker threads by the app. The SQL is the ledger's
+Blocking calls, run in worker threads by the viewer. The SQL is the ledger's
 (``evalledger.ledger._page_queries``: named range scans of the schema's indexes);
 this module turns the rows into what a page shows (a transcript row as
 ``app.transcript_line`` reads it, the HTML report's too).
@@ -21,7 +22,6 @@ from evalledger.agents import (
     FinalResult,
     RunningUsage,
 )
-from evalledger.app import Line, load_fold, transcript_line
 from evalledger.ledger import (
     AnyEvent,
     EventRow,
@@ -41,6 +41,9 @@ from evalledger.ledger import (
     usage_lines,
 )
 from evalledger.projections import RunSummary, SummaryFold
+
+from ._repository import load_fold
+from ._transcripts import Line, transcript_line
 
 
 @dataclass(frozen=True)
