@@ -83,6 +83,7 @@ if TYPE_CHECKING:
     from ._resume import resume_run as resume_run
     from ._run import start_run as start_run
     from ._scan import scan as scan
+    from ._schema import schema_columns as schema_columns
     from ._search import Hit as Hit
     from ._search import search as search
     from ._search import search_ledger as search_ledger
@@ -96,6 +97,7 @@ if TYPE_CHECKING:
     from ._transfer import import_events as import_events
     from ._transfer import merge as merge
     from ._verified import check_ledger as check_ledger
+    from ._verified import checkpoint as checkpoint
     from ._verified import verified_through as verified_through
     from ._workspace import workspace_changes as workspace_changes
 
@@ -142,9 +144,11 @@ _WHERE = {
     "RUN_COLUMNS": "_repository",
     "scan": "_scan",
     "Hit": "_search",
+    "schema_columns": "_schema",
     "search_ledger": "_search",
     "load_summary_page": "_repository",
     "check_ledger": "_verified",
+    "checkpoint": "_verified",
     "verified_through": "_verified",
     "snapshot_summary": "_repository",
     "workspace_changes": "_workspace",
@@ -204,6 +208,7 @@ __all__ = [
     "attempt_at",
     "attempts",
     "check_ledger",
+    "checkpoint",
     "claimed_success",
     "compare",
     "compared",
@@ -229,6 +234,7 @@ __all__ = [
     "run_is_over",
     "run_status",
     "scan",
+    "schema_columns",
     "search",
     "search_ledger",
     "search_run",

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evalledger._files import write_atomic
+from evalledger.errors import InvalidRequest
 from evalledger.ledger import Anchor, BadAnchor, utc_now
 
 if TYPE_CHECKING:
@@ -57,15 +58,30 @@ def verified_through(ledger: Ledger) -> Anchor | None:
         return None
 
 
-def check_ledger(ledger: Ledger, *, since: Anchor | None = None, anchors: list[Anchor] | None
-                 = None, deep: bool = False) -> tuple[VerifyReport, SnapshotCheck]:
-    """``verify`` with the snapshot check (from ``since`` on, when given); an intact
-    ledger's last row is recorded as verified through when the check covered every
-    row (no ``since``) or went on from the recorded anchor. Returns the report and the
-    snapshot check (what it counted)."""
+def check_ledger(ledger: Ledger, *, since: Anchor | str | None = None,
+                 anchors: list[Anchor] | None = None, deep: bool = False,
+                 ) -> tuple[VerifyReport, SnapshotCheck]:
+    """``verify`` with the snapshot check (from ``since`` on, when given: an anchor, an
+    anchor's file, or ``last``: where the last check that found this ledger intact got
+    to); an intact ledger's last row is recorded as verified through when the check
+    covered every row (no ``since``) or went on from the recorded anchor. Returns the
+    report and the snapshot check (what it counted).
+
+    Raises:
+        InvalidRequest: ``last`` with no record of an earlier check.
+        BadAnchor: an anchor's file cannot be read as one.
+    """
     from evalledger.ledger import verify
 
     from ._snapshot_check import SnapshotCheck
+
+    if since == "last":
+        since = verified_through(ledger)
+        if since is None:
+            raise InvalidRequest(f"{ledger.path} has no record of an earlier check that "
+                                 "found it intact: run `evalledger verify` once")
+    elif isinstance(since, str):
+        since = Anchor.load(since)
 
     snapshots = SnapshotCheck(deep=deep, after_seq=since.seq if since is not None else 0)
     recorded = verified_through(ledger)
@@ -109,3 +125,16 @@ def check_after(ledger: Ledger, last_seq: int) -> VerifyReport:
         since = ledger.anchor(until_seq=last_seq)
     report, _ = check_ledger(ledger, since=since)
     return report
+
+
+def checkpoint(ledger: Ledger) -> Anchor:
+    """An anchor of the ledger as it is now (its id, last seq and hash), stamped now:
+    what ``verify --anchor`` later holds the ledger to.
+
+    Raises:
+        InvalidRequest: the ledger holds no events yet.
+    """
+    anchor = ledger.anchor()
+    if anchor is None:
+        raise InvalidRequest(f"{ledger.path} holds no events yet: nothing to anchor")
+    return anchor.model_copy(update={"ts": utc_now()})

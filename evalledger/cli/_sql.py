@@ -7,7 +7,6 @@ import inspect
 import json
 import re
 import signal
-import sqlite3
 import sys
 import textwrap
 import threading
@@ -41,48 +40,19 @@ def _blob(value: object) -> str:
     raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
-# What each table and view of the audit interface holds, for `sql --help`; the columns
-# come from the schema itself (``_schema_columns``), so the help cannot fall behind it.
-_ABOUT = {
-    "runs": "one row per run",
-    "task_attempts": "one row per task.started, with that attempt's completion",
-    "task_results": "per run and task key, the latest attempt with a final status",
-    "usage": "one row per task.usage, with the attempt it was reported in",
-    "task_grades": "one row per task.graded: a regrade's verdict of an attempt",
-    "task_flags": "one row per task.flagged: a scan's finding on an attempt",
-    "run_pass_rates": "one row per run: its pass rate and 95% Wilson interval",
-    "model_pass_rates": "per run and model: the pass rate and 95% Wilson interval",
-    "events": "the table: every event, in seq order",
-}
 _VIEWS_MARK = "(the views)"
 # An option never has whitespace right after its dashes; SQL that starts with a
 # comment (`-- cost per model...`, as the README's audits do) does.
 _SQL_COMMENT = re.compile(r"--\s")
 
 
-def _schema_columns() -> dict[str, list[str]]:
-    """Every view and the events table of a ledger of this version, with its columns, in
-    the schema's order: an empty ledger made in memory by the migrations themselves."""
-    from evalledger.ledger import MIGRATIONS, Database
-
-    conn = sqlite3.connect(":memory:")
-    try:
-        MIGRATIONS.apply(Database(conn))
-        names = [r[0] for r in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'view' OR name = 'events'")]
-        known = list(_ABOUT)
-        names.sort(key=lambda n: known.index(n) if n in known else len(known))
-        return {name: [r[1] for r in conn.execute(f"PRAGMA table_info({name})")]
-                for name in names}
-    finally:
-        conn.close()
-
-
 def _views_help() -> str:
     """The views and the table, one ``name(columns)`` block each, wrapped for a terminal."""
+    from evalledger.app import schema_columns
+
     blocks = []
-    for name, columns in _schema_columns().items():
-        about = f"{name}: {_ABOUT[name]}" if name in _ABOUT else name
+    for name, (about, columns) in schema_columns().items():
+        about = f"{name}: {about}" if about else name
         lines = textwrap.wrap(", ".join(columns), width=74, initial_indent="  ",
                               subsequent_indent="  ", break_on_hyphens=False)
         blocks.append("\b\n" + "\n".join([about, *lines]))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from evalledger.ledger import Anchor, utc_now
+from evalledger.ledger import Anchor
 
 from ._errors import EXIT_OK, EXIT_TASKS_FAILED, UserError
 from ._main import Settings, pass_settings
@@ -49,19 +49,11 @@ def verify(settings: Settings, anchors: tuple[str, ...], since: str | None, deep
         evalledger verify --anchor checkpoints/2026-11-30.json --anchor runs/R/run.json
         evalledger verify --since last
     """
-    from evalledger.app import check_ledger, verified_through
+    from evalledger.app import check_ledger
 
     pinned = [Anchor.load(path) for path in anchors]
     with settings.open_ledger(read_only=True) as ledger:
-        start = None
-        if since == "last":
-            start = verified_through(ledger)
-            if start is None:
-                raise UserError(f"{ledger.path} has no record of an earlier check that found it "
-                                "intact: run `evalledger verify` once")
-        elif since is not None:
-            start = Anchor.load(since)
-        report, snapshots = check_ledger(ledger, since=start, anchors=pinned, deep=deep)
+        report, snapshots = check_ledger(ledger, since=since, anchors=pinned, deep=deep)
     lines = report.lines()
     if deep:
         ignored = (f", {snapshots.ignored} of another fold version ignored"
@@ -89,15 +81,13 @@ def checkpoint(settings: Settings, output: Path | None) -> None:
         evalledger checkpoint -o checkpoints/$(date +%F).json
     """
     from evalledger._files import same_file
+    from evalledger.app import checkpoint as checkpoint_of
     from evalledger.app import write_text  # the reports' writer: whole or not at all
 
     if output is not None and same_file(output, settings.ledger_path):
         raise UserError(f"-o {output} is the ledger itself; choose another file")
     with settings.open_ledger(read_only=True) as ledger:
-        anchor = ledger.anchor()
-        if anchor is None:
-            raise UserError(f"{ledger.path} holds no events yet: nothing to anchor")
-    text = anchor.model_copy(update={"ts": utc_now()}).model_dump_json(indent=2) + "\n"
+        text = checkpoint_of(ledger).model_dump_json(indent=2) + "\n"
     if output is None:
         click.echo(text, nl=False)
     else:
