@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ._batch import RunOutcome as RunOutcome
     from ._batch import Verdict as Verdict
     from ._callbacks import Callbacks as Callbacks
+    from ._events import run_events as run_events
     from ._import import ImportOutcome as ImportOutcome
     from ._import import RunImport as RunImport
     from ._import import import_runs as import_runs
@@ -107,6 +108,7 @@ _WHERE = {
     "RunOutcome": "_batch",
     "Verdict": "_batch",
     "Callbacks": "_callbacks",
+    "run_events": "_events",
     "ImportOutcome": "_import",
     "RunImport": "_import",
     "import_runs": "_import",
@@ -231,6 +233,7 @@ __all__ = [
     "report_html",
     "resume_run",
     "row_before",
+    "run_events",
     "run_is_over",
     "run_status",
     "scan",
