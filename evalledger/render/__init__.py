@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from ._comparison import p_value_line as p_value_line
     from ._comparison import power_line as power_line
     from ._html import STATIC as STATIC
+    from ._html import compile_templates as compile_templates
     from ._html import not_started as not_started
     from ._html import render_page as render_page
     from ._html import run_charts as run_charts
@@ -92,6 +93,7 @@ _WHERE = {
     "p_value_line": "_comparison",
     "power_line": "_comparison",
     "STATIC": "_html",
+    "compile_templates": "_html",
     "not_started": "_html",
     "render_page": "_html",
     "run_charts": "_html",
@@ -145,6 +147,7 @@ __all__ = [
     "comparison_junit",
     "comparison_markdown",
     "comparison_text",
+    "compile_templates",
     "conversation",
     "cost_line",
     "infra_note",

@@ -244,6 +244,17 @@ def _digest(message: str | None, failure_class: str | None = None) -> str:
     return visible(error_digest(message, failure_class=failure_class))
 
 
+def compile_templates() -> None:
+    """Compile every template now: what a server does before it takes requests, so the
+    first page of each kind is rendered in milliseconds, not after Jinja compiled it
+    (measured on 2 cores: 100-170 ms for the run page's, 270-400 ms for all of them).
+    Compiled templates stay in the environment's cache, which holds more than there
+    are."""
+    env = environment()
+    for name in env.list_templates(extensions=["html"]):
+        env.get_template(name)
+
+
 def render_page(template: str, **context: Any) -> str:
     """``template`` with ``context``; its diffs coloured within one ``Budget`` of time
     (``highlight_budget``: a page's, unless the caller gives its own)."""
