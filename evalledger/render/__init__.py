@@ -47,7 +47,9 @@ if TYPE_CHECKING:
     from ._html import render_page as render_page
     from ._html import run_charts as run_charts
     from ._html import runs_cost_pass as runs_cost_pass
+    from ._html import script as script
     from ._html import segment as segment
+    from ._html import stylesheet as stylesheet
     from ._html import summary_tags as summary_tags
     from ._html import usage_chart as usage_chart
     from ._junit import render_junit as render_junit
@@ -98,7 +100,9 @@ _WHERE = {
     "render_page": "_html",
     "run_charts": "_html",
     "runs_cost_pass": "_html",
+    "script": "_html",
     "segment": "_html",
+    "stylesheet": "_html",
     "summary_tags": "_html",
     "usage_chart": "_html",
     "render_junit": "_junit",
@@ -168,9 +172,11 @@ __all__ = [
     "report_html",
     "run_charts",
     "runs_cost_pass",
+    "script",
     "segment",
     "status_text",
     "status_word",
+    "stylesheet",
     "success_cost_line",
     "summary_tags",
     "unpriced_line",

@@ -2,9 +2,11 @@
 
 The run page the server shows and the ``report.html`` written beside ``run.md``
 are one template (``run.html``) rendered in two modes: ``app`` (links, live
-updates, a stylesheet and a script served by the app) and ``file`` (the
-stylesheet inline, no script, every task on one page). Both read a
-``RunSummary``: the counting rules live in the projections, never here.
+updates, the viewer's script) and ``file`` (no script, every task on one page); the
+stylesheet is inline in both, and so is the app's script (a page is drawn without
+waiting on another request; the app's Content-Security-Policy allows both by their
+hashes). Both read a ``RunSummary``: the counting rules live in the projections,
+never here.
 
 Everything a task produced is untrusted: Jinja escapes every value (autoescape),
 and ``visible`` spells out control characters, so a task printing ``<script>``
@@ -224,7 +226,7 @@ def environment() -> Environment:
                        success_cost_line=success_cost_line, rate_cell=rate_cell,
                        task_matrix=task_matrix, tool_shown=tool_shown, kind_counts=kind_counts,
                        kind_label=kind_label,
-                       infra_note=infra_note)
+                       infra_note=infra_note, stylesheet=stylesheet, script=script)
     return env
 
 
@@ -270,7 +272,16 @@ def _highlighted(context: Context, diff: Sequence[tuple[str, str]],
 
 @cache
 def stylesheet() -> Markup:
+    """The pages' stylesheet, inline in each (the report is one file; the viewer's pages
+    are drawn without waiting on another request)."""
     return Markup(Path(STATIC / "viewer.css").read_text(encoding="utf-8"))
+
+
+@cache
+def script() -> Markup:
+    """The viewer's script, inline at the end of each of its pages (none in the report).
+    Its Content-Security-Policy allows it, and the stylesheet, by their hashes."""
+    return Markup(Path(STATIC / "viewer.js").read_text(encoding="utf-8"))
 
 
 def summary_tags(summary: RunSummary) -> list[TagStats]:

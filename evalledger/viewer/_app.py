@@ -10,20 +10,23 @@ only reads: the ledger is opened read-only, and there is no route that writes.
 
 Security: everything a task printed is untrusted. Templates escape it, and every
 response carries a Content-Security-Policy that allows scripts and styles from
-the app itself only, so nothing in the data can run. The app answers only requests
-whose ``Host`` names it (``_hosts``: no other site's page reads the ledger through DNS
-rebinding); bound to another host than loopback, it also requires a random token (in
-the URL once, then a cookie). A query parameter out of its range is a 400 with the
-reason (``_params``), never a 500.
+the app itself only (its own, inline in its pages, by their hashes), so nothing in
+the data can run. The app answers only requests whose ``Host`` names it (``_hosts``:
+no other site's page reads the ledger through DNS rebinding); bound to another host
+than loopback, it also requires a random token (in the URL once, then a cookie). A
+query parameter out of its range is a 400 with the reason (``_params``), never a 500.
 
 Speed (issue #49: a 10,000-task run's page, first <= 500 ms, warm <= 100 ms in a
-browser; ``bench/view.py``): templates are compiled before the first request; what is
-made from a summary is made once per summary (``render.per_summary``); and a run that
-is not running answers 304 to a browser holding its page or JSON (``_conditional``).
+browser; ``bench/view.py``): templates are compiled before the first request; a page
+holds its stylesheet and script (nothing else to fetch before it is drawn); the task
+table is paged (``TASKS_PER_PAGE``); what is made from a summary is made once per
+summary (``render.per_summary``); and a run that is not running answers 304 to a
+browser holding its page or JSON (``_conditional``).
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import secrets
@@ -77,7 +80,9 @@ from evalledger.render import (
     render_page,
     run_charts,
     runs_cost_pass,
+    script,
     segment,
+    stylesheet,
     summary_tags,
     usage_chart,
     with_marks,
@@ -104,7 +109,10 @@ from ._resources import (
 from ._state import LedgerState, RunState, pages
 
 RUNS_PER_PAGE = 50
-TASKS_PER_PAGE = 100
+# About a screenful of the table's box (80% of a 900 px window shows 23 rows): the rows
+# are most of what a browser lays out of a run's page (100 of them were 1,200 of its
+# 1,600 elements; bench/view.py).
+TASKS_PER_PAGE = 25
 LINES_PER_PAGE = 500
 # A run-wide search shows this many matching lines at most (the first, in seq order).
 SEARCH_LINES = 500
@@ -113,8 +121,12 @@ SEARCH_SECONDS = 0.2
 MAX_LINES_PER_PAGE = 5000
 # A run's status as the runs page shows it (and filters by it).
 RUN_STATUSES = tuple(s.value for s in ShownStatus)
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-       "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+# Scripts and styles from the app itself only: its own, served inline in each page (a
+# page is drawn without waiting on another request), are allowed by their hashes
+# (``_policy``), so no other inline script or style runs, whatever the data holds.
+CSP = ("default-src 'none'; script-src 'self' {script}; style-src 'self' {style}; "
+       "img-src 'self' data:; connect-src 'self'; form-action 'self'; base-uri 'none'; "
+       "frame-ancestors 'none'")
 # A downloaded report.html is one file with its stylesheet inline and no script.
 REPORT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'none'"
 TOKEN_COOKIE = "evalledger_token"
@@ -190,7 +202,19 @@ def create_app(ledger_path: str | Path, *, token: str | None = None,
                                         BadParameter: views.error})
     app.state.ledger = state
     gated: ASGIApp = _TokenGate(app, token) if token else app
-    return _Headers(HostGate(gated, rule))  # type: ignore[return-value]
+    return _Headers(HostGate(gated, rule), _policy())  # type: ignore[return-value]
+
+
+def _policy() -> str:
+    """The Content-Security-Policy of the app's responses: ``CSP``, with the hashes of the
+    stylesheet and script its pages hold inline."""
+    return CSP.format(script=_hashed(script()), style=_hashed(stylesheet()))
+
+
+def _hashed(text: str) -> str:
+    """A CSP source allowing the inline element whose text is ``text`` and no other."""
+    digest = hashlib.sha256(text.encode()).digest()
+    return f"'sha256-{base64.b64encode(digest).decode()}'"
 
 
 class _Views:
@@ -776,8 +800,9 @@ def _local(url: str) -> str:
 class _Headers:
     """Security headers on every response (unless a route set its own policy)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, policy: str) -> None:
         self.app = app
+        self.policy = policy.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -789,7 +814,7 @@ class _Headers:
                 headers = list(message.get("headers", []))
                 names = {name.lower() for name, _ in headers}
                 if b"content-security-policy" not in names:
-                    headers.append((b"content-security-policy", CSP.encode()))
+                    headers.append((b"content-security-policy", self.policy))
                 headers += [(b"x-content-type-options", b"nosniff"),
                             (b"referrer-policy", b"no-referrer"),
                             (b"x-frame-options", b"DENY")]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import json
 import re
@@ -510,6 +512,23 @@ def test_a_run_that_is_over_is_told_unchanged_until_the_ledger_moves(
         running = client.get("/runs/elsewhere")
         assert running.status_code == 200 and "etag" not in running.headers
         assert "etag" not in client.get("/api/runs/elsewhere").headers
+
+
+def test_a_page_holds_its_style_and_script_and_the_policy_allows_those_alone(
+    client: TestClient, suite: Suite
+) -> None:
+    """Drawn without another request: the stylesheet and script are in the page, and
+    the policy allows them by their hashes (no other inline script or style runs)."""
+    for url in (f"/runs/{suite.first}", "/", f"/runs/{suite.first}/tasks/default/ok/00"):
+        page = client.get(url)
+        [style] = re.findall(r"<style>(.*?)</style>", page.text, re.S)
+        [script] = re.findall(r"<script>(.*?)</script>", page.text, re.S)
+        assert "<script src" not in page.text and 'rel="stylesheet"' not in page.text
+        policy = dict(d.strip().split(" ", 1) for d in
+                      page.headers["content-security-policy"].split(";"))
+        for text, directive in ((style, "style-src"), (script, "script-src")):
+            digest = base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
+            assert policy[directive].split() == ["'self'", f"'sha256-{digest}'"]
 
 
 def test_every_template_is_compiled_before_the_first_request(suite: Suite) -> None:
