@@ -42,11 +42,14 @@ if TYPE_CHECKING:
     from ._comparison import p_value_line as p_value_line
     from ._comparison import power_line as power_line
     from ._html import STATIC as STATIC
+    from ._html import compile_templates as compile_templates
     from ._html import not_started as not_started
     from ._html import render_page as render_page
     from ._html import run_charts as run_charts
     from ._html import runs_cost_pass as runs_cost_pass
+    from ._html import script as script
     from ._html import segment as segment
+    from ._html import stylesheet as stylesheet
     from ._html import summary_tags as summary_tags
     from ._html import usage_chart as usage_chart
     from ._junit import render_junit as render_junit
@@ -92,11 +95,14 @@ _WHERE = {
     "p_value_line": "_comparison",
     "power_line": "_comparison",
     "STATIC": "_html",
+    "compile_templates": "_html",
     "not_started": "_html",
     "render_page": "_html",
     "run_charts": "_html",
     "runs_cost_pass": "_html",
+    "script": "_html",
     "segment": "_html",
+    "stylesheet": "_html",
     "summary_tags": "_html",
     "usage_chart": "_html",
     "render_junit": "_junit",
@@ -145,6 +151,7 @@ __all__ = [
     "comparison_junit",
     "comparison_markdown",
     "comparison_text",
+    "compile_templates",
     "conversation",
     "cost_line",
     "infra_note",
@@ -165,9 +172,11 @@ __all__ = [
     "report_html",
     "run_charts",
     "runs_cost_pass",
+    "script",
     "segment",
     "status_text",
     "status_word",
+    "stylesheet",
     "success_cost_line",
     "summary_tags",
     "unpriced_line",

@@ -2,9 +2,11 @@
 
 The run page the server shows and the ``report.html`` written beside ``run.md``
 are one template (``run.html``) rendered in two modes: ``app`` (links, live
-updates, a stylesheet and a script served by the app) and ``file`` (the
-stylesheet inline, no script, every task on one page). Both read a
-``RunSummary``: the counting rules live in the projections, never here.
+updates, the viewer's script) and ``file`` (no script, every task on one page); the
+stylesheet is inline in both, and so is the app's script (a page is drawn without
+waiting on another request; the app's Content-Security-Policy allows both by their
+hashes). Both read a ``RunSummary``: the counting rules live in the projections,
+never here.
 
 Everything a task produced is untrusted: Jinja escapes every value (autoescape),
 and ``visible`` spells out control characters, so a task printing ``<script>``
@@ -225,7 +227,7 @@ def environment() -> Environment:
                        success_cost_line=success_cost_line, rate_cell=rate_cell,
                        task_matrix=task_matrix, tool_shown=tool_shown, kind_counts=kind_counts,
                        kind_label=kind_label,
-                       infra_note=infra_note)
+                       infra_note=infra_note, stylesheet=stylesheet, script=script)
     return env
 
 
@@ -245,6 +247,17 @@ def _digest(message: str | None, failure_class: str | None = None) -> str:
     return visible(error_digest(message, failure_class=failure_class))
 
 
+def compile_templates() -> None:
+    """Compile every template now: what a server does before it takes requests, so the
+    first page of each kind is rendered in milliseconds, not after Jinja compiled it
+    (measured on 2 cores: 100-170 ms for the run page's, 270-400 ms for all of them).
+    Compiled templates stay in the environment's cache, which holds more than there
+    are."""
+    env = environment()
+    for name in env.list_templates(extensions=["html"]):
+        env.get_template(name)
+
+
 def render_page(template: str, **context: Any) -> str:
     """``template`` with ``context``; its diffs coloured within one ``Budget`` of time
     (``highlight_budget``: a page's, unless the caller gives its own)."""
@@ -260,7 +273,16 @@ def _highlighted(context: Context, diff: Sequence[tuple[str, str]],
 
 @cache
 def stylesheet() -> Markup:
+    """The pages' stylesheet, inline in each (the report is one file; the viewer's pages
+    are drawn without waiting on another request)."""
     return Markup(Path(STATIC / "viewer.css").read_text(encoding="utf-8"))
+
+
+@cache
+def script() -> Markup:
+    """The viewer's script, inline at the end of each of its pages (none in the report).
+    Its Content-Security-Policy allows it, and the stylesheet, by their hashes."""
+    return Markup(Path(STATIC / "viewer.js").read_text(encoding="utf-8"))
 
 
 def summary_tags(summary: RunSummary) -> list[TagStats]:

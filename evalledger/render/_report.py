@@ -49,12 +49,12 @@ def report_html(summary: RunSummary, *, tails: Mapping[str, Sequence[TailLine]],
     the files its agent changed (``app.WorkspaceChanges``)."""
     # Jinja (and Pygments, for the diffs) loaded here: a batch's run.md needs neither.
     from ._highlight import REPORT_SECONDS, Budget
-    from ._html import not_started, render_page, run_charts, stylesheet, summary_tags
+    from ._html import not_started, render_page, run_charts, summary_tags
 
     return render_page(
         "run.html", mode="file", summary=summary, status=summary.status,
         charts=run_charts(summary), rows=summary.tasks, table=TableQuery(), tails=tails,
-        tags=summary_tags(summary), css=stylesheet(), at=None, total_rows=len(summary.tasks),
+        tags=summary_tags(summary), at=None, total_rows=len(summary.tasks),
         pages=1, tail_lines=TAIL_LINES, tail_chars=TAIL_CHARS, running=frozenset(),
         not_started=not_started(summary), variant_bound=variant_bound, imported=imported,
         changes=changes or {}, changed_tasks=CHANGED_TASKS,

@@ -10,15 +10,24 @@ only reads: the ledger is opened read-only, and there is no route that writes.
 
 Security: everything a task printed is untrusted. Templates escape it, and every
 response carries a Content-Security-Policy that allows scripts and styles from
-the app itself only, so nothing in the data can run. The app answers only requests
-whose ``Host`` names it (``_hosts``: no other site's page reads the ledger through DNS
-rebinding); bound to another host than loopback, it also requires a random token (in
-the URL once, then a cookie). A query parameter out of its range is a 400 with the
-reason (``_params``), never a 500.
+the app itself only (its own, inline in its pages, by their hashes), so nothing in
+the data can run. The app answers only requests whose ``Host`` names it (``_hosts``:
+no other site's page reads the ledger through DNS rebinding); bound to another host
+than loopback, it also requires a random token (in the URL once, then a cookie). A
+query parameter out of its range is a 400 with the reason (``_params``), never a 500.
+
+Speed (issue #49: a 10,000-task run's page, first <= 500 ms, warm <= 100 ms in a
+browser; ``bench/view.py``): templates are compiled before the first request; a page
+holds its stylesheet and script (nothing else to fetch before it is drawn); the task
+table is paged (``TASKS_PER_PAGE``); what is made from a summary is made once per
+summary (``render.per_summary``); and a run that is not running answers 304 to a
+browser holding its page or JSON (``_conditional``).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import secrets
 from collections import OrderedDict
@@ -74,6 +83,7 @@ from evalledger.render import (
     STATIC,
     AttemptMark,
     TableQuery,
+    compile_templates,
     conversation,
     neighbours,
     not_started,
@@ -85,7 +95,9 @@ from evalledger.render import (
     render_page,
     run_charts,
     runs_cost_pass,
+    script,
     segment,
+    stylesheet,
     summary_tags,
     usage_chart,
     with_marks,
@@ -111,7 +123,10 @@ from ._resources import (
 from ._state import LedgerState, RunState, pages
 
 RUNS_PER_PAGE = 50
-TASKS_PER_PAGE = 100
+# About a screenful of the table's box (80% of a 900 px window shows 23 rows): the rows
+# are most of what a browser lays out of a run's page (100 of them were 1,200 of its
+# 1,600 elements; bench/view.py).
+TASKS_PER_PAGE = 25
 LINES_PER_PAGE = 500
 # A run-wide search shows this many matching lines at most (the first, in seq order).
 SEARCH_LINES = 500
@@ -120,11 +135,18 @@ SEARCH_SECONDS = 0.2
 MAX_LINES_PER_PAGE = 5000
 # A run's status as the runs page shows it (and filters by it).
 RUN_STATUSES = tuple(s.value for s in ShownStatus)
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-       "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+# Scripts and styles from the app itself only: its own, served inline in each page (a
+# page is drawn without waiting on another request), are allowed by their hashes
+# (``_policy``), so no other inline script or style runs, whatever the data holds.
+CSP = ("default-src 'none'; script-src 'self' {script}; style-src 'self' {style}; "
+       "img-src 'self' data:; connect-src 'self'; form-action 'self'; base-uri 'none'; "
+       "frame-ancestors 'none'")
 # A downloaded report.html is one file with its stylesheet inline and no script.
 REPORT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'none'"
 TOKEN_COOKIE = "evalledger_token"
+# A response with an entity tag: the browser may keep it, and asks whether it is current
+# each time (a 304 is the answer when it is).
+REVALIDATE = "private, no-cache"
 _TIME_TRAVEL_CACHE = 32
 # Runs the run page offers to compare with (newest first); any other by URL.
 COMPARE_CHOICES = 100
@@ -151,6 +173,8 @@ def create_app(ledger_path: str | Path, *, token: str | None = None,
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await anyio.to_thread.run_sync(state.load)
+        # Before the first request too: its page is not kept waiting on Jinja's compiler.
+        await anyio.to_thread.run_sync(compile_templates)
         async with anyio.create_task_group() as group:
             group.start_soon(state.follow)
             try:
@@ -162,7 +186,8 @@ def create_app(ledger_path: str | Path, *, token: str | None = None,
     routes = [
         # Each page, and the resources it is drawn from: each has its JSON twin below.
         Route("/", _page(views.runs_page, views.runs)),
-        Route("/runs/{run_id}", _page(views.run_page, views.run, views.tasks)),
+        Route("/runs/{run_id}", _page(views.run_page, views.run, views.tasks,
+                                      validator=views.validator)),
         *(Route(f"/runs/{{run_id}}/{name}", _page(views.download, views.summary))
           for name in ("run.json", "run.md", "report.html", "junit.xml")),
         Route("/runs/{run_id}/tasks/{task_key:path}",
@@ -173,9 +198,9 @@ def create_app(ledger_path: str | Path, *, token: str | None = None,
         Route("/search", _page(views.search_every_page, views.search_every)),
         # The JSON twin of each resource: the same data function, rendered as JSON.
         Route("/api/runs", _as_json(views.runs)),
-        Route("/api/runs/{run_id}", _as_json(views.run)),
-        Route("/api/runs/{run_id}/summary", _as_json(views.summary)),
-        Route("/api/runs/{run_id}/tasks", _as_json(views.tasks)),
+        Route("/api/runs/{run_id}", _as_json(views.run, validator=views.validator)),
+        Route("/api/runs/{run_id}/summary", _as_json(views.summary, validator=views.validator)),
+        Route("/api/runs/{run_id}/tasks", _as_json(views.tasks, validator=views.validator)),
         Route("/api/runs/{run_id}/tasks/{task_key:path}", _as_json(views.task)),
         Route("/api/runs/{run_id}/transcript/{task_key:path}", _as_json(views.transcript)),
         Route("/api/runs/{run_id}/search", _as_json(views.search)),
@@ -191,7 +216,19 @@ def create_app(ledger_path: str | Path, *, token: str | None = None,
                                         BadParameter: views.error})
     app.state.ledger = state
     gated: ASGIApp = _TokenGate(app, token) if token else app
-    return _Headers(HostGate(gated, rule))  # type: ignore[return-value]
+    return _Headers(HostGate(gated, rule), _policy())  # type: ignore[return-value]
+
+
+def _policy() -> str:
+    """The Content-Security-Policy of the app's responses: ``CSP``, with the hashes of the
+    stylesheet and script its pages hold inline."""
+    return CSP.format(script=_hashed(script()), style=_hashed(stylesheet()))
+
+
+def _hashed(text: str) -> str:
+    """A CSP source allowing the inline element whose text is ``text`` and no other."""
+    digest = hashlib.sha256(text.encode()).digest()
+    return f"'sha256-{base64.b64encode(digest).decode()}'"
 
 
 class _Views:
@@ -201,6 +238,9 @@ class _Views:
     def __init__(self, state: LedgerState, keepalive: float) -> None:
         self.state = state
         self.keepalive = keepalive
+        # Names this server in its validators: another process (a restart, another
+        # ledger, other templates) never answers 304 to what this one served.
+        self._epoch = secrets.token_hex(8)
         self._past: OrderedDict[tuple[str, int], Past] = OrderedDict()
         self._bound: OrderedDict[tuple[str, int], frozenset[str]] = OrderedDict()
 
@@ -263,6 +303,21 @@ class _Views:
             while len(self._bound) > _TIME_TRAVEL_CACHE:
                 self._bound.popitem(last=False)
         return self._bound[key]
+
+    def validator(self, request: Request) -> str | None:
+        """An entity tag for what a run's page or JSON answers ``request``; None while the
+        run is running (an idle time changes with the clock) or unknown.
+
+        A run that is not running is drawn from the folds as read up to ``seq`` and from
+        the URL alone (its page shows ``seq`` too), so the same ``seq`` and URL answer
+        the same bytes: a browser that holds them is told 304, and nothing is read or
+        rendered again until something is appended to the ledger.
+        """
+        run = self.state.run(request.path_params["run_id"])
+        if run is None or run.shown_status is ShownStatus.RUNNING:
+            return None
+        said = f"{self._epoch} {self.state.seq} {request.url.path}?{request.url.query}"
+        return f'"{hashlib.blake2b(said.encode(), digest_size=16).hexdigest()}"'
 
     async def _read(self, query: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         def call() -> Any:
@@ -672,28 +727,59 @@ class _NotYet(HTTPException):
                       (base, "the run now")]
 
 
-def _as_json(data: Callable[[Request], Awaitable[Resource]],
-             ) -> Callable[[Request], Awaitable[Response]]:
-    """A route answering a resource's data as JSON."""
+Validator = Callable[[Request], str | None]
+
+
+def _as_json(data: Callable[[Request], Awaitable[Resource]], *,
+             validator: Validator | None = None) -> Callable[[Request], Awaitable[Response]]:
+    """A route answering a resource's data as JSON (``validator``: see ``_conditional``)."""
+
+    async def answer(request: Request) -> Response:
+        return (await data(request)).json_response()
 
     async def endpoint(request: Request) -> Response:
-        return (await data(request)).json_response()
+        return await _conditional(request, answer, validator)
 
     endpoint.resource = data  # type: ignore[attr-defined]  # which data it answers (tests)
     return endpoint
 
 
 def _page(page: Callable[[Request], Awaitable[Response]],
-          *data: Callable[..., Awaitable[Resource]],
+          *data: Callable[..., Awaitable[Resource]], validator: Validator | None = None,
           ) -> Callable[[Request], Awaitable[Response]]:
     """A route answering ``page``, drawn from the resources ``data`` return (each one's
-    JSON twin is its ``_as_json`` route)."""
+    JSON twin is its ``_as_json`` route; ``validator``: see ``_conditional``)."""
 
     async def endpoint(request: Request) -> Response:
-        return await page(request)
+        return await _conditional(request, page, validator)
 
     endpoint.resources = data  # type: ignore[attr-defined]  # what it is drawn from (tests)
     return endpoint
+
+
+async def _conditional(request: Request, answer: Callable[[Request], Awaitable[Response]],
+                       validator: Validator | None) -> Response:
+    """``answer(request)`` with its entity tag (``validator``'s; None: it has none), which
+    the browser keeps and asks about each time (``no-cache``); 304 Not Modified when the
+    request names that tag already (``If-None-Match``), and nothing else is done.
+
+    The tag is taken before the answer is made: if the ledger moves on meanwhile, the
+    answer is newer than its tag says, and the next request is answered in full."""
+    tag = validator(request) if validator is not None else None
+    if tag is not None and tag in _named(request.headers.get("if-none-match", "")):
+        return Response(status_code=304, headers={"ETag": tag, "Cache-Control": REVALIDATE})
+    response = await answer(request)
+    if tag is not None and response.status_code == 200:
+        response.headers["ETag"] = tag
+        response.headers["Cache-Control"] = REVALIDATE
+    return response
+
+
+def _named(header: str) -> set[str]:
+    """The entity tags an ``If-None-Match`` names, weak ones as strong (RFC 9110: it
+    compares weakly). Its ``*`` is not one: a tag is only ever given with a page that
+    was answered, so a request that would be refused (a 400) is never told 304."""
+    return {t.strip().removeprefix("W/") for t in header.split(",")}
 
 
 def _mentions(run: RunState, q: str) -> bool:
@@ -728,8 +814,9 @@ def _local(url: str) -> str:
 class _Headers:
     """Security headers on every response (unless a route set its own policy)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, policy: str) -> None:
         self.app = app
+        self.policy = policy.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -741,7 +828,7 @@ class _Headers:
                 headers = list(message.get("headers", []))
                 names = {name.lower() for name, _ in headers}
                 if b"content-security-policy" not in names:
-                    headers.append((b"content-security-policy", CSP.encode()))
+                    headers.append((b"content-security-policy", self.policy))
                 headers += [(b"x-content-type-options", b"nosniff"),
                             (b"referrer-policy", b"no-referrer"),
                             (b"x-frame-options", b"DENY")]

@@ -159,4 +159,4 @@ def test_each_agents_conversation_reads_in_the_viewer(client: TestClient, exampl
     assert "<b>conversation</b>" in html
     for said in SAID[agent]:
         assert said in html, (agent, said)
-    assert "m-raw" not in html  # every line of the transcript read as the agent's
+    assert "msg m-raw" not in html  # every line of the transcript read as the agent's

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import json
 import re
@@ -470,6 +472,74 @@ def test_what_a_page_made_from_a_summary_changes_when_the_run_does(
         assert after["tasks_succeeded"] == 1 and after["status"] == "completed"
         assert client.get("/api/runs/growing/tasks", params={"outcome": "succeeded"}
                           ).json()["total"] == 1
+
+
+def test_a_run_that_is_over_is_told_unchanged_until_the_ledger_moves(
+    suite: Suite, tmp_path: Path
+) -> None:
+    """A run that is not running is drawn from the ledger as read and the URL alone: its
+    page and JSON carry an entity tag, a request naming it is a 304 with no body, and
+    an append anywhere (the page shows the ledger's seq and the runs to compare with)
+    makes new ones. A running run's carry none: its idle times change with the clock."""
+    from evalledger.ledger import RunStarted, TaskStarted
+
+    db = tmp_path / "copy.db"
+    shutil.copy(suite.db, db)
+    urls = [f"/runs/{suite.first}", f"/runs/{suite.first}?sort=key&outcome=failed",
+            f"/runs/{suite.first}?fragment=live", f"/api/runs/{suite.first}",
+            f"/api/runs/{suite.first}/tasks", f"/api/runs/{suite.first}/summary"]
+    with TestClient(create_app(db, interval=0.05, keepalive=0.2)) as client:
+        tags = {}
+        for url in urls:
+            first = client.get(url)
+            tag = tags[url] = first.headers["etag"]
+            assert first.headers["cache-control"] == "private, no-cache"
+            again = client.get(url, headers={"If-None-Match": f'"other", W/{tag}'})
+            assert (again.status_code, again.content) == (304, b""), url
+            assert again.headers["etag"] == tag
+            assert client.get(url, headers={"If-None-Match": '"other"'}).content == \
+                first.content
+        assert len(set(tags.values())) == len(urls)  # one per URL
+        assert "etag" not in client.get(f"/runs/{suite.first}?sort=nonsense").headers
+        with Ledger(db) as ledger:  # a run recorded elsewhere: running, for all we know
+            ledger.append([RunStarted(run_id="elsewhere", planned=["default/a/00"],
+                                      host={"hostname": "elsewhere.example", "pid": 4242}),
+                           TaskStarted(run_id="elsewhere", task_key="default/a/00",
+                                       task_id="a")])
+        url = urls[0]
+        moved = wait_until(lambda: (r := client.get(url, headers={
+            "If-None-Match": tags[url]})).status_code == 200 and r, "the append to be read")
+        assert moved.headers["etag"] != tags[url] and ">elsewhere</option>" in moved.text
+        running = client.get("/runs/elsewhere")
+        assert running.status_code == 200 and "etag" not in running.headers
+        assert "etag" not in client.get("/api/runs/elsewhere").headers
+
+
+def test_a_page_holds_its_style_and_script_and_the_policy_allows_those_alone(
+    client: TestClient, suite: Suite
+) -> None:
+    """Drawn without another request: the stylesheet and script are in the page, and
+    the policy allows them by their hashes (no other inline script or style runs)."""
+    for url in (f"/runs/{suite.first}", "/", f"/runs/{suite.first}/tasks/default/ok/00"):
+        page = client.get(url)
+        [style] = re.findall(r"<style>(.*?)</style>", page.text, re.S)
+        [script] = re.findall(r"<script>(.*?)</script>", page.text, re.S)
+        assert "<script src" not in page.text and 'rel="stylesheet"' not in page.text
+        policy = dict(d.strip().split(" ", 1) for d in
+                      page.headers["content-security-policy"].split(";"))
+        for text, directive in ((style, "style-src"), (script, "script-src")):
+            digest = base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
+            assert policy[directive].split() == ["'self'", f"'sha256-{digest}'"]
+
+
+def test_every_template_is_compiled_before_the_first_request(suite: Suite) -> None:
+    from evalledger.render._html import environment
+
+    env = environment()
+    env.cache.clear()  # type: ignore[union-attr]
+    with TestClient(create_app(suite.db)):
+        compiled = {name for _, name in env.cache}  # type: ignore[union-attr]
+    assert compiled == set(env.list_templates(extensions=["html"]))
 
 
 def test_a_finished_run_s_pages_read_its_summary_as_show_does(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-// evalledger viewer: live updates and the time-travel slider. No inline script anywhere:
-// the app's Content-Security-Policy allows scripts from the app itself only.
+// evalledger viewer: live updates and the time-travel slider. Each page holds it inline,
+// at the end of its body; the app's Content-Security-Policy allows it by its hash, and
+// no other script.
 (function () {
   "use strict";
   const body = document.body;
