@@ -111,6 +111,7 @@ def test_report_o_on_a_full_disk_is_one_line_and_leaves_the_previous_report(
     assert _listing(small_disk) == ["filler", "report.html"]
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize("command", [
     ("export", "latest", "-o", "{db}"), ("checkpoint", "-o", "{db}-wal"),
     ("report", "latest", "-o", "{db}"), ("run", "tasks", "--junit-xml", "{db}"),

@@ -26,6 +26,7 @@ def _python_block(text: str, section: str) -> str:
     return match[1]
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_the_readme_python_example_runs_a_batch_and_reads_its_summary(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     code = _python_block((ROOT / "README.md").read_text(encoding="utf-8"), "From Python")

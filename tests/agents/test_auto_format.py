@@ -17,6 +17,7 @@ MODELS = {"claude-code": None, "codex": "gpt-5", "gemini": None,
           "opencode": "anthropic/claude-sonnet-4-5"}
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize("stream_format", sorted(TRANSCRIPTS))
 def test_auto_books_what_the_format_it_found_books(tmp_path: Path, stream_format: str) -> None:
     lines = [{"type": "version", "agent": "x"}, {"note": "no type"}, *TRANSCRIPTS[stream_format]]

@@ -84,6 +84,7 @@ JSON = st.recursive(
 KINDS = st.sampled_from(["system", "assistant", "user", "result", "other"])
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @settings(max_examples=200, deadline=None)
 @given(kind=KINDS, message=JSON, rest=st.dictionaries(st.text(max_size=8), JSON, max_size=5))
 def test_any_json_object_reads_as_an_entry(kind: str, message: Any, rest: dict[str, Any]

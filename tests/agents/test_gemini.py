@@ -83,6 +83,7 @@ def test_a_cost_budget_stops_a_second_session_at_its_result(tmp_path: Path) -> N
     assert done.cost_usd is None and not done.cost_complete
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_an_interrupted_session_leaves_its_cost_unknown_never_zero(tmp_path: Path) -> None:
     """Killed before its result: the tokens it used are nowhere in the stream, so the
     usage is booked as unknown (an estimate of no tokens, no cost) and the cost is not

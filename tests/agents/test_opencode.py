@@ -77,6 +77,7 @@ def test_a_token_budget_stops_it_at_the_step_that_passed_it(tmp_path: Path) -> N
     assert not done.cost_complete
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_an_interrupted_step_leaves_the_cost_a_floor(tmp_path: Path) -> None:
     """Killed mid-step: the steps that finished are booked at their cost; the one that
     did not is booked as unknown, so the cost is a floor, not a total."""

@@ -153,6 +153,7 @@ print("ending", outcome.ending.value, outcome.summary.tasks_unfinished, flush=Tr
 """
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_a_python_caller_gets_an_interrupted_outcome_not_an_exit(tmp_path: Path) -> None:
     """Ctrl-C under ``evalledger.run`` in a real process: the batch records the
     interruption and returns; the caller goes on (here: prints and exits 0)."""
@@ -190,6 +191,7 @@ def test_a_python_caller_gets_an_interrupted_outcome_not_an_exit(tmp_path: Path)
     assert "task.interrupted" in types and "run.finished" in types
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_a_python_caller_sees_no_warning_on_stderr_unless_its_logging_shows_it(
     tmp_path: Path,
 ) -> None:
@@ -219,6 +221,7 @@ def test_a_python_caller_sees_no_warning_on_stderr_unless_its_logging_shows_it(
     assert cli.returncode == 0 and said in cli.stderr, cli.stderr
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize(("stream_format", "warned"), [
     ("opencode", False), ("claude-code", False), ("codex", True), (None, True)])
 def test_a_model_the_card_lacks_is_warned_of_unless_its_agent_prices_itself(

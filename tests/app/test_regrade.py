@@ -317,6 +317,7 @@ def test_a_forged_task_key_that_leads_out_of_the_artifacts_is_refused(
         done.err_lines)
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_what_grading_cannot_change_stays_and_what_the_agent_planted_does_not_veto_it(
     tmp_path: Path,
 ) -> None:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PROBE = """
 import json, sys
 from evalledger.app import load_summary, render_report
@@ -31,6 +33,7 @@ print(json.dumps([before, after, "default/a/00" in page, sorted(said)]))
 """
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_run_md_json_and_junit_load_no_jinja_and_the_html_report_no_viewer(
         tmp_path: Path) -> None:
     """A batch's run.md needs no template engine; its report.html is rendered below the

@@ -9,6 +9,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from evalledger.app._callbacks import Callbacks
 from evalledger.app._repository import load_folds
 from evalledger.app._resume import _close_lost_attempts
@@ -57,6 +59,7 @@ def _lost(tmp_path: Path, *, then: str = "sleep 60", line: dict[str, object] = L
     return db, run_id
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_a_lost_attempt_is_booked_once_and_closed(tmp_path: Path) -> None:
     db, run = _lost(tmp_path)
     out = evalledger(tmp_path, db, "resume", run)
@@ -69,6 +72,7 @@ def test_a_lost_attempt_is_booked_once_and_closed(tmp_path: Path) -> None:
         "runner lost"]
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_two_resumes_reading_the_same_state_close_the_attempt_once(tmp_path: Path) -> None:
     db, run = _lost(tmp_path)
     with Ledger(db) as ledger:
@@ -83,6 +87,7 @@ def test_two_resumes_reading_the_same_state_close_the_attempt_once(tmp_path: Pat
     assert len([e for e in evs if isinstance(e, TaskInterrupted)]) == 1
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_an_estimate_the_runner_booked_before_it_died_is_not_booked_again(
         tmp_path: Path) -> None:
     """Killed while grading: the attempt's estimate was committed, its end was not."""
@@ -104,6 +109,7 @@ def test_an_estimate_the_runner_booked_before_it_died_is_not_booked_again(
     assert booked == [1100, 1100]  # the lost attempt's once, the retry's
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_what_a_lost_attempt_spent_counts_in_the_resumes_budget(tmp_path: Path) -> None:
     big = {"type": "assistant", "message": {"id": "m1", "model": "claude-sonnet-4-5",
            "usage": {"input_tokens": 1_000_000, "output_tokens": 100}, "content": []}}  # $3
@@ -114,6 +120,7 @@ def test_what_a_lost_attempt_spent_counts_in_the_resumes_budget(tmp_path: Path) 
     assert len(starts) == 1, "a second attempt ran though the run had spent $3 of its $1"
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_an_attempt_a_runner_on_another_host_may_still_run_is_left_open(
         tmp_path: Path) -> None:
     root("a UTS namespace of its own (unshare --uts)")

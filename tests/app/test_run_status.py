@@ -129,11 +129,13 @@ def every_ending(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return db
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_every_reader_shows_each_ending_as_shown_status_says(every_ending: Path) -> None:
     for reader, statuses in shown_everywhere(every_ending).items():
         assert statuses == EXPECTED, reader
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_the_runs_view_is_the_sql_twin_of_shown_status(every_ending: Path) -> None:
     shown = shown_everywhere(every_ending)["read side"]
     assert sql_statuses(every_ending) == {r: s.in_sql for r, s in shown.items()}

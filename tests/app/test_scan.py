@@ -123,6 +123,7 @@ def test_a_second_scan_records_nothing_and_a_rule_file_adds_its_own(
     assert ("default/honest/00", "calc-touched") in {(f.task_key, f.rule) for f in flags}
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize(("rules", "says"), [
     ({"rules": [{"name": "x", "transcript": "("}]}, "not a regex"),
     ({"rules": [{"name": "x"}]}, "give `transcript` (a regex), `workspace` or `reads`"),

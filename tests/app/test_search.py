@@ -100,6 +100,7 @@ def test_runs_are_named_as_the_cli_names_them(runs: tuple[Path, str, str],
     assert not (tmp_path / "none.db").exists()
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @settings(max_examples=200, deadline=None)
 @given(st.sampled_from(WORDS).flatmap(
     lambda word: st.tuples(st.integers(0, len(word)), st.integers(1, len(word)))

@@ -62,6 +62,7 @@ def _transcript(agent: str, task: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines()]
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_every_agent_ran_every_task_and_failed_where_its_transcript_did(
         example: Example) -> None:
     summary = _show(example, example.first)
@@ -72,6 +73,7 @@ def test_every_agent_ran_every_task_and_failed_where_its_transcript_did(
         "claude-code": 3, "codex": 2, "gemini": 2, "opencode": 2}
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_the_cost_per_model_is_what_each_transcript_says(example: Example) -> None:
     by_model = {m["model"]: m for m in _show(example, example.first)["usage_by_model"]}
     # Claude Code and OpenCode report their cost: the sum of what the CLIs said.

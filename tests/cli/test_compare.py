@@ -47,6 +47,7 @@ def compared(db: Path, *args: str) -> tuple[int, dict]:
     return done.returncode, json.loads(done.stdout)
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_noise_is_no_significant_regression_but_a_regression_all_the_same(runs: Path) -> None:
     code, c = compared(runs, "A", "NOISE")
     assert code == 0
@@ -59,6 +60,7 @@ def test_noise_is_no_significant_regression_but_a_regression_all_the_same(runs: 
     assert evalledger(runs.parent, runs, "diff", "A", "NOISE").returncode == 1
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_fifteen_of_forty_lost_is_a_significant_regression_either_way(runs: Path) -> None:
     code, c = compared(runs, "A", "WORSE")
     assert code == 1
@@ -136,6 +138,7 @@ def test_the_numbers_are_the_same_in_the_cli_the_json_the_html_and_the_viewer(
     assert f"[{d['low'] * 100:+.1f}, {d['high'] * 100:+.1f}]" in page
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_several_variants_against_one_are_held_to_holms_correction(tmp_path: Path) -> None:
     """Three variants against a base, over 24 tasks: one loses 7 (alone p = 0.016, Holm
     0.047: still significant), one loses 6 (alone p = 0.031: Holm 0.063, not), one none."""

@@ -45,6 +45,7 @@ KILL_POINTS = {
 }
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize("point", list(KILL_POINTS))
 def test_sigkill_leaves_a_ledger_that_verifies_and_resumes(tmp_path: Path, point: str) -> None:
     db, tasks, gate = tmp_path / "l.db", tmp_path / "tasks", tmp_path / "gate"
@@ -105,6 +106,7 @@ def _check_and_resume(tmp_path: Path, db: Path, gate: Path) -> None:
     assert rows == [("SUCCESS", TASKS)]
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_show_says_when_a_running_run_was_cut_off(tmp_path: Path) -> None:
     db, tasks = tmp_path / "l.db", tmp_path / "tasks"
     # Far longer than the test can take: the run is still going when it is killed.

@@ -89,6 +89,7 @@ def _assert_ended_at_once(result: Result, db: Path, report: Path) -> None:
         assert not (report / name).exists(), f"{name} written for a run into a ledger gone"
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize("attack", list(ATTACKS))
 def test_a_ledger_deleted_under_a_run_ends_it_with_one_line(tmp_path: Path,
                                                             attack: str) -> None:
@@ -105,6 +106,7 @@ def test_a_ledger_deleted_under_a_run_ends_it_with_one_line(tmp_path: Path,
     _assert_ended_at_once(result, db, tmp_path / "out" / "r")
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize("attack", ["rm", "rm -rf folder"])
 def test_a_ledger_deleted_under_a_resume_ends_it_with_one_line(tmp_path: Path,
                                                                attack: str) -> None:
@@ -145,6 +147,7 @@ def _run_ids(cwd: Path, db: Path) -> list[str]:
     return sorted(json.loads(line)["run_id"] for line in listed.out_lines)
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_a_ledger_renamed_over_a_running_one_is_left_as_it_came(tmp_path: Path) -> None:
     """SQLite keeps the -wal of a file that was replaced, and it stayed at the path: the
     ledger renamed in (a restored backup) read as the run's old one, and the next run
@@ -169,6 +172,7 @@ def test_a_ledger_renamed_over_a_running_one_is_left_as_it_came(tmp_path: Path) 
     assert evalledger(tmp_path, db, "verify").returncode == 0
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_a_ledger_moved_away_under_a_run_keeps_every_event_it_committed(
     tmp_path: Path,
 ) -> None:

@@ -421,6 +421,7 @@ def test_read_commands_work_on_a_ledger_in_a_read_only_folder(tmp_path: Path) ->
         assert outcome["exit_code"] == 0, outcome
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize("wal", [None, b""], ids=["no -wal", "an empty -wal"])
 def test_an_archive_no_one_may_write_is_read_by_a_user_who_does_not_own_it(
     wal: bytes | None,
@@ -529,6 +530,7 @@ def test_repeats_are_capped(tmp_path: Path) -> None:
     assert "--repeats" in result.stderr
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_the_batch_end_sweep_spares_a_parent_that_exported_the_run_id(tmp_path: Path) -> None:
     """Regression: the end-of-batch sweep killed every process whose environment had
     EVALLEDGER_RUN_ID=<run id>, including the user's shell that had exported it."""

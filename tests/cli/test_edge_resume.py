@@ -94,6 +94,7 @@ def _summary(result: Result) -> dict[str, str]:
 # -- concurrency -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_two_runs_with_the_same_run_id_at_once_one_is_refused(tmp_path: Path) -> None:
     # Bug: `run` checks "run id already in the ledger?" before run.started is
     # committed, so two processes started together both pass and both run as the
@@ -123,6 +124,7 @@ def test_two_runs_with_the_same_run_id_at_once_one_is_refused(tmp_path: Path) ->
     assert evalledger(tmp_path, db, "verify").returncode == 0
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_two_resumes_of_one_run_at_once_run_its_tasks_once(tmp_path: Path) -> None:
     # Bug: the "still running on this host" check reads the last run.started /
     # run.resumed before this resume's run.resumed is committed: two resumes

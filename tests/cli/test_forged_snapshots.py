@@ -82,6 +82,7 @@ def snapshot_lines(out: Result) -> dict[int, str]:
     return found
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_a_forged_snapshot_through_the_real_seq_is_caught_by_plain_verify(
     entry_point: EntryPoint, db_path: Path,
 ) -> None:
@@ -315,6 +316,7 @@ def test_a_packed_value_nested_a_million_deep_is_passed_over(
     assert all("Traceback" not in a.stderr for a in after)
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize("respell", ["spaced", "true-for-1"])
 def test_a_packed_value_spelled_otherwise_inside_its_frame_is_not_believed(
     entry_point: EntryPoint, db_path: Path, respell: str,

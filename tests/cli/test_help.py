@@ -70,6 +70,7 @@ def test_group_help_has_an_example_and_lists_every_command() -> None:
     assert listed == set(cli.list_commands(click.Context(cli)))
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_console_help_in_a_real_process() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "evalledger.cli", "--help"], capture_output=True, text=True,

@@ -19,6 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from evalledger.ledger import Ledger, TaskEmitted, TaskInterrupted, TaskUsage, TokenCounts
@@ -185,6 +186,7 @@ def _estimate(emitted: list[dict[str, Any]]) -> dict[str, TokenCounts]:
     return dict(per_model)
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_ctrl_c_books_the_spend_of_every_interrupted_attempt(tmp_path: Path) -> None:
     """Regression: a claude-code attempt stopped by Ctrl-C recorded no task.usage at all
     (its transcript's running estimate was dropped), while a native task beside it had

@@ -43,12 +43,14 @@ def native_then_old(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return cwd
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_show_latest_is_the_newest_start_not_the_last_import(native_then_old: Path) -> None:
     shown = cli(native_then_old, "show", "latest", "--json")
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["run_id"] == "native"
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_report_latest_is_the_newest_start(native_then_old: Path) -> None:
     report = cli(native_then_old, "report", "latest", "--format", "json")
     assert report.returncode == 0, report.stderr
@@ -62,6 +64,7 @@ def test_diff_with_latest_compares_with_the_newest_start(native_then_old: Path) 
         OLD, "native")
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_resume_latest_resumes_the_newest_start(native_then_old: Path) -> None:
     resumed = cli(native_then_old, "resume", "latest")
     assert resumed.returncode == 0, resumed.stderr

@@ -157,6 +157,7 @@ def wait_for_no_containers(db: Path, within: float) -> list[str]:
         capture_output=True, text=True, check=True).stdout.split()], within, every=0.1)
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_a_dead_batch_is_swept_when_the_next_batch_starts(
     tmp_path: Path, _private_temp: Path
 ) -> None:

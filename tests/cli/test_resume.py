@@ -84,6 +84,7 @@ def test_a_run_cut_off_after_its_last_task_is_ended_by_resume(tmp_path: Path) ->
     assert "nothing to resume" in again.stdout and again.returncode == 0
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_a_run_still_going_is_not_resumed_twice(tmp_path: Path) -> None:
     db = tmp_path / "l.db"
     # Far longer than the test can take: only the signal ends it.
@@ -100,6 +101,7 @@ def test_a_run_still_going_is_not_resumed_twice(tmp_path: Path) -> None:
     assert running.returncode == 130
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_sighup_is_an_interruption(tmp_path: Path) -> None:
     # A closed terminal must not leave agents running and the run unended.
     db = tmp_path / "l.db"

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from .helpers import COMMAND, PATIENCE, Result, _env, assert_one_line_error
@@ -34,6 +35,7 @@ def drift(result: Result) -> list[str]:
     return [line for line in result.err_lines if line.startswith("drift: ")]
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_drift_names_each_changed_field_with_its_value_before_and_now(tmp_path: Path) -> None:
     write(tmp_path)
     assert cli(tmp_path, "run", "tasks").returncode == 0
@@ -44,6 +46,7 @@ def test_drift_names_each_changed_field_with_its_value_before_and_now(tmp_path: 
                              f"drift: task {KEY}: timeout: 20 → 30"], result.stderr
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_editing_a_description_or_tags_is_not_drift(tmp_path: Path) -> None:
     write(tmp_path)
     assert cli(tmp_path, "run", "tasks").returncode == 0
@@ -53,6 +56,7 @@ def test_editing_a_description_or_tags_is_not_drift(tmp_path: Path) -> None:
     assert drift(result) == [], result.stderr
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_strict_refuses_drift_since_the_last_resume_and_says_so(tmp_path: Path) -> None:
     write(tmp_path)
     assert cli(tmp_path, "run", "tasks").returncode == 0
@@ -68,6 +72,7 @@ def test_strict_refuses_drift_since_the_last_resume_and_says_so(tmp_path: Path) 
     assert "1 difference(s), printed above; resume without --strict" in error, error
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_strict_on_a_first_resume_says_since_it_started(tmp_path: Path) -> None:
     write(tmp_path)
     assert cli(tmp_path, "run", "tasks").returncode == 0
@@ -78,6 +83,7 @@ def test_strict_on_a_first_resume_says_since_it_started(tmp_path: Path) -> None:
     assert drift(result) == [f"drift: task {KEY}: timeout: 20 → 30"], result.stderr
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_resuming_an_imported_run_says_it_cannot_be_in_one_line(tmp_path: Path) -> None:
     run = tmp_path / "old" / "2026-03-01_10-00-00"
     (run / "default" / "t1" / "00").mkdir(parents=True)

@@ -298,6 +298,7 @@ def test_ledger_from_environment(smoke_run: SmokeRun) -> None:
     assert json.loads(result.stdout)["run_id"] == smoke_run.run_id
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize("fmt", ["json", "md"])
 @pytest.mark.parametrize("spec", ["id", "prefix", "latest"])
 @pytest.mark.parametrize("to_file", [False, True], ids=["stdout", "file"])
@@ -475,6 +476,7 @@ def _assert_dead(pids: Sequence[int]) -> None:
     assert not still_alive(pids, timeout=PATIENCE), "a process of the interrupted task survived"
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_ctrl_c_interrupts_and_resume_finishes(sleep_suite: SleepSuite) -> None:
     suite = sleep_suite
     stopped = run_and_interrupt(suite)
@@ -547,11 +549,13 @@ def _assert_recorded_interruption(suite: SleepSuite, stopped: Interrupted) -> No
     assert (evs[-1].type, evs[-1].status) == ("run.finished", "interrupted")
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_sigterm_is_handled_like_ctrl_c(sleep_suite: SleepSuite) -> None:
     stopped = run_and_interrupt(sleep_suite, sig=signal.SIGTERM)
     _assert_recorded_interruption(sleep_suite, stopped)
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_second_ctrl_c_kills_at_once(tmp_path: Path) -> None:
     # The task ignores SIGTERM, so the first Ctrl-C alone would wait out the kill
     # grace period (made 120 s here, 2 s by default) before SIGKILL; the second one
@@ -579,6 +583,7 @@ def _edit_env(path: Path) -> None:
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize("edit", [_edit_command, _edit_env], ids=["command", "env"])
 def test_resume_reports_drift_of_exactly_the_edited_task(
     sleep_suite: SleepSuite, edit
@@ -681,6 +686,7 @@ def test_run_with_unwritable_out_is_a_one_line_error(tmp_path: Path) -> None:
     assert_one_line_error(result)
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_shell_command_gets_the_grace_period(tmp_path: Path) -> None:
     # The grace period is made long (120 s, not 2 s) so that a loaded machine cannot
     # run it out: only a wait that ends with the sh leader would miss the clean-up.
@@ -696,6 +702,7 @@ def test_shell_command_gets_the_grace_period(tmp_path: Path) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_argv_command_gets_the_grace_period(tmp_path: Path) -> None:
     # The same as above with python as the group's leader: the grace period works.
     suite = make_sleep_suite(tmp_path, argv=True, CLEAN_UP=True)

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from evalledger.ledger import Ledger
@@ -48,6 +49,7 @@ def summary_line(result: Result) -> str:
     return lines[0]
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_the_quick_start_exits_0_and_says_its_two_failures_were_expected(
         tmp_path: Path) -> None:
     # The README's first command, as written, from a fresh folder.
@@ -62,6 +64,7 @@ def test_the_quick_start_exits_0_and_says_its_two_failures_were_expected(
     assert all("as expected" in line for line in marked.values()), marked
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_an_unexpected_failure_still_exits_1(tmp_path: Path) -> None:
     task(tmp_path / "tasks", "meant-to-fail", exit_code=1, expect="failure")
     task(tmp_path / "tasks", "broken", exit_code=1)
@@ -79,6 +82,7 @@ def test_an_unexpected_failure_still_exits_1(tmp_path: Path) -> None:
     assert "unexpected" not in by_key["default/broken/00"]
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_a_task_expected_to_fail_that_succeeds_exits_1_and_says_so(tmp_path: Path) -> None:
     task(tmp_path / "tasks", "fixed-since", exit_code=0, expect="failed")
     task(tmp_path / "tasks", "still-broken", exit_code=1, expect="failed")
@@ -90,6 +94,7 @@ def test_a_task_expected_to_fail_that_succeeds_exits_1_and_says_so(tmp_path: Pat
     assert "unexpected (expect: failed)" in success
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_a_resume_judges_kept_tasks_by_the_expectation_their_attempt_recorded(
         tmp_path: Path) -> None:
     task(tmp_path / "tasks", "meant-to-fail", exit_code=1, expect="failure")
@@ -104,6 +109,7 @@ def test_a_resume_judges_kept_tasks_by_the_expectation_their_attempt_recorded(
     assert (later.returncode, later.stderr) == (0, ""), later
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_the_ctrl_c_hint_names_the_ledger_and_works_when_pasted(tmp_path: Path) -> None:
     go = tmp_path / "go"
     task(tmp_path / "tasks", "a-waits", command=f"while [ ! -e {shlex.quote(str(go))} ]; "

@@ -68,6 +68,7 @@ def ledger_of_runs(tmp_path: Path) -> Path:
     return db
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize("columns", [80, 100, 120])
 def test_runs_fits_the_terminal_and_never_cuts_a_run_id(ledger_of_runs: Path,
                                                         columns: int) -> None:
@@ -92,6 +93,7 @@ def _runs(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           check=False)
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_runs_formats_parse_back_to_the_same_rows(ledger_of_runs: Path) -> None:
     as_json = _runs(ledger_of_runs, "--format", "json")
     assert as_json.returncode == 0, as_json.stderr

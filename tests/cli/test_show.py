@@ -63,6 +63,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Made:
     return Made(cwd, db, run)
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_run_through_a_pipe_prints_the_errors_digest(made: Made) -> None:
     """A task's line says what failed in one line, as a terminal does (#49): the whole
     message is in the ledger, `show --json` and the reports."""
@@ -83,6 +84,7 @@ def test_show_through_a_pipe_prints_the_whole_error(made: Made) -> None:
         LAST_LINE), row
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_show_in_a_terminal_prints_the_line_that_matters(made: Made) -> None:
     code, lines = in_terminal(made.cwd, "--ledger", str(made.db), "show", "r1", columns=200)
     assert code == 0, lines
@@ -95,6 +97,7 @@ def test_show_in_a_terminal_prints_the_line_that_matters(made: Made) -> None:
     assert f'\n  File "<string>", line 8, in check\n{LAST_LINE}\n' in full, full
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_run_md_has_the_last_line_and_no_literal_newline(made: Made) -> None:
     md = (made.cwd / "runs" / "r1" / "run.md").read_text(encoding="utf-8")
     [row] = [line for line in md.splitlines() if line.startswith(f"| {FAILING} ")]
@@ -113,6 +116,7 @@ def test_show_names_the_skipped_task_files(made: Made) -> None:
     assert said.startswith(broken), shown.stderr
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_ledger_after_the_command_is_the_ledger_before_it(made: Made) -> None:
     before = cli(made.cwd, "--ledger", str(made.db), "show", "r1", "--json")
     after = cli(made.cwd, "show", "--ledger", str(made.db), "r1", "--json")
@@ -125,6 +129,7 @@ def test_ledger_after_the_command_is_the_ledger_before_it(made: Made) -> None:
         assert moved.stdout == cli(made.cwd, "--ledger", str(made.db), *args).stdout, args
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_a_run_whose_process_is_gone_is_cut_off_in_show_runs_and_report(tmp_path: Path) -> None:
     gone = subprocess.Popen(["true"])
     gone.wait()
@@ -173,6 +178,7 @@ def _big_run(db: Path, tasks: int, *, finished: bool = True) -> list[str]:
     return keys
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize("finished", [True, False], ids=["from the snapshot", "folded"])
 def test_show_prints_a_page_of_a_long_run_and_says_so(tmp_path: Path, finished: bool) -> None:
     db = tmp_path / "l.db"
@@ -219,6 +225,7 @@ def test_pass_at_k_says_which_tasks_it_left_out(tmp_path: Path) -> None:
             in shown.stdout), shown.stdout
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_a_wide_variants_table_is_stacked_on_a_narrow_terminal(tmp_path: Path) -> None:
     """#49: on a 100-column terminal the 18 columns of the variants table (pass@k,
     pass^k) were squeezed to cells reading ``go…`` and ``$0…``; there it is turned, a

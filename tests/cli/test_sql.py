@@ -75,6 +75,7 @@ def rows(out: str) -> list[list[str]]:
     return [line.split("\t") for line in out.splitlines()[1:]]
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_every_readme_audit_runs_as_pasted_with_params(audited: Path) -> None:
     queries = pasted()
     assert len(queries) == 5 and all(q.startswith("-- ") for q in queries.values())

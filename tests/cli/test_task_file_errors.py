@@ -56,6 +56,7 @@ def skips(tmp_path_factory: pytest.TempPathFactory) -> Skips:
     return Skips(tasks, result)
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_a_yaml_error_names_the_file_not_a_unicode_string(skips: Skips) -> None:
     reason = skips.reason("unclosed.yaml")
     assert reason.startswith("invalid YAML: "), reason
@@ -63,6 +64,7 @@ def test_a_yaml_error_names_the_file_not_a_unicode_string(skips: Skips) -> None:
     assert "<unicode string>" not in skips.result.stderr
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_a_file_name_that_is_not_a_task_id_is_said_in_those_words(skips: Skips) -> None:
     reason = skips.reason("Bad_Name.yaml")
     assert reason.startswith("the file name is not a valid task id: 'Bad_Name'"), reason
@@ -76,6 +78,7 @@ def test_a_misspelt_key_gets_the_key_it_was_meant_to_be(skips: Skips) -> None:
     assert "success_criteria.1: unknown type 'exit_cod' (did you mean 'exit_code'?)" in reason
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize(("text", "said"), [
     ("experiment_id: e\ntasks: [tasks]\nmax_paralel: 2\n",
      "unknown key 'max_paralel' (did you mean 'max_parallel'?)"),

@@ -56,6 +56,7 @@ def statuses(db: Path, run_id: str) -> dict[str, object]:
             "tasks": {t["task_key"]: t["final_status"] for t in data["tasks"]}}
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_two_shards_merge_into_the_run_one_machine_would_have_made(suite: Path) -> None:
     a, b, single, merged = (suite / n for n in ("a.db", "b.db", "single.db", "merged.db"))
     for db, shard in ((a, "1/2"), (b, "2/2")):
@@ -186,6 +187,7 @@ def _append_a_payload_no_fold_reads(db: Path) -> None:
         raw.commit()
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize("forge", [_turn_a_failure_into_success, _append_a_payload_no_fold_reads],
                          ids=["changed-in-place", "invalid-rechained"])
 def test_merge_refuses_a_ledger_that_does_not_verify_and_merges_nothing_of_it(

@@ -163,6 +163,7 @@ def test_a_transfer_killed_midway_verifies_and_running_it_again_completes_it(
     assert_accounted_and_verified(db, tmp_path)
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_verify_while_a_merge_writes_never_reports_failed(source: Path, tmp_path: Path) -> None:
     """verify read the run.merged rows, then the events: a merge committing between the
     two showed a foreign run.started without its provenance (FAILED)."""
@@ -277,6 +278,7 @@ def test_a_transfer_on_a_full_disk_is_one_line_and_completes_once_there_is_room(
 # -- export -o ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize("name", ["out.ndjson", "out.ndjson.gz"])
 def test_export_to_a_file_that_does_not_fit_leaves_no_file(small_source: Path, tmp_path: Path,
                                                             name: str) -> None:

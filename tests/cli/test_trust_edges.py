@@ -98,6 +98,7 @@ def test_kept_output_cuts_between_words() -> None:
     assert short.text() == "all of it"
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_a_closed_pipe_is_quiet_and_the_run_is_recorded(tmp_path: Path) -> None:
     """`evalledger run ... | head -1` printed a dozen `callback on_complete failed`
     tracebacks with BrokenPipeError."""
@@ -115,6 +116,7 @@ def test_a_closed_pipe_is_quiet_and_the_run_is_recorded(tmp_path: Path) -> None:
     assert json.loads(summary.stdout)["tasks_succeeded"] == 12  # the batch went on
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_the_run_id_is_its_own_line_above_the_progress_bar(tmp_path: Path) -> None:
     """In a terminal, the first progress frame stayed in the scrollback with the run id
     glued to it."""
@@ -162,6 +164,7 @@ def test_runs_says_cut_off_and_rounds_costs_for_people(tmp_path: Path) -> None:
     assert listed["cost_usd"] == pytest.approx(0.255227)  # exact for programs
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_option_errors_are_one_line(tmp_path: Path) -> None:
     for args, said in ((["run", "--bogus"], "No such option '--bogus'"),
                        (["run", "-j", "0", "x"], "Invalid value for '-j'"),

@@ -323,6 +323,7 @@ def test_payload_that_does_not_validate(invoke: Invoke, ledger_file: Path) -> No
     assert BROKEN.findall(out.stdout) == [str(OUTPUT_SEQ)]
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize(
     "payload",
     ["not json", "", "[]", '{"line": 1, "n": "x"}'],
@@ -486,6 +487,7 @@ def _problems(out: Outcome) -> list[str]:
     return out.stdout.splitlines()[1:]
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize("column", ["run_id", "event_id", "task_key", "type", "ts", "hash"])
 def test_an_envelope_column_stored_as_a_blob_is_one_line_not_a_traceback(
     invoke: Invoke, ledger_file: Path, column: str,
@@ -522,6 +524,7 @@ def test_analyze_is_not_tampering(invoke: Invoke, ledger_file: Path) -> None:
     assert len(out.stdout.splitlines()) == 1, out.stdout
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize(
     "rewrite",
     [lambda obj: json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False),
@@ -613,6 +616,7 @@ def _utc_text(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize("value", ["not a time", "2026-13-45T00:00:00.000000Z",
                                    "2026-11-29T21:35:12", "2026-11-29T21:35:12+02:00", ""])
 def test_a_garbage_created_at_is_reported(invoke: Invoke, ledger_file: Path, value: str) -> None:
@@ -820,6 +824,7 @@ def test_a_tail_cut_after_an_intact_check_fails_the_next_full_verify(
         out.stdout), out.stdout
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize("seq", [2**70, 2**63, -1])
 @pytest.mark.parametrize("option", ["--anchor", "--since"])
 def test_an_anchor_whose_seq_no_ledger_can_hold_is_one_line_not_a_traceback(
@@ -839,6 +844,7 @@ def test_an_anchor_whose_seq_no_ledger_can_hold_is_one_line_not_a_traceback(
     assert line.startswith(f"Error: {forged}: not an anchor") and "seq" in line
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize("column", ["payload", "run_id", "ts"])
 def test_text_that_is_not_utf8_is_named_by_its_row_and_the_walk_goes_on(
     invoke: Invoke, ledger_file: Path, column: str

@@ -7,11 +7,14 @@ import socket
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from evalledger.ledger import Ledger, RunStarted
 
 from .helpers import COMMAND, PATIENCE, _env
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_a_port_in_use_is_named_with_what_to_do(tmp_path: Path) -> None:
     db = tmp_path / "l.db"
     with Ledger(db) as ledger:

@@ -28,6 +28,7 @@ def watched() -> None:
 SNEAK = "cat \"$EVALLEDGER_TASK_DIR/hidden/tests.txt\" > /dev/null; cat a.py > /dev/null"
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_each_attempt_records_what_its_processes_opened_of_its_task_folder(
     tmp_path: Path, watched: None
 ) -> None:

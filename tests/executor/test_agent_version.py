@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from evalledger.ledger import Ledger, TaskCompleted
 from evalledger.projections import SummaryFold, fold
 
@@ -51,6 +53,7 @@ def test_it_is_no_part_of_what_the_task_is(tmp_path: Path) -> None:
     assert one.definition_hash == other.definition_hash
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_it_is_asked_before_the_attempts_clock_starts(tmp_path: Path) -> None:
     """A slow answer is no part of the attempt: it cannot make the agent time out."""
     task = _task(tmp_path, "t", "sleep 1.5; echo 1.0", timeout=1)

@@ -121,6 +121,7 @@ def read_intervals(folder: Path) -> list[tuple[float, float]]:
 # -- concurrency ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_max_parallel_bounds_the_processes_running_at_once(
     tmp_path: Path, ledger: Ledger
 ) -> None:

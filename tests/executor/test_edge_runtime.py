@@ -290,6 +290,7 @@ def test_replacing_deep_artifacts_of_an_earlier_attempt(
         remove_deep(tmp_path / "out")
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_a_very_deep_workdir_is_build_failed(
     ledger: Ledger, tmp_path: Path, temp_root: Path
 ) -> None:
@@ -545,6 +546,7 @@ sys.stdout.flush()
 """
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_a_flooding_daemon_is_killed_at_once(
     ledger: Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -567,6 +569,7 @@ def test_a_flooding_daemon_is_killed_at_once(
         kill_pids_in(pidfile)
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_a_last_line_without_newline_survives_a_pipe_held_open(
     ledger: Ledger, tmp_path: Path
 ) -> None:

@@ -198,6 +198,7 @@ time.sleep(600)  # the tunnel open until the task's timeout ends it
 '''
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_a_connection_open_at_the_attempts_end_is_recorded_before_it(
         tmp_path: Path, bwrap: object) -> None:
     """A command killed by its timeout with a tunnel open: the connection is ended and

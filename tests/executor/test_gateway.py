@@ -134,6 +134,7 @@ def test_each_call_is_booked_as_the_upstream_answered_it_and_keys_stay_the_runne
     assert seen["OPENAI_BASE_URL"].endswith("/openai/v1")
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_an_https_upstream_is_trusted_through_the_ca_given_and_no_other(
         tmp_path: Path) -> None:
     """As the real APIs are reached (HTTPS, verified): a local upstream whose certificate
@@ -174,6 +175,7 @@ def sse(*events: dict[str, Any]) -> Reply:
 GEMINI_PATH = "/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse"
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize(("call", "reply", "model", "tokens"), [
     ({"provider": "anthropic", "path": "/v1/messages", "body": {"model": SONNET}},
      Reply(body={"type": "message", "id": "msg_9", "model": SONNET, "content": [], "usage": {
@@ -260,6 +262,7 @@ def _printed(db: Path) -> list[dict[str, Any]]:
         return [e.data for e in ledger.events(only_run(db)) if isinstance(e, TaskEmitted)]
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_an_api_failure_the_gateway_saw_is_infrastructures_and_retried(
         tmp_path: Path) -> None:
     overloaded = Reply(status=529, body={"type": "error", "error": {
@@ -351,6 +354,7 @@ def _pid_gone(folder: Path) -> bool:
     return False
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize("released", [True, False], ids=["answered-after", "never-answered"])
 def test_a_call_cut_by_the_agents_end_is_read_to_its_usage_or_booked_as_a_floor(
         tmp_path: Path, released: bool) -> None:
@@ -480,6 +484,7 @@ def test_with_network_gateway_the_agent_reaches_its_api_and_nothing_else(
     assert isolation.network == "gateway" and isolation.probes["network"] == "refused"
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_an_api_the_gateway_cannot_meter_is_refused_not_passed_on(tmp_path: Path) -> None:
     """An agent must not spend past its meter and budget through an API whose usage the
     gateway does not read (embeddings here): refused, recorded, never sent upstream."""

@@ -167,6 +167,7 @@ def test_every_attack_fails_under_isolation_and_the_probes_say_so(
 
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_every_attack_fails_when_an_unprivileged_user_runs_the_batch(
     open_folder: Path, isolated: dict[str, str], service: Service
 ) -> None:
@@ -520,6 +521,7 @@ def test_an_api_key_reaches_a_confined_agent_only_through_env_passthrough(
     assert "key-ok" in (done["default/without/00"].error_message or "")
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize("isolation", ["none", "bwrap", "docker"])
 def test_a_stopped_agent_gets_sigterm_first_and_its_death_reads_as_without_isolation(
     tmp_path: Path, isolation: str, request: pytest.FixtureRequest
@@ -591,6 +593,7 @@ def test_a_sandbox_that_cannot_start_is_an_error_saying_so(tmp_path: Path, bwrap
     assert any("no/such/folder" in e.line for e in of_type(evs, "task.output"))
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_an_isolation_missing_here_is_refused_or_run_as_none_and_said(tmp_path: Path) -> None:
     """No bwrap on the PATH (as on a machine without it, or macOS): the run is refused
     in one line before anything is recorded (it ran unconfined with a warning: a task
@@ -628,6 +631,7 @@ def test_an_isolation_missing_here_is_refused_or_run_as_none_and_said(tmp_path: 
     assert record.reason == "bwrap is not installed (Debian: apt install bubblewrap)"
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_a_task_naming_no_isolation_runs_under_the_strongest_that_runs_here(
     tmp_path: Path, bwrap: Bwrap
 ) -> None:

@@ -136,6 +136,7 @@ def test_an_anthropic_judge_is_sent_the_rubric_and_the_work_enveloped_and_priced
     assert evalledger(tmp_path, db, "verify", "--deep").returncode == 0
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize("body", [{"type": "message", "content": 5}, {"nope": 1}])
 def test_an_answer_in_a_shape_the_api_does_not_have_is_said_in_words_and_recorded(
     tmp_path: Path, api: FakeApi, body: dict[str, object],
@@ -169,6 +170,7 @@ def test_an_openai_compatible_judge_is_called_with_its_own_shape(
     no_key_in(db)
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_a_429_is_waited_out_as_retry_after_says_then_answered(
     tmp_path: Path, api: FakeApi,
 ) -> None:
@@ -194,6 +196,7 @@ def test_a_judge_that_does_not_answer_in_time_is_an_error(tmp_path: Path, api: F
     assert usage.call is not None and usage.call["status"] == "timeout"
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize("answer", [
     "I think it is fine.", '{"score": 7}', '{"reason": "no score"}', '{"score": "high"}'])
 def test_an_answer_without_a_score_fails_the_attempt_never_leaves_the_pass_rate(

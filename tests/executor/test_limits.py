@@ -53,6 +53,7 @@ def _keys(request: pytest.FixtureRequest, isolation: str) -> dict[str, str]:
     return {"isolation": isolation}
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize("isolation", ["none", "bwrap", "docker"])
 def test_each_limit_hit_ends_its_attempt_as_limit_exceeded(
     tmp_path: Path, isolation: str, request: pytest.FixtureRequest, cgroups: dict[str, Path]
@@ -177,6 +178,7 @@ def test_a_task_files_limits_merge_by_key_and_output_is_max_output(tmp_path: Pat
     assert [s.reason for s in skipped] and "limits.output and max_output" in skipped[0].reason
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_an_unprivileged_runner_falls_back_to_rlimits_and_still_bounds_the_disk(
     open_folder: Path,
 ) -> None:
@@ -221,6 +223,7 @@ def test_an_unprivileged_runner_falls_back_to_rlimits_and_still_bounds_the_disk(
     assert done["memory"].final_status == "FAILURE"  # MemoryError, the command's own
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_memory_an_attempt_left_charged_is_not_the_next_attempts(
     tmp_path: Path, cgroups: dict[str, Path]
 ) -> None:

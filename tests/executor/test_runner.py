@@ -441,6 +441,7 @@ time.sleep(60)
 """
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_timeout_kills_the_command_and_its_children(ledger: Ledger, tmp_path: Path) -> None:
     pid_file = tmp_path / "pids"
     # 2 s: time enough for two interpreters to start on a loaded machine.
@@ -483,6 +484,7 @@ def test_timeout_of_a_shell_command_with_background_jobs(ledger: Ledger, tmp_pat
         assert wait_gone(pid, NEVER), f"{name} ({pid}) outlived the task"
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_timeout_when_sigterm_is_ignored(ledger: Ledger, tmp_path: Path) -> None:
     # A shell: it ignores SIGTERM (and so does its sleep) a millisecond after it starts,
     # long before the timeout, however loaded the machine.
@@ -1362,6 +1364,7 @@ def test_output_past_max_output_is_counted_its_tail_kept_and_its_usage_booked(
     assert cut.seq is not None and done.seq is not None and cut.seq < done.seq
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_a_timed_out_attempt_past_max_output_records_its_tail_before_ending(
     ledger: Ledger, tmp_path: Path
 ) -> None:
@@ -1419,6 +1422,7 @@ def dangerous(root: Path) -> list[str]:
     return sorted(found.split())
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize(("case", "fields", "options"), [
     ("graded", {}, {}),
     ("not graded", {}, {"no_grade": True}),
@@ -1487,6 +1491,7 @@ for _ in range(int(sys.argv[1])):
 """
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize(("levels", "name", "says"), [
     (1100, "d", "folders nested deeper than 256 levels"),
     (20, "n" * 200, "a path longer than 3072 bytes"),
@@ -1528,6 +1533,7 @@ print(sorted(p.name for p in copy.iterdir()), oct(stat.S_IMODE(os.lstat(copy / "
 """
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_what_the_command_made_unreadable_does_not_fail_a_copy_to_grade_in() -> None:
     """As an unprivileged runner, one `chmod 000` file made the grading copy raise: the
     attempt an infra ERROR, left out of the pass rate."""

@@ -139,6 +139,7 @@ def test_a_message_says_why_exactly_when_the_attempt_did_not_succeed(
     assert (verdict.error_message is None) == (verdict.status in (F.SUCCESS, F.NOT_GRADED))
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @settings(max_examples=200, deadline=None)
 @given(facts)
 def test_success_is_every_criterion_passing_with_nothing_cut_short(facts: AttemptFacts) -> None:

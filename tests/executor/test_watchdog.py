@@ -265,6 +265,7 @@ def forged_start(run_id: str, folder: Path | str, pid: int, token: str = TOKEN) 
                       batch_token=token, sandbox_root=str(folder))
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize("hostile", HOSTILE, ids=lambda h: h.__name__)
 def test_the_sweep_removes_nothing_a_ledger_row_names_without_proof(
     hostile: Hostile, tmp_path: Path, _private_temp: Path, monkeypatch: pytest.MonkeyPatch,
@@ -379,6 +380,7 @@ def runner_dies(watchdog: Watchdog) -> None:
     watchdog.process.wait(60)
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize("proof", [False, True], ids=["without proof", "with proof"])
 def test_the_watchdog_removes_its_folder_only_with_the_proof(
     proof: bool, _private_temp: Path,
@@ -394,6 +396,7 @@ def test_the_watchdog_removes_its_folder_only_with_the_proof(
     assert folder.exists() is not proof
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_the_watchdog_cleans_up_after_a_runner_whose_current_folder_is_gone(
     _private_temp: Path,
 ) -> None:
@@ -474,6 +477,7 @@ os._exit(0)
 """
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_a_ray_workers_watchdog_survives_ray_killing_the_workers_children(
     _private_temp: Path,
 ) -> None:

@@ -276,6 +276,7 @@ def bad_name_runs(tmp_path: Path, folder: str, run_id: str | None) -> Path:
     return root
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize(("folder", "run_id", "reason"), [
     ("bad\nname", None,
      "the folder's name 'bad\\nname' cannot be a run id: it holds the control character "

@@ -123,6 +123,7 @@ def test_grading_spend_is_booked_as_grader_usage_so_the_total_is_run_jsons(
                                             "default/older-file/00", "default/dialog/00"}
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_show_report_and_runs_show_the_agents_and_the_graders_cost_apart(
         graded: tuple[Path, Path, str]) -> None:
     cwd, db, run_id = graded
@@ -215,6 +216,7 @@ def incomplete_run(cwd: Path, *, flagged: bool) -> Path:
     return cwd / "runs"
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize("flagged", [True, False], ids=["rows-flagged", "older-run-json"])
 def test_tasks_cost_incomplete_is_the_old_harness_count(tmp_path: Path, flagged: bool) -> None:
     db = tmp_path / "l.db"
@@ -237,6 +239,7 @@ def test_tasks_cost_incomplete_is_the_old_harness_count(tmp_path: Path, flagged:
     assert json.loads(sql.stdout) == {"cost_complete": 0}
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_spend_never_reported_is_said_so_where_no_model_lacked_a_price(
         tmp_path: Path) -> None:
     run = tmp_path / "runs" / "r-killed"
@@ -253,6 +256,7 @@ def test_spend_never_reported_is_said_so_where_no_model_lacked_a_price(
     assert "- Cost is a floor: 1 task(s) with spend never reported in full" in report
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_a_skip_true_entry_is_left_out_on_purpose(tmp_path: Path) -> None:
     run = tmp_path / "runs" / "r-skips"
     write(run, "run.json", {"run_id": "r-skips", "skipped_tasks": [
@@ -276,6 +280,7 @@ def test_a_skip_true_entry_is_left_out_on_purpose(tmp_path: Path) -> None:
     assert [e.deliberate for e in skipped] == [True, False]
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_what_still_differs_from_run_json_is_said_in_one_line(tmp_path: Path) -> None:
     # A task.json that no longer parses: run.json counted its row and its cost, the
     # ledger cannot.

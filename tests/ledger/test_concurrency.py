@@ -16,6 +16,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from evalledger.ledger import Ledger, verify
 from tests.waiting import wait_until
 
@@ -76,6 +78,7 @@ def _ready(paths: list[Path], procs: list[subprocess.Popen[bytes]]) -> bool:
     return all(p.exists() for p in paths)
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_four_processes_append_concurrently(db_path: Path, tmp_path: Path) -> None:
     # Create (and migrate) the file first: this test is about concurrent appends.
     Ledger(db_path).close()

@@ -143,6 +143,7 @@ with Ledger(sys.argv[1]) as ledger:
 """
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_processes_creating_one_ledger_at_once_all_open_the_same_one(tmp_path: Path) -> None:
     db, go = tmp_path / "l.db", tmp_path / "go"
     creators = [subprocess.Popen([sys.executable, "-c", CREATOR, str(db), str(go)],

@@ -73,6 +73,7 @@ def line_view(row: EventRow) -> tuple[Any, ...]:
     return (row.seq, row.run_id, row.task_key, row.type, row.ts, row.payload)
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(reads, st.integers(0, 80), st.integers(0, 80), st.integers(1, 20))
 def test_chunks_read_back_as_the_lines_they_hold(plan: list[Any], after: int, until: int,

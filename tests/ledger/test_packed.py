@@ -25,6 +25,7 @@ _json = st.recursive(
     max_leaves=60)
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @given(st.dictionaries(st.text(max_size=12), _json, max_size=30), st.integers(0, 300))
 def test_what_is_packed_unpacks_to_the_same_data_and_small_values_stay_plain(
     value: dict, padding: int,

@@ -206,6 +206,7 @@ def _event(kind: str, n: int) -> AnyEvent:
     return completed("t", n, **PASSED)
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(_STEP, max_size=12))

@@ -130,6 +130,7 @@ CASES: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_tampering_is_caught_without_an_anchor(
     built: tuple[Path, Anchor, Anchor], case: str

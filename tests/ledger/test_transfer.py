@@ -41,6 +41,7 @@ def events(draw: st.DrawFn) -> list[AnyEvent]:
     return list({e.event_id: e for e in out}.values())
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events(), st.data())
 def test_each_batch_accounts_for_exactly_what_it_added(pool: list[AnyEvent],

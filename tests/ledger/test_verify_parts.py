@@ -306,6 +306,7 @@ def test_a_part_whose_process_cannot_start_is_checked_here(db_path: Path) -> Non
     assert "hash chain broken at seq 30: the row was changed after it was written" in whole
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_a_part_refuses_a_file_put_in_the_ledgers_place(db_path: Path) -> None:
     """A part process is told which file verify reads (device and inode): one that opens
     another under the ledger's name (swapped in meanwhile: a copy without the edit) exits

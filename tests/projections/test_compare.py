@@ -109,6 +109,7 @@ def test_the_pass_rate_interval_with_replicates_covers_at_about_its_level() -> N
     assert 0.91 <= held / 300 <= 0.98, held / 300
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_the_paired_bootstrap_covers_the_true_difference_at_about_its_level() -> None:
     """300 simulated comparisons of 40 tasks whose pass rates differ by 0.075 on average
     (each task's difference in -1, -0.5, 0, 0.5, 1): the share of 95% intervals that hold

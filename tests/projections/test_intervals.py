@@ -29,6 +29,7 @@ from evalledger.projections._intervals import (
 CONFIDENCES = st.sampled_from([0.8, 0.9, 0.95, 0.99])
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 500).flatmap(lambda n: st.tuples(st.integers(0, n), st.just(n))),
        CONFIDENCES)

@@ -177,6 +177,7 @@ def test_an_invalid_yaml_date_says_it_is_yaml(tmp_path: Path) -> None:
     assert reason.endswith("month must be in 1..12")
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_a_deeply_nested_value_is_skipped_not_a_recursion_error(tmp_path: Path) -> None:
     # Regression: PyYAML's composer recurses; RecursionError escapes load_tasks.
     bad = write(tmp_path / "bad.yaml", MINIMAL + "description: " + "[" * 3000 + "]" * 3000 + "\n")
@@ -237,6 +238,7 @@ def test_an_experiment_with_no_variants_is_an_error(tmp_path: Path) -> None:
         load_tasks(experiment=experiment)
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize(
     "text",
     [
@@ -300,6 +302,7 @@ def _skipped_run(tmp_path: Path, bad_text: str) -> None:
     assert [Path(e.path).name for e in skipped] == [bad.name]
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize(
     "bad_text",
     ["env: {D: 2024-01-01}\n", "workdir: ''\n"],

@@ -47,6 +47,7 @@ def rebuilt(db: Path, run_id: str, until: int | None = None) -> str:
         return render_json(summary.anchored(ledger.anchor(run_id, until_seq=until)))
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_runs_page_lists_runs_newest_first_with_their_numbers(
     client: TestClient, suite: Suite
 ) -> None:
@@ -238,6 +239,7 @@ def test_a_search_of_every_run_finds_each_runs_lines_newest_run_first(
     assert 'action="/search"' in client.get("/").text
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @given(window=st.integers(1, 400), limit=st.integers(1, 700))
 @settings(max_examples=15, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -103,6 +103,7 @@ def assert_refused(reply: Reply, host: str | None, suite: Suite) -> None:
         assert secret not in line
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.parametrize("bad", [
     "evil.example:{port}",  # DNS rebinding: the attacker's name, the viewer's port
     "evil.example",
@@ -122,6 +123,7 @@ def test_a_foreign_host_gets_no_data_from_any_route(
         assert_refused(get("127.0.0.1", served, path, host), host, suite)
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_only_the_loopback_names_are_served_on_every_route(suite: Suite, served: int) -> None:
     for path in paths(suite):
         for host in (f"127.0.0.1:{served}", f"localhost:{served}", f"[::1]:{served}",
@@ -143,6 +145,7 @@ def _ipv6_loopback() -> bool:
         return False
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 @pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback here")
 def test_a_viewer_on_ipv6_loopback_answers_its_names_only(suite: Suite) -> None:
     process, url = start("--ledger", str(suite.db), "view", "--host", "::1", "--port", "0")
@@ -168,6 +171,7 @@ def _lan_address() -> str | None:
     return None if address.startswith("127.") or address == "0.0.0.0" else address
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_off_loopback_the_host_rule_and_the_token_both_hold(suite: Suite) -> None:
     process, url = start("--ledger", str(suite.db), "view", "--host", "0.0.0.0",
                           "--port", "0", "--allow-host", "viewer.test",

@@ -42,6 +42,7 @@ def _section(page: str, start: str, end: str) -> str:
 # -- 7: one order, newest by start time -------------------------------------------------------
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_the_runs_page_and_latest_follow_the_ledgers_own_order(
     client: TestClient, scenes: Scenes
 ) -> None:
@@ -52,6 +53,7 @@ def test_the_runs_page_and_latest_follow_the_ledgers_own_order(
     assert client.get("/api/runs/latest").json()["run_id"] == latest
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_an_old_run_imported_last_is_not_the_latest(client: TestClient) -> None:
     listed = [r["run_id"] for r in client.get("/api/runs").json()["runs"]]
     assert listed == [SECOND, FIRST, IMPORTED]

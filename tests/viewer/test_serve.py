@@ -18,6 +18,7 @@ from .serving import start, stop
 from .suites import Suite
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_view_serves_until_ctrl_c(suite: Suite) -> None:
     process, url = start("--ledger", str(suite.db), "view", "--port", "0")
     try:
@@ -32,6 +33,7 @@ def test_view_serves_until_ctrl_c(suite: Suite) -> None:
         assert stop(process) == 0
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
 def test_view_on_another_host_needs_the_printed_token(suite: Suite) -> None:
     process, url = start("--ledger", str(suite.db), "view", "--host", "0.0.0.0",
                           "--port", "0")
