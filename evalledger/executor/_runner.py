@@ -695,16 +695,21 @@ async def _attempt(
         failure_class=verdict.failure_class,
         environment_info=_environment_info(exit_code, meter, agent_version),
         tokens=meter.totals,
-        # Every role's: what the agent spent and what judging it cost.
-        # A floor (an estimate) is still a cost; unpriced usage is none.
-        cost_usd=(meter.cost_usd + judging.cost_usd
-                  if meter.priced and judging.cost_complete else None),
+        cost_usd=_attempt_cost(meter, judging),
         cost_complete=meter.cost_complete and judging.cost_complete,
         workspace_hash=workspace_hash,
         kept_hash=kept_hash,
         grade_pending=ctx.no_grade and verdict.status is FinalStatus.NOT_GRADED,
         folder_reads=state.folder_reads.paths if state.folder_reads is not None else [],
     ))
+
+
+def _attempt_cost(meter: UsageMeter, judging: Judging) -> float | None:
+    """Every role's: what the agent spent and what judging it cost. What had a price is
+    a cost even where some usage had none (a floor: ``cost_complete`` says so, as
+    ``show``'s total does); None only when nothing of it had a price."""
+    total = meter.cost_usd + judging.cost_usd
+    return total if total or (meter.priced and judging.cost_complete) else None
 
 
 async def _judged(task: ResolvedTask, ctx: RunContext, state: _Streams, sandbox: Path,

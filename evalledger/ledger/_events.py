@@ -527,8 +527,9 @@ class TaskCompleted(_TaskEvent):
     reported), or (an imported attempt) when the old harness knew its spend was not all
     recorded (a TIMEOUT: the turn it killed). Either way the run's cost is a floor."""
     cost_usd: float | None = None
-    """The attempt's cost in USD, every role's usage together; null when some usage had
-    no price (a floor when only spend was missing)."""
+    """The attempt's cost in USD, every role's usage together: what had a price (a floor
+    when ``cost_complete`` is false: some usage had none, or was estimated); null when
+    nothing of it had a price."""
     criteria: list[CriterionResult] = []
     """One [criterion result](#nested-objects) per success criterion, in order. Empty
     when the command never ran."""

@@ -3,11 +3,17 @@ said as ``show`` says it, its error as a digest (#49)."""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
 import pytest
 
 from evalledger.cli._progress import task_line
 from evalledger.ledger import TaskCompleted
 from evalledger.statuses import FinalStatus
+
+from .helpers import evalledger, write_task
 
 
 def _done(**fields: object) -> TaskCompleted:
@@ -37,3 +43,23 @@ def test_a_multi_line_error_is_its_digest_on_one_line() -> None:
     line = task_line(_done(final_status=FinalStatus.FAILURE, error_message=error))
     assert line.endswith("  run_command \u2717 AssertionError: add(2, 3) == 6"), line
     assert "\n" not in line and "\\n" not in line and "Traceback" not in line
+
+
+def test_run_and_show_say_the_same_floor_when_part_of_the_spend_has_no_price(
+        tmp_path: Path) -> None:
+    """#49: a task whose usage is part priced, part not (a model the rate card lacks)
+    printed ``cost unknown`` as it finished, where ``show`` said ``≥ $0.0108``: what
+    had a price is the attempt's cost, a floor, wherever it is said."""
+    lines = [{"type": "usage", "model": "claude-sonnet-4-5", "input_tokens": 1000,
+              "output_tokens": 520},  # $0.0108 on the rate card
+             {"type": "usage", "model": "a-model-no-card-has", "input_tokens": 50}]
+    script = "; ".join(f"print({json.dumps(json.dumps(line))})" for line in lines)
+    write_task(tmp_path / "tasks" / "t.yaml", [sys.executable, "-c", script])
+    db = tmp_path / "l.db"
+    ran = evalledger(tmp_path, db, "run", "tasks")
+    [line] = [line for line in ran.out_lines if "default/t/00" in line]
+    assert "\u2265 $0.0108" in line and "unknown" not in line, ran.stdout
+    shown = json.loads(evalledger(tmp_path, db, "show", "latest", "--json").stdout)
+    [row] = shown["tasks"]
+    assert (row["cost_usd"], row["cost_complete"]) == (pytest.approx(0.0108), False)
+    assert (shown["total_cost_usd"], shown["cost_complete"]) == (row["cost_usd"], False)

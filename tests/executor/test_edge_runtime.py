@@ -164,20 +164,22 @@ def test_an_absurd_token_count_is_recorded_not_an_error(ledger: Ledger, tmp_path
 
 
 @pytest.mark.parametrize(
-    "costs",
+    ("costs", "floor"),
     [
-        pytest.param(["Infinity"], id="infinity"),
-        pytest.param(["1e308", "1e308"], id="sum-overflows"),
+        pytest.param(["Infinity"], None, id="infinity"),
+        # The first is priced; the one whose sum would overflow is not: a floor.
+        pytest.param(["1e308", "1e308"], 1e308, id="sum-overflows"),
     ],
 )
 def test_a_non_finite_cost_is_never_booked_as_complete(
-    ledger: Ledger, tmp_path: Path, costs: list[str]
+    ledger: Ledger, tmp_path: Path, costs: list[str], floor: float | None
 ) -> None:
     """Regression: cost_usd Infinity (json.loads accepts it; the sum of two 1e308 gets there
     too) went into task.completed as inf; the ledger stored null with cost_complete
     true ("complete, cost unknown"), the returned event said inf, and the runs view
     summed the run's cost to inf. A cost that is not a number must not be booked: it
-    is priced from the rate card (here: unpriced, so null and cost_complete false)."""
+    is priced from the rate card (here: unpriced, so cost_complete false, and the cost
+    what had a price, or null)."""
     body = "\n".join(
         f'print(\'{{"type": "usage", "input_tokens": 5, "cost_usd": {c}}}\', flush=True)'
         for c in costs
@@ -186,7 +188,7 @@ def test_a_non_finite_cost_is_never_booked_as_complete(
     result = run(ledger, tmp_path, task)
     done = completed(result, ledger, task)  # also: the returned event is the stored one
     assert done.final_status == FinalStatus.SUCCESS, done.error_message
-    assert (done.cost_usd, done.cost_complete) == (None, False)
+    assert (done.cost_usd, done.cost_complete) == (floor, False)
     assert done.tokens.input_tokens == 5 * len(costs)
 
 
