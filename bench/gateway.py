@@ -28,6 +28,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -82,16 +83,25 @@ UPSTREAM = textwrap.dedent('''
         def log_message(self, *args):
             pass
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    if len(sys.argv) > 2:  # HTTPS, as the model APIs answer: a certificate and its key
+        import ssl
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(sys.argv[1], sys.argv[2])
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     print(server.server_address[1], flush=True)
     server.serve_forever()
 ''')
 
 CLIENT = textwrap.dedent('''
-    import http.client, json, socket, sys, time
+    import http.client, json, socket, ssl, sys, time
     from urllib.parse import urlsplit
     base, calls, events = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     url = urlsplit(base)
-    conn = http.client.HTTPConnection(url.hostname, url.port)
+    if url.scheme == "https":  # straight to an HTTPS upstream, trusting the CA given
+        conn = http.client.HTTPSConnection(url.hostname, url.port,
+            context=ssl.create_default_context(cafile=sys.argv[4]))
+    else:
+        conn = http.client.HTTPConnection(url.hostname, url.port)
     conn.connect()  # headers and body are two writes: no wait on a delayed ACK between
     conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     headers = {"content-type": "application/json", "x-api-key": "sk-test"}
@@ -145,22 +155,29 @@ class _Meter:
         pass
 
 
-def _client(base: str, calls: int, events: int) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-c", CLIENT, base, str(calls), str(events)],
+def _client(base: str, calls: int, events: int, ca: str) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-c", CLIENT, base, str(calls), str(events), ca],
                           capture_output=True, text=True, check=True)
     return json.loads(done.stdout)
 
 
-async def _measure(upstream: str, calls: int, events: int, rounds: int) -> None:
+async def _measure(upstream: str, calls: int, events: int, rounds: int, ca: str,
+                   said: str) -> None:
+    """Direct to ``upstream`` against through the gateway, ``rounds`` times each, in
+    turns; ``ca``: the CA an HTTPS upstream's certificate is from (the client trusts it
+    going direct, the gateway going through); ``said``: how the lines name the case."""
     meter = _Meter()
-    env = {"EVALLEDGER_GATEWAY_ANTHROPIC_URL": upstream, "ANTHROPIC_API_KEY": "sk-runner"}
+    env = {"EVALLEDGER_GATEWAY_ANTHROPIC_URL": upstream, "ANTHROPIC_API_KEY": "sk-runner",
+           "EVALLEDGER_GATEWAY_CA": ca}
     async with open_gateway(env) as gateway:
         attempt = gateway.attempt(frozenset({"anthropic"}), meter, lambda m, t: 0.0)
         through = f"{gateway.base_url}/{attempt.token}/anthropic"
         direct_runs, gateway_runs = [], []
         for _ in range(rounds):  # alternating: the machine's noise falls on both
-            direct_runs.append(await trio.to_thread.run_sync(_client, upstream, calls, events))
-            gateway_runs.append(await trio.to_thread.run_sync(_client, through, calls, events))
+            direct_runs.append(await trio.to_thread.run_sync(_client, upstream, calls, events,
+                                                             ca))
+            gateway_runs.append(await trio.to_thread.run_sync(_client, through, calls, events,
+                                                              ca))
         await gateway.close(attempt, now=True)
     assert meter.calls == rounds * (calls + 3), meter.calls
 
@@ -172,21 +189,21 @@ async def _measure(upstream: str, calls: int, events: int, rounds: int) -> None:
     size = direct_runs[0]["stream_bytes"]
     direct_rate = size / median(direct_runs, "stream_seconds")
     gateway_rate = size / median(gateway_runs, "stream_seconds")
-    print(f"calls: {calls} small JSON answers a round, {rounds} rounds; stream: "
+    print(f"{said}: calls: {calls} small JSON answers a round, {rounds} rounds; stream: "
           f"{size / 1e6:.1f} MB of server-sent events")
-    print(f"median call: direct {direct_call * 1000:.2f} ms, through the gateway "
+    print(f"{said}: median call: direct {direct_call * 1000:.2f} ms, through the gateway "
           f"{gateway_call * 1000:.2f} ms")
-    print(f"added latency per call: {(gateway_call - direct_call) * 1000:.2f} ms "
+    print(f"{said}: added latency per call: {(gateway_call - direct_call) * 1000:.2f} ms "
           "(target <= 2 ms)")
-    print(f"streaming: direct {direct_rate / 1e6:.0f} MB/s, through the gateway "
+    print(f"{said}: streaming: direct {direct_rate / 1e6:.0f} MB/s, through the gateway "
           f"{gateway_rate / 1e6:.0f} MB/s")
-    print(f"ratio streaming throughput gateway/direct: {gateway_rate / direct_rate:.2f} "
+    print(f"ratio streaming throughput gateway/direct, {said}: {gateway_rate / direct_rate:.2f} "
           "(target >= 0.9)")
     direct_paced, gateway_paced = (median(direct_runs, "paced_seconds"),
                                    median(gateway_runs, "paced_seconds"))
-    print(f"a stream paced as a model writes (200 events, one each 5 ms): direct "
+    print(f"{said}: a stream paced as a model writes (200 events, one each 5 ms): direct "
           f"{direct_paced:.3f} s, through the gateway {gateway_paced:.3f} s")
-    print(f"ratio paced streaming throughput gateway/direct: "
+    print(f"ratio paced streaming throughput gateway/direct, {said}: "
           f"{direct_paced / gateway_paced:.2f}")
 
 
@@ -196,15 +213,28 @@ def main() -> None:
     parser.add_argument("--stream-mb", type=float, default=50.0)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    server = subprocess.Popen([sys.executable, "-c", UPSTREAM], stdout=subprocess.PIPE,
-                              text=True)
-    try:
-        assert server.stdout is not None
-        port = int(server.stdout.readline())
-        events = int(args.stream_mb * 1e6 / 4100)
-        trio.run(_measure, f"http://127.0.0.1:{port}", args.calls, events, args.rounds)
-    finally:
-        server.kill()
+    events = int(args.stream_mb * 1e6 / 4100)
+    with tempfile.TemporaryDirectory() as folder:
+        # The APIs answer over HTTPS: a test CA (trustme, of the test extra) and its
+        # certificate for the upstream, as a real API's from a public CA.
+        import trustme
+
+        ca = trustme.CA()
+        ca_file, cert_file = Path(folder) / "ca.pem", Path(folder) / "server.pem"
+        ca.cert_pem.write_to_path(str(ca_file))
+        ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(
+            str(cert_file))
+        for scheme, tls, said in (("http", [], "plain upstream"),
+                                  ("https", [str(cert_file)] * 2, "HTTPS upstream")):
+            server = subprocess.Popen([sys.executable, "-c", UPSTREAM, *tls],
+                                      stdout=subprocess.PIPE, text=True)
+            try:
+                assert server.stdout is not None
+                port = int(server.stdout.readline())
+                trio.run(_measure, f"{scheme}://127.0.0.1:{port}", args.calls, events,
+                         args.rounds, str(ca_file), said)
+            finally:
+                server.kill()
 
 
 if __name__ == "__main__":

@@ -17,8 +17,9 @@ from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
 from evalledger._diffs import diff_lines
-from evalledger.agents import Entry, Text, parser_for
+from evalledger.agents import Entry, Text, ToolCall, ToolResult, parser_for
 from evalledger.ledger import TaskCompleted, TaskInterrupted, TaskStarted, TaskUsage
+from evalledger.statuses import FinalStatus
 
 
 class Row(Protocol):
@@ -79,6 +80,11 @@ class Said:
     """Seconds from its attempt's start to this line (None: a time unreadable)."""
     took: float | None = None
     """Seconds from the line shown before it in the same attempt (or the start)."""
+    unanswered: frozenset[str] = frozenset()
+    """Its tool calls (by id) that no result answered before their attempt ended: still
+    running then (a timeout's command, say)."""
+    ended: str = ""
+    """How its attempt ended, said after "when the attempt" (``timed out``)."""
 
     @property
     def seq(self) -> int:
@@ -104,15 +110,53 @@ def with_marks(lines: Sequence[R], tries: Sequence[Try],
 
 
 def conversation(rows: Sequence[Row | AttemptMark], tries: Sequence[Try], *,
-                 from_start: bool = True) -> list[Said | AttemptMark]:
+                 from_start: bool = True, to_end: bool = False) -> list[Said | AttemptMark]:
     """Transcript rows as a conversation: each JSON line read by the parser of its
     attempt's stream format (``agents``); other lines as they are. ``from_start``: the
     rows begin the transcript (else the first row's line before is not among them, and
-    what it took is not known)."""
+    what it took is not known); ``to_end``: they end it (else an attempt's last rows
+    may be on the next page, and a call's result with them)."""
     reading = _Conversation(tries, from_start)
     for row in rows:
         reading.add(row)
-    return reading.items()
+    return _unanswered(reading.items(), tries, to_end)
+
+
+def _unanswered(items: list[Said | AttemptMark], tries: Sequence[Try],
+                to_end: bool) -> list[Said | AttemptMark]:
+    """``items`` with each tool call that its attempt ended without a result for marked
+    (an attempt whose rows all are here: a later attempt's follow them, or they end the
+    transcript and it has ended)."""
+    ended = {t.number: _ending(t) for t in tries}
+    last = {item.line.attempt: i for i, item in enumerate(items) if isinstance(item, Said)}
+    answered = {item.line.attempt: set() for item in items if isinstance(item, Said)}
+    for item in items:
+        if isinstance(item, Said) and item.entry is not None:
+            answered[item.line.attempt].update(
+                s.call_id for s in item.entry.steps if isinstance(s, ToolResult) and s.call_id)
+    final = max(last, key=last.__getitem__, default=None)
+    marked = list(items)
+    for i, item in enumerate(items):
+        if not isinstance(item, Said) or item.entry is None:
+            continue
+        attempt = item.line.attempt
+        if not ended.get(attempt) or (attempt == final and not to_end):
+            continue
+        calls = frozenset(s.call_id for s in item.entry.steps if isinstance(s, ToolCall)
+                          and s.call_id and s.call_id not in answered[attempt])
+        if calls:
+            marked[i] = dataclasses.replace(item, unanswered=calls, ended=ended[attempt])
+    return marked
+
+
+def _ending(attempt: Try) -> str:
+    """How an attempt ended, after "when the attempt" ("" while it runs)."""
+    if attempt.interrupted is not None:
+        return "was interrupted"
+    if attempt.completed is None:
+        return ""
+    status = attempt.completed.final_status
+    return "timed out" if status is FinalStatus.TIMEOUT else f"ended ({status.value})"
 
 
 class _Conversation:

@@ -620,7 +620,8 @@ class _Views:
             search=page.search, view=view, shown_view="" if view == default else view,
             here=here, readable=readable, rows=rows,
             marks=[r.number for r in rows if isinstance(r, AttemptMark)],
-            items=(conversation(rows, task.attempts, from_start=not page.more_before)
+            items=(conversation(rows, task.attempts, from_start=not page.more_before,
+                                to_end=not page.more_after)
                    if view == "conversation" else []),
             follow=not page.search and not page.more_after, after_seq=page.after,
             tail_url=url_with(f"{here}?fragment=tail", view=view),
@@ -645,7 +646,8 @@ class _Views:
         rows = with_marks(page.lines, tries, attempt_at(tries, after)
                           if after else None)
         response = self._page("_lines.html" if view == "raw" else "_conversation.html",
-                              rows=rows, items=conversation(rows, tries, from_start=not after))
+                              rows=rows, items=conversation(rows, tries, from_start=not after,
+                                                                 to_end=not page.more_after))
         response.headers["X-Last-Seq"] = str(page.last_seq or after)
         response.headers["X-More"] = "1" if page.more_after else "0"
         return response

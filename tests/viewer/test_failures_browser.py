@@ -27,7 +27,7 @@ from .serving import viewer
 # The slow tier: Chromium, driven by Playwright.
 pytestmark = pytest.mark.slow
 
-RUN, CROSSED = "failures-1", "crossed-1"
+RUN, CROSSED, HUNG = "failures-1", "crossed-1", "hung-1"
 # A Claude Code session whose model API is overloaded: two retries, then its result.
 OVERLOADED = [
     {"type": "system", "subtype": "init", "model": "claude-sonnet-4-5", "session_id": "s",
@@ -41,6 +41,24 @@ OVERLOADED = [
      "num_turns": 1, "usage": {"input_tokens": 0, "output_tokens": 0}},
 ]
 STATS_TEST = "def test_median():\n    assert 0 is None\n"
+# A Claude Code session, without isolation, that thinks, writes a file by its sandbox path
+# and starts a command that outlives its attempt's timeout.
+HANGING = """import json, os, time
+def say(line):
+    print(json.dumps(line), flush=True)
+here = os.getcwd()
+say({"type": "system", "subtype": "init", "model": "claude-sonnet-4-5", "session_id": "h",
+     "tools": ["Bash", "Write"], "claude_code_version": "2.1.197"})
+say({"type": "assistant", "message": {"id": "m1", "model": "claude-sonnet-4-5", "content": [
+    {"type": "thinking", "thinking": "Write the median first, then run the long suite."},
+    {"type": "tool_use", "id": "w1", "name": "Write",
+     "input": {"file_path": here + "/median.py", "content": "print(2)"}}]}})
+say({"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "w1",
+     "content": "File created successfully at: " + here + "/median.py"}]}})
+say({"type": "assistant", "message": {"id": "m2", "model": "claude-sonnet-4-5", "content": [
+    {"type": "tool_use", "id": "b1", "name": "Bash", "input": {"command": "sleep 600"}}]}})
+time.sleep(60)
+"""
 # A Claude Code session that runs the tests (30 lines of output), edits a file, and
 # claims it worked.
 EDITING = [
@@ -110,6 +128,12 @@ def failures(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                                            'exit 1;; esac'},
             {"variant_id": "b", "command": "true"}]}))
     done = evalledger(root, db, "run", "-e", str(root / "experiment.yaml"), "--run-id", CROSSED)
+    assert done.returncode == 1, done.stdout + done.stderr
+    (root / "hanging.py").write_text(HANGING, encoding="utf-8")
+    hung = write_tasks(root / "hung", {"hangs": {
+        "command": f"{sys.executable} {root / 'hanging.py'}", "timeout": 2,
+        "stream_format": "claude-code", "success_criteria": [{"type": "exit_code"}]}})
+    done = evalledger(root, db, "run", str(hung), "--run-id", HUNG)
     assert done.returncode == 1, done.stdout + done.stderr
     with viewer(db) as url:
         yield url
@@ -339,7 +363,7 @@ def test_typing_in_the_filter_narrows_the_table(failures: str, page: Any) -> Non
     "/", f"/runs/{RUN}", f"/runs/{CROSSED}", f"/runs/{RUN}/tasks/default/claims/00",
     f"/runs/{RUN}/tasks/default/pytest-fails/00", f"/diff/{RUN}/{CROSSED}",
     f"/runs/{RUN}/search?q=529", f"/runs/{RUN}/tasks/default/api-529/00?q=529&view=raw",
-    "/search?q=line"])
+    "/search?q=line", f"/runs/{HUNG}/tasks/default/hangs/00"])
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_axe_finds_no_violation(failures: str, browser: Any, path: str, scheme: str) -> None:
     assert axe_violations(browser, failures + path, scheme) == []
@@ -380,3 +404,40 @@ def test_a_narrow_screen_shows_task_cards_and_folds_long_errors(
     expect(folded.locator("summary")).to_have_text("run_command \u2717 assert 0 is None")
     folded.locator("summary").click()
     expect(folded).to_contain_text("FAILED test_stats.py::test_median")
+
+
+@pytest.mark.parametrize("width", [1280, 800])
+def test_the_runs_list_says_each_start_on_one_line_on_a_laptop_screen(
+        failures: str, page: Any, width: int) -> None:
+    """#49: at 1280 px the runs list wrapped its dates (``2026-12-07`` over ``10:56``)
+    where its runs had long names; these runs' names are short, so a narrower screen
+    squeezes the table as they did (it scrolls sideways rather than wrap a date)."""
+    page.set_viewport_size({"width": width, "height": 800})
+    page.goto(failures + "/")
+    lines = page.evaluate("""() => [...document.querySelectorAll('tr[data-run] td.when')]
+        .map(td => { const r = document.createRange(); r.selectNodeContents(td);
+                     return r.getClientRects().length; })""")
+    assert lines == [1, 1, 1]
+
+
+def test_a_timed_out_command_reads_as_still_running_beside_open_thinking_and_local_paths(
+        failures: str, page: Any) -> None:
+    """#49: what the agent thought is open on the page; the file it wrote reads by its
+    place in the workspace, not by the sandbox's absolute path; and the command its
+    attempt timed out in says it was still running then."""
+    page.goto(f"{failures}/runs/{HUNG}/tasks/default/hangs/00")
+    thinking = page.locator("details.thinking")
+    expect(thinking).to_have_attribute("open", "")
+    expect(thinking).to_contain_text("then run the long suite")
+    assert thinking.evaluate("d => d.scrollHeight") > thinking.locator("summary").evaluate(
+        "s => s.scrollHeight")  # its text shows, not only its summary line
+    written = page.locator(".tool.t-write .path, .tool .path").first
+    expect(written).to_have_text("median.py")
+    assert "/evalledger-" in (written.get_attribute("title") or "")
+    conversation = page.locator(".conversation").text_content() or ""
+    assert "File created successfully at: median.py" in conversation
+    assert "/evalledger-" not in conversation
+    note = page.locator(".still-running")
+    expect(note).to_have_count(1)
+    expect(note).to_have_text("still running when the attempt timed out: no result came")
+    assert page.locator(".msg", has=note).locator("code").text_content() == "sleep 600"

@@ -151,13 +151,14 @@ def test_an_agents_task_reads_as_a_conversation_with_its_attempts_apart(
                        params={"view": "raw", "after": lines[-3]["seq"]}).text
     assert 'class="attempt-mark"' not in later
     # Each step says when it came, from its attempt's start (what came before it in that
-    # attempt took the time its title names); thinking is folded, its size said.
+    # attempt took the time its title names); thinking is open (what the agent meant is
+    # read beside what it did), its size said: it folds with a click.
     for section in (first, second):
         at = [_seconds(m) for m in re.findall(r'class="muted at" title="[^"]*">at ([^<]+)<',
                                               section)]
         assert len(at) >= 2 and at == sorted(at), at
     assert at[-1] > 0.05  # the second attempt's agent says each message 50 ms apart
-    assert re.search(r'<details class="thinking"><summary><span class="label">thinking'
+    assert re.search(r'<details class="thinking" open><summary><span class="label">thinking'
                      r'</span> <span class="muted">36 characters</span></summary>The test '
                      r'expects 6', second)
 
