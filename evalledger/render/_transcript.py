@@ -129,7 +129,8 @@ def _unanswered(items: list[Said | AttemptMark], tries: Sequence[Try],
     transcript and it has ended)."""
     ended = {t.number: _ending(t) for t in tries}
     last = {item.line.attempt: i for i, item in enumerate(items) if isinstance(item, Said)}
-    answered = {item.line.attempt: set() for item in items if isinstance(item, Said)}
+    answered: dict[int, set[str]] = {item.line.attempt: set() for item in items
+                                     if isinstance(item, Said)}
     for item in items:
         if isinstance(item, Said) and item.entry is not None:
             answered[item.line.attempt].update(
