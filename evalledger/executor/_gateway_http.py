@@ -30,17 +30,19 @@ import logging
 import math
 import re
 import select
+import socket as _socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Literal
+from typing import Literal, TypeVar
 from urllib.parse import urlsplit
 
 import h11
 import trio
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 # The most of a request's body the gateway reads (it holds it to send it upstream).
 MAX_REQUEST = 64 * 1024 * 1024
@@ -49,8 +51,7 @@ MAX_REQUEST = 64 * 1024 * 1024
 # stream's bytes pass on in pieces this large when they come faster than they are
 # passed on (one receive and one send each).
 RECEIVE = 1024 * 1024
-# The most read at once from an agent (a request) or a TLS upstream (a TLS record is
-# at most 16 KiB; each receive allocates this much).
+# The most read at once from an agent (a request: each receive allocates this much).
 SMALL_RECEIVE = 64 * 1024
 # An agent's connection idle this long between requests is closed.
 KEEP_ALIVE = 900.0
@@ -428,15 +429,85 @@ async def listen(host: str, socket_path: str | None) -> list[trio.SocketListener
 # -- the upstreams' side ----------------------------------------------------------------
 
 
+class _TLS:
+    """TLS over a connected socket: the standard library's non-blocking ``SSLSocket``,
+    waited on with trio. Not ``trio.SSLStream``: it decrypts one record (16 KiB at
+    most) a receive, each through its state machine in Python, and a stream through it
+    ran at a quarter of a client's straight to the same HTTPS upstream
+    (``bench/gateway.py``); here one receive takes every record that came, in C."""
+
+    def __init__(self, sock: ssl.SSLSocket) -> None:
+        self.socket = sock
+
+    @classmethod
+    async def over(cls, tcp: trio.SocketStream, context: ssl.SSLContext, host: str) -> _TLS:
+        """``tcp``'s socket taken over (its stream is left with none), the handshake
+        made and the upstream's certificate verified for ``host``."""
+        raw = _socket.socket(fileno=tcp.socket.detach())
+        raw.setblocking(False)
+        tls = cls(context.wrap_socket(raw, server_hostname=host,
+                                      do_handshake_on_connect=False))
+        try:
+            await tls._retried(tls.socket.do_handshake)
+        except BaseException:
+            tls.close()
+            raise
+        return tls
+
+    async def send_all(self, data: bytes) -> None:
+        await trio.lowlevel.checkpoint()  # as trio's streams: a cancel point, if all fits
+        view = memoryview(data)
+        while view:
+            view = view[await self._retried(self.socket.send, view):]
+
+    async def receive_into(self, buffer: bytearray) -> int:
+        """Into ``buffer``, every byte decrypted so far (at least one: waits for it; 0:
+        the upstream closed)."""
+        await trio.lowlevel.checkpoint()
+        view, got = memoryview(buffer), 0
+        while got < len(view):
+            try:
+                size = self.socket.recv_into(view[got:])
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError) as wants:
+                if got:
+                    break
+                await _wait_for(self.socket, wants)
+                continue
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                break  # closed (without TLS's goodbye too: HTTP's framing says if cut)
+            if not size:
+                break
+            got += size
+        return got
+
+    def close(self) -> None:
+        trio.lowlevel.notify_closing(self.socket)
+        self.socket.close()
+
+    async def _retried(self, call: Callable[..., _T], *args: object) -> _T:
+        """``call`` until TLS has what it needs of the socket (waited for)."""
+        while True:
+            try:
+                return call(*args)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError) as wants:
+                await _wait_for(self.socket, wants)
+
+
+async def _wait_for(sock: ssl.SSLSocket, wants: ssl.SSLError) -> None:
+    if isinstance(wants, ssl.SSLWantReadError):
+        await trio.lowlevel.wait_readable(sock)
+    else:
+        await trio.lowlevel.wait_writable(sock)
+
+
 @dataclass
 class _Connection:
     """One connection to an upstream, one exchange at a time."""
 
-    stream: trio.abc.Stream  # the socket's, or TLS over it
-    socket: trio.socket.SocketType
+    stream: trio.SocketStream | _TLS
     timeouts: Timeouts
     idle_since: float = math.inf
-    # What a plain connection receives into (``RECEIVE`` bytes, once it is needed).
+    # What it receives into (``RECEIVE`` bytes, once it is needed).
     _buffer: bytearray = field(default_factory=bytearray)
 
     async def send(self, data: bytes) -> None:
@@ -447,21 +518,22 @@ class _Connection:
 
     async def receive(self) -> tuple[bytes | bytearray, int]:
         """The next bytes that came, and how many (0: it closed): the start of the
-        connection's buffer, overwritten by the next receive (from a TLS connection,
-        bytes of their own)."""
+        connection's buffer, overwritten by the next receive."""
         with _broken(), trio.move_on_after(self.timeouts.read) as waited:
-            if isinstance(self.stream, trio.SSLStream):
-                data = await self.stream.receive_some(SMALL_RECEIVE)
-                return data, len(data)
             if not self._buffer:
                 self._buffer = bytearray(RECEIVE)
-            return self._buffer, await self.socket.recv_into(self._buffer)
+            if isinstance(self.stream, _TLS):
+                return self._buffer, await self.stream.receive_into(self._buffer)
+            return self._buffer, await self.stream.socket.recv_into(self._buffer)
         assert waited.cancelled_caught
         raise UpstreamTimeout("upstream took too long to answer")
 
     def close(self) -> None:
         """Closed at once (a TLS connection without its goodbye: HTTP needs none)."""
-        self.socket.close()
+        if isinstance(self.stream, _TLS):
+            self.stream.close()
+        else:
+            self.stream.socket.close()
 
     def stale(self, now: float) -> bool:
         """Idle too long, or readable while idle: the upstream closed it (or sent what
@@ -469,7 +541,7 @@ class _Connection:
         if now - self.idle_since > UPSTREAM_KEEP_ALIVE:
             return True
         poll = select.poll()
-        poll.register(self.socket.fileno(), select.POLLIN)
+        poll.register(self.stream.socket.fileno(), select.POLLIN)
         return bool(poll.poll(0))
 
 
@@ -625,14 +697,8 @@ class Upstreams:
         with _broken(), trio.move_on_after(self.timeouts.connect):
             tcp = await trio.open_tcp_stream(host, port)
             if scheme != "https":
-                return _Connection(tcp, tcp.socket, self.timeouts)
-            tls = trio.SSLStream(tcp, self.tls, server_hostname=host, https_compatible=True)
-            try:
-                await tls.do_handshake()
-            except BaseException:
-                await trio.aclose_forcefully(tcp)
-                raise
-            return _Connection(tls, tcp.socket, self.timeouts)
+                return _Connection(tcp, self.timeouts)
+            return _Connection(await _TLS.over(tcp, self.tls, host), self.timeouts)
         raise UpstreamTimeout(f"connecting to {host}:{port} took too long")
 
 

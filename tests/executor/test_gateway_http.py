@@ -7,6 +7,7 @@ between them the gateway as a batch opens it (``open_gateway``)."""
 from __future__ import annotations
 
 import datetime
+import itertools
 import json
 import socket
 import ssl
@@ -495,3 +496,41 @@ def test_an_https_upstream_is_verified_named_and_kept_alive(tmp_path: Path,
     else:  # certifi's bundle does not know the test CA
         assert statuses == [502, 502] and meter.seen == ["unreachable", "unreachable"]
 
+
+
+def test_a_stream_from_an_https_upstream_passes_whole_however_its_records_come(
+        tmp_path: Path) -> None:
+    """A receive takes every TLS record decrypted so far (``_TLS``): 3 MB of events,
+    written in pieces that cut records and chunk lines anywhere and with pauses between,
+    reach the agent byte for byte with their usage read; then an answer the upstream
+    ends by closing, with no TLS goodbye, ends there (its length said it was whole)."""
+    context, ca = _tls(tmp_path)
+    # The usage events of ``events`` around a bulk of text deltas.
+    start, _, end = events(7000).partition(b'data: {"type": "content_block_delta"')
+    delta = b"data: %s\n\n" % json.dumps({"type": "content_block_delta", "delta": {
+        "text": "x" * 3000}}).encode()
+    body = start + delta * 1000 + b'data: {"type": "content_block_delta"' + end
+    framed = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 50_000]), body[i:i + 50_000])
+                      for i in range(0, len(body), 50_000)) + b"0\r\n\r\n"
+    cuts = [0, 1, 7, 16_384, 16_391, 100_000, 1_000_003, 2_500_000, len(framed)]
+    pieces: list[bytes | float | str] = [b"HTTP/1.1 200 OK\r\n%s\r\ntransfer-encoding: "
+                                         b"chunked\r\n\r\n" % SSE]
+    for a, b in itertools.pairwise(cuts):
+        pieces += [framed[a:b], 0.01]
+    upstream = Upstream([pieces, [answer(200, message(5, 6)), CLOSE]], tls=context)
+
+    def agent(base: str, unix: Path | None) -> list[tuple[h11.Response, bytes, bytes]]:
+        talk = Agent.to(base)
+        answers = []
+        for sent in (b'{"stream": true}', b"{}"):
+            talk.send(base, sent)
+            answers.append(talk.read())
+        return answers
+
+    (streamed, closed), meter = through_gateway(
+        upstream, agent, env={"EVALLEDGER_GATEWAY_CA": str(ca)})
+    assert streamed[1] == body and streamed[2].endswith(framed)
+    assert closed[1] == message(5, 6)
+    assert [(u.tokens.input_tokens, u.tokens.output_tokens) for u in meter.counted] == [
+        (9, 7000), (5, 6)]
+    assert upstream.connections == 1
