@@ -10,9 +10,10 @@ this module turns the rows into what a page shows (a transcript row as
 
 from __future__ import annotations
 
+import re
 import time
 from bisect import bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from evalledger.agents import (
@@ -43,7 +44,7 @@ from evalledger.ledger import (
 from evalledger.projections import RunSummary, SummaryFold
 
 from ._repository import load_fold
-from ._transcripts import Line, transcript_line
+from ._transcripts import Line, said_in, transcript_line
 
 
 @dataclass(frozen=True)
@@ -174,11 +175,22 @@ def row_before(ledger: Ledger, run_id: str, task_key: str, seq: int) -> int | No
 
 
 @dataclass
+class FoundLine(Line):
+    """A transcript line a search found. An agent's JSON event (``stream`` json, of a
+    ``stream_format`` its reader knows) also says what of its conversation holds the
+    text, as its page shows it: ``said`` (``assistant``, ``tool``, ``result``, ...) and
+    ``shown`` (``← 1 failed``); None where no line of it does."""
+
+    said: str | None = None
+    shown: str | None = None
+
+
+@dataclass
 class Found:
     """A task's lines that hold what a run-wide search looked for."""
 
     task_key: str
-    lines: list[Line]
+    lines: list[FoundLine]
 
 
 @dataclass
@@ -221,13 +233,20 @@ def search_run(ledger: Ledger, run_id: str, text: str, *, after: int = 0,
             timed = True
             break
     keys = list(dict.fromkeys(row.task_key or "" for row in rows))
-    starts = {key: ([start.seq for start in found], [start.attempt for start in found])
-              for key, found in attempt_starts(ledger, run_id, keys).items()}
+    starts = attempt_starts(ledger, run_id, keys)
+    holds = re.compile(re.escape(text), re.IGNORECASE)
     by_task: dict[str, Found] = {}
     for row in rows:
         key = row.task_key or ""
-        seqs, numbers = starts.get(key, ([], []))
-        by_task.setdefault(key, Found(key, [])).lines.append(transcript_line(row, seqs, numbers))
+        tries = starts.get(key, [])
+        line = transcript_line(row, [s.seq for s in tries], [s.attempt for s in tries])
+        hit = FoundLine(**{f.name: getattr(line, f.name) for f in fields(Line)})
+        if line.data is not None:
+            of_attempt = next((s for s in tries if s.attempt == line.attempt), None)
+            said, shown = said_in(line.data, of_attempt and of_attempt.stream_format, holds)
+            if said != "json":
+                hit.said, hit.shown = said, shown
+        by_task.setdefault(key, Found(key, [])).lines.append(hit)
     return RunSearch(list(by_task.values()), len(rows),
                      reached if reached < end else None, timed)
 

@@ -25,15 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evalledger.agents import lines_of, parser_for
 from evalledger.ledger import EventRow, EventType, Ledger
 from evalledger.ledger._page_queries import Start, attempt_starts, transcript_rows
 
 from . import DEFAULT_LEDGER
-
-# A conversation line is cut at this many characters by its reader (``lines_of``): a
-# search shows the whole line that holds the text.
-_WIDE = 1_000_000
+from ._transcripts import said_in
 
 
 @dataclass(frozen=True)
@@ -114,18 +110,6 @@ def _hit(run_id: str, row: EventRow, starts: list[Start], holds: re.Pattern[str]
     payload = json.loads(row.payload)
     kind, shown = str(payload.get("stream", "stdout")), str(payload.get("line", ""))
     if row.type == EventType.TASK_EVENT:
-        kind, shown = _conversation(payload.get("data"), start.stream_format, holds)
+        kind, shown = said_in(payload.get("data"), start.stream_format, holds)
     return Hit(run_id, row.task_key or "", start.attempt, seq, row.ts, kind, shown)
 
-
-def _conversation(data: Any, stream_format: str | None,
-                  holds: re.Pattern[str]) -> tuple[str, str]:
-    """A JSON event's lines of conversation that hold the text, as ``(kind, text)``;
-    ``("json", its JSON text)`` when it is no conversation's or none of them does."""
-    parse = parser_for(stream_format)
-    if parse is not None and isinstance(data, dict):
-        said = [line for line in lines_of(parse(data), width=_WIDE, result_lines=_WIDE)
-                if holds.search(line.text)]
-        if said:
-            return said[0].kind, "\n".join(line.text for line in said)
-    return "json", json.dumps(data, ensure_ascii=False, sort_keys=True)

@@ -9,6 +9,7 @@ of a stored row, whatever shows it.
 from __future__ import annotations
 
 import json
+import re
 from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -119,3 +120,20 @@ def _fit(newest_first: Iterable[TailLine], room: int, kept: list[TailLine]) -> i
         room -= len(tail.text)
         kept.append(tail)
     return room
+
+
+# A conversation line is cut at this many characters by its reader (``lines_of``): a
+# search shows the whole line that holds the text.
+_WIDE = 1_000_000
+
+
+def said_in(data: Any, stream_format: str | None, holds: re.Pattern[str]) -> tuple[str, str]:
+    """A JSON event's lines of conversation that hold the text, as ``(kind, text)``;
+    ``("json", its JSON text)`` when it is no conversation's or none of them does."""
+    parse = parser_for(stream_format)
+    if parse is not None and isinstance(data, dict):
+        said = [line for line in lines_of(parse(data), width=_WIDE, result_lines=_WIDE)
+                if holds.search(line.text)]
+        if said:
+            return said[0].kind, "\n".join(line.text for line in said)
+    return "json", json.dumps(data, ensure_ascii=False, sort_keys=True)

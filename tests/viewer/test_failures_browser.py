@@ -317,6 +317,14 @@ def test_a_search_of_every_run_finds_a_line_of_each(failures: str, page: Any) ->
     expect(found).to_have_attribute("data-run", RUN)
     expect(found.locator("section.found")).to_have_attribute("data-task", "default/claims/00")
     expect(found.locator("mark")).to_have_text(["line 30"])  # as it is written
+    # The hit is a tool's result in an agent's event: read as its conversation reads it,
+    # under named columns, not as the event's JSON.
+    hit = found.locator("table.found-lines tbody tr")
+    expect(hit.locator("td").nth(2)).to_have_text("result")  # a tool's: ← line 30
+    expect(hit.locator("td.text")).to_have_text("line 30")  # the line of it that holds it
+    expect(hit.locator("td.text")).not_to_contain_text('"tool_use_id"')
+    expect(found.locator("table.found-lines thead th")).to_have_text(
+        ["line", "attempt", "what", "text"])
     expect(page.locator("p.count")).to_contain_text("1 line in 1 run hold")
     found.locator("h2 a").click()  # the run's own search
     page.wait_for_url(f"**/runs/{RUN}/search?q=LINE+30")

@@ -419,3 +419,32 @@ def test_a_narrow_spread_of_durations_has_ticks_that_read_apart() -> None:
     assert re.findall(r">([^<>]*s)</text>", str(histogram([1.0, 9.0], "d"))) == [
         "1.0s", "5.0s", "9.0s"]
     assert re.findall(r">([^<>]*s)</text>", str(histogram([2.5, 2.5], "d"))) == ["2.5s"]
+
+
+# -- #49, point 4: what a search found reads as the conversation reads ------------------------
+
+
+def test_a_search_hit_in_an_agents_transcript_reads_as_its_conversation(
+        client: TestClient) -> None:
+    """Hits were escaped JSON under unlabeled columns: a hit in an agent's event is shown
+    as its page's conversation shows it (the words, marked), the columns named; the
+    JSON twin says the same (``said``, ``shown``) beside the raw line."""
+    page = client.get(f"/runs/{FIRST}/search", params={"q": "WRONG: 2 + 3"}).text
+    assert "<th>what</th><th>text</th>" in page
+    rows = re.findall(r'<tr class="ln-json said-assistant">.*?</tr>', page)
+    assert len(rows) == 2, rows  # the agent of each of the run's two variants
+    for row in rows:
+        assert "<td>assistant</td>" in row and "&#34;" not in row and '"type"' not in row
+        assert re.search(r"<td class=\"text\">assistant: The test is <mark>wrong: 2 \+ 3"
+                         r"</mark> is 5\. Fixing the test\.</td>", row), row
+    found = client.get(f"/api/runs/{FIRST}/search", params={"q": "wrong: 2 + 3"}).json()
+    lines = [line for task in found["tasks"] for line in task["lines"]]
+    assert len(lines) == 2
+    for line in lines:
+        assert (line["stream"], line["said"]) == ("json", "assistant")
+        assert line["shown"] == "assistant: The test is wrong: 2 + 3 is 5. Fixing the test."
+        assert line["data"]["type"] == "assistant"  # the raw event is still there
+    # A plain output line has nothing to read it as: shown as it is.
+    plain = client.get(f"/api/runs/{FIRST}/search", params={"q": "waiting for the gate"}).json()
+    assert {(ln["stream"], ln["said"]) for t in plain["tasks"] for ln in t["lines"]} == {
+        ("stdout", None)}
