@@ -105,7 +105,7 @@ from evalledger.render import (
 from evalledger.statuses import ShownStatus
 
 from ._hosts import HostGate, HostRule
-from ._params import BadParameter, choice, table_query, whole
+from ._params import BadParameter, choice, table_query, variant_pairs, whole
 from ._resources import (
     CompareView,
     DiffView,
@@ -503,9 +503,15 @@ class _Views:
             if run is None:
                 raise HTTPException(404, f"no run {request.path_params[name]!r}")
             runs.append(run.summary())
+        pairs = variant_pairs(request.query_params.getlist("variants"),
+                              [v.variant_id for v in runs[0].variants],
+                              [v.variant_id for v in runs[1].variants])
         # The bootstrap's resamples take a few milliseconds: off the event loop.
         paired = await anyio.to_thread.run_sync(compare_runs, runs[0], runs[1])
-        return DiffView.model_construct(result=diff_runs(runs[0], runs[1]), paired=paired)
+        return DiffView.model_construct(
+            result=diff_runs(runs[0], runs[1], pairs), paired=paired,
+            variants_a=[v.variant_id for v in runs[0].variants],
+            variants_b=[v.variant_id for v in runs[1].variants])
 
     # -- pages -----------------------------------------------------------------------------
 
@@ -666,7 +672,8 @@ class _Views:
         view = await self.diff(request)
         return self._page("diff.html", result=view.result, tasks=view.tasks_by_change(),
                           paired=view.paired, p_value_line=p_value_line(view.paired),
-                          power_line=power_line(view.paired))
+                          power_line=power_line(view.paired), variants_a=view.variants_a,
+                          variants_b=view.variants_b)
 
     async def error(self, request: Request, exc: Exception) -> Response:
         if isinstance(exc, HTTPException):

@@ -98,3 +98,18 @@ def table_query(query: Mapping[str, str]) -> TableQuery:
 def _shown(raw: str) -> str:
     """The value as the reason quotes it: one line (``repr`` escapes line breaks), short."""
     return repr(raw if len(raw) <= 40 else raw[:40] + "\u2026")
+
+
+def variant_pairs(given: list[str], of_a: list[str], of_b: list[str]) -> dict[str, str] | None:
+    """``?variants=X=Y`` (each given once or more): run A's variant X paired with run B's
+    Y, as ``diff --variants``; None when none is given (the runs pair as they do)."""
+    if not given:
+        return None
+    pairs: dict[str, str] = {}
+    for pair in given:
+        x, eq, y = pair.partition("=")
+        if not eq or x not in of_a or (y not in of_b and y != x):
+            raise BadParameter(f"variants: {pair!r} is not A=B, a variant of run A "
+                               f"({', '.join(of_a)}) and one of run B ({', '.join(of_b)})")
+        pairs[x] = y
+    return pairs

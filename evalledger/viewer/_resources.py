@@ -234,10 +234,15 @@ class DiffView(Resource):
     paired: Comparison
     """The same two runs paired by task: is B better than A, or is it noise
     (``evalledger compare``)."""
+    variants_a: list[str] = []
+    variants_b: list[str] = []
+    """Each run's variants: what ``?variants=A=B`` may pair (``result.variants``: what
+    was paired)."""
 
     def json_response(self) -> Response:
         return JSONResponse({**self.result.model_dump(mode="json"),
-                             "paired": self.paired.model_dump(mode="json")})
+                             "paired": self.paired.model_dump(mode="json"),
+                             "variants_a": self.variants_a, "variants_b": self.variants_b})
 
     def tasks_by_change(self) -> list[TaskDiff]:
         """The tasks, regressions first, then fixes, changes, additions, removals."""

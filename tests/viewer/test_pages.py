@@ -127,6 +127,34 @@ def test_diff_rows_link_the_task_in_both_runs(client: TestClient) -> None:
         assert client.get(url).status_code == 200, url
 
 
+def test_a_diff_pairs_the_variants_it_is_told_to_and_offers_the_choice(
+        client: TestClient) -> None:
+    """#49, point 3: in the viewer too, runs pair by task across variants named apart:
+    ``?variants=A=B`` (the form on the page sets it), as ``diff --variants``."""
+    plain = {t["task_key"]: t for t in client.get(f"/api/diff/{FIRST}/{SECOND}").json()[
+        "tasks"]}
+    crossed = client.get(f"/api/diff/{FIRST}/{SECOND}",
+                         params=[("variants", "alpha=beta"), ("variants", "beta=alpha")])
+    assert crossed.status_code == 200
+    body = crossed.json()
+    assert body["variants"] == {"alpha": "beta", "beta": "alpha"}
+    assert (body["variants_a"], body["variants_b"]) == (["alpha", "beta"], ["alpha", "beta"])
+    rows = {t["task_key"]: t for t in body["tasks"]}
+    assert rows.keys() == plain.keys()  # B's keys, each with A's of the other variant
+    for key, row in rows.items():
+        variant, _, rest = key.partition("/")
+        other = ("beta" if variant == "alpha" else "alpha") + "/" + rest
+        assert (row["before"], row["after"]) == (plain[other]["before"], plain[key]["after"])
+    page = client.get(f"/diff/{FIRST}/{SECOND}", params=[("variants", "alpha=beta"),
+                                                         ("variants", "beta=alpha")]).text
+    form = _section(page, '<form class="pairing', "</form>")
+    assert re.findall(r'<option value="([^"]+)" selected>', form) == ["alpha=beta", "beta=alpha"]
+    assert "variant <span class=\"mono\">alpha</span> of exp-1 paired with" in page
+    refused = client.get(f"/api/diff/{FIRST}/{SECOND}", params={"variants": "gamma=beta"})
+    assert refused.status_code == 400
+    assert "a variant of run A (alpha, beta)" in refused.json()["error"]
+
+
 # -- 12: a conversation by default, one section per attempt ----------------------------------
 
 
