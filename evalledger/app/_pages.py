@@ -22,6 +22,8 @@ from evalledger.agents import (
     Entry,
     FinalResult,
     RunningUsage,
+    ToolResult,
+    parser_for,
 )
 from evalledger.ledger import (
     AnyEvent,
@@ -303,6 +305,9 @@ class Reading:
     """Per attempt: ``(ts, tokens so far)`` each time a line moved the running count."""
     finals: dict[int, FinalResult] = field(default_factory=dict)
     """Per attempt: the last session end its agent reported (its claim)."""
+    failing: dict[int, int] = field(default_factory=dict)
+    """Per attempt: the seq of the last tool result its agent's conversation marked an
+    error (what a failed attempt's verdict most often follows from)."""
 
 
 def usage_curves(ledger: Ledger, run_id: str, task_key: str, tries: list[Attempt]) -> Reading:
@@ -315,13 +320,15 @@ def usage_curves(ledger: Ledger, run_id: str, task_key: str, tries: list[Attempt
     One range scan of the key's JSON events, of those that mention usage at all (a
     result line does).
     """
-    # Usage only: the messages' content is not read (what the executor meters by).
+    # Usage: the messages' content is not read (what the executor meters by); a line
+    # that mentions an error is read whole, for a tool's result marked one.
     parsers = {t.number: USAGE_PARSERS.get(t.stream_format) for t in tries}
+    readers = {t.number: parser_for(t.stream_format) for t in tries}
     if not any(parsers.values()):
         return Reading()
     tallies: dict[int, RunningUsage] = {}
     reading = Reading()
-    for seq, ts, data in usage_lines(ledger, run_id, task_key):
+    for seq, ts, data, erred in usage_lines(ledger, run_id, task_key):
         number = attempt_at(tries, seq)
         parser = parsers.get(number) if number is not None else None
         if parser is None or number is None or not isinstance(data, dict):
@@ -332,6 +339,9 @@ def usage_curves(ledger: Ledger, run_id: str, task_key: str, tries: list[Attempt
             reading.curves.setdefault(number, []).append((ts, tally.total.total))
         if (final := final_of(entry)) is not None:
             reading.finals[number] = final
+        if erred and (read := readers.get(number)) is not None and any(
+                isinstance(s, ToolResult) and s.is_error for s in read(data).steps):
+            reading.failing[number] = seq
     return reading
 
 

@@ -174,13 +174,15 @@ def transcript_tail(ledger: Ledger, run_id: str, task_key: str, after: int,
                                 and '"type":"stream_event"' in row.payload)), limit))
 
 
-def usage_lines(ledger: Ledger, run_id: str, task_key: str) -> list[tuple[int, str, Any]]:
-    """``(seq, ts, data)`` of the task's JSON lines that mention ``"usage"`` at all (the
-    ones a conversation's running usage can move on), in seq order; ``data`` is the
-    line's object as stored (None where a forged row holds no object there)."""
-    return [(row.seq or 0, row.ts, _data(row.payload))
+def usage_lines(ledger: Ledger, run_id: str,
+                task_key: str) -> list[tuple[int, str, Any, bool]]:
+    """``(seq, ts, data, erred)`` of the task's JSON lines that mention ``"usage"`` at all
+    (the ones a conversation's running usage can move on) or an error (``erred``: a
+    tool's result marked one, maybe), in seq order; ``data`` is the line's object as
+    stored (None where a forged row holds no object there)."""
+    return [(row.seq or 0, row.ts, _data(row.payload), "error" in row.payload)
             for row in ledger.rows(run_id, task_key=task_key, types=[EventType.TASK_EVENT])
-            if '"usage"' in row.payload]
+            if '"usage"' in row.payload or "error" in row.payload]
 
 
 def result_lines(ledger: Ledger, run_id: str) -> list[tuple[str, int, Any]]:

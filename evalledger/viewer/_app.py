@@ -433,7 +433,8 @@ class _Views:
         reading: Reading = await self._read(
             usage_curves, task.run_id, task.task_key, task.attempts)
         return task.model_copy(update={"usage_curves": reading.curves,
-                                       "claims": reading.finals})
+                                       "claims": reading.finals,
+                                       "failing_results": reading.failing})
 
     async def transcript(self, request: Request, task: TaskView | None = None, *,
                          limit: int | None = None) -> Transcript:
@@ -716,7 +717,7 @@ def _attempt_context(task: TaskView) -> dict[str, Any]:
     tries, curves = task.attempts, task.usage_curves
     return dict(
         row=task.row, tries=tries, running={task.task_key} if task.running else frozenset(),
-        run_status=task.run_status, finals=task.claims,
+        run_status=task.run_status, finals=task.claims, failing=task.failing_results,
         usage_charts={t.number: usage_chart(t, curves.get(t.number)) for t in tries
                       if t.usage or curves.get(t.number)},
         definitions={t.number: json.dumps(t.started.definition, indent=2,

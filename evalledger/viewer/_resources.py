@@ -141,6 +141,9 @@ class TaskView(Resource):
     """Its run plans it (it has a page before it starts)."""
     claims: dict[int, FinalResult] = {}
     """Per attempt, how its agent said the session ended (its last result line)."""
+    failing_results: dict[int, int] = {}
+    """Per attempt, the seq of the last tool result its conversation marked an error
+    (the verdict links to it)."""
     usage_curves: dict[int, list[tuple[str, int]]] = {}
     """Per attempt whose transcript is a conversation: ``(ts, tokens so far)`` each time
     one of its lines moved the running count."""

@@ -41,7 +41,7 @@ def test_a_payload_that_holds_no_object_where_one_belongs_reads_as_none(tmp_path
         assert imported_runs(ledger, ledger.last_seq()) == {}
         assert run_imported(ledger, "r1") is None
         assert completion_environments(ledger, "r1") == [("k", 1, {})]
-        assert [data for _, _, data in usage_lines(ledger, "r1", "k")] == [None, None]
+        assert [data for _, _, data, _ in usage_lines(ledger, "r1", "k")] == [None, None]
 
 
 @pytest.mark.parametrize("imported", ['"x"', "[1, 2]", "7", '"{not json"'])

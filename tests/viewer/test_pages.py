@@ -476,3 +476,47 @@ def test_a_search_hit_in_an_agents_transcript_reads_as_its_conversation(
     plain = client.get(f"/api/runs/{FIRST}/search", params={"q": "waiting for the gate"}).json()
     assert {(ln["stream"], ln["said"]) for t in plain["tasks"] for ln in t["lines"]} == {
         ("stdout", None)}
+
+
+# -- #49, point 5: the verdict leads to the tool result the agent saw fail -----------------
+
+
+FAILING_AGENT = """import json
+def say(line):
+    print(json.dumps(line), flush=True)
+say({"type": "assistant", "message": {"id": "m1", "model": "claude-sonnet-4-5", "content": [
+    {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "pytest -q"}}]}})
+say({"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "t1",
+     "is_error": True, "content": "FAILED test_a.py::test_one - assert 1 == 2"}]}})
+say({"type": "assistant", "message": {"id": "m2", "model": "claude-sonnet-4-5", "content": [
+    {"type": "tool_use", "id": "t2", "name": "Bash", "input": {"command": "ls"}}]}})
+say({"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "t2",
+     "content": "test_a.py"}]}})
+say({"type": "result", "subtype": "success", "is_error": False, "result": "Done.",
+     "total_cost_usd": 0.001, "num_turns": 2, "usage": {"input_tokens": 5,
+     "output_tokens": 5}})
+raise SystemExit(1)
+"""
+
+
+def test_a_failed_attempts_verdict_links_the_tool_result_its_agent_saw_fail(
+        tmp_path: Path) -> None:
+    (tmp_path / "agent.py").write_text(FAILING_AGENT, encoding="utf-8")
+    tasks = write_tasks(tmp_path / "tasks", {"fails": {
+        "command": f"python3 {tmp_path / 'agent.py'}", "stream_format": "claude-code",
+        "success_criteria": [{"type": "exit_code"}]}})
+    db = tmp_path / "l.db"
+    assert evalledger(tmp_path, db, "run", str(tasks), "--run-id", "r").returncode == 1
+    with TestClient(create_app(db, interval=0.05)) as client:
+        page = client.get("/runs/r/tasks/default/fails/00").text
+        [link] = re.findall(r'<p class="to-failing"><a href="\?after=(\d+)#seq-(\d+)">', page)
+        after, seq = map(int, link)
+        assert after == seq - 1
+        raw = client.get("/api/runs/r/transcript/default/fails/00").json()["lines"]
+        [failed] = [line for line in raw if line["data"] and "FAILED" in line["text"]]
+        assert seq == failed["seq"]  # the failing result, not the later one that passed
+        linked = client.get("/runs/r/tasks/default/fails/00", params={"after": after}).text
+        assert re.search(rf'<div class="msg m-user" data-seq="{seq}" id="seq-{seq}">', linked)
+        assert "FAILED test_a.py::test_one" in linked
+        assert client.get("/api/runs/r/tasks/default/fails/00").json()[
+            "failing_results"] == {"1": seq}
