@@ -27,7 +27,7 @@ from .serving import viewer
 # The slow tier: Chromium, driven by Playwright.
 pytestmark = pytest.mark.slow
 
-RUN, CROSSED, HUNG = "failures-1", "crossed-1", "hung-1"
+RUN, CROSSED, HUNG, RENAMED = "failures-1", "crossed-1", "hung-1", "renamed-1"
 # A Claude Code session whose model API is overloaded: two retries, then its result.
 OVERLOADED = [
     {"type": "system", "subtype": "init", "model": "claude-sonnet-4-5", "session_id": "s",
@@ -129,6 +129,14 @@ def failures(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             {"variant_id": "b", "command": "true"}]}))
     done = evalledger(root, db, "run", "-e", str(root / "experiment.yaml"), "--run-id", CROSSED)
     assert done.returncode == 1, done.stdout + done.stderr
+    # The same tasks again, their variants renamed (each agent named by its model, say),
+    # and "flaky" fixed.
+    (root / "renamed.yaml").write_text(yaml.safe_dump({
+        "experiment_id": "crossed", "tasks": ["crossed/"], "repeats": 2, "variants": [
+            {"variant_id": "model-a", "command": "true"},
+            {"variant_id": "model-b", "command": "true"}]}))
+    done = evalledger(root, db, "run", "-e", str(root / "renamed.yaml"), "--run-id", RENAMED)
+    assert done.returncode == 0, done.stdout + done.stderr
     (root / "hanging.py").write_text(HANGING, encoding="utf-8")
     hung = write_tasks(root / "hung", {"hangs": {
         "command": f"{sys.executable} {root / 'hanging.py'}", "timeout": 2,
@@ -425,7 +433,7 @@ def test_the_runs_list_says_each_start_on_one_line_on_a_laptop_screen(
     lines = page.evaluate("""() => [...document.querySelectorAll('tr[data-run] td.when')]
         .map(td => { const r = document.createRange(); r.selectNodeContents(td);
                      return r.getClientRects().length; })""")
-    assert lines == [1, 1, 1]
+    assert lines == [1, 1, 1, 1]
 
 
 def test_a_timed_out_command_reads_as_still_running_beside_open_thinking_and_local_paths(
@@ -449,3 +457,25 @@ def test_a_timed_out_command_reads_as_still_running_beside_open_thinking_and_loc
     expect(note).to_have_count(1)
     expect(note).to_have_text("still running when the attempt timed out: no result came")
     assert page.locator(".msg", has=note).locator("code").text_content() == "sleep 600"
+
+
+def test_a_diff_of_runs_whose_variants_are_named_apart_pairs_them_as_picked(
+        failures: str, page: Any) -> None:
+    """#49, point 3: two variants each, named apart, pair nothing by themselves (every
+    task added or removed); picked in the form, they pair by task."""
+    page.goto(f"{failures}/diff/{CROSSED}/{RENAMED}")
+    lead = page.locator("p.lead")
+    expect(lead).to_contain_text("8 added")
+    expect(lead).to_contain_text("8 removed")
+    form = page.locator("form.pairing")
+    form.locator("select").nth(0).select_option(label="model-a")
+    form.locator("select").nth(1).select_option(label="model-b")
+    form.locator("button[type=submit]").click()
+    page.wait_for_url("**variants=a%3Dmodel-a&variants=b%3Dmodel-b")
+    expect(lead).to_contain_text("1 fix")
+    expect(lead).to_contain_text("7 unchanged")
+    expect(lead).to_contain_text("0 added")
+    expect(page.locator("tr[data-task='model-a/flaky/01'] .pill")).to_have_text("fix")
+    expect(page.locator("p.muted", has_text="paired with")).to_contain_text(
+        "variant a of crossed-1 paired with model-a of renamed-1")
+    assert axe_violations(page.context.browser, page.url, "dark") == []
