@@ -65,6 +65,17 @@ def _wait_for_lines(api: str) -> None:
     wait_until(printed, "the task to start and print", every=0.05)
 
 
+def _held(api: str) -> bool:
+    """A run's task is running (asked of the JSON API; a run not started yet is a 404)."""
+    try:
+        with urllib.request.urlopen(api, timeout=PATIENCE) as response:
+            return bool(json.load(response).get("running"))
+    except urllib.error.HTTPError as e:
+        if e.code != 404:
+            raise
+        return False
+
+
 def _shot(page: Any, tmp_path: Path, name: str) -> None:
     folder = Path(os.environ.get("EVALLEDGER_SCREENSHOTS") or tmp_path)
     folder.mkdir(parents=True, exist_ok=True)
@@ -412,3 +423,44 @@ def test_the_runs_list_keeps_each_date_on_one_line_at_1280_px(scenes_server: str
         const range = document.createRange(); range.selectNodeContents(td);
         return range.getClientRects().length; })""")
     assert lines and set(lines) == {1}, lines
+
+
+def test_a_live_runs_variants_count_the_tasks_it_plans_before_they_start(
+    server: tuple[str, Path], page: Any, tmp_path: Path
+) -> None:
+    """#49, point 6: a live experiment's variants table read "tasks 2 run 0" while 12
+    were planned. Two variants of three tasks, one at a time, the first held at its
+    gate: each variant has its 3 tasks while fewer have run."""
+    url, db = server
+    suite, gate = tmp_path / "planned", tmp_path / "planned.gate"
+    suite.mkdir()
+    (suite / "a-gated.yaml").write_text(GATED.format(gate=gate), encoding="utf-8")
+    for name in ("b", "c"):
+        (suite / f"{name}.yaml").write_text("command: 'true'\nsuccess_criteria: "
+                                            "[{type: exit_code}]\n", encoding="utf-8")
+    (tmp_path / "experiment.yaml").write_text(json.dumps({
+        "experiment_id": "planned", "tasks": [str(suite)], "variants": [
+            {"variant_id": "v1"}, {"variant_id": "v2"}]}), encoding="utf-8")
+    runner = _evalledger("--ledger", str(db), "run", "-e", str(tmp_path / "experiment.yaml"),
+                         "--run-id", "planned-run", "-j", "1", "--out", str(tmp_path / "runs"),
+                         cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        # Whichever variant's gated task the batch started first holds at the gate.
+        wait_until(lambda: _held(url + "/api/runs/planned-run"), "a gated task to start")
+        page.goto(url + "/runs/planned-run")
+        table = page.locator("table.variants")
+        header = table.locator("thead th").all_text_contents()
+        tasks, ran = header.index("tasks"), header.index("run")
+        rows = {r.locator("td").first.text_content(): r.locator("td").all_text_contents()
+                for r in table.locator("tbody tr").all()}
+        assert sorted(rows) == ["v1", "v2"]
+        assert [rows[v][tasks] for v in ("v1", "v2")] == ["3", "3"]
+        assert sum(int(rows[v][ran]) for v in ("v1", "v2")) < 6  # one held: not all ran
+        expect(page.locator(".lead .st-running")).to_have_count(1)
+        gate.write_text("go")
+        assert runner.wait(PATIENCE) == 0
+    finally:
+        gate.write_text("go")
+        if runner.poll() is None:
+            runner.send_signal(signal.SIGINT)
+            runner.wait(PATIENCE)
