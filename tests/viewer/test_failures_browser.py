@@ -68,6 +68,7 @@ EDITING = [
         {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "pytest -q"}}],
         "usage": {"input_tokens": 100, "output_tokens": 20}}},
     {"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "t1",
+                                               "is_error": True,
                                                "content": "\n".join(f"line {i}" for i in
                                                                     range(1, 31))}]}},
     {"type": "assistant", "message": {"id": "m2", "model": "claude-sonnet-4-5", "content": [
@@ -328,7 +329,7 @@ def test_a_search_of_every_run_finds_a_line_of_each(failures: str, page: Any) ->
     # The hit is a tool's result in an agent's event: read as its conversation reads it,
     # under named columns, not as the event's JSON.
     hit = found.locator("table.found-lines tbody tr")
-    expect(hit.locator("td").nth(2)).to_have_text("result")  # a tool's: ← line 30
+    expect(hit.locator("td").nth(2)).to_have_text("error")  # a tool's result marked one
     expect(hit.locator("td.text")).to_have_text("line 30")  # the line of it that holds it
     expect(hit.locator("td.text")).not_to_contain_text('"tool_use_id"')
     expect(found.locator("table.found-lines thead th")).to_have_text(
@@ -479,3 +480,20 @@ def test_a_diff_of_runs_whose_variants_are_named_apart_pairs_them_as_picked(
     expect(page.locator("p.muted", has_text="paired with")).to_contain_text(
         "variant a of crossed-1 paired with model-a of renamed-1")
     assert axe_violations(page.context.browser, page.url, "dark") == []
+
+
+def test_the_verdict_leads_to_the_tool_result_the_agent_saw_fail(
+        failures: str, page: Any) -> None:
+    """#49, point 5: from why the attempt failed to the step of its conversation that
+    failed (its tests' run), in one click, on the screen."""
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.goto(f"{failures}/runs/{RUN}/tasks/default/claims/00")
+    link = page.locator("#attempt-1 p.to-failing a")
+    expect(link).to_have_text("the last tool result its agent saw fail \u2192")
+    link.click()
+    page.wait_for_url(re.compile(r".*\?after=\d+#seq-\d+$"))
+    seq = page.url.rsplit("#seq-", 1)[1]
+    target = page.locator(f"#seq-{seq}")
+    expect(target).to_contain_text("line 30")
+    expect(target.locator(".tool-result.is-error")).to_have_count(1)
+    expect(target).to_be_in_viewport()
