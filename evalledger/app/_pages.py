@@ -234,8 +234,14 @@ def search_run(ledger: Ledger, run_id: str, text: str, *, after: int = 0,
         if reached < end and len(rows) < limit and time.monotonic() > deadline:
             timed = True
             break
-    keys = list(dict.fromkeys(row.task_key or "" for row in rows))
-    starts = attempt_starts(ledger, run_id, keys)
+    return RunSearch(_by_task(ledger, run_id, rows, text), len(rows),
+                     reached if reached < end else None, timed)
+
+
+def _by_task(ledger: Ledger, run_id: str, rows: list[EventRow], text: str) -> list[Found]:
+    """The rows a search found as lines, by task in the order of its first."""
+    starts = attempt_starts(ledger, run_id, list(dict.fromkeys(
+        row.task_key or "" for row in rows)))
     holds = re.compile(re.escape(text), re.IGNORECASE)
     by_task: dict[str, Found] = {}
     for row in rows:
@@ -249,8 +255,7 @@ def search_run(ledger: Ledger, run_id: str, text: str, *, after: int = 0,
             if said != "json":
                 hit.said, hit.shown = said, shown
         by_task.setdefault(key, Found(key, [])).lines.append(hit)
-    return RunSearch(list(by_task.values()), len(rows),
-                     reached if reached < end else None, timed)
+    return list(by_task.values())
 
 
 @dataclass

@@ -128,26 +128,31 @@ def _unanswered(items: list[Said | AttemptMark], tries: Sequence[Try],
     (an attempt whose rows all are here: a later attempt's follow them, or they end the
     transcript and it has ended)."""
     ended = {t.number: _ending(t) for t in tries}
-    last = {item.line.attempt: i for i, item in enumerate(items) if isinstance(item, Said)}
-    answered: dict[int, set[str]] = {item.line.attempt: set() for item in items
-                                     if isinstance(item, Said)}
-    for item in items:
-        if isinstance(item, Said) and item.entry is not None:
-            answered[item.line.attempt].update(
-                s.call_id for s in item.entry.steps if isinstance(s, ToolResult) and s.call_id)
-    final = max(last, key=last.__getitem__, default=None)
+    said = [item for item in items if isinstance(item, Said) and item.entry is not None]
+    answered = _answered(said)
+    # The last attempt on the page may go on past it, unless the page ends the transcript.
+    lines = [item for item in items if isinstance(item, Said)]
+    going_on = lines[-1].line.attempt if lines and not to_end else None
     marked = list(items)
     for i, item in enumerate(items):
         if not isinstance(item, Said) or item.entry is None:
             continue
         attempt = item.line.attempt
-        if not ended.get(attempt) or (attempt == final and not to_end):
-            continue
-        calls = frozenset(s.call_id for s in item.entry.steps if isinstance(s, ToolCall)
-                          and s.call_id and s.call_id not in answered[attempt])
-        if calls:
+        if ended.get(attempt) and attempt != going_on and (calls := frozenset(
+                s.call_id for s in item.entry.steps if isinstance(s, ToolCall)
+                and s.call_id and s.call_id not in answered.get(attempt, ()))):
             marked[i] = dataclasses.replace(item, unanswered=calls, ended=ended[attempt])
     return marked
+
+
+def _answered(said: list[Said]) -> dict[int, set[str]]:
+    """Per attempt, the tool calls (by id) a result on the page answered."""
+    answered: dict[int, set[str]] = {}
+    for item in said:
+        assert item.entry is not None
+        answered.setdefault(item.line.attempt, set()).update(
+            s.call_id for s in item.entry.steps if isinstance(s, ToolResult) and s.call_id)
+    return answered
 
 
 def _ending(attempt: Try) -> str:
