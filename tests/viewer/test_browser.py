@@ -464,3 +464,21 @@ def test_a_live_runs_variants_count_the_tasks_it_plans_before_they_start(
         if runner.poll() is None:
             runner.send_signal(signal.SIGINT)
             runner.wait(PATIENCE)
+
+
+def test_an_agents_attempts_say_what_they_spent_and_its_usage_never_goes_down(
+    scenes_server: str, page: Any
+) -> None:
+    """#49, point 6: an interrupted attempt says its tokens and cost on its one line;
+    the finished attempt's usage over time is a line that never goes down."""
+    page.goto(f"{scenes_server}/runs/{FIRST}/tasks/{AGENT_KEY}")
+    interrupted = page.locator("#attempt-1 details.meta summary")
+    expect(interrupted).to_contain_text("interrupted \u00b7")
+    assert re.search(r"interrupted · [\d,]+ tokens · (≥ )?\$\d", interrupted.text_content()
+                     or ""), interrupted.text_content()
+    line = page.locator("#attempt-2 figure svg path[stroke-width='2']")
+    expect(line).to_have_count(1)
+    heights = [float(y) for y in re.findall(r"L [\d.]+ ([\d.]+)", line.get_attribute("d")
+                                            or "")]
+    assert len(heights) >= 4
+    assert heights == sorted(heights, reverse=True)  # SVG's y grows down: never down

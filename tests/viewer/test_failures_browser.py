@@ -497,3 +497,12 @@ def test_the_verdict_leads_to_the_tool_result_the_agent_saw_fail(
     expect(target).to_contain_text("line 30")
     expect(target.locator(".tool-result.is-error")).to_have_count(1)
     expect(target).to_be_in_viewport()
+
+
+def test_an_attempt_that_reported_no_tokens_says_so_in_words(failures: str, page: Any) -> None:
+    """#49, point 6: usage of nothing but zeros was drawn on an empty 0-1 axis."""
+    page.goto(f"{failures}/runs/{RUN}/tasks/default/api-529/00")
+    chart = page.locator("#attempt-1 figure svg")
+    expect(chart).to_have_count(1)
+    expect(chart.locator("text")).to_have_text(["0 tokens reported"])
+    expect(chart.locator("path")).to_have_count(0)
