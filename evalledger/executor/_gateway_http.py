@@ -445,8 +445,12 @@ class _TLS:
         made and the upstream's certificate verified for ``host``."""
         raw = _socket.socket(fileno=tcp.socket.detach())
         raw.setblocking(False)
-        tls = cls(context.wrap_socket(raw, server_hostname=host,
-                                      do_handshake_on_connect=False))
+        try:
+            tls = cls(context.wrap_socket(raw, server_hostname=host,
+                                          do_handshake_on_connect=False))
+        except BaseException:
+            raw.close()
+            raise
         try:
             await tls._retried(tls.socket.do_handshake)
         except BaseException:

@@ -129,11 +129,19 @@ def _gated_run(
     suite.mkdir()
     gate = tmp_path / f"{run_id}.gate"
     (suite / "gated.yaml").write_text(GATED.format(gate=gate) + extra, encoding="utf-8")
-    runner = _evalledger("--ledger", str(db), "run", str(suite), "--run-id", run_id,
-                         "--out", str(tmp_path / "runs"), cwd=tmp_path,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    with _running(db, tmp_path, gate, str(suite), "--run-id", run_id) as runner:
         yield runner, gate
+
+
+@contextmanager
+def _running(db: Path, tmp_path: Path, gate: Path,
+             *args: str) -> Iterator[subprocess.Popen[str]]:
+    """``evalledger run ARGS`` as a process whose tasks hold at ``gate``; whatever
+    happens, the gate is opened and the runner stopped on the way out."""
+    runner = _evalledger("--ledger", str(db), "run", *args, "--out", str(tmp_path / "runs"),
+                         cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield runner
     finally:
         gate.write_text("go")
         if runner.poll() is None:
@@ -441,10 +449,8 @@ def test_a_live_runs_variants_count_the_tasks_it_plans_before_they_start(
     (tmp_path / "experiment.yaml").write_text(json.dumps({
         "experiment_id": "planned", "tasks": [str(suite)], "variants": [
             {"variant_id": "v1"}, {"variant_id": "v2"}]}), encoding="utf-8")
-    runner = _evalledger("--ledger", str(db), "run", "-e", str(tmp_path / "experiment.yaml"),
-                         "--run-id", "planned-run", "-j", "1", "--out", str(tmp_path / "runs"),
-                         cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    with _running(db, tmp_path, gate, "-e", str(tmp_path / "experiment.yaml"),
+                  "--run-id", "planned-run", "-j", "1") as runner:
         # Whichever variant's gated task the batch started first holds at the gate.
         wait_until(lambda: _held(url + "/api/runs/planned-run"), "a gated task to start")
         page.goto(url + "/runs/planned-run")
@@ -459,11 +465,6 @@ def test_a_live_runs_variants_count_the_tasks_it_plans_before_they_start(
         expect(page.locator(".lead .st-running")).to_have_count(1)
         gate.write_text("go")
         assert runner.wait(PATIENCE) == 0
-    finally:
-        gate.write_text("go")
-        if runner.poll() is None:
-            runner.send_signal(signal.SIGINT)
-            runner.wait(PATIENCE)
 
 
 def test_an_agents_attempts_say_what_they_spent_and_its_usage_never_goes_down(
