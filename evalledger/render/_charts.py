@@ -147,14 +147,14 @@ def histogram(values: Sequence[float], title: str, *, bins: int = 20, width: int
     top = max(counts)
     bar_w = plot_w / bins
     body: list[str] = []
+    # Each bin's edges, as many decimals as it takes for neighbours to read apart.
+    edges = _tick_seconds([low + span * i / bins for i in range(bins + 1)])
     for i, count in enumerate(counts):
         h = plot_h * count / top if top else 0
-        start = low + span * i / bins
-        end = low + span * (i + 1) / bins
         body.append(
             f'<rect x="{left + i * bar_w + 0.5:.1f}" y="{bottom - h:.1f}" '
             f'width="{max(bar_w - 1, 0.5):.1f}" height="{h:.1f}" fill="{_BAR}"><title>'
-            f"{_seconds(start)}-{_seconds(end)}: {count}</title></rect>"
+            f"{edges[i]}-{edges[i + 1]}: {count}</title></rect>"
         )
     places = (0.0, 0.5, 1.0) if high > low else (0.0,)
     body += _axes(left, right, top_m, bottom,

@@ -10,15 +10,19 @@ and one that succeeds.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from evalledger.ledger import Ledger, RunStarted, TaskCompleted, TaskStarted
+from evalledger.statuses import FinalStatus
 from tests.cli.helpers import evalledger, write_tasks
 
 from .browser import axe_violations, expect
@@ -42,7 +46,8 @@ OVERLOADED = [
 ]
 STATS_TEST = "def test_median():\n    assert 0 is None\n"
 # A Claude Code session, without isolation, that thinks, writes a file by its sandbox path
-# and starts a command that outlives its attempt's timeout.
+# and starts a command that outlives its attempt's timeout: what its one message used is
+# booked as an estimate (its result line never came).
 HANGING = """import json, os, time
 def say(line):
     print(json.dumps(line), flush=True)
@@ -52,7 +57,8 @@ say({"type": "system", "subtype": "init", "model": "claude-sonnet-4-5", "session
 say({"type": "assistant", "message": {"id": "m1", "model": "claude-sonnet-4-5", "content": [
     {"type": "thinking", "thinking": "Write the median first, then run the long suite."},
     {"type": "tool_use", "id": "w1", "name": "Write",
-     "input": {"file_path": here + "/median.py", "content": "print(2)"}}]}})
+     "input": {"file_path": here + "/median.py", "content": "print(2)"}}],
+    "usage": {"input_tokens": 1200, "output_tokens": 300}}})
 say({"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "w1",
      "content": "File created successfully at: " + here + "/median.py"}]}})
 say({"type": "assistant", "message": {"id": "m2", "model": "claude-sonnet-4-5", "content": [
@@ -506,3 +512,43 @@ def test_an_attempt_that_reported_no_tokens_says_so_in_words(failures: str, page
     expect(chart).to_have_count(1)
     expect(chart.locator("text")).to_have_text(["0 tokens reported"])
     expect(chart.locator("path")).to_have_count(0)
+
+
+def test_a_cut_off_agents_cost_per_model_reads_as_a_floor(failures: str, page: Any) -> None:
+    """#49, point 6: the cost per model of an attempt cut off before its agent's totals
+    came (its messages' usage booked as an estimate, priced) read as a plain figure."""
+    page.goto(f"{failures}/runs/{HUNG}")
+    chart = page.locator("figure", has=page.locator("figcaption", has_text="Cost per model"))
+    expect(chart.locator("svg")).to_have_count(1)
+    shown = chart.locator("svg > text").all_text_contents()
+    assert "claude-sonnet-4-5" in shown, shown
+    [cost] = [text for text in shown if "$" in text]
+    assert re.fullmatch(r"\u2265 \$0\.\d{4}", cost), shown
+    expect(page.locator('[data-count="total_cost_usd"]')).to_have_text(cost)
+
+
+def test_durations_close_together_read_apart_on_their_axis(
+        tmp_path: Path, page: Any) -> None:
+    """#49, point 6: durations of 3.21 s to 3.24 s were labelled ``3.2s 3.2s 3.2s``
+    under their chart, and each bar's tooltip the same; as many decimals as it takes
+    now, each label clear of the next."""
+    db = tmp_path / "ledger.db"
+    keys = [f"default/t{i}/00" for i in range(3)]
+    events: list[Any] = [RunStarted(run_id="close", planned=keys)]
+    for key, seconds in zip(keys, [3.21, 3.22, 3.24], strict=True):
+        events += [TaskStarted(run_id="close", task_key=key, task_id=key.split("/")[1]),
+                   TaskCompleted(run_id="close", task_key=key, category="succeeded",
+                                 final_status=FinalStatus.SUCCESS, duration_seconds=seconds)]
+    with Ledger(db) as ledger:
+        ledger.append(events)
+    with viewer(db) as url:
+        page.goto(f"{url}/runs/close")
+        svg = page.locator("figure", has=page.locator(
+            "figcaption", has_text="Task durations")).locator("svg")
+        ticks = svg.locator("text", has_text=re.compile(r"^[\d.]+s$"))
+        expect(ticks).to_have_text(["3.21s", "3.23s", "3.24s"])
+        boxes = [ticks.nth(i).bounding_box() for i in range(3)]
+        assert all(a["x"] + a["width"] < b["x"] for a, b in itertools.pairwise(boxes)), boxes
+        bins = [t for t in svg.locator("rect > title").all_text_contents()
+                if not t.endswith(": 0")]
+        assert len(bins) == 3 and len({t.split(":")[0] for t in bins}) == 3, bins
