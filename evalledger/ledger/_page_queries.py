@@ -97,7 +97,7 @@ def transcript_rows(
     backwards = before is not None
     rows = _transcript(ledger, run_id, task_key, after=0 if backwards else after or 0,
                        before=before if before is not None and before > 0 else None,
-                       through=through, backwards=backwards)
+                       through=through, backwards=backwards, holding=search or None)
     if search:
         holds = _holding(search)
         rows = (row for row in rows if holds(row))
@@ -115,7 +115,7 @@ def _holding(text: str) -> Callable[[EventRow], bool]:
     (``line``, ``stream``). First the payload as JSON spells the text (cheap, and true
     of every row that holds it), then the one field read out of the rows that pass."""
     plain = re.compile(re.escape(text), re.IGNORECASE)
-    spelled = re.compile(re.escape(_json_string(text)[1:-1]), re.IGNORECASE)
+    spelled = _spelled(text)
 
     def holds(row: EventRow) -> bool:
         if not spelled.search(row.payload):
@@ -130,21 +130,56 @@ def _holding(text: str) -> Callable[[EventRow], bool]:
     return holds
 
 
+def _spelled(text: str) -> re.Pattern[str]:
+    """``text`` as a payload's JSON spells it, whatever its case."""
+    return re.compile(re.escape(_json_string(text)[1:-1]), re.IGNORECASE)
+
+
+# The characters that re's IGNORECASE holds equal to an ASCII letter (i, k, s): a row
+# holding one may match an ASCII text that SQLite's LIKE, ASCII-only, finds no case of.
+_FOLDS_TO_ASCII = "*[\u0130\u0131\u212a\u017f]*"
+# SQLite refuses a LIKE pattern over 50,000 bytes (SQLITE_MAX_LIKE_PATTERN_LENGTH); a
+# text this long is searched in Python alone.
+_LIKE_LONGEST = 10_000
+
+
+def _like(text: str) -> str | None:
+    """A LIKE pattern (escaped with ``\\``) of the payloads that spell ``text``: a search
+    SQLite makes before a row is read into Python; None where LIKE cannot be trusted to
+    find every case of it (a text beyond ASCII: LIKE folds the case of ASCII only), or
+    would refuse it (longer than SQLite takes a pattern to be)."""
+    spelled = _json_string(text)[1:-1]
+    if not spelled.isascii() or len(spelled) > _LIKE_LONGEST:
+        return None
+    return "%" + re.sub(r"([\\%_])", r"\\\1", spelled) + "%"
+
+
 def _json_string_of(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _transcript(ledger: Ledger, run_id: str, task_key: str | None, *, after: int = 0,
                 before: int | None = None, through: int | None = None,
-                backwards: bool = False) -> Iterator[EventRow]:
+                backwards: bool = False, holding: str | None = None,
+                ) -> Iterator[EventRow]:
     """The transcript rows (lines, JSON events, where output was cut) of a task, or of
     every task of the run, with ``after < seq < before`` and ``seq <= through``, in seq
     order or newest first: one range scan of an index, each chunk given as its lines
-    (``_lines``: a chunk stored past the bound may hold lines inside it)."""
+    (``_lines``: a chunk stored past the bound may hold lines inside it).
+
+    ``holding``: only the stored rows whose payload spells that text, whatever its case,
+    may be given (the caller checks each line): the rest are passed over by SQLite, or
+    before a chunk is taken apart into its lines. A chunk's text holds each line's
+    payload as it is, so one that holds no match holds no line that does."""
     where, params = ["run_id = ?", _TRANSCRIPT, "seq > ?"], [run_id, after]
     if task_key is not None:
         where.insert(1, "task_key = ?")
         params.insert(1, task_key)
+    spelled = _spelled(holding) if holding else None
+    if holding and (like := _like(holding)) is not None:
+        where.append("(typeof(payload) = 'blob' OR payload LIKE ? ESCAPE '\\' "
+                     f"OR payload GLOB '{_FOLDS_TO_ASCII}')")
+        params.append(like)
     bounds = [x for x in (before - 1 if before else None, through) if x is not None]
     high = min(bounds) if bounds else None
     if (wide := widened(high)) is not None:
@@ -152,9 +187,12 @@ def _transcript(ledger: Ledger, run_id: str, task_key: str | None, *, after: int
         params.append(wide)
     rows = ledger.cursor(f"SELECT {_COLUMNS} FROM events WHERE {' AND '.join(where)} "
                          f"ORDER BY seq {'DESC' if backwards else 'ASC'}", params)
+    stored: Iterator[EventRow] = map(fetched, rows)
+    if spelled is not None:  # a payload left as bytes does not decompress: decoding names it
+        stored = (row for row in stored
+                  if type(row.payload) is not str or spelled.search(row.payload))
     # The query keeps the transcript's types: a chunk holds only lines.
-    yield from read_as_lines(ledger.path, map(fetched, rows), None, after, high,
-                             backwards=backwards)
+    yield from read_as_lines(ledger.path, stored, None, after, high, backwards=backwards)
 
 
 def transcript_row_before(ledger: Ledger, run_id: str, task_key: str, seq: int) -> int | None:
