@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import logging
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -26,6 +27,8 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 import trio
+
+log = logging.getLogger(__name__)
 
 # The port the sandbox's forwarder listens on for the proxy (the sandbox's loopback is
 # its own: no host's port is taken). The gateway's port, if it is this one, moves it.
@@ -66,7 +69,8 @@ def allows(domains: tuple[str, ...], host: str, port: int) -> bool:
 
 def _has_port(entry: str) -> bool:
     head, colon, tail = entry.rpartition(":")
-    return bool(colon) and tail.isdigit() and not head.endswith(":")  # not an IPv6 one
+    return (bool(colon) and tail.isascii() and tail.isdigit()
+            and not head.endswith(":"))  # not an IPv6 one
 
 
 @dataclass
@@ -115,18 +119,28 @@ class Egress:
             await attempt.idle.wait()
 
     async def serve(self, stream: trio.abc.Stream) -> None:
-        """One connection from a sandbox: a request head, then a tunnel or a refusal."""
+        """One connection from a sandbox: a request head, then a tunnel or a refusal.
+        Whatever it sends ends this connection at worst: never the proxy, nor the batch
+        whose nursery serves it."""
         async with stream:
-            head, rest = await _read_head(stream)
-            if head is None:
-                return
-            request = _parse(head)
-            attempt = self._attempts.get(request.token or "")
-            if attempt is None or attempt.closed:
-                await _answer(stream, 407, "a token of an attempt is needed",
-                              b'Proxy-Authenticate: Basic realm="evalledger"\r\n')
-                return
-            await self._for(attempt, request, stream, rest)
+            try:
+                await self._serve(stream)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass  # the command went away
+            except Exception:  # a bug: this connection ends, the proxy serves on
+                log.exception("egress proxy: a connection failed")
+
+    async def _serve(self, stream: trio.abc.Stream) -> None:
+        head, rest = await _read_head(stream)
+        if head is None:
+            return
+        request = _parse(head)
+        attempt = self._attempts.get(request.token or "")
+        if attempt is None or attempt.closed:
+            await _answer(stream, 407, "a token of an attempt is needed",
+                          b'Proxy-Authenticate: Basic realm="evalledger"\r\n')
+            return
+        await self._for(attempt, request, stream, rest)
 
     async def _for(self, attempt: EgressAttempt, request: _Request,
                    stream: trio.abc.Stream, rest: bytes) -> None:
@@ -183,7 +197,8 @@ def _parse(head: bytes) -> _Request:
 def _target(target: str) -> tuple[str, int | None]:
     """``host:port`` (``[::1]:443``) of a CONNECT, the host lower case."""
     host, colon, port = target.rpartition(":")
-    if not colon or not port.isdigit() or not 0 < int(port) < 65536:
+    # isdigit() alone takes "²" (latin-1's 0xb2), which int() does not.
+    if not colon or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         return target[:200] or "?", None
     return host.strip("[]").lower()[:200] or "?", int(port)
 
@@ -239,7 +254,8 @@ async def _tunnel(attempt: EgressAttempt, request: _Request, client: trio.abc.St
             try:
                 with trio.fail_after(CONNECT_SECONDS):
                     remote = await trio.open_tcp_stream(request.host, request.port)
-            except (OSError, trio.TooSlowError) as e:
+            except (OSError, trio.TooSlowError, UnicodeError) as e:
+                # UnicodeError: a host IDNA cannot spell (a label over 63 characters).
                 reason = f"cannot connect: {type(e).__name__}: {e}"[:300]
                 await _answer(client, 502, reason)
             else:

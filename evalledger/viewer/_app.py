@@ -799,6 +799,13 @@ def _mentions(run: RunState, q: str) -> bool:
                (head.run_id, head.experiment_id, *head.models))
 
 
+def _same_token(given: str, token: str) -> bool:
+    """Whether a request's token is the viewer's, in constant time: compared as UTF-8
+    (compare_digest refuses a str beyond ASCII, and any caller may send one)."""
+    return secrets.compare_digest(given.encode("utf-8", "surrogateescape"),
+                                  token.encode("utf-8"))
+
+
 def url_with(url: str, **query: str) -> str:
     """``url`` with the query parameters that have a value added."""
     extra = "&".join(f"{k}={v}" for k, v in query.items() if v)
@@ -861,11 +868,11 @@ class _TokenGate:
             return
         request = Request(scope)
         given = request.query_params.get("token")
-        if given is not None and secrets.compare_digest(given, self.token):
+        if given is not None and _same_token(given, self.token):
             await self.app(scope, receive, _setting_cookie(send, self.token))
             return
         cookie = request.cookies.get(TOKEN_COOKIE)
-        if cookie is not None and secrets.compare_digest(cookie, self.token):
+        if cookie is not None and _same_token(cookie, self.token):
             await self.app(scope, receive, send)
             return
         response = PlainTextResponse(

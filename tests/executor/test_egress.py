@@ -5,6 +5,7 @@ command's own probes from inside."""
 
 from __future__ import annotations
 
+import base64
 import os
 import socket
 import sys
@@ -230,3 +231,53 @@ def test_a_connection_open_at_the_attempts_end_is_recorded_before_it(
     assert (egress.allowed, egress.sent_bytes, egress.received_bytes) == (True, 4, 4)
     assert egress.seq is not None and completed.seq is not None and egress.seq < completed.seq
     assert completed.final_status == "TIMEOUT"
+
+
+class _Recorded:
+    def __init__(self) -> None:
+        self.connections: list[tuple[str, int, bool, str | None]] = []
+
+    async def egress(self, host: str, port: int, allowed: bool, reason: str | None,
+                     sent_bytes: int, received_bytes: int, seconds: float) -> None:
+        self.connections.append((host, port, allowed, reason))
+
+
+def test_what_a_command_sends_the_proxy_ends_its_connection_at_worst(tmp_path: Path) -> None:
+    """A CONNECT to port ``²`` (latin-1's 0xb2: a digit to isdigit(), not to int()),
+    sent with no token, and a host IDNA cannot spell: each crashed the proxy, and with it
+    the batch that serves it. Now a refusal each, and the proxy serves on."""
+    import trio
+
+    from evalledger.executor._egress import open_egress
+
+    recorded = _Recorded()
+
+    async def ask(path: Path, head: bytes) -> bytes:
+        stream = await trio.open_unix_socket(str(path))
+        async with stream:
+            await stream.send_all(head)
+            answer = b""
+            while b"\r\n\r\n" not in answer and (piece := await stream.receive_some(4096)):
+                answer += piece
+            return answer.split(b"\r\n", 1)[0]
+
+    async def main() -> list[bytes]:
+        path = tmp_path / "egress.sock"
+        with trio.fail_after(30):
+            async with open_egress(path) as egress:
+                attempt = egress.attempt(("*.pythonhosted.org",), recorded)
+                auth = b"Proxy-Authorization: Basic " + base64.b64encode(
+                    f"evalledger:{attempt.token}".encode()) + b"\r\n"
+                return [
+                    await ask(path, b"CONNECT pypi.org:\xb2 HTTP/1.1\r\n\r\n"),
+                    await ask(path, b"CONNECT " + b"a" * 64 + b".pythonhosted.org:443 "
+                                    b"HTTP/1.1\r\n" + auth + b"\r\n"),
+                    await ask(path, b"CONNECT pypi.org:443 HTTP/1.1\r\n" + auth + b"\r\n"),
+                ]
+
+    answers = trio.run(main)
+    assert answers == [b"HTTP/1.1 407 Proxy Authentication Required",
+                       b"HTTP/1.1 502 Bad Gateway", b"HTTP/1.1 403 Forbidden"]
+    assert [(allowed, (reason or "").split(":")[0]) for _, _, allowed, reason
+            in recorded.connections] == [(True, "cannot connect"),
+                                         (False, "not in allow_domains")]

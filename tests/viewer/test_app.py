@@ -386,6 +386,10 @@ def test_the_token_gate(suite: Suite) -> None:
         assert client.get("/api/runs").status_code == 200  # the cookie carries it now
         client.cookies.clear()
         assert client.get("/api/runs").status_code == 403
+        # Any caller may send a token beyond ASCII: a refusal too, not a 500.
+        assert client.get("/api/runs?token=%C3%A9").status_code == 403
+        assert client.get("/api/runs", headers={
+            "cookie": "evalledger_token=\u00e9".encode("latin-1")}).status_code == 403
 
 
 WRITER = """
