@@ -34,6 +34,7 @@ class Seen:
     headers: dict[str, str]
     body: dict[str, Any]
     at: float
+    method: str = "POST"
 
 
 def anthropic_answer(text: str, input_tokens: int = 1000, output_tokens: int = 50) -> Reply:
@@ -97,7 +98,8 @@ class FakeApi(LoopbackServer):
                 length = int(self.headers.get("content-length") or 0)
                 raw = self.rfile.read(length)
                 api.seen.append(Seen(self.path, {k.lower(): v for k, v in self.headers.items()},
-                                     json.loads(raw or b"{}"), time.monotonic()))
+                                     json.loads(raw or b"{}"), time.monotonic(),
+                                     self.command))
                 reply = api.script.popleft() if api.script else api._last
                 api._last = reply
                 time.sleep(reply.delay)
@@ -114,6 +116,8 @@ class FakeApi(LoopbackServer):
                     self.wfile.write(payload)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up waiting (a timeout under test)
+
+            do_GET = do_POST  # a read, answered as scripted too
 
             def log_message(self, *args: object) -> None:
                 pass

@@ -35,8 +35,9 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import quote, unquote
+from urllib.parse import parse_qsl, quote, unquote
 
+import msgspec
 import trio
 
 from evalledger.ledger import TaskUsage, utc_now
@@ -48,7 +49,9 @@ from ._gateway_api import (
     allowed,
     api_of,
     gemini_model,
+    is_read,
     reads_usage,
+    unreadable,
 )
 from ._gateway_http import (
     GRACE,
@@ -74,6 +77,10 @@ DRAIN = 10.0
 _HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te",
                   "trailer", "upgrade"})
 _HOP_BYTES = frozenset(name.encode() for name in _HOP)
+# Headers some front ends read as the request's method: a read that one of them made a
+# post would spend unmetered.
+_METHOD_OVERRIDES = frozenset({"x-http-method-override", "x-http-method",
+                               "x-method-override"})
 # Statuses an API answers when it, not the request, failed (said so in ``call.status``).
 API_FAILURES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 # How a run points the gateway elsewhere than the real APIs, per provider, and at a CA
@@ -251,14 +258,15 @@ class Gateway:
         if body is None:
             await _answer(reply, 413, provider.error(413, "request too large"))
             return
-        asked = _json(body)
+        asked = _members(body)
         api = api_of(provider.name, path)
-        streamed = (asked.get("stream") is True or "alt=sse" in query
+        streamed = (_member(asked, "stream") is True or "alt=sse" in query
                     or path.endswith(":streamGenerateContent"))
         call = Call(provider.name, api, path, streamed, trio.current_time())
-        call.model = model = (asked.get("model") if isinstance(asked.get("model"), str)
+        call.model = model = (named if isinstance(named := _member(asked, "model"), str)
                               else gemini_model(path))
-        if (refusal := _refusal(attempt, provider, api, request.method)) is not None:
+        if (refusal := _refusal(attempt, provider, api, request.method, asked,
+                                query)) is not None:
             call.status, reason = refusal
             await _answer(reply, call.status, provider.error(call.status,
                                                              f"evalledger gateway: {reason}"))
@@ -266,6 +274,8 @@ class Gateway:
             return
         if provider.name == "openai" and api == "chat" and streamed:
             body = _with_usage_asked(asked) or body
+        if is_read(request.method):
+            body = b""
         call.reading = Reading(provider.name, api, model)
         # The path as the agent meant it, its reserved characters escaped again.
         upstream = self.upstreams[provider.name].rstrip("/") + quote(path, safe=_PATH_SAFE)
@@ -372,12 +382,17 @@ class Gateway:
         await attempt.meter.record(usage, call.facts(trio.current_time() - call.started))
 
 
-def _refusal(attempt: GatewayAttempt, provider: Provider, api: str,
-             method: str) -> tuple[int, str] | None:
+def _refusal(attempt: GatewayAttempt, provider: Provider, api: str, method: str,
+             asked: dict[str, msgspec.Raw], query: str) -> tuple[int, str] | None:
     """Why a call may not be sent upstream, with the status it is answered: an API the
-    gateway cannot meter (404), or a budget spent (400: no client retries it)."""
+    gateway cannot meter (404), an answer it could read no usage in, or a budget spent
+    (400: no client retries it)."""
     if not allowed(provider.name, api, method):
         return 404, f"{api!r} is no API the gateway meters"
+    if not is_read(method) and (reason := unreadable(
+            provider.name, api, background=_member(asked, "background"),
+            alts=[v for k, v in parse_qsl(query, keep_blank_values=True) if k == "alt"])):
+        return 400, reason
     if reads_usage(provider.name, api) and (reason := attempt.meter.refusal()):
         attempt.meter.refused(reason)
         return 400, reason
@@ -442,22 +457,45 @@ def gateway_keys_removed(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in keys}
 
 
-def _json(body: bytes) -> dict[str, Any]:
-    try:
-        data = json.loads(body) if body else {}
-    except ValueError:
+_decode_members = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
+# A member of a request read for what the gateway needs of it (``model``, ``stream``)
+# is at most this long; a longer one is not read into objects.
+_MEMBER_LIMIT = 4096
+
+
+def _members(body: bytes) -> dict[str, msgspec.Raw]:
+    """A request body's top-level members, each as its JSON text; {} when it is not a
+    JSON object. Nothing below the top level is made into objects (a body of millions
+    of nested arrays is one scan, not millions of lists, on the loop every attempt's
+    calls share), and no depth of nesting raises."""
+    if not body:
         return {}
-    return data if isinstance(data, dict) else {}
+    try:
+        return _decode_members(body)
+    except (msgspec.DecodeError, RecursionError):
+        return {}
 
 
-def _with_usage_asked(request: dict[str, Any]) -> bytes | None:
+def _member(members: dict[str, msgspec.Raw], name: str) -> Any:
+    """A member's value (None: absent, too long to read, or not JSON)."""
+    raw = members.get(name)
+    if raw is None or len(raw) > _MEMBER_LIMIT:
+        return None
+    try:
+        return msgspec.json.decode(raw)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+
+
+def _with_usage_asked(members: dict[str, msgspec.Raw]) -> bytes | None:
     """A streamed Chat Completions request asking for the usage chunk (without it the
-    stream reports none), when it did not ask itself."""
-    options = request.get("stream_options")
+    stream reports none), when it did not ask itself: its other members as they came."""
+    options = _member(members, "stream_options")
     if isinstance(options, dict) and options.get("include_usage") is True:
         return None
     asked = {**(options if isinstance(options, dict) else {}), "include_usage": True}
-    return json.dumps({**request, "stream_options": asked}).encode()
+    return msgspec.json.encode({**members, "stream_options": msgspec.Raw(json.dumps(
+        asked).encode())})
 
 
 def _forwarded(headers: list[tuple[bytes, bytes]], provider: Provider) -> dict[str, str]:
@@ -465,7 +503,7 @@ def _forwarded(headers: list[tuple[bytes, bytes]], provider: Provider) -> dict[s
     headers, an encoding the gateway could not read usage through, or an ``expect``
     (the gateway has the whole body already)."""
     dropped = {*_HOP, "host", "content-length", "accept-encoding", "expect",
-               *provider.key_headers}
+               *_METHOD_OVERRIDES, *provider.key_headers}
     kept = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in headers}
     return {k: v for k, v in kept.items() if k not in dropped} | {
         "accept-encoding": "identity"}

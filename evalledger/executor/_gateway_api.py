@@ -111,6 +111,33 @@ def allowed(provider: str, api: str, method: str) -> bool:
     return method in _READS or reads_usage(provider, api) or (provider, api) in FREE
 
 
+def is_read(method: str) -> bool:
+    """A read: passed on without a body (none spends, whatever a body or a header asks:
+    ``X-HTTP-Method-Override`` is never passed on either)."""
+    return method in _READS
+
+
+# The answers of a metered API the gateway reads usage in: Gemini's ``alt`` asks for
+# another (``proto``: protobuf); sse and json (the default) it reads.
+_GEMINI_ALTS = frozenset({"sse", "json"})
+
+
+def unreadable(provider: str, api: str, *, background: object,
+               alts: list[str]) -> str | None:
+    """Why a metered call's answer would hold no usage the gateway can read (the call
+    is refused then, before it spends), or None. An OpenAI response made in the
+    ``background`` answers ``queued`` with no usage, and its result is fetched later by
+    a read; Gemini's ``alt=proto`` answers in protobuf."""
+    if (provider, api) == ("openai", "responses") and background is True:
+        return ("a background response reports no usage in its answer: the gateway "
+                "meters a call by its answer (ask without background)")
+    if (provider, api) == ("gemini", "generate") and (
+            len(alts) > 1 or any(alt not in _GEMINI_ALTS for alt in alts)):
+        return (f"alt={','.join(alts)} answers in a form the gateway reads no usage in "
+                "(alt=sse or alt=json)")
+    return None
+
+
 def gemini_model(path: str) -> str | None:
     """The model a Gemini path names (``.../models/gemini-2.5-pro:generateContent``)."""
     last = path.rsplit("/", 1)[-1]
@@ -190,11 +217,16 @@ class Reading:
         else:
             try:
                 data = json.loads(self._buffer)
-            except ValueError:
+            except (ValueError, RecursionError):
                 data = None
-            if isinstance(data, dict):
-                self._see(data)
-                self.complete = self.complete or "usage" in data or "usageMetadata" in data
+            # Gemini's streamGenerateContent without alt=sse: its chunks as one array,
+            # each chunk's usage the total so far.
+            for item in data if isinstance(data, list) else [data]:
+                if isinstance(item, dict):
+                    self._see(item)
+                    # A usage of null (a response still queued) is no usage.
+                    self.complete = self.complete or isinstance(
+                        item.get("usage"), dict) or isinstance(item.get("usageMetadata"), dict)
         self._buffer.clear()
         self._usage_kept = False
 
@@ -223,7 +255,7 @@ def _event_data(event: bytes) -> dict[str, Any] | None:
         return None
     try:
         data = json.loads(b"\n".join(lines))
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 

@@ -46,6 +46,13 @@ _T = TypeVar("_T")
 
 # The most of a request's body the gateway reads (it holds it to send it upstream).
 MAX_REQUEST = 64 * 1024 * 1024
+# The most it holds of all requests' bodies at once, read or being read: past it a
+# request is answered 503 (a client retries that), and the gateway's memory stays
+# bounded however many connections an agent opens.
+MAX_HELD = 256 * 1024 * 1024
+# Seconds a request's body may take to arrive, from its head (a client that sends a
+# byte now and then holds a connection and its bytes no longer).
+BODY_SECONDS = 120.0
 # The most read from an upstream at once, into its connection's buffer (reused: a
 # fresh megabyte each receive cost more in page faults than the rest of the relay): a
 # stream's bytes pass on in pieces this large when they come faster than they are
@@ -302,6 +309,8 @@ class Server:
         # Invariant: the scope of each connection waiting for its next request.
         self._idle: set[trio.CancelScope] = set()
         self._stopping = False
+        # Invariant: the bytes of request bodies read or being read, not yet answered.
+        self._held = 0
 
     async def serve(self, listeners: list[trio.SocketListener],
                     task_status: trio.TaskStatus[list[trio.SocketListener]]
@@ -335,20 +344,27 @@ class Server:
             parser = h11.Connection(h11.SERVER)
             if unread:  # (h11 reads b"" as the connection's close)
                 parser.receive_data(unread)
+            held = [0]  # what this request's body holds of ``_held``
             try:
-                request = await self._request(parser, stream)
-            except h11.RemoteProtocolError as e:  # a garbled request: said, then closed
-                await _refuse(stream, e.error_status_hint)
-                return
-            if request is None:
-                return
-            reply = Reply(stream, request)
-            try:
-                await self._handler(request, reply)
-            except Exception:
-                if not reply.started:
-                    await _refuse(stream, 500)
-                raise
+                try:
+                    request = await self._request(parser, stream, held)
+                except h11.RemoteProtocolError as e:  # a garbled request: said, then closed
+                    await _refuse(stream, e.error_status_hint)
+                    return
+                if request is None:
+                    return
+                if request.body is _BUSY:
+                    await _refuse(stream, 503)
+                    return
+                reply = Reply(stream, request)
+                try:
+                    await self._handler(request, reply)
+                except Exception:
+                    if not reply.started:
+                        await _refuse(stream, 500)
+                    raise
+            finally:
+                self._held -= held[0]
             # Kept alive only after a whole exchange (a body refused unread, an answer
             # broken off or ended by the close, end it).
             if not (reply.ended and reply.keep_alive and parser.their_state is h11.DONE):
@@ -357,10 +373,12 @@ class Server:
             if closed:
                 return
 
-    async def _request(self, parser: h11.Connection,
-                       stream: trio.SocketStream) -> Request | None:
+    async def _request(self, parser: h11.Connection, stream: trio.SocketStream,
+                       held: list[int]) -> Request | None:
         """The next request on the connection, or None: it closed, stayed idle
-        ``KEEP_ALIVE`` seconds, or the server stopped while it waited."""
+        ``KEEP_ALIVE`` seconds, the server stopped while it waited, or its body took
+        longer than ``BODY_SECONDS``. Its body is ``_BUSY`` when the gateway holds
+        ``MAX_HELD`` already; what it holds is counted in ``held``."""
         with trio.move_on_after(KEEP_ALIVE) as idle:
             self._idle.add(idle)
             try:
@@ -370,21 +388,31 @@ class Server:
         if not isinstance(head, h11.Request):
             return None
         body = bytearray()
-        while True:
-            if parser.they_are_waiting_for_100_continue:
-                await stream.send_all(parser.send(h11.InformationalResponse(
-                    status_code=100, headers=[])) or b"")
-            event: object = None  # (stalled KEEP_ALIVE seconds)
-            with trio.move_on_after(KEEP_ALIVE):
-                event = await _next_event(parser, stream)
-            if isinstance(event, h11.Data):
-                body += event.data
-                if len(body) > MAX_REQUEST:
-                    return _request(head, None)
-            elif isinstance(event, h11.EndOfMessage):
-                return _request(head, bytes(body))
-            else:  # the agent went away mid-request, or stalled: no call
-                return None
+        with trio.move_on_after(BODY_SECONDS):
+            while True:
+                if parser.they_are_waiting_for_100_continue:
+                    await stream.send_all(parser.send(h11.InformationalResponse(
+                        status_code=100, headers=[])) or b"")
+                event: object = None  # (stalled KEEP_ALIVE seconds)
+                with trio.move_on_after(KEEP_ALIVE):
+                    event = await _next_event(parser, stream)
+                if isinstance(event, h11.Data):
+                    if self._held + len(event.data) > MAX_HELD:
+                        return _request(head, _BUSY)
+                    body += event.data
+                    held[0] += len(event.data)
+                    self._held += len(event.data)
+                    if len(body) > MAX_REQUEST:
+                        return _request(head, None)
+                elif isinstance(event, h11.EndOfMessage):
+                    return _request(head, bytes(body))
+                else:  # the agent went away mid-request, or stalled: no call
+                    return None
+        return None  # its body came too slowly: no call
+
+
+# A request's body when the gateway already holds ``MAX_HELD`` (answered 503).
+_BUSY = b"(busy)"
 
 
 def _request(head: h11.Request, body: bytes | None) -> Request:

@@ -49,9 +49,9 @@ for call in calls:
     base = bases[call.get("via", call["provider"])]
     if "via" in call:  # another provider's path on this one's token
         base = base.rsplit("/", 1)[0] + "/" + call["provider"]
-    request = urllib.request.Request(base + call["path"], method="POST",
+    request = urllib.request.Request(base + call["path"], method=call.get("method", "POST"),
         data=json.dumps(call["body"]).encode(),
-        headers={name: value, "content-type": "application/json"})
+        headers={name: value, "content-type": "application/json", **call.get("headers", {})})
     try:
         with urllib.request.urlopen(request) as answer:
             print(json.dumps({"status": answer.status, "bytes": len(answer.read())}))
@@ -207,7 +207,15 @@ GEMINI_PATH = "/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse"
               "thoughtsTokenCount": 30}}),
      "gemini-2.5-pro", TokenCounts(input_tokens=650, output_tokens=100,
                                    cache_read_tokens=400)),
-], ids=["anthropic-json", "chat-stream", "responses-json", "gemini-stream"])
+    # Without alt=sse, Gemini streams its chunks as one JSON array.
+    ({"provider": "gemini", "path": GEMINI_PATH.removesuffix("?alt=sse"), "body": {}},
+     Reply(body=[{"responseId": "g2", "modelVersion": "gemini-2.5-pro", "candidates": [{}],
+                  "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 1}},
+                 {"responseId": "g2", "modelVersion": "gemini-2.5-pro",
+                  "candidates": [{"finishReason": "STOP"}],
+                  "usageMetadata": {"promptTokenCount": 900, "candidatesTokenCount": 80}}]),
+     "gemini-2.5-pro", TokenCounts(input_tokens=900, output_tokens=80)),
+], ids=["anthropic-json", "chat-stream", "responses-json", "gemini-stream", "gemini-array"])
 def test_each_api_s_usage_is_read_as_it_reports_it(
         tmp_path: Path, call: dict[str, Any], reply: Reply, model: str,
         tokens: TokenCounts) -> None:
@@ -501,3 +509,62 @@ def test_an_api_the_gateway_cannot_meter_is_refused_not_passed_on(tmp_path: Path
     (usage,), _ = read(db)
     assert usage.call is not None and (usage.call["api"], usage.call["status"]) == (
         "embeddings", 404)
+
+
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
+@pytest.mark.parametrize(("call", "why"), [
+    ({"provider": "openai", "path": "/responses", "body": {
+        "model": "gpt-5", "background": True, "input": "hi"}}, "background response"),
+    ({"provider": "gemini", "path": "/v1beta/models/gemini-2.5-pro:generateContent?alt=proto",
+      "body": {}}, "alt=proto"),
+], ids=["responses-background", "gemini-proto"])
+def test_a_call_whose_answer_would_hold_no_usage_the_gateway_reads_is_refused(
+        tmp_path: Path, call: dict[str, Any], why: str) -> None:
+    """A background response answers ``queued`` with ``usage: null`` (its result fetched
+    later by a read), Gemini's ``alt=proto`` in protobuf: each was booked as spending
+    nothing, and no budget held. Refused before they spend."""
+    with FakeApi() as api:
+        api.script.append(Reply(body={"id": "resp_1", "status": "queued", "usage": None}))
+        code, db = run_agent(tmp_path, [call], {call["provider"]: api.url})
+        assert api.seen == []
+    assert code == 1
+    (said,) = _printed(db)
+    assert said["status"] == 400 and why in json.dumps(said["error"])
+
+
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
+def test_a_read_goes_upstream_as_a_read(tmp_path: Path) -> None:
+    """A read passes unmetered, so nothing in it may make it a post: its body is not
+    passed on, nor a header some front ends take a method from."""
+    with FakeApi() as api:
+        api.script.append(Reply(body={"data": []}))
+        code, db = run_agent(tmp_path, [{
+            "provider": "gemini", "method": "GET", "headers": {"X-HTTP-Method-Override": "POST"},
+            "path": "/v1beta/models/veo-3.0-generate-001:predictLongRunning",
+            "body": {"instances": [{"prompt": "a film"}]}}], {"gemini": api.url})
+        (seen,) = api.seen
+    assert code == 0
+    assert (seen.method, seen.body) == ("GET", {})
+    assert not {"x-http-method-override", "x-http-method", "x-method-override"} & set(
+        seen.headers)
+    assert read(db)[0] == []
+
+
+def test_a_request_is_read_for_its_few_fields_without_making_objects_of_the_rest() -> None:
+    """A body of millions of nested arrays was parsed whole on the loop every attempt's
+    calls share (a 60 MiB one: 11 s, 1.5 GB), and one nested 200,000 deep raised past
+    the reader (a 500). Now its top-level members are read as their text."""
+    import msgspec
+
+    from evalledger.executor._gateway import _member, _members, _with_usage_asked
+
+    wide = b'{"messages":[' + b",".join([b"[]"] * 2_000_000) + b'],"model":"m","stream":true}'
+    members = _members(wide)
+    assert (_member(members, "model"), _member(members, "stream")) == ("m", True)
+    assert isinstance(members["messages"], msgspec.Raw)  # its text: no list made
+    assert _member(members, "messages") is None  # too long to be read for a field
+    deep = b'{"model":"m","x":' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+    assert _members(deep) == {}
+    assert _members(b"[1]") == {} and _members(b"not json") == {}
+    asked = _with_usage_asked(_members(b'{"model":"m","stream_options":{"x":1},"n":[1, 2]}'))
+    assert asked == b'{"model":"m","stream_options":{"x": 1, "include_usage": true},"n":[1, 2]}'

@@ -343,6 +343,42 @@ def test_a_request_past_max_request_is_refused(monkeypatch: pytest.MonkeyPatch) 
     assert upstream.requests == []
 
 
+def test_past_what_the_gateway_holds_of_every_body_a_request_is_asked_again_later(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bodies held at once are bounded whatever the connections (sixteen of 63 MiB took
+    the gateway to a gigabyte): past it a 503, which a client retries; and what one
+    request held is given back, so the next is served."""
+    monkeypatch.setattr(_gateway_http, "MAX_HELD", 1000)
+    upstream = Upstream([[answer(200, message(1, 1))]])
+
+    def agent(base: str, unix: Path | None) -> list[int]:
+        talk = Agent.to(base)
+        talk.send(base, b"x" * 1001)
+        first = talk.read()[0].status_code
+        again = Agent.to(base)
+        again.send(base, json.dumps({"model": "m"}).encode())
+        return [first, again.read()[0].status_code]
+
+    statuses, _ = through_gateway(upstream, agent)
+    assert statuses == [503, 200]
+
+
+def test_a_body_that_comes_too_slowly_ends_its_connection(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_gateway_http, "BODY_SECONDS", 0.3)
+    upstream = Upstream([[answer(200, message(1, 1))]])
+
+    def agent(base: str, unix: Path | None) -> bytes:
+        talk = Agent.to(base)
+        path = base.split("/", 3)[3]
+        talk.sock.sendall(b"POST /%s/v1/messages HTTP/1.1\r\nhost: x\r\n"
+                          b"content-length: 10\r\n\r\n{" % path.encode())
+        return talk.sock.recv(100)  # b"": closed, with no answer
+
+    closed, _ = through_gateway(upstream, agent)
+    assert closed == b"" and upstream.requests == []
+
+
 @pytest.mark.parametrize(("script", "status", "seen"), [
     ([[0.5, answer(200, message(1, 1))]], 504, "timeout"),
     ([[CLOSE]], 502, "unreachable"),
