@@ -400,8 +400,10 @@ def wrap(command: str | list[str], lines: str) -> list[str] | str:
 
 
 def disk_usage(root: Path) -> int:
-    """Bytes the workspace takes on disk (blocks allocated: a sparse file counts what it
-    holds), by ``_workspace_diff.walk``'s bounded walk; links are not followed."""
+    """Bytes the workspace takes on disk, by ``_workspace_diff.walk``'s bounded walk;
+    links are not followed. A file counts its blocks or its size, whichever is more: a
+    sparse file counts all it would take written out (its blocks alone counted a
+    thousand files of a gigabyte, holding nothing, as nothing)."""
     from evalledger._workspace_diff import walk
 
     total = 0
@@ -410,7 +412,8 @@ def disk_usage(root: Path) -> int:
             with contextlib.suppress(OSError):
                 info = os.lstat(os.path.join(top, name))
                 if not stat.S_ISLNK(info.st_mode):
-                    total += info.st_blocks * 512
+                    total += max(info.st_blocks * 512,
+                                 info.st_size if stat.S_ISREG(info.st_mode) else 0)
     return total
 
 

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import functools
 import itertools
 import logging
 import math
 import os
 import secrets
+import shutil
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -270,8 +272,6 @@ class _Streams:
     api_error: str | None = None
     # Behind the gateway: the failure its last model call met, as the gateway saw it.
     api_failure: str | None = None
-    # Whether the workspace's size was looked at while the command ran (limits.disk).
-    watched_disk: bool = False
     # What its processes opened in its task folder, where that is watched (_access).
     folder_reads: _access.Reads | None = None
     _woken: trio.Event | None = None
@@ -813,9 +813,27 @@ async def _grading_copy(task: ResolvedTask, ctx: RunContext, sandbox: Path) -> P
             isinstance(c, RunCommand | AgentJudge) for c in task.success_criteria):
         return None
     copy = ctx.sandbox_root / f"graded-{next(_graded_copies)}"
-    await trio.to_thread.run_sync(_sandbox.copy_workspace, sandbox, copy,
-                                  abandon_on_cancel=True)
+    try:
+        await trio.to_thread.run_sync(_sandbox.copy_workspace, sandbox, copy,
+                                      abandon_on_cancel=True)
+    except OSError as e:
+        if _no_room(e):  # what the command left is too big to copy: its doing
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(
+                    functools.partial(_sandbox.remove_tree, copy, ignore_errors=True))
+            raise WorkspaceUnfit(f"its workspace could not be copied to be graded: {e}") from e
+        raise
     return copy
+
+
+def _no_room(error: OSError) -> bool:
+    """Whether a copy failed for room (a file system or quota full, a file too large),
+    ``shutil.Error``'s list of failures included."""
+    room = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+    if isinstance(error, shutil.Error) and error.args and isinstance(error.args[0], list):
+        return any(any(f"[Errno {code}]" in str(why) for code in room)
+                   for *_, why in error.args[0])
+    return error.errno in room
 
 
 _graded_copies = itertools.count(1)
@@ -1033,9 +1051,9 @@ async def _execute(
                 for hit in cgroup.hits(task.limits):
                     state.limit_hit(hit)
                 limits.give(cgroup)
-            if state.watched_disk:
-                # It ran long enough to be watched: what it wrote since the last look.
-                await _check_disk(task, state, workspace)
+            # What it wrote since the last look, or in all when it ended before one (a
+            # command done within the watch's first second was never looked at).
+            await _check_disk(task, state, workspace)
     if jail is not None and not state.probed and state.isolation_error is None:
         backend = jail.record()["backend"]
         if limit.cancelled_caught or state.budget_stop is not None:
@@ -1108,7 +1126,6 @@ async def _watch_limits(task: ResolvedTask, state: _Streams, cgroup: _limits.Cgr
 
 async def _check_disk(task: ResolvedTask, state: _Streams, workspace: Path) -> None:
     """Whether the workspace has grown past the task's ``limits.disk``."""
-    state.watched_disk = True
     limit = task.limits.disk
     if limit is None:
         return

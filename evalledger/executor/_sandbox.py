@@ -177,7 +177,7 @@ def finish(sandbox: Path, mode: PreservationMode, artifacts: Path) -> Path | Non
     if artifacts.exists():
         remove_tree(artifacts)
     artifacts.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(str(sandbox), str(artifacts))
+    shutil.move(str(sandbox), str(artifacts), copy_function=_copy_file)
     _kept(artifacts)
     return artifacts
 
@@ -316,15 +316,53 @@ def _special(folder: str, names: list[str]) -> set[str]:
 
 
 def _copy_file(source: str, target: str) -> None:
-    """``shutil.copy2``; a file the command made unreadable to the runner is copied as
-    an empty file of its mode (what a grader running as the runner finds: a file it
-    cannot read), not an error of the runner's."""
+    """``shutil.copy2``, holes kept (``_copy_data``); a file the command made unreadable
+    to the runner is copied as an empty file of its mode (what a grader running as the
+    runner finds: a file it cannot read), not an error of the runner's. What is not a
+    regular file (a FIFO, which an open would wait on for ever) is left out, as
+    ``_special`` leaves it out of a copy."""
     try:
-        shutil.copy2(source, target)
+        if not stat.S_ISREG(os.lstat(source).st_mode):
+            return
+        _copy_data(source, target)
+        shutil.copystat(source, target)
     except PermissionError:
         mode = stat.S_IMODE(os.lstat(source).st_mode)
         os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
         os.chmod(target, mode)
+
+
+_BLOCK = 1024 * 1024
+
+
+def _copy_data(source: str, target: str) -> None:
+    """The bytes of ``source`` into ``target``, its holes left holes: a sparse file
+    costs its copy what it holds, not its size. A command can make a thousand files of a
+    gigabyte each in a second, holding nothing: written out in full by a plain copy
+    (the grading copy, the artifacts kept on another file system), they filled the
+    host's disk."""
+    with open(source, "rb") as src, open(target, "wb") as dst:
+        size = os.fstat(src.fileno()).st_size
+        at = 0
+        while at < size:
+            try:
+                start = os.lseek(src.fileno(), at, os.SEEK_DATA)
+                end = os.lseek(src.fileno(), start, os.SEEK_HOLE)
+            except OSError as e:
+                if e.errno == errno.ENXIO:  # nothing but a hole from here to its end
+                    break
+                if e.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
+                    raise
+                start, end = at, size  # holes unknown to this file system: all of it
+            while start < end:
+                block = os.pread(src.fileno(), min(_BLOCK, end - start), start)
+                if not block:  # it shrank meanwhile
+                    end = start
+                    break
+                os.pwrite(dst.fileno(), block, start)
+                start += len(block)
+            at = max(end, at + 1)
+        dst.truncate(size)
 
 
 def _sockets(folder: str, names: list[str]) -> set[str]:

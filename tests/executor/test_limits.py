@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -247,3 +248,82 @@ def test_memory_an_attempt_left_charged_is_not_the_next_attempts(
         assert done == {"a-leaves": "SUCCESS", "b-holds": "SUCCESS"}, ran.stdout
     finally:
         left.unlink(missing_ok=True)
+
+
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
+def test_sparse_files_count_all_they_would_take_and_a_quick_command_is_looked_at(
+        tmp_path: Path) -> None:
+    """Sixty files of 9 MB holding nothing took no blocks, so a 10 MiB limit never saw
+    them; the grading copy wrote them out (527 MB), and a thousand of a gigabyte filled
+    the host. A command that ended within the watch's first second was never looked at
+    either. Now both end LIMIT_EXCEEDED (and a copy keeps a file's holes: below)."""
+    tasks = write_tasks(tmp_path / "tasks", {
+        "sparse": {"command": "for i in $(seq 1 60); do truncate -s 9000000 s$i; done",
+                   "limits": {"disk": "10MiB"}, "timeout": 60},
+        "quick": {"command": "head -c 6000000 /dev/zero > a; head -c 6000000 /dev/zero > b",
+                  "limits": {"disk": "10MiB"},
+                  "timeout": 60},
+    }, [{"type": "run_command", "command": "du -sk --apparent-size . >&2; exit 1"}])
+    db = tmp_path / "l.db"
+    done = evalledger(tmp_path, db, "run", str(tasks), "--run-id", "sparse")
+    assert done.returncode == 1, done.stdout + done.stderr
+    completed = {e.task_key: e for e in of_type(events(db, "sparse"), "task.completed")}
+    for key in ("default/sparse/00", "default/quick/00"):
+        assert completed[key].final_status == "LIMIT_EXCEEDED", completed[key]
+        assert (completed[key].error_message or "").startswith("disk: the workspace takes")
+
+
+def test_a_copy_of_a_workspace_keeps_its_holes(tmp_path: Path) -> None:
+    """What a sparse file holds is copied, its holes left holes: the grading copy and
+    the artifacts kept on another file system cost what the command wrote."""
+    from evalledger.executor._sandbox import copy_workspace
+
+    source = tmp_path / "work"
+    source.mkdir()
+    with open(source / "sparse", "wb") as f:
+        f.write(b"head")
+        f.seek(48 << 20)
+        f.write(b"middle")
+        f.truncate(96 << 20)
+    (source / "plain").write_bytes(b"p" * 100_000)
+    os.mkfifo(source / "pipe")  # left out (an open of it would wait for ever)
+    copy_workspace(source, tmp_path / "copy")
+    copied = tmp_path / "copy" / "sparse"
+    assert copied.stat().st_size == 96 << 20
+    assert copied.stat().st_blocks * 512 < 1 << 20  # not 96 MiB written out
+    with open(copied, "rb") as f:
+        assert f.read(4) == b"head"
+        f.seek(48 << 20)
+        assert f.read(6) == b"middle"
+    assert (tmp_path / "copy" / "plain").read_bytes() == b"p" * 100_000
+    assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == ["plain", "sparse"]
+
+
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
+def test_a_workspace_too_big_to_copy_for_grading_is_the_commands_failure(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The grading copy failing for room (the batch's temporary folder full: the command
+    filled it) was an infrastructure error, left out of the pass rate and retried: an
+    agent's way to turn its failure into one. Now the command's failure, said."""
+    root_("mounting a tmpfs")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(scratch)],
+                             capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        unavailable("ROOT", f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        tasks = write_tasks(tmp_path / "tasks", {"fills": {
+            "command": "head -c 3000000 /dev/urandom > a; exit 1", "timeout": 60}},
+            [{"type": "run_command", "command": "true"}])
+        db = tmp_path / "l.db"
+        monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # the batch's sandboxes
+        done = evalledger(tmp_path, db, "run", str(tasks), "--run-id", "full")
+        monkeypatch.undo()
+        assert done.returncode == 1, done.stdout + done.stderr
+        (completed,) = of_type(events(db, "full"), "task.completed")
+        assert completed.final_status == "FAILURE", completed
+        assert "could not be copied to be graded" in (completed.error_message or "")
+        assert completed.failure_class != "infra"
+    finally:
+        subprocess.run(["umount", "-l", str(scratch)], check=False)
