@@ -93,9 +93,17 @@ def _int(value: Any) -> int:
     return 0
 
 
+# The most one usage line may say it cost, in USD: past it no cost was reported (a
+# command printing 1e308 twice made the run's total inf, which its snapshot, JSON, could
+# only hold as null: the ledger then failed verify).
+MAX_REPORTED_COST = 1e9
+
+
 def _cost(value: Any) -> float | None:
-    """A reported cost: a finite number >= 0 (1e400 reads as inf: not a cost), else None."""
-    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < math.inf:
+    """A reported cost: a number from 0 to ``MAX_REPORTED_COST`` (1e400 reads as inf:
+    not a cost), else None."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and (
+            0 <= value <= MAX_REPORTED_COST):
         return float(value)
     return None
 

@@ -6,6 +6,7 @@ prices into another.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +105,7 @@ def test_native_line_without_model_uses_the_task_model() -> None:
     assert got.cost_usd == pytest.approx(10.0)
 
 
-@pytest.mark.parametrize("cost", [-0.5, True, "0.3", None])
+@pytest.mark.parametrize("cost", [-0.5, True, "0.3", None, 1e308, float("inf")])
 def test_native_unusable_cost_is_priced_instead(cost: Any) -> None:
     meter = UsageMeter("native", SONNET)
     (got,) = meter.observe(usage(input_tokens=1_000_000, cost_usd=cost))
@@ -709,3 +710,24 @@ def test_models_the_hand_written_card_lacked_are_priced_by_the_maintained_one() 
     assert DEFAULT_RATES.unpriced(["gpt-5-codex", "gpt-5.1-codex", "no-such-model"]) == [
         "no-such-model"]
     assert price("gpt-5-codex", input_tokens=1_000_000) == pytest.approx(1.25)
+
+
+def test_costs_a_command_says_that_would_sum_past_any_float_leave_a_ledger_that_verifies(
+        tmp_path: Path) -> None:
+    """Two usage lines of $1e308 made the run's cost inf, which its snapshot (JSON)
+    could hold only as null: verify then failed the ledger for good, and resume could
+    not mend it. A cost that large is no cost reported: priced from the rate card."""
+    from tests.cli.helpers import evalledger, write_tasks
+
+    line = ('{"type":"usage","model":"claude-sonnet-4-5","input_tokens":1000000,'
+            '"cost_usd":1e308}')
+    tasks = write_tasks(tmp_path / "tasks", {"spends": {
+        "command": f"echo '{line}'; echo '{line}'",
+        "success_criteria": [{"type": "exit_code"}]}})
+    db = tmp_path / "l.db"
+    done = evalledger(tmp_path, db, "run", str(tasks))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert evalledger(tmp_path, db, "verify").returncode == 0
+    shown = evalledger(tmp_path, db, "show", "latest", "--json")
+    assert shown.returncode == 0
+    assert json.loads(shown.stdout)["total_cost_usd"] == pytest.approx(6.0)  # 2 x $3/M
