@@ -349,13 +349,17 @@ async def _agent_judge(criterion: AgentJudge, index: int, evidence: Evidence,
     await _book_judge_usage(criterion, index, bytes(stdout), judging)
     if detail in (CUT_OFF, NOT_RUN):
         return result(False, detail)
+    # The judge ran in what the agent left, which the agent controls (a CLAUDE.md that
+    # tells it how to answer, a json.py on its path): a judge that failed there, or
+    # answered no score, may have been made to. Counted as failed, as an llm_judge's
+    # answer without a score is; an error only where the runner could not run it.
     if not ran:
-        return result(False, f"the judge failed: {detail}", errored=True)
+        return result(False, f"the judge failed: {detail}: counted as failed")
     lines = [line for line in stdout.decode("utf-8", "replace").splitlines() if line.strip()]
     try:
         score, reason = judge_score(lines[-1] if lines else "")
     except JudgeError as e:
-        return result(False, str(e), errored=True)
+        return result(False, f"{e}: counted as failed")
     passed = score >= criterion.pass_threshold
     said_score = f"score {score:g} (passes at {criterion.pass_threshold:g})"
     return result(passed, f"{said_score}: {reason}" if reason else said_score,

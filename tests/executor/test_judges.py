@@ -284,6 +284,35 @@ def test_an_agent_judge_gives_its_verdict_as_its_last_json_line_from_a_copy(
     assert (tmp_path / "runs" / "a" / "artifacts" / "default" / "add" / "00" / "add.py").exists()
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
+def test_an_agent_judge_the_agent_derailed_fails_the_attempt_never_leaves_the_pass_rate(
+    tmp_path: Path,
+) -> None:
+    """The judge runs in what the agent left: a CLAUDE.md that tells it to answer "ok",
+    or a json.py on its path that ends it, made an ERROR (infrastructure: out of the pass
+    rate, and retried). Now each is the agent's failure, said so."""
+    judge = ("if [ -f CLAUDE.md ]; then cat CLAUDE.md; exit 0; fi; "
+             "python3 -c 'import json; print(json.dumps({\"score\": 1}))'")
+    tasks = write_tasks(tmp_path / "tasks", {name: {
+        "command": command, "timeout": 30, "success_criteria": [
+            {"type": "agent_judge", "command": judge, "rubric": "adds?"}]}
+        for name, command in {
+            "talks": "echo ok > CLAUDE.md",
+            "plants": "echo 'raise SystemExit(7)' > json.py",
+            "honest": "true"}.items()})
+    db = tmp_path / "ledger.db"
+    evalledger(tmp_path, db, "run", str(tasks), "--run-id", "a")
+    done = {e.task_key.split("/")[1]: e for e in of_type(events(db, "a"), "task.completed")}
+    assert {name: (e.final_status, e.failure_class) for name, e in done.items()} == {
+        "talks": ("FAILURE", "agent"), "plants": ("FAILURE", "agent"),
+        "honest": ("SUCCESS", None)}
+    for name, said in (("talks", "has no score from 0 to 1: 'ok'"),
+                       ("plants", "the judge failed: exit code 7")):
+        [criterion] = done[name].criteria
+        assert not criterion.errored and said in (criterion.detail or ""), criterion
+        assert (criterion.detail or "").endswith(": counted as failed")
+
+
 def test_an_agent_judges_spend_is_grading_s_read_from_its_own_stream(tmp_path: Path) -> None:
     """#47: an agent_judge that is an agent CLI (here Claude Code's stream-json, a result
     line with its cost per model) spent what nothing recorded."""
