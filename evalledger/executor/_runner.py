@@ -123,6 +123,10 @@ class _Omitted:
     tail: deque[tuple[int, str, str, str, bool, dict[str, Any] | None, int]] = field(
         default_factory=deque)
     tail_size: int = 0
+    # What the tail holds, each line charged ``_LINE_COST`` more than its bytes: a line
+    # kept costs its tuple whatever its length (a million empty lines, charged a byte
+    # each, held 222 MB); kept within ``tail_limit``, but for the last line.
+    tail_cost: int = 0
 
     def add(self, n: int, stream: str, ts: str, text: str, truncated: bool,
             data: dict[str, Any] | None, size: int) -> None:
@@ -130,8 +134,11 @@ class _Omitted:
         self.size += size
         self.tail.append((n, stream, ts, text, truncated, data, size))
         self.tail_size += size
-        while self.tail and self.tail_size > self.tail_limit:
-            self.tail_size -= self.tail.popleft()[-1]
+        self.tail_cost += size + _LINE_COST
+        while len(self.tail) > 1 and self.tail_cost > self.tail_limit:
+            dropped = self.tail.popleft()[-1]
+            self.tail_size -= dropped
+            self.tail_cost -= dropped + _LINE_COST
 
     def events(self, run_id: str, task_key: str, attempt: int, limit: int
                ) -> list[AnyEvent | EventRow]:

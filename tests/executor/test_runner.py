@@ -1352,16 +1352,32 @@ def test_output_past_max_output_is_counted_its_tail_kept_and_its_usage_booked(
     recorded = sum(size[n] for n in head)
     assert recorded <= 10_000 < recorded + size[len(head) + 1]
     assert cut.from_n == len(head) + 1 and cut.limit_bytes == 10_000 and cut.attempt == 1
-    # The tail: the last lines within a tenth of the cap, in order, to the verdict; the
-    # usage line among them recorded as the JSON event it is.
+    # The tail: the last lines within a tenth of the cap (each line charged 64 bytes
+    # more: what keeping it costs), in order, to the verdict; the usage line among them
+    # recorded as the JSON event it is.
     assert tail == list(range(cut.tail_from_n or 0, 2002))
     kept = sum(size[n] for n in tail)
-    assert kept <= 1000 < kept + size[tail[0] - 1]
+    assert kept + 64 * len(tail) <= 1000 < kept + 64 * len(tail) + size[tail[0] - 1] + 64
     assert lines(ledger, task)[-1] == "the verdict: all done"
     assert [e.n for e in task_events(ledger, task, "task.event")] == [2000]  # type: ignore[union-attr]
     assert cut.omitted_lines == 2001 - len(head) - len(tail)
     assert cut.omitted_bytes == sum(size.values()) - recorded - kept
     assert cut.seq is not None and done.seq is not None and cut.seq < done.seq
+
+
+def test_the_tail_kept_past_max_output_is_bounded_in_lines_too() -> None:
+    """Empty lines, charged a byte each, filled a 1 MiB tail with a million of them
+    (222 MB of tuples); each is charged what keeping it costs, and the last line is
+    kept whatever it costs (how the output ended)."""
+    from evalledger.executor._runner import _Omitted
+
+    omitted = _Omitted(from_n=1, tail_limit=1000)
+    for n in range(1, 100_001):
+        omitted.add(n, "stdout", "t", "", False, None, 1)
+    assert [line[0] for line in omitted.tail] == list(range(100_001 - 15, 100_001))
+    assert (omitted.lines, omitted.size, omitted.tail_size) == (100_000, 100_000, 15)
+    omitted.add(100_001, "stdout", "t", "x" * 5000, False, None, 5001)
+    assert [line[0] for line in omitted.tail] == [100_001]
 
 
 @pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
