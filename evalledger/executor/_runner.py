@@ -109,6 +109,10 @@ _LINE_COST = 64
 # Past max_output, the tail kept and recorded when the output ends: its last tenth, at
 # most this (what a reader of a runaway attempt looks at: how it ended).
 MAX_TAIL_BYTES = 1 << 20
+# Past max_output, usage is summed per model, for this many models at most; the rest
+# are summed as one, under this name, of no price.
+_MERGED_MODELS = 64
+_OTHER_MODELS = "(other models, past max_output)"
 
 
 @dataclass
@@ -127,6 +131,9 @@ class _Omitted:
     # kept costs its tuple whatever its length (a million empty lines, charged a byte
     # each, held 222 MB); kept within ``tail_limit``, but for the last line.
     tail_cost: int = 0
+    # The usage reported past the limit, by (model, estimate, unpriced): ``merge``.
+    usages: dict[tuple[str | None, bool, bool], Usage] = field(default_factory=dict)
+    usage_ts: str = ""
 
     def add(self, n: int, stream: str, ts: str, text: str, truncated: bool,
             data: dict[str, Any] | None, size: int) -> None:
@@ -140,10 +147,28 @@ class _Omitted:
             self.tail_size -= dropped
             self.tail_cost -= dropped + _LINE_COST
 
+    def merge(self, usage: Usage, ts: str) -> None:
+        """A usage reported past ``max_output``: summed into one per model (priced and
+        unpriced apart, an estimate apart), so a command printing a usage line a
+        million times, each of another model, costs the ledger a few rows; past
+        ``_MERGED_MODELS`` models, the rest are one usage of no price, its tokens kept."""
+        key = (usage.model, usage.estimate, usage.cost_usd is None)
+        if key not in self.usages and len(self.usages) >= _MERGED_MODELS:
+            usage = dataclasses.replace(usage, model=_OTHER_MODELS, cost_usd=None)
+            key = (_OTHER_MODELS, usage.estimate, True)
+        before = self.usages.get(key)
+        if before is not None:
+            usage = dataclasses.replace(
+                usage, tokens=before.tokens + usage.tokens,
+                cost_usd=None if usage.cost_usd is None or before.cost_usd is None
+                else before.cost_usd + usage.cost_usd)
+        self.usages[key] = usage
+        self.usage_ts = ts
+
     def events(self, run_id: str, task_key: str, attempt: int, limit: int
                ) -> list[AnyEvent | EventRow]:
         """The ``task.output_truncated``, then the tail's lines as they would have been
-        recorded."""
+        recorded, then the usage reported past the limit (``merge``)."""
         tail = list(self.tail)
         found: list[AnyEvent | EventRow] = [TaskOutputTruncated(
             run_id=run_id, task_key=task_key, attempt=attempt, from_n=self.from_n,
@@ -153,6 +178,7 @@ class _Omitted:
             found.append(TaskOutput.encoded(run_id, task_key, ts, stream, text, n, truncated)
                          if data is None else
                          TaskEmitted(run_id=run_id, task_key=task_key, ts=ts, data=data, n=n))
+        found += [usage.event(run_id, task_key, self.usage_ts) for usage in self.usages.values()]
         return found
 
 
@@ -375,7 +401,12 @@ class _Streams:
                                               ts=ts, data=data, n=n))
                 else:
                     self._omit(n, stream, ts, text, truncated, data, size)
-                events += [self._usage_event(usage, ts) for usage in self.meter.observe(data)]
+                for usage in self.meter.observe(data):
+                    if self.omitted is None:
+                        events.append(self._usage_event(usage, ts))
+                    else:  # past max_output: one usage per model, recorded with the tail
+                        self.ctx.spent_usd += usage.cost_usd or 0.0
+                        self.omitted.merge(usage, ts)
                 if agent:
                     self._api_health(data)
                 # Also without a usage to record: a claude-code transcript's running

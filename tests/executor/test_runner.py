@@ -1365,6 +1365,38 @@ def test_output_past_max_output_is_counted_its_tail_kept_and_its_usage_booked(
     assert cut.seq is not None and done.seq is not None and cut.seq < done.seq
 
 
+FLOOD = """
+import json
+print("x" * 2000)  # past max_output at once
+for i in range(1, 301):
+    print(json.dumps({"type": "usage", "model": f"m{i % 100}", "input_tokens": i}))
+print(json.dumps({"type": "usage", "model": "claude-sonnet-4-5", "input_tokens": 1000000}))
+"""
+
+
+def test_usage_past_max_output_is_booked_whole_in_a_row_per_model(
+    ledger: Ledger, tmp_path: Path
+) -> None:
+    """Each usage line was a row of its own however far past max_output (300,000 lines,
+    each of another model: a 129 MB ledger). Past it, one row per model, the first
+    ``_MERGED_MODELS`` models; every token still counted, every price still paid."""
+    from evalledger.executor._runner import _MERGED_MODELS, _OTHER_MODELS
+
+    task = make_task("flood", script(tmp_path, "flood", FLOOD), [{"type": "exit_code"}],
+                     max_output=1000)
+    done = completed(run(ledger, tmp_path, task), ledger, task)
+    usages = [e for e in task_events(ledger, task, "task.usage")]
+    assert isinstance(done, TaskCompleted)
+    assert done.tokens.input_tokens == sum(range(1, 301)) + 1_000_000
+    assert sum(u.input_tokens for u in usages) == done.tokens.input_tokens  # type: ignore[union-attr]
+    assert len(usages) == _MERGED_MODELS + 1
+    by_model = {u.model: u for u in usages}  # type: ignore[union-attr]
+    assert by_model["m1"].input_tokens == sum(range(1, 301, 100))  # type: ignore[union-attr]
+    assert by_model[_OTHER_MODELS].cost_usd is None  # type: ignore[union-attr]
+    # The priced model came 101st: merged with the others, unpriced: a floor.
+    assert done.cost_complete is False
+
+
 def test_the_tail_kept_past_max_output_is_bounded_in_lines_too() -> None:
     """Empty lines, charged a byte each, filled a 1 MiB tail with a million of them
     (222 MB of tuples); each is charged what keeping it costs, and the last line is
