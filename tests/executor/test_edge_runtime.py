@@ -167,8 +167,10 @@ def test_an_absurd_token_count_is_recorded_not_an_error(ledger: Ledger, tmp_path
     ("costs", "floor"),
     [
         pytest.param(["Infinity"], None, id="infinity"),
-        # The first is priced; the one whose sum would overflow is not: a floor.
-        pytest.param(["1e308", "1e308"], 1e308, id="sum-overflows"),
+        # Each past $1e9 is no cost reported (their sum would overflow): priced from the
+        # rate card, which has no price for a usage that names no model.
+        pytest.param(["1e308", "1e308"], None, id="sum-overflows"),
+        pytest.param(["0.5", "1e308"], 0.5, id="one-past-the-bound"),
     ],
 )
 def test_a_non_finite_cost_is_never_booked_as_complete(
