@@ -799,17 +799,27 @@ def _time(value: object, tz: tzinfo) -> str | None:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=tz)
-        return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return _utc(moment)
     except (ValueError, OverflowError):  # year 1 east of UTC, year 9999 west of it
         return None
 
 
 def _file_time(path: Path) -> str:
     try:
-        stamp = os.lstat(path).st_mtime  # a link's own time: never where it points
-    except OSError:
-        stamp = 0.0
-    return datetime.fromtimestamp(stamp, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        # A link's own time, never where it points; one no datetime holds: the epoch.
+        return _utc(datetime.fromtimestamp(os.lstat(path).st_mtime, UTC))
+    except (OSError, ValueError, OverflowError):
+        return _utc(datetime.fromtimestamp(0, UTC))
+
+
+def _utc(moment: datetime) -> str:
+    """``moment`` as the ledger writes a time: UTC, microseconds, ``Z``.
+
+    A year before 1000 is written with its zeros (``0999-...``), not refused: it is
+    still the time the file says, and with four digits it is a time the ledger holds
+    (import-events takes it) and sorts as text. strftime's ``%Y`` wrote ``999-...``.
+    """
+    return moment.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def _local_zone() -> tzinfo:

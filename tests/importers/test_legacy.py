@@ -342,3 +342,20 @@ def test_times_out_of_range_in_the_zone_given_are_no_times(tmp_path: Path) -> No
     for zone in ("Asia/Tokyo", "America/New_York"):
         result = evalledger(tmp_path, db, "import", str(root), "--tz", zone, "--dry-run")
         assert result.returncode == 0 and "Traceback" not in result.stderr, result
+
+
+def test_a_time_before_year_1000_is_written_with_four_digits(tmp_path: Path) -> None:
+    """strftime wrote year 999 as '999-01-01T...', a time import-events refuses."""
+    run = tmp_path / "runs/r1"
+    write(run, "run.json", {"run_id": "r1", "start_time": "0999-01-01T00:00:00Z"})
+    write(run, "v/t/00/task.json", task_json("t", "SUCCESS", started_at="0999-01-01T00:00:00Z",
+                                             completed_at="0999-01-01T00:01:00Z"))
+    db = tmp_path / "l.db"
+    assert evalledger(tmp_path, db, "import", str(run)).returncode == 0
+    with Ledger(db, read_only=True) as ledger:
+        times = {e.ts for e in ledger.events("r1") if e.type != "run.snapshot"}
+    assert times == {"0999-01-01T00:00:00.000000Z", "0999-01-01T00:01:00.000000Z"}
+    carried = tmp_path / "r1.ndjson"
+    assert evalledger(tmp_path, db, "export", "r1", "-o", str(carried)).returncode == 0
+    moved = evalledger(tmp_path, tmp_path / "other.db", "import-events", str(carried))
+    assert moved.returncode == 0, moved
