@@ -96,6 +96,21 @@ TOTALS = ("tasks_run", "tasks_succeeded", "tasks_failed", "tasks_error", "tasks_
           "agent_cost_usd", "eval_overhead_cost_usd")
 # Two costs closer than this agree (run.json's are sums of floats).
 COST_TOLERANCE = 5e-7
+# The most an imported number may say. No attempt comes near: 1e9 seconds is 31 years,
+# 1e9 USD a billion dollars, 2**53 the most a double counts exactly, a score a fraction.
+# A larger one measured nothing, and a few of them summed overflow a float (1.7e308
+# twice is inf), which broke every later read of the run: its file is not imported.
+MAX_SECONDS = 1e9
+MAX_USD = 1e9
+MAX_COUNT = 2**53
+MAX_SCORE = 1e9
+# The longest task key import-events takes (``ledger._transfer``): a run imported here
+# can be exported and imported into another ledger.
+MAX_KEY_CHARS = 1024
+# A replicate's folder: ASCII digits only. str.isdigit() also takes '²' (which int()
+# refuses) and Arabic-Indic '\u0660\u0661' (which int() reads as 1: one more name
+# for replicate 01).
+_REPLICATE = re.compile("[0-9]+")
 
 
 class NotImportable(EvalledgerError):
@@ -197,12 +212,12 @@ def _task_files(run: LegacyRun) -> Iterator[Path]:
 
 def key_of(relative: Path) -> tuple[str, str, int]:
     """``(variant_id, task_id, replicate)`` from where a ``task.json`` sits in its run:
-    ``<variant>/<task_id...>/<NN>/``; a last folder that is not all digits is part of the
-    task id, replicate 0."""
+    ``<variant>/<task_id...>/<NN>/``; a last folder that is not all ASCII digits is part
+    of the task id, replicate 0."""
     parts = relative.parent.parts
     variant = parts[0] if len(parts) > 1 else "default"
     rest = parts[1:] if len(parts) > 1 else parts
-    if rest and rest[-1].isdigit() and len(rest) > 1:
+    if rest and _REPLICATE.fullmatch(rest[-1]) and len(rest) > 1:
         return variant, "/".join(rest[:-1]), int(rest[-1])
     return variant, "/".join(rest) or "task", 0
 
@@ -306,9 +321,18 @@ def read_run(folder: Path | RunFolder, *, tz: tzinfo | None = None,
     if source.problem is not None:
         (run.unfinished if source.read else run.skipped).append(source.problem)
     keys: set[str] = set()
-    rows = _rows(summary.get("task_results"))
-    attempts = _file_attempts(run, known, keys, max_file_bytes, rows)
-    attempts += _row_attempts(run, rows, known, keys)
+    # Invariant: each key is one file's, the one imported before, else the first in
+    # name order. Folders 1, 01 and 001 name one replicate (so do t/task.json and
+    # t/00/task.json); a second file of a key would add an attempt to it, or turn an
+    # imported one's verdict past the "changed since it was imported" check.
+    owners = {_key(*key_of(Path(source))): source for source in known
+              if not source.startswith("run.json#")}
+    try:
+        rows = _rows(summary.get("task_results"))
+    except NotImportable as e:
+        raise NotImportable(f"run.json: task_results: {e}") from e
+    attempts = _file_attempts(run, known, keys, owners, max_file_bytes, rows)
+    attempts += _row_attempts(run, rows, known, keys, owners)
 
     tz = tz or _local_zone()
     started = _time(summary.get("start_time"), tz)
@@ -345,7 +369,7 @@ def _run_started(run_id: str, folder: Path, summary: Mapping[str, Any], planned:
     try:
         return _stored(lambda: [RunStarted(
             event_id=_id(run_id, "run.json", "run.started"), run_id=run_id, ts=first,
-            planned=planned, max_parallel=_int(summary.get("max_parallel"), 1),
+            planned=planned, max_parallel=_int(summary.get("max_parallel"), 1, "max_parallel"),
             imported=_clean({"format": FORMAT, "source": str(folder.resolve()),
                              "framework_version": framework if isinstance(framework, str)
                              else None, "totals": old_totals(summary) or None}),
@@ -373,10 +397,15 @@ def _add_attempts(run: LegacyRun, attempts: Iterable[_Attempt], tags: Mapping[st
 
 
 def old_totals(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """The totals run.json states about its run, those its version has (``TOTALS``)."""
+    """The totals run.json states about its run, those its version has (``TOTALS``).
+
+    Raises:
+        NotImportable: a cost over ``MAX_USD`` or a count over ``MAX_COUNT``.
+    """
     return {name: value for name in TOTALS
             if isinstance(value := summary.get(name), bool)
-            or (isinstance(value, int | float) and math.isfinite(value))}
+            or _number(value, name, MAX_USD if name.endswith("_usd") else MAX_COUNT)
+            is not None}
 
 
 def differences(totals: Mapping[str, Any], summary: RunSummary) -> list[str]:
@@ -440,7 +469,9 @@ def _stored(make: Callable[[], list[AnyEvent]]) -> list[EventRow]:
     """
     try:
         return [EventRow.of(event) for event in make()]
-    except (ValueError, RecursionError) as e:  # pydantic's errors are ValueErrors
+    # pydantic's errors are ValueErrors; OverflowError: a number no float holds, should
+    # one get past _number.
+    except (ValueError, RecursionError, OverflowError) as e:
         raise NotImportable(f"the ledger cannot store it: {_why_unstorable(e)}") from e
 
 
@@ -457,22 +488,26 @@ def _why_unstorable(error: Exception) -> str:
 
 
 def _file_attempts(run: LegacyRun, known: Mapping[str, str], keys: set[str],
-                   max_file_bytes: int, rows: Mapping[str, dict[str, Any]],
-                   ) -> list[_Attempt]:
+                   owners: dict[str, str], max_file_bytes: int,
+                   rows: Mapping[str, dict[str, Any]]) -> list[_Attempt]:
     """The run's task.json files that are results and new; the rest said in ``run``.
     Every key seen goes into ``keys`` (a file that is not a result, or was not read,
-    still counts as planned and unfinished)."""
+    still counts as planned and unfinished); ``owners``: key -> the file it is, those
+    imported before, and each key's first file here added to them."""
     attempts = []
     for relative in _task_files(run):
         path = run.folder / relative
-        bad = next(((part, p) for part in relative.parent.parts if (p := name_problem(part))),
-                   None)
-        if bad is not None:
-            run.skipped.append(Problem(str(path), f"the folder name {quoted(bad[0])} cannot "
-                                                  f"be part of a task key: {bad[1]}"))
-            continue
+        source = relative.as_posix()
         variant, task_id, replicate = key_of(relative)
-        key = f"{variant}/{task_id}/{replicate:02d}"
+        key = _key(variant, task_id, replicate)
+        if (why := _key_problem(relative, key)) is not None:
+            run.skipped.append(Problem(str(path), why))
+            continue
+        owner = owners.setdefault(key, source)
+        if owner != source and source not in known:
+            run.skipped.append(Problem(str(path), f"its task key {quoted(key)} is already that of "
+                                                  f"{shown(_where(run.folder, owner))}"))
+            continue
         keys.add(key)
         try:
             raw = read_regular(path, max_file_bytes)
@@ -480,7 +515,6 @@ def _file_attempts(run: LegacyRun, known: Mapping[str, str], keys: set[str],
             run.skipped.append(Problem(str(path), _not_read(e)))
             continue
         digest = hashlib.sha256(raw).hexdigest()
-        source = relative.as_posix()
         if source in known:
             if known[source] == digest:
                 run.unchanged += 1
@@ -497,6 +531,24 @@ def _file_attempts(run: LegacyRun, known: Mapping[str, str], keys: set[str],
     return attempts
 
 
+def _key(variant: str, task_id: str, replicate: int) -> str:
+    return f"{variant}/{task_id}/{replicate:02d}"
+
+
+def _key_problem(relative: Path, key: str) -> str | None:
+    """Why the task.json at ``relative`` cannot be imported under ``key``, or None."""
+    bad = next(((part, p) for part in relative.parent.parts if (p := name_problem(part))),
+               None)
+    if bad is not None:
+        return f"the folder name {quoted(bad[0])} cannot be part of a task key: {bad[1]}"
+    return _long_key(key)
+
+
+def _long_key(key: str) -> str | None:
+    return (f"its task key is {len(key):,} characters long: over {MAX_KEY_CHARS:,}"
+            if len(key) > MAX_KEY_CHARS else None)
+
+
 def _not_a_result(data: object) -> str | None:
     """Why a parsed task.json is not a result (the old resume would run it again)."""
     if not isinstance(data, dict):
@@ -508,21 +560,22 @@ def _not_a_result(data: object) -> str | None:
 
 
 def _row_attempts(run: LegacyRun, rows: dict[str, dict[str, Any]], known: Mapping[str, str],
-                  keys: set[str]) -> list[_Attempt]:
-    """Rows of batch-level failures have no task.json: the row is all there is."""
+                  keys: set[str], owners: Mapping[str, str]) -> list[_Attempt]:
+    """Rows of batch-level failures have no task.json: the row is all there is. A key a
+    file has (one imported before and gone since too: ``owners``) is that file's."""
     attempts = []
     for key, row in sorted(rows.items()):
-        if key in keys or not _status(row.get("status")):
+        if key in keys or key in owners or not _status(row.get("status")):
             continue
         source = f"run.json#{key}"
         variant, _, rest = key.partition("/")
         task_id, _, nn = rest.rpartition("/")
         bad = next(((part, p) for part in [variant, *task_id.split("/")]
                     if (p := name_problem(part))), None)
-        if bad is not None:
-            run.skipped.append(Problem(_where(run.folder, shown(source)),
-                                       f"{quoted(bad[0])} cannot be part of a task key: "
-                                       f"{bad[1]}"))
+        why = (f"{quoted(bad[0])} cannot be part of a task key: {bad[1]}" if bad is not None
+               else _long_key(key))
+        if why is not None:
+            run.skipped.append(Problem(_where(run.folder, shown(source)), why))
             continue
         keys.add(key)
         if source in known:
@@ -605,18 +658,24 @@ def _task_completed(attempt: _Attempt, ident: _Ident, ts: str, model: str | None
     status = _status(data.get("final_status", data.get("status")))
     assert status is not None  # only results become attempts (_not_a_result)
     costs = [cost for _, cost, _ in used]
+    tokens = sum((counts for counts, _, _ in used), TokenCounts())
+    # Each turn's usage is in range; what a file of many sums to must be too.
+    for name, count in tokens:
+        _number(count, f"the attempt's {name}", MAX_COUNT)
+    cost = _number(_total_cost(costs), "the attempt's cost_usd", MAX_USD)
     details: dict[str, Any] = (data["error_details"]
                                if isinstance(data.get("error_details"), dict) else {})
     return TaskCompleted(
         event_id=_id(*ident, "task.completed"), run_id=ident[0], task_key=attempt.key,
         ts=ts, attempt=1, final_status=status, category=status.category,
-        duration_seconds=_float(data.get("duration_seconds", data.get("duration"))) or 0.0,
-        weighted_score=_float(data.get("weighted_score")) or 0.0,
+        duration_seconds=_float(data.get("duration_seconds", data.get("duration")),
+                                "duration_seconds", MAX_SECONDS) or 0.0,
+        weighted_score=_float(data.get("weighted_score"), "weighted_score", MAX_SCORE) or 0.0,
         criteria=_criteria(data.get("success_criteria_results")),
         error_message=_text(data.get("error_message")),
         environment_info=_environment(data, model),
-        tokens=sum((counts for counts, _, _ in used), TokenCounts()),
-        cost_usd=_total_cost(costs),
+        tokens=tokens,
+        cost_usd=cost,
         cost_complete=None not in costs and not _spend_lost(attempt.row, status),
         imported=_clean({"error_category": details.get("error_category",
                                                        data.get("error_category"))}) or None,
@@ -674,7 +733,8 @@ def _grader_usage(data: dict[str, Any], row: Mapping[str, Any]) -> list[_Usage]:
     with tokens and no price is unpriced, as an agent's turn is."""
     judges = _judge_results(data)
     out = _judge_usage(judges)
-    if not judges and (judge := _float(row.get("judge_cost_usd"))) is not None:
+    if not judges and (judge := _float(row.get("judge_cost_usd"), "judge_cost_usd",
+                                            MAX_USD)) is not None:
         out.append((TokenCounts(), judge, None))
     return out + _simulator_usage(data, row)
 
@@ -702,9 +762,11 @@ def _simulator_usage(data: Mapping[str, Any], row: Mapping[str, Any]) -> list[_U
     simulation = data.get("simulation")
     if not isinstance(simulation, dict):
         simulation = {}
-    counts = TokenCounts(input_tokens=_int(simulation.get("simulator_input_tokens"), 0),
-                         output_tokens=_int(simulation.get("simulator_output_tokens"), 0))
-    cost = _float(row.get("simulator_cost_usd"))
+    counts = TokenCounts(
+        input_tokens=_int(simulation.get("simulator_input_tokens"), 0, "simulator_input_tokens"),
+        output_tokens=_int(simulation.get("simulator_output_tokens"), 0,
+                           "simulator_output_tokens"))
+    cost = _float(row.get("simulator_cost_usd"), "simulator_cost_usd", MAX_USD)
     if not (counts.total or cost is not None):
         return []
     model = simulation.get("simulator_model")
@@ -728,13 +790,16 @@ def _tokens(usage: dict[str, Any]) -> tuple[TokenCounts, float | None]:
     """A TokenUsage of either shape. Older files have only ``input_tokens``, the
     uncached slice; newer ones also derive ``input_tokens`` as all three input buckets
     summed, so ``uncached_input_tokens`` wins where it is present."""
-    uncached = usage.get("uncached_input_tokens", usage.get("input_tokens"))
+    uncached = "uncached_input_tokens" if "uncached_input_tokens" in usage else "input_tokens"
     counts = TokenCounts(
-        input_tokens=_int(uncached, 0), output_tokens=_int(usage.get("output_tokens"), 0),
-        cache_write_tokens=_int(usage.get("cache_creation_input_tokens"), 0),
-        cache_read_tokens=_int(usage.get("cache_read_input_tokens"), 0),
+        input_tokens=_int(usage.get(uncached), 0, uncached),
+        output_tokens=_int(usage.get("output_tokens"), 0, "output_tokens"),
+        cache_write_tokens=_int(usage.get("cache_creation_input_tokens"), 0,
+                                "cache_creation_input_tokens"),
+        cache_read_tokens=_int(usage.get("cache_read_input_tokens"), 0,
+                               "cache_read_input_tokens"),
     )
-    return counts, _float(usage.get("total_cost_usd"))
+    return counts, _float(usage.get("total_cost_usd"), "total_cost_usd", MAX_USD)
 
 
 def _criteria(results: object) -> list[CriterionResult]:
@@ -742,8 +807,8 @@ def _criteria(results: object) -> list[CriterionResult]:
     for result in results if isinstance(results, list) else []:
         if not isinstance(result, dict):
             continue
-        score = _float(result.get("score"))
-        threshold = _float(result.get("pass_threshold"))
+        score = _float(result.get("score"), "score", MAX_SCORE)
+        threshold = _float(result.get("pass_threshold"), "pass_threshold", MAX_SCORE)
         detail = next((str(result[k]) for k in ("details", "error", "description")
                        if result.get(k)), "")
         out.append(CriterionResult(
@@ -760,8 +825,9 @@ def _rows(rows: object) -> dict[str, dict[str, Any]]:
     for row in rows if isinstance(rows, list) else []:
         if isinstance(row, dict) and isinstance(row.get("task_id"), str):
             variant = row.get("variant_id") if isinstance(row.get("variant_id"), str) else None
-            replicate = _int(row.get("replicate_index"), 0)  # null in old rows
-            out[f"{variant or 'default'}/{row['task_id']}/{replicate:02d}"] = row
+            # null in old rows
+            replicate = _int(row.get("replicate_index"), 0, "replicate_index")
+            out[_key(variant or "default", row["task_id"], replicate)] = row
     return out
 
 
@@ -828,16 +894,54 @@ def _local_zone() -> tzinfo:
     return zone
 
 
-def _int(value: object, default: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return default
-    return int(value) if math.isfinite(value) and value >= 0 else default
+def _int(value: object, default: int, name: str) -> int:
+    """The count ``value`` says (a float cut to a whole number), or ``default`` when it
+    says none: missing, not a number, negative, NaN.
+
+    Raises:
+        NotImportable: it is over ``MAX_COUNT``.
+    """
+    number = _number(value, name, MAX_COUNT)
+    return int(number) if number is not None and number >= 0 else default
 
 
-def _float(value: object) -> float | None:
+def _float(value: object, name: str, most: float) -> float | None:
+    """The number ``value`` says, or None when it says none (missing, not a number, NaN).
+
+    Raises:
+        NotImportable: its size is over ``most``.
+    """
+    number = _number(value, name, most)
+    return None if number is None else float(number)
+
+
+def _number(value: object, name: str, most: float) -> int | float | None:
+    """``value`` as it is, if it is a number and not NaN or infinite; else None.
+
+    Raises:
+        NotImportable: its size is over ``most`` (``name`` says which field it is).
+    """
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value) if math.isfinite(value) else None
+    # An int is compared as it is, exactly: made a float (as math.isfinite makes it), one
+    # of 400 digits raises OverflowError.
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if abs(value) > most:
+        raise NotImportable(f"{name} {_said(value)} is out of range (at most {_said(most)})")
+    return value
+
+
+def _said(number: float) -> str:
+    """A number for a message, short: a 400-digit one is not written out."""
+    if isinstance(number, float):
+        return f"{number:g}"
+    if number.bit_length() > 14_000:  # str() refuses an int past 4,300 digits
+        return "a number of thousands of digits"
+    digits = str(abs(number))
+    sign = "-" if number < 0 else ""
+    return f"{sign}{digits}" if len(digits) <= 20 else (
+        f"{sign}{digits[:6]}... ({len(digits)} digits)")
 
 
 def _text(value: object) -> str | None:

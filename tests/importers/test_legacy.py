@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -135,6 +136,10 @@ def test_a_native_run_of_the_same_id_is_not_overwritten(old_runs: Path) -> None:
     ("default/t1/00/task.json", ("default", "t1", 0)),
     ("v2/suite/row/07/task.json", ("v2", "suite/row", 7)),
     ("default/t1/task.json", ("default", "t1", 0)),
+    # Only ASCII digits name a replicate: isdigit() takes '²', which int() refuses, and
+    # int() reads Arabic-Indic digits, which made one more name for replicate 01.
+    ("v/t/\u00b2/task.json", ("v", "t/\u00b2", 0)),
+    ("v/t/\u0660\u0661/task.json", ("v", "t/\u0660\u0661", 0)),
 ])
 def test_keys_come_from_the_folder_layout(relative: str, key: tuple[str, str, int]) -> None:
     assert key_of(Path(relative)) == key
@@ -342,6 +347,156 @@ def test_times_out_of_range_in_the_zone_given_are_no_times(tmp_path: Path) -> No
     for zone in ("Asia/Tokyo", "America/New_York"):
         result = evalledger(tmp_path, db, "import", str(root), "--tz", zone, "--dry-run")
         assert result.returncode == 0 and "Traceback" not in result.stderr, result
+
+
+# -- numbers, keys and times the ledger could take but not keep ----------------------------
+
+BIG = 10**400  # JSON holds it; a float does not
+
+
+def test_a_number_no_float_holds_is_named_never_raised(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    tokens = task_json("t", "SUCCESS", tokens="old")
+    tokens["total_token_usage"]["input_tokens"] = BIG
+    runs: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
+        "duration": ({}, task_json("t", "SUCCESS", duration_seconds=BIG),
+                     "  unfinished: {}: duration_seconds 100000... (401 digits) is out of range"
+                     " (at most 1e+09)"),
+        "tokens": ({}, tokens, "  unfinished: {}: input_tokens 100000... (401 digits) is out of"
+                               " range (at most 9007199254740992)"),
+        "parallel": ({"max_parallel": BIG}, task_json("t", "SUCCESS"),
+                     "{}: not imported: run.json: max_parallel 100000... (401 digits) is out of "
+                     "range (at most 9007199254740992)"),
+        "replicate": ({"task_results": [{"task_id": "t", "replicate_index": BIG}]},
+                      task_json("t", "SUCCESS"),
+                      "{}: not imported: run.json: task_results: replicate_index 100000... "
+                      "(401 digits) is out of range (at most 9007199254740992)"),
+        "cost": ({"total_cost_usd": BIG}, task_json("t", "SUCCESS"),
+                 "{}: not imported: run.json: total_cost_usd 100000... (401 digits) is out of "
+                 "range (at most 1e+09)"),
+        "count": ({"tasks_run": BIG}, task_json("t", "SUCCESS"),
+                  "{}: not imported: run.json: tasks_run 100000... (401 digits) is out of "
+                  "range (at most 9007199254740992)"),
+    }
+    expected = []
+    for name, (run_json, task, line) in runs.items():
+        write(root / name, "run.json", {"run_id": name, **run_json})
+        path = write(root / name, "default/t/00/task.json", task)
+        expected.append(line.format(path if "unfinished" in line else root / name))
+    db = tmp_path / "l.db"
+    for dry_run in (["--dry-run"], []):
+        result = evalledger(tmp_path, db, "import", str(root), "--tz", "UTC", *dry_run)
+        assert "Traceback" not in result.stderr, result.stderr
+        assert result.returncode == 1, result
+        assert sorted(result.err_lines) == sorted(expected), result.stderr
+    assert evalledger(tmp_path, db, "verify", "--deep").returncode == 0
+
+
+def test_numbers_past_what_an_attempt_can_say_leave_its_file_out(tmp_path: Path) -> None:
+    """Finite each, 1.7e308 twice is inf: such files were imported, then every read of
+    their run raised OverflowError."""
+    run = tmp_path / "runs/r1"
+    write(run, "run.json", {"run_id": "r1"})
+    write(run, "default/good/00/task.json", task_json("good", "SUCCESS"))
+    usage = {"input_tokens": 1, "total_cost_usd": 1.7e308}
+    turn = {"token_usage": {"input_tokens": 2**53, "total_cost_usd": 9e8}}
+    bad = {
+        "slow": (task_json("slow", "SUCCESS", duration_seconds=1.7e308),
+                 "duration_seconds 1.7e+308 is out of range (at most 1e+09)"),
+        "slow2": (task_json("slow2", "SUCCESS", duration_seconds=1.7e308),
+                  "duration_seconds 1.7e+308 is out of range (at most 1e+09)"),
+        "dear": (task_json("dear", "SUCCESS", total_token_usage=usage),
+                 "total_cost_usd 1.7e+308 is out of range (at most 1e+09)"),
+        "dear2": (task_json("dear2", "SUCCESS", total_token_usage=usage),
+                  "total_cost_usd 1.7e+308 is out of range (at most 1e+09)"),
+        # In range each, out of range summed.
+        "turns": (task_json("turns", "SUCCESS", iterations=[turn, turn]),
+                  "the attempt's input_tokens 18014398509481984 is out of range (at most "
+                  "9007199254740992)"),
+    }
+    for name, (data, _) in bad.items():
+        write(run, f"default/{name}/00/task.json", data)
+    db = tmp_path / "l.db"
+    result = evalledger(tmp_path, db, "import", str(run), "--tz", "UTC")
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 1, result
+    assert "r1: imported 1 attempt(s), 5 unfinished from" in result.stdout
+    assert sorted(result.err_lines) == sorted(
+        f"  unfinished: {run / 'default' / name / '00/task.json'}: {why}"
+        for name, (_, why) in bad.items())
+    s = summary(db, "r1")  # the run reads: show, report
+    assert (s["tasks_run"], s["tasks_unfinished"]) == (1, 5)
+    assert s["total_cost_usd"] == pytest.approx(0.01)
+    assert evalledger(tmp_path, db, "report", "r1").returncode == 0
+
+
+def test_one_file_per_task_key_the_first_in_name_order(tmp_path: Path) -> None:
+    """Folders 001, 01 and 1 all name replicate 1: one attempt of it, not three."""
+    run = tmp_path / "runs/r1"
+    write(run, "run.json", {"run_id": "r1"})
+    for folder, status in (("001", "FAILURE"), ("01", "SUCCESS"), ("1", "SUCCESS")):
+        write(run, f"v/t/{folder}/task.json", task_json("t", status))
+    db = tmp_path / "l.db"
+    result = evalledger(tmp_path, db, "import", str(run), "--tz", "UTC")
+    assert result.returncode == 1, result
+    assert "r1: imported 1 attempt(s), 0 unfinished, 2 skipped from" in result.stdout
+    assert result.err_lines == [
+        f"  skipped: {run / 'v/t' / folder / 'task.json'}: its task key 'v/t/01' is already "
+        f"that of {run / 'v/t/001/task.json'}" for folder in ("01", "1")]
+    s = summary(db, "r1")
+    assert (s["tasks_run"], s["tasks_failed"], s["tasks_succeeded"]) == (1, 1, 0)
+
+
+def test_a_second_name_for_an_imported_file_does_not_change_its_verdict(
+        tmp_path: Path) -> None:
+    """Changing an imported file is refused; a file beside it under another name of its
+    key (1 beside 01) was imported, as a second attempt that flipped the verdict."""
+    run = tmp_path / "runs/r1"
+    write(run, "run.json", {"run_id": "r1"})
+    write(run, "v/t/01/task.json", task_json("t", "FAILURE"))
+    db = tmp_path / "l.db"
+    assert evalledger(tmp_path, db, "import", str(run), "--tz", "UTC").returncode == 0
+    with Ledger(db, read_only=True) as ledger:
+        before = ledger.count()
+    write(run, "v/t/1/task.json", task_json("t", "SUCCESS"))
+    again = evalledger(tmp_path, db, "import", str(run), "--tz", "UTC")
+    assert again.returncode == 1, again
+    assert again.err_lines == [
+        f"  skipped: {run / 'v/t/1/task.json'}: its task key 'v/t/01' is already that of "
+        f"{run / 'v/t/01/task.json'}"]
+    assert summary(db, "r1")["tasks_failed"] == 1
+    # Nor does a run.json row of the key once the imported file is gone.
+    for folder in ("01", "1"):
+        (run / "v/t" / folder / "task.json").unlink()
+    write(run, "run.json", {"run_id": "r1", "task_results": [
+        {"task_id": "t", "variant_id": "v", "replicate_index": 1, "status": "SUCCESS"}]})
+    assert evalledger(tmp_path, db, "import", str(run), "--tz", "UTC").returncode == 0
+    assert summary(db, "r1")["tasks_failed"] == 1
+    with Ledger(db, read_only=True) as ledger:
+        assert ledger.count() == before
+
+
+def test_a_task_key_import_events_would_refuse_is_skipped(tmp_path: Path) -> None:
+    """A key over 1,024 characters was imported, and its run could then never be carried
+    to another ledger: import-events refuses it."""
+    run = tmp_path / "runs/r1"
+    deep = "/".join(["p" * 200] * 6)
+    write(run, "run.json", {"run_id": "r1", "task_results": [
+        {"task_id": deep, "variant_id": "w", "status": "ERROR"}]})
+    write(run, "v/good/00/task.json", task_json("good", "SUCCESS"))
+    path = write(run, f"v/{deep}/00/task.json", task_json("deep", "SUCCESS"))
+    db = tmp_path / "l.db"
+    result = evalledger(tmp_path, db, "import", str(run), "--tz", "UTC")
+    assert result.returncode == 1, result
+    assert "r1: imported 1 attempt(s), 0 unfinished, 2 skipped from" in result.stdout
+    assert sorted(result.err_lines) == sorted([
+        f"  skipped: {path}: its task key is 1,210 characters long: over 1,024",
+        f"  skipped: {run}/run.json#w/{deep}/00: its task key is 1,210 characters long: "
+        "over 1,024"])
+    carried = tmp_path / "r1.ndjson"
+    assert evalledger(tmp_path, db, "export", "r1", "-o", str(carried)).returncode == 0
+    moved = evalledger(tmp_path, tmp_path / "other.db", "import-events", str(carried))
+    assert moved.returncode == 0, moved
 
 
 def test_a_time_before_year_1000_is_written_with_four_digits(tmp_path: Path) -> None:
