@@ -78,8 +78,27 @@ PAGE_SIZE = 8192
 _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY, _SQLITE_INTERRUPT, _SQLITE_AUTH = 5, 6, 8, 9, 23
 _SQLITE_CORRUPT, _SQLITE_FULL, _SQLITE_CANTOPEN, _SQLITE_CONSTRAINT, _SQLITE_NOTADB = (
     11, 13, 14, 19, 26)
+_SQLITE_TOOBIG = 18
 _SQLITE_CONSTRAINT_TRIGGER = 1811
 _SQLITE_READONLY_ROLLBACK = 776  # a hot rollback journal met by a read-only connection
+
+# The longest string or blob a read-only connection reads or makes (SQLite's
+# SQLITE_LIMIT_LENGTH; 1e9 by default). A file opened read-only may be anyone's (merge's
+# other ledger, a copy handed over to verify): a value computed as it is read (an SQL
+# function's result, a column checked away below) must not grow past what a real ledger
+# holds. The largest real value is a run.snapshot's: 44 MB of JSON for a 100,000-task run
+# (``_packed``; stored so in a ledger before schema 12, and what ``evalledger_unpack``
+# returns in SQL); next a run.started's plan, 141 bytes a task. 256 MiB is six times the
+# snapshot (a run of some 580,000 tasks) and still a bound on what one crafted row costs.
+MAX_VALUE_BYTES = 256 << 20
+# The columns of a ledger's tables as PRAGMA table_xinfo lists them: name, declared
+# types (0001 made them; 0014 made the event id and the hash binary).
+_SHAPES: dict[str, tuple[tuple[str, frozenset[str]], ...]] = {
+    "meta": (("key", frozenset({"TEXT"})), ("value", frozenset({"TEXT"}))),
+    "events": tuple((name, frozenset(types.split("|"))) for name, types in (
+        ("seq", "INTEGER"), ("event_id", "BLOB|TEXT"), ("run_id", "TEXT"), ("task_key", "TEXT"),
+        ("type", "TEXT"), ("ts", "TEXT"), ("payload", "TEXT"), ("hash", "BLOB|TEXT"))),
+}
 
 # In EventRow's order: a fetched row is an EventRow as it comes.
 _COLUMNS = "event_id, run_id, task_key, type, ts, payload, seq, hash"
@@ -134,6 +153,10 @@ def translate_errors(path: Path, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> 
             raise LedgerReadOnly(f"{path} is read-only here: {detail}") from e
         if primary in (_SQLITE_NOTADB, _SQLITE_CORRUPT):
             raise NotALedger(f"{path} is not an evalledger ledger ({detail})") from e
+        if primary == _SQLITE_TOOBIG:
+            raise LedgerIOError(
+                f"{path}: {detail}: a value over {MAX_VALUE_BYTES >> 20} MiB, more than a "
+                "ledger holds, is not read from a file opened read-only") from e
         if primary == _SQLITE_FULL:
             # SQLite writes temporary files too (large transactions, sorts): the full disk
             # may be the temp folder's, not the ledger's.
@@ -238,6 +261,8 @@ class Ledger:
                 target, uri=self.read_only, timeout=self.busy_timeout, isolation_level=None,
                 check_same_thread=False,
             )
+            if self.read_only:
+                self._conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
             self._conn.create_function("evalledger_unpack", 1, sql_unpack, deterministic=True)
         try:
             with self._translate():
@@ -257,6 +282,12 @@ class Ledger:
         conn = self._conn
         conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if self.read_only:
+            # Before any row is read: a generated column is computed on every read (a
+            # 28 KB file made 300 MB a row of a payload column printf() fills).
+            for table in _SHAPES:
+                if table in tables and (odd := _odd_column(conn, table)) is not None:
+                    raise NotALedger(f"{self.path} is not an evalledger ledger ({odd})")
         if self._is_ledger(tables):
             self._check_version()
         elif tables - {"_sqlite_migrations"}:
@@ -383,17 +414,23 @@ class Ledger:
                 f"reads up to {SCHEMA_VERSION}: upgrade evalledger"
             )
 
-    def _meta(self, key: str) -> str | None:
+    def _meta(self, key: str) -> Any:
+        """The value stored under ``key``: text as a ledger writes it, but a file may hold
+        any SQLite value there."""
         row = self._conn.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
         return None if row is None else row[0]
 
     @property
     def schema_version(self) -> int:
-        raw = self._meta("schema_version") or "0"
-        try:
+        raw = self._meta("schema_version")
+        if raw is None or raw == "":
+            return 0
+        # Digits, as a ledger writes them: int() overflows on a REAL inf, and takes 17.9,
+        # b"17" and Arabic-Indic digits too.
+        if (type(raw) is int and raw >= 0) or (
+                isinstance(raw, str) and raw.isascii() and raw.isdigit()):
             return int(raw)
-        except ValueError:
-            raise NotALedger(f"{self.path} has a corrupt schema_version {raw!r}") from None
+        raise NotALedger(f"{self.path} has a corrupt schema_version {_shown(raw)}")
 
     @property
     def ledger_id(self) -> str:
@@ -1091,6 +1128,31 @@ def _refuse_non_sqlite(path: Path) -> None:
         raise LedgerIOError(f"cannot open {path}: Permission denied")
     if 0 < size < _SMALLEST_PAGE:
         raise NotALedger(f"{path} is not an evalledger ledger (not a SQLite database)")
+
+
+def _odd_column(conn: sqlite3.Connection, table: str) -> str | None:
+    """What no ledger's ``table`` has among its columns, or None: a generated or hidden
+    column, another name, type or number of them."""
+    found = conn.execute(f"PRAGMA table_xinfo({table})").fetchall()
+    for _, name, _, _, _, _, hidden in found:
+        if hidden:
+            return f"{table}.{_shown(name)} is a generated or hidden column"
+    expected = _SHAPES[table]
+    for (_, name, declared, *_), (want, types) in zip(found, expected, strict=False):
+        if name != want or str(declared).upper() not in types:
+            return (f"{table} has a column {_shown(name)} {_shown(declared) or 'of no type'} "
+                    f"where a ledger has {want} {'/'.join(sorted(types))}")
+    if len(found) != len(expected):
+        return f"{table} has {len(found)} columns, a ledger's {len(expected)}"
+    return None
+
+
+def _shown(value: object) -> str:
+    """A name or value read from a file, for a one-line message: as it is when a plain
+    word, else its repr; cut short."""
+    text = value if isinstance(value, str) and value.isascii() and (
+        value.isidentifier() or value == "") else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _close(cursor: sqlite3.Cursor) -> None:

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import resource
 import sqlite3
+import subprocess
 import sys
 from collections.abc import Callable
 from contextlib import closing
@@ -26,7 +29,7 @@ from evalledger.ledger._events import encode_payload
 from evalledger.ledger._rows import text_hash
 from evalledger.statuses import Category, FinalStatus
 
-from .helpers import assert_one_line_error, evalledger, write_task
+from .helpers import COMMAND, _env, assert_one_line_error, evalledger, write_task
 
 RUN = "sharded"
 
@@ -206,3 +209,36 @@ def test_merge_refuses_a_ledger_that_does_not_verify_and_merges_nothing_of_it(
     with Ledger(into, read_only=True) as ledger:
         assert ledger.count() == before
         assert verify(ledger).ok
+
+
+def test_merge_refuses_a_ledger_whose_payload_is_computed_as_it_is_read(tmp_path: Path) -> None:
+    """A 28 KB file whose payload column is generated (printf, 300 MB a row) took a merge
+    past a gigabyte to a MemoryError traceback. A real process, its memory bounded: the
+    refusal comes before a row is read."""
+    bomb = tmp_path / "bomb.db"
+    with closing(sqlite3.connect(bomb)) as conn:
+        conn.executescript("""
+            CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+            INSERT INTO meta VALUES ('ledger_id', '11111111-1111-4111-8111-111111111111'),
+                ('created_at', '2026-01-01T00:00:00.000000Z'), ('schema_version', '17');
+            CREATE TABLE events (seq INTEGER PRIMARY KEY, event_id BLOB NOT NULL UNIQUE,
+                run_id TEXT NOT NULL, task_key TEXT, type TEXT NOT NULL, ts TEXT NOT NULL,
+                hash BLOB NOT NULL);""")
+        conn.executemany("INSERT INTO events (seq, event_id, run_id, type, ts, hash) "
+                         "VALUES (?, ?, 'r', 'run.started', '2026-01-01T00:00:00.000000Z', ?)",
+                         [(i, os.urandom(16), os.urandom(32)) for i in range(1, 51)])
+        # Added after the rows: SQLite computes it on an insert too (90 s for these).
+        conn.execute("ALTER TABLE events ADD COLUMN payload TEXT "
+                     "GENERATED ALWAYS AS (printf('%.*c', 300000000, 'x')) VIRTUAL")
+        conn.commit()
+
+    def bounded() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    done = subprocess.run([*COMMAND, "--ledger", str(tmp_path / "into.db"), "merge", str(bomb)],
+                          cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                          preexec_fn=bounded, timeout=120, check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"Error: {bomb} is not an evalledger ledger (events.payload is a generated or hidden "
+        "column)"], done.stderr

@@ -6,6 +6,10 @@
   the database deleted ``-wal``/``-shm`` under it, and it never saw another event.
 - A file deleted, moved or replaced under an open ledger took every later append with
   it, reported committed: each commit now checks that the path still names the file.
+- A file opened read-only may be anyone's (merge's other ledger): a 28 KB file whose
+  payload column was generated (computed on every read) made 300 MB a row and ended a
+  merge in a MemoryError; now its columns are checked before a row is read, and no
+  value is built past ``MAX_VALUE_BYTES``.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from evalledger.ledger import (
     NotALedger,
     verify,
 )
+from evalledger.ledger._store import MAX_VALUE_BYTES
 
 from .runs import short_run
 
@@ -68,6 +73,76 @@ def test_a_file_shorter_than_a_page_is_refused_unread(db_path: Path, size: int) 
     with pytest.raises(NotALedger, match="not a SQLite database"):
         Ledger(db_path)
     assert db_path.stat().st_size == size
+
+
+def _crafted(path: Path, events: str, *, meta: str = "value TEXT NOT NULL",
+             version: object = "17") -> Path:
+    """A file shaped as a ledger but for ``events`` (its columns) and ``meta`` (its
+    value column), holding ``version`` as its schema_version."""
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute(f"CREATE TABLE meta (key TEXT PRIMARY KEY, {meta})")
+        conn.execute("INSERT INTO meta VALUES ('ledger_id', "
+                     "'11111111-1111-4111-8111-111111111111'), ('schema_version', ?)",
+                     [version])
+        conn.execute(f"CREATE TABLE events ({events})")
+        conn.commit()
+    return path
+
+
+_EVENTS = ("seq INTEGER PRIMARY KEY, event_id BLOB NOT NULL UNIQUE, run_id TEXT NOT NULL, "
+           "task_key TEXT, type TEXT NOT NULL, ts TEXT NOT NULL, {payload}, hash BLOB NOT NULL")
+
+
+@pytest.mark.parametrize("payload", [
+    "payload TEXT GENERATED ALWAYS AS (printf('%.*c', 1000, 'x')) VIRTUAL",
+    "payload TEXT GENERATED ALWAYS AS ('x') STORED",
+])
+def test_a_column_no_ledger_has_is_refused_before_a_row_is_read(
+        tmp_path: Path, payload: str) -> None:
+    """A generated payload is computed on every read: a 28 KB file of 50 rows made 300 MB
+    each (the merge that read them ended in a MemoryError)."""
+    db = _crafted(tmp_path / "crafted.db", _EVENTS.format(payload=payload))
+    with closing(sqlite3.connect(db)) as conn:
+        conn.execute("INSERT INTO events (seq, event_id, run_id, type, ts, hash) "
+                     "VALUES (1, x'00', 'r', 'run.started', 't', x'00')")
+        conn.commit()
+    with pytest.raises(NotALedger, match=r"\(events\.payload is a generated or hidden column\)"):
+        Ledger(db, read_only=True)
+
+
+@pytest.mark.parametrize(("columns", "says"), [
+    ("x", "events has a column x of no type where a ledger has seq INTEGER"),
+    (_EVENTS.format(payload="payload BLOB NOT NULL"),
+     "events has a column payload BLOB where a ledger has payload TEXT"),
+    (_EVENTS.format(payload="payload TEXT") + ", extra TEXT", "events has 9 columns, a ledger's 8"),
+])
+def test_an_events_table_of_another_shape_is_refused(tmp_path: Path, columns: str,
+                                                     says: str) -> None:
+    with pytest.raises(NotALedger, match=f"\\({says}\\)"):
+        Ledger(_crafted(tmp_path / "crafted.db", columns), read_only=True)
+
+
+def test_a_read_only_open_builds_no_value_past_the_limit(db_path: Path) -> None:
+    """SQLite's own bound is 1e9 bytes: a value computed as it is read (here by printf)
+    was built whole."""
+    Ledger(db_path).close()
+    with Ledger(db_path, read_only=True) as ledger:
+        # printf stops at the bound (a NULL); a blob that big is an error, said in one line.
+        assert ledger.query("SELECT printf('%.*c', ?, 'x') IS NULL",
+                            [MAX_VALUE_BYTES + 1])[1] == [(1,)]
+        with pytest.raises(LedgerIOError, match="string or blob too big: a value over 256 MiB"):
+            ledger.query("SELECT length(zeroblob(?))", [MAX_VALUE_BYTES + 1])
+
+
+@pytest.mark.parametrize("version", [float("inf"), "\u0661\u0667", 17.5, "-1"],
+                         ids=["REAL inf", "Arabic-Indic 17", "17.5", "-1"])
+def test_a_schema_version_a_ledger_never_writes_is_not_a_ledger(tmp_path: Path,
+                                                                version: object) -> None:
+    """A REAL inf made int() raise OverflowError: a traceback from every command."""
+    db = _crafted(tmp_path / "crafted.db", _EVENTS.format(payload="payload TEXT NOT NULL"),
+                  meta="value", version=version)
+    with pytest.raises(NotALedger, match="has a corrupt schema_version"):
+        Ledger(db)
 
 
 def _delete(db: Path) -> None:
