@@ -4,10 +4,23 @@ Everything a task printed, and every criterion detail or error message derived
 from it, is untrusted. The ledger keeps it raw; whatever shows it to a person
 (a terminal, Markdown, HTML) passes it through ``visible`` first, so an ANSI or
 OSC escape sequence (clear the screen, set the title, recolour everything after
-it) is shown as the characters it is made of, never interpreted.
+it) is shown as the characters it is made of, never interpreted. A name the ledger
+keeps (a run id, a task key's folders) may hold none of ``UNSAFE_IN_NAMES``, whoever
+brings it: the legacy importer and ``import-events`` refuse the same characters.
 """
 
 from __future__ import annotations
+
+import re
+
+# Characters no name (a run id, one folder of a task key) may hold, whether an import
+# or a file brings it: C0 and C1 controls and DEL (a newline breaks the ledger's
+# one-line envelope, ESC starts a terminal escape), the Unicode line and paragraph
+# separators, the bidirectional overrides and isolates (they make a name display as
+# another), and lone surrogates (a name that is not UTF-8, which text columns cannot
+# hold).
+UNSAFE_IN_NAMES = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+                             "\ud800-\udfff]")
 
 # C0 controls, DEL and the C1 controls (U+0080..U+009F: U+009B is a one-character
 # CSI on some terminals), each spelled as Python would inside a string literal.
@@ -51,4 +64,4 @@ def money(value: float | None, complete: bool = True) -> str:
     return text if complete else f"\u2265 {text}"
 
 
-__all__ = ["money", "visible"]
+__all__ = ["UNSAFE_IN_NAMES", "money", "visible"]

@@ -8,6 +8,7 @@ Each refusal names the file and says what was done before it.
 from __future__ import annotations
 
 import gzip
+import os
 import zlib
 from collections.abc import Iterable
 from contextlib import closing
@@ -27,6 +28,7 @@ from evalledger.ledger._transfer import (
     Trailer,
     Transfer,
     append_all,
+    claims_here,
     export_lines,
     rows_of,
 )
@@ -49,7 +51,7 @@ class TransferOutcome:
     """What one events file or other ledger added to the ledger."""
 
     source: str
-    """The file or ledger, as it was named."""
+    """The file or ledger, as it was named (bytes of it that are not UTF-8 escaped)."""
     read: int
     added: int
     """Events appended: those the ledger lacked."""
@@ -135,7 +137,7 @@ def import_events(file: Path, *, ledger: Path | str, max_line_bytes: int = MAX_L
     trailer = _checked(export_file, Path(ledger), file)
     with open_ledger(ledger) as into:
         try:
-            done = append_all(into, export_file.rows(), source=str(file.resolve()),
+            done = append_all(into, export_file.rows(), source=_recorded(file),
                               source_ledger=trailer.ledger_id, refuse_local=True)
         except (BadLine, Conflict) as e:
             # Only a race (the file or the ledger changed since the check) gets here.
@@ -143,7 +145,7 @@ def import_events(file: Path, *, ledger: Path | str, max_line_bytes: int = MAX_L
                           "batch with its run.merged") from e
         except (OSError, EOFError, zlib.error) as e:
             raise TransferFailed(f"{file}: cannot be read: {e}") from e
-        return _finish(into, done, str(file), callbacks or Callbacks())
+        return _finish(into, done, _named(file), callbacks or Callbacks())
 
 
 def _checked(export_file: ExportFile, ledger: Path, file: Path) -> Trailer:
@@ -200,14 +202,27 @@ def merge(others: Iterable[Path], *, ledger: Path | str,
             with (Ledger(other, read_only=True) as source, source.read_transaction(),
                   closing(rows_of(source)) as rows):
                 _refuse_unverified(source, other)
+                if (claim := claims_here(source, into)) is not None:
+                    raise TransferFailed(f"{other}: {claim}; nothing of it was merged")
                 try:
-                    moved = append_all(into, rows, source=str(other.resolve()),
+                    moved = append_all(into, rows, source=_recorded(other),
                                        source_ledger=source.ledger_id)
                 except Conflict as e:
                     raise Conflict(f"{other}: {e}; the events before it were merged, each "
                                    "batch with its run.merged") from e
-            done.append(_finish(into, moved, str(other), callbacks))
+            done.append(_finish(into, moved, _named(other), callbacks))
     return done
+
+
+def _recorded(path: Path) -> str:
+    """The path as a run.merged records it: absolute, ``_named``."""
+    return _named(path.resolve())
+
+
+def _named(path: Path) -> str:
+    """The path as text even when its name is not UTF-8 (a tarball's, an attachment's):
+    its undecodable bytes escaped (``\\xff``). JSON and a UTF-8 stdout hold only text."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def _refuse_unverified(source: Ledger, name: Path) -> None:

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from evalledger._files import NotRead, TooBig, read_regular, walk
+from evalledger._text import UNSAFE_IN_NAMES as _UNSAFE
 from evalledger.errors import EvalledgerError
 from evalledger.ledger import (
     AnyEvent,
@@ -78,13 +79,6 @@ MAX_FILE_BYTES = 64 << 20
 # What a run id or a task folder's name may be: one folder's name (reports are written
 # to ``<out>/<run_id>/``), at most what a file name can hold.
 MAX_NAME_BYTES = 255
-# Characters no name may hold: C0 and C1 controls and DEL (a newline breaks the
-# ledger's one-line envelope, ESC starts a terminal escape), the Unicode line and
-# paragraph separators, the bidirectional overrides and isolates (they make a name
-# display as another), and lone surrogates (a name that is not UTF-8, which text
-# columns cannot hold).
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
-                     "\ud800-\udfff]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 FOLDER_LINK = "a symbolic link to a folder (not entered)"
 # How the old harness begins the reason of a task left out on purpose (its SkippedTask).

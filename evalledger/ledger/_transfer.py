@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import sqlite3
 import tempfile
@@ -43,11 +44,13 @@ from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from evalledger._text import UNSAFE_IN_NAMES
 from evalledger.errors import EvalledgerError
 
 from ._lines import line_count
 from ._rows import EventRow, EventType, stored_id, text_id
 from ._store import _first_error, translate_errors
+from ._tokens import TokenCounts
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -77,6 +80,13 @@ MAX_LINE_BYTES = 16 * 1024 * 1024
 # Nesting past this is refused with one line: the parser the ledger reads payloads back
 # with (pydantic-core) stops at about 200 levels, so nothing deeper can be stored.
 MAX_DEPTH = 200
+# The most an event may say an attempt took or cost, or used in tokens: reads sum
+# these (a run's cost, a mean duration), and two finite 1.7e308s overflow there. Far
+# past anything real: 1e9 seconds are 31 years, 1e9 USD no budget; past 2**53 a float
+# (what JSON's numbers are to most readers) no longer counts tokens one by one.
+MAX_SECONDS = 1e9
+MAX_COST_USD = 1e9
+MAX_TOKENS = 2**53
 # Lines hashed, and compared with the check, per chunk of the second reading.
 _CHUNK_LINES = 1000
 _CHUNK_BYTES = 16 * 1024 * 1024
@@ -145,9 +155,6 @@ _TS = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
 # A type this version does not know is kept (docs/events.md, "Unknown types") when it
 # has the shape of one: dotted lower-case words.
 _TYPE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
-# No C0/C1 control character (a newline frames the hash chain; an escape sequence
-# would reach a terminal), no backslash.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\\]")
 _NNN = re.compile(r"\d{2,}")
 _RUN_LEVEL = frozenset({EventType.RUN_STARTED, EventType.RUN_RESUMED, EventType.RUN_FINISHED,
                         EventType.RUN_SNAPSHOT, EventType.RUN_MERGED, EventType.TASK_SKIPPED})
@@ -174,8 +181,8 @@ def _check_envelope(event_id: object, run_id: object, task_key: object, type_: o
 @lru_cache(maxsize=65536)  # a file holds few runs and keys, each on many lines
 def _names_wrong(run_id: str, task_key: str | None, type_: str) -> str | None:
     if not _name_ok(run_id, 255):
-        return (f"run_id {_short(run_id)} is not a run id (1 to 255 characters, no control "
-                "character, slash or backslash, not . or ..)")
+        return (f"run_id {_short(run_id)} is not a run id (1 to 255 characters, no control, "
+                "line-separator or bidi character, no slash or backslash, not . or ..)")
     if len(type_) > 64 or not _TYPE.fullmatch(type_):
         return f"type {_short(type_)} is not an event type"
     if task_key is None:
@@ -186,15 +193,19 @@ def _names_wrong(run_id: str, task_key: str | None, type_: str) -> str | None:
     if (len(task_key) > 1024 or len(parts) < 3 or not _NNN.fullmatch(parts[-1])
             or not all(_name_ok(p, 255) for p in parts)):
         return (f"task_key {_short(task_key)} is not a task key (VARIANT/TASK/NN, no "
-                "control character, no empty, . or .. part)")
+                "control, line-separator or bidi character, no backslash, no empty, . or .. "
+                "part)")
     if type_ in _RUN_LEVEL:
         return f"a {type_} event is run-level: its task_key must be null"
     return None
 
 
 def _name_ok(name: str, limit: int) -> bool:
+    # What the legacy importer refuses too (UNSAFE_IN_NAMES: a newline frames the hash
+    # chain, an escape sequence would reach a terminal, a bidi override shows a name as
+    # another), and no backslash.
     return (0 < len(name) <= limit and name not in (".", "..") and "/" not in name
-            and not _CONTROL.search(name))
+            and "\\" not in name and not UNSAFE_IN_NAMES.search(name))
 
 
 @lru_cache(maxsize=4096)
@@ -212,16 +223,43 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+# A number a float may not hold: a three-digit exponent, or 200 digits in a row (with
+# an exponent under 100, 1.8e308 needs 209 before the point). pydantic-core reads 1e400
+# as inf even with allow_inf_nan=False: stored, it is `Infinity` (not JSON) or null.
+_HUGE = re.compile(r"[eE]\+?[0-9]{3}|[0-9]{200}")
+
+
 def _json(text: str, number: int) -> Any:
     try:
         # pydantic-core's parser, not json.loads: it stops at a fixed depth with an
         # error (json.loads recurses until Python's stack runs out) and is 2x faster.
-        return _from_json()(text, allow_inf_nan=False)
+        obj = _from_json()(text, allow_inf_nan=False)
     except ValueError as e:
         if "recursion limit" in str(e):
             raise BadLine(f"line {number}: JSON nested deeper than {MAX_DEPTH} "
                           "levels") from None
         raise BadLine(f"line {number}: not JSON ({e})") from None
+    if _HUGE.search(text) and (where := _infinite(obj, "")) is not None:
+        raise BadLine(f"line {number}: the number at {where or 'the top'} is past a float's "
+                      "range (it reads as infinity)")
+    return obj
+
+
+def _infinite(value: Any, where: str) -> str | None:
+    """Where in ``value`` (a path, ``payload.data.x``) a float is not finite, or None."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else where
+    if isinstance(value, dict):
+        items: Iterable[tuple[object, Any]] = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        found = _infinite(item, f"{where}.{key}" if where else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 @cache
@@ -278,13 +316,34 @@ def _parse(line: str, number: int) -> tuple[EventRow, int, bool]:
                                               sort_keys=True, separators=(",", ":")))
     decode_row, encode_payload = _codec()
     try:
-        canonical = encode_payload(decode_row(row))
+        event = decode_row(row)
+        canonical = encode_payload(event)
     except ValueError as e:  # pydantic's ValidationError, its serialiser's errors
         why = _first_error(e) if hasattr(e, "errors") else str(e)  # type: ignore[arg-type]
         raise BadLine(f"line {number}: {type_} does not validate: {why}") from None
+    if type_ in _SUMMED and (wrong := _out_of_range(event)) is not None:
+        raise BadLine(f"line {number}: {type_} {wrong}")
     if canonical != row.payload:
         return row._replace(payload=canonical), seq, False
     return row, seq, exact
+
+
+# The events whose durations, costs and tokens reads add up.
+_SUMMED = frozenset({EventType.TASK_COMPLETED, EventType.TASK_USAGE, EventType.TASK_GRADED})
+
+
+def _out_of_range(event: AnyEvent) -> str | None:
+    """What of a duration, cost or token count ``event`` holds is past its bound, or None."""
+    for name, most in (("duration_seconds", MAX_SECONDS), ("cost_usd", MAX_COST_USD)):
+        value = getattr(event, name, None)
+        if value is not None and abs(value) > most:
+            return f"{name} {value:g} is past {most:g}: no attempt takes or costs that"
+    tokens = getattr(event, "tokens", None)
+    if isinstance(tokens, TokenCounts):
+        for name, count in tokens:
+            if abs(count) > MAX_TOKENS:
+                return f"{name} {count} is past 2**53"
+    return None
 
 
 def _trusted(line: str) -> tuple[EventRow, int]:
@@ -344,6 +403,10 @@ class ExportFile:
         with self._open() as stream:
             while line := stream.readline(self.max_line_bytes + 2):
                 number += 1
+                if line.isspace():
+                    # Refused at the first: a file of them (100 MiB of newlines packs into
+                    # 100 KB of gzip) took 90 s of CPU a line at a time.
+                    raise BadLine(f"line {number} is blank: an export holds no blank line")
                 if len(line.rstrip(b"\r\n")) > self.max_line_bytes:
                     raise BadLine(f"line {number} is longer than {self.max_line_bytes:,} "
                                   "bytes (--max-line-bytes)")
@@ -355,14 +418,12 @@ class ExportFile:
         yield chunk
 
     def _lines(self) -> Iterator[tuple[int, str | None, bytes]]:
-        """(number, text or None for the trailer, bytes) for every non-blank line, the
-        trailer checked to be the last; after each chunk, (0, its mark, b"")."""
+        """(number, text or None for the trailer, bytes) for every line, the trailer
+        checked to be the last; after each chunk, (0, its mark, b"")."""
         digest = hashlib.sha256()
         trailer_at = 0
         for chunk in self._chunks():
             for number, raw in chunk:
-                if not raw.strip():
-                    continue
                 if trailer_at:
                     raise BadLine(f"line {number}: after the trailer (line {trailer_at}): "
                                   "one export a file, ending with its trailer")
@@ -611,8 +672,9 @@ def _unlike(ledger: Ledger, held: list[tuple[EventRow, int]]) -> list[str]:
 
 def _check_held(ledger: Ledger | None, rows: list[tuple[int, EventRow]], seen: _Seen,
                 new_at: dict[str, int]) -> None:
-    """Refuse a line whose id the ledger or an earlier line holds with other content;
-    note the first line of each run the ledger lacks."""
+    """Refuse a line whose id the ledger or an earlier line holds with other content, or
+    a run.started the ledger lacks that claims to have been recorded in it; note the
+    first line of each run the ledger lacks."""
     if not rows:
         return
     seen.add(rows)
@@ -620,6 +682,8 @@ def _check_held(ledger: Ledger | None, rows: list[tuple[int, EventRow]], seen: _
     for number, row in rows:
         other = held.get(row.event_id)
         if other is None:
+            if ledger is not None and _claims(row, ledger.ledger_id):
+                raise BadLine(f"line {number}: {_CLAIM.format(run_id=row.run_id)}")
             if row.type not in (EventType.RUN_SNAPSHOT, EventType.RUN_MERGED):  # not imported
                 new_at.setdefault(row.run_id, number)
         elif other:
@@ -627,6 +691,39 @@ def _check_held(ledger: Ledger | None, rows: list[tuple[int, EventRow]], seen: _
             which = _differs(row, _stored(ledger, [row.event_id])[row.event_id])
             raise BadLine(f"line {number}: event {row.event_id} is already in the ledger "
                           f"with another {which}")
+
+
+# A run.started records the ledger its run was recorded in; verify holds every run that
+# names this ledger to have begun after it was made, and counts it as recorded here. A
+# run from elsewhere naming it (forged, or recorded in a copy of this file) would make
+# this ledger fail verify for good, and pass for one of its own.
+_CLAIM = ("run {run_id}'s run.started says it was recorded in this ledger (its ledger id), "
+          "which does not hold it: a run from elsewhere cannot be one recorded here")
+
+
+def _claims(row: EventRow, ledger_id: str) -> bool:
+    """Whether ``row`` is a run.started that names ``ledger_id`` as its ledger."""
+    if row.type != EventType.RUN_STARTED or not ledger_id:
+        return False
+    payload = json.loads(row.payload)
+    return isinstance(payload, dict) and payload.get("ledger_id") == ledger_id
+
+
+def claims_here(source: Ledger, into: Ledger) -> str | None:
+    """Why ``into`` cannot take ``source``'s runs, or None: a run.started of ``source``
+    that ``into`` lacks names ``into``'s ledger id (``_CLAIM``). Checked before a merge
+    appends anything; by SQLite, one row per run."""
+    _, rows = source.query(
+        "SELECT event_id, run_id, seq FROM events WHERE task_key IS NULL "
+        "AND type = ? AND CASE WHEN json_valid(payload) THEN "
+        "json_extract(payload, '$.ledger_id') END = ? ORDER BY seq",
+        [EventType.RUN_STARTED, into.ledger_id])
+    claimed = {text_id(event_id): (run_id, seq) for event_id, run_id, seq in rows}
+    held = _stored(into, list(claimed))
+    for event_id, (run_id, seq) in claimed.items():
+        if event_id not in held:
+            return f"seq {seq}: {_CLAIM.format(run_id=run_id)}"
+    return None
 
 
 def local_runs(ledger: Ledger, run_ids: Iterable[str], *, until_seq: int | None = None

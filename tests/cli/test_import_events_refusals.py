@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -177,6 +178,10 @@ def test_a_run_merged_here_takes_more_of_its_events_from_a_file(
     ("event_id", "01A2B3C4-0000-7000-8000-000000000000", "is not a UUID"),
     ("run_id", "../escape", "is not a run id"),
     ("run_id", "r\x1b[31m", "is not a run id"),
+    # What `import` refuses in a name: a bidi override, a line separator, an isolate.
+    ("run_id", "run1\u202egnp.exe", "is not a run id"),
+    ("run_id", "r\u2028x", "is not a run id"),
+    ("task_key", "default/t\u2066/00", "is not a task key"),
     ("task_key", "default/../00", "is not a task key"),
     ("task_key", "default/t\n/00", "is not a task key"),
     ("type", "Robert'); DROP TABLE events;--", "is not an event type"),
@@ -203,6 +208,85 @@ def test_a_type_this_version_does_not_know_is_kept(source: Path, tmp_path: Path)
     with Ledger(target, read_only=True) as ledger:
         kept = list(ledger.rows(RUN, types=["run.annotated"]))
     assert [json.loads(r.payload) for r in kept] == [{"note": "from a newer evalledger"}]
+
+
+# -- numbers -----------------------------------------------------------------------------------
+
+
+def _with_number(line: str, number: str) -> str:
+    """``line`` with its placeholder ``"__N__"`` spelled as the JSON number ``number``
+    (which json.dumps would write as Infinity, or not at all)."""
+    assert '"__N__"' in line
+    return line.replace('"__N__"', number)
+
+
+@pytest.mark.parametrize("number", ["1e400", "-1E+400", "1e0400", "9" * 400 + ".5"])
+@pytest.mark.parametrize("where", ["unknown type", "task.event data"])
+def test_a_number_past_a_floats_range_is_refused(source: Path, tmp_path: Path, number: str,
+                                                 where: str) -> None:
+    """1e400 read as inf: in an event of a type this version does not know it was stored
+    as `Infinity` (verify failed for good), in a task.event's data as null."""
+    lines = export_lines(source)
+    at = line_of(lines, "task.output")
+    head = json.loads(lines[at])
+    if where == "unknown type":
+        bad = {**json.loads(lines[0]), "event_id": new_event_id(), "type": "run.annotated",
+               "seq": 50, "payload": {"x": "__N__"}}
+        lines, path = [*lines, json.dumps(bad)], "payload.x"
+    else:
+        bad = {**head, "event_id": new_event_id(), "type": "task.event",
+               "payload": {"data": {"x": ["__N__"]}, "n": 9}}
+        lines, path = [*lines[:at], json.dumps(bad)], "payload.data.x.0"
+    lines[-1] = _with_number(lines[-1], number)
+    error = refused(tmp_path / "target.db", write_export(tmp_path / "huge.ndjson", lines))
+    assert f"line {len(lines)}: the number at {path} is past a float's range" in error
+
+
+def test_a_large_finite_number_is_kept(source: Path, tmp_path: Path) -> None:
+    lines = export_lines(source)
+    newer = {**json.loads(lines[0]), "event_id": new_event_id(), "type": "run.annotated",
+             "seq": 50, "payload": {"x": "__N__", "y": "__N__"}}
+    target = tmp_path / "target.db"
+    file = write_export(tmp_path / "large.ndjson",
+                        [*lines, _with_number(json.dumps(newer), "1e300")])
+    assert evalledger(tmp_path, target, "import-events", str(file)).returncode == 0
+    with Ledger(target, read_only=True) as ledger:
+        kept = list(ledger.rows(RUN, types=["run.annotated"]))
+    assert [json.loads(r.payload) for r in kept] == [{"x": 1e300, "y": 1e300}]
+    assert evalledger(tmp_path, target, "verify").returncode == 0
+
+
+@pytest.mark.parametrize(("payload", "says"), [
+    ({"duration_seconds": 1.7e308}, "duration_seconds 1.7e+308 is past 1e+09"),
+    ({"duration_seconds": -2e9}, "duration_seconds -2e+09 is past 1e+09"),
+    ({"cost_usd": 1.7e308}, "cost_usd 1.7e+308 is past 1e+09"),
+    ({"tokens": {"input_tokens": 2**53 + 1}}, f"input_tokens {2**53 + 1} is past 2**53"),
+])
+def test_a_duration_cost_or_token_count_no_attempt_has_is_refused(
+        source: Path, tmp_path: Path, payload: dict[str, object], says: str) -> None:
+    """Two finite durations of 1.7e308 were imported, and every read of the run then
+    ended in OverflowError (their sum)."""
+    lines = export_lines(source)
+    at = line_of(lines, "task.completed")
+    bad = [*lines[:at], changed(lines[at], payload=payload), *lines[at + 1:]]
+    error = refused(tmp_path / "target.db", write_export(tmp_path / "big.ndjson", bad))
+    assert f"line {at + 1}: task.completed {says}" in error
+
+
+def test_a_run_claiming_to_have_been_recorded_here_is_refused(source: Path,
+                                                              tmp_path: Path) -> None:
+    """A run.started naming the destination's ledger id, back-dated, was imported: verify
+    failed for good (the ledger "began after" it), and the run counted as recorded here."""
+    target = tmp_path / "target.db"
+    with Ledger(target) as ledger:
+        here = ledger.ledger_id
+    lines = export_lines(source)
+    at = line_of(lines, "run.started")
+    forged = [*lines[:at], changed(lines[at], ts="2024-01-01T10:00:00.000000Z",
+                                   payload={"ledger_id": here}), *lines[at + 1:]]
+    error = refused(target, write_export(tmp_path / "forged.ndjson", forged))
+    assert f"line {at + 1}: run {RUN}'s run.started says it was recorded in this ledger" in error
+    assert evalledger(tmp_path, target, "verify").returncode == 0
 
 
 # -- limits ------------------------------------------------------------------------------------
@@ -302,6 +386,39 @@ def test_a_line_after_the_trailer_is_refused(source: Path, tmp_path: Path) -> No
         f.write(lines[0] + "\n")
     error = refused(tmp_path / "target.db", file)
     assert f"line {len(lines) + 2}: after the trailer (line {len(lines) + 1})" in error
+
+
+def test_a_file_of_blank_lines_is_refused_at_the_first(tmp_path: Path) -> None:
+    """100 KB of gzip (100 MiB of newlines) took 90 s of CPU, a line at a time, to be
+    found empty."""
+    file = tmp_path / "blank.ndjson.gz"
+    with gzip.open(file, "wb", compresslevel=9) as packed:
+        for _ in range(20):
+            packed.write(b"\n" * (1 << 20))
+    assert "line 1 is blank: an export holds no blank line" in refused(tmp_path / "t.db", file)
+
+
+def test_a_blank_line_in_an_export_is_refused_naming_it(source: Path, tmp_path: Path) -> None:
+    lines = export_lines(source)
+    file = write_export(tmp_path / "blank.ndjson", lines)
+    text = file.read_text(encoding="utf-8").split("\n")
+    file.write_text("\n".join([*text[:2], " \r", *text[2:]]), encoding="utf-8")
+    assert "line 3 is blank" in refused(tmp_path / "target.db", file)
+
+
+def test_a_file_whose_name_is_not_utf8_is_imported_its_name_escaped(
+        source: Path, tmp_path: Path) -> None:
+    """A name from a tarball or an attachment: run.merged could not record it (a
+    PydanticSerializationError traceback)."""
+    file = Path(os.fsdecode(bytes(tmp_path) + b"/export-\xff.ndjson"))
+    write_export(file, export_lines(source))
+    target = tmp_path / "target.db"
+    done = evalledger(tmp_path, target, "import-events", str(file))
+    assert done.returncode == 0, done
+    with Ledger(target, read_only=True) as ledger:
+        merged = [json.loads(r.payload) for r in ledger.rows(RUN, types=["run.merged"])]
+    assert [m["source"] for m in merged] == [f"{tmp_path.resolve()}/export-\\xff.ndjson"]
+    assert evalledger(tmp_path, target, "verify").returncode == 0
 
 
 def test_a_refused_import_makes_no_ledger(source: Path, tmp_path: Path) -> None:

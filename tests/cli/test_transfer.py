@@ -20,13 +20,16 @@ from evalledger.ledger import (
     EventRow,
     Ledger,
     RunMerged,
+    RunStarted,
     TaskCompleted,
+    TaskStarted,
     verify,
     verify_events,
 )
 from evalledger.ledger._chain import link_hash
 from evalledger.ledger._events import encode_payload
 from evalledger.ledger._rows import text_hash
+from evalledger.ledger._transfer import append_all
 from evalledger.statuses import Category, FinalStatus
 
 from .helpers import COMMAND, _env, assert_one_line_error, evalledger, write_task
@@ -242,3 +245,39 @@ def test_merge_refuses_a_ledger_whose_payload_is_computed_as_it_is_read(tmp_path
     assert done.stderr.splitlines() == [
         f"Error: {bomb} is not an evalledger ledger (events.payload is a generated or hidden "
         "column)"], done.stderr
+
+
+def test_merge_refuses_a_run_claiming_to_have_been_recorded_here(tmp_path: Path) -> None:
+    """Another ledger (which verifies: the run came to it "merged") holds a back-dated
+    run.started naming this ledger's id: merged, this ledger failed verify for good and
+    counted the run as its own."""
+    into, other = tmp_path / "into.db", tmp_path / "other.db"
+    with Ledger(into) as ledger:
+        here = ledger.ledger_id
+    forged = RunStarted(run_id="forged", ledger_id=here, ts="2024-01-01T10:00:00.000000Z",
+                        planned=["v/k/00"])
+    with Ledger(other) as ledger:
+        append_all(ledger, [(EventRow.of(forged), 1)], source="somewhere", source_ledger=here)
+        ledger.append([TaskStarted(run_id="forged", task_key="v/k/00", task_id="k")])
+        assert verify(ledger).ok
+
+    error = assert_one_line_error(evalledger(tmp_path, into, "merge", str(other)))
+    assert (f"{other}: seq 1: run forged's run.started says it was recorded in this ledger"
+            in error and "nothing of it was merged" in error)
+    with Ledger(into, read_only=True) as ledger:
+        assert ledger.count() == 0 and verify(ledger).ok
+
+
+def test_merge_of_a_ledger_whose_name_is_not_utf8_records_it_escaped(tmp_path: Path) -> None:
+    """run.merged could not record the name (a PydanticSerializationError traceback)."""
+    other = Path(os.fsdecode(bytes(tmp_path) + b"/other-\xff.db"))
+    with Ledger(other) as ledger:
+        ledger.append([RunStarted(run_id="r", ledger_id=ledger.ledger_id, planned=["v/k/00"])])
+    into = tmp_path / "into.db"
+    done = evalledger(tmp_path, into, "merge", str(other))
+    assert done.returncode == 0, done
+    assert "other-\\xff.db: 1 of 1 events added" in done.stdout
+    with Ledger(into, read_only=True) as ledger:
+        merged = [e for e in ledger.events("r") if isinstance(e, RunMerged)]
+        assert verify(ledger).ok
+    assert [m.source for m in merged] == [f"{tmp_path.resolve()}/other-\\xff.db"]
