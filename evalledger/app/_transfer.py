@@ -199,7 +199,8 @@ def merge(others: Iterable[Path], *, ledger: Path | str,
             # The rows are closed before the source: a reader left open would try to
             # close its cursor on a closed database when collected, after the error. One
             # read transaction: the rows merged are the rows verified.
-            with (Ledger(other, read_only=True) as source, source.read_transaction(),
+            with (Ledger(other, read_only=True, untrusted=True) as source,
+                  source.read_transaction(),
                   closing(rows_of(source)) as rows):
                 _refuse_unverified(source, other)
                 if (claim := claims_here(source, into)) is not None:

@@ -82,9 +82,9 @@ _SQLITE_TOOBIG = 18
 _SQLITE_CONSTRAINT_TRIGGER = 1811
 _SQLITE_READONLY_ROLLBACK = 776  # a hot rollback journal met by a read-only connection
 
-# The longest string or blob a read-only connection reads or makes (SQLite's
-# SQLITE_LIMIT_LENGTH; 1e9 by default). A file opened read-only may be anyone's (merge's
-# other ledger, a copy handed over to verify): a value computed as it is read (an SQL
+# The longest string or blob a connection to another's file (``untrusted``: merge's
+# other ledger) reads or makes (SQLite's SQLITE_LIMIT_LENGTH; 1e9 by default): a value
+# computed as it is read (an SQL
 # function's result, a column checked away below) must not grow past what a real ledger
 # holds. The largest real value is a run.snapshot's: 44 MB of JSON for a 100,000-task run
 # (``_packed``; stored so in a ledger before schema 12, and what ``evalledger_unpack``
@@ -156,7 +156,7 @@ def translate_errors(path: Path, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> 
         if primary == _SQLITE_TOOBIG:
             raise LedgerIOError(
                 f"{path}: {detail}: a value over {MAX_VALUE_BYTES >> 20} MiB, more than a "
-                "ledger holds, is not read from a file opened read-only") from e
+                "ledger holds, is not read from another's file") from e
         if primary == _SQLITE_FULL:
             # SQLite writes temporary files too (large transactions, sorts): the full disk
             # may be the temp folder's, not the ledger's.
@@ -197,9 +197,14 @@ class Ledger:
         read_only: bool = False,
         durable: bool = False,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        untrusted: bool = False,
     ) -> None:
         self.path = Path(path)
         self.read_only = read_only
+        # Another's file (merge's other ledger): no value read from it is built past
+        # MAX_VALUE_BYTES. Not the user's own, whose largest snapshot (a run of more than
+        # some 580,000 tasks) may be larger.
+        self.untrusted = untrusted
         self.busy_timeout = busy_timeout
         # Invariant: True once check_file found that the path no longer names this
         # ledger's file or -wal; close then empties the -wal into the ledger's own file.
@@ -261,7 +266,7 @@ class Ledger:
                 target, uri=self.read_only, timeout=self.busy_timeout, isolation_level=None,
                 check_same_thread=False,
             )
-            if self.read_only:
+            if self.untrusted:
                 self._conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
             self._conn.create_function("evalledger_unpack", 1, sql_unpack, deterministic=True)
         try:

@@ -852,9 +852,19 @@ def _account(ledger: Ledger, batch: list[tuple[EventRow, int]], seqs: list[int],
 
 
 def rows_of(ledger: Ledger) -> Generator[tuple[EventRow, int], None, None]:
-    """Every row of the ledger, in seq order, with its seq: what a merge reads."""
+    """Every row of the ledger, in seq order, with its seq: what a merge reads. A
+    duration, cost or token count past its bound is refused as import-events refuses it
+    (a ledger that verifies may hold one: written by hand, or by an older runner).
+
+    Raises:
+        InvalidEvent: a row's payload is not text, or holds such a number.
+    """
     for row in ledger.rows(stored=True):
         _whole(ledger, row)
+        if row.type in _SUMMED and (wrong := _out_of_range(row.decode())) is not None:
+            from ._store import _invalid
+
+            raise _invalid(ledger.path, row, ValueError(wrong))
         yield row, row.seq or 0
 
 

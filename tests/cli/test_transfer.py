@@ -268,6 +268,22 @@ def test_merge_refuses_a_run_claiming_to_have_been_recorded_here(tmp_path: Path)
         assert ledger.count() == 0 and verify(ledger).ok
 
 
+def test_merge_refuses_a_duration_past_its_bound_as_import_events_does(tmp_path: Path) -> None:
+    """Two finite durations of 1.7e308 in a ledger that verifies: merged, every read of
+    the run overflowed (its mean, its sum)."""
+    into, other = tmp_path / "into.db", tmp_path / "other.db"
+    with Ledger(other) as ledger:
+        ledger.append([RunStarted(run_id="r", ledger_id=ledger.ledger_id, planned=["v/k/00"]),
+                       TaskStarted(run_id="r", task_key="v/k/00", task_id="k"),
+                       TaskCompleted(run_id="r", task_key="v/k/00", category=Category.SUCCEEDED,
+                                     final_status=FinalStatus.SUCCESS, duration_seconds=1.7e308)])
+        assert verify(ledger).ok
+    error = assert_one_line_error(evalledger(tmp_path, into, "merge", str(other)))
+    assert "duration_seconds 1.7e+308 is past 1e+09" in error, error
+    with Ledger(into, read_only=True) as ledger:
+        assert ledger.count() == 0
+
+
 def test_merge_of_a_ledger_whose_name_is_not_utf8_records_it_escaped(tmp_path: Path) -> None:
     """run.merged could not record the name (a PydanticSerializationError traceback)."""
     other = Path(os.fsdecode(bytes(tmp_path) + b"/other-\xff.db"))
