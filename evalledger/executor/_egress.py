@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import logging
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ from urllib.parse import urlsplit
 
 import trio
 
-log = logging.getLogger(__name__)
+from ._gateway_http import connection_ends
 
 # The port the sandbox's forwarder listens on for the proxy (the sandbox's loopback is
 # its own: no host's port is taken). The gateway's port, if it is this one, moves it.
@@ -123,12 +122,8 @@ class Egress:
         Whatever it sends ends this connection at worst: never the proxy, nor the batch
         whose nursery serves it."""
         async with stream:
-            try:
+            with connection_ends("egress proxy"):
                 await self._serve(stream)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                pass  # the command went away
-            except Exception:  # a bug: this connection ends, the proxy serves on
-                log.exception("egress proxy: a connection failed")
 
     async def _serve(self, stream: trio.abc.Stream) -> None:
         head, rest = await _read_head(stream)

@@ -329,12 +329,8 @@ class Server:
 
     async def _connection(self, stream: trio.SocketStream) -> None:
         async with stream:
-            try:
+            with connection_ends("gateway"):
                 await self._exchanges(stream)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                pass  # the agent went away
-            except Exception:  # a bug: this connection ends, the gateway serves on
-                log.exception("gateway: a connection failed")
 
     async def _exchanges(self, stream: trio.SocketStream) -> None:
         """Each request on the connection in turn, while it is kept alive."""
@@ -413,6 +409,19 @@ class Server:
 
 # A request's body when the gateway already holds ``MAX_HELD`` (answered 503).
 _BUSY = b"(busy)"
+
+
+@contextlib.contextmanager
+def connection_ends(server: str) -> Iterator[None]:
+    """Around what one connection to ``server`` does: its peer gone ends it quietly; any
+    other failure (a bug, or what a peer sent that nothing foresaw) is logged and ends
+    this connection only, never the server, nor the batch whose nursery serves it."""
+    try:
+        yield
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        pass  # the peer went away
+    except Exception:
+        log.exception("%s: a connection failed", server)
 
 
 def _request(head: h11.Request, body: bytes | None) -> Request:
