@@ -21,8 +21,8 @@ import evalledger
 
 PACKAGE = Path(evalledger.__file__).parent
 
-DOMAIN = {"errors", "_values", "_text", "_diffs", "_workspace_diff", "_files", "_lazy", "_gc",
-          "_logs", "_version", "statuses", "options", "hosts"}
+DOMAIN = {"errors", "_bounds", "_values", "_text", "_diffs", "_workspace_diff", "_files",
+          "_lazy", "_gc", "_logs", "_version", "statuses", "options", "hosts"}
 # The rank of each layer: lower layers never import higher ones.
 RANKS = {
     "domain": 0,  # values, statuses, options, liveness, file safety, the error root

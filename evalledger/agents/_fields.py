@@ -10,8 +10,7 @@ import json
 import math
 from typing import Any
 
-# Beyond any real usage: a count this large is garbage, not a count (as the executor has it).
-MAX_TOKENS = 2**53
+from evalledger._bounds import MAX_TOKENS
 
 
 def text(value: Any) -> str:

@@ -47,6 +47,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from evalledger._bounds import MAX_TOKENS, MAX_USD
 from evalledger.agents import FinalResult, SessionStart, Tokens, format_of, read_usage
 from evalledger.agents._conversation import merged, message_key
 from evalledger.ledger import NO_TOKENS, TaskUsage, TokenCounts
@@ -71,9 +72,6 @@ class Usage:
                          **dict(self.tokens), **ids)
 
 
-# Beyond any real usage, and beyond what a float (so SQLite, so a cost) can hold
-# exactly: a count this large is garbage, recorded as the line it came in, not counted.
-MAX_TOKENS = 2**53
 
 # How far the per-model costs of a result line may fall from its total_cost_usd and
 # still be read as the same money summed in another order: a ten-thousandth of a cent.
@@ -93,17 +91,11 @@ def _int(value: Any) -> int:
     return 0
 
 
-# The most one usage line may say it cost, in USD: past it no cost was reported (a
-# command printing 1e308 twice made the run's total inf, which its snapshot, JSON, could
-# only hold as null: the ledger then failed verify).
-MAX_REPORTED_COST = 1e9
-
-
 def _cost(value: Any) -> float | None:
-    """A reported cost: a number from 0 to ``MAX_REPORTED_COST`` (1e400 reads as inf:
-    not a cost), else None."""
+    """A reported cost: a number from 0 to ``MAX_USD`` (1e400 reads as inf: not a cost;
+    1e308 twice sums to it), else None."""
     if isinstance(value, int | float) and not isinstance(value, bool) and (
-            0 <= value <= MAX_REPORTED_COST):
+            0 <= value <= MAX_USD):
         return float(value)
     return None
 

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from evalledger._bounds import MAX_SECONDS, MAX_TOKENS, MAX_USD
 from evalledger._files import NotRead, TooBig, read_regular, walk
 from evalledger._text import UNSAFE_IN_NAMES as _UNSAFE
 from evalledger.errors import EvalledgerError
@@ -90,13 +91,9 @@ TOTALS = ("tasks_run", "tasks_succeeded", "tasks_failed", "tasks_error", "tasks_
           "agent_cost_usd", "eval_overhead_cost_usd")
 # Two costs closer than this agree (run.json's are sums of floats).
 COST_TOLERANCE = 5e-7
-# The most an imported number may say. No attempt comes near: 1e9 seconds is 31 years,
-# 1e9 USD a billion dollars, 2**53 the most a double counts exactly, a score a fraction.
-# A larger one measured nothing, and a few of them summed overflow a float (1.7e308
-# twice is inf), which broke every later read of the run: its file is not imported.
-MAX_SECONDS = 1e9
-MAX_USD = 1e9
-MAX_COUNT = 2**53
+# The most an imported score may say (a fraction, in any real file): past it, as past
+# the bounds of ``_bounds``, its file is not imported (summed, such numbers overflow a
+# float, which broke every later read of the run).
 MAX_SCORE = 1e9
 # The longest task key import-events takes (``ledger._transfer``): a run imported here
 # can be exported and imported into another ledger.
@@ -394,11 +391,11 @@ def old_totals(summary: Mapping[str, Any]) -> dict[str, Any]:
     """The totals run.json states about its run, those its version has (``TOTALS``).
 
     Raises:
-        NotImportable: a cost over ``MAX_USD`` or a count over ``MAX_COUNT``.
+        NotImportable: a cost over ``MAX_USD`` or a count over ``MAX_TOKENS``.
     """
     return {name: value for name in TOTALS
             if isinstance(value := summary.get(name), bool)
-            or _number(value, name, MAX_USD if name.endswith("_usd") else MAX_COUNT)
+            or _number(value, name, MAX_USD if name.endswith("_usd") else MAX_TOKENS)
             is not None}
 
 
@@ -655,7 +652,7 @@ def _task_completed(attempt: _Attempt, ident: _Ident, ts: str, model: str | None
     tokens = sum((counts for counts, _, _ in used), TokenCounts())
     # Each turn's usage is in range; what a file of many sums to must be too.
     for name, count in tokens:
-        _number(count, f"the attempt's {name}", MAX_COUNT)
+        _number(count, f"the attempt's {name}", MAX_TOKENS)
     cost = _number(_total_cost(costs), "the attempt's cost_usd", MAX_USD)
     details: dict[str, Any] = (data["error_details"]
                                if isinstance(data.get("error_details"), dict) else {})
@@ -893,9 +890,9 @@ def _int(value: object, default: int, name: str) -> int:
     says none: missing, not a number, negative, NaN.
 
     Raises:
-        NotImportable: it is over ``MAX_COUNT``.
+        NotImportable: it is over ``MAX_TOKENS``.
     """
-    number = _number(value, name, MAX_COUNT)
+    number = _number(value, name, MAX_TOKENS)
     return int(number) if number is not None and number >= 0 else default
 
 

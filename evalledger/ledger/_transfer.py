@@ -44,6 +44,7 @@ from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from evalledger._bounds import MAX_SECONDS, MAX_TOKENS, MAX_USD
 from evalledger._text import UNSAFE_IN_NAMES
 from evalledger.errors import EvalledgerError
 
@@ -80,13 +81,6 @@ MAX_LINE_BYTES = 16 * 1024 * 1024
 # Nesting past this is refused with one line: the parser the ledger reads payloads back
 # with (pydantic-core) stops at about 200 levels, so nothing deeper can be stored.
 MAX_DEPTH = 200
-# The most an event may say an attempt took or cost, or used in tokens: reads sum
-# these (a run's cost, a mean duration), and two finite 1.7e308s overflow there. Far
-# past anything real: 1e9 seconds are 31 years, 1e9 USD no budget; past 2**53 a float
-# (what JSON's numbers are to most readers) no longer counts tokens one by one.
-MAX_SECONDS = 1e9
-MAX_COST_USD = 1e9
-MAX_TOKENS = 2**53
 # Lines hashed, and compared with the check, per chunk of the second reading.
 _CHUNK_LINES = 1000
 _CHUNK_BYTES = 16 * 1024 * 1024
@@ -334,7 +328,7 @@ _SUMMED = frozenset({EventType.TASK_COMPLETED, EventType.TASK_USAGE, EventType.T
 
 def _out_of_range(event: AnyEvent) -> str | None:
     """What of a duration, cost or token count ``event`` holds is past its bound, or None."""
-    for name, most in (("duration_seconds", MAX_SECONDS), ("cost_usd", MAX_COST_USD)):
+    for name, most in (("duration_seconds", MAX_SECONDS), ("cost_usd", MAX_USD)):
         value = getattr(event, name, None)
         if value is not None and abs(value) > most:
             return f"{name} {value:g} is past {most:g}: no attempt takes or costs that"
