@@ -391,7 +391,9 @@ def _refusal(attempt: GatewayAttempt, provider: Provider, api: str, method: str,
         return 404, f"{api!r} is no API the gateway meters"
     if not is_read(method) and (reason := unreadable(
             provider.name, api, background=_member(asked, "background"),
-            alts=[v for k, v in parse_qsl(query, keep_blank_values=True) if k == "alt"])):
+            # Google's system parameters are read as $alt too.
+            alts=[v for k, v in parse_qsl(query, keep_blank_values=True)
+                  if k in ("alt", "$alt")])):
         return 400, reason
     if reads_usage(provider.name, api) and (reason := attempt.meter.refusal()):
         attempt.meter.refused(reason)

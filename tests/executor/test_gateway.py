@@ -517,7 +517,9 @@ def test_an_api_the_gateway_cannot_meter_is_refused_not_passed_on(tmp_path: Path
         "model": "gpt-5", "background": True, "input": "hi"}}, "background response"),
     ({"provider": "gemini", "path": "/v1beta/models/gemini-2.5-pro:generateContent?alt=proto",
       "body": {}}, "alt=proto"),
-], ids=["responses-background", "gemini-proto"])
+    ({"provider": "gemini", "path": "/v1beta/models/gemini-2.5-pro:generateContent?%24alt=proto",
+      "body": {}}, "alt=proto"),
+], ids=["responses-background", "gemini-proto", "gemini-dollar-alt"])
 def test_a_call_whose_answer_would_hold_no_usage_the_gateway_reads_is_refused(
         tmp_path: Path, call: dict[str, Any], why: str) -> None:
     """A background response answers ``queued`` with ``usage: null`` (its result fetched
