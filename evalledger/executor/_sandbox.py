@@ -318,13 +318,19 @@ def _special(folder: str, names: list[str]) -> set[str]:
 def _copy_file(source: str, target: str) -> None:
     """``shutil.copy2``, holes kept (``_copy_data``); a file the command made unreadable
     to the runner is copied as an empty file of its mode (what a grader running as the
-    runner finds: a file it cannot read), not an error of the runner's. What is not a
-    regular file (a FIFO, which an open would wait on for ever) is left out, as
-    ``_special`` leaves it out of a copy."""
+    runner finds: a file it cannot read), not an error of the runner's. A FIFO or a
+    socket is made again, never opened (an open of a FIFO would wait for ever): a
+    workspace kept on another file system then hashes as it did where the attempt left
+    it, so a regrade takes it (the grading copy leaves them out before: ``_special``).
+    A device is left out (``defuse`` removes it from whatever is kept)."""
     try:
-        if not stat.S_ISREG(os.lstat(source).st_mode):
+        mode = os.lstat(source).st_mode
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            os.mknod(target, stat.S_IFMT(mode) | 0o600)
+        elif not stat.S_ISREG(mode):
             return
-        _copy_data(source, target)
+        else:
+            _copy_data(source, target)
         shutil.copystat(source, target)
     except PermissionError:
         mode = stat.S_IMODE(os.lstat(source).st_mode)

@@ -227,14 +227,16 @@ def quoted(name: str, most: int = 60) -> str:
 
 def name_problem(name: str) -> str | None:
     """Why the ledger cannot take ``name`` as a run id or one folder of a task key, or
-    None: empty, ``.`` or ``..``, a ``/``, a character of ``_UNSAFE``, or longer than a
-    file name may be."""
+    None: empty, ``.`` or ``..``, a ``/`` or ``\\``, a character of ``_UNSAFE``, or longer
+    than a file name may be."""
     if not name:
         return "it is empty"
     if name in (".", ".."):
         return f"it is '{name}'"
     if "/" in name:
         return "it holds '/'"
+    if "\\" in name:  # import-events refuses it too: a separator where paths are Windows'
+        return "it holds '\\'"
     if unsafe := _UNSAFE.search(name):
         code = ord(unsafe.group())
         return (f"it holds the control character U+{code:04X}" if code < 0xD800 else

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -299,6 +300,63 @@ def test_a_copy_of_a_workspace_keeps_its_holes(tmp_path: Path) -> None:
         assert f.read(6) == b"middle"
     assert (tmp_path / "copy" / "plain").read_bytes() == b"p" * 100_000
     assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == ["plain", "sparse"]
+
+
+def test_a_workspace_kept_on_another_file_system_hashes_as_the_one_left(
+        tmp_path: Path) -> None:
+    """Kept across file systems, a workspace is copied (``shutil.move``): its FIFO and
+    socket were left out of that copy, so its hash (the one its attempt recorded) no
+    longer matched and every regrade of it was refused as "changed since it was kept".
+    They are made again, never opened."""
+    import socket
+
+    from evalledger.executor import _sandbox
+    from evalledger.executor.isolation import hash_tree
+
+    source = tmp_path / "work"
+    (source / "src").mkdir(parents=True)
+    (source / "src" / "a.py").write_text("print(1)\n")
+    os.mkfifo(source / "pipe", 0o640)
+    with socket.socket(socket.AF_UNIX) as bound:
+        bound.bind(str(source / "src" / "sock"))
+    (source / "link").symlink_to("pipe")
+    left = hash_tree(source)
+    # What shutil.move does where a rename cannot go (another file system).
+    shutil.copytree(source, tmp_path / "kept", symlinks=True,
+                    copy_function=_sandbox._copy_file)
+    assert hash_tree(tmp_path / "kept") == left
+    assert stat.S_ISFIFO((tmp_path / "kept" / "pipe").lstat().st_mode)
+    assert stat.S_ISSOCK((tmp_path / "kept" / "src" / "sock").lstat().st_mode)
+
+
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
+def test_a_fifo_kept_on_another_file_system_is_regraded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole path: sandboxes on a tmpfs, the artifacts on the test's own file
+    system; the agent leaves a FIFO; a regrade of its attempt is taken."""
+    root_("mounting a tmpfs")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(scratch)],
+                             capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        unavailable("ROOT", f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        tasks = write(tmp_path / "tasks", {"planted": {
+            "command": "mkfifo pipe; echo hello > out.txt", "timeout": 20,
+            "success_criteria": [{"type": "file_exists", "path": "out.txt"}]}})
+        db = tmp_path / "l.db"
+        monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # the batch's sandboxes
+        done = evalledger(tmp_path, db, "run", str(tasks), "--run-id", "kept",
+                          "--out", str(tmp_path / "out"))
+        monkeypatch.undo()
+        assert done.returncode == 0, done.stdout + done.stderr
+        again = evalledger(tmp_path, db, "regrade", "kept")
+        assert again.returncode == 0, again.stdout + again.stderr
+        (graded,) = of_type(events(db, "kept"), "task.graded")
+        assert [c.passed for c in graded.criteria] == [True]
+    finally:
+        subprocess.run(["umount", "-l", str(scratch)], check=False)
 
 
 @pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)

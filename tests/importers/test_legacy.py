@@ -317,7 +317,10 @@ def test_a_run_whose_name_cannot_be_stored_is_skipped_and_the_others_import(
      "character U+001B"),
     ("run.json", json.dumps({"task_results": [{"task_id": "a\nb", "status": "ERROR"}]}).encode(),
      "'a\\nb' cannot be part of a task key: it holds the control character U+000A"),
-], ids=["surrogate", "deep", "ansi-task-folder", "newline-row"])
+    # import-events refuses a backslash in a name: legacy import the same.
+    ("default/t\\x/00/task.json", json.dumps(task_json("t", "SUCCESS")).encode(),
+     "the folder name 't\\x' cannot be part of a task key: it holds '\\'"),
+], ids=["surrogate", "deep", "ansi-task-folder", "newline-row", "backslash-task-folder"])
 def test_what_the_ledger_cannot_store_is_named_and_the_rest_imports(
         tmp_path: Path, relative: str, content: bytes, reason: str) -> None:
     root = tmp_path / "runs"
