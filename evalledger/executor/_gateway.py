@@ -31,7 +31,7 @@ import json
 import logging
 import math
 import secrets
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -55,6 +55,7 @@ from ._gateway_api import (
 )
 from ._gateway_http import (
     GRACE,
+    Answer,
     Piece,
     Reply,
     Request,
@@ -169,11 +170,22 @@ class GatewayAttempt:
     meter: Metered
     rates: Callable[[str | None, Any], float | None]
     in_flight: int = 0
+    # Of its calls under way, how many wait on their model API: sent upstream, the
+    # answer's head or its next bytes not come yet. A stall meanwhile is the API's.
+    on_api: int = 0
     # The calls under way: each one's cancel scope, given the drain's deadline at close.
     scopes: set[trio.CancelScope] = field(default_factory=set)
     closing: trio.Event = field(default_factory=trio.Event)
     idle: trio.Event = field(default_factory=trio.Event)
     drain_by: float = math.inf
+
+    @contextlib.contextmanager
+    def waiting_on_api(self) -> Iterator[None]:
+        self.on_api += 1
+        try:
+            yield
+        finally:
+            self.on_api -= 1
 
     def env(self, base_url: str) -> dict[str, str]:
         """The agent's variables: each provider's base URL (the gateway's, with the
@@ -314,9 +326,11 @@ class Gateway:
             if attempt.closing.is_set():
                 limit.deadline = attempt.drain_by
             try:
-                async with self.client.request(method, url, [
-                        (k.encode("latin-1"), v.encode("latin-1"))
-                        for k, v in headers.items()], body) as answer:
+                async with contextlib.AsyncExitStack() as stack:
+                    with attempt.waiting_on_api():
+                        answer = await stack.enter_async_context(self.client.request(
+                            method, url, [(k.encode("latin-1"), v.encode("latin-1"))
+                                          for k, v in headers.items()], body))
                     call.status = answer.status
                     call.latency_seconds = trio.current_time() - call.started
                     reading.request_id = (answer.header(b"request-id")
@@ -330,7 +344,7 @@ class Gateway:
                     # A JSON answer's last piece waits for its usage to be counted; a
                     # stream's usage comes in an event before its end (counted as read).
                     held: Piece | None = None
-                    while (piece := await answer.read()) is not None:
+                    while (piece := await _read(attempt, answer)) is not None:
                         if answered:
                             for start, end in piece.spans:
                                 reading.feed(piece.raw, start, end)
@@ -380,6 +394,11 @@ class Gateway:
             attempt.meter.count(usage)
         call.cut = call.cut or usage.estimate
         await attempt.meter.record(usage, call.facts(trio.current_time() - call.started))
+
+
+async def _read(attempt: GatewayAttempt, answer: Answer) -> Piece | None:
+    with attempt.waiting_on_api():
+        return await answer.read()
 
 
 def _refusal(attempt: GatewayAttempt, provider: Provider, api: str, method: str,

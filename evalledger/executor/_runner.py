@@ -295,6 +295,11 @@ class _Streams:
     last_activity: float = 0.0
     last_at: str = ""
     stalled: str | None = None
+    # Behind the gateway: its token there (a stall asks it whether a call of the
+    # attempt was waiting on its model API), and whether the stall that ended it was
+    # the attempt's own silence (none was).
+    gateway: GatewayAttempt | None = None
+    own_stall: bool = False
     # Sends under way: a reader held up by a busy ledger is not a silent command.
     sending: int = 0
     # What was read and not yet handed to the writer (``flush``), and when it must be
@@ -760,7 +765,7 @@ async def _judged(task: ResolvedTask, ctx: RunContext, state: _Streams, sandbox:
     if state.isolation_error is not None:
         return AttemptFacts(error=state.isolation_error), None
     if state.stalled is not None:
-        return AttemptFacts(stalled=state.stalled), None
+        return AttemptFacts(stalled=state.stalled, own_stall=state.own_stall), None
     if ctx.no_grade:
         return AttemptFacts((), timed_out, task.timeout, state.budget_stop,
                             api_error=state.api_error), None
@@ -820,6 +825,7 @@ def _through_gateway(task: ResolvedTask, ctx: RunContext, state: _Streams,
     if ctx.gateway is None:
         raise RuntimeError("a task has gateway but the batch started no gateway")
     gates = _Gates(ctx.gateway.attempt(frozenset(task.gateway), state, ctx.rates.price))
+    state.gateway = gates.gateway
     env = {**gateway_keys_removed(env), **gates.gateway.env(ctx.gateway.base_url)}
     if task.allow_domains:
         if ctx.egress is None:
@@ -1136,6 +1142,13 @@ async def _watch_stall(task: ResolvedTask, ctx: RunContext, state: _Streams, att
             if task.stall_action == "kill":
                 state.stalled = (f"stalled: no output for {idle:g}s (stall_timeout "
                                  f"{quiet:g}s; last event {state.last_at})")
+                # Seen, not said: behind the gateway, a silence while no call of it
+                # waited on its model API is the agent's own (a sleep, a hung tool),
+                # not a hung API: its failure, as a timeout is.
+                if state.gateway is not None and not state.gateway.on_api:
+                    state.own_stall = True
+                    state.stalled += ("; no model call of it was waiting on its API, as "
+                                      "the gateway saw: its own silence")
                 command.cancel()
                 return
             await spoke.wait()  # warn: once per silence

@@ -24,7 +24,8 @@ Each failure has a class (docs/results.md, "Failure classes"): 1, 2, 2b and 4b a
 infrastructure's (what runs the agent failed, not the agent), 3, 4, 4a and 6 the
 agent's, also when the agent's own stream blames its model API (an overloaded or 5xx
 answer it gave up on, ``api_error``): that is said in the message, and is the agent's
-word, not something the runner saw.
+word, not something the runner saw. A stall (2b) behind the gateway while no model call
+of it waited on its API is the agent's too (``own_stall``: its own silence, seen).
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ class AttemptFacts:
     error: str | None = None
     # Why the command was ended as stalled (its stall_timeout passed in silence).
     stalled: str | None = None
+    # Behind the gateway, no model call of it was waiting on its API then: its own
+    # silence (a sleep, a hung tool), not a hung API.
+    own_stall: bool = False
     # The model API error the agent's stream reported giving up on (overloaded, 5xx).
     api_error: str | None = None
     # Why what the command left cannot be graded (_workspace_diff.WorkspaceUnfit): its doing.
@@ -107,7 +111,7 @@ def _status(facts: AttemptFacts) -> tuple[FinalStatus, str | None, FailureClass 
     if facts.error is not None:
         return FinalStatus.ERROR, facts.error, _INFRA
     if facts.stalled is not None:
-        return FinalStatus.STALLED, facts.stalled, _INFRA
+        return FinalStatus.STALLED, facts.stalled, _AGENT if facts.own_stall else _INFRA
     if facts.budget_stop is not None:
         return (*facts.budget_stop, _AGENT)
     if facts.command_timed_out or any(c.detail in (CUT_OFF, NOT_RUN) for c in facts.criteria):

@@ -341,8 +341,9 @@ class TaskSettings(_Strict):
     """Seconds without any output line, JSON event or usage after which the attempt is
     stalled (default: never): a task.stalled is recorded, then stall_action."""
     stall_action: StallAction | None = None
-    """What a stall does: kill (default: the attempt ends STALLED, an infra failure) or
-    warn (only the task.stalled event)."""
+    """What a stall does: kill (default: the attempt ends STALLED, an infra failure; the
+    agent's own behind the gateway when no model call of it waited on its API) or warn
+    (only the task.stalled event)."""
     max_output: ByteSize | None = Field(default=None, gt=0)
     """The most of one attempt's output the ledger records (bytes: 2000000, or "50MB",
     "1GiB"; default 50MB): past it the attempt runs on, its usage and budget still

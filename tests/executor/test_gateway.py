@@ -352,6 +352,43 @@ def test_an_agent_that_only_says_its_api_failed_keeps_its_failure(tmp_path: Path
     assert done.failure_class == FailureClass.AGENT
 
 
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
+@pytest.mark.parametrize("silence", ["its-own", "its-api-hung"])
+def test_a_stall_is_the_agents_unless_a_model_call_of_it_waited_on_its_api(
+        tmp_path: Path, silence: str) -> None:
+    """Seen, not said: an agent that goes quiet once its calls were answered (a sleep,
+    a hung tool) stalled of its own doing: its failure, in the rates, never retried
+    (going silent was a way to leave the pass rate). Quiet while the gateway waits on
+    the API for its call: the API's, infrastructure's, as before."""
+    hold = threading.Event()
+    turns = [Turn(text="a", usage=Usage(10, 10), hold=hold if silence != "its-own" else None)]
+    with FakeAgentApi(turns, main_model=SONNET) as api:
+        calls = json.dumps([anthropic()])
+        command = ["sh", "-c", '"$0" "$1" "$2" && exec sleep 60', sys.executable,
+                   str(tmp_path / "client.py"), calls]
+        # The silence is counted from the command's start: long enough that the call
+        # has reached the API by then, whatever the machine's load.
+        code, db = run_agent(tmp_path, [anthropic()], {"anthropic": api.url},
+                             stall_timeout=5, retries=1,
+                             **({"command": command} if silence == "its-own" else {}))
+    with Ledger(db, read_only=True) as ledger:
+        completions = [e for e in ledger.events(only_run(db)) if isinstance(e, TaskCompleted)]
+    if silence == "its-own":
+        assert code == 1
+        (done,) = completions  # an agent's failure is not tried again
+        assert (done.final_status, done.failure_class) == (FinalStatus.STALLED,
+                                                           FailureClass.AGENT)
+        assert "no model call of it was waiting on its API, as the gateway saw: its own " \
+               "silence" in (done.error_message or "")
+        summary = json.loads(evalledger(tmp_path, db, "show", "latest", "--json").stdout)
+        assert (summary["tasks_infra"], summary["pass_rate"]) == (0, 0.0)
+    else:  # tried again, and answered then
+        assert code == 0
+        assert [(c.final_status, c.failure_class) for c in completions] == [
+            (FinalStatus.STALLED, FailureClass.INFRA), (FinalStatus.SUCCESS, None)]
+        assert "its own silence" not in (completions[0].error_message or "")
+
+
 def _pid_gone(folder: Path) -> bool:
     try:
         os.kill(int((folder / "pid").read_text()), 0)
