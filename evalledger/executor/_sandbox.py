@@ -46,6 +46,9 @@ class BuildFailed(EvalledgerError):
 
 
 _numbers = itertools.count(1)
+# The most empty sandboxes a pool keeps made ahead, whatever -j says: `-j 10**20` made
+# folders ahead until the disk ran out of inodes, and the batch never ended.
+MAX_AHEAD = 256
 
 
 def is_trivial(workdir: str | None, mode: PreservationMode) -> bool:
@@ -101,7 +104,7 @@ class SandboxPool:
 
     def __init__(self, root: Path, ahead: int) -> None:
         self.root = root
-        self.ahead = max(2, ahead)
+        self.ahead = min(max(2, ahead), MAX_AHEAD)
         self._ready: deque[Path] = deque()
         self._doomed: deque[Path] = deque()
         self._wake = threading.Event()
@@ -151,7 +154,7 @@ class SandboxPool:
             self._remove_doomed()
             if self._closing:
                 return
-            while len(self._ready) < self.ahead:
+            while len(self._ready) < self.ahead and not self._closing:
                 sandbox = self.root / str(next(_numbers))
                 try:
                     sandbox.mkdir()

@@ -7,13 +7,14 @@ import gc
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 import trio
 
 from evalledger.executor._process import Child, spawn
-from evalledger.executor._sandbox import SandboxPool
+from evalledger.executor._sandbox import MAX_AHEAD, SandboxPool
 from evalledger.executor._writer import LINGER, open_writer
 from evalledger.ledger import EventRow, Ledger, TaskOutput, TaskStarted
 
@@ -103,6 +104,28 @@ def test_the_pool_hands_out_empty_folders_made_ahead_and_removes_what_it_is_give
     pool.discard(second)
     pool.close()
     assert list(tmp_path.iterdir()) == []  # given back or never taken: all removed
+
+
+def test_a_pool_asked_for_any_number_ahead_makes_at_most_max_ahead_and_closes(
+    tmp_path: Path,
+) -> None:
+    # `evalledger run -j 100000000000000000000`: the pool made folders ahead without
+    # end (millions, until the disk's inodes ran out) and close() waited on it forever.
+    root = tmp_path / "sandboxes"
+    root.mkdir()
+    pool = SandboxPool(root, ahead=4 * 10**20)
+    wait_until(lambda: len(os.listdir(root)) >= MAX_AHEAD, "the sandboxes made ahead")
+    made = len(os.listdir(root))
+    closing = threading.Thread(target=pool.close)
+    closing.start()
+    closing.join(PATIENCE)
+    hung = closing.is_alive()
+    if hung:  # stop the worker: it cannot make a folder in a folder gone
+        root.rename(tmp_path / "gone")
+        closing.join()
+    assert not hung, "close() waited on a worker making folders without end"
+    assert made <= MAX_AHEAD
+    assert list(root.iterdir()) == []
 
 
 def test_the_pool_says_none_when_it_is_behind(tmp_path: Path) -> None:
