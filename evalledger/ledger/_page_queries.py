@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Callable, Iterator
 from itertools import islice
 from typing import Any, NamedTuple
@@ -101,7 +102,9 @@ def transcript_rows(
     if search:
         holds = _holding(search)
         rows = (row for row in rows if holds(row))
-    found = list(islice(rows, limit + 1))
+    # One row more than asked says whether there are more; islice takes no more than
+    # sys.maxsize (`search --limit 9223372036854775807`: a traceback).
+    found = list(islice(rows, min(limit + 1, sys.maxsize)))
     more = len(found) > limit
     found = found[:limit]
     if backwards:

@@ -63,6 +63,13 @@ def test_nothing_found_is_exit_1_and_a_bad_request_exit_2(ledger: Path) -> None:
     assert done.returncode == 2 and "search for what" in done.stderr
 
 
+def test_the_largest_limit_it_takes_is_a_limit_like_any_other(ledger: Path) -> None:
+    # --limit takes up to 2**63 - 1; one row more than that overflowed islice: a traceback.
+    done = cli(ledger.parent, ledger, "search", "needle", "--limit", str(2**63 - 1))
+    assert "Traceback" not in done.stderr
+    assert (done.returncode, done.stderr) == (0, "4 lines hold 'needle' in 1 run\n")
+
+
 def test_a_terminal_shows_each_runs_hits_under_it_a_long_line_around_its_match(
         ledger: Path) -> None:
     code, lines = in_terminal(ledger.parent, "--ledger", str(ledger), "search", "NEEDLE HERE",
