@@ -828,7 +828,11 @@ class Ledger:
         with self._translate():
             cursor = self._conn.execute(sql, params)
             try:
-                yield from cursor
+                # Not `yield from cursor`: closing this generator would close the cursor
+                # itself, outside _close, on a ledger already closed (a traceback after
+                # the one-line error of `search` meeting a damaged chunk).
+                for row in cursor:  # noqa: UP028
+                    yield row
             finally:
                 _close(cursor)
 

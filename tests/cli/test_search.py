@@ -4,13 +4,15 @@ codes (0 found, 1 nothing found, 2 a bad request)."""
 from __future__ import annotations
 
 import json
+import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
 
 import evalledger
+from tests.cli.helpers import Result, assert_one_line_error, spawn, write_task
 from tests.cli.helpers import evalledger as cli
-from tests.cli.helpers import write_task
 from tests.cli.terminal import in_terminal
 
 LONG = "x" * 400 + " the Needle here " + "y" * 400
@@ -68,6 +70,25 @@ def test_the_largest_limit_it_takes_is_a_limit_like_any_other(ledger: Path) -> N
     done = cli(ledger.parent, ledger, "search", "needle", "--limit", str(2**63 - 1))
     assert "Traceback" not in done.stderr
     assert (done.returncode, done.stderr) == (0, "4 lines hold 'needle' in 1 run\n")
+
+
+def test_a_damaged_chunk_of_lines_is_one_line_and_no_traceback_after_it(
+    ledger: Path, tmp_path: Path,
+) -> None:
+    damaged = tmp_path / "l.db"
+    shutil.copy(ledger, damaged)
+    conn = sqlite3.connect(damaged, isolation_level=None)
+    conn.execute("DROP TRIGGER events_no_update")
+    conn.execute("UPDATE events SET payload = zeroblob(200) WHERE seq = "
+                 "(SELECT min(seq) FROM events WHERE type = 'task.lines')")
+    conn.close()
+    # A real process: the reader left open was closed when collected, after the ledger,
+    # and its traceback ("Exception ignored in: <generator object Ledger.cursor>") came
+    # after the one-line error, at exit.
+    proc = spawn(tmp_path, damaged, "search", "needle")
+    out, err = proc.communicate(timeout=60)
+    error = assert_one_line_error(Result(proc.returncode, out, err))
+    assert "does not validate" in error and "Exception ignored" not in err
 
 
 def test_a_terminal_shows_each_runs_hits_under_it_a_long_line_around_its_match(
