@@ -27,7 +27,7 @@ from evalledger.hosts import attempt_environment, session_environment
 from ._lines import widened
 from ._queries import json_object
 from ._rows import EventRow, EventType, fetched
-from ._store import _COLUMNS, Ledger, read_as_lines
+from ._store import _COLUMNS, Ledger, _invalid, read_as_lines
 
 _OUTPUT_TYPES = (f"('{EventType.TASK_OUTPUT}', '{EventType.TASK_EVENT}', "
                  f"'{EventType.TASK_LINES}')")
@@ -277,8 +277,20 @@ def attempt_lines(ledger: Ledger, run_id: str, task_key: str, after_seq: int,
     for row in ledger.rows(run_id, task_key=task_key,
                            types=(EventType.TASK_OUTPUT, EventType.TASK_EVENT),
                            after_seq=after_seq, until_seq=until_seq):
-        payload = json.loads(row.payload)
+        payload = _object(ledger, row)
         if row.type == EventType.TASK_EVENT:
             yield row.seq or 0, "stdout", json.dumps(payload.get("data"), ensure_ascii=False)
         else:
             yield row.seq or 0, str(payload.get("stream", "stdout")), str(payload.get("line", ""))
+
+
+def _object(ledger: Ledger, row: EventRow) -> dict[str, Any]:
+    """A row's payload as a JSON object, or ``InvalidEvent`` naming the row: a row written
+    into the file by hand was never validated (a traceback in `scan` and `regrade`)."""
+    try:
+        payload = json.loads(row.payload)
+    except (TypeError, ValueError, RecursionError) as e:
+        raise _invalid(ledger.path, row, ValueError(f"payload is not JSON ({e})")) from e
+    if not isinstance(payload, dict):
+        raise _invalid(ledger.path, row, ValueError("payload is not a JSON object"))
+    return payload

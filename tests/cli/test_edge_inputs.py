@@ -318,6 +318,21 @@ def test_reading_a_damaged_file_is_one_line_and_leaves_it_alone(
     assert db.read_bytes() == before
 
 
+@pytest.mark.parametrize("payload", ["not json", "[1]", "5"])
+def test_a_transcript_line_written_by_hand_is_one_line_in_scan(
+    one_run: Path, payload: str
+) -> None:
+    # The transcript regrade's output_contains reads too (attempt_lines): a traceback.
+    conn = sqlite3.connect(one_run, isolation_level=None)
+    conn.execute("DROP TRIGGER events_no_update")
+    conn.execute("UPDATE events SET payload = ? WHERE type = 'task.output'", [payload])
+    conn.close()
+    before = one_run.read_bytes()
+    error = assert_one_line_error(invoke(one_run, "scan", "latest"))
+    assert "(task.output) does not validate" in error
+    assert one_run.read_bytes() == before
+
+
 def test_reading_commands_on_an_empty_ledger(tmp_path: Path) -> None:
     db = tmp_path / "empty.db"
     Ledger(db).close()
