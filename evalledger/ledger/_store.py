@@ -215,6 +215,12 @@ class Ledger:
         self._snapshot_keys: dict[str, tuple[tuple[str, int], dict[str, bytes]]] = {}
         if self.path.is_dir():
             raise NotALedger(f"{self.path} is a directory, not a ledger file")
+        if self.path.exists() and not self.path.is_file():
+            # /dev/null, a FIFO: SQLite reads it as an empty file, then a writer fails
+            # ("disk I/O error") and leaves its journal beside it (/dev/null-journal).
+            kind = "FIFO" if self.path.is_fifo() else "socket" if self.path.is_socket() \
+                else "device"
+            raise NotALedger(f"{self.path} is a {kind}, not a ledger file")
         if read_only and not self.path.is_file():
             folder = self.path.absolute().parent
             missing = "" if folder.is_dir() else f" (there is no folder {folder})"

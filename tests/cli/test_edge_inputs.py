@@ -333,6 +333,25 @@ def test_a_transcript_line_written_by_hand_is_one_line_in_scan(
     assert one_run.read_bytes() == before
 
 
+@pytest.mark.parametrize("kind", ["FIFO", "device"])
+def test_a_ledger_path_that_is_no_regular_file_is_said_so(
+    one_run: Path, tmp_path: Path, kind: str
+) -> None:
+    # `--ledger /dev/null`: readers said "no ledger at /dev/null", writers "disk I/O
+    # error", and left /dev/null-journal behind (as root); a FIFO the same.
+    folder = tmp_path / "here"
+    folder.mkdir()
+    path = folder / "l.db"
+    if kind == "FIFO":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(os.devnull)
+    for args in [("runs",), ("show", "latest"), ("merge", str(one_run))]:
+        error = assert_one_line_error(invoke(path, *args))
+        assert error == f"Error: {path} is a {kind}, not a ledger file", args
+    assert [p.name for p in folder.iterdir()] == ["l.db"]
+
+
 def test_reading_commands_on_an_empty_ledger(tmp_path: Path) -> None:
     db = tmp_path / "empty.db"
     Ledger(db).close()
