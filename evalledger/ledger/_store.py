@@ -595,6 +595,10 @@ class Ledger:
         conn = self._conn
         last = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
         last_seq, last_hash = (last[0], text_hash(last[1])) if last is not None else (0, GENESIS)
+        if last_seq > _MAX_SEQ - len(rows):  # a seq written into the file by hand
+            raise LedgerIOError(f"{self.path}: its last seq, {last_seq}, leaves no room for "
+                                f"{len(rows)} event(s) more (SQLite counts to {_MAX_SEQ}); "
+                                "run `evalledger verify`")
         # The common case: no event stored before, none repeated in the batch. Try it as
         # is; a retried or repeated event shows up as a UNIQUE violation of event_id and
         # takes the slow path below.
@@ -1105,6 +1109,10 @@ def pick_run(spec: str, run_ids: Sequence[str], where: str) -> str:
 
 _by_seq = attrgetter("seq")
 # tuple.__new__ skips the NamedTuple's Python-level __new__ (every row of a replay).
+
+
+# The largest seq a row can have: SQLite's INTEGER is 64 bits, signed.
+_MAX_SEQ = 2**63 - 1
 
 
 def _insert(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:

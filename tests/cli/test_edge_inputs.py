@@ -333,6 +333,42 @@ def test_a_transcript_line_written_by_hand_is_one_line_in_scan(
     assert one_run.read_bytes() == before
 
 
+def test_an_event_id_written_by_hand_as_no_id_is_one_line_in_events_and_export(
+    one_run: Path, tmp_path: Path,
+) -> None:
+    # A BLOB of another size than an id's: `events` and `export` put its bytes in JSON,
+    # a traceback (TypeError: Object of type bytes is not JSON serializable).
+    conn = sqlite3.connect(one_run, isolation_level=None)
+    conn.execute("DROP TRIGGER events_no_update")
+    conn.execute("UPDATE events SET event_id = x'00' WHERE seq = 2")
+    conn.close()
+    before = one_run.read_bytes()
+    for args in [("events", "latest"), ("export", "latest", "-o", str(tmp_path / "e.jsonl"))]:
+        error = assert_one_line_error(invoke(one_run, *args))
+        assert error == ("Error: event seq 2 does not validate: its event_id is stored as "
+                         "bytes, not text; run `evalledger verify`"), args
+    assert one_run.read_bytes() == before
+
+
+def test_a_last_seq_written_by_hand_at_sqlites_limit_is_one_line_to_a_writer(
+    one_run: Path, tmp_path: Path,
+) -> None:
+    # The next seq past 2**63 - 1: OverflowError, a traceback out of `run` and `merge`.
+    conn = sqlite3.connect(one_run, isolation_level=None)
+    conn.execute("DROP TRIGGER events_no_update")
+    conn.execute("UPDATE events SET seq = 9223372036854775807 WHERE seq = "
+                 "(SELECT max(seq) FROM events)")
+    conn.close()
+    before = one_run.read_bytes()
+    tasks = tmp_path / "tasks"
+    write_task(tasks / "t.yaml", "echo hi")
+    error = assert_one_line_error(invoke(one_run, "run", str(tasks), "--run-id", "next"))
+    assert error.endswith(": its last seq, 9223372036854775807, leaves no room for 2 "
+                          "event(s) more (SQLite counts to 9223372036854775807); run "
+                          "`evalledger verify`"), error
+    assert one_run.read_bytes() == before
+
+
 @pytest.mark.parametrize("kind", ["FIFO", "device"])
 def test_a_ledger_path_that_is_no_regular_file_is_said_so(
     one_run: Path, tmp_path: Path, kind: str
