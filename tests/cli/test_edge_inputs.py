@@ -43,6 +43,7 @@ from .helpers import (
     Result,
     _env,
     assert_one_line_error,
+    edited_by_hand,
     evalledger,
     no_hang,
     write_task,
@@ -323,10 +324,8 @@ def test_a_transcript_line_written_by_hand_is_one_line_in_scan(
     one_run: Path, payload: str
 ) -> None:
     # The transcript regrade's output_contains reads too (attempt_lines): a traceback.
-    conn = sqlite3.connect(one_run, isolation_level=None)
-    conn.execute("DROP TRIGGER events_no_update")
-    conn.execute("UPDATE events SET payload = ? WHERE type = 'task.output'", [payload])
-    conn.close()
+    edited_by_hand(one_run, "UPDATE events SET payload = ? WHERE type = 'task.output'",
+                   payload)
     before = one_run.read_bytes()
     error = assert_one_line_error(invoke(one_run, "scan", "latest"))
     assert "(task.output) does not validate" in error
@@ -338,10 +337,7 @@ def test_an_event_id_written_by_hand_as_no_id_is_one_line_in_events_and_export(
 ) -> None:
     # A BLOB of another size than an id's: `events` and `export` put its bytes in JSON,
     # a traceback (TypeError: Object of type bytes is not JSON serializable).
-    conn = sqlite3.connect(one_run, isolation_level=None)
-    conn.execute("DROP TRIGGER events_no_update")
-    conn.execute("UPDATE events SET event_id = x'00' WHERE seq = 2")
-    conn.close()
+    edited_by_hand(one_run, "UPDATE events SET event_id = x'00' WHERE seq = 2")
     before = one_run.read_bytes()
     for args in [("events", "latest"), ("export", "latest", "-o", str(tmp_path / "e.jsonl"))]:
         error = assert_one_line_error(invoke(one_run, *args))
@@ -354,11 +350,8 @@ def test_a_last_seq_written_by_hand_at_sqlites_limit_is_one_line_to_a_writer(
     one_run: Path, tmp_path: Path,
 ) -> None:
     # The next seq past 2**63 - 1: OverflowError, a traceback out of `run` and `merge`.
-    conn = sqlite3.connect(one_run, isolation_level=None)
-    conn.execute("DROP TRIGGER events_no_update")
-    conn.execute("UPDATE events SET seq = 9223372036854775807 WHERE seq = "
-                 "(SELECT max(seq) FROM events)")
-    conn.close()
+    edited_by_hand(one_run, "UPDATE events SET seq = 9223372036854775807 WHERE seq = "
+                            "(SELECT max(seq) FROM events)")
     before = one_run.read_bytes()
     tasks = tmp_path / "tasks"
     write_task(tasks / "t.yaml", "echo hi")

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 from pathlib import Path
 
 import pytest
 
 import evalledger
-from tests.cli.helpers import Result, assert_one_line_error, spawn, write_task
+from tests.cli.helpers import Result, assert_one_line_error, edited_by_hand, spawn, write_task
 from tests.cli.helpers import evalledger as cli
 from tests.cli.terminal import in_terminal
 
@@ -77,11 +76,8 @@ def test_a_damaged_chunk_of_lines_is_one_line_and_no_traceback_after_it(
 ) -> None:
     damaged = tmp_path / "l.db"
     shutil.copy(ledger, damaged)
-    conn = sqlite3.connect(damaged, isolation_level=None)
-    conn.execute("DROP TRIGGER events_no_update")
-    conn.execute("UPDATE events SET payload = zeroblob(200) WHERE seq = "
-                 "(SELECT min(seq) FROM events WHERE type = 'task.lines')")
-    conn.close()
+    edited_by_hand(damaged, "UPDATE events SET payload = zeroblob(200) WHERE seq = "
+                            "(SELECT min(seq) FROM events WHERE type = 'task.lines')")
     # A real process: the reader left open was closed when collected, after the ledger,
     # and its traceback ("Exception ignored in: <generator object Ledger.cursor>") came
     # after the one-line error, at exit.

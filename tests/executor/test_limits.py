@@ -4,12 +4,14 @@ and bwrap (a cgroup each, here) and docker (its own flags); the building blocks 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -334,14 +336,7 @@ def test_a_fifo_kept_on_another_file_system_is_regraded(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The whole path: sandboxes on a tmpfs, the artifacts on the test's own file
     system; the agent leaves a FIFO; a regrade of its attempt is taken."""
-    root_("mounting a tmpfs")
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(scratch)],
-                             capture_output=True, text=True, check=False)
-    if mounted.returncode != 0:
-        unavailable("ROOT", f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "scratch", "16m") as scratch:
         tasks = write(tmp_path / "tasks", {"planted": {
             "command": "mkfifo pipe; echo hello > out.txt", "timeout": 20,
             "success_criteria": [{"type": "file_exists", "path": "out.txt"}]}})
@@ -355,8 +350,6 @@ def test_a_fifo_kept_on_another_file_system_is_regraded(
         assert again.returncode == 0, again.stdout + again.stderr
         (graded,) = of_type(events(db, "kept"), "task.graded")
         assert [c.passed for c in graded.criteria] == [True]
-    finally:
-        subprocess.run(["umount", "-l", str(scratch)], check=False)
 
 
 @pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
@@ -365,14 +358,7 @@ def test_a_workspace_too_big_to_copy_for_grading_is_the_commands_failure(
     """The grading copy failing for room (the batch's temporary folder full: the command
     filled it) was an infrastructure error, left out of the pass rate and retried: an
     agent's way to turn its failure into one. Now the command's failure, said."""
-    root_("mounting a tmpfs")
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(scratch)],
-                             capture_output=True, text=True, check=False)
-    if mounted.returncode != 0:
-        unavailable("ROOT", f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "scratch", "4m") as scratch:
         tasks = write_tasks(tmp_path / "tasks", {"fills": {
             "command": "head -c 3000000 /dev/urandom > a; exit 1", "timeout": 60}},
             [{"type": "run_command", "command": "true"}])
@@ -385,5 +371,18 @@ def test_a_workspace_too_big_to_copy_for_grading_is_the_commands_failure(
         assert completed.final_status == "FAILURE", completed
         assert "could not be copied to be graded" in (completed.error_message or "")
         assert completed.failure_class != "infra"
+
+
+@contextlib.contextmanager
+def tmpfs(folder: Path, size: str) -> Iterator[Path]:
+    """``folder``, made, a tmpfs of ``size`` mounted on it while the block runs (root)."""
+    root_("mounting a tmpfs")
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                              str(folder)], capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        unavailable("ROOT", f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield folder
     finally:
-        subprocess.run(["umount", "-l", str(scratch)], check=False)
+        subprocess.run(["umount", "-l", str(folder)], check=False)
