@@ -100,7 +100,7 @@ def transcript_rows(
                        before=before if before is not None and before > 0 else None,
                        through=through, backwards=backwards, holding=search or None)
     if search:
-        holds = _holding(search)
+        holds = _holding(search, ledger)
         rows = (row for row in rows if holds(row))
     # One row more than asked says whether there are more; islice takes no more than
     # sys.maxsize (`search --limit 9223372036854775807`: a traceback).
@@ -112,7 +112,7 @@ def transcript_rows(
     return found, more
 
 
-def _holding(text: str) -> Callable[[EventRow], bool]:
+def _holding(text: str, ledger: Ledger) -> Callable[[EventRow], bool]:
     """Whether what a row shows holds ``text``, whatever its case: an output line's
     words, an event's data (as JSON spells it), never the payload's own field names
     (``line``, ``stream``). First the payload as JSON spells the text (cheap, and true
@@ -124,9 +124,9 @@ def _holding(text: str) -> Callable[[EventRow], bool]:
         if not spelled.search(row.payload):
             return False
         if row.type == EventType.TASK_OUTPUT:
-            return plain.search(str(json.loads(row.payload).get("line", ""))) is not None
+            return plain.search(str(_object(ledger, row).get("line", ""))) is not None
         if row.type == EventType.TASK_EVENT:
-            data = _json_string_of(json.loads(row.payload).get("data"))
+            data = _json_string_of(_object(ledger, row).get("data"))
             return spelled.search(data) is not None
         return False
 
@@ -286,7 +286,8 @@ def attempt_lines(ledger: Ledger, run_id: str, task_key: str, after_seq: int,
 
 def _object(ledger: Ledger, row: EventRow) -> dict[str, Any]:
     """A row's payload as a JSON object, or ``InvalidEvent`` naming the row: a row written
-    into the file by hand was never validated (a traceback in `scan` and `regrade`)."""
+    into the file by hand was never validated (a traceback in `scan`, `regrade` and
+    `search`)."""
     try:
         payload = json.loads(row.payload)
     except (TypeError, ValueError, RecursionError) as e:

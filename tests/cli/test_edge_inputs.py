@@ -319,16 +319,18 @@ def test_reading_a_damaged_file_is_one_line_and_leaves_it_alone(
     assert db.read_bytes() == before
 
 
-@pytest.mark.parametrize("payload", ["not json", "[1]", "5"])
-def test_a_transcript_line_written_by_hand_is_one_line_in_scan(
-    one_run: Path, payload: str
+@pytest.mark.parametrize(("payload", "text"), [("not json", "json"), ("[1]", "1"), ("5", "5")])
+def test_a_transcript_line_written_by_hand_is_one_line_in_scan_and_search(
+    one_run: Path, payload: str, text: str,
 ) -> None:
-    # The transcript regrade's output_contains reads too (attempt_lines): a traceback.
+    # The transcript regrade's output_contains reads too (attempt_lines), and a search
+    # that finds its text in it: a traceback.
     edited_by_hand(one_run, "UPDATE events SET payload = ? WHERE type = 'task.output'",
                    payload)
     before = one_run.read_bytes()
-    error = assert_one_line_error(invoke(one_run, "scan", "latest"))
-    assert "(task.output) does not validate" in error
+    for args in [("scan", "latest"), ("search", text)]:
+        error = assert_one_line_error(invoke(one_run, *args))
+        assert "(task.output) does not validate" in error, args
     assert one_run.read_bytes() == before
 
 
