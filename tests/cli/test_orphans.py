@@ -37,14 +37,16 @@ def wait_for_none(entry: str, within: float) -> list[int]:
     return left_after(lambda: marked(entry), within, every=0.05)
 
 
-def suite(folder: Path, tasks: int, isolation: dict[str, str] | None = None) -> Path:
-    """Tasks that leave a silent ``sleep 300`` behind; their environment carries a mark
-    of this test's own (``ORPHAN_TEST=<folder>``), so a second copy of the suite running
-    at the same time is never mistaken for them."""
+def suite(folder: Path, tasks: int, isolation: dict[str, str] | None = None, *,
+          working: float = 0.5) -> Path:
+    """Tasks that leave a silent ``sleep 300`` behind, each done after ``working``
+    seconds; their environment carries a mark of this test's own
+    (``ORPHAN_TEST=<folder>``), so a second copy of the suite running at the same time
+    is never mistaken for them."""
     folder.mkdir()
     for i in range(tasks):
         (folder / f"t{i}.yaml").write_text(yaml.safe_dump({
-            "command": "sleep 300 >/dev/null 2>&1 & sleep 0.5; echo done",
+            "command": f"sleep 300 >/dev/null 2>&1 & sleep {working:g}; echo done",
             "env": {"ORPHAN_TEST": str(folder.parent)},
             "timeout": 60, "success_criteria": [{"type": "exit_code"}],
             **(isolation or {}),
@@ -163,7 +165,9 @@ def test_a_dead_batch_is_swept_when_the_next_batch_starts(
 ) -> None:
     """The watchdog itself was killed too (say, ``kill -9`` of everything): what the dead
     batch left is found through the ledger and cleaned up by the next run."""
-    tasks = suite(tmp_path / "tasks", 2)
+    # Working until killed: a task done before the kill lands (a loaded machine, the
+    # kill late) has its background child ended by the runner, and nothing is orphaned.
+    tasks = suite(tmp_path / "tasks", 2, working=PATIENCE)
     db = tmp_path / "ledger.db"
     runner = evalledger(db, tmp_path, "run", str(tasks), "--run-id", RUN, "-j", "2")
     mark = f"ORPHAN_TEST={tmp_path}"

@@ -64,7 +64,7 @@ def test_a_search_finds_every_line_that_shows_its_text(plan: list[Any], data: st
         for name, chunks in (("rows.db", False), ("chunks.db", True)):
             with _ledger(folder, name, plan, chunks) as ledger:
                 every, _ = transcript_rows(ledger, RUN, KEY, limit=10_000)
-                holds = _holding(text)
+                holds = _holding(text, ledger)
                 model = [r.seq for r in every if holds(r)]
                 found, more = transcript_rows(ledger, RUN, KEY, search=text, limit=limit)
                 assert [r.seq for r in found] == model[:limit], (name, text)
