@@ -72,7 +72,6 @@ class Usage:
                          **dict(self.tokens), **ids)
 
 
-
 # How far the per-model costs of a result line may fall from its total_cost_usd and
 # still be read as the same money summed in another order: a ten-thousandth of a cent.
 # Within it, the model that cost most takes the difference, so the usage recorded adds

@@ -92,20 +92,16 @@ def ndjson(row: EventRow) -> str:
 
     Raises:
         InvalidEvent: a field of its envelope is not text (a row written into the file
-            by hand: an id stored as a BLOB of another size than an id's), as ``verify``
-            names it.
+            by hand: an id stored as a BLOB of another size than an id's), named as
+            ``verify`` names it.
     """
     if not (type(row.event_id) is str and type(row.run_id) is str and type(row.type) is str
             and type(row.ts) is str and (row.task_key is None or type(row.task_key) is str)):
         from ._errors import InvalidEvent
+        from ._verify import _storage_classes
 
-        kinds = {name: type(value).__name__ for name, value in zip(
-            ("event_id", "run_id", "task_key", "type", "ts"), row[:5], strict=True)
-            if not (type(value) is str or (name == "task_key" and value is None))}
         raise InvalidEvent(f"event seq {row.seq} does not validate: "
-                           + ", ".join(f"its {k} is stored as {v}, not text"
-                                       for k, v in kinds.items())
-                           + "; run `evalledger verify`")
+                           f"{_storage_classes(row)}; run `evalledger verify`")
     return (
         f'{{"seq":{row.seq},"event_id":{_str(row.event_id)},"run_id":{_str(row.run_id)},'
         f'"task_key":{_str(row.task_key)},"type":{_str(row.type)},"ts":{_str(row.ts)},'

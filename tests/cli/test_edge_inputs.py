@@ -343,8 +343,9 @@ def test_an_event_id_written_by_hand_as_no_id_is_one_line_in_events_and_export(
     before = one_run.read_bytes()
     for args in [("events", "latest"), ("export", "latest", "-o", str(tmp_path / "e.jsonl"))]:
         error = assert_one_line_error(invoke(one_run, *args))
-        assert error == ("Error: event seq 2 does not validate: its event_id is stored as "
-                         "bytes, not text; run `evalledger verify`"), args
+        assert error == ("Error: event seq 2 does not validate: event_id is stored as a "
+                         "BLOB of 1 bytes: evalledger stores an id as text, or a UUID as its "
+                         "16 bytes; run `evalledger verify`"), args
     assert one_run.read_bytes() == before
 
 
