@@ -170,8 +170,8 @@ class GatewayAttempt:
     meter: Metered
     rates: Callable[[str | None, Any], float | None]
     in_flight: int = 0
-    # Of its calls under way, how many wait on their model API: sent upstream, the
-    # answer's head or its next bytes not come yet. A stall meanwhile is the API's.
+    # Of its metered calls under way, how many wait on their model API: sent upstream,
+    # the answer's head or its next bytes not come yet. A stall meanwhile is the API's.
     on_api: int = 0
     # The calls under way: each one's cancel scope, given the drain's deadline at close.
     scopes: set[trio.CancelScope] = field(default_factory=set)
@@ -180,12 +180,15 @@ class GatewayAttempt:
     drain_by: float = math.inf
 
     @contextlib.contextmanager
-    def waiting_on_api(self) -> Iterator[None]:
-        self.on_api += 1
+    def waiting_on_api(self, metered: bool) -> Iterator[None]:
+        """Counted in ``on_api`` while the block waits, if the call is ``metered``: a
+        free call or a read is never booked (no sign of life), so an agent looping them
+        while silent must not look like an API that hangs."""
+        self.on_api += metered
         try:
             yield
         finally:
-            self.on_api -= 1
+            self.on_api -= metered
 
     def env(self, base_url: str) -> dict[str, str]:
         """The agent's variables: each provider's base URL (the gateway's, with the
@@ -321,13 +324,14 @@ class Gateway:
         gone, read the rest for its usage until the attempt's drain time."""
         assert call.reading is not None
         reading = call.reading
+        metered = reads_usage(call.provider, call.api) and not is_read(method)
         with trio.CancelScope() as limit:
             attempt.scopes.add(limit)  # its deadline: the attempt's drain, once it closes
             if attempt.closing.is_set():
                 limit.deadline = attempt.drain_by
             try:
                 async with contextlib.AsyncExitStack() as stack:
-                    with attempt.waiting_on_api():
+                    with attempt.waiting_on_api(metered):
                         answer = await stack.enter_async_context(self.client.request(
                             method, url, [(k.encode("latin-1"), v.encode("latin-1"))
                                           for k, v in headers.items()], body))
@@ -344,7 +348,7 @@ class Gateway:
                     # A JSON answer's last piece waits for its usage to be counted; a
                     # stream's usage comes in an event before its end (counted as read).
                     held: Piece | None = None
-                    while (piece := await _read(attempt, answer)) is not None:
+                    while (piece := await _read(attempt, answer, metered)) is not None:
                         if answered:
                             for start, end in piece.spans:
                                 reading.feed(piece.raw, start, end)
@@ -396,8 +400,8 @@ class Gateway:
         await attempt.meter.record(usage, call.facts(trio.current_time() - call.started))
 
 
-async def _read(attempt: GatewayAttempt, answer: Answer) -> Piece | None:
-    with attempt.waiting_on_api():
+async def _read(attempt: GatewayAttempt, answer: Answer, metered: bool) -> Piece | None:
+    with attempt.waiting_on_api(metered):
         return await answer.read()
 
 

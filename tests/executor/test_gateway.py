@@ -22,7 +22,7 @@ from evalledger.pricing import DEFAULT_RATES
 from evalledger.statuses import FailureClass, FinalStatus
 from tests.cli.helpers import PATIENCE, evalledger, wait_until
 from tests.fake_agent_api import FakeAgentApi, Turn, Usage
-from tests.fake_api import FakeApi, LoopbackServer, Reply
+from tests.fake_api import FakeApi, LoopbackServer, Reply, anthropic_answer
 
 from .gateway_sandbox import confined_python
 from .real_agent_tasks import counts, only_run
@@ -387,6 +387,21 @@ def test_a_stall_is_the_agents_unless_a_model_call_of_it_waited_on_its_api(
         assert [(c.final_status, c.failure_class) for c in completions] == [
             (FinalStatus.STALLED, FailureClass.INFRA), (FinalStatus.SUCCESS, None)]
         assert "its own silence" not in (completions[0].error_message or "")
+
+
+@pytest.mark.slow  # seconds of a worker: the slow tier (pytest -m slow)
+def test_a_read_held_by_the_api_makes_no_silence_the_apis(tmp_path: Path) -> None:
+    """A read (a model listing) spends nothing and is never booked: an agent that keeps
+    one waiting, or loops them, while it says nothing is silent of its own doing, not
+    held up by a hung API."""
+    with FakeApi() as api:
+        api.script.extend([anthropic_answer("ok"), Reply(body={"data": []}, delay=60)])
+        models = {"provider": "anthropic", "path": "/v1/models", "method": "GET", "body": {}}
+        code, db = run_agent(tmp_path, [anthropic(stream=False), models],
+                             {"anthropic": api.url}, stall_timeout=5, retries=1)
+    assert code == 1
+    _, done = read(db)  # one attempt: an agent's failure is not tried again
+    assert (done.final_status, done.failure_class) == (FinalStatus.STALLED, FailureClass.AGENT)
 
 
 def _pid_gone(folder: Path) -> bool:
